@@ -1,0 +1,158 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config is the agent's command line.
+type config struct {
+	kubeconfig       string
+	nodeName         string
+	bpfPinRoot       string
+	metricsAddr      string
+	healthAddr       string
+	clusterCIDRs     prefixList
+	serviceCIDRs     prefixList
+	leaderElectionNS string
+	leaseDuration    time.Duration
+	renewDeadline    time.Duration
+	retryPeriod      time.Duration
+	debounce         time.Duration
+	resync           time.Duration
+	verbosity        int
+	logFormat        string
+}
+
+// prefixList is a comma-separated list of CIDRs, v4 and/or v6.
+type prefixList []netip.Prefix
+
+func (p *prefixList) String() string {
+	s := make([]string, len(*p))
+	for i, x := range *p {
+		s[i] = x.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func (p *prefixList) Set(v string) error {
+	*p = nil
+	for _, f := range strings.Split(v, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		pfx, err := netip.ParsePrefix(f)
+		if err != nil {
+			return fmt.Errorf("%q is not a CIDR", f)
+		}
+		if pfx != pfx.Masked() {
+			return fmt.Errorf("%q has host bits set (did you mean %s?)", f, pfx.Masked())
+		}
+		*p = append(*p, pfx)
+	}
+	return nil
+}
+
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("egressd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "path to a kubeconfig; empty uses the in-cluster configuration")
+	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of the Node this agent runs on (default $NODE_NAME)")
+	fs.StringVar(&c.bpfPinRoot, "bpf-pin-root", "/sys/fs/bpf/egressd", "bpffs directory under which egressd pins its maps, programs and links")
+	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":9476", "host:port serving Prometheus metrics on /metrics; \"0\" disables")
+	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":9477", "host:port serving /healthz and /readyz")
+	fs.Var(&c.clusterCIDRs, "cluster-cidr", "comma-separated pod network CIDRs (one per IP family)")
+	fs.Var(&c.serviceCIDRs, "service-cidr", "comma-separated service network CIDRs (one per IP family)")
+	defNS := os.Getenv("POD_NAMESPACE")
+	if defNS == "" {
+		defNS = "egressd"
+	}
+	fs.StringVar(&c.leaderElectionNS, "leader-election-namespace", defNS, "namespace of the leader election Lease (default $POD_NAMESPACE or egressd)")
+	fs.DurationVar(&c.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a Lease is valid without renewal")
+	fs.DurationVar(&c.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing before giving up leadership")
+	fs.DurationVar(&c.retryPeriod, "leader-election-retry-period", 2*time.Second, "interval between leader election attempts")
+	fs.DurationVar(&c.debounce, "sync-debounce", 20*time.Millisecond, "quiet period that coalesces a burst of changes into one sync")
+	fs.DurationVar(&c.resync, "sync-period", 5*time.Minute, "period of the full re-sync that repairs drift of kernel state")
+	fs.IntVar(&c.verbosity, "v", 0, "log verbosity: 0 info, 1 debug, higher adds client-go detail")
+	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or text")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	return c, c.validate()
+}
+
+func (c *config) validate() error {
+	var errs []error
+	bad := func(flag, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, a...)))
+	}
+	if c.nodeName == "" {
+		bad("node-name", "required (or set $NODE_NAME)")
+	}
+	if !filepath.IsAbs(c.bpfPinRoot) {
+		bad("bpf-pin-root", "%q must be an absolute path", c.bpfPinRoot)
+	}
+	if c.metricsAddr != "0" {
+		if err := checkHostPort(c.metricsAddr); err != nil {
+			bad("metrics-bind-address", "%v", err)
+		}
+	}
+	if err := checkHostPort(c.healthAddr); err != nil {
+		bad("health-probe-bind-address", "%v", err)
+	}
+	for name, l := range map[string]prefixList{"cluster-cidr": c.clusterCIDRs, "service-cidr": c.serviceCIDRs} {
+		var v4, v6 int
+		for _, p := range l {
+			if p.Addr().Is4() {
+				v4++
+			} else {
+				v6++
+			}
+		}
+		if v4 > 1 || v6 > 1 {
+			bad(name, "at most one CIDR per IP family, got %s", l.String())
+		}
+	}
+	if c.leaderElectionNS == "" {
+		bad("leader-election-namespace", "required")
+	}
+	if c.leaseDuration <= c.renewDeadline || c.renewDeadline <= c.retryPeriod || c.retryPeriod <= 0 {
+		bad("leader-election-lease-duration", "need lease duration (%s) > renew deadline (%s) > retry period (%s) > 0", c.leaseDuration, c.renewDeadline, c.retryPeriod)
+	}
+	if c.debounce < 0 || c.resync <= 0 {
+		bad("sync-period", "sync period must be > 0 and debounce >= 0")
+	}
+	if c.logFormat != "json" && c.logFormat != "text" {
+		bad("log-format", "%q is not json or text", c.logFormat)
+	}
+	return errors.Join(errs...)
+}
+
+func checkHostPort(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %v", s, err)
+	}
+	if host != "" {
+		if _, err := netip.ParseAddr(host); err != nil && host != "localhost" {
+			return fmt.Errorf("%q: host must be an IP address or empty", s)
+		}
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("%q: port must be 0-65535", s)
+	}
+	return nil
+}

@@ -1,0 +1,193 @@
+// Command egressd is the node agent: it watches the egress APIs and programs this node's kernel.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/egressd/egressd/api/generated/clientset/versioned"
+	"github.com/egressd/egressd/dataplane/kernel"
+	"github.com/egressd/egressd/internal/version"
+	"github.com/egressd/egressd/nodeagent"
+	"github.com/egressd/egressd/watchers"
+)
+
+// shutdownBudget bounds the time from SIGTERM to exit, within the pod's grace period.
+const shutdownBudget = 5 * time.Second
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "egressd:", err)
+		}
+		os.Exit(2)
+	}
+	log := newLogger(cfg)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, cfg, log); err != nil {
+		log.Error("egressd failed", "err", err)
+		os.Exit(1)
+	}
+	log.Info("egressd stopped")
+}
+
+func newLogger(cfg *config) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: slog.Level(-4 * min(cfg.verbosity, 1))}
+	var h slog.Handler = slog.NewJSONHandler(os.Stderr, opts)
+	if cfg.logFormat == "text" {
+		h = slog.NewTextHandler(os.Stderr, opts)
+	}
+	log := slog.New(h).With("node", cfg.nodeName)
+	// client-go logs through klog: route it into the same structured stream.
+	klog.SetSlogLogger(log.With("component", "client-go"))
+	kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(kfs)
+	_ = kfs.Set("v", fmt.Sprint(max(cfg.verbosity-1, 0)))
+	return log
+}
+
+func run(ctx context.Context, cfg *config, log *slog.Logger) error {
+	log.Info("starting egressd", "version", version.String(), "pinRoot", cfg.bpfPinRoot,
+		"clusterCIDRs", cfg.clusterCIDRs.String(), "serviceCIDRs", cfg.serviceCIDRs.String())
+	restCfg, err := clientcmd.BuildConfigFromFlags("", cfg.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kubeconfig %q: %w", cfg.kubeconfig, err)
+	}
+	restCfg.UserAgent = "egressd/" + version.Version + " node=" + cfg.nodeName
+	restCfg.QPS, restCfg.Burst = 50, 100
+	kube, egress, err := clients(restCfg)
+	if err != nil {
+		return err
+	}
+
+	metrics := nodeagent.NewMetrics()
+	w, err := watchers.New(kube, egress, 0)
+	if err != nil {
+		return err
+	}
+	loop := &nodeagent.SyncLoop{
+		Node:     cfg.nodeName,
+		Snapshot: w.Snapshot(),
+		Changed:  w.Changed(),
+		Applier:  &kernel.Dataplane{PinRoot: cfg.bpfPinRoot},
+		Metrics:  metrics,
+		Log:      log.With("component", "sync"),
+		Debounce: cfg.debounce,
+		Resync:   cfg.resync,
+	}
+
+	servers, err := serve(cfg, metrics, loop, log)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	defer func() {
+		// Bound the shutdown: whatever hangs after SIGTERM must not hold the node's pod.
+		timer := time.AfterFunc(shutdownBudget, func() {
+			log.Error("shutdown took too long, exiting", "budget", shutdownBudget)
+			os.Exit(1)
+		})
+		defer timer.Stop()
+		wg.Wait()
+		w.Shutdown()
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		for _, s := range servers {
+			_ = s.Shutdown(sctx)
+		}
+	}()
+
+	if err := w.Start(ctx, log); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	wg.Go(func() { loop.Run(ctx) })
+	elector := &nodeagent.LeaderElection{
+		Client: kube, Namespace: cfg.leaderElectionNS, Identity: cfg.nodeName,
+		Metrics: metrics, Log: log.With("component", "leader-election"),
+		LeaseDuration: cfg.leaseDuration, RenewDeadline: cfg.renewDeadline, RetryPeriod: cfg.retryPeriod,
+	}
+	wg.Go(func() {
+		if err := elector.Run(ctx); err != nil {
+			log.Error("leader election", "err", err)
+		}
+	})
+	<-ctx.Done()
+	log.Info("shutting down")
+	return nil
+}
+
+func clients(cfg *rest.Config) (kubernetes.Interface, versioned.Interface, error) {
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	egress, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("egress API client: %w", err)
+	}
+	return kube, egress, nil
+}
+
+// serve starts the metrics and health endpoints. Binding happens here, synchronously, so that a
+// port in use fails the start with a clear error.
+func serve(cfg *config, m *nodeagent.Metrics, loop *nodeagent.SyncLoop, log *slog.Logger) ([]*http.Server, error) {
+	health := http.NewServeMux()
+	health.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	health.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !loop.Synced() {
+			http.Error(w, "caches not synced or first sync not finished", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	handlers := map[string]http.Handler{cfg.healthAddr: health}
+	if cfg.metricsAddr != "0" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry}))
+		if cfg.metricsAddr == cfg.healthAddr {
+			health.Handle("/metrics", mux)
+		} else {
+			handlers[cfg.metricsAddr] = mux
+		}
+	}
+	var servers []*http.Server
+	for addr, h := range handlers {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, s := range servers {
+				s.Close()
+			}
+			return nil, fmt.Errorf("listen on %s: %w", addr, err)
+		}
+		s := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+		servers = append(servers, s)
+		go func() {
+			if err := s.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("http server", "addr", addr, "err", err)
+			}
+		}()
+		log.Info("serving", "addr", l.Addr().String())
+	}
+	return servers, nil
+}

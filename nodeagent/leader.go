@@ -1,0 +1,74 @@
+package nodeagent
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+)
+
+// LeaseName is the coordination Lease the agents compete for.
+const LeaseName = "egressd-leader"
+
+// Controller is a cluster-wide controller run only by the leader, until ctx ends.
+type Controller func(ctx context.Context)
+
+// LeaderElection runs the cluster controllers while this agent holds the Lease.
+type LeaderElection struct {
+	Client      kubernetes.Interface
+	Namespace   string
+	Identity    string
+	Controllers []Controller
+	Metrics     *Metrics
+	Log         *slog.Logger
+
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// Run campaigns for the Lease until ctx ends; on ctx end a held Lease is released so that
+// another agent takes over at once instead of after LeaseDuration.
+func (e *LeaderElection) Run(ctx context.Context) error {
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: LeaseName, Namespace: e.Namespace},
+		Client:     e.Client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: e.Identity},
+	}
+	for ctx.Err() == nil { // a lost Lease ends RunOrDie: campaign again
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   e.LeaseDuration,
+			RenewDeadline:   e.RenewDeadline,
+			RetryPeriod:     e.RetryPeriod,
+			ReleaseOnCancel: true,
+			Name:            LeaseName,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: e.lead,
+				OnStoppedLeading: func() {
+					e.Metrics.Leader.Set(0)
+					e.Log.Info("stopped leading", "lease", e.Namespace+"/"+LeaseName)
+				},
+				OnNewLeader: func(id string) { e.Log.Info("leader", "identity", id) },
+			},
+		})
+		if err != nil {
+			return err
+		}
+		le.Run(ctx)
+	}
+	return nil
+}
+
+func (e *LeaderElection) lead(ctx context.Context) {
+	e.Metrics.Leader.Set(1)
+	e.Log.Info("started leading, running cluster controllers", "lease", e.Namespace+"/"+LeaseName, "controllers", len(e.Controllers))
+	var wg sync.WaitGroup
+	for _, c := range e.Controllers {
+		wg.Go(func() { c(ctx) })
+	}
+	wg.Wait()
+}

@@ -1,0 +1,83 @@
+// Package nodeagent is egressd's brain: per feature, a pure compile step from the cluster
+// snapshot to the desired node state; a level-triggered sync loop that hands that state to the
+// dataplane and writes status from the result; and the leader-elected cluster controllers.
+package nodeagent
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/watchers"
+)
+
+// feature is one API's compile step: it adds the feature's part of the node state.
+type feature struct {
+	name    string
+	compile func(snap *watchers.Snapshot, node string, into *dataplane.State) error
+}
+
+// SyncLoop recomputes the whole desired state after any change and applies it.
+type SyncLoop struct {
+	Node     string
+	Snapshot *watchers.Snapshot
+	Changed  <-chan struct{}
+	Applier  dataplane.Applier
+	Metrics  *Metrics
+	Log      *slog.Logger
+	// Debounce coalesces bursts of changes into one sync.
+	Debounce time.Duration
+	// Resync re-applies the state periodically, repairing drift made behind egressd's back.
+	Resync time.Duration
+
+	features []feature
+	synced   atomic.Bool
+}
+
+// Synced reports whether the first sync has finished (readiness).
+func (l *SyncLoop) Synced() bool { return l.synced.Load() }
+
+// Run syncs once, then after every debounced change or resync period, until ctx ends.
+func (l *SyncLoop) Run(ctx context.Context) {
+	resync := time.NewTicker(l.Resync)
+	defer resync.Stop()
+	for {
+		l.sync(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-resync.C:
+		case <-l.Changed:
+			select { // let a burst of events settle
+			case <-ctx.Done():
+				return
+			case <-time.After(l.Debounce):
+			}
+		}
+	}
+}
+
+func (l *SyncLoop) sync(ctx context.Context) {
+	var state dataplane.State
+	for _, f := range l.features {
+		start := time.Now()
+		err := f.compile(l.Snapshot, l.Node, &state)
+		l.Metrics.SyncDuration.WithLabelValues(f.name).Observe(time.Since(start).Seconds())
+		if err != nil {
+			l.Metrics.SyncErrors.WithLabelValues(f.name).Inc()
+			l.Log.Error("compile failed", "feature", f.name, "err", err)
+		}
+	}
+	start := time.Now()
+	res := l.Applier.Apply(ctx, &state)
+	l.Metrics.SyncDuration.WithLabelValues("apply").Observe(time.Since(start).Seconds())
+	for origin, err := range res.Failed {
+		l.Metrics.SyncErrors.WithLabelValues("apply").Inc()
+		l.Log.Error("apply failed", "kind", origin.Kind, "namespace", origin.Namespace, "name", origin.Name, "rule", origin.Rule, "err", err)
+	}
+	if !l.synced.Swap(true) {
+		l.Log.Info("first sync finished", "duration", time.Since(start).Round(time.Microsecond))
+	}
+}

@@ -1,0 +1,95 @@
+// Package kube holds helpers that tests use to talk to the API server like a user with kubectl:
+// create objects from YAML, whatever their kind.
+package kube
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/yaml"
+)
+
+// Client creates arbitrary objects from YAML.
+type Client struct {
+	dyn    dynamic.Interface
+	mapper meta.RESTMapper
+}
+
+// NewClient builds a Client for cfg.
+func NewClient(cfg *rest.Config) (*Client, error) {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))}, nil
+}
+
+// Decode parses a YAML document (one or more, separated by "---") into objects.
+func Decode(doc string) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	for _, part := range strings.Split(doc, "\n---") {
+		if strings.TrimSpace(strings.TrimPrefix(part, "---")) == "" {
+			continue
+		}
+		var m map[string]any
+		if err := yaml.Unmarshal([]byte(part), &m); err != nil {
+			return nil, err
+		}
+		if len(m) == 0 {
+			continue
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: m})
+	}
+	return objs, nil
+}
+
+// Create creates obj; a namespaced object without a namespace goes to ns.
+func (c *Client) Create(ctx context.Context, ns string, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	ri, err := c.resource(obj, ns)
+	if err != nil {
+		return nil, err
+	}
+	return ri.Create(ctx, obj, metav1.CreateOptions{})
+}
+
+// Apply creates every object of a YAML document in order, stopping at the first error.
+func (c *Client) Apply(ctx context.Context, ns, doc string) error {
+	objs, err := Decode(doc)
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if _, err := c.Create(ctx, ns, o); err != nil {
+			return fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+func (c *Client) resource(obj *unstructured.Unstructured, ns string) (dynamic.ResourceInterface, error) {
+	gvk := obj.GroupVersionKind()
+	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, fmt.Errorf("no resource for %s: %w", gvk, err)
+	}
+	if m.Scope.Name() != meta.RESTScopeNameNamespace {
+		return c.dyn.Resource(m.Resource), nil
+	}
+	if obj.GetNamespace() == "" {
+		obj.SetNamespace(ns)
+	}
+	return c.dyn.Resource(m.Resource).Namespace(obj.GetNamespace()), nil
+}

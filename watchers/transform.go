@@ -1,0 +1,112 @@
+package watchers
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Annotations egressd reads; every other annotation is dropped from the cache.
+var keptAnnotations = map[string]bool{
+	"k8s.ovn.org/host-cidrs":                    true, // EgressFirewall nodeSelector, EgressIP
+	"k8s.ovn.org/node-primary-ifaddr":           true, // EgressIP bare-metal config
+	"cloud.network.openshift.io/egress-ipconfig": true, // EgressIP cloud capacity
+	"k8s.ovn.org/acl-logging":                   true, // EgressFirewall logging
+	"k8s.v1.cni.cncf.io/network-status":         true, // external-route dynamic hops
+	"k8s.ovn.org/egressip-mark":                 true, // EgressIP mark
+	"k8s.ovn.org/egressip-owner-ref":            true, // CloudPrivateIPConfig owner
+}
+
+// trimMeta drops what no egressd feature reads: managed fields, owner references, finalizers,
+// and annotations outside keptAnnotations. It keeps name, namespace, uid, labels, deletion
+// timestamp and resource version (which informers need).
+func trimMeta(m *metav1.ObjectMeta) {
+	m.ManagedFields = nil
+	m.OwnerReferences = nil
+	m.Finalizers = nil
+	m.GenerateName = ""
+	var kept map[string]string
+	for k, v := range m.Annotations {
+		if keptAnnotations[k] {
+			if kept == nil {
+				kept = map[string]string{}
+			}
+			kept[k] = v
+		}
+	}
+	m.Annotations = kept
+}
+
+// transform shrinks core objects before they enter the informer caches, so that memory per
+// object stays small and flat with cluster size. CRD objects only lose managed fields: egressd
+// reads all of their spec and status.
+func transform(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		return trimPod(o), nil
+	case *corev1.Node:
+		return trimNode(o), nil
+	case *corev1.Namespace:
+		trimMeta(&o.ObjectMeta)
+		o.Spec = corev1.NamespaceSpec{}
+		o.Status = corev1.NamespaceStatus{Phase: o.Status.Phase}
+	case *corev1.Service:
+		trimMeta(&o.ObjectMeta)
+		o.Spec = corev1.ServiceSpec{
+			Type:                  o.Spec.Type,
+			ClusterIPs:            o.Spec.ClusterIPs,
+			Ports:                 o.Spec.Ports,
+			ExternalTrafficPolicy: o.Spec.ExternalTrafficPolicy,
+		}
+		o.Status = corev1.ServiceStatus{LoadBalancer: o.Status.LoadBalancer}
+	case *discoveryv1.EndpointSlice:
+		trimMeta(&o.ObjectMeta)
+		for i := range o.Endpoints {
+			o.Endpoints[i].Hostname = nil
+			o.Endpoints[i].TargetRef = nil
+			o.Endpoints[i].DeprecatedTopology = nil
+			o.Endpoints[i].Hints = nil
+			o.Endpoints[i].Zone = nil
+		}
+		o.Ports = nil
+	case metav1.ObjectMetaAccessor:
+		o.GetObjectMeta().SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// trimPod keeps only what the features read: labels, node, host networking, IPs, phase and
+// readiness. A cached pod is a few hundred bytes instead of several kilobytes.
+func trimPod(p *corev1.Pod) *corev1.Pod {
+	trimMeta(&p.ObjectMeta)
+	ready := corev1.ConditionFalse
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			ready = c.Status
+		}
+	}
+	p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork}
+	p.Status = corev1.PodStatus{
+		Phase:      p.Status.Phase,
+		PodIPs:     p.Status.PodIPs,
+		PodIP:      p.Status.PodIP,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}},
+	}
+	return p
+}
+
+func trimNode(n *corev1.Node) *corev1.Node {
+	trimMeta(&n.ObjectMeta)
+	ready := corev1.ConditionUnknown
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			ready = c.Status
+		}
+	}
+	n.Spec = corev1.NodeSpec{PodCIDRs: n.Spec.PodCIDRs, PodCIDR: n.Spec.PodCIDR}
+	n.Status = corev1.NodeStatus{
+		Addresses:  n.Status.Addresses,
+		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}},
+	}
+	return n
+}

@@ -1,0 +1,150 @@
+// Package watchers holds egressd's view of the cluster: typed informers for the seven egress
+// APIs and the core objects they refer to, with transforms that drop what egressd never reads,
+// and indexers for pods by node and by namespace. It exposes a read-only snapshot and a
+// "something changed" signal; it holds no policy logic.
+package watchers
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/egressd/egressd/api/generated/clientset/versioned"
+	egressinformers "github.com/egressd/egressd/api/generated/informers/externalversions"
+	cloudlisters "github.com/egressd/egressd/api/generated/listers/cloudnetwork/v1"
+	ovnlisters "github.com/egressd/egressd/api/generated/listers/k8sovn/v1"
+	netoplisters "github.com/egressd/egressd/api/generated/listers/networkoperator/v1"
+)
+
+// Index names of the pod informer.
+const (
+	PodsByNode      = "node"
+	PodsByNamespace = "namespace"
+)
+
+// Snapshot is the read-only view of the cluster that nodeagent compiles from. Listers read the
+// shared caches: callers must not modify returned objects.
+type Snapshot struct {
+	Nodes          corelisters.NodeLister
+	Namespaces     corelisters.NamespaceLister
+	Pods           corelisters.PodLister
+	PodIndex       cache.Indexer
+	Services       corelisters.ServiceLister
+	EndpointSlices discoverylisters.EndpointSliceLister
+
+	EgressFirewalls       ovnlisters.EgressFirewallLister
+	EgressQoSes           ovnlisters.EgressQoSLister
+	EgressIPs             ovnlisters.EgressIPLister
+	ExternalRoutes        ovnlisters.AdminPolicyBasedExternalRouteLister
+	EgressServices        ovnlisters.EgressServiceLister
+	EgressRouters         netoplisters.EgressRouterLister
+	CloudPrivateIPConfigs cloudlisters.CloudPrivateIPConfigLister
+}
+
+// Watchers owns the informers.
+type Watchers struct {
+	core    informers.SharedInformerFactory
+	egress  egressinformers.SharedInformerFactory
+	synced  []cache.InformerSynced
+	changed chan struct{}
+	snap    Snapshot
+}
+
+// New builds the informers; nothing runs until Start.
+func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Duration) (*Watchers, error) {
+	w := &Watchers{
+		core:    informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithTransform(transform)),
+		egress:  egressinformers.NewSharedInformerFactoryWithOptions(egress, resync, egressinformers.WithTransform(transform)),
+		changed: make(chan struct{}, 1),
+	}
+	pods := w.core.Core().V1().Pods()
+	if err := pods.Informer().AddIndexers(cache.Indexers{
+		PodsByNode:      func(obj any) ([]string, error) { return []string{obj.(*corev1.Pod).Spec.NodeName}, nil },
+		PodsByNamespace: cache.MetaNamespaceIndexFunc,
+	}); err != nil {
+		return nil, fmt.Errorf("pod indexers: %w", err)
+	}
+	ovn := w.egress.K8sOVN().V1()
+	w.snap = Snapshot{
+		Nodes:                 w.core.Core().V1().Nodes().Lister(),
+		Namespaces:            w.core.Core().V1().Namespaces().Lister(),
+		Pods:                  pods.Lister(),
+		PodIndex:              pods.Informer().GetIndexer(),
+		Services:              w.core.Core().V1().Services().Lister(),
+		EndpointSlices:        w.core.Discovery().V1().EndpointSlices().Lister(),
+		EgressFirewalls:       ovn.EgressFirewalls().Lister(),
+		EgressQoSes:           ovn.EgressQoSes().Lister(),
+		EgressIPs:             ovn.EgressIPs().Lister(),
+		ExternalRoutes:        ovn.AdminPolicyBasedExternalRoutes().Lister(),
+		EgressServices:        ovn.EgressServices().Lister(),
+		EgressRouters:         w.egress.NetworkOperator().V1().EgressRouters().Lister(),
+		CloudPrivateIPConfigs: w.egress.CloudNetwork().V1().CloudPrivateIPConfigs().Lister(),
+	}
+	informers := []cache.SharedIndexInformer{
+		w.core.Core().V1().Nodes().Informer(),
+		w.core.Core().V1().Namespaces().Informer(),
+		pods.Informer(),
+		w.core.Core().V1().Services().Informer(),
+		w.core.Discovery().V1().EndpointSlices().Informer(),
+		ovn.EgressFirewalls().Informer(),
+		ovn.EgressQoSes().Informer(),
+		ovn.EgressIPs().Informer(),
+		ovn.AdminPolicyBasedExternalRoutes().Informer(),
+		ovn.EgressServices().Informer(),
+		w.egress.NetworkOperator().V1().EgressRouters().Informer(),
+		w.egress.CloudNetwork().V1().CloudPrivateIPConfigs().Informer(),
+	}
+	notify := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { w.signal() },
+		UpdateFunc: func(any, any) { w.signal() },
+		DeleteFunc: func(any) { w.signal() },
+	}
+	for _, inf := range informers {
+		if _, err := inf.AddEventHandler(notify); err != nil {
+			return nil, err
+		}
+		w.synced = append(w.synced, inf.HasSynced)
+	}
+	return w, nil
+}
+
+// signal coalesces events: one pending notification is enough for a level-triggered consumer.
+func (w *Watchers) signal() {
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Start runs the informers and waits for their caches to fill.
+func (w *Watchers) Start(ctx context.Context, log *slog.Logger) error {
+	start := time.Now()
+	w.core.Start(ctx.Done())
+	w.egress.Start(ctx.Done())
+	log.Info("waiting for informer caches")
+	if !cache.WaitForCacheSync(ctx.Done(), w.synced...) {
+		return fmt.Errorf("informer caches did not sync: %w", ctx.Err())
+	}
+	log.Info("informer caches synced", "duration", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// Shutdown stops the informers and waits for their goroutines.
+func (w *Watchers) Shutdown() {
+	w.core.Shutdown()
+	w.egress.Shutdown()
+}
+
+// Changed receives a value after any object changed since the last receive.
+func (w *Watchers) Changed() <-chan struct{} { return w.changed }
+
+// Snapshot returns the read-only view of the caches.
+func (w *Watchers) Snapshot() *Snapshot { return &w.snap }
