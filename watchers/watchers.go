@@ -27,7 +27,7 @@ import (
 // Index names of the pod informer.
 const (
 	PodsByNode      = "node"
-	PodsByNamespace = "namespace"
+	PodsByNamespace = cache.NamespaceIndex // every informer of the factory has it
 )
 
 // Snapshot is the read-only view of the cluster that nodeagent compiles from. Listers read the
@@ -67,8 +67,7 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 	}
 	pods := w.core.Core().V1().Pods()
 	if err := pods.Informer().AddIndexers(cache.Indexers{
-		PodsByNode:      func(obj any) ([]string, error) { return []string{obj.(*corev1.Pod).Spec.NodeName}, nil },
-		PodsByNamespace: cache.MetaNamespaceIndexFunc,
+		PodsByNode: func(obj any) ([]string, error) { return []string{obj.(*corev1.Pod).Spec.NodeName}, nil },
 	}); err != nil {
 		return nil, fmt.Errorf("pod indexers: %w", err)
 	}

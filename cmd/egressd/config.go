@@ -2,8 +2,7 @@ package main
 
 import (
 	"errors"
-	"flag"
-	"fmt"
+		"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -12,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	flag "github.com/spf13/pflag"
 )
 
 // config is the agent's command line.
@@ -44,6 +45,8 @@ func (p *prefixList) String() string {
 	return strings.Join(s, ",")
 }
 
+func (p *prefixList) Type() string { return "cidrs" }
+
 func (p *prefixList) Set(v string) error {
 	*p = nil
 	for _, f := range strings.Split(v, ",") {
@@ -66,6 +69,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	c := &config{}
 	fs := flag.NewFlagSet("egressd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.SortFlags = false
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "path to a kubeconfig; empty uses the in-cluster configuration")
 	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of the Node this agent runs on (default $NODE_NAME)")
 	fs.StringVar(&c.bpfPinRoot, "bpf-pin-root", "/sys/fs/bpf/egressd", "bpffs directory under which egressd pins its maps, programs and links")
@@ -83,9 +87,13 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.retryPeriod, "leader-election-retry-period", 2*time.Second, "interval between leader election attempts")
 	fs.DurationVar(&c.debounce, "sync-debounce", 20*time.Millisecond, "quiet period that coalesces a burst of changes into one sync")
 	fs.DurationVar(&c.resync, "sync-period", 5*time.Minute, "period of the full re-sync that repairs drift of kernel state")
-	fs.IntVar(&c.verbosity, "v", 0, "log verbosity: 0 info, 1 debug, higher adds client-go detail")
+	fs.IntVarP(&c.verbosity, "v", "v", 0, "log verbosity: 0 info, 1 debug, higher adds client-go detail")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or text")
+	fs.Usage = func() {} // an error is one line; the full usage only on --help
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "Usage of egressd:\n%s", fs.FlagUsages())
+		}
 		return nil, err
 	}
 	if fs.NArg() > 0 {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"time"
 )
 
@@ -47,6 +48,21 @@ func Build(log io.Writer) (Binaries, error) {
 		Etcd:              filepath.Join(out, "etcd"),
 		APIServer:         filepath.Join(out, "kube-apiserver"),
 		ControllerManager: filepath.Join(out, "kube-controller-manager"),
+	}
+	if exists(bins.Etcd) && exists(bins.APIServer) && exists(bins.ControllerManager) {
+		return bins, nil
+	}
+	// Test binaries of several packages may get here at once: one builds, the others wait.
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return Binaries{}, err
+	}
+	lock, err := os.Create(out + ".lock")
+	if err != nil {
+		return Binaries{}, err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return Binaries{}, fmt.Errorf("lock %s: %w", lock.Name(), err)
 	}
 	if exists(bins.Etcd) && exists(bins.APIServer) && exists(bins.ControllerManager) {
 		return bins, nil

@@ -101,7 +101,7 @@ func (cp *ControlPlane) start(ctx context.Context, bins Binaries, opts Options) 
 		return err
 	}
 	cp.ca = ca
-	ports, err := freePorts(4)
+	ports, err := FreePorts(4)
 	if err != nil {
 		return err
 	}
@@ -349,7 +349,8 @@ func alive(pid int) bool {
 	return len(fields) == 0 || fields[0] != "Z"
 }
 
-func freePorts(n int) ([]int, error) {
+// FreePorts returns n TCP ports that were free on loopback a moment ago.
+func FreePorts(n int) ([]int, error) {
 	var ports []int
 	var ls []net.Listener
 	defer func() {

@@ -1,5 +1,6 @@
 // Command controlplane starts or stops a detached test control plane from the command line
-// (make controlplane-up / controlplane-down). "up" prints KUBECONFIG=<path> as its last line.
+// (make controlplane-up / controlplane-down); "up" prints KUBECONFIG=<path> as its last line.
+// "build" only builds (or finds cached) the binaries, so that parallel tests need not.
 package main
 
 import (
@@ -13,16 +14,25 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 2 || (os.Args[1] != "up" && os.Args[1] != "down") {
-		fmt.Fprintln(os.Stderr, "usage: controlplane up|down")
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: controlplane up|down|build")
 		os.Exit(2)
 	}
 	root := filepath.Join(controlplane.DefaultRoot(), "cli")
 	var err error
-	if os.Args[1] == "up" {
+	switch os.Args[1] {
+	case "up":
 		err = up(root)
-	} else {
+	case "down":
 		err = down(root)
+	case "build":
+		var b controlplane.Binaries
+		if b, err = controlplane.Build(os.Stderr); err == nil {
+			fmt.Fprintf(os.Stderr, "control plane binaries: %s\n", filepath.Dir(b.APIServer))
+		}
+	default:
+		fmt.Fprintln(os.Stderr, "usage: controlplane up|down|build")
+		os.Exit(2)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "controlplane:", err)

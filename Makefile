@@ -1,0 +1,53 @@
+# egressd: see README.md. Every target works on a fresh Debian 12 machine as root.
+SHELL    := /bin/bash
+GO       ?= go
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X github.com/egressd/egressd/internal/version.Version=$(VERSION)
+IMAGE    ?= ghcr.io/egressd/egressd:$(VERSION)
+export EGRESSD_REQUIRE_PRIVILEGED ?= 0
+
+.PHONY: all build generate verify-generate deps controlplane-bin test test-unit demo demo-down \
+        controlplane-up controlplane-down image clean
+
+all: build
+
+build: ## egressd and egressctl into bin/
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/egressd ./cmd/egressctl
+
+generate: ## deepcopy, clientset, listers, informers, CRDs from api/
+	hack/update-codegen.sh
+
+verify-generate: generate ## fails if the committed generated code is stale
+	@git add -N api deploy/crds && git diff --exit-code --stat -- api deploy/crds \
+	  || { echo "generated code is stale: run make generate and commit"; exit 1; }
+
+deps: ## packages of MACHINE.md and bpffs (root only; no-op when present)
+	@hack/install-deps.sh
+
+controlplane-bin: ## build (or find cached) etcd, kube-apiserver, kube-controller-manager
+	$(GO) run ./test/controlplane/cmd/controlplane build
+
+test: deps controlplane-bin ## every tier: unit, bpf, dataplane, control plane, end to end
+	set -o pipefail; $(GO) test -json -count=1 -timeout 45m ./... 2>&1 | $(GO) run ./hack/testsummary
+
+test-unit: ## tests that need neither root nor a control plane
+	$(GO) test -count=1 ./api/... ./cmd/... ./dataplane/... ./nodeagent/... ./watchers/...
+
+demo: deps ## egressd on its lab: expected vs observed per example (KEEP=1 leaves it up)
+	$(GO) run ./test/demo $(if $(KEEP),--keep)
+
+demo-down: ## stop a demo left running with KEEP=1
+	@if [ -f /tmp/egressd-demo.pid ]; then kill $$(cat /tmp/egressd-demo.pid) && echo "demo stopping"; \
+	 else echo "no demo running"; fi
+
+controlplane-up: ## start a detached control plane; last line is KUBECONFIG=<path>
+	@$(GO) run ./test/controlplane/cmd/controlplane up
+
+controlplane-down:
+	@$(GO) run ./test/controlplane/cmd/controlplane down
+
+image: ## container image (needs a Docker engine; none runs on the dev machines)
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
+clean:
+	rm -rf bin

@@ -1,0 +1,90 @@
+// Command testsummary reads `go test -json` on stdin, prints package results, the output of
+// failed tests and a summary, and exits non-zero if anything failed, or if a privileged test
+// skipped while EGRESSD_REQUIRE_PRIVILEGED=1 (CI must run every tier).
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+)
+
+type event struct {
+	Action  string
+	Package string
+	Test    string
+	Output  string
+	Elapsed float64
+}
+
+func main() {
+	requirePriv := os.Getenv("EGRESSD_REQUIRE_PRIVILEGED") == "1"
+	output := map[string]*strings.Builder{}
+	var passed, failed, skipped []string
+	var badSkips []string
+	pkgFailed := false
+	start := time.Now()
+	sc := bufio.NewScanner(os.Stdin)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			fmt.Println(sc.Text()) // build errors are not JSON
+			continue
+		}
+		key := e.Package + " " + e.Test
+		switch e.Action {
+		case "output":
+			b := output[key]
+			if b == nil {
+				b = &strings.Builder{}
+				output[key] = b
+			}
+			b.WriteString(e.Output)
+			if e.Test == "" && strings.HasPrefix(e.Output, "FAIL") {
+				fmt.Print(e.Output)
+			}
+		case "pass", "fail", "skip":
+			if e.Test == "" {
+				fmt.Printf("%-4s %s (%.1fs)\n", strings.ToUpper(e.Action), e.Package, e.Elapsed)
+				if e.Action == "fail" {
+					pkgFailed = true
+					if b := output[key]; b != nil {
+						fmt.Print(b.String())
+					}
+				}
+				continue
+			}
+			switch e.Action {
+			case "pass":
+				passed = append(passed, key)
+			case "fail":
+				failed = append(failed, key)
+				if b := output[key]; b != nil {
+					fmt.Printf("--- FAIL %s\n%s", key, b.String())
+				}
+			case "skip":
+				skipped = append(skipped, key)
+				if strings.Contains(e.Test, "Privileged") && requirePriv {
+					badSkips = append(badSkips, key)
+				}
+			}
+			delete(output, key)
+		}
+	}
+	sort.Strings(skipped)
+	fmt.Printf("\n== %d passed, %d failed, %d skipped in %s\n", len(passed), len(failed), len(skipped), time.Since(start).Round(time.Second))
+	for _, s := range skipped {
+		fmt.Println("   skipped:", s)
+	}
+	for _, s := range badSkips {
+		fmt.Println("   privileged test skipped in CI (counts as a failure):", s)
+	}
+	if len(failed) > 0 || len(badSkips) > 0 || pkgFailed {
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,234 @@
+// Package agent builds the egressd binary and runs it as a real process for end-to-end tests,
+// with its log in a file that a failing test prints.
+package agent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/test/controlplane"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// Build builds cmd/egressd into dir and returns the binary's path.
+func Build(dir string) (string, error) {
+	_, file, _, _ := runtime.Caller(0)
+	bin := filepath.Join(dir, "egressd")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/egressd")
+	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/egressd: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// Binary builds cmd/egressd once per test binary and returns its path.
+func Binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "egressd-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath, buildErr = Build(dir)
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// Options of one agent process.
+type Options struct {
+	// Binary is the egressd to run.
+	Binary string
+	// LogDir receives <node>.log.
+	LogDir string
+	Node       string
+	Kubeconfig string
+	// LeaderNamespace holds the Lease.
+	LeaderNamespace string
+	// Args are extra flags.
+	Args []string
+	// Wrap runs the agent through another command (e.g. nsenter into a node's netns).
+	Wrap []string
+}
+
+// Process is a running egressd.
+type Process struct {
+	Node        string
+	MetricsAddr string
+	HealthAddr  string
+	LogPath     string
+	cmd         *exec.Cmd
+	done        chan struct{}
+}
+
+// Start runs egressd for a test (see Launch); the process is stopped, and its log printed if the
+// test failed, when the test ends.
+func Start(t testing.TB, o Options) *Process {
+	t.Helper()
+	o.Binary = Binary(t)
+	o.LogDir = t.TempDir()
+	p, err := Launch(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			t.Logf("egressd %s log:\n%s", o.Node, p.Log())
+		}
+	})
+	return p
+}
+
+// Launch runs egressd with fast leader-election timers and free loopback ports. It dies with
+// the calling process.
+func Launch(o Options) (*Process, error) {
+	ports, err := controlplane.FreePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	p := &Process{
+		Node:        o.Node,
+		MetricsAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		HealthAddr:  fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		LogPath:     filepath.Join(o.LogDir, o.Node+".log"),
+		done:        make(chan struct{}),
+	}
+	args := append([]string{
+		"--node-name", o.Node,
+		"--kubeconfig", o.Kubeconfig,
+		"--leader-election-namespace", o.LeaderNamespace,
+		"--metrics-bind-address", p.MetricsAddr,
+		"--health-probe-bind-address", p.HealthAddr,
+		"--bpf-pin-root", "/sys/fs/bpf/egressd-test-" + o.Node,
+		"--leader-election-lease-duration", "4s",
+		"--leader-election-renew-deadline", "3s",
+		"--leader-election-retry-period", "500ms",
+		"--log-format", "text",
+	}, o.Args...)
+	argv := append(append([]string{}, o.Wrap...), o.Binary)
+	argv = append(argv, args...)
+	logf, err := os.Create(p.LogPath)
+	if err != nil {
+		return nil, err
+	}
+	p.cmd = exec.Command(argv[0], argv[1:]...)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start egressd %s: %w", o.Node, err)
+	}
+	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.done) }()
+	return p, nil
+}
+
+// Log returns the agent's log so far.
+func (p *Process) Log() string {
+	b, _ := os.ReadFile(p.LogPath)
+	return string(b)
+}
+
+// Exited is closed when the process has exited.
+func (p *Process) Exited() <-chan struct{} { return p.done }
+
+// ExitCode is the exit code after Exited.
+func (p *Process) ExitCode() int { return p.cmd.ProcessState.ExitCode() }
+
+// Terminate sends SIGTERM and waits up to timeout for the exit, returning how long it took.
+func (p *Process) Terminate(timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return 0, err
+	}
+	select {
+	case <-p.done:
+		return time.Since(start), nil
+	case <-time.After(timeout):
+		return time.Since(start), fmt.Errorf("egressd %s still running %s after SIGTERM", p.Node, timeout)
+	}
+}
+
+// Kill stops the process at once, as a crash or OOM kill would.
+func (p *Process) Kill() {
+	select {
+	case <-p.done:
+	default:
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// Get fetches path from the health (or metrics, for /metrics) endpoint: status code and body.
+func (p *Process) Get(path string) (int, string, error) {
+	addr := p.HealthAddr
+	if path == "/metrics" {
+		addr = p.MetricsAddr
+	}
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + addr + path)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// WaitReady waits until /readyz answers 200.
+func (p *Process) WaitReady(ctx context.Context) error {
+	for {
+		if code, _, err := p.Get("/readyz"); err == nil && code == http.StatusOK {
+			return nil
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("egressd %s exited before ready", p.Node)
+		case <-ctx.Done():
+			return fmt.Errorf("egressd %s not ready: %w", p.Node, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Metric returns the value of an unlabelled sample in /metrics, or "" if absent.
+func (p *Process) Metric(name string) (string, error) {
+	_, body, err := p.Get("/metrics")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == name {
+			return f[1], nil
+		}
+	}
+	return "", nil
+}
+
+// HasMetric reports whether any sample of family name is exposed.
+func (p *Process) HasMetric(name string) (bool, error) {
+	_, body, err := p.Get("/metrics")
+	return bytes.Contains([]byte(body), []byte("\n"+name)), err
+}
+
