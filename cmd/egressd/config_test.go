@@ -1,0 +1,54 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestParseFlagsDefaults(t *testing.T) {
+	t.Setenv("NODE_NAME", "node-a")
+	t.Setenv("POD_NAMESPACE", "")
+	c, err := parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.nodeName != "node-a" || c.bpfPinRoot != "/sys/fs/bpf/egressd" || c.metricsAddr != ":9476" ||
+		c.leaderElectionNS != "egressd" || c.kubeconfig != "" {
+		t.Errorf("defaults: %+v", c)
+	}
+}
+
+func TestParseFlagsDualStack(t *testing.T) {
+	c, err := parseFlags([]string{"--node-name=n", "--cluster-cidr=10.244.0.0/16,fd00:10:244::/48", "--service-cidr", "10.96.0.0/16"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.clusterCIDRs.String(); got != "10.244.0.0/16,fd00:10:244::/48" {
+		t.Errorf("cluster CIDRs = %s", got)
+	}
+}
+
+// Each bad value fails with a message that names the flag.
+func TestParseFlagsErrorsNameTheFlag(t *testing.T) {
+	t.Setenv("NODE_NAME", "")
+	for flag, args := range map[string][]string{
+		"--node-name":                      {},
+		"--cluster-cidr":                   {"--node-name=n", "--cluster-cidr=10.0.0.0/33"},
+		"--service-cidr":                   {"--node-name=n", "--service-cidr=10.96.0.1/16"},
+		"--bpf-pin-root":                   {"--node-name=n", "--bpf-pin-root=x"},
+		"--metrics-bind-address":           {"--node-name=n", "--metrics-bind-address=:99999"},
+		"--health-probe-bind-address":      {"--node-name=n", "--health-probe-bind-address=nohost"},
+		"--leader-election-lease-duration": {"--node-name=n", "--leader-election-lease-duration=1s"},
+		"--log-format":                     {"--node-name=n", "--log-format=xml"},
+	} {
+		_, err := parseFlags(args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s: err = %v", flag, err)
+		}
+	}
+	_, err := parseFlags([]string{"--node-name=n", "--cluster-cidr=10.0.0.0/8,10.1.0.0/16"}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "one CIDR per IP family") {
+		t.Errorf("two v4 cluster CIDRs: %v", err)
+	}
+}

@@ -1,0 +1,69 @@
+package watchers
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestTransformPodKeepsWhatFeaturesRead(t *testing.T) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "p", Namespace: "ns", Labels: map[string]string{"app": "web"},
+			Annotations: map[string]string{
+				"k8s.v1.cni.cncf.io/network-status":                `[{"name":"foo"}]`,
+				"kubectl.kubernetes.io/last-applied-configuration": "{...big...}",
+			},
+			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
+			OwnerReferences: []metav1.OwnerReference{{Name: "rs"}},
+		},
+		Spec: corev1.PodSpec{
+			NodeName: "node-a", HostNetwork: true,
+			Containers: []corev1.Container{{Name: "c", Image: "img", Env: []corev1.EnvVar{{Name: "A", Value: "B"}}}},
+		},
+		Status: corev1.PodStatus{
+			Phase:  corev1.PodRunning,
+			PodIPs: []corev1.PodIP{{IP: "10.244.1.5"}, {IP: "fd00::5"}},
+			Conditions: []corev1.PodCondition{
+				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+				{Type: corev1.PodReady, Status: corev1.ConditionTrue, Message: "long text"},
+			},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "c"}},
+		},
+	}
+	out, _ := transform(pod)
+	p := out.(*corev1.Pod)
+	if p.ManagedFields != nil || p.OwnerReferences != nil || len(p.Spec.Containers) != 0 || p.Status.ContainerStatuses != nil {
+		t.Errorf("unread fields kept: %+v", p)
+	}
+	if len(p.Annotations) != 1 || p.Annotations["k8s.v1.cni.cncf.io/network-status"] == "" {
+		t.Errorf("annotations = %v", p.Annotations)
+	}
+	if p.Labels["app"] != "web" || p.Spec.NodeName != "node-a" || !p.Spec.HostNetwork || len(p.Status.PodIPs) != 2 || p.Status.Phase != corev1.PodRunning {
+		t.Errorf("read fields lost: %+v", p)
+	}
+	if len(p.Status.Conditions) != 1 || p.Status.Conditions[0].Type != corev1.PodReady || p.Status.Conditions[0].Status != corev1.ConditionTrue || p.Status.Conditions[0].Message != "" {
+		t.Errorf("readiness = %+v", p.Status.Conditions)
+	}
+}
+
+func TestTransformNodeKeepsAddressesAndReadiness(t *testing.T) {
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{"k8s.ovn.org/host-cidrs": `["192.0.2.5/24"]`, "other": "x"}},
+		Spec:       corev1.NodeSpec{PodCIDRs: []string{"10.244.1.0/24"}, ProviderID: "x"},
+		Status: corev1.NodeStatus{
+			Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.5"}},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeMemoryPressure}, {Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+			Images:     []corev1.ContainerImage{{Names: []string{"big"}}},
+		},
+	}
+	out, _ := transform(n)
+	got := out.(*corev1.Node)
+	if got.Status.Images != nil || got.Spec.ProviderID != "" || len(got.Annotations) != 1 {
+		t.Errorf("unread fields kept: %+v", got)
+	}
+	if got.Status.Conditions[0].Status != corev1.ConditionTrue || got.Status.Addresses[0].Address != "192.0.2.5" || got.Spec.PodCIDRs[0] != "10.244.1.0/24" {
+		t.Errorf("read fields lost: %+v", got)
+	}
+}
