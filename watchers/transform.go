@@ -8,13 +8,13 @@ import (
 
 // Annotations egressd reads; every other annotation is dropped from the cache.
 var keptAnnotations = map[string]bool{
-	"k8s.ovn.org/host-cidrs":                    true, // EgressFirewall nodeSelector, EgressIP
-	"k8s.ovn.org/node-primary-ifaddr":           true, // EgressIP bare-metal config
+	"k8s.ovn.org/host-cidrs":                     true, // EgressFirewall nodeSelector, EgressIP
+	"k8s.ovn.org/node-primary-ifaddr":            true, // EgressIP bare-metal config
 	"cloud.network.openshift.io/egress-ipconfig": true, // EgressIP cloud capacity
-	"k8s.ovn.org/acl-logging":                   true, // EgressFirewall logging
-	"k8s.v1.cni.cncf.io/network-status":         true, // external-route dynamic hops
-	"k8s.ovn.org/egressip-mark":                 true, // EgressIP mark
-	"k8s.ovn.org/egressip-owner-ref":            true, // CloudPrivateIPConfig owner
+	"k8s.ovn.org/acl-logging":                    true, // EgressFirewall logging
+	"k8s.v1.cni.cncf.io/network-status":          true, // external-route dynamic hops
+	"k8s.ovn.org/egressip-mark":                  true, // EgressIP mark
+	"k8s.ovn.org/egressip-owner-ref":             true, // CloudPrivateIPConfig owner
 }
 
 // trimMeta drops what no egressd feature reads: managed fields, owner references, finalizers,

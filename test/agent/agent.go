@@ -61,7 +61,7 @@ type Options struct {
 	// Binary is the egressd to run.
 	Binary string
 	// LogDir receives <node>.log.
-	LogDir string
+	LogDir     string
 	Node       string
 	Kubeconfig string
 	// LeaderNamespace holds the Lease.
@@ -231,4 +231,3 @@ func (p *Process) HasMetric(name string) (bool, error) {
 	_, body, err := p.Get("/metrics")
 	return bytes.Contains([]byte(body), []byte("\n"+name)), err
 }
-

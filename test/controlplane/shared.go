@@ -71,4 +71,6 @@ func (cp *ControlPlane) Client(t testing.TB) kubernetes.Interface {
 }
 
 // String describes the control plane for logs.
-func (cp *ControlPlane) String() string { return fmt.Sprintf("control plane %s (%s)", cp.Server, cp.Dir) }
+func (cp *ControlPlane) String() string {
+	return fmt.Sprintf("control plane %s (%s)", cp.Server, cp.Dir)
+}
