@@ -41,7 +41,7 @@ func frrConf(f family, txMs, rxMs int) string {
 }
 
 // newPair builds the topology; frrFirst starts FRR before our session exists.
-func newPair(t *testing.T, f family, ours bfd.Timers, frrTxMs, frrRxMs int, frrFirst bool) *pair {
+func newPair(t testing.TB, f family, ours bfd.Timers, frrTxMs, frrRxMs int, frrFirst bool) *pair {
 	t.Helper()
 	p := &pair{us: netns.New(t, "bfd-us"), peer: netns.New(t, "bfd-frr")}
 	netns.Veth(t, p.us, "eth0", p.peer, "eth0")
@@ -74,7 +74,7 @@ func newPair(t *testing.T, f family, ours bfd.Timers, frrTxMs, frrRxMs int, frrF
 	return p
 }
 
-func (p *pair) session(t *testing.T) bfd.SessionInfo {
+func (p *pair) session(t testing.TB) bfd.SessionInfo {
 	t.Helper()
 	for _, s := range p.m.Sessions() {
 		if s.Key == p.key {
@@ -85,7 +85,7 @@ func (p *pair) session(t *testing.T) bfd.SessionInfo {
 	return bfd.SessionInfo{}
 }
 
-func (p *pair) waitBoth(t *testing.T, ours bfd.State, theirs string, timeout time.Duration) {
+func (p *pair) waitBoth(t testing.TB, ours bfd.State, theirs string, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
@@ -98,7 +98,7 @@ func (p *pair) waitBoth(t *testing.T, ours bfd.State, theirs string, timeout tim
 }
 
 // waitTransition waits for our session to enter state, returning the transition.
-func waitTransition(t *testing.T, ch <-chan bfd.Transition, to bfd.State, timeout time.Duration) bfd.Transition {
+func waitTransition(t testing.TB, ch <-chan bfd.Transition, to bfd.State, timeout time.Duration) bfd.Transition {
 	t.Helper()
 	deadline := time.After(timeout)
 	for {

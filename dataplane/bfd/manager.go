@@ -79,7 +79,7 @@ type SessionInfo struct {
 	Timers                Timers
 	// TxInterval and DetectionTime as negotiated with the peer.
 	TxInterval, DetectionTime time.Duration
-	LastChange                time.Time
+	LastChange, LastReceived  time.Time
 	Counters                  Counters
 }
 
@@ -100,7 +100,9 @@ type Manager struct {
 	buf      gopacket.SerializeBuffer
 	rxConns  []net.PacketConn
 	dropped  map[string]uint64
-	rnd      *mrand.Rand
+	// sendErrors counts failed sends (all sessions), for rate-limited logging.
+	sendErrors uint64
+	rnd        *mrand.Rand
 }
 
 // entry is a session with its send socket and heap position.
@@ -360,12 +362,18 @@ func (m *Manager) afterChange(e *entry, tr *Transition, now time.Time) {
 
 func (m *Manager) send(e *entry, final bool) {
 	p := e.packet(final)
+	if err := m.buf.Clear(); err != nil {
+		return
+	}
 	if err := p.SerializeTo(m.buf, gopacket.SerializeOptions{}); err != nil {
 		m.log.Error("bfd: encode", "peer", e.key.String(), "err", err)
 		return
 	}
 	if _, err := e.conn.WriteToUDPAddrPort(m.buf.Bytes(), e.dst); err != nil {
-		m.log.Debug("bfd: send", "peer", e.key.String(), "err", err)
+		m.sendErrors++
+		if m.sendErrors&(m.sendErrors-1) == 0 { // 1st, 2nd, 4th, 8th...: visible, not a flood
+			m.log.Warn("bfd: send failed", "peer", e.key.String(), "err", err, "failures", m.sendErrors)
+		}
 		return
 	}
 	e.counters.PacketsSent++
@@ -511,7 +519,7 @@ func (m *Manager) Sessions() []SessionInfo {
 				Key: e.key, Local: e.cfg.Local, State: e.state, RemoteState: e.remoteState,
 				Diag: e.localDiag, RemoteDiag: e.remoteDiag, LocalDisc: e.localDisc, RemoteDisc: e.remoteDisc,
 				Timers: e.timers, TxInterval: e.txInterval(), DetectionTime: e.detectionTime(),
-				LastChange: e.lastChange, Counters: e.counters,
+				LastChange: e.lastChange, LastReceived: e.lastReceived, Counters: e.counters,
 			})
 		}
 	})

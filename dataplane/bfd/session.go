@@ -135,8 +135,9 @@ type session struct {
 	// removeAt is set while a removed session still announces AdminDown.
 	removeAt time.Time
 
-	counters   Counters
-	lastChange time.Time
+	counters     Counters
+	lastChange   time.Time
+	lastReceived time.Time
 }
 
 func usec(d time.Duration) uint32 { return uint32(d / time.Microsecond) }
@@ -243,6 +244,7 @@ func (s *session) receive(p *layers.BFD, now time.Time) *Transition {
 		return nil
 	}
 	s.counters.PacketsReceived++
+	s.lastReceived = now
 	if p.Final && s.polling {
 		s.polling = false
 		s.txBasis, s.rxBasis = s.desiredMinTx, s.requiredMinRx

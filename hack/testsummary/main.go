@@ -50,6 +50,9 @@ func main() {
 			}
 		case "pass", "fail", "skip":
 			if e.Test == "" {
+				if e.Action == "skip" {
+					continue // a package without tests
+				}
 				fmt.Printf("%-4s %s (%.1fs)\n", strings.ToUpper(e.Action), e.Package, e.Elapsed)
 				if e.Action == "fail" {
 					pkgFailed = true
