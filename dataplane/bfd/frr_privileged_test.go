@@ -4,9 +4,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/net/ipv4"
 
 	"github.com/egressd/egressd/dataplane/bfd"
 	"github.com/egressd/egressd/test/frr"
@@ -242,4 +250,64 @@ func TestPrivilegedBFDInteropFRRSeesOurAdminDown(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatal("FRR did not see the session go down")
+}
+
+// A packet with a TTL other than 255 is dropped (GTSM, RFC 5881 section 5) and counted; the
+// session's metrics show it Up.
+func TestPrivilegedBFDInteropFRRDropsWrongTTLAndExportsMetrics(t *testing.T) {
+	privileged.Require(t)
+	p := newPair(t, v4, bfd.DefaultTimers, 300, 300, true)
+	p.waitBoth(t, bfd.Up, "up", 10*time.Second)
+	s := p.session(t)
+	spoof := layers.BFD{Version: 1, State: layers.BFDStateDown, DetectMultiplier: 3, MyDiscriminator: 9,
+		YourDiscriminator: layers.BFDDiscriminator(s.LocalDisc), DesiredMinTxInterval: 1_000_000, RequiredMinRxInterval: 1_000_000}
+	buf := gopacket.NewSerializeBuffer()
+	if err := spoof.SerializeTo(buf, gopacket.SerializeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := p.peer.Do(func() error {
+		c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP(v4.theirs)}, &net.UDPAddr{IP: net.ParseIP(v4.ours), Port: bfd.ControlPort})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if err := ipv4.NewConn(c).SetTTL(64); err != nil {
+			return err
+		}
+		_, err = c.Write(buf.Bytes())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for p.m.Dropped()["ttl"] == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if p.m.Dropped()["ttl"] != 1 {
+		t.Fatalf("dropped %v, want one ttl drop", p.m.Dropped())
+	}
+	if st := p.session(t).State; st != bfd.Up {
+		t.Fatalf("a TTL-64 Down packet changed the session to %s", st)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(bfd.NewCollector(p.m))
+	want := fmt.Sprintf(`
+# HELP egressd_bfd_session_state 1 for the current state of each BFD session.
+# TYPE egressd_bfd_session_state gauge
+egressd_bfd_session_state{interface="eth0",peer="%[1]s",state="AdminDown"} 0
+egressd_bfd_session_state{interface="eth0",peer="%[1]s",state="Down"} 0
+egressd_bfd_session_state{interface="eth0",peer="%[1]s",state="Init"} 0
+egressd_bfd_session_state{interface="eth0",peer="%[1]s",state="Up"} 1
+# HELP egressd_bfd_packets_dropped_total Received BFD packets discarded: malformed, wrong TTL, unknown session, or failing RFC 5880 checks.
+# TYPE egressd_bfd_packets_dropped_total counter
+egressd_bfd_packets_dropped_total{reason="ttl"} 1
+`, v4.theirs)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "egressd_bfd_session_state", "egressd_bfd_packets_dropped_total"); err != nil {
+		t.Error(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "egressd_bfd_packets_received_total", "egressd_bfd_detection_time_seconds"); err != nil || n != 2 {
+		t.Errorf("per-session counters: %d, %v", n, err)
+	}
 }
