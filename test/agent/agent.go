@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/test/controlplane"
+	"github.com/egressd/egressd/test/spawn"
 )
 
 var (
@@ -70,6 +72,11 @@ type Options struct {
 	Args []string
 	// Wrap runs the agent through another command (e.g. nsenter into a node's netns).
 	Wrap []string
+	// PinRoot is --bpf-pin-root (default /sys/fs/bpf/egressd-test-<node>).
+	PinRoot string
+	// Dial reaches the agent's HTTP endpoints (default: a plain dial, for an agent in the
+	// caller's namespace).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Process is a running egressd.
@@ -80,6 +87,7 @@ type Process struct {
 	LogPath     string
 	cmd         *exec.Cmd
 	done        chan struct{}
+	http        *http.Client
 }
 
 // Start runs egressd for a test (see Launch); the process is stopped, and its log printed if the
@@ -114,6 +122,13 @@ func Launch(o Options) (*Process, error) {
 		HealthAddr:  fmt.Sprintf("127.0.0.1:%d", ports[1]),
 		LogPath:     filepath.Join(o.LogDir, o.Node+".log"),
 		done:        make(chan struct{}),
+		http:        &http.Client{Timeout: 2 * time.Second},
+	}
+	if o.Dial != nil {
+		p.http.Transport = &http.Transport{DialContext: o.Dial, DisableKeepAlives: true}
+	}
+	if o.PinRoot == "" {
+		o.PinRoot = "/sys/fs/bpf/egressd-test-" + o.Node
 	}
 	args := append([]string{
 		"--node-name", o.Node,
@@ -121,7 +136,7 @@ func Launch(o Options) (*Process, error) {
 		"--leader-election-namespace", o.LeaderNamespace,
 		"--metrics-bind-address", p.MetricsAddr,
 		"--health-probe-bind-address", p.HealthAddr,
-		"--bpf-pin-root", "/sys/fs/bpf/egressd-test-" + o.Node,
+		"--bpf-pin-root", o.PinRoot,
 		"--leader-election-lease-duration", "4s",
 		"--leader-election-renew-deadline", "3s",
 		"--leader-election-retry-period", "500ms",
@@ -135,8 +150,7 @@ func Launch(o Options) (*Process, error) {
 	}
 	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
+	if err := spawn.Start(p.cmd); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("start egressd %s: %w", o.Node, err)
 	}
@@ -149,6 +163,9 @@ func (p *Process) Log() string {
 	b, _ := os.ReadFile(p.LogPath)
 	return string(b)
 }
+
+// Pid of the process (of the wrapper, when Wrap is used: nsenter execs the agent in place).
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
 // Exited is closed when the process has exited.
 func (p *Process) Exited() <-chan struct{} { return p.done }
@@ -186,8 +203,7 @@ func (p *Process) Get(path string) (int, string, error) {
 	if path == "/metrics" {
 		addr = p.MetricsAddr
 	}
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + addr + path)
+	resp, err := p.http.Get("http://" + addr + path)
 	if err != nil {
 		return 0, "", err
 	}

@@ -29,6 +29,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
+
+	"github.com/egressd/egressd/test/spawn"
 )
 
 // Options configure Start.
@@ -208,10 +210,11 @@ func (cp *ControlPlane) run(opts Options, name, bin string, args ...string) erro
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if !opts.Detached {
-		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	start := spawn.Start // killed with this process...
+	if opts.Detached {
+		start = (*exec.Cmd).Start // ...unless it must outlive it
 	}
-	if err := cmd.Start(); err != nil {
+	if err := start(cmd); err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
 	}
 	cp.procs = append(cp.procs, cmd)
@@ -260,16 +263,25 @@ func (cp *ControlPlane) LogTail(name string, n int) string {
 // KubeconfigFor writes a kubeconfig authenticating as user in groups (client certificate) and
 // returns its path; tests use it to check RBAC.
 func (cp *ControlPlane) KubeconfigFor(user string, groups ...string) (string, error) {
+	return cp.KubeconfigAt(cp.Server, user, groups...)
+}
+
+// KubeconfigAt is KubeconfigFor with another server URL (e.g. a forwarder into a lab node).
+func (cp *ControlPlane) KubeconfigAt(server, user string, groups ...string) (string, error) {
 	cert, key, err := cp.ca.issue(user, groups, nil)
 	if err != nil {
 		return "", err
 	}
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["egressd-test"] = &clientcmdapi.Cluster{Server: cp.Server, CertificateAuthorityData: cp.ca.pem}
+	cfg.Clusters["egressd-test"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: cp.ca.pem}
 	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
 	cfg.Contexts["egressd-test"] = &clientcmdapi.Context{Cluster: "egressd-test", AuthInfo: user}
 	cfg.CurrentContext = "egressd-test"
-	path := cp.path(strings.NewReplacer(":", "_", "/", "_").Replace(user) + ".kubeconfig")
+	name := user
+	if server != cp.Server {
+		name += "@" + server
+	}
+	path := cp.path(strings.NewReplacer(":", "_", "/", "_").Replace(name) + ".kubeconfig")
 	return path, clientcmd.WriteToFile(*cfg, path)
 }
 

@@ -24,13 +24,33 @@ var seq atomic.Uint32
 // New creates a namespace named egt<pid>-<n>-<name> with lo up; it is deleted when the test ends.
 func New(t testing.TB, name string) *NS {
 	t.Helper()
-	ns := &NS{Name: fmt.Sprintf("egt%d-%d-%s", os.Getpid(), seq.Add(1), name)}
-	if out, err := exec.Command("ip", "netns", "add", ns.Name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", ns.Name, err, out)
+	ns, err := Create(fmt.Sprintf("egt%d-%d-%s", os.Getpid(), seq.Add(1), name))
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns.Name).Run() })
-	ns.MustRun(t, "ip", "link", "set", "lo", "up")
+	t.Cleanup(func() { _ = ns.Delete() })
 	return ns
+}
+
+// Create creates the namespace name with lo up.
+func Create(name string) (*NS, error) {
+	ns := &NS{Name: name}
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("ip netns add %s: %v: %s", name, err, out)
+	}
+	if _, err := ns.Run("ip", "link", "set", "lo", "up"); err != nil {
+		_ = ns.Delete()
+		return nil, err
+	}
+	return ns, nil
+}
+
+// Delete removes the namespace (its links go with it).
+func (n *NS) Delete() error {
+	if out, err := exec.Command("ip", "netns", "del", n.Name).CombinedOutput(); err != nil {
+		return fmt.Errorf("ip netns del %s: %v: %s", n.Name, err, out)
+	}
+	return nil
 }
 
 // Path of the namespace handle.
@@ -85,24 +105,61 @@ func (n *NS) Do(f func() error) error {
 // Veth connects a and b with a veth pair named aName (in a) and bName (in b), both up.
 func Veth(t testing.TB, a *NS, aName string, b *NS, bName string) {
 	t.Helper()
-	tmp := fmt.Sprintf("egtv%d", seq.Add(1))
-	if out, err := exec.Command("ip", "link", "add", tmp, "netns", a.Name, "type", "veth", "peer", "name", bName, "netns", b.Name).CombinedOutput(); err != nil {
-		t.Fatalf("veth %s/%s: %v: %s", a.Name, b.Name, err, out)
+	if err := Link(a, aName, b, bName); err != nil {
+		t.Fatal(err)
 	}
-	a.MustRun(t, "ip", "link", "set", tmp, "name", aName)
-	a.MustRun(t, "ip", "link", "set", aName, "up")
-	b.MustRun(t, "ip", "link", "set", bName, "up")
+}
+
+// Link connects a and b with a veth pair named aName (in a) and bName (in b), both up. The pair
+// is created in a and b directly, never in the caller's namespace.
+func Link(a *NS, aName string, b *NS, bName string) error {
+	tmp := fmt.Sprintf("egtv%d-%d", os.Getpid()%100000, seq.Add(1))
+	if out, err := exec.Command("ip", "link", "add", tmp, "netns", a.Name, "type", "veth", "peer", "name", bName, "netns", b.Name).CombinedOutput(); err != nil {
+		return fmt.Errorf("veth %s/%s: %v: %s", a.Name, b.Name, err, out)
+	}
+	for _, c := range [][]string{{"ip", "link", "set", tmp, "name", aName}, {"ip", "link", "set", aName, "up"}} {
+		if _, err := a.Run(c[0], c[1:]...); err != nil {
+			return err
+		}
+	}
+	_, err := b.Run("ip", "link", "set", bName, "up")
+	return err
 }
 
 // Addr adds addresses to a link; IPv6 ones without duplicate address detection, so that they
 // are usable at once.
 func (n *NS) Addr(t testing.TB, link string, cidrs ...string) {
 	t.Helper()
+	if err := n.AddAddrs(link, cidrs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// AddAddrs is Addr returning an error.
+func (n *NS) AddAddrs(link string, cidrs ...string) error {
 	for _, c := range cidrs {
 		args := []string{"addr", "add", c, "dev", link}
 		if strings.Contains(c, ":") {
 			args = append(args, "nodad")
 		}
-		n.MustRun(t, "ip", args...)
+		if _, err := n.Run("ip", args...); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// Script runs several commands of "ip"/"sysctl"/"nft" style, one per line, stopping at the
+// first failure.
+func (n *NS) Script(lines ...string) error {
+	for _, line := range lines {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if _, err := n.Run(f[0], f[1:]...); err != nil {
+			return err
+		}
+	}
+	return nil
 }

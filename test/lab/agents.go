@@ -1,0 +1,137 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/egressd/egressd/test/agent"
+	"github.com/egressd/egressd/test/kube"
+)
+
+// apiForwardAddr is where the API server appears inside every node namespace, as the in-cluster
+// address would for a hostNetwork pod.
+const apiForwardAddr = "127.0.0.1:6443"
+
+// agentUser is the identity of the agents: the DaemonSet's service account, with the RBAC of
+// deploy/rbac.yaml.
+const agentUser = "system:serviceaccount:egressd:egressd"
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// LeaderNamespace is the namespace of the lab's leader-election Lease.
+func (l *Lab) LeaderNamespace() string { return "egressd-" + l.ID }
+
+// StartAgents forwards the API server into every node and starts egressd there.
+func (l *Lab) StartAgents(ctx context.Context) error {
+	ns := l.LeaderNamespace()
+	if _, err := l.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	l.onClose(func() { _ = l.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	cleanup, err := kube.GrantAgentRBAC(ctx, l.Client, filepath.Join(repoRoot(), "deploy", "rbac.yaml"), ns, agentUser)
+	l.onClose(cleanup)
+	if err != nil {
+		return err
+	}
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "egressd-lab-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath, binErr = agent.Build(dir)
+	})
+	if binErr != nil {
+		return binErr
+	}
+	for _, n := range l.Nodes {
+		if err := n.forwardAPI(); err != nil {
+			return err
+		}
+		if err := n.StartAgent(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forwardAPI listens on apiForwardAddr inside the node and relays to the API server.
+func (n *Node) forwardAPI() error {
+	u, err := url.Parse(n.lab.CP.Server)
+	if err != nil {
+		return err
+	}
+	var ln net.Listener
+	if err := n.NS.Do(func() error {
+		ln, err = net.Listen("tcp", apiForwardAddr)
+		return err
+	}); err != nil {
+		return fmt.Errorf("API forwarder in %s: %w", n.Name, err)
+	}
+	n.lab.onClose(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go relay(c, u.Host)
+		}
+	}()
+	return nil
+}
+
+// relay dials from the caller's (root) namespace: goroutines never run in a lab namespace.
+func relay(c net.Conn, target string) {
+	defer c.Close()
+	up, err := net.DialTimeout("tcp", target, 5*time.Second)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, c); up.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, up); c.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+	<-done
+	<-done
+}
+
+// StartAgent starts egressd inside the node's namespace, as a hostNetwork DaemonSet pod, and
+// waits until it is ready.
+func (n *Node) StartAgent(ctx context.Context) error {
+	kubeconfig, err := n.lab.CP.KubeconfigAt("https://"+apiForwardAddr, agentUser)
+	if err != nil {
+		return err
+	}
+	args := []string{"--cluster-cidr", fmt.Sprintf("%s,%s", ClusterCIDRs[0], ClusterCIDRs[1]), "--service-cidr", ServiceCIDRs[0].String()}
+	p, err := agent.Launch(agent.Options{
+		Binary: binPath, LogDir: n.lab.Dir, Node: n.Name, Kubeconfig: kubeconfig,
+		LeaderNamespace: n.lab.LeaderNamespace(), PinRoot: PinRoot(n.lab.ID, n.Name),
+		Wrap: []string{"nsenter", "--net=" + n.NS.Path()}, Dial: n.Dial,
+		Args: append(args, n.lab.opts.AgentArgs...),
+	})
+	if err != nil {
+		return err
+	}
+	n.Agent = p
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := p.WaitReady(rctx); err != nil {
+		return fmt.Errorf("%w\n%s", err, tail(p.Log(), 40))
+	}
+	return nil
+}

@@ -1,0 +1,297 @@
+// Package lab is a Kubernetes cluster on one machine: a real control plane, nodes that are
+// network namespaces on a shared L2 fabric (a bridge in its own namespace) with routed or
+// bridged pods, external hosts with servers that report what they saw, and egressd running in
+// each node's namespace exactly as in production. Every address lives in a namespace the lab
+// created; nothing is added to the machine's root namespace but the namespace handles.
+package lab
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/egressd/egressd/test/controlplane"
+	"github.com/egressd/egressd/test/kube"
+	"github.com/egressd/egressd/test/netns"
+)
+
+// CNI is the shape of a node's pod networking.
+type CNI string
+
+const (
+	// Routed pods: one veth per pod, a /32 and /128 route to it on the node (Calico style).
+	Routed CNI = "routed"
+	// Bridged pods: veths enslaved to a node bridge that holds the pod gateway (bridge CNI).
+	Bridged CNI = "bridged"
+)
+
+// Addressing of the lab.
+var (
+	ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/48")}
+	ServiceCIDRs = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}
+	fabricV4     = "172.18.0.%d"
+	fabricV6     = "fc00:f853:ccd:e793::%x"
+)
+
+// Options of a lab.
+type Options struct {
+	// Nodes is the number of nodes (default 3).
+	Nodes int
+	// CNI per node index; nodes not listed are Routed.
+	CNI map[int]CNI
+	// NodeLabels per node index.
+	NodeLabels map[int]map[string]string
+	// NodePrefix names nodes <prefix>node-<i> (labs sharing a control plane need distinct ones).
+	NodePrefix string
+	// Agents starts egressd on every node.
+	Agents bool
+	// AgentArgs are extra egressd flags.
+	AgentArgs []string
+	// Log receives progress; default io.Discard.
+	Log io.Writer
+}
+
+// Lab is one running lab.
+type Lab struct {
+	ID     string
+	Dir    string
+	CP     *controlplane.ControlPlane
+	Client kubernetes.Interface
+	Kube   *kube.Client
+	Fabric *netns.NS
+	Nodes  []*Node
+
+	opts      Options
+	mu        sync.Mutex
+	externals []*External
+	cleanups  []func()
+	nsSeq     int
+}
+
+// StateRoot holds a directory per running lab: owner pid, agent logs, kubeconfigs.
+func StateRoot() string { return filepath.Join(os.TempDir(), "egressd-lab") }
+
+// New builds a lab for a test on the test binary's shared control plane and tears it down when
+// the test ends (printing agent logs if it failed).
+func New(t testing.TB, opts Options) *Lab {
+	t.Helper()
+	cp := controlplane.Shared(t)
+	if opts.Log == nil {
+		opts.Log = testWriter{t}
+	}
+	l, err := Start(context.Background(), cp, opts)
+	if err != nil {
+		t.Fatalf("lab: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, n := range l.Nodes {
+				if n.Agent != nil {
+					t.Logf("egressd on %s:\n%s", n.Name, tail(n.Agent.Log(), 60))
+				}
+			}
+		}
+		l.Close()
+	})
+	return l
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Start builds a lab on cp. Close tears it down; Sweep removes what a killed run left.
+func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (*Lab, error) {
+	if opts.Nodes == 0 {
+		opts.Nodes = 3
+	}
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	Sweep(opts.Log)
+	idb := make([]byte, 3)
+	_, _ = rand.Read(idb)
+	l := &Lab{ID: hex.EncodeToString(idb), CP: cp, opts: opts}
+	l.Dir = filepath.Join(StateRoot(), l.ID)
+	if err := os.MkdirAll(l.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(l.Dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return nil, err
+	}
+	var err error
+	if l.Client, err = kubernetes.NewForConfig(cp.Config); err != nil {
+		return nil, err
+	}
+	if l.Kube, err = kube.NewClient(cp.Config); err != nil {
+		return nil, err
+	}
+	if err := l.build(ctx); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *Lab) logf(format string, a ...any) { fmt.Fprintf(l.opts.Log, format+"\n", a...) }
+
+// newNS creates a namespace named el<id>-<name>, removed by Close or Sweep.
+func (l *Lab) newNS(name string) (*netns.NS, error) {
+	ns, err := netns.Create(fmt.Sprintf("el%s-%s", l.ID, name))
+	if err != nil {
+		return nil, err
+	}
+	l.onClose(func() { ns.Delete() })
+	// No duplicate address detection on links created later (link-local addresses included):
+	// in a lab that nobody else shares, DAD only delays the first packets by a second or two.
+	return ns, ns.Script("sysctl -qw net.ipv6.conf.default.accept_dad=0", "sysctl -qw net.ipv6.conf.all.accept_dad=0")
+}
+
+func (l *Lab) onClose(f func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cleanups = append(l.cleanups, f)
+}
+
+func (l *Lab) build(ctx context.Context) error {
+	start := time.Now()
+	var err error
+	if l.Fabric, err = l.newNS("fabric"); err != nil {
+		return err
+	}
+	if _, err := l.Fabric.Run("ip", "link", "add", "br0", "type", "bridge"); err != nil {
+		return err
+	}
+	if _, err := l.Fabric.Run("ip", "link", "set", "br0", "up"); err != nil {
+		return err
+	}
+	for i := range l.opts.Nodes {
+		n, err := l.addNode(ctx, i)
+		if err != nil {
+			return fmt.Errorf("node %d: %w", i, err)
+		}
+		l.Nodes = append(l.Nodes, n)
+	}
+	for _, n := range l.Nodes {
+		if err := n.routeToPeers(l.Nodes); err != nil {
+			return err
+		}
+	}
+	l.logf("lab %s: %d nodes up in %s", l.ID, len(l.Nodes), time.Since(start).Round(time.Millisecond))
+	if l.opts.Agents {
+		if err := l.StartAgents(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// attach connects a member namespace to the fabric bridge; its side of the link is eth0.
+func (l *Lab) attach(member *netns.NS, tag string) error {
+	l.mu.Lock()
+	l.nsSeq++
+	port := fmt.Sprintf("p%d", l.nsSeq)
+	l.mu.Unlock()
+	if err := netns.Link(l.Fabric, port, member, "eth0"); err != nil {
+		return fmt.Errorf("attach %s to the fabric: %w", tag, err)
+	}
+	_, err := l.Fabric.Run("ip", "link", "set", port, "master", "br0")
+	return err
+}
+
+// Close stops agents and servers, deletes every namespace and the lab's files.
+func (l *Lab) Close() {
+	for _, n := range l.Nodes {
+		if n.Agent != nil {
+			n.Agent.Kill()
+		}
+	}
+	l.mu.Lock()
+	cleanups := l.cleanups
+	l.cleanups = nil
+	l.mu.Unlock()
+	for i := len(cleanups) - 1; i >= 0; i-- {
+		cleanups[i]()
+	}
+	removePins(l.ID)
+	os.RemoveAll(l.Dir)
+}
+
+// Sweep removes what labs of dead processes left behind: namespaces, bpf pins, files.
+func Sweep(log io.Writer) {
+	entries, _ := os.ReadDir(StateRoot())
+	live := map[string]bool{}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		b, _ := os.ReadFile(filepath.Join(StateRoot(), e.Name(), "owner.pid"))
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err == nil && processAlive(pid) {
+			live[e.Name()] = true
+			continue
+		}
+		fmt.Fprintf(log, "sweeping leftovers of dead lab %s\n", e.Name())
+		os.RemoveAll(filepath.Join(StateRoot(), e.Name()))
+		removePins(e.Name())
+	}
+	names, _ := os.ReadDir("/run/netns")
+	for _, n := range names {
+		id, ok := labIDOf(n.Name())
+		if ok && !live[id] {
+			_ = (&netns.NS{Name: n.Name()}).Delete()
+		}
+	}
+}
+
+func labIDOf(nsName string) (string, bool) {
+	if !strings.HasPrefix(nsName, "el") {
+		return "", false
+	}
+	id, _, ok := strings.Cut(nsName[2:], "-")
+	return id, ok && len(id) == 6
+}
+
+func processAlive(pid int) bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+	return err == nil
+}
+
+// PinRoot is the bpffs directory of the agent on one node of lab id.
+func PinRoot(id, node string) string { return fmt.Sprintf("/sys/fs/bpf/egressd-lab-%s-%s", id, node) }
+
+func removePins(id string) {
+	dirs, _ := filepath.Glob(fmt.Sprintf("/sys/fs/bpf/egressd-lab-%s-*", id))
+	for _, d := range dirs {
+		os.RemoveAll(d)
+	}
+}
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}

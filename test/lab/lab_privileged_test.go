@@ -1,0 +1,215 @@
+package lab_test
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/egressd/egressd/nodeagent"
+	"github.com/egressd/egressd/test/controlplane"
+	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/privileged"
+)
+
+func TestMain(m *testing.M) { controlplane.Main(m) }
+
+func mustPod(t *testing.T, n *lab.Node, ns, name string) *lab.Pod {
+	t.Helper()
+	p, err := n.AddPod(context.Background(), ns, name, lab.PodOptions{Labels: map[string]string{"app": name}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func macOf(t *testing.T, n *lab.Node, link string) string {
+	t.Helper()
+	var mac string
+	err := n.NS.Do(func() error {
+		ifi, err := net.InterfaceByName(link)
+		if err == nil {
+			mac = ifi.HardwareAddr.String()
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mac
+}
+
+// What a CNI gives pods, on both CNI shapes: egress to external hosts masqueraded to the node
+// IP, pod-to-pod with pod IPs preserved, IPv6 alike, and servers reporting DSCP and MAC.
+func TestPrivilegedLabConnectivity(t *testing.T) {
+	privileged.Require(t)
+	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}})
+	ns := l.CP.Namespace(t)
+	ext, err := l.AddExternal("web", lab.ExternalOptions{}, "203.0.113.10", "2001:db8::10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := []*lab.Pod{mustPod(t, l.Nodes[0], ns, "routed"), mustPod(t, l.Nodes[1], ns, "bridged")}
+	if err := pods[1].Serve(8080); err != nil {
+		t.Fatal(err)
+	}
+	if err := pods[0].Serve(8080); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range pods {
+		other := pods[1-i]
+		node := p.Node
+		t.Run(string(node.CNI), func(t *testing.T) {
+			for _, c := range []struct {
+				name  string
+				res   lab.Result
+				wantS string
+			}{
+				{"tcp v4 to external", p.TCP("203.0.113.10:443"), node.IPv4.String()},
+				{"udp v4 to external", p.UDP("203.0.113.10:80"), node.IPv4.String()},
+				{"tcp v6 to external", p.TCP("[2001:db8::10]:8080"), node.IPv6.String()},
+				{"udp v6 to external", p.UDP("[2001:db8::10]:443"), node.IPv6.String()},
+				{"tcp v4 to pod on other node", p.TCP(lab.HostPort(other.IPv4, 8080)), p.IPv4.String()},
+				{"udp v6 to pod on other node", p.UDP(lab.HostPort(other.IPv6, 8080)), p.IPv6.String()},
+			} {
+				if c.res.Outcome != lab.OK || c.res.Seen.Src.String() != c.wantS {
+					t.Errorf("%s: %s, want ok from %s", c.name, c.res, c.wantS)
+				}
+			}
+			r := p.UDP("203.0.113.10:8080", lab.ClientOptions{TOS: 46<<2 | 1})
+			if r.Outcome != lab.OK || r.Seen.DSCP != 46 || r.Seen.ECN != 1 {
+				t.Errorf("TOS 0xb9: %s dscp %d ecn %d, want dscp 46 ecn 1", r, r.Seen.DSCP, r.Seen.ECN)
+			}
+			r = p.TCP("[2001:db8::10]:80", lab.ClientOptions{TOS: 10 << 2})
+			if r.Outcome != lab.OK || r.Seen.DSCP != 10 {
+				t.Errorf("IPv6 traffic class DSCP 10: %s", r)
+			}
+			if r := p.TCP("203.0.113.10:443"); r.Seen.MAC != macOf(t, node, "eth0") || r.Seen.Host != ext.Name {
+				t.Errorf("seen MAC %s host %s, want node eth0 %s and %s", r.Seen.MAC, r.Seen.Host, macOf(t, node, "eth0"), ext.Name)
+			}
+			if r := p.TCP("203.0.113.10:81"); r.Outcome != lab.Refused {
+				t.Errorf("closed port: %s, want refused", r)
+			}
+			if err := p.Ping("203.0.113.10"); err != nil {
+				t.Errorf("ping: %v", err)
+			}
+		})
+	}
+}
+
+// Agents run in every node's namespace, ready, one holding the Lease, metrics reachable.
+func TestPrivilegedLabAgents(t *testing.T) {
+	privileged.Require(t)
+	l := lab.New(t, lab.Options{Nodes: 2, Agents: true})
+	ctx := context.Background()
+	deadline := time.Now().Add(20 * time.Second)
+	holder := ""
+	for holder == "" && time.Now().Before(deadline) {
+		if lease, err := l.Client.CoordinationV1().Leases(l.LeaderNamespace()).Get(ctx, nodeagent.LeaseName, metav1.GetOptions{}); err == nil && lease.Spec.HolderIdentity != nil {
+			holder = *lease.Spec.HolderIdentity
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	leaders := 0
+	for _, n := range l.Nodes {
+		v, err := n.Agent.Metric("egressd_leader")
+		if err != nil {
+			t.Fatalf("%s metrics: %v", n.Name, err)
+		}
+		if v == "1" {
+			leaders++
+			if holder != n.Name {
+				t.Errorf("%s leads but the Lease holder is %q", n.Name, holder)
+			}
+		}
+	}
+	if leaders != 1 {
+		t.Errorf("%d leaders", leaders)
+	}
+	if !strings.Contains(l.Nodes[0].Agent.Log(), `"first sync finished"`) && !strings.Contains(l.Nodes[0].Agent.Log(), "first sync finished") {
+		t.Errorf("no first sync in log")
+	}
+}
+
+// Close leaves no namespace, pin, process or file behind.
+func TestPrivilegedLabTeardownLeavesNothing(t *testing.T) {
+	privileged.Require(t)
+	cp := controlplane.Shared(t)
+	l, err := lab.Start(context.Background(), cp, lab.Options{Nodes: 2, Agents: true, NodePrefix: "td-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.AddExternal("x", lab.ExternalOptions{}, "192.0.2.10"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Nodes[0].AddPod(context.Background(), cp.Namespace(t), "p", lab.PodOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(lab.PinRoot(l.ID, l.Nodes[0].Name), 0o755); err != nil { // as the agent will
+		t.Fatal(err)
+	}
+	agents := []int{}
+	for _, n := range l.Nodes {
+		agents = append(agents, n.Agent.Pid())
+	}
+	l.Close()
+	names, _ := os.ReadDir("/run/netns")
+	for _, n := range names {
+		if strings.HasPrefix(n.Name(), "el"+l.ID) {
+			t.Errorf("namespace %s left behind", n.Name())
+		}
+	}
+	if pins, _ := filepath.Glob("/sys/fs/bpf/egressd-lab-" + l.ID + "-*"); len(pins) > 0 {
+		t.Errorf("pins left: %v", pins)
+	}
+	if _, err := os.Stat(l.Dir); err == nil {
+		t.Errorf("%s left behind", l.Dir)
+	}
+	for _, pid := range agents {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+			t.Errorf("agent pid %d still running", pid)
+		}
+	}
+	if nodes, _ := l.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{}); nodes != nil {
+		for _, n := range nodes.Items {
+			if strings.HasPrefix(n.Name, "td-") {
+				t.Errorf("Node %s left behind", n.Name)
+			}
+		}
+	}
+}
+
+// Two labs side by side on one machine do not collide.
+func TestPrivilegedLabSideBySide(t *testing.T) {
+	privileged.Require(t)
+	var wg sync.WaitGroup
+	labs := make([]*lab.Lab, 2)
+	for i := range labs {
+		wg.Go(func() {
+			labs[i] = lab.New(t, lab.Options{Nodes: 2, NodePrefix: []string{"a-", "b-"}[i]})
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	for i, l := range labs {
+		if _, err := l.AddExternal("srv", lab.ExternalOptions{}, "198.51.100.7"); err != nil {
+			t.Fatal(err)
+		}
+		p := mustPod(t, l.Nodes[1], l.CP.Namespace(t), "p")
+		if r := p.TCP("198.51.100.7:80"); r.Outcome != lab.OK || r.Seen.Src != l.Nodes[1].IPv4 {
+			t.Errorf("lab %d: %s", i, r)
+		}
+	}
+	if labs[0].ID == labs[1].ID {
+		t.Fatal("same lab id")
+	}
+}

@@ -1,0 +1,166 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/egressd/egressd/test/netns"
+)
+
+// hostVethMAC is the MAC of every host-side pod veth on routed nodes (as Calico does), so
+// that pods can have a static neighbour entry for their gateway.
+const hostVethMAC = "ee:ee:ee:ee:ee:ee"
+
+// Pod is a lab pod: a namespace with eth0 wired to its node by the node's CNI shape, and the
+// Pod object the lab keeps as kubelet would.
+type Pod struct {
+	Namespace, Name string
+	Node            *Node
+	NS              *netns.NS
+	IPv4, IPv6      netip.Addr
+	// HostLink is the node-side interface of the pod's veth.
+	HostLink string
+	obs      *observer
+}
+
+// PodOptions of AddPod.
+type PodOptions struct {
+	Labels map[string]string
+}
+
+// AddPod creates a pod on the node: its namespace and wiring, then the Pod object with status
+// Running, Ready and its IPs.
+func (n *Node) AddPod(ctx context.Context, namespace, name string, o PodOptions) (*Pod, error) {
+	n.lab.mu.Lock()
+	n.podSeq++
+	k := n.podSeq + 1 // .1 is the bridge gateway on bridged nodes
+	n.lab.mu.Unlock()
+	p := &Pod{
+		Namespace: namespace, Name: name, Node: n, HostLink: fmt.Sprintf("lv%d", k),
+		IPv4: nth(n.PodV4, k), IPv6: nth(n.PodV6, k),
+	}
+	var err error
+	if p.NS, err = n.lab.newNS(fmt.Sprintf("p%d-%d", n.Index, k)); err != nil {
+		return nil, err
+	}
+	if err := netns.Link(n.NS, p.HostLink, p.NS, "eth0"); err != nil {
+		return nil, err
+	}
+	var nodeScript, podScript []string
+	switch n.CNI {
+	case Routed:
+		nodeScript = []string{
+			"ip link set " + p.HostLink + " address " + hostVethMAC,
+			"ip addr add fe80::1/64 dev " + p.HostLink + " nodad",
+			fmt.Sprintf("ip route add %s/32 dev %s", p.IPv4, p.HostLink),
+			fmt.Sprintf("ip -6 route add %s/128 dev %s", p.IPv6, p.HostLink),
+		}
+		podScript = []string{
+			fmt.Sprintf("ip addr add %s/32 dev eth0", p.IPv4),
+			fmt.Sprintf("ip addr add %s/128 dev eth0 nodad", p.IPv6),
+			"ip route add 169.254.1.1 dev eth0 scope link",
+			"ip neigh add 169.254.1.1 lladdr " + hostVethMAC + " dev eth0 nud permanent",
+			"ip neigh add fe80::1 lladdr " + hostVethMAC + " dev eth0 nud permanent",
+			"ip route add default via 169.254.1.1 dev eth0",
+			"ip -6 route add default via fe80::1 dev eth0",
+		}
+	case Bridged:
+		nodeScript = []string{"ip link set " + p.HostLink + " master cni0"}
+		podScript = []string{
+			fmt.Sprintf("ip addr add %s/24 dev eth0", p.IPv4),
+			fmt.Sprintf("ip addr add %s/64 dev eth0 nodad", p.IPv6),
+			fmt.Sprintf("ip route add default via %s", gateway(n.PodV4)),
+			fmt.Sprintf("ip -6 route add default via %s", gateway(n.PodV6)),
+		}
+	}
+	if err := n.NS.Script(nodeScript...); err != nil {
+		return nil, err
+	}
+	if err := p.NS.Script(podScript...); err != nil {
+		return nil, err
+	}
+	if err := p.register(ctx, o); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// nth is the k-th address of a prefix.
+func nth(p netip.Prefix, k int) netip.Addr {
+	a := p.Addr()
+	for range k {
+		a = a.Next()
+	}
+	return a
+}
+
+func (p *Pod) register(ctx context.Context, o PodOptions) error {
+	c := p.Node.lab.Client.CoreV1().Pods(p.Namespace)
+	obj := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, Labels: o.Labels},
+		Spec: corev1.PodSpec{
+			NodeName:   p.Node.Name,
+			Containers: []corev1.Container{{Name: "app", Image: "lab.invalid/pod"}},
+		},
+	}
+	created, err := c.Create(ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create Pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	now := metav1.Now()
+	created.Status = corev1.PodStatus{
+		Phase:  corev1.PodRunning,
+		HostIP: p.Node.IPv4.String(),
+		PodIP:  p.IPv4.String(),
+		PodIPs: []corev1.PodIP{{IP: p.IPv4.String()}, {IP: p.IPv6.String()}},
+		Conditions: []corev1.PodCondition{
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		},
+		StartTime: &now,
+	}
+	_, err = c.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	return err
+}
+
+// Delete removes the Pod object and the pod's namespace (and so its veth).
+func (p *Pod) Delete(ctx context.Context) error {
+	zero := int64(0)
+	err := p.Node.lab.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	if p.obs != nil {
+		p.obs.close()
+	}
+	return errors.Join(err, p.NS.Delete())
+}
+
+// Serve runs the observing TCP and UDP servers in the pod (for pod-to-pod checks).
+func (p *Pod) Serve(ports ...uint16) error {
+	p.obs = newObserver(p.Namespace + "/" + p.Name)
+	p.Node.lab.onClose(p.obs.close)
+	return p.obs.start(p.NS, []netip.Addr{p.IPv4, p.IPv6}, ports)
+}
+
+// TCP connects from the pod to dst ("ip:port", v6 as "[ip]:port") and returns what the server saw.
+func (p *Pod) TCP(dst string, o ...ClientOptions) Result { return call(p.NS, "tcp", dst, first(o)) }
+
+// UDP sends a datagram from the pod to dst and returns what the server saw.
+func (p *Pod) UDP(dst string, o ...ClientOptions) Result { return call(p.NS, "udp", dst, first(o)) }
+
+// Ping sends one ICMP echo from the pod; nil if answered.
+func (p *Pod) Ping(dst string) error {
+	_, err := p.NS.Run("ping", "-c", "1", "-W", "2", dst)
+	return err
+}
+
+func first(o []ClientOptions) ClientOptions {
+	if len(o) > 0 {
+		return o[0]
+	}
+	return ClientOptions{}
+}
