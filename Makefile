@@ -34,7 +34,7 @@ test-unit: ## tests that need neither root nor a control plane
 	$(GO) test -count=1 ./api/... ./cmd/... ./dataplane/... ./nodeagent/... ./watchers/...
 
 bench-memory: controlplane-bin ## agent RSS with 10,000 pods and 1,000 namespaces in the API server
-	$(GO) test ./test/e2e -run '^$$' -bench AgentMemory -benchtime 1x
+	$(GO) test ./test/e2e -run '^$$' -bench PrivilegedAgentMemory -benchtime 1x
 
 bench-bfd: deps ## BFD: CPU of 200 sessions at 100ms x 3, detection time over 20 failures (root, FRR)
 	$(GO) test ./dataplane/bfd -run '^$$' -bench Privileged -benchtime 1x

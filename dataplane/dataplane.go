@@ -4,17 +4,38 @@
 // nothing of Kubernetes: it receives plain values and returns per-object results.
 package dataplane
 
-import "context"
+import (
+	"context"
+	"net/netip"
+)
 
 // State is the complete desired state of one node. Every element remembers the API object it
 // came from (Origin) so that a failure or a counter maps back to that object. Features add
-// their part as they land; an empty State means "egressd owns nothing on this node".
-type State struct{}
+// their part as they land.
+type State struct {
+	// LocalPods are the pods of this node whose traffic egressd classifies: the classifier is
+	// attached to the host interface facing each of them.
+	LocalPods []Pod
+}
+
+// Pod is a local pod and its addresses.
+type Pod struct {
+	Origin Origin
+	IPs    []netip.Addr
+}
 
 // Origin names the API object (and rule) an element of State was compiled from.
 type Origin struct {
 	Kind, Namespace, Name string
 	Rule                  int
+}
+
+func (o Origin) String() string {
+	s := o.Kind + " " + o.Name
+	if o.Namespace != "" {
+		s = o.Kind + " " + o.Namespace + "/" + o.Name
+	}
+	return s
 }
 
 // Result says what an Apply did not manage to program, per originating object.

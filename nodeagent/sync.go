@@ -24,16 +24,22 @@ type SyncLoop struct {
 	Node     string
 	Snapshot *watchers.Snapshot
 	Changed  <-chan struct{}
-	Applier  dataplane.Applier
-	Metrics  *Metrics
-	Log      *slog.Logger
+	// KernelChanged signals kernel changes that need the state applied again (links).
+	KernelChanged <-chan struct{}
+	Applier       dataplane.Applier
+	Metrics       *Metrics
+	Log           *slog.Logger
 	// Debounce coalesces bursts of changes into one sync.
 	Debounce time.Duration
 	// Resync re-applies the state periodically, repairing drift made behind egressd's back.
 	Resync time.Duration
 
-	features []feature
-	synced   atomic.Bool
+	synced atomic.Bool
+}
+
+// features are the compile steps, in order.
+var features = []feature{
+	{name: "pods", compile: compileLocalPods},
 }
 
 // Synced reports whether the first sync has finished (readiness).
@@ -49,6 +55,7 @@ func (l *SyncLoop) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-resync.C:
+		case <-l.KernelChanged:
 		case <-l.Changed:
 			select { // let a burst of events settle
 			case <-ctx.Done():
@@ -61,7 +68,7 @@ func (l *SyncLoop) Run(ctx context.Context) {
 
 func (l *SyncLoop) sync(ctx context.Context) {
 	var state dataplane.State
-	for _, f := range l.features {
+	for _, f := range features {
 		start := time.Now()
 		err := f.compile(l.Snapshot, l.Node, &state)
 		l.Metrics.SyncDuration.WithLabelValues(f.name).Observe(time.Since(start).Seconds())
@@ -75,7 +82,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	l.Metrics.SyncDuration.WithLabelValues("apply").Observe(time.Since(start).Seconds())
 	for origin, err := range res.Failed {
 		l.Metrics.SyncErrors.WithLabelValues("apply").Inc()
-		l.Log.Error("apply failed", "kind", origin.Kind, "namespace", origin.Namespace, "name", origin.Name, "rule", origin.Rule, "err", err)
+		l.Log.Error("apply failed", "object", origin.String(), "rule", origin.Rule, "err", err)
 	}
 	if !l.synced.Swap(true) {
 		l.Log.Info("first sync finished", "duration", time.Since(start).Round(time.Microsecond))

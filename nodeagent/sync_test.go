@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/tools/cache"
+
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/watchers"
 )
 
 type countingApplier struct{ n atomic.Int32 }
@@ -24,7 +27,8 @@ func TestSyncLoopDebouncesBursts(t *testing.T) {
 	app := &countingApplier{}
 	l := &SyncLoop{
 		Node: "n", Changed: changed, Applier: app, Metrics: NewMetrics(),
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Debounce: 50 * time.Millisecond, Resync: time.Hour,
+		Snapshot: &watchers.Snapshot{PodIndex: cache.NewIndexer(cache.MetaNamespaceKeyFunc, watchers.PodIndexers)},
+		Log:      slog.New(slog.NewTextHandler(io.Discard, nil)), Debounce: 50 * time.Millisecond, Resync: time.Hour,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -30,6 +30,11 @@ const (
 	PodsByNamespace = cache.NamespaceIndex // every informer of the factory has it
 )
 
+// PodIndexers are the indexes the pod cache adds to the factory's namespace index.
+var PodIndexers = cache.Indexers{
+	PodsByNode: func(obj any) ([]string, error) { return []string{obj.(*corev1.Pod).Spec.NodeName}, nil },
+}
+
 // Snapshot is the read-only view of the cluster that nodeagent compiles from. Listers read the
 // shared caches: callers must not modify returned objects.
 type Snapshot struct {
@@ -66,9 +71,7 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 		changed: make(chan struct{}, 1),
 	}
 	pods := w.core.Core().V1().Pods()
-	if err := pods.Informer().AddIndexers(cache.Indexers{
-		PodsByNode: func(obj any) ([]string, error) { return []string{obj.(*corev1.Pod).Spec.NodeName}, nil },
-	}); err != nil {
+	if err := pods.Informer().AddIndexers(PodIndexers); err != nil {
 		return nil, fmt.Errorf("pod indexers: %w", err)
 	}
 	ovn := w.egress.K8sOVN().V1()

@@ -84,15 +84,21 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	dp, err := kernel.New(cfg.bpfPinRoot, log.With("component", "dataplane"))
+	if err != nil {
+		return err
+	}
+	defer dp.Close()
 	loop := &nodeagent.SyncLoop{
-		Node:     cfg.nodeName,
-		Snapshot: w.Snapshot(),
-		Changed:  w.Changed(),
-		Applier:  &kernel.Dataplane{PinRoot: cfg.bpfPinRoot},
-		Metrics:  metrics,
-		Log:      log.With("component", "sync"),
-		Debounce: cfg.debounce,
-		Resync:   cfg.resync,
+		Node:          cfg.nodeName,
+		Snapshot:      w.Snapshot(),
+		Changed:       w.Changed(),
+		KernelChanged: dp.Changed(),
+		Applier:       dp,
+		Metrics:       metrics,
+		Log:           log.With("component", "sync"),
+		Debounce:      cfg.debounce,
+		Resync:        cfg.resync,
 	}
 
 	servers, err := serve(cfg, metrics, loop, log)

@@ -1,20 +1,106 @@
-// Package kernel is the Applier that programs the node's kernel, composed of one sub-applier per
-// kernel facility (bpf, nftables, routing, addresses, BFD) as features land.
+// Package kernel is the Applier that programs the node's kernel, composed of one part per
+// kernel facility (bpf attachment today; nftables, routing, addresses and BFD as features land).
 package kernel
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/dataplane/tcx"
 )
 
 // Dataplane programs the kernel of the network namespace the process runs in.
 type Dataplane struct {
-	// PinRoot is the bpffs directory under which every egressd bpf object is pinned.
-	PinRoot string
+	attacher *tcx.Attacher
+	changed  chan struct{}
+	done     chan struct{}
+	log      *slog.Logger
 }
 
-// Apply makes the kernel match s. With no feature compiled in yet there is nothing to program.
-func (d *Dataplane) Apply(ctx context.Context, s *dataplane.State) dataplane.Result {
-	return dataplane.Result{}
+// New adopts what a previous agent left under pinRoot (so that enforcement continues without a
+// gap) and starts watching link changes.
+func New(pinRoot string, log *slog.Logger) (*Dataplane, error) {
+	a, err := tcx.New(pinRoot)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dataplane{attacher: a, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
+	updates := make(chan netlink.LinkUpdate, 64)
+	if err := netlink.LinkSubscribe(updates, d.done); err != nil {
+		a.Close()
+		return nil, fmt.Errorf("subscribe to link changes: %w", err)
+	}
+	go func() {
+		for range updates {
+			select {
+			case d.changed <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	log.Info("dataplane ready", "adoptedLinks", a.Attached())
+	return d, nil
+}
+
+// Changed receives a value after the kernel changed under egressd (links added, removed,
+// renamed): the desired state must be applied again.
+func (d *Dataplane) Changed() <-chan struct{} { return d.changed }
+
+// Apply makes the kernel match s.
+func (d *Dataplane) Apply(_ context.Context, s *dataplane.State) dataplane.Result {
+	res := dataplane.Result{Failed: map[dataplane.Origin]error{}}
+	want := map[string]int{}
+	owners := map[string][]dataplane.Origin{}
+	for _, p := range s.LocalPods {
+		for _, ip := range p.IPs {
+			name, idx, err := podFacing(ip)
+			if err != nil {
+				res.Failed[p.Origin] = err
+				continue
+			}
+			want[name] = idx
+			owners[name] = append(owners[name], p.Origin)
+		}
+	}
+	for ifname, err := range d.attacher.Sync(want) {
+		for _, o := range owners[ifname] {
+			res.Failed[o] = err
+		}
+		if len(owners[ifname]) == 0 { // a detach failed: no pod to blame, log it
+			d.log.Error("detach classifier", "interface", ifname, "err", err)
+		}
+	}
+	return res
+}
+
+// podFacing finds the host interface that faces a local pod: the interface of the directly
+// connected route to its address (a per-pod veth, or the bridge of a bridged CNI).
+func podFacing(ip netip.Addr) (string, int, error) {
+	routes, err := netlink.RouteGet(ip.AsSlice())
+	if err != nil || len(routes) == 0 {
+		return "", 0, fmt.Errorf("no route to pod address %s: %v", ip, err)
+	}
+	r := routes[0]
+	if r.Gw != nil {
+		return "", 0, fmt.Errorf("pod address %s is routed via %s, not on a local interface", ip, r.Gw)
+	}
+	l, err := netlink.LinkByIndex(r.LinkIndex)
+	if err != nil {
+		return "", 0, fmt.Errorf("interface %d facing pod %s: %w", r.LinkIndex, ip, err)
+	}
+	if l.Type() == "device" && l.Attrs().Name == "lo" {
+		return "", 0, fmt.Errorf("pod address %s is local to the node", ip)
+	}
+	return l.Attrs().Name, l.Attrs().Index, nil
+}
+
+// Close stops watching and releases file descriptors; what is programmed stays.
+func (d *Dataplane) Close() {
+	close(d.done)
+	d.attacher.Close()
 }

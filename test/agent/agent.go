@@ -88,6 +88,7 @@ type Process struct {
 	cmd         *exec.Cmd
 	done        chan struct{}
 	http        *http.Client
+	pinRoot     string
 }
 
 // Start runs egressd for a test (see Launch); the process is stopped, and its log printed if the
@@ -102,6 +103,7 @@ func Start(t testing.TB, o Options) *Process {
 	}
 	t.Cleanup(func() {
 		p.Kill()
+		os.RemoveAll(p.pinRoot)
 		if t.Failed() {
 			t.Logf("egressd %s log:\n%s", o.Node, p.Log())
 		}
@@ -130,6 +132,7 @@ func Launch(o Options) (*Process, error) {
 	if o.PinRoot == "" {
 		o.PinRoot = "/sys/fs/bpf/egressd-test-" + o.Node
 	}
+	p.pinRoot = o.PinRoot
 	args := append([]string{
 		"--node-name", o.Node,
 		"--kubeconfig", o.Kubeconfig,

@@ -13,6 +13,7 @@ import (
 	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/test/agent"
 	"github.com/egressd/egressd/test/controlplane"
+	"github.com/egressd/egressd/test/privileged"
 )
 
 func leaseHolder(ctx context.Context, c kubernetes.Interface, ns string) string {
@@ -32,10 +33,11 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 	}
 }
 
-// TestAgentLifecycle runs two real agents with the RBAC of deploy/rbac.yaml: the first becomes
+// TestPrivilegedAgentLifecycle runs two real agents with the RBAC of deploy/rbac.yaml: the first becomes
 // ready, takes the Lease and serves metrics; the second does not take the Lease while the first
 // runs; SIGTERM stops the first cleanly within 5 s and hands the Lease over.
-func TestAgentLifecycle(t *testing.T) {
+func TestPrivilegedAgentLifecycle(t *testing.T) {
+	privileged.Require(t) // the agent loads bpf programs
 	cp := controlplane.Shared(t)
 	ns := cp.Namespace(t)
 	client := cp.Client(t)

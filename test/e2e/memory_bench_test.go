@@ -15,13 +15,15 @@ import (
 
 	"github.com/egressd/egressd/test/agent"
 	"github.com/egressd/egressd/test/controlplane"
+	"github.com/egressd/egressd/test/privileged"
 )
 
-// BenchmarkAgentMemory measures a real egressd's memory with 1,000 namespaces and 10,000 pods
+// BenchmarkPrivilegedAgentMemory measures a real egressd's memory with 1,000 namespaces and 10,000 pods
 // (10 per namespace, realistic specs, Running and Ready with IPs) and 100 nodes in the API
 // server: resident set size and Go heap in use once its caches have synced, against an agent
 // started on the nearly empty cluster. Run with: make bench-memory.
-func BenchmarkAgentMemory(b *testing.B) {
+func BenchmarkPrivilegedAgentMemory(b *testing.B) {
+	privileged.Require(b)
 	const namespaces, podsPerNS, nodes = 1000, 10, 100
 	cp := controlplane.Shared(b)
 	ns := cp.Namespace(b)

@@ -1,0 +1,158 @@
+// Package tcx keeps egressd's classifier attached at tcx ingress of exactly the pod-facing
+// interfaces it is given, each through a bpf link pinned under <pin root>/links, so that the
+// classifier keeps running while the agent restarts or upgrades: a new agent adopts the pinned
+// links and swaps its program in with a link update, never detach-then-attach.
+package tcx
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/egressd/egressd/bpf"
+)
+
+// ProgramName is the classifier's name as bpftool and link.QueryPrograms show it.
+const ProgramName = "egressd_frompod"
+
+const pinPrefix = "tcx_ingress_"
+
+// Attacher owns the classifier links of one pin root.
+type Attacher struct {
+	dir   string
+	prog  *ebpf.Program
+	links map[string]*attached // by interface name
+}
+
+type attached struct {
+	link    link.Link
+	ifindex int
+}
+
+// LinksDir is where the links of a pin root are pinned.
+func LinksDir(pinRoot string) string { return filepath.Join(pinRoot, "links") }
+
+// New loads the classifier and adopts the links a previous agent pinned: each still on its
+// interface gets the new program in place; those whose interface is gone are unpinned.
+func New(pinRoot string) (*Attacher, error) {
+	a := &Attacher{dir: LinksDir(pinRoot), links: map[string]*attached{}}
+	if err := os.MkdirAll(a.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("pin directory %s (is bpffs mounted?): %w", a.dir, err)
+	}
+	var objs bpf.FromPodObjects
+	if err := bpf.LoadFromPodObjects(&objs, nil); err != nil {
+		return nil, fmt.Errorf("load %s: %w", ProgramName, err)
+	}
+	a.prog = objs.EgressdFrompod
+	entries, err := os.ReadDir(a.dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		name, ok := strings.CutPrefix(e.Name(), pinPrefix)
+		if !ok {
+			continue
+		}
+		if err := a.adopt(name, filepath.Join(a.dir, e.Name())); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+func (a *Attacher) adopt(ifname, path string) error {
+	l, err := link.LoadPinnedLink(path, nil)
+	if err != nil {
+		os.Remove(path) // not a link (any more): nothing is attached through it
+		return nil
+	}
+	info, err := l.Info()
+	var ifindex int
+	if err == nil && info.TCX() != nil {
+		ifindex = int(info.TCX().Ifindex)
+	}
+	if ifi, ierr := net.InterfaceByName(ifname); ierr != nil || ifi.Index != ifindex {
+		// The interface went away (or its name now belongs to another one): the link is defunct.
+		return errors.Join(l.Unpin(), l.Close())
+	}
+	if err := l.Update(a.prog); err != nil {
+		l.Close()
+		return fmt.Errorf("update pinned link on %s to the new program: %w", ifname, err)
+	}
+	a.links[ifname] = &attached{link: l, ifindex: ifindex}
+	return nil
+}
+
+// Sync attaches the classifier to every interface of want (name -> ifindex) and detaches it
+// from every other interface it owns. It returns an error per interface that failed.
+func (a *Attacher) Sync(want map[string]int) map[string]error {
+	errs := map[string]error{}
+	for name, at := range a.links {
+		if idx, ok := want[name]; ok && idx == at.ifindex {
+			continue
+		}
+		if err := errors.Join(at.link.Unpin(), at.link.Close()); err != nil {
+			errs[name] = fmt.Errorf("detach from %s: %w", name, err)
+		}
+		delete(a.links, name)
+	}
+	for name, idx := range want {
+		if _, ok := a.links[name]; ok {
+			continue
+		}
+		l, err := link.AttachTCX(link.TCXOptions{Interface: idx, Program: a.prog, Attach: ebpf.AttachTCXIngress})
+		if err != nil {
+			errs[name] = fmt.Errorf("attach %s to %s: %w", ProgramName, name, err)
+			continue
+		}
+		if err := l.Pin(filepath.Join(a.dir, pinPrefix+name)); err != nil {
+			l.Close()
+			errs[name] = fmt.Errorf("pin link of %s: %w", name, err)
+			continue
+		}
+		a.links[name] = &attached{link: l, ifindex: idx}
+	}
+	return errs
+}
+
+// Attached lists the interfaces the classifier is attached to.
+func (a *Attacher) Attached() []string {
+	var out []string
+	for name := range a.links {
+		out = append(out, name)
+	}
+	return out
+}
+
+// Close releases file descriptors; pinned links stay attached.
+func (a *Attacher) Close() {
+	for _, at := range a.links {
+		at.link.Close()
+	}
+	a.prog.Close()
+}
+
+// Cleanup detaches everything pinned under pinRoot (egressctl cleanup).
+func Cleanup(pinRoot string) error {
+	dir := LinksDir(pinRoot)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	var errs []error
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		if l, err := link.LoadPinnedLink(p, nil); err == nil {
+			errs = append(errs, l.Unpin(), l.Close())
+		} else {
+			errs = append(errs, os.Remove(p))
+		}
+	}
+	return errors.Join(append(errs, os.Remove(dir))...)
+}

@@ -1,0 +1,160 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/egressd/egressd/dataplane/tcx"
+	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/privileged"
+)
+
+// attachedProgram is one program at tcx ingress of an interface.
+type attachedProgram struct {
+	name   string
+	linkID link.ID
+}
+
+// tcxIngress lists the programs at tcx ingress of a node's interface (bpftool 7.1 cannot).
+func tcxIngress(t *testing.T, n *lab.Node, ifname string) []attachedProgram {
+	t.Helper()
+	var out []attachedProgram
+	err := n.NS.Do(func() error {
+		ifi, err := net.InterfaceByName(ifname)
+		if err != nil {
+			return err
+		}
+		res, err := link.QueryPrograms(link.QueryOptions{Target: ifi.Index, Attach: ebpf.AttachTCXIngress})
+		if err != nil {
+			return err
+		}
+		for _, p := range res.Programs {
+			prog, err := ebpf.NewProgramFromID(p.ID)
+			if err != nil {
+				return err
+			}
+			info, err := prog.Info()
+			prog.Close()
+			if err != nil {
+				return err
+			}
+			id, _ := p.LinkID()
+			out = append(out, attachedProgram{name: info.Name, linkID: id})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("query tcx on %s/%s: %v", n.Name, ifname, err)
+	}
+	return out
+}
+
+func egressdOn(t *testing.T, n *lab.Node, ifname string) []attachedProgram {
+	var ours []attachedProgram
+	for _, p := range tcxIngress(t, n, ifname) {
+		if p.name == tcx.ProgramName {
+			ours = append(ours, p)
+		}
+	}
+	return ours
+}
+
+func eventually(t *testing.T, what string, timeout time.Duration, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: still %v after %s", what, err, timeout)
+}
+
+func attachedOnce(t *testing.T, l *lab.Lab, n *lab.Node, ifname string) func() error {
+	return func() error {
+		if got := egressdOn(t, n, ifname); len(got) != 1 {
+			return fmt.Errorf("%d %s programs on %s/%s", len(got), tcx.ProgramName, n.Name, ifname)
+		}
+		_, err := os.Stat(filepath.Join(tcx.LinksDir(lab.PinRoot(l.ID, n.Name)), "tcx_ingress_"+ifname))
+		return err
+	}
+}
+
+// TestPrivilegedPodInterfacesGetTheClassifier: egressd finds the host interface facing each
+// local pod (a per-pod veth on a routed node, the bridge on a bridged node), attaches its
+// classifier there with a pinned link, follows pod add/delete, keeps enforcing while it is
+// down, and adopts its links again after a restart instead of attaching twice.
+func TestPrivilegedPodInterfacesGetTheClassifier(t *testing.T) {
+	privileged.Require(t)
+	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true})
+	ns := l.CP.Namespace(t)
+	ctx := context.Background()
+	if _, err := l.AddExternal("web", lab.ExternalOptions{}, "203.0.113.10"); err != nil {
+		t.Fatal(err)
+	}
+	routed, bridged := l.Nodes[0], l.Nodes[1]
+	add := func(n *lab.Node, name string) *lab.Pod {
+		p, err := n.AddPod(ctx, ns, name, lab.PodOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a, b, c := add(routed, "a"), add(routed, "b"), add(bridged, "c")
+	eventually(t, "classifier on pod a's veth", 10*time.Second, attachedOnce(t, l, routed, a.HostLink))
+	eventually(t, "classifier on pod b's veth", 10*time.Second, attachedOnce(t, l, routed, b.HostLink))
+	eventually(t, "classifier on the bridge", 10*time.Second, attachedOnce(t, l, bridged, "cni0"))
+	if r := a.TCP("203.0.113.10:443"); r.Outcome != lab.OK {
+		t.Fatalf("traffic through the classifier: %s", r)
+	}
+	before := egressdOn(t, routed, a.HostLink)[0].linkID
+
+	// The agent crashes: what it attached stays attached and traffic flows.
+	routed.Agent.Kill()
+	if got := egressdOn(t, routed, a.HostLink); len(got) != 1 {
+		t.Fatalf("agent down: %d programs on %s", len(got), a.HostLink)
+	}
+	if r := a.TCP("203.0.113.10:443"); r.Outcome != lab.OK {
+		t.Fatalf("agent down: %s", r)
+	}
+	d := add(routed, "d") // created while the agent is down
+	if err := routed.StartAgent(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "classifier on pod d's veth after the restart", 10*time.Second, attachedOnce(t, l, routed, d.HostLink))
+	after := egressdOn(t, routed, a.HostLink)
+	if len(after) != 1 || after[0].linkID != before {
+		t.Fatalf("after restart: %+v, want the same single link %d adopted", after, before)
+	}
+
+	// Deleted pods lose their attachment; a bridge with no local pod left is released.
+	if err := b.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pinB := filepath.Join(tcx.LinksDir(lab.PinRoot(l.ID, routed.Name)), "tcx_ingress_"+b.HostLink)
+	eventually(t, "pin of deleted pod b removed", 10*time.Second, func() error {
+		if _, err := os.Stat(pinB); err == nil {
+			return fmt.Errorf("%s still pinned", pinB)
+		}
+		return nil
+	})
+	if err := c.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "bridge released", 10*time.Second, func() error {
+		if got := egressdOn(t, bridged, "cni0"); len(got) != 0 {
+			return fmt.Errorf("%d programs still on cni0", len(got))
+		}
+		return nil
+	})
+}
