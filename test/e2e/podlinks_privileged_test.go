@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -157,4 +158,30 @@ func TestPrivilegedPodInterfacesGetTheClassifier(t *testing.T) {
 		}
 		return nil
 	})
+
+	// egressctl cleanup on a node whose agent is stopped leaves nothing of egressd.
+	if _, err := routed.Agent.Terminate(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ctl := filepath.Join(t.TempDir(), "egressctl")
+	if out, err := exec.Command("go", "build", "-o", ctl, "../../cmd/egressctl").CombinedOutput(); err != nil {
+		t.Fatalf("build egressctl: %v\n%s", err, out)
+	}
+	pinRoot := lab.PinRoot(l.ID, routed.Name)
+	if out, err := routed.NS.Run(ctl, "cleanup", "--bpf-pin-root", pinRoot); err != nil {
+		t.Fatal(err)
+	} else {
+		t.Logf("egressctl cleanup:\n%s", out)
+	}
+	for _, p := range []*lab.Pod{a, d} {
+		if got := egressdOn(t, routed, p.HostLink); len(got) != 0 {
+			t.Errorf("after cleanup: %d egressd programs on %s", len(got), p.HostLink)
+		}
+	}
+	if _, err := os.Stat(pinRoot); err == nil {
+		t.Errorf("after cleanup: %s still exists", pinRoot)
+	}
+	if r := a.TCP("203.0.113.10:443"); r.Outcome != lab.OK {
+		t.Errorf("after cleanup: %s", r)
+	}
 }
