@@ -1,6 +1,6 @@
-// Command demo runs egressd on its lab and shows, per example of deploy/examples, what was
-// expected and what was observed (make demo). With --keep it stays up until interrupted or
-// `make demo-down`, and prints how to look at it.
+// Command demo runs egressd on its lab and shows, step by step, what was expected and what was
+// observed (make demo). With --keep it stays up until interrupted or `make demo-down`, and
+// prints how to look at it with kubectl, nft, bpftool and curl.
 package main
 
 import (
@@ -11,15 +11,17 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/egressd/egressd/dataplane/tcx"
 	"github.com/egressd/egressd/nodeagent"
-	"github.com/egressd/egressd/test/agent"
 	"github.com/egressd/egressd/test/controlplane"
-	"github.com/egressd/egressd/test/kube"
+	"github.com/egressd/egressd/test/lab"
 )
 
 // PidFile lets make demo-down stop a kept demo.
@@ -30,8 +32,13 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *keep); err != nil {
+	failures, err := run(ctx, *keep)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+	if failures > 0 {
+		fmt.Printf("\n%d observation(s) differed from what was expected\n", failures)
 		os.Exit(1)
 	}
 }
@@ -41,117 +48,132 @@ func repo() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-func step(format string, a ...any) { fmt.Printf("==> "+format+"\n", a...) }
+func step(format string, a ...any) { fmt.Printf("\n==> "+format+"\n", a...) }
 
-func run(ctx context.Context, keep bool) error {
-	step("starting the control plane (etcd, kube-apiserver, kube-controller-manager; first run builds them: ~5-10 min)")
+// checker prints expected vs observed and counts mismatches.
+type checker struct{ failures int }
+
+func (c *checker) check(what, expected, observed string) {
+	mark := "ok  "
+	if expected != observed {
+		mark = "FAIL"
+		c.failures++
+	}
+	fmt.Printf("  [%s] %-44s expected: %s\n         %-44s observed: %s\n", mark, what, expected, "", observed)
+}
+
+func run(ctx context.Context, keep bool) (int, error) {
+	step("starting the control plane (etcd, kube-apiserver, kube-controller-manager; the first run builds them: ~5-10 min)")
 	cp, err := controlplane.Start(ctx, controlplane.Options{Log: os.Stdout})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer cp.Stop()
-	step("control plane ready at %s", cp.Server)
+	fmt.Printf("    ready at %s\n", cp.Server)
 
-	client, err := kubeClient(cp)
+	step("building the lab: node-0 (routed pods), node-1 (bridged pods), egressd on each, an external host")
+	l, err := lab.Start(ctx, cp, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true, Log: os.Stdout})
 	if err != nil {
-		return err
+		return 0, err
 	}
-	ns := "egressd"
-	if _, err := client.k.CoreV1().Namespaces().Create(ctx, nsObject(ns), metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	if _, err := kube.GrantAgentRBAC(ctx, client.k, filepath.Join(repo(), "deploy", "rbac.yaml"), ns, "system:serviceaccount:egressd:egressd"); err != nil {
-		return err
-	}
-	agentConfig, err := cp.KubeconfigFor("system:serviceaccount:egressd:egressd")
+	defer l.Close()
+	web, err := l.AddExternal("web", lab.ExternalOptions{}, "203.0.113.10", "2001:db8::10")
 	if err != nil {
-		return err
+		return 0, err
 	}
-
-	step("building and starting egressd on node-a and node-b (RBAC of deploy/rbac.yaml)")
-	dir, err := os.MkdirTemp("", "egressd-demo-")
-	if err != nil {
-		return err
+	if _, err := l.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}, metav1.CreateOptions{}); err != nil {
+		return 0, err
 	}
-	defer os.RemoveAll(dir)
-	bin, err := agent.Build(dir)
-	if err != nil {
-		return err
-	}
-	var agents []*agent.Process
-	for _, node := range []string{"node-a", "node-b"} {
-		p, err := agent.Launch(agent.Options{Binary: bin, LogDir: dir, Node: node, Kubeconfig: agentConfig, LeaderNamespace: ns})
+	var pods []*lab.Pod
+	for i, n := range l.Nodes {
+		p, err := n.AddPod(ctx, "demo", fmt.Sprintf("client-%d", i), lab.PodOptions{Labels: map[string]string{"app": "client"}})
 		if err != nil {
-			return err
+			return 0, err
 		}
-		defer p.Kill()
-		agents = append(agents, p)
-		rctx, cancel := context.WithTimeout(ctx, time.Minute)
-		err = p.WaitReady(rctx)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("%w\n%s", err, p.Log())
-		}
-		time.Sleep(time.Second) // node-a takes the Lease before node-b starts campaigning
+		pods = append(pods, p)
 	}
 
-	fmt.Println()
-	report("agents ready", "/readyz 200 on both", func() string {
-		s := ""
-		for _, a := range agents {
-			code, _, _ := a.Get("/readyz")
-			s += fmt.Sprintf("%s=%d ", a.Node, code)
+	c := &checker{}
+	step("the agents")
+	time.Sleep(2 * time.Second) // leader election settles
+	lease, err := l.Client.CoordinationV1().Leases(l.LeaderNamespace()).Get(ctx, nodeagent.LeaseName, metav1.GetOptions{})
+	holder, observed := "", "no holder"
+	if err == nil && lease.Spec.HolderIdentity != nil {
+		holder = *lease.Spec.HolderIdentity
+		observed = "a lab node (" + holder + ")"
+		if holder != l.Nodes[0].Name && holder != l.Nodes[1].Name {
+			observed = "an unknown holder (" + holder + ")"
 		}
-		return s
-	})
-	report("leader election", "node-a holds Lease "+ns+"/"+nodeagent.LeaseName, func() string {
-		l, err := client.k.CoordinationV1().Leases(ns).Get(ctx, nodeagent.LeaseName, metav1.GetOptions{})
-		if err != nil || l.Spec.HolderIdentity == nil {
-			return fmt.Sprintf("no holder (%v)", err)
+	}
+	c.check("one agent holds the leader Lease", "a lab node ("+holder+")", observed)
+	for _, n := range l.Nodes {
+		code, _, _ := n.Agent.Get("/readyz")
+		c.check(n.Name+" /readyz", "200", fmt.Sprint(code))
+		v, _ := n.Agent.Metric("egressd_leader")
+		want := "0"
+		if n.Name == holder {
+			want = "1"
 		}
-		return "holder " + *l.Spec.HolderIdentity
-	})
-	report("metrics", "egressd_leader 1 on node-a, 0 on node-b", func() string {
-		a, _ := agents[0].Metric("egressd_leader")
-		b, _ := agents[1].Metric("egressd_leader")
-		return fmt.Sprintf("node-a %s, node-b %s", a, b)
-	})
+		c.check(n.Name+" egressd_leader", want, v)
+	}
+
+	step("the classifier on every pod-facing interface (tcx ingress, pinned links)")
+	for _, p := range pods {
+		deadline := time.Now().Add(10 * time.Second)
+		var names []string
+		for time.Now().Before(deadline) {
+			progs, _ := p.Node.TCXIngress(p.PodFacing())
+			names = names[:0]
+			for _, pr := range progs {
+				names = append(names, pr.Name)
+			}
+			if len(names) > 0 {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		c.check(fmt.Sprintf("%s %s (%s CNI)", p.Node.Name, p.PodFacing(), p.Node.CNI), tcx.ProgramName, strings.Join(names, ","))
+	}
+
+	step("traffic from the pods, as the external server %s saw it", web.Name)
+	for _, p := range pods {
+		r := p.TCP("203.0.113.10:443")
+		c.check(fmt.Sprintf("%s -> 203.0.113.10:443 source", p.Name), "ok "+p.Node.IPv4.String()+" (masqueraded)", fmt.Sprintf("%s %s (masqueraded)", r.Outcome, r.Seen.Src))
+		r = p.UDP("[2001:db8::10]:80", lab.ClientOptions{TOS: 46 << 2})
+		c.check(fmt.Sprintf("%s -> [2001:db8::10]:80 udp, DSCP 46 set", p.Name), "ok dscp 46", fmt.Sprintf("%s dscp %d", r.Outcome, r.Seen.DSCP))
+	}
 
 	step("applying deploy/examples (one per API)")
-	if _, err := client.k.CoreV1().Namespaces().Create(ctx, nsObject("demo"), metav1.CreateOptions{}); err != nil {
-		return err
-	}
 	files, _ := filepath.Glob(filepath.Join(repo(), "deploy", "examples", "*.yaml"))
 	for _, f := range files {
 		doc, _ := os.ReadFile(f)
-		err := client.dyn.Apply(ctx, "demo", string(doc))
-		report(filepath.Base(f), "accepted by the API server (node programming: not yet, see README)", func() string {
-			if err != nil {
-				return "REJECTED: " + err.Error()
-			}
-			return "accepted"
-		})
+		observed := "accepted"
+		if err := l.Kube.Apply(ctx, "demo", string(doc)); err != nil {
+			observed = "rejected: " + err.Error()
+		}
+		c.check(filepath.Base(f), "accepted", observed)
 	}
+	fmt.Println("    (the node programming of these APIs lands with their issues; see README)")
 
 	if !keep {
 		step("tearing down")
-		return nil
+		return c.failures, nil
 	}
 	_ = os.WriteFile(PidFile, []byte(fmt.Sprint(os.Getpid())), 0o644)
 	defer os.Remove(PidFile)
+	n0 := l.Nodes[0]
 	fmt.Printf(`
-The demo keeps running (Ctrl-C, or make demo-down from another shell, stops it).
+The demo keeps running; Ctrl-C here, or make demo-down from another shell, stops it.
   export KUBECONFIG=%s
-  kubectl get egressfirewall,egressqos,eip,apbexternalroute,egressservice -A     (any kubectl)
-  curl -s http://%s/metrics | grep ^egressd_       (node-a)
-  curl -s http://%s/readyz
-  agent logs: %s/node-a.log %s/node-b.log
-`, cp.Kubeconfig, agents[0].MetricsAddr, agents[0].HealthAddr, dir, dir)
+  kubectl get nodes,pods -A; kubectl get egressfirewall,egressqos,eip,apbexternalroute,egressservice -A
+  nsenter --net=%s curl -s http://%s/metrics | grep ^egressd_          # node-0's agent
+  nsenter --net=%s nft list ruleset
+  nsenter --net=%s bpftool prog show name %s
+  ls %s/links                                                          # pinned tcx links
+  agent logs: %s/node-0.log %s/node-1.log
+`, cp.Kubeconfig, n0.NS.Path(), n0.Agent.MetricsAddr, n0.NS.Path(), n0.NS.Path(), tcx.ProgramName,
+		lab.PinRoot(l.ID, n0.Name), l.Dir, l.Dir)
 	<-ctx.Done()
 	step("tearing down")
-	return nil
-}
-
-func report(what, expected string, observe func() string) {
-	fmt.Printf("  %-28s expected: %s\n  %-28s observed: %s\n", what, expected, "", observe())
+	return c.failures, nil
 }

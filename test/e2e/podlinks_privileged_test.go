@@ -3,65 +3,26 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
-
 	"github.com/egressd/egressd/dataplane/tcx"
 	"github.com/egressd/egressd/test/lab"
 	"github.com/egressd/egressd/test/privileged"
 )
 
-// attachedProgram is one program at tcx ingress of an interface.
-type attachedProgram struct {
-	name   string
-	linkID link.ID
-}
-
-// tcxIngress lists the programs at tcx ingress of a node's interface (bpftool 7.1 cannot).
-func tcxIngress(t *testing.T, n *lab.Node, ifname string) []attachedProgram {
+func egressdOn(t *testing.T, n *lab.Node, ifname string) []lab.TCXProgram {
 	t.Helper()
-	var out []attachedProgram
-	err := n.NS.Do(func() error {
-		ifi, err := net.InterfaceByName(ifname)
-		if err != nil {
-			return err
-		}
-		res, err := link.QueryPrograms(link.QueryOptions{Target: ifi.Index, Attach: ebpf.AttachTCXIngress})
-		if err != nil {
-			return err
-		}
-		for _, p := range res.Programs {
-			prog, err := ebpf.NewProgramFromID(p.ID)
-			if err != nil {
-				return err
-			}
-			info, err := prog.Info()
-			prog.Close()
-			if err != nil {
-				return err
-			}
-			id, _ := p.LinkID()
-			out = append(out, attachedProgram{name: info.Name, linkID: id})
-		}
-		return nil
-	})
+	progs, err := n.TCXIngress(ifname)
 	if err != nil {
-		t.Fatalf("query tcx on %s/%s: %v", n.Name, ifname, err)
+		t.Fatal(err)
 	}
-	return out
-}
-
-func egressdOn(t *testing.T, n *lab.Node, ifname string) []attachedProgram {
-	var ours []attachedProgram
-	for _, p := range tcxIngress(t, n, ifname) {
-		if p.name == tcx.ProgramName {
+	var ours []lab.TCXProgram
+	for _, p := range progs {
+		if p.Name == tcx.ProgramName {
 			ours = append(ours, p)
 		}
 	}
@@ -118,7 +79,7 @@ func TestPrivilegedPodInterfacesGetTheClassifier(t *testing.T) {
 	if r := a.TCP("203.0.113.10:443"); r.Outcome != lab.OK {
 		t.Fatalf("traffic through the classifier: %s", r)
 	}
-	before := egressdOn(t, routed, a.HostLink)[0].linkID
+	before := egressdOn(t, routed, a.HostLink)[0].LinkID
 
 	// The agent crashes: what it attached stays attached and traffic flows.
 	routed.Agent.Kill()
@@ -134,7 +95,7 @@ func TestPrivilegedPodInterfacesGetTheClassifier(t *testing.T) {
 	}
 	eventually(t, "classifier on pod d's veth after the restart", 10*time.Second, attachedOnce(t, l, routed, d.HostLink))
 	after := egressdOn(t, routed, a.HostLink)
-	if len(after) != 1 || after[0].linkID != before {
+	if len(after) != 1 || after[0].LinkID != before {
 		t.Fatalf("after restart: %+v, want the same single link %d adopted", after, before)
 	}
 

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -139,4 +141,52 @@ func (n *Node) Dial(ctx context.Context, network, addr string) (net.Conn, error)
 		return err
 	})
 	return c, err
+}
+
+// TCXProgram is one program attached at tcx ingress of a node's interface.
+type TCXProgram struct {
+	Name   string
+	LinkID link.ID
+}
+
+// TCXIngress lists the programs at tcx ingress of one of the node's interfaces (Debian's
+// bpftool 7.1 cannot list tcx programs).
+func (n *Node) TCXIngress(ifname string) ([]TCXProgram, error) {
+	var out []TCXProgram
+	err := n.NS.Do(func() error {
+		ifi, err := net.InterfaceByName(ifname)
+		if err != nil {
+			return err
+		}
+		res, err := link.QueryPrograms(link.QueryOptions{Target: ifi.Index, Attach: ebpf.AttachTCXIngress})
+		if err != nil {
+			return err
+		}
+		for _, p := range res.Programs {
+			prog, err := ebpf.NewProgramFromID(p.ID)
+			if err != nil {
+				return err
+			}
+			info, err := prog.Info()
+			prog.Close()
+			if err != nil {
+				return err
+			}
+			id, _ := p.LinkID()
+			out = append(out, TCXProgram{Name: info.Name, LinkID: id})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tcx programs on %s/%s: %w", n.Name, ifname, err)
+	}
+	return out, nil
+}
+
+// PodFacing is the node interface that faces a pod: its veth (routed), or the bridge.
+func (p *Pod) PodFacing() string {
+	if p.Node.CNI == Bridged {
+		return "cni0"
+	}
+	return p.HostLink
 }
