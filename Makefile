@@ -14,11 +14,11 @@ all: build
 build: ## egressd and egressctl into bin/
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/egressd ./cmd/egressctl
 
-generate: ## deepcopy, clientset, listers, informers, CRDs from api/
+generate: ## deepcopy, clientset, listers, informers, CRDs from api/; bpf2go objects from bpf/src
 	hack/update-codegen.sh
 
 verify-generate: generate ## fails if the committed generated code is stale
-	@git add -N api deploy/crds && git diff --exit-code --stat -- api deploy/crds \
+	@git add -N api deploy/crds bpf && git diff --exit-code --stat -- api deploy/crds bpf \
 	  || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
 deps: ## packages of MACHINE.md and bpffs (root only; no-op when present)

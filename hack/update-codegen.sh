@@ -31,6 +31,9 @@ go tool informer-gen --go-header-file "$hdr" --plural-exceptions "$plural" \
   --versioned-clientset-package "$mod/$out/clientset/versioned" --listers-package "$mod/$out/listers" \
   --output-dir "$out/informers" --output-pkg "$mod/$out/informers" "${full[@]}"
 
+echo ">> bpf2go"
+go generate ./bpf/...
+
 echo ">> CRDs"
 rm -f deploy/crds/*.yaml
 go tool controller-gen crd paths=./api/... output:crd:artifacts:config=deploy/crds

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -92,4 +93,45 @@ func (c *Client) resource(obj *unstructured.Unstructured, ns string) (dynamic.Re
 		obj.SetNamespace(ns)
 	}
 	return c.dyn.Resource(m.Resource).Namespace(obj.GetNamespace()), nil
+}
+
+// Get fetches the object apiVersion/kind ns/name (ns empty for cluster-scoped kinds).
+func (c *Client) Get(ctx context.Context, apiVersion, kind, ns, name string) (*unstructured.Unstructured, error) {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(apiVersion)
+	u.SetKind(kind)
+	u.SetNamespace(ns)
+	ri, err := c.resource(u, ns)
+	if err != nil {
+		return nil, err
+	}
+	return ri.Get(ctx, name, metav1.GetOptions{})
+}
+
+// WaitField waits until the field at a dotted path (e.g. "status.status") of the object equals
+// want, as a user watching `kubectl get -o jsonpath` would. On timeout the error says what the
+// field last held.
+func (c *Client) WaitField(ctx context.Context, apiVersion, kind, ns, name, path, want string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	last := "<object not found>"
+	for {
+		if obj, err := c.Get(ctx, apiVersion, kind, ns, name); err == nil {
+			v, found, _ := unstructured.NestedFieldNoCopy(obj.Object, strings.Split(path, ".")...)
+			last = "<unset>"
+			if found {
+				last = fmt.Sprint(v)
+			}
+			if found && last == want {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s %s/%s %s = %q after %s, want %q", kind, ns, name, path, last, timeout, want)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/egressd/egressd/nodeagent"
@@ -211,5 +212,36 @@ func TestPrivilegedLabSideBySide(t *testing.T) {
 	}
 	if labs[0].ID == labs[1].ID {
 		t.Fatal("same lab id")
+	}
+}
+
+// The lab's DNS server answers with the records and TTLs the test sets, case-insensitively,
+// and counts queries.
+func TestPrivilegedLabDNS(t *testing.T) {
+	privileged.Require(t)
+	l := lab.New(t, lab.Options{Nodes: 1})
+	d, err := l.AddDNS("dns", "198.51.100.53")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Set("www.example.com", 7, "203.0.113.20", "2001:db8::20")
+	p := mustPod(t, l.Nodes[0], l.CP.Namespace(t), "p")
+	ips, ttl, err := p.Lookup(d.Addr, "WWW.Example.com", dns.TypeA)
+	if err != nil || len(ips) != 1 || ips[0].String() != "203.0.113.20" || ttl != 7 {
+		t.Fatalf("A: %v ttl %d err %v", ips, ttl, err)
+	}
+	ips, _, err = p.Lookup(d.Addr, "www.example.com", dns.TypeAAAA)
+	if err != nil || len(ips) != 1 || ips[0].String() != "2001:db8::20" {
+		t.Fatalf("AAAA: %v err %v", ips, err)
+	}
+	d.Set("www.example.com", 0, "203.0.113.21")
+	if ips, ttl, _ := p.Lookup(d.Addr, "www.example.com", dns.TypeA); len(ips) != 1 || ips[0].String() != "203.0.113.21" || ttl != 0 {
+		t.Fatalf("changed answer: %v ttl %d", ips, ttl)
+	}
+	if _, _, err := p.Lookup(d.Addr, "nope.example.com", dns.TypeA); err == nil || !strings.Contains(err.Error(), "NXDOMAIN") {
+		t.Fatalf("unknown name: %v", err)
+	}
+	if n := d.Queries("www.example.com"); n != 3 {
+		t.Errorf("queries = %d, want 3", n)
 	}
 }
