@@ -8,14 +8,89 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
+	"structs"
 
 	"github.com/cilium/ebpf"
 )
+
+type FromPodAddr struct {
+	_      structs.HostLayout
+	Family uint8
+	Pad    [3]uint8
+	Ip     [16]uint8
+}
+
+type FromPodCandidates struct {
+	_ structs.HostLayout
+	N uint32
+	C [32]struct {
+		_        structs.HostLayout
+		Rule     uint16
+		Action   uint8
+		HasPorts uint8
+	}
+}
+
+type FromPodClusterKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Dst       FromPodAddr
+}
+
+type FromPodCounters struct {
+	_       structs.HostLayout
+	Packets uint64
+	Bytes   uint64
+}
+
+type FromPodLpmKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Id        uint32
+	Dst       FromPodAddr
+}
+
+type FromPodPodInfo struct {
+	_        structs.HostLayout
+	NsId     uint32
+	QosClass uint32
+}
+
+type FromPodPortKey struct {
+	_     structs.HostLayout
+	NsId  uint32
+	Rule  uint16
+	Proto uint8
+	Pad   uint8
+	Port  uint16
+	Pad2  uint16
+}
+
+type FromPodQosValue struct {
+	_    structs.HostLayout
+	Dscp uint8
+	Pad  uint8
+	Rule uint16
+	NsId uint32
+}
+
+type FromPodStatKey struct {
+	_    structs.HostLayout
+	NsId uint32
+	Rule uint32
+}
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	FromPodMapEgressdCluster  = "egressd_cluster"
+	FromPodMapEgressdFw       = "egressd_fw"
+	FromPodMapEgressdFwPorts  = "egressd_fw_ports"
+	FromPodMapEgressdFwStats  = "egressd_fw_stats"
+	FromPodMapEgressdPods     = "egressd_pods"
+	FromPodMapEgressdQos      = "egressd_qos"
+	FromPodMapEgressdQosStats = "egressd_qos_stats"
 	FromPodProgEgressdFrompod = "egressd_frompod"
 )
 
@@ -68,6 +143,13 @@ type FromPodProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromPodMapSpecs struct {
+	EgressdCluster  *ebpf.MapSpec `ebpf:"egressd_cluster"`
+	EgressdFw       *ebpf.MapSpec `ebpf:"egressd_fw"`
+	EgressdFwPorts  *ebpf.MapSpec `ebpf:"egressd_fw_ports"`
+	EgressdFwStats  *ebpf.MapSpec `ebpf:"egressd_fw_stats"`
+	EgressdPods     *ebpf.MapSpec `ebpf:"egressd_pods"`
+	EgressdQos      *ebpf.MapSpec `ebpf:"egressd_qos"`
+	EgressdQosStats *ebpf.MapSpec `ebpf:"egressd_qos_stats"`
 }
 
 // FromPodVariableSpecs contains global variables before they are loaded into the kernel.
@@ -96,10 +178,25 @@ func (o *FromPodObjects) Close() error {
 //
 // It can be passed to LoadFromPodObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromPodMaps struct {
+	EgressdCluster  *ebpf.Map `ebpf:"egressd_cluster"`
+	EgressdFw       *ebpf.Map `ebpf:"egressd_fw"`
+	EgressdFwPorts  *ebpf.Map `ebpf:"egressd_fw_ports"`
+	EgressdFwStats  *ebpf.Map `ebpf:"egressd_fw_stats"`
+	EgressdPods     *ebpf.Map `ebpf:"egressd_pods"`
+	EgressdQos      *ebpf.Map `ebpf:"egressd_qos"`
+	EgressdQosStats *ebpf.Map `ebpf:"egressd_qos_stats"`
 }
 
 func (m *FromPodMaps) Close() error {
-	return _FromPodClose()
+	return _FromPodClose(
+		m.EgressdCluster,
+		m.EgressdFw,
+		m.EgressdFwPorts,
+		m.EgressdFwStats,
+		m.EgressdPods,
+		m.EgressdQos,
+		m.EgressdQosStats,
+	)
 }
 
 // FromPodVariables contains all global variables after they have been loaded into the kernel.

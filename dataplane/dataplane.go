@@ -16,12 +16,56 @@ type State struct {
 	// LocalPods are the pods of this node whose traffic egressd classifies: the classifier is
 	// attached to the host interface facing each of them.
 	LocalPods []Pod
+	// ClusterNetworks (pod and service CIDRs) are never subject to EgressFirewall.
+	ClusterNetworks []netip.Prefix
+	Firewalls       []Firewall
+	QoS             []QoS
 }
 
 // Pod is a local pod and its addresses.
 type Pod struct {
 	Origin Origin
 	IPs    []netip.Addr
+	// QoSRules are the indices of the rules of its namespace's EgressQoS that select it.
+	QoSRules []int
+}
+
+// Firewall is one namespace's EgressFirewall, compiled. Err set means it could not be
+// compiled: what is enforced for the namespace stays as it is (fail closed).
+type Firewall struct {
+	Origin Origin
+	Rules  []FirewallRule
+	Err    error
+}
+
+// FirewallRule is one rule with every destination prefix it covers (CIDR, resolved DNS name,
+// selected nodes' addresses). No ports means any port and protocol.
+type FirewallRule struct {
+	Index    int
+	Deny     bool
+	Prefixes []netip.Prefix
+	Ports    []Port
+}
+
+// Port is a protocol (IANA number) and destination port.
+type Port struct {
+	Protocol uint8
+	Port     uint16
+}
+
+// QoS is one namespace's EgressQoS, compiled; Err as for Firewall.
+type QoS struct {
+	Origin Origin
+	Rules  []QoSRule
+	Err    error
+}
+
+// QoSRule marks traffic to Prefixes (both families' default routes when the rule has no
+// dstCIDR) with DSCP.
+type QoSRule struct {
+	Index    int
+	DSCP     uint8
+	Prefixes []netip.Prefix
 }
 
 // Origin names the API object (and rule) an element of State was compiled from.

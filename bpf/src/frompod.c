@@ -1,18 +1,341 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 // egressd's classifier on the host side of every pod-facing interface (tcx ingress), where a
 // pod's packets still carry its own source address, before routing, DNAT and masquerade.
-// For now it only lets packets continue to the next program; the EgressFirewall, EgressQoS
-// and marking logic of DESIGN.md "Packet path" lands here.
+//
+//   1. the source must be a known local pod (egressd_pods), else the packet is not ours;
+//   2. EgressFirewall, for flows the pod initiates (a conntrack reply is never filtered) to
+//      destinations outside the cluster and service networks (egressd_cluster): one LPM lookup
+//      by (namespace, destination) gives the ordered candidate rules for that prefix; the first
+//      whose ports match decides; no match allows;
+//   3. EgressQoS: one LPM lookup by (the pod's QoS class, destination) gives the DSCP, which is
+//      written keeping the ECN bits and fixing the IPv4 checksum;
+//   4. per-rule packet and byte counters in per-CPU maps.
+// Every lookup costs the same for 1 rule or 8000: no loop over rules or CIDRs.
 
 #include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
 
 // From uapi linux/bpf.h (enum tcx_action_base), newer than Debian 12's headers.
 #define TCX_NEXT -1
+#define TCX_DROP 2
+
+#define MAX_CANDIDATES 32
+#define ACTION_ALLOW 0
+#define ACTION_DENY 1
+#define IPPROTO_SCTP_ 132
+
+struct addr {
+	__u8 family; // 4 or 6
+	__u8 pad[3];
+	__u8 ip[16]; // IPv4 in the first 4 bytes
+};
+
+struct pod_info {
+	__u32 ns_id;     // 0: no EgressFirewall in the pod's namespace
+	__u32 qos_class; // 0: no EgressQoS rule selects the pod
+};
+
+struct lpm_key {
+	__u32 prefixlen; // 64 + prefix length: id and family/pad are always matched in full
+	__u32 id;        // namespace id (firewall) or QoS class (qos)
+	struct addr dst;
+};
+
+struct candidate {
+	__u16 rule;
+	__u8 action;
+	__u8 has_ports;
+};
+
+struct candidates {
+	__u32 n;
+	struct candidate c[MAX_CANDIDATES];
+};
+
+struct port_key {
+	__u32 ns_id;
+	__u16 rule;
+	__u8 proto;
+	__u8 pad;
+	__u16 port;
+	__u16 pad2;
+};
+
+struct qos_value {
+	__u8 dscp;
+	__u8 pad;
+	__u16 rule;
+	__u32 ns_id;
+};
+
+struct stat_key {
+	__u32 ns_id;
+	__u32 rule;
+};
+
+struct counters {
+	__u64 packets;
+	__u64 bytes;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__uint(max_entries, 65536);
+	__type(key, struct addr);
+	__type(value, struct pod_info);
+} egressd_pods SEC(".maps");
+
+struct cluster_key {
+	__u32 prefixlen;
+	struct addr dst;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__uint(max_entries, 64);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct cluster_key);
+	__type(value, __u8);
+} egressd_cluster SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__uint(max_entries, 1048576);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lpm_key);
+	__type(value, struct candidates);
+} egressd_fw SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__uint(max_entries, 1048576);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct port_key);
+	__type(value, __u8);
+} egressd_fw_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__uint(max_entries, 1048576);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct stat_key);
+	__type(value, struct counters);
+} egressd_fw_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__uint(max_entries, 1048576);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lpm_key);
+	__type(value, struct qos_value);
+} egressd_qos SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__uint(max_entries, 1048576);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct stat_key);
+	__type(value, struct counters);
+} egressd_qos_stats SEC(".maps");
+
+// Conntrack lookup (kfuncs); the layout of bpf_ct_opts is the kernel's (16 bytes).
+// Opaque to us, but a complete type: kfunc signatures are checked against the kernel BTF.
+struct nf_conn {
+} __attribute__((preserve_access_index));
+struct bpf_ct_opts {
+	__s32 netns_id;
+	__s32 error;
+	__u8 l4proto;
+	__u8 dir;
+	__u16 ct_zone_id;
+	__u8 ct_zone_dir;
+	__u8 reserved[3];
+};
+extern struct nf_conn *bpf_skb_ct_lookup(struct __sk_buff *, struct bpf_sock_tuple *, __u32,
+					 struct bpf_ct_opts *, __u32) __ksym;
+extern void bpf_ct_release(struct nf_conn *) __ksym;
+#define IP_CT_DIR_REPLY 1
+
+struct packet {
+	struct addr src, dst;
+	__u8 proto;
+	__u8 tos;     // IPv4 TOS or IPv6 traffic class
+	__u16 sport;  // host order; 0 when absent (fragment, no L4)
+	__u16 dport;
+	__u32 l3_off; // offset of the IP header
+};
+
+static __always_inline void count(void *map, __u32 ns_id, __u32 rule, __u64 len)
+{
+	struct stat_key k = {.ns_id = ns_id, .rule = rule};
+	struct counters *c = bpf_map_lookup_elem(map, &k);
+	if (c) {
+		c->packets++;
+		c->bytes += len;
+	} else {
+		struct counters init = {.packets = 1, .bytes = len};
+		bpf_map_update_elem(map, &k, &init, BPF_NOEXIST);
+	}
+}
+
+static __always_inline int parse(struct __sk_buff *skb, struct packet *p)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > end)
+		return -1;
+	p->l3_off = sizeof(*eth);
+	void *l4;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+		if ((void *)(ip + 1) > end || ip->ihl < 5)
+			return -1;
+		p->src.family = p->dst.family = 4;
+		__builtin_memcpy(p->src.ip, &ip->saddr, 4);
+		__builtin_memcpy(p->dst.ip, &ip->daddr, 4);
+		p->proto = ip->protocol;
+		p->tos = ip->tos;
+		if (ip->frag_off & bpf_htons(0x1fff))
+			return 0; // a later fragment: no ports
+		l4 = (void *)ip + ip->ihl * 4;
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+		if ((void *)(ip6 + 1) > end)
+			return -1;
+		p->src.family = p->dst.family = 6;
+		__builtin_memcpy(p->src.ip, &ip6->saddr, 16);
+		__builtin_memcpy(p->dst.ip, &ip6->daddr, 16);
+		p->proto = ip6->nexthdr; // extension headers: no ports, CIDR rules still apply
+		p->tos = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
+		l4 = ip6 + 1;
+	} else {
+		return -1;
+	}
+	if (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP || p->proto == IPPROTO_SCTP_) {
+		__u16 *ports = l4; // source and destination port lead all three headers
+		if ((void *)(ports + 2) > end)
+			return 0; // truncated: no ports, so only rules without ports can match it
+		p->sport = bpf_ntohs(ports[0]);
+		p->dport = bpf_ntohs(ports[1]);
+	}
+	return 0;
+}
+
+// is_reply says whether conntrack knows this packet as the reply direction of a connection
+// someone else initiated towards the pod.
+static __always_inline int is_reply(struct __sk_buff *skb, struct packet *p)
+{
+	if (p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP)
+		return 0;
+	struct bpf_sock_tuple t = {};
+	__u32 len;
+	if (p->src.family == 4) {
+		__builtin_memcpy(&t.ipv4.saddr, p->src.ip, 4);
+		__builtin_memcpy(&t.ipv4.daddr, p->dst.ip, 4);
+		t.ipv4.sport = bpf_htons(p->sport);
+		t.ipv4.dport = bpf_htons(p->dport);
+		len = sizeof(t.ipv4);
+	} else {
+		__builtin_memcpy(t.ipv6.saddr, p->src.ip, 16);
+		__builtin_memcpy(t.ipv6.daddr, p->dst.ip, 16);
+		t.ipv6.sport = bpf_htons(p->sport);
+		t.ipv6.dport = bpf_htons(p->dport);
+		len = sizeof(t.ipv6);
+	}
+	struct bpf_ct_opts opts = {.netns_id = -1, .l4proto = p->proto};
+	struct nf_conn *ct = bpf_skb_ct_lookup(skb, &t, len, &opts, sizeof(opts));
+	if (!ct)
+		return 0;
+	int reply = opts.dir == IP_CT_DIR_REPLY;
+	bpf_ct_release(ct);
+	return reply;
+}
+
+static __always_inline int firewall(struct __sk_buff *skb, struct packet *p, __u32 ns_id)
+{
+	struct lpm_key k = {.prefixlen = 64 + (p->dst.family == 4 ? 32 : 128), .id = ns_id, .dst = p->dst};
+	struct candidates *cs = bpf_map_lookup_elem(&egressd_fw, &k);
+	if (!cs)
+		return TCX_NEXT;
+	__u32 n = cs->n;
+	for (__u32 i = 0; i < MAX_CANDIDATES; i++) {
+		if (i >= n)
+			break;
+		struct candidate c = cs->c[i];
+		if (c.has_ports) {
+			struct port_key pk = {.ns_id = ns_id, .rule = c.rule, .proto = p->proto, .port = p->dport};
+			if (!p->dport || !bpf_map_lookup_elem(&egressd_fw_ports, &pk))
+				continue;
+		}
+		count(&egressd_fw_stats, ns_id, c.rule, skb->len);
+		return c.action == ACTION_DENY ? TCX_DROP : TCX_NEXT;
+	}
+	return TCX_NEXT;
+}
+
+static __always_inline void qos(struct __sk_buff *skb, struct packet *p, __u32 class)
+{
+	struct lpm_key k = {.prefixlen = 64 + (p->dst.family == 4 ? 32 : 128), .id = class, .dst = p->dst};
+	struct qos_value *v = bpf_map_lookup_elem(&egressd_qos, &k);
+	if (!v)
+		return;
+	count(&egressd_qos_stats, v->ns_id, v->rule, skb->len);
+	__u8 tos = (v->dscp << 2) | (p->tos & 3);
+	if (tos == p->tos)
+		return;
+	if (p->dst.family == 4) {
+		// The 16-bit word holding version/IHL and TOS, before and after, for the checksum.
+		__u8 vihl;
+		if (bpf_skb_load_bytes(skb, p->l3_off, &vihl, 1))
+			return;
+		__u16 old = bpf_htons(((__u16)vihl << 8) | p->tos);
+		__u16 new = bpf_htons(((__u16)vihl << 8) | tos);
+		bpf_l3_csum_replace(skb, p->l3_off + offsetof(struct iphdr, check), old, new, 2);
+		bpf_skb_store_bytes(skb, p->l3_off + offsetof(struct iphdr, tos), &tos, 1, 0);
+	} else {
+		__u8 b[2];
+		if (bpf_skb_load_bytes(skb, p->l3_off, b, 2))
+			return;
+		b[0] = (b[0] & 0xf0) | (tos >> 4);
+		b[1] = (b[1] & 0x0f) | (tos << 4);
+		bpf_skb_store_bytes(skb, p->l3_off, b, 2, 0);
+	}
+}
 
 SEC("tcx/ingress")
 int egressd_frompod(struct __sk_buff *skb)
 {
+	struct packet p = {};
+	if (parse(skb, &p))
+		return TCX_NEXT; // not IP, or malformed: not ours to judge
+	struct pod_info *pod = bpf_map_lookup_elem(&egressd_pods, &p.src);
+	if (!pod)
+		return TCX_NEXT;
+	__u32 ns_id = pod->ns_id, class = pod->qos_class;
+	if (ns_id) {
+		struct cluster_key ck = {.prefixlen = 32 + (p.dst.family == 4 ? 32 : 128), .dst = p.dst};
+		if (!bpf_map_lookup_elem(&egressd_cluster, &ck) && !is_reply(skb, &p)) {
+			if (firewall(skb, &p, ns_id) == TCX_DROP)
+				return TCX_DROP;
+		}
+	}
+	if (class)
+		qos(skb, &p, class);
 	return TCX_NEXT;
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/tcx"
 	"github.com/egressd/egressd/internal/version"
 )
@@ -67,6 +68,10 @@ func cleanup(pinRoot string, out io.Writer) error {
 		return fmt.Errorf("detach classifier links under %s: %w", pinRoot, err)
 	}
 	fmt.Fprintf(out, "detached classifier links pinned under %s\n", tcx.LinksDir(pinRoot))
+	if err := classifier.Cleanup(pinRoot); err != nil {
+		return fmt.Errorf("remove classifier maps under %s: %w", pinRoot, err)
+	}
+	fmt.Fprintf(out, "removed classifier maps under %s\n", pinRoot)
 	if err := os.Remove(pinRoot); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove %s: %w", pinRoot, err)
 	}

@@ -1,5 +1,6 @@
 // Package kernel is the Applier that programs the node's kernel, composed of one part per
-// kernel facility (bpf attachment today; nftables, routing, addresses and BFD as features land).
+// kernel facility (classifier maps and attachment today; nftables, routing, addresses and BFD
+// as features land).
 package kernel
 
 import (
@@ -11,28 +12,35 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/tcx"
 )
 
 // Dataplane programs the kernel of the network namespace the process runs in.
 type Dataplane struct {
-	attacher *tcx.Attacher
-	changed  chan struct{}
-	done     chan struct{}
-	log      *slog.Logger
+	classifier *classifier.Classifier
+	attacher   *tcx.Attacher
+	changed    chan struct{}
+	done       chan struct{}
+	log        *slog.Logger
 }
 
 // New adopts what a previous agent left under pinRoot (so that enforcement continues without a
 // gap) and starts watching link changes.
 func New(pinRoot string, log *slog.Logger) (*Dataplane, error) {
-	a, err := tcx.New(pinRoot)
+	c, err := classifier.Load(pinRoot)
 	if err != nil {
 		return nil, err
 	}
-	d := &Dataplane{attacher: a, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
+	a, err := tcx.New(pinRoot, c.Program)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	d := &Dataplane{classifier: c, attacher: a, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
 	updates := make(chan netlink.LinkUpdate, 64)
 	if err := netlink.LinkSubscribe(updates, d.done); err != nil {
-		a.Close()
+		d.Close()
 		return nil, fmt.Errorf("subscribe to link changes: %w", err)
 	}
 	go func() {
@@ -53,7 +61,8 @@ func (d *Dataplane) Changed() <-chan struct{} { return d.changed }
 
 // Apply makes the kernel match s.
 func (d *Dataplane) Apply(_ context.Context, s *dataplane.State) dataplane.Result {
-	res := dataplane.Result{Failed: map[dataplane.Origin]error{}}
+	// Maps first: a newly attached interface must find its pod's entries already there.
+	res := dataplane.Result{Failed: d.classifier.Apply(s)}
 	want := map[string]int{}
 	owners := map[string][]dataplane.Origin{}
 	for _, p := range s.LocalPods {
@@ -103,4 +112,5 @@ func podFacing(ip netip.Addr) (string, int, error) {
 func (d *Dataplane) Close() {
 	close(d.done)
 	d.attacher.Close()
+	d.classifier.Close()
 }

@@ -14,8 +14,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-
-	"github.com/egressd/egressd/bpf"
 )
 
 // ProgramName is the classifier's name as bpftool and link.QueryPrograms show it.
@@ -38,18 +36,13 @@ type attached struct {
 // LinksDir is where the links of a pin root are pinned.
 func LinksDir(pinRoot string) string { return filepath.Join(pinRoot, "links") }
 
-// New loads the classifier and adopts the links a previous agent pinned: each still on its
-// interface gets the new program in place; those whose interface is gone are unpinned.
-func New(pinRoot string) (*Attacher, error) {
-	a := &Attacher{dir: LinksDir(pinRoot), links: map[string]*attached{}}
+// New adopts the links a previous agent pinned: each still on its interface gets prog in
+// place; those whose interface is gone are unpinned.
+func New(pinRoot string, prog *ebpf.Program) (*Attacher, error) {
+	a := &Attacher{dir: LinksDir(pinRoot), links: map[string]*attached{}, prog: prog}
 	if err := os.MkdirAll(a.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("pin directory %s (is bpffs mounted?): %w", a.dir, err)
 	}
-	var objs bpf.FromPodObjects
-	if err := bpf.LoadFromPodObjects(&objs, nil); err != nil {
-		return nil, fmt.Errorf("load %s: %w", ProgramName, err)
-	}
-	a.prog = objs.EgressdFrompod
 	entries, err := os.ReadDir(a.dir)
 	if err != nil {
 		return nil, err
@@ -135,10 +128,9 @@ func (a *Attacher) Close() {
 	for _, at := range a.links {
 		at.link.Close()
 	}
-	a.prog.Close()
 }
 
-// Cleanup detaches everything pinned under pinRoot (egressctl cleanup).
+// Cleanup detaches every link pinned under pinRoot (egressctl cleanup).
 func Cleanup(pinRoot string) error {
 	dir := LinksDir(pinRoot)
 	entries, err := os.ReadDir(dir)

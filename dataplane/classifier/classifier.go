@@ -1,0 +1,371 @@
+package classifier
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/egressd/egressd/bpf"
+	"github.com/egressd/egressd/dataplane"
+)
+
+// Classifier owns the program and maps of bpf/src/frompod.c, pinned by name under the pin root
+// so that a restarted agent finds the maps its links' program still uses.
+type Classifier struct {
+	Program *ebpf.Program
+	objs    bpf.FromPodObjects
+	written content
+	// names maps ids to what they stand for, as of the last Apply.
+	names map[uint32]string
+}
+
+// content is what egressd wrote to the maps, to diff against.
+type content struct {
+	pods    map[bpf.FromPodAddr]bpf.FromPodPodInfo
+	cluster map[bpf.FromPodClusterKey]uint8
+	fw      map[bpf.FromPodLpmKey]bpf.FromPodCandidates
+	ports   map[bpf.FromPodPortKey]uint8
+	qos     map[bpf.FromPodLpmKey]bpf.FromPodQosValue
+}
+
+func newContent() content {
+	return content{
+		pods: map[bpf.FromPodAddr]bpf.FromPodPodInfo{}, cluster: map[bpf.FromPodClusterKey]uint8{},
+		fw: map[bpf.FromPodLpmKey]bpf.FromPodCandidates{}, ports: map[bpf.FromPodPortKey]uint8{},
+		qos: map[bpf.FromPodLpmKey]bpf.FromPodQosValue{},
+	}
+}
+
+// Load loads the classifier, reusing the maps pinned under pinRoot (their content keeps
+// enforcing until the first Apply rewrites what changed).
+func Load(pinRoot string) (*Classifier, error) {
+	if err := os.MkdirAll(pinRoot, 0o755); err != nil {
+		return nil, fmt.Errorf("pin root %s (is bpffs mounted?): %w", pinRoot, err)
+	}
+	c := &Classifier{}
+	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: pinRoot}}
+	err := bpf.LoadFromPodObjects(&c.objs, opts)
+	if errors.Is(err, ebpf.ErrMapIncompatible) {
+		// An upgrade changed a map's layout: start these maps afresh.
+		for _, name := range mapNames {
+			os.Remove(pinRoot + "/" + name)
+		}
+		err = bpf.LoadFromPodObjects(&c.objs, opts)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load classifier: %w", err)
+	}
+	c.Program = c.objs.EgressdFrompod
+	if c.written, err = c.read(); err != nil {
+		c.objs.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+var mapNames = []string{"egressd_pods", "egressd_cluster", "egressd_fw", "egressd_fw_ports", "egressd_fw_stats", "egressd_qos", "egressd_qos_stats"}
+
+// read loads what the pinned maps hold (a previous agent's state).
+func (c *Classifier) read() (content, error) {
+	w := newContent()
+	errs := []error{
+		readMap(c.objs.EgressdPods, w.pods), readMap(c.objs.EgressdCluster, w.cluster),
+		readMap(c.objs.EgressdFw, w.fw), readMap(c.objs.EgressdFwPorts, w.ports), readMap(c.objs.EgressdQos, w.qos),
+	}
+	return w, errors.Join(errs...)
+}
+
+func readMap[K comparable, V any](m *ebpf.Map, into map[K]V) error {
+	var k K
+	var v V
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		into[k] = v
+	}
+	return it.Err()
+}
+
+// Close releases file descriptors; pinned maps and what uses them stay.
+func (c *Classifier) Close() { c.objs.Close() }
+
+// ID is the stable classifier id of a name (namespace, or namespace + QoS rule set): the same
+// after a restart, so that a new agent's entries line up with the old ones. 0 means none.
+func ID(name string, taken map[uint32]string) uint32 {
+	for salt := 0; ; salt++ {
+		h := fnv.New32a()
+		h.Write([]byte(name))
+		if salt > 0 {
+			h.Write([]byte("#" + strconv.Itoa(salt)))
+		}
+		id := h.Sum32()
+		if id != 0 && (taken[id] == "" || taken[id] == name) {
+			taken[id] = name
+			return id
+		}
+	}
+}
+
+func addrOf(a netip.Addr) bpf.FromPodAddr {
+	k := bpf.FromPodAddr{Family: 6}
+	if a.Is4() {
+		k.Family = 4
+		b := a.As4()
+		copy(k.Ip[:], b[:])
+	} else {
+		k.Ip = a.As16()
+	}
+	return k
+}
+
+func lpmKey(id uint32, p netip.Prefix) bpf.FromPodLpmKey {
+	return bpf.FromPodLpmKey{Prefixlen: uint32(64 + p.Bits()), Id: id, Dst: addrOf(p.Addr())}
+}
+
+// Apply writes the classifier's part of s, returning failures per object. A policy that failed
+// to compile or does not fit keeps every entry it had (fail closed).
+func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
+	failed := map[dataplane.Origin]error{}
+	want := newContent()
+	keep := map[uint32]bool{} // ids whose previous entries stay
+	taken := map[uint32]string{}
+
+	nsID := map[string]uint32{}
+	for _, fw := range sortedFirewalls(s.Firewalls) {
+		id := ID("fw/"+fw.Origin.Namespace, taken)
+		nsID[fw.Origin.Namespace] = id
+		if err := fw.Err; err != nil {
+			failed[fw.Origin] = err
+			keep[id] = true
+			continue
+		}
+		if err := firewallEntries(id, fw.Rules, &want); err != nil {
+			failed[fw.Origin] = err
+			keep[id] = true
+		}
+	}
+	qosByNS := map[string]dataplane.QoS{}
+	for _, q := range s.QoS {
+		qosByNS[q.Origin.Namespace] = q
+	}
+	classes := map[string]uint32{}
+	for _, p := range s.LocalPods {
+		info := bpf.FromPodPodInfo{NsId: nsID[p.Origin.Namespace]}
+		if q, ok := qosByNS[p.Origin.Namespace]; ok && len(p.QoSRules) > 0 {
+			name := "qos/" + p.Origin.Namespace + "/" + joinInts(p.QoSRules)
+			id, seen := classes[name]
+			if !seen {
+				id = ID(name, taken)
+				classes[name] = id
+				if q.Err != nil {
+					failed[q.Origin] = q.Err
+					keep[id] = true
+				} else if err := qosEntries(id, ID("fw/"+p.Origin.Namespace, taken), selected(q.Rules, p.QoSRules), &want); err != nil {
+					failed[q.Origin] = err
+					keep[id] = true
+				}
+			}
+			info.QosClass = id
+		}
+		for _, ip := range p.IPs {
+			want.pods[addrOf(ip)] = info
+		}
+	}
+	for _, p := range s.ClusterNetworks {
+		want.cluster[bpf.FromPodClusterKey{Prefixlen: uint32(32 + p.Bits()), Dst: addrOf(p.Masked().Addr())}] = 1
+	}
+	c.names = taken
+	// Entries of ids that failed stay as written.
+	for k, v := range c.written.fw {
+		if keep[k.Id] {
+			want.fw[k] = v
+		}
+	}
+	for k, v := range c.written.ports {
+		if keep[k.NsId] {
+			want.ports[k] = v
+		}
+	}
+	for k, v := range c.written.qos {
+		if keep[k.Id] {
+			want.qos[k] = v
+		}
+	}
+	// Adds and changes before removals: every destination sees either the old or the new
+	// verdict, never a mixture (a removed prefix falls back to an already updated shorter one).
+	errs := []error{
+		sync(c.objs.EgressdFwPorts, c.written.ports, want.ports),
+		sync(c.objs.EgressdFw, c.written.fw, want.fw),
+		sync(c.objs.EgressdQos, c.written.qos, want.qos),
+		sync(c.objs.EgressdCluster, c.written.cluster, want.cluster),
+		sync(c.objs.EgressdPods, c.written.pods, want.pods),
+	}
+	if err := errors.Join(errs...); err != nil {
+		for _, fw := range s.Firewalls {
+			if failed[fw.Origin] == nil {
+				failed[fw.Origin] = fmt.Errorf("program classifier maps: %w", err)
+			}
+		}
+	}
+	return failed
+}
+
+func sortedFirewalls(fws []dataplane.Firewall) []dataplane.Firewall {
+	out := append([]dataplane.Firewall(nil), fws...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Origin.Namespace < out[j].Origin.Namespace })
+	return out
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+func selected(rules []dataplane.QoSRule, idx []int) []dataplane.QoSRule {
+	var out []dataplane.QoSRule
+	for _, r := range rules {
+		for _, i := range idx {
+			if r.Index == i {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+func firewallEntries(id uint32, rules []dataplane.FirewallRule, into *content) error {
+	trs := make([]Rule, len(rules))
+	for i, r := range rules {
+		trs[i] = Rule{Index: r.Index, Deny: r.Deny, Prefixes: r.Prefixes, HasPorts: len(r.Ports) > 0}
+		for _, p := range r.Ports {
+			into.ports[bpf.FromPodPortKey{NsId: id, Rule: uint16(r.Index), Proto: p.Protocol, Port: p.Port}] = 1
+		}
+	}
+	table, err := Table(trs)
+	if err != nil {
+		return err
+	}
+	for p, cs := range table {
+		var v bpf.FromPodCandidates
+		v.N = uint32(len(cs))
+		for i, cand := range cs {
+			v.C[i].Rule = uint16(cand.Index)
+			v.C[i].HasPorts = b2u(cand.HasPorts)
+			v.C[i].Action = b2u(cand.Deny)
+		}
+		into.fw[lpmKey(id, p)] = v
+	}
+	return nil
+}
+
+func qosEntries(class, nsID uint32, rules []dataplane.QoSRule, into *content) error {
+	trs := make([]Rule, len(rules))
+	dscp := map[int]uint8{}
+	for i, r := range rules {
+		trs[i] = Rule{Index: r.Index, Prefixes: r.Prefixes}
+		dscp[r.Index] = r.DSCP
+	}
+	table, err := Table(trs)
+	if err != nil {
+		return err
+	}
+	for p, cs := range table {
+		into.qos[lpmKey(class, p)] = bpf.FromPodQosValue{Dscp: dscp[cs[0].Index], Rule: uint16(cs[0].Index), NsId: nsID}
+	}
+	return nil
+}
+
+func b2u(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// sync makes m hold want, given that it holds have; have becomes want on success.
+func sync[K comparable, V comparable](m *ebpf.Map, have, want map[K]V) error {
+	var errs []error
+	for k, v := range want {
+		if old, ok := have[k]; ok && old == v {
+			continue
+		}
+		if err := m.Put(k, v); err != nil {
+			errs = append(errs, fmt.Errorf("%s: update: %w", m.String(), err))
+			continue
+		}
+		have[k] = v
+	}
+	for k := range have {
+		if _, ok := want[k]; ok {
+			continue
+		}
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("%s: delete: %w", m.String(), err))
+			continue
+		}
+		delete(have, k)
+	}
+	return errors.Join(errs...)
+}
+
+// Cleanup removes the classifier's pinned maps under pinRoot (egressctl cleanup).
+func Cleanup(pinRoot string) error {
+	var errs []error
+	for _, name := range mapNames {
+		if err := os.Remove(pinRoot + "/" + name); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RuleRef names a rule of a namespace's policy, for counters.
+type RuleRef struct {
+	Namespace string
+	Rule      int
+}
+
+// Counters of one rule, summed over CPUs.
+type Counters struct {
+	Packets, Bytes uint64
+}
+
+// FirewallCounters reads the per-rule counters of EgressFirewall rules that matched.
+func (c *Classifier) FirewallCounters() (map[RuleRef]Counters, error) {
+	return c.counters(c.objs.EgressdFwStats)
+}
+
+// QoSCounters reads the per-rule counters of EgressQoS rules that marked packets.
+func (c *Classifier) QoSCounters() (map[RuleRef]Counters, error) {
+	return c.counters(c.objs.EgressdQosStats)
+}
+
+func (c *Classifier) counters(m *ebpf.Map) (map[RuleRef]Counters, error) {
+	out := map[RuleRef]Counters{}
+	var k bpf.FromPodStatKey
+	var per []bpf.FromPodCounters
+	it := m.Iterate()
+	for it.Next(&k, &per) {
+		ns, ok := c.names[k.NsId]
+		if !ok {
+			continue // a namespace gone since
+		}
+		ref := RuleRef{Namespace: strings.TrimPrefix(ns, "fw/"), Rule: int(k.Rule)}
+		sum := out[ref]
+		for _, v := range per {
+			sum.Packets += v.Packets
+			sum.Bytes += v.Bytes
+		}
+		out[ref] = sum
+	}
+	return out, it.Err()
+}

@@ -1,0 +1,281 @@
+package classifier_test
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/dataplane/classifier"
+	"github.com/egressd/egressd/test/privileged"
+)
+
+const (
+	tcxNext = 0xffffffff // TCX_NEXT (-1)
+	tcxDrop = 2
+)
+
+var (
+	podA  = netip.MustParseAddr("10.244.0.5")
+	podA6 = netip.MustParseAddr("fd00:10:244::5")
+	podB  = netip.MustParseAddr("10.244.0.6") // namespace without policies
+	pfxs  = func(s ...string) (out []netip.Prefix) {
+		for _, x := range s {
+			out = append(out, netip.MustParsePrefix(x))
+		}
+		return
+	}
+	origins = dataplane.Origin{Kind: "EgressFirewall", Namespace: "a", Name: "default"}
+)
+
+func load(t *testing.T) *classifier.Classifier {
+	t.Helper()
+	privileged.Require(t)
+	root := fmt.Sprintf("/sys/fs/bpf/egressd-test-classifier-%d", os.Getpid())
+	c, err := classifier.Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); os.RemoveAll(root) })
+	return c
+}
+
+// pkt builds an Ethernet frame from src to dst; proto "tcp", "udp", "sctp", "icmp".
+func pkt(t *testing.T, src, dst netip.Addr, proto string, dport uint16, tos uint8, frag bool) []byte {
+	t.Helper()
+	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}}
+	var l3 gopacket.NetworkLayer
+	var ipProto layers.IPProtocol
+	switch proto {
+	case "tcp":
+		ipProto = layers.IPProtocolTCP
+	case "udp":
+		ipProto = layers.IPProtocolUDP
+	case "sctp":
+		ipProto = layers.IPProtocolSCTP
+	default:
+		ipProto = layers.IPProtocolICMPv4
+		if src.Is6() {
+			ipProto = layers.IPProtocolICMPv6
+		}
+	}
+	if src.Is4() {
+		eth.EthernetType = layers.EthernetTypeIPv4
+		ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, TOS: tos, Protocol: ipProto, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+		if frag {
+			ip.FragOffset = 100
+		}
+		l3 = ip
+	} else {
+		eth.EthernetType = layers.EthernetTypeIPv6
+		l3 = &layers.IPv6{Version: 6, HopLimit: 64, TrafficClass: tos, NextHeader: ipProto, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+	}
+	var l4 gopacket.SerializableLayer
+	switch proto {
+	case "tcp":
+		tcp := &layers.TCP{SrcPort: 40000, DstPort: layers.TCPPort(dport), SYN: true, Window: 1000}
+		_ = tcp.SetNetworkLayerForChecksum(l3)
+		l4 = tcp
+	case "udp":
+		udp := &layers.UDP{SrcPort: 40000, DstPort: layers.UDPPort(dport)}
+		_ = udp.SetNetworkLayerForChecksum(l3)
+		l4 = udp
+	case "sctp":
+		l4 = &layers.SCTP{SrcPort: 40000, DstPort: layers.SCTPPort(dport)}
+	default:
+		l4 = gopacket.Payload([]byte{8, 0, 0, 0, 0, 0, 0, 0})
+	}
+	buf := gopacket.NewSerializeBuffer()
+	if frag { // a later fragment carries no L4 header
+		l4 = gopacket.Payload([]byte("0123456789abcdef"))
+	}
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{ComputeChecksums: true, FixLengths: true}, eth, l3.(gopacket.SerializableLayer), l4); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func run(t *testing.T, c *classifier.Classifier, data []byte) (uint32, []byte) {
+	t.Helper()
+	out := make([]byte, len(data)+64)
+	opts := ebpf.RunOptions{Data: data, DataOut: out}
+	ret, err := c.Program.Run(&opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ret, opts.DataOut
+}
+
+func firewallState() *dataplane.State {
+	return &dataplane.State{
+		LocalPods: []dataplane.Pod{
+			{Origin: dataplane.Origin{Kind: "Pod", Namespace: "a", Name: "pa"}, IPs: []netip.Addr{podA, podA6}},
+			{Origin: dataplane.Origin{Kind: "Pod", Namespace: "b", Name: "pb"}, IPs: []netip.Addr{podB}},
+		},
+		ClusterNetworks: pfxs("10.244.0.0/16", "fd00:10:244::/48", "10.96.0.0/16"),
+		Firewalls: []dataplane.Firewall{{Origin: origins, Rules: []dataplane.FirewallRule{
+			{Index: 0, Prefixes: pfxs("192.0.2.0/24", "2001:db8::/32"), Ports: []dataplane.Port{{Protocol: 6, Port: 443}, {Protocol: 132, Port: 9}}},
+			{Index: 1, Prefixes: pfxs("198.51.100.7/32")},
+			{Index: 2, Deny: true, Prefixes: pfxs("0.0.0.0/0", "::/0")},
+		}}},
+	}
+}
+
+func TestPrivilegedClassifierFirewallVerdicts(t *testing.T) {
+	c := load(t)
+	if failed := c.Apply(firewallState()); len(failed) > 0 {
+		t.Fatal(failed)
+	}
+	ip := netip.MustParseAddr
+	for _, tc := range []struct {
+		name    string
+		src     netip.Addr
+		dst     string
+		proto   string
+		port    uint16
+		frag    bool
+		verdict uint32
+	}{
+		{"allowed cidr+port", podA, "192.0.2.1", "tcp", 443, false, tcxNext},
+		{"same cidr other port", podA, "192.0.2.1", "tcp", 80, false, tcxDrop},
+		{"same cidr udp 443", podA, "192.0.2.1", "udp", 443, false, tcxDrop},
+		{"sctp port rule", podA, "192.0.2.1", "sctp", 9, false, tcxNext},
+		{"allowed host", podA, "198.51.100.7", "udp", 53, false, tcxNext},
+		{"denied elsewhere", podA, "203.0.113.1", "tcp", 443, false, tcxDrop},
+		{"icmp denied", podA, "203.0.113.1", "icmp", 0, false, tcxDrop},
+		{"pod to pod never filtered", podA, "10.244.3.9", "tcp", 80, false, tcxNext},
+		{"service network never filtered", podA, "10.96.0.10", "udp", 53, false, tcxNext},
+		{"namespace without firewall", podB, "203.0.113.1", "tcp", 443, false, tcxNext},
+		{"unknown source", ip("10.244.9.9").Unmap(), "203.0.113.1", "tcp", 443, false, tcxNext},
+		{"later fragment to port-only allow is denied", podA, "192.0.2.1", "tcp", 443, true, tcxDrop},
+		{"v6 allowed", podA6, "2001:db8::1", "tcp", 443, false, tcxNext},
+		{"v6 denied", podA6, "2001:db8::1", "tcp", 22, false, tcxDrop},
+		{"v6 pod to pod", podA6, "fd00:10:244:1::7", "udp", 53, false, tcxNext},
+	} {
+		got, _ := run(t, c, pkt(t, tc.src, ip(tc.dst), tc.proto, tc.port, 0, tc.frag))
+		if got != tc.verdict {
+			t.Errorf("%s: verdict %#x, want %#x", tc.name, got, tc.verdict)
+		}
+	}
+	// Malformed: a TCP header cut short is judged without ports (denied here), never passed.
+	full := pkt(t, podA, ip("192.0.2.1"), "tcp", 443, 0, false)
+	if got, _ := run(t, c, full[:14+20+2]); got != tcxDrop {
+		t.Errorf("truncated TCP to a port-only allow: %#x, want drop", got)
+	}
+	arp := append(append([]byte{}, full[:12]...), 0x08, 0x06) // ARP: not IP, not ours to judge
+	if got, _ := run(t, c, append(arp, make([]byte, 28)...)); got != tcxNext {
+		t.Errorf("ARP: %#x, want next", got)
+	}
+}
+
+func TestPrivilegedClassifierCounters(t *testing.T) {
+	c := load(t)
+	if failed := c.Apply(firewallState()); len(failed) > 0 {
+		t.Fatal(failed)
+	}
+	data := pkt(t, podA, netip.MustParseAddr("203.0.113.1"), "udp", 53, 0, false)
+	for range 3 {
+		run(t, c, data)
+	}
+	stats, err := c.FirewallCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := stats[classifier.RuleRef{Namespace: "a", Rule: 2}]
+	if got.Packets != 3 || got.Bytes != 3*uint64(len(data)) {
+		t.Errorf("deny rule counters %+v, want 3 packets, %d bytes", got, 3*len(data))
+	}
+}
+
+func TestPrivilegedClassifierDSCP(t *testing.T) {
+	c := load(t)
+	st := &dataplane.State{
+		LocalPods: []dataplane.Pod{{Origin: dataplane.Origin{Kind: "Pod", Namespace: "q", Name: "p"}, IPs: []netip.Addr{podA, podA6}, QoSRules: []int{0, 1}}},
+		QoS: []dataplane.QoS{{Origin: dataplane.Origin{Kind: "EgressQoS", Namespace: "q", Name: "default"}, Rules: []dataplane.QoSRule{
+			{Index: 0, DSCP: 46, Prefixes: pfxs("203.0.113.0/24", "2001:db8::/32")},
+			{Index: 1, DSCP: 10, Prefixes: pfxs("0.0.0.0/0", "::/0")},
+		}}},
+	}
+	if failed := c.Apply(st); len(failed) > 0 {
+		t.Fatal(failed)
+	}
+	for _, tc := range []struct {
+		dst       string
+		tos, want uint8
+	}{
+		{"203.0.113.9", 0, 46<<2 | 0},
+		{"203.0.113.9", 3, 46<<2 | 3}, // ECN kept
+		{"192.0.2.1", 1, 10<<2 | 1},
+		{"2001:db8::9", 2, 46<<2 | 2},
+		{"2001:db9::9", 0, 10 << 2},
+	} {
+		dst := netip.MustParseAddr(tc.dst)
+		src := podA
+		if dst.Is6() {
+			src = podA6
+		}
+		ret, out := run(t, c, pkt(t, src, dst, "udp", 53, tc.tos, false))
+		if ret != tcxNext {
+			t.Fatalf("verdict %#x", ret)
+		}
+		p := gopacket.NewPacket(out, layers.LayerTypeEthernet, gopacket.Default)
+		if dst.Is4() {
+			ip := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+			if ip.TOS != tc.want {
+				t.Errorf("%s tos %#x: got %#x, want %#x", tc.dst, tc.tos, ip.TOS, tc.want)
+			}
+			if sum := ipv4Checksum(out[14 : 14+20]); sum != 0 {
+				t.Errorf("%s: IPv4 header checksum does not verify (%#x)", tc.dst, sum)
+			}
+		} else {
+			ip := p.Layer(layers.LayerTypeIPv6).(*layers.IPv6)
+			if ip.TrafficClass != tc.want || ip.FlowLabel != 0 {
+				t.Errorf("%s tclass %#x: got %#x flow %d, want %#x", tc.dst, tc.tos, ip.TrafficClass, ip.FlowLabel, tc.want)
+			}
+		}
+	}
+}
+
+// ipv4Checksum is the one's complement sum over a header; 0 when its checksum is right.
+func ipv4Checksum(h []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(h); i += 2 {
+		sum += uint32(h[i])<<8 | uint32(h[i+1])
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
+}
+
+// An update that cannot compile keeps what the namespace had (fail closed).
+func TestPrivilegedClassifierFailClosed(t *testing.T) {
+	c := load(t)
+	if failed := c.Apply(firewallState()); len(failed) > 0 {
+		t.Fatal(failed)
+	}
+	bad := firewallState()
+	bad.Firewalls[0] = dataplane.Firewall{Origin: origins, Err: fmt.Errorf("invalid")}
+	if failed := c.Apply(bad); failed[origins] == nil {
+		t.Fatal("no failure reported")
+	}
+	if got, _ := run(t, c, pkt(t, podA, netip.MustParseAddr("203.0.113.1"), "tcp", 443, 0, false)); got != tcxDrop {
+		t.Errorf("after a failed update the deny is gone (%#x)", got)
+	}
+	if got, _ := run(t, c, pkt(t, podA, netip.MustParseAddr("192.0.2.1"), "tcp", 443, 0, false)); got != tcxNext {
+		t.Errorf("after a failed update the allow is gone (%#x)", got)
+	}
+	// Deleting the firewall removes its entries.
+	none := firewallState()
+	none.Firewalls = nil
+	c.Apply(none)
+	if got, _ := run(t, c, pkt(t, podA, netip.MustParseAddr("203.0.113.1"), "tcp", 443, 0, false)); got != tcxNext {
+		t.Errorf("firewall deleted but still enforced (%#x)", got)
+	}
+}
