@@ -12,10 +12,10 @@ import (
 
 // compileLocalPods lists the pods of this node that egressd classifies: running on the pod
 // network (not hostNetwork), not finished, with addresses.
-func compileLocalPods(snap *watchers.Snapshot, node string, into *dataplane.State) error {
-	objs, err := snap.PodIndex.ByIndex(watchers.PodsByNode, node)
+func compileLocalPods(in *input, into *dataplane.State) error {
+	objs, err := in.snap.PodIndex.ByIndex(watchers.PodsByNode, in.node)
 	if err != nil {
-		return fmt.Errorf("pods of node %s: %w", node, err)
+		return fmt.Errorf("pods of node %s: %w", in.node, err)
 	}
 	for _, o := range objs {
 		pod := o.(*corev1.Pod)

@@ -40,7 +40,7 @@ func TestCompileLocalPods(t *testing.T) {
 		_ = idx.Add(p)
 	}
 	var st dataplane.State
-	if err := compileLocalPods(&watchers.Snapshot{PodIndex: idx}, "n1", &st); err != nil {
+	if err := compileLocalPods(&input{snap: &watchers.Snapshot{PodIndex: idx}, node: "n1"}, &st); err != nil {
 		t.Fatal(err)
 	}
 	var got []string

@@ -6,6 +6,7 @@ package nodeagent
 import (
 	"context"
 	"log/slog"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -16,14 +17,22 @@ import (
 // feature is one API's compile step: it adds the feature's part of the node state.
 type feature struct {
 	name    string
-	compile func(snap *watchers.Snapshot, node string, into *dataplane.State) error
+	compile func(in *input, into *dataplane.State) error
+}
+
+// input of the compile steps.
+type input struct {
+	snap *watchers.Snapshot
+	node string
 }
 
 // SyncLoop recomputes the whole desired state after any change and applies it.
 type SyncLoop struct {
-	Node     string
-	Snapshot *watchers.Snapshot
-	Changed  <-chan struct{}
+	Node string
+	// ClusterNetworks (pod and service CIDRs) are never subject to EgressFirewall.
+	ClusterNetworks []netip.Prefix
+	Snapshot        *watchers.Snapshot
+	Changed         <-chan struct{}
 	// KernelChanged signals kernel changes that need the state applied again (links).
 	KernelChanged <-chan struct{}
 	Applier       dataplane.Applier
@@ -40,6 +49,8 @@ type SyncLoop struct {
 // features are the compile steps, in order.
 var features = []feature{
 	{name: "pods", compile: compileLocalPods},
+	{name: "egressfirewall", compile: compileFirewalls},
+	{name: "egressqos", compile: compileQoS},
 }
 
 // Synced reports whether the first sync has finished (readiness).
@@ -67,10 +78,11 @@ func (l *SyncLoop) Run(ctx context.Context) {
 }
 
 func (l *SyncLoop) sync(ctx context.Context) {
-	var state dataplane.State
+	state := dataplane.State{ClusterNetworks: l.ClusterNetworks}
+	in := &input{snap: l.Snapshot, node: l.Node}
 	for _, f := range features {
 		start := time.Now()
-		err := f.compile(l.Snapshot, l.Node, &state)
+		err := f.compile(in, &state)
 		l.Metrics.SyncDuration.WithLabelValues(f.name).Observe(time.Since(start).Seconds())
 		if err != nil {
 			l.Metrics.SyncErrors.WithLabelValues(f.name).Inc()

@@ -8,10 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/tools/cache"
-
 	"github.com/egressd/egressd/dataplane"
-	"github.com/egressd/egressd/watchers"
 )
 
 type countingApplier struct{ n atomic.Int32 }
@@ -27,7 +24,7 @@ func TestSyncLoopDebouncesBursts(t *testing.T) {
 	app := &countingApplier{}
 	l := &SyncLoop{
 		Node: "n", Changed: changed, Applier: app, Metrics: NewMetrics(),
-		Snapshot: &watchers.Snapshot{PodIndex: cache.NewIndexer(cache.MetaNamespaceKeyFunc, watchers.PodIndexers)},
+		Snapshot: snapshotOf(),
 		Log:      slog.New(slog.NewTextHandler(io.Discard, nil)), Debounce: 50 * time.Millisecond, Resync: time.Hour,
 	}
 	ctx, cancel := context.WithCancel(context.Background())

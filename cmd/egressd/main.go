@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"sync"
@@ -90,15 +91,16 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	}
 	defer dp.Close()
 	loop := &nodeagent.SyncLoop{
-		Node:          cfg.nodeName,
-		Snapshot:      w.Snapshot(),
-		Changed:       w.Changed(),
-		KernelChanged: dp.Changed(),
-		Applier:       dp,
-		Metrics:       metrics,
-		Log:           log.With("component", "sync"),
-		Debounce:      cfg.debounce,
-		Resync:        cfg.resync,
+		Node:            cfg.nodeName,
+		ClusterNetworks: append(append([]netip.Prefix{}, cfg.clusterCIDRs...), cfg.serviceCIDRs...),
+		Snapshot:        w.Snapshot(),
+		Changed:         w.Changed(),
+		KernelChanged:   dp.Changed(),
+		Applier:         dp,
+		Metrics:         metrics,
+		Log:             log.With("component", "sync"),
+		Debounce:        cfg.debounce,
+		Resync:          cfg.resync,
 	}
 
 	servers, err := serve(cfg, metrics, loop, log)

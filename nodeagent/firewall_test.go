@@ -1,0 +1,139 @@
+package nodeagent
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/dataplane"
+)
+
+func ef(ns string, rules ...ovnv1.EgressFirewallRule) *ovnv1.EgressFirewall {
+	return &ovnv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}, Spec: ovnv1.EgressFirewallSpec{Egress: rules}}
+}
+
+func cidrRule(t ovnv1.EgressFirewallRuleType, cidr string, ports ...ovnv1.EgressFirewallPort) ovnv1.EgressFirewallRule {
+	return ovnv1.EgressFirewallRule{Type: t, To: ovnv1.EgressFirewallDestination{CIDRSelector: cidr}, Ports: ports}
+}
+
+func node(name string, labels map[string]string, hostCIDRs string, addrs ...string) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	if hostCIDRs != "" {
+		n.Annotations = map[string]string{HostCIDRsKey: hostCIDRs}
+	}
+	for _, a := range addrs {
+		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a})
+	}
+	return n
+}
+
+func compileFW(t *testing.T, objs ...runtime.Object) []dataplane.Firewall {
+	t.Helper()
+	var st dataplane.State
+	if err := compileFirewalls(&input{snap: snapshotOf(objs...)}, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Firewalls
+}
+
+func TestCompileFirewallRules(t *testing.T) {
+	fws := compileFW(t,
+		ef("a",
+			cidrRule("Allow", "192.0.2.0/24", ovnv1.EgressFirewallPort{Protocol: "TCP", Port: 443}, ovnv1.EgressFirewallPort{Protocol: "SCTP", Port: 9}),
+			cidrRule("Allow", "10.1.2.3/16"),
+			ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "infra"}}}},
+			ovnv1.EgressFirewallRule{Type: "Deny", To: ovnv1.EgressFirewallDestination{DNSName: "www.example.com"}},
+			cidrRule("Deny", "::/0"),
+		),
+		node("n1", map[string]string{"role": "infra"}, `["172.18.0.10/24","172.18.1.13/24","fc00::10/64"]`, "172.18.0.10"),
+		node("n2", map[string]string{"role": "worker"}, "", "172.18.0.11"),
+		node("n3", map[string]string{"role": "infra"}, "", "172.18.0.12"),
+	)
+	if len(fws) != 1 || fws[0].Err != nil {
+		t.Fatalf("%+v", fws)
+	}
+	r := fws[0].Rules
+	if r[0].Deny || !slices.Equal(r[0].Ports, []dataplane.Port{{6, 443}, {132, 9}}) || r[0].Prefixes[0].String() != "192.0.2.0/24" {
+		t.Errorf("rule 0: %+v", r[0])
+	}
+	if r[1].Prefixes[0].String() != "10.1.0.0/16" {
+		t.Errorf("rule 1 host bits: %v", r[1].Prefixes)
+	}
+	var nodes []string
+	for _, p := range r[2].Prefixes {
+		nodes = append(nodes, p.String())
+	}
+	slices.Sort(nodes)
+	nodes = slices.Compact(nodes)
+	if want := []string{"172.18.0.10/32", "172.18.0.12/32", "172.18.1.13/32", "fc00::10/128"}; !slices.Equal(nodes, want) {
+		t.Errorf("node selector: %v, want %v (secondary address included, worker excluded)", nodes, want)
+	}
+	if !r[3].Deny || len(r[3].Prefixes) != 0 {
+		t.Errorf("unresolved dns rule must match nothing: %+v", r[3])
+	}
+	if !r[4].Deny || r[4].Index != 4 {
+		t.Errorf("rule 4: %+v", r[4])
+	}
+}
+
+func TestCompileFirewallErrors(t *testing.T) {
+	var many []ovnv1.EgressFirewallRule
+	for i := range maxFirewallRules + 1 {
+		many = append(many, cidrRule("Deny", fmt.Sprintf("10.%d.%d.0/24", i/250, i%250)))
+	}
+	eightThousand := many[:maxFirewallRules]
+	for _, tc := range []struct {
+		name string
+		ef   *ovnv1.EgressFirewall
+		want string
+	}{
+		{"too many", ef("a", many...), "egressFirewall for namespace a has too many rules, max allowed number is 8000"},
+		{"wildcard dns", ef("a", ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{DNSName: "*.example.com"}}), "wildcard dns name is not supported as rule destination, *.example.com"},
+		{"bad selector", ef("a", ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{NodeSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "k", Operator: "Bogus"}}}}}), "rule destination has invalid node selector"},
+		{"8000 is fine", ef("a", eightThousand...), ""},
+	} {
+		fws := compileFW(t, tc.ef)
+		err := fws[0].Err
+		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: err %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestCompileQoSSelectsPods(t *testing.T) {
+	cidr := "203.0.113.0/24"
+	q := &ovnv1.EgressQoS{ObjectMeta: metav1.ObjectMeta{Namespace: "q", Name: "default"}, Spec: ovnv1.EgressQoSSpec{Egress: []ovnv1.EgressQoSRule{
+		{DSCP: 46, DstCIDR: &cidr, PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "voice"}}},
+		{DSCP: 10},
+	}}}
+	voice := pod("voice", "n1", false, corev1.PodRunning, "10.244.1.5")
+	voice.Labels = map[string]string{"app": "voice"}
+	web := pod("web", "n1", false, corev1.PodRunning, "10.244.1.6")
+	web.Namespace, voice.Namespace = "q", "q"
+	other := pod("other", "n1", false, corev1.PodRunning, "10.244.1.7")
+	in := &input{snap: snapshotOf(q, voice, web, other), node: "n1"}
+	var st dataplane.State
+	if err := compileLocalPods(in, &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := compileQoS(in, &st); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]int{}
+	for _, p := range st.LocalPods {
+		got[p.Origin.Name] = p.QoSRules
+	}
+	if !slices.Equal(got["voice"], []int{0, 1}) || !slices.Equal(got["web"], []int{1}) || got["other"] != nil {
+		t.Errorf("selection %v", got)
+	}
+	if r := st.QoS[0].Rules; r[0].Prefixes[0] != netip.MustParsePrefix(cidr) || len(r[1].Prefixes) != 2 || r[1].DSCP != 10 {
+		t.Errorf("rules %+v", r)
+	}
+}

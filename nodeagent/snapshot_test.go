@@ -1,0 +1,37 @@
+package nodeagent
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	ovnlisters "github.com/egressd/egressd/api/generated/listers/k8sovn/v1"
+	"github.com/egressd/egressd/watchers"
+)
+
+// snapshotOf is a Snapshot over the given objects, as the informers would hold them.
+func snapshotOf(objs ...runtime.Object) *watchers.Snapshot {
+	nsIdx := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+	pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, watchers.PodsByNode: watchers.PodIndexers[watchers.PodsByNode]})
+	nodes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	efs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
+	qos := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
+	for _, o := range objs {
+		switch o.(type) {
+		case *corev1.Pod:
+			_ = pods.Add(o)
+		case *corev1.Node:
+			_ = nodes.Add(o)
+		case *ovnv1.EgressFirewall:
+			_ = efs.Add(o)
+		case *ovnv1.EgressQoS:
+			_ = qos.Add(o)
+		}
+	}
+	return &watchers.Snapshot{
+		Pods: corelisters.NewPodLister(pods), PodIndex: pods, Nodes: corelisters.NewNodeLister(nodes),
+		EgressFirewalls: ovnlisters.NewEgressFirewallLister(efs), EgressQoSes: ovnlisters.NewEgressQoSLister(qos),
+	}
+}
