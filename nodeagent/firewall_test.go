@@ -60,7 +60,7 @@ func TestCompileFirewallRules(t *testing.T) {
 		t.Fatalf("%+v", fws)
 	}
 	r := fws[0].Rules
-	if r[0].Deny || !slices.Equal(r[0].Ports, []dataplane.Port{{6, 443}, {132, 9}}) || r[0].Prefixes[0].String() != "192.0.2.0/24" {
+	if r[0].Deny || !slices.Equal(r[0].Ports, []dataplane.Port{{Protocol: 6, Port: 443}, {Protocol: 132, Port: 9}}) || r[0].Prefixes[0].String() != "192.0.2.0/24" {
 		t.Errorf("rule 0: %+v", r[0])
 	}
 	if r[1].Prefixes[0].String() != "10.1.0.0/16" {

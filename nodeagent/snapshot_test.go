@@ -6,8 +6,8 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
-	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	ovnlisters "github.com/egressd/egressd/api/generated/listers/k8sovn/v1"
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/watchers"
 )
 

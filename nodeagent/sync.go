@@ -36,8 +36,10 @@ type SyncLoop struct {
 	// KernelChanged signals kernel changes that need the state applied again (links).
 	KernelChanged <-chan struct{}
 	Applier       dataplane.Applier
-	Metrics       *Metrics
-	Log           *slog.Logger
+	// Status, when set, reports each sync's outcome on the API objects.
+	Status  *StatusWriter
+	Metrics *Metrics
+	Log     *slog.Logger
 	// Debounce coalesces bursts of changes into one sync.
 	Debounce time.Duration
 	// Resync re-applies the state periodically, repairing drift made behind egressd's back.
@@ -95,6 +97,9 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	for origin, err := range res.Failed {
 		l.Metrics.SyncErrors.WithLabelValues("apply").Inc()
 		l.Log.Error("apply failed", "object", origin.String(), "rule", origin.Rule, "err", err)
+	}
+	if l.Status != nil {
+		l.Status.Report(&state, res)
 	}
 	if !l.synced.Swap(true) {
 		l.Log.Info("first sync finished", "duration", time.Since(start).Round(time.Microsecond))

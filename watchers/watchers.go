@@ -56,19 +56,18 @@ type Snapshot struct {
 
 // Watchers owns the informers.
 type Watchers struct {
-	core    informers.SharedInformerFactory
-	egress  egressinformers.SharedInformerFactory
-	synced  []cache.InformerSynced
-	changed chan struct{}
-	snap    Snapshot
+	core   informers.SharedInformerFactory
+	egress egressinformers.SharedInformerFactory
+	synced []cache.InformerSynced
+	subs   []chan struct{}
+	snap   Snapshot
 }
 
 // New builds the informers; nothing runs until Start.
 func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Duration) (*Watchers, error) {
 	w := &Watchers{
-		core:    informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithTransform(transform)),
-		egress:  egressinformers.NewSharedInformerFactoryWithOptions(egress, resync, egressinformers.WithTransform(transform)),
-		changed: make(chan struct{}, 1),
+		core:   informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithTransform(transform)),
+		egress: egressinformers.NewSharedInformerFactoryWithOptions(egress, resync, egressinformers.WithTransform(transform)),
 	}
 	pods := w.core.Core().V1().Pods()
 	if err := pods.Informer().AddIndexers(PodIndexers); err != nil {
@@ -120,9 +119,11 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 
 // signal coalesces events: one pending notification is enough for a level-triggered consumer.
 func (w *Watchers) signal() {
-	select {
-	case w.changed <- struct{}{}:
-	default:
+	for _, ch := range w.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -145,8 +146,13 @@ func (w *Watchers) Shutdown() {
 	w.egress.Shutdown()
 }
 
-// Changed receives a value after any object changed since the last receive.
-func (w *Watchers) Changed() <-chan struct{} { return w.changed }
+// Subscribe returns a channel that receives a value after any object changed since the last
+// receive. Call it before Start.
+func (w *Watchers) Subscribe() <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	w.subs = append(w.subs, ch)
+	return ch
+}
 
 // Snapshot returns the read-only view of the caches.
 func (w *Watchers) Snapshot() *Snapshot { return &w.snap }

@@ -18,12 +18,18 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/egressd/egressd/api/generated/clientset/versioned"
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane/kernel"
 	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/nodeagent"
@@ -94,7 +100,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Node:            cfg.nodeName,
 		ClusterNetworks: append(append([]netip.Prefix{}, cfg.clusterCIDRs...), cfg.serviceCIDRs...),
 		Snapshot:        w.Snapshot(),
-		Changed:         w.Changed(),
+		Changed:         w.Subscribe(),
 		KernelChanged:   dp.Changed(),
 		Applier:         dp,
 		Metrics:         metrics,
@@ -102,6 +108,11 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Debounce:        cfg.debounce,
 		Resync:          cfg.resync,
 	}
+
+	recorder, stopEvents := eventRecorder(ctx, kube, cfg.nodeName)
+	defer stopEvents()
+	loop.Status = &nodeagent.StatusWriter{Node: cfg.nodeName, Client: egress, Snapshot: w.Snapshot(), Recorder: recorder, Log: log.With("component", "status")}
+	aggregator := &nodeagent.StatusAggregator{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(), Log: log.With("component", "status-aggregator")}
 
 	servers, err := serve(cfg, metrics, loop, log)
 	if err != nil {
@@ -131,9 +142,11 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		return err
 	}
 	wg.Go(func() { loop.Run(ctx) })
+	wg.Go(func() { loop.Status.Run(ctx) })
 	elector := &nodeagent.LeaderElection{
 		Client: kube, Namespace: cfg.leaderElectionNS, Identity: cfg.nodeName,
-		Metrics: metrics, Log: log.With("component", "leader-election"),
+		Controllers: []nodeagent.Controller{aggregator.Run},
+		Metrics:     metrics, Log: log.With("component", "leader-election"),
 		LeaseDuration: cfg.leaseDuration, RenewDeadline: cfg.renewDeadline, RetryPeriod: cfg.retryPeriod,
 	}
 	wg.Go(func() {
@@ -144,6 +157,16 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	<-ctx.Done()
 	log.Info("shutting down")
 	return nil
+}
+
+// eventRecorder records Events (on the objects whose status says why they failed).
+func eventRecorder(ctx context.Context, kube kubernetes.Interface, node string) (record.EventRecorder, func()) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = ovnv1.AddToScheme(scheme)
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	return b.NewRecorder(scheme, corev1.EventSource{Component: "egressd", Host: node}), b.Shutdown
 }
 
 func clients(cfg *rest.Config) (kubernetes.Interface, versioned.Interface, error) {

@@ -70,6 +70,10 @@ func Load(pinRoot string) (*Classifier, error) {
 	return c, nil
 }
 
+// linkScoped destinations never leave the link, so no egress policy applies to them; IPv6
+// neighbour discovery (to link-local and solicited-node multicast addresses) must always pass.
+var linkScoped = []netip.Prefix{netip.MustParsePrefix("fe80::/10"), netip.MustParsePrefix("ff00::/8")}
+
 var mapNames = []string{"egressd_pods", "egressd_cluster", "egressd_fw", "egressd_fw_ports", "egressd_fw_stats", "egressd_qos", "egressd_qos_stats"}
 
 // read loads what the pinned maps hold (a previous agent's state).
@@ -177,7 +181,7 @@ func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
 			want.pods[addrOf(ip)] = info
 		}
 	}
-	for _, p := range s.ClusterNetworks {
+	for _, p := range append(linkScoped, s.ClusterNetworks...) {
 		want.cluster[bpf.FromPodClusterKey{Prefixlen: uint32(32 + p.Bits()), Dst: addrOf(p.Masked().Addr())}] = 1
 	}
 	c.names = taken

@@ -157,6 +157,8 @@ func TestPrivilegedClassifierFirewallVerdicts(t *testing.T) {
 		{"v6 allowed", podA6, "2001:db8::1", "tcp", 443, false, tcxNext},
 		{"v6 denied", podA6, "2001:db8::1", "tcp", 22, false, tcxDrop},
 		{"v6 pod to pod", podA6, "fd00:10:244:1::7", "udp", 53, false, tcxNext},
+		{"v6 neighbour discovery to link-local", podA6, "fe80::1", "icmp", 0, false, tcxNext},
+		{"v6 neighbour discovery to solicited-node multicast", podA6, "ff02::1:ff00:1", "icmp", 0, false, tcxNext},
 	} {
 		got, _ := run(t, c, pkt(t, tc.src, ip(tc.dst), tc.proto, tc.port, 0, tc.frag))
 		if got != tc.verdict {

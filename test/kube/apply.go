@@ -135,3 +135,25 @@ func (c *Client) WaitField(ctx context.Context, apiVersion, kind, ns, name, path
 		}
 	}
 }
+
+// Update replaces obj (with its resourceVersion).
+func (c *Client) Update(ctx context.Context, obj *unstructured.Unstructured) error {
+	ri, err := c.resource(obj, obj.GetNamespace())
+	if err != nil {
+		return err
+	}
+	_, err = ri.Update(ctx, obj, metav1.UpdateOptions{})
+	return err
+}
+
+// Delete deletes the object apiVersion/kind ns/name.
+func (c *Client) Delete(ctx context.Context, apiVersion, kind, ns, name string) error {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(apiVersion)
+	u.SetKind(kind)
+	ri, err := c.resource(u, ns)
+	if err != nil {
+		return err
+	}
+	return ri.Delete(ctx, name, metav1.DeleteOptions{})
+}

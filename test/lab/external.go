@@ -103,3 +103,7 @@ func (e *External) Nft(script string) error {
 	}
 	return nil
 }
+
+// TCP connects from the host to dst (e.g. a pod serving with Serve) and returns what the
+// server saw.
+func (e *External) TCP(dst string, o ...ClientOptions) Result { return call(e.NS, "tcp", dst, first(o)) }

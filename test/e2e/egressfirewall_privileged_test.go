@@ -1,0 +1,216 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/privileged"
+)
+
+const (
+	fwApplied    = "EgressFirewall Rules applied"
+	fwNotApplied = "EgressFirewall Rules not correctly applied"
+	quick        = time.Second // a dropped SYN shows as a timeout within this
+)
+
+type reach struct {
+	from *lab.Pod
+	dst  string
+	udp  bool
+	want lab.Outcome
+}
+
+func checkReach(t *testing.T, step string, cases []reach) {
+	t.Helper()
+	for _, c := range cases {
+		var r lab.Result
+		if c.udp {
+			r = c.from.UDP(c.dst, lab.ClientOptions{Timeout: quick})
+		} else {
+			r = c.from.TCP(c.dst, lab.ClientOptions{Timeout: quick})
+		}
+		if r.Outcome != c.want {
+			t.Errorf("%s: %s/%s (%s CNI) -> %s udp=%v: %s, want %s", step, c.from.Namespace, c.from.Name, c.from.Node.CNI, c.dst, c.udp, r, c.want)
+		}
+	}
+}
+
+func applyYAML(t *testing.T, l *lab.Lab, ns, doc string) {
+	t.Helper()
+	objs, err := kubeDecode(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		o.SetNamespace(ns)
+		ri, err := l.Kube.Get(context.Background(), o.GetAPIVersion(), o.GetKind(), ns, o.GetName())
+		if err == nil { // update in place, as kubectl apply would
+			o.SetResourceVersion(ri.GetResourceVersion())
+			if err := l.Kube.Update(context.Background(), o); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if _, err := l.Kube.Create(context.Background(), ns, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestPrivilegedEgressFirewall: allow/deny by CIDR and CIDR+port, IPv4 and IPv6, on both CNI
+// shapes; pod-to-pod and replies to inbound connections untouched under deny-all; status per
+// node and aggregate; an update; an invalid update that keeps the old rules; a delete.
+func TestPrivilegedEgressFirewall(t *testing.T) {
+	privileged.Require(t)
+	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true})
+	ctx := context.Background()
+	if _, err := l.AddExternal("web", lab.ExternalOptions{}, "203.0.113.10", "2001:db8::10"); err != nil {
+		t.Fatal(err)
+	}
+	other, err := l.AddExternal("other", lab.ExternalOptions{}, "198.51.100.10", "2001:db8:1::10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, free := l.CP.Namespace(t), l.CP.Namespace(t)
+	a0, err := l.Nodes[0].AddPod(ctx, ns, "a0", lab.PodOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a1, err := l.Nodes[1].AddPod(ctx, ns, "a1", lab.PodOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := l.Nodes[1].AddPod(ctx, free, "srv", lab.PodOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*lab.Pod{a0, srv} {
+		if err := p.Serve(8080); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	applyYAML(t, l, ns, `
+apiVersion: k8s.ovn.org/v1
+kind: EgressFirewall
+metadata: {name: default}
+spec:
+  egress:
+  - {type: Allow, to: {cidrSelector: 203.0.113.10/32}, ports: [{protocol: TCP, port: 443}]}
+  - {type: Allow, to: {cidrSelector: "2001:db8::10/128"}}
+  - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}
+  - {type: Deny, to: {cidrSelector: "::/0"}}`)
+	start := time.Now()
+	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default", "status.status", fwApplied, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("status %q %s after create", fwApplied, time.Since(start).Round(time.Millisecond))
+	ef, err := l.Kube.Get(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, _, _ := unstructuredStrings(ef.Object, "status", "messages")
+	for _, n := range l.Nodes {
+		if !contains(msgs, n.Name+": "+fwApplied) {
+			t.Errorf("messages %v lack %q", msgs, n.Name+": "+fwApplied)
+		}
+	}
+
+	var cases []reach
+	for _, p := range []*lab.Pod{a0, a1} {
+		cases = append(cases,
+			reach{p, "203.0.113.10:443", false, lab.OK},
+			reach{p, "203.0.113.10:80", false, lab.Timeout},
+			reach{p, "203.0.113.10:443", true, lab.Timeout},
+			reach{p, "198.51.100.10:80", false, lab.Timeout},
+			reach{p, "[2001:db8::10]:80", false, lab.OK},
+			reach{p, "[2001:db8::10]:443", true, lab.OK},
+			reach{p, "[2001:db8:1::10]:80", false, lab.Timeout},
+			reach{p, lab.HostPort(srv.IPv4, 8080), false, lab.OK}, // pod to pod, other node
+			reach{p, lab.HostPort(srv.IPv6, 8080), true, lab.OK},
+		)
+	}
+	checkReach(t, "enforced", cases)
+	// Inbound connections to a pod, and their replies, pass under deny-all.
+	if r := other.TCP(lab.HostPort(a0.IPv4, 8080), lab.ClientOptions{Timeout: quick}); r.Outcome != lab.OK {
+		t.Errorf("inbound to a pod under deny-all: %s", r)
+	}
+	if r := other.TCP(lab.HostPort(a0.IPv6, 8080), lab.ClientOptions{Timeout: quick}); r.Outcome != lab.OK {
+		t.Errorf("inbound IPv6 to a pod under deny-all: %s", r)
+	}
+
+	// An update opens 198.51.100.10.
+	applyYAML(t, l, ns, `
+apiVersion: k8s.ovn.org/v1
+kind: EgressFirewall
+metadata: {name: default}
+spec:
+  egress:
+  - {type: Allow, to: {cidrSelector: 203.0.113.10/32}, ports: [{protocol: TCP, port: 443}]}
+  - {type: Allow, to: {cidrSelector: 198.51.100.0/24}}
+  - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}`)
+	eventuallyReach(t, reach{a0, "198.51.100.10:80", false, lab.OK}, 10*time.Second)
+	checkReach(t, "updated", []reach{{a1, "198.51.100.10:80", false, lab.OK}, {a1, "203.0.113.10:80", false, lab.Timeout}, {a0, "[2001:db8:1::10]:80", false, lab.OK}})
+
+	// An invalid update is reported and keeps the rules in force (fail closed).
+	applyYAML(t, l, ns, `
+apiVersion: k8s.ovn.org/v1
+kind: EgressFirewall
+metadata: {name: default}
+spec:
+  egress:
+  - {type: Allow, to: {dnsName: "*.example.com"}}
+  - {type: Allow, to: {cidrSelector: 0.0.0.0/0}}`)
+	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default", "status.status", fwNotApplied, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ef, _ = l.Kube.Get(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default")
+	msgs, _, _ = unstructuredStrings(ef.Object, "status", "messages")
+	want := l.Nodes[0].Name + ": " + fwNotApplied + ": cannot create EgressFirewall Rule to destination  for namespace " + ns + ": wildcard dns name is not supported as rule destination, *.example.com"
+	if !contains(msgs, want) {
+		t.Errorf("messages %q lack %q", msgs, want)
+	}
+	checkReach(t, "after an invalid update", []reach{{a0, "203.0.113.10:80", false, lab.Timeout}, {a1, "198.51.100.10:80", false, lab.OK}})
+	events, err := l.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=EgressFirewallNotApplied"})
+	if err != nil || len(events.Items) == 0 {
+		t.Errorf("no EgressFirewallNotApplied event (%v)", err)
+	} else if !strings.Contains(events.Items[0].Message, "wildcard dns name") {
+		t.Errorf("event %q", events.Items[0].Message)
+	}
+
+	// Deleting the firewall lifts it.
+	if err := l.Kube.Delete(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default"); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyReach(t, reach{a0, "203.0.113.10:80", false, lab.OK}, 10*time.Second)
+	checkReach(t, "deleted", []reach{{a1, "[2001:db8:1::10]:80", false, lab.OK}})
+}
+
+func eventuallyReach(t *testing.T, c reach, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		r := c.from.TCP(c.dst, lab.ClientOptions{Timeout: 500 * time.Millisecond})
+		if r.Outcome == c.want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s -> %s: %s, want %s after %s", c.from.Name, c.dst, r, c.want, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}

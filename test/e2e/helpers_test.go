@@ -1,0 +1,13 @@
+package e2e
+
+import (
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/egressd/egressd/test/kube"
+)
+
+var kubeDecode = kube.Decode
+
+func unstructuredStrings(obj map[string]any, path ...string) ([]string, bool, error) {
+	return unstructured.NestedStringSlice(obj, path...)
+}
