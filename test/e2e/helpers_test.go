@@ -11,3 +11,7 @@ var kubeDecode = kube.Decode
 func unstructuredStrings(obj map[string]any, path ...string) ([]string, bool, error) {
 	return unstructured.NestedStringSlice(obj, path...)
 }
+
+func unstructuredSlice(obj map[string]any, path ...string) ([]any, bool, error) {
+	return unstructured.NestedSlice(obj, path...)
+}
