@@ -37,9 +37,11 @@ type SyncLoop struct {
 	KernelChanged <-chan struct{}
 	Applier       dataplane.Applier
 	// Status, when set, reports each sync's outcome on the API objects.
-	Status  *StatusWriter
-	Metrics *Metrics
-	Log     *slog.Logger
+	Status *StatusWriter
+	// PendingSince, when set, says when the oldest change this sync handles arrived.
+	PendingSince func() time.Time
+	Metrics      *Metrics
+	Log          *slog.Logger
 	// Debounce coalesces bursts of changes into one sync.
 	Debounce time.Duration
 	// Resync re-applies the state periodically, repairing drift made behind egressd's back.
@@ -80,6 +82,10 @@ func (l *SyncLoop) Run(ctx context.Context) {
 }
 
 func (l *SyncLoop) sync(ctx context.Context) {
+	var since time.Time
+	if l.PendingSince != nil {
+		since = l.PendingSince()
+	}
 	state := dataplane.State{ClusterNetworks: l.ClusterNetworks}
 	in := &input{snap: l.Snapshot, node: l.Node}
 	for _, f := range features {
@@ -94,6 +100,9 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	start := time.Now()
 	res := l.Applier.Apply(ctx, &state)
 	l.Metrics.SyncDuration.WithLabelValues("apply").Observe(time.Since(start).Seconds())
+	if !since.IsZero() {
+		l.Metrics.Latency.Observe(time.Since(since).Seconds())
+	}
 	for origin, err := range res.Failed {
 		l.Metrics.SyncErrors.WithLabelValues("apply").Inc()
 		l.Log.Error("apply failed", "object", origin.String(), "rule", origin.Rule, "err", err)

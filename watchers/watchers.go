@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -61,6 +62,8 @@ type Watchers struct {
 	synced []cache.InformerSynced
 	subs   []chan struct{}
 	snap   Snapshot
+	// pending is when the oldest change not yet taken by TakePending arrived (unix nanoseconds).
+	pending atomic.Int64
 }
 
 // New builds the informers; nothing runs until Start.
@@ -119,6 +122,7 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 
 // signal coalesces events: one pending notification is enough for a level-triggered consumer.
 func (w *Watchers) signal() {
+	w.pending.CompareAndSwap(0, time.Now().UnixNano())
 	for _, ch := range w.subs {
 		select {
 		case ch <- struct{}{}:
@@ -152,6 +156,15 @@ func (w *Watchers) Subscribe() <-chan struct{} {
 	ch := make(chan struct{}, 1)
 	w.subs = append(w.subs, ch)
 	return ch
+}
+
+// TakePending returns when the oldest change since the last call arrived (zero if none), so
+// that a consumer can measure change-to-programmed latency.
+func (w *Watchers) TakePending() time.Time {
+	if ns := w.pending.Swap(0); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // Snapshot returns the read-only view of the caches.

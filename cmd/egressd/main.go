@@ -96,12 +96,14 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		return err
 	}
 	defer dp.Close()
+	metrics.Registry.MustRegister(dp.Collectors()...)
 	loop := &nodeagent.SyncLoop{
 		Node:            cfg.nodeName,
 		ClusterNetworks: append(append([]netip.Prefix{}, cfg.clusterCIDRs...), cfg.serviceCIDRs...),
 		Snapshot:        w.Snapshot(),
 		Changed:         w.Subscribe(),
 		KernelChanged:   dp.Changed(),
+		PendingSince:    w.TakePending,
 		Applier:         dp,
 		Metrics:         metrics,
 		Log:             log.With("component", "sync"),

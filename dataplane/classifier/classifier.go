@@ -24,6 +24,7 @@ type Classifier struct {
 	written content
 	// names maps ids to what they stand for, as of the last Apply.
 	names map[uint32]string
+	info  ruleInfo
 }
 
 // content is what egressd wrote to the maps, to diff against.
@@ -185,6 +186,7 @@ func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
 		want.cluster[bpf.FromPodClusterKey{Prefixlen: uint32(32 + p.Bits()), Dst: addrOf(p.Masked().Addr())}] = 1
 	}
 	c.names = taken
+	c.recordRules(s, failed)
 	// Entries of ids that failed stay as written.
 	for k, v := range c.written.fw {
 		if keep[k.Id] {
@@ -204,11 +206,11 @@ func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
 	// Adds and changes before removals: every destination sees either the old or the new
 	// verdict, never a mixture (a removed prefix falls back to an already updated shorter one).
 	errs := []error{
-		sync(c.objs.EgressdFwPorts, c.written.ports, want.ports),
-		sync(c.objs.EgressdFw, c.written.fw, want.fw),
-		sync(c.objs.EgressdQos, c.written.qos, want.qos),
-		sync(c.objs.EgressdCluster, c.written.cluster, want.cluster),
-		sync(c.objs.EgressdPods, c.written.pods, want.pods),
+		syncMap(c.objs.EgressdFwPorts, c.written.ports, want.ports),
+		syncMap(c.objs.EgressdFw, c.written.fw, want.fw),
+		syncMap(c.objs.EgressdQos, c.written.qos, want.qos),
+		syncMap(c.objs.EgressdCluster, c.written.cluster, want.cluster),
+		syncMap(c.objs.EgressdPods, c.written.pods, want.pods),
 	}
 	if err := errors.Join(errs...); err != nil {
 		for _, fw := range s.Firewalls {
@@ -295,8 +297,8 @@ func b2u(b bool) uint8 {
 	return 0
 }
 
-// sync makes m hold want, given that it holds have; have becomes want on success.
-func sync[K comparable, V comparable](m *ebpf.Map, have, want map[K]V) error {
+// syncMap makes m hold want, given that it holds have; have becomes want on success.
+func syncMap[K comparable, V comparable](m *ebpf.Map, have, want map[K]V) error {
 	var errs []error
 	for k, v := range want {
 		if old, ok := have[k]; ok && old == v {
@@ -372,4 +374,39 @@ func (c *Classifier) counters(m *ebpf.Map) (map[RuleRef]Counters, error) {
 		out[ref] = sum
 	}
 	return out, it.Err()
+}
+
+// recordRules remembers what the metrics label rules with. A policy that failed keeps the rules
+// it had, and so do its labels.
+func (c *Classifier) recordRules(s *dataplane.State, failed map[dataplane.Origin]error) {
+	c.info.mu.Lock()
+	defer c.info.mu.Unlock()
+	actions, dscps := map[RuleRef]string{}, map[RuleRef]uint8{}
+	keepNS := map[string]bool{}
+	firewalls := 0
+	for _, fw := range s.Firewalls {
+		firewalls++
+		if failed[fw.Origin] != nil {
+			keepNS[fw.Origin.Namespace] = true
+			continue
+		}
+		for _, r := range fw.Rules {
+			a := "Allow"
+			if r.Deny {
+				a = "Deny"
+			}
+			actions[RuleRef{fw.Origin.Namespace, r.Index}] = a
+		}
+	}
+	for ref, a := range c.info.fwAction {
+		if keepNS[ref.Namespace] {
+			actions[ref] = a
+		}
+	}
+	for _, q := range s.QoS {
+		for _, r := range q.Rules {
+			dscps[RuleRef{q.Origin.Namespace, r.Index}] = r.DSCP
+		}
+	}
+	c.info.fwAction, c.info.qosDSCP, c.info.firewalls = actions, dscps, firewalls
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/netip"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 
 	"github.com/egressd/egressd/dataplane"
@@ -53,6 +54,11 @@ func New(pinRoot string, log *slog.Logger) (*Dataplane, error) {
 	}()
 	log.Info("dataplane ready", "adoptedLinks", a.Attached())
 	return d, nil
+}
+
+// Collectors are the dataplane's Prometheus metrics.
+func (d *Dataplane) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{classifier.NewCollector(d.classifier)}
 }
 
 // Changed receives a value after the kernel changed under egressd (links added, removed,

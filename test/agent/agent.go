@@ -245,6 +245,21 @@ func (p *Process) Metric(name string) (string, error) {
 	return "", nil
 }
 
+// Sample returns the value of the sample whose name and labels (as exposed, labels sorted:
+// `name{a="x",b="y"}`) are given, or "" if absent.
+func (p *Process) Sample(series string) (string, error) {
+	_, body, err := p.Get("/metrics")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v, nil
+		}
+	}
+	return "", nil
+}
+
 // HasMetric reports whether any sample of family name is exposed.
 func (p *Process) HasMetric(name string) (bool, error) {
 	_, body, err := p.Get("/metrics")

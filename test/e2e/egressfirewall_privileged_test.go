@@ -136,6 +136,14 @@ spec:
 		)
 	}
 	checkReach(t, "enforced", cases)
+	// The deny rule's counters on node-0 count what it dropped.
+	series := `egressd_egressfirewall_rule_packets_total{action="Deny",namespace="` + ns + `",rule="2"}`
+	if v, err := l.Nodes[0].Agent.Sample(series); err != nil || v == "" || v == "0" {
+		t.Errorf("%s = %q (%v), want > 0", series, v, err)
+	}
+	if v, _ := l.Nodes[0].Agent.Sample("egressd_egressfirewalls"); v != "1" {
+		t.Errorf("egressd_egressfirewalls = %q", v)
+	}
 	// Inbound connections to a pod, and their replies, pass under deny-all.
 	if r := other.TCP(lab.HostPort(a0.IPv4, 8080), lab.ClientOptions{Timeout: quick}); r.Outcome != lab.OK {
 		t.Errorf("inbound to a pod under deny-all: %s", r)

@@ -100,6 +100,10 @@ spec:
 		eventuallyDSCP(t, c.p, c.dst, c.want)
 	}
 
+	series := `egressd_egressqos_marked_packets_total{dscp="46",namespace="` + ns + `",rule="0"}`
+	if v, err := l.Nodes[1].Agent.Sample(series); err != nil || v == "" || v == "0" {
+		t.Errorf("%s on node-1 = %q (%v), want > 0", series, v, err)
+	}
 	// Relabelling a pod moves it between rules, without touching the others.
 	pod, err := l.Client.CoreV1().Pods(ns).Get(ctx, "web0", metav1.GetOptions{})
 	if err != nil {

@@ -106,4 +106,6 @@ func (e *External) Nft(script string) error {
 
 // TCP connects from the host to dst (e.g. a pod serving with Serve) and returns what the
 // server saw.
-func (e *External) TCP(dst string, o ...ClientOptions) Result { return call(e.NS, "tcp", dst, first(o)) }
+func (e *External) TCP(dst string, o ...ClientOptions) Result {
+	return call(e.NS, "tcp", dst, first(o))
+}

@@ -1,0 +1,69 @@
+package classifier
+
+import (
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Collector exposes the classifier's per-rule counters and policy sizes; the agent registers it.
+type Collector struct {
+	c *Classifier
+}
+
+// NewCollector returns a collector reading c at every scrape.
+func NewCollector(c *Classifier) *Collector { return &Collector{c: c} }
+
+var (
+	descFwPackets = prometheus.NewDesc("egressd_egressfirewall_rule_packets_total", "Packets that matched an EgressFirewall rule on this node (the rule decided their fate).", []string{"namespace", "rule", "action"}, nil)
+	descFwBytes   = prometheus.NewDesc("egressd_egressfirewall_rule_bytes_total", "Bytes of packets that matched an EgressFirewall rule on this node.", []string{"namespace", "rule", "action"}, nil)
+	descQoSMarked = prometheus.NewDesc("egressd_egressqos_marked_packets_total", "Packets an EgressQoS rule marked (set the DSCP of) on this node.", []string{"namespace", "rule", "dscp"}, nil)
+	descFirewalls = prometheus.NewDesc("egressd_egressfirewalls", "EgressFirewalls programmed on this node.", nil, nil)
+	descFwRules   = prometheus.NewDesc("egressd_egressfirewall_rules", "EgressFirewall rules programmed on this node.", nil, nil)
+)
+
+// ruleInfo is what the metrics say about a rule besides its counters, as of the last Apply.
+type ruleInfo struct {
+	mu        sync.Mutex
+	fwAction  map[RuleRef]string
+	qosDSCP   map[RuleRef]uint8
+	firewalls int
+}
+
+// Describe implements prometheus.Collector.
+func (m *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descFwPackets, descFwBytes, descQoSMarked, descFirewalls, descFwRules} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *Collector) Collect(ch chan<- prometheus.Metric) {
+	info := &m.c.info
+	info.mu.Lock()
+	actions, dscps, firewalls, rules := info.fwAction, info.qosDSCP, info.firewalls, len(info.fwAction)
+	info.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(descFirewalls, prometheus.GaugeValue, float64(firewalls))
+	ch <- prometheus.MustNewConstMetric(descFwRules, prometheus.GaugeValue, float64(rules))
+	if fw, err := m.c.FirewallCounters(); err == nil {
+		for ref, v := range fw {
+			action, ok := actions[ref]
+			if !ok {
+				continue // a rule that no longer exists
+			}
+			l := []string{ref.Namespace, strconv.Itoa(ref.Rule), action}
+			ch <- prometheus.MustNewConstMetric(descFwPackets, prometheus.CounterValue, float64(v.Packets), l...)
+			ch <- prometheus.MustNewConstMetric(descFwBytes, prometheus.CounterValue, float64(v.Bytes), l...)
+		}
+	}
+	if q, err := m.c.QoSCounters(); err == nil {
+		for ref, v := range q {
+			dscp, ok := dscps[ref]
+			if !ok {
+				continue
+			}
+			ch <- prometheus.MustNewConstMetric(descQoSMarked, prometheus.CounterValue, float64(v.Packets), ref.Namespace, strconv.Itoa(ref.Rule), strconv.Itoa(int(dscp)))
+		}
+	}
+}
