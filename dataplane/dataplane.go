@@ -82,9 +82,13 @@ func (o Origin) String() string {
 	return s
 }
 
-// Result says what an Apply did not manage to program, per originating object.
+// Result says what an Apply did not manage to program, per originating object, and the facts
+// of the node that the API should know.
 type Result struct {
 	Failed map[Origin]error
+	// HostCIDRs are the node's global unicast addresses with their prefix lengths (the
+	// k8s.ovn.org/host-cidrs annotation), excluding addresses egressd itself adds.
+	HostCIDRs []netip.Prefix
 }
 
 // Applier programs a desired state. Implementations are safe to call repeatedly with the same

@@ -2,13 +2,17 @@ package nodeagent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
 	ovnac "github.com/egressd/egressd/api/generated/applyconfiguration/k8sovn/v1"
@@ -36,11 +40,18 @@ const (
 type StatusWriter struct {
 	Node     string
 	Client   versioned.Interface
+	Kube     kubernetes.Interface
 	Snapshot *watchers.Snapshot
 	Recorder record.EventRecorder
 	Log      *slog.Logger
 
-	pending chan map[dataplane.Origin]error
+	pending chan report
+}
+
+// report is one sync's outcome: per-object failures and the node's host addresses.
+type report struct {
+	objects   map[dataplane.Origin]error
+	hostCIDRs []netip.Prefix
 }
 
 // Run writes reported statuses until ctx ends.
@@ -49,8 +60,11 @@ func (w *StatusWriter) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case results := <-w.queue():
-			for origin, err := range results {
+		case r := <-w.queue():
+			if err := w.publishHostCIDRs(ctx, r.hostCIDRs); err != nil {
+				w.Log.Error("publish host addresses", "node", w.Node, "annotation", HostCIDRsKey, "err", err)
+			}
+			for origin, err := range r.objects {
 				if ctx.Err() != nil {
 					return
 				}
@@ -62,9 +76,9 @@ func (w *StatusWriter) Run(ctx context.Context) {
 	}
 }
 
-func (w *StatusWriter) queue() chan map[dataplane.Origin]error {
+func (w *StatusWriter) queue() chan report {
 	if w.pending == nil {
-		w.pending = make(chan map[dataplane.Origin]error, 1)
+		w.pending = make(chan report, 1)
 	}
 	return w.pending
 }
@@ -83,7 +97,32 @@ func (w *StatusWriter) Report(s *dataplane.State, res dataplane.Result) {
 	case <-q: // drop the stale outcome
 	default:
 	}
-	q <- out
+	q <- report{objects: out, hostCIDRs: res.HostCIDRs}
+}
+
+// publishHostCIDRs keeps the node's k8s.ovn.org/host-cidrs annotation (upstream's key and
+// format: a JSON list of CIDRs) equal to its addresses; nodeSelector rules read it.
+func (w *StatusWriter) publishHostCIDRs(ctx context.Context, cidrs []netip.Prefix) error {
+	if cidrs == nil {
+		return nil
+	}
+	list := make([]string, len(cidrs))
+	for i, c := range cidrs {
+		list[i] = c.String()
+	}
+	value, err := json.Marshal(list)
+	if err != nil {
+		return err
+	}
+	if n, err := w.Snapshot.Nodes.Get(w.Node); err == nil && n.Annotations[HostCIDRsKey] == string(value) {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{HostCIDRsKey: string(value)}}})
+	if err != nil {
+		return err
+	}
+	_, err = w.Kube.CoreV1().Nodes().Patch(ctx, w.Node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "egressd"})
+	return err
 }
 
 func (w *StatusWriter) write(ctx context.Context, o dataplane.Origin, failure error) error {

@@ -113,7 +113,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 
 	recorder, stopEvents := eventRecorder(ctx, kube, cfg.nodeName)
 	defer stopEvents()
-	loop.Status = &nodeagent.StatusWriter{Node: cfg.nodeName, Client: egress, Snapshot: w.Snapshot(), Recorder: recorder, Log: log.With("component", "status")}
+	loop.Status = &nodeagent.StatusWriter{Node: cfg.nodeName, Client: egress, Kube: kube, Snapshot: w.Snapshot(), Recorder: recorder, Log: log.With("component", "status")}
 	aggregator := &nodeagent.StatusAggregator{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(), Log: log.With("component", "status-aggregator")}
 
 	servers, err := serve(cfg, metrics, loop, log)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
@@ -39,13 +40,28 @@ func New(pinRoot string, log *slog.Logger) (*Dataplane, error) {
 		return nil, err
 	}
 	d := &Dataplane{classifier: c, attacher: a, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
-	updates := make(chan netlink.LinkUpdate, 64)
-	if err := netlink.LinkSubscribe(updates, d.done); err != nil {
+	links := make(chan netlink.LinkUpdate, 64)
+	if err := netlink.LinkSubscribe(links, d.done); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("subscribe to link changes: %w", err)
 	}
+	addrs := make(chan netlink.AddrUpdate, 64)
+	if err := netlink.AddrSubscribe(addrs, d.done); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("subscribe to address changes: %w", err)
+	}
 	go func() {
-		for range updates {
+		for {
+			select {
+			case _, ok := <-links:
+				if !ok {
+					return
+				}
+			case _, ok := <-addrs:
+				if !ok {
+					return
+				}
+			}
 			select {
 			case d.changed <- struct{}{}:
 			default:
@@ -61,8 +77,8 @@ func (d *Dataplane) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{classifier.NewCollector(d.classifier)}
 }
 
-// Changed receives a value after the kernel changed under egressd (links added, removed,
-// renamed): the desired state must be applied again.
+// Changed receives a value after the kernel changed under egressd (links or addresses added,
+// removed, renamed): the desired state must be applied again.
 func (d *Dataplane) Changed() <-chan struct{} { return d.changed }
 
 // Apply makes the kernel match s.
@@ -90,7 +106,37 @@ func (d *Dataplane) Apply(_ context.Context, s *dataplane.State) dataplane.Resul
 			d.log.Error("detach classifier", "interface", ifname, "err", err)
 		}
 	}
+	hosts, err := hostCIDRs(s.ClusterNetworks)
+	if err != nil {
+		d.log.Error("read host addresses", "err", err)
+	}
+	res.HostCIDRs = hosts
 	return res
+}
+
+// hostCIDRs are the global unicast addresses of the node, except those in the cluster networks
+// (pod gateways on a CNI bridge are not host addresses; upstream likewise leaves out its
+// management port).
+func hostCIDRs(cluster []netip.Prefix) ([]netip.Prefix, error) {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok {
+			continue
+		}
+		ip = ip.Unmap()
+		if !ip.IsGlobalUnicast() || slices.ContainsFunc(cluster, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+			continue
+		}
+		ones, _ := a.Mask.Size()
+		out = append(out, netip.PrefixFrom(ip, ones))
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	return out, nil
 }
 
 // podFacing finds the host interface that faces a local pod: the interface of the directly

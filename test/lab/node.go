@@ -190,3 +190,11 @@ func (p *Pod) PodFacing() string {
 	}
 	return p.HostLink
 }
+
+// Serve runs the observing TCP and UDP servers on the node's addresses (as a hostNetwork pod
+// would), for pod-to-node checks.
+func (n *Node) Serve(ports ...uint16) error {
+	o := newObserver(n.Name)
+	n.lab.onClose(o.close)
+	return o.start(n.NS, []netip.Addr{n.IPv4, n.IPv6}, ports)
+}
