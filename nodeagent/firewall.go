@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -14,6 +15,7 @@ import (
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/watchers/dnsnames"
 )
 
 // Upstream limits and annotation keys (SEMANTICS.md sections 0.2, 1.2, 2.2).
@@ -42,13 +44,13 @@ func compileFirewalls(in *input, into *dataplane.State) error {
 			continue // the API server rejects other names; nothing to enforce
 		}
 		fw := dataplane.Firewall{Origin: dataplane.Origin{Kind: "EgressFirewall", Namespace: ef.Namespace, Name: ef.Name}}
-		fw.Rules, fw.Err = firewallRules(ef, nodes)
+		fw.Rules, fw.Err = firewallRules(in, ef, nodes)
 		into.Firewalls = append(into.Firewalls, fw)
 	}
 	return nil
 }
 
-func firewallRules(ef *ovnv1.EgressFirewall, nodes []*corev1.Node) ([]dataplane.FirewallRule, error) {
+func firewallRules(in *input, ef *ovnv1.EgressFirewall, nodes []*corev1.Node) ([]dataplane.FirewallRule, error) {
 	if len(ef.Spec.Egress) > maxFirewallRules {
 		return nil, fmt.Errorf("egressFirewall for namespace %s has too many rules, max allowed number is %d", ef.Namespace, maxFirewallRules)
 	}
@@ -66,9 +68,15 @@ func firewallRules(ef *ovnv1.EgressFirewall, nodes []*corev1.Node) ([]dataplane.
 		case r.To.DNSName != "":
 			if strings.HasPrefix(r.To.DNSName, "*.") {
 				err = fmt.Errorf("wildcard dns name is not supported as rule destination, %s", r.To.DNSName)
+				break
 			}
-			// Until egressd resolves names, a dnsName rule matches nothing, as upstream's empty
-			// address set does before the first resolution.
+			// Until the name first resolves it matches nothing, as upstream's empty address set.
+			in.dnsNames = append(in.dnsNames, r.To.DNSName)
+			for _, a := range in.lookup(dnsnames.Canonical(r.To.DNSName)) {
+				if !slices.ContainsFunc(in.cluster, func(p netip.Prefix) bool { return p.Contains(a) }) {
+					rule.Prefixes = append(rule.Prefixes, netip.PrefixFrom(a, a.BitLen()))
+				}
+			}
 		case r.To.NodeSelector != nil:
 			rule.Prefixes, err = nodeAddresses(r.To.NodeSelector, nodes)
 		}

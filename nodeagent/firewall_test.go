@@ -37,7 +37,13 @@ func node(name string, labels map[string]string, hostCIDRs string, addrs ...stri
 func compileFW(t *testing.T, objs ...runtime.Object) []dataplane.Firewall {
 	t.Helper()
 	var st dataplane.State
-	if err := compileFirewalls(&input{snap: snapshotOf(objs...)}, &st); err != nil {
+	in := &input{snap: snapshotOf(objs...), cluster: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}, lookup: func(name string) []netip.Addr {
+		if name == "www.example.com" {
+			return []netip.Addr{netip.MustParseAddr("203.0.113.20"), netip.MustParseAddr("10.244.1.1")}
+		}
+		return nil
+	}}
+	if err := compileFirewalls(in, &st); err != nil {
 		t.Fatal(err)
 	}
 	return st.Firewalls
@@ -49,7 +55,7 @@ func TestCompileFirewallRules(t *testing.T) {
 			cidrRule("Allow", "192.0.2.0/24", ovnv1.EgressFirewallPort{Protocol: "TCP", Port: 443}, ovnv1.EgressFirewallPort{Protocol: "SCTP", Port: 9}),
 			cidrRule("Allow", "10.1.2.3/16"),
 			ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "infra"}}}},
-			ovnv1.EgressFirewallRule{Type: "Deny", To: ovnv1.EgressFirewallDestination{DNSName: "www.example.com"}},
+			ovnv1.EgressFirewallRule{Type: "Deny", To: ovnv1.EgressFirewallDestination{DNSName: "WWW.example.com"}},
 			cidrRule("Deny", "::/0"),
 		),
 		node("n1", map[string]string{"role": "infra"}, `["172.18.0.10/24","172.18.1.13/24","fc00::10/64"]`, "172.18.0.10"),
@@ -75,8 +81,8 @@ func TestCompileFirewallRules(t *testing.T) {
 	if want := []string{"172.18.0.10/32", "172.18.0.12/32", "172.18.1.13/32", "fc00::10/128"}; !slices.Equal(nodes, want) {
 		t.Errorf("node selector: %v, want %v (secondary address included, worker excluded)", nodes, want)
 	}
-	if !r[3].Deny || len(r[3].Prefixes) != 0 {
-		t.Errorf("unresolved dns rule must match nothing: %+v", r[3])
+	if !r[3].Deny || len(r[3].Prefixes) != 1 || r[3].Prefixes[0].String() != "203.0.113.20/32" {
+		t.Errorf("dns rule: %+v, want the resolved address outside the cluster network", r[3])
 	}
 	if !r[4].Deny || r[4].Index != 4 {
 		t.Errorf("rule 4: %+v", r[4])

@@ -22,8 +22,20 @@ type feature struct {
 
 // input of the compile steps.
 type input struct {
-	snap *watchers.Snapshot
-	node string
+	snap    *watchers.Snapshot
+	node    string
+	cluster []netip.Prefix
+	// lookup returns the current addresses of a DNS name.
+	lookup func(name string) []netip.Addr
+	// dnsNames collects the names the policies refer to.
+	dnsNames []string
+}
+
+// Names is what the sync loop needs of a DNS resolver.
+type Names interface {
+	Want(names []string)
+	Lookup(name string) []netip.Addr
+	Changed() <-chan struct{}
 }
 
 // SyncLoop recomputes the whole desired state after any change and applies it.
@@ -38,6 +50,8 @@ type SyncLoop struct {
 	Applier       dataplane.Applier
 	// Status, when set, reports each sync's outcome on the API objects.
 	Status *StatusWriter
+	// DNS resolves the names of dnsName rules.
+	DNS Names
 	// PendingSince, when set, says when the oldest change this sync handles arrived.
 	PendingSince func() time.Time
 	Metrics      *Metrics
@@ -71,6 +85,7 @@ func (l *SyncLoop) Run(ctx context.Context) {
 			return
 		case <-resync.C:
 		case <-l.KernelChanged:
+		case <-l.DNS.Changed():
 		case <-l.Changed:
 			select { // let a burst of events settle
 			case <-ctx.Done():
@@ -87,7 +102,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 		since = l.PendingSince()
 	}
 	state := dataplane.State{ClusterNetworks: l.ClusterNetworks}
-	in := &input{snap: l.Snapshot, node: l.Node}
+	in := &input{snap: l.Snapshot, node: l.Node, cluster: l.ClusterNetworks, lookup: l.DNS.Lookup}
 	for _, f := range features {
 		start := time.Now()
 		err := f.compile(in, &state)
@@ -97,6 +112,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 			l.Log.Error("compile failed", "feature", f.name, "err", err)
 		}
 	}
+	l.DNS.Want(in.dnsNames)
 	start := time.Now()
 	res := l.Applier.Apply(ctx, &state)
 	l.Metrics.SyncDuration.WithLabelValues("apply").Observe(time.Since(start).Seconds())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,8 +25,8 @@ func TestSyncLoopDebouncesBursts(t *testing.T) {
 	app := &countingApplier{}
 	l := &SyncLoop{
 		Node: "n", Changed: changed, Applier: app, Metrics: NewMetrics(),
-		Snapshot: snapshotOf(),
-		Log:      slog.New(slog.NewTextHandler(io.Discard, nil)), Debounce: 50 * time.Millisecond, Resync: time.Hour,
+		Snapshot: snapshotOf(), DNS: noNames{},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Debounce: 50 * time.Millisecond, Resync: time.Hour,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -51,3 +52,10 @@ func TestSyncLoopDebouncesBursts(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// noNames is a resolver that knows no name.
+type noNames struct{}
+
+func (noNames) Want([]string)              {}
+func (noNames) Lookup(string) []netip.Addr { return nil }
+func (noNames) Changed() <-chan struct{}   { return nil }

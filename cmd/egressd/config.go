@@ -30,6 +30,7 @@ type config struct {
 	retryPeriod      time.Duration
 	debounce         time.Duration
 	resync           time.Duration
+	dnsServer        string
 	verbosity        int
 	logFormat        string
 }
@@ -87,6 +88,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.retryPeriod, "leader-election-retry-period", 2*time.Second, "interval between leader election attempts")
 	fs.DurationVar(&c.debounce, "sync-debounce", 20*time.Millisecond, "quiet period that coalesces a burst of changes into one sync")
 	fs.DurationVar(&c.resync, "sync-period", 5*time.Minute, "period of the full re-sync that repairs drift of kernel state")
+	fs.StringVar(&c.dnsServer, "dns-server", defaultDNSServer(), "ip:port of the DNS server that resolves EgressFirewall dnsName rules (default: the first nameserver of /etc/resolv.conf)")
 	fs.IntVarP(&c.verbosity, "v", "v", 0, "log verbosity: 0 info, 1 debug, higher adds client-go detail")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or text")
 	fs.Usage = func() {} // an error is one line; the full usage only on --help
@@ -143,6 +145,9 @@ func (c *config) validate() error {
 	if c.debounce < 0 || c.resync <= 0 {
 		bad("sync-period", "sync period must be > 0 and debounce >= 0")
 	}
+	if _, err := netip.ParseAddrPort(c.dnsServer); err != nil {
+		bad("dns-server", "%q is not ip:port", c.dnsServer)
+	}
 	if c.logFormat != "json" && c.logFormat != "text" {
 		bad("log-format", "%q is not json or text", c.logFormat)
 	}
@@ -163,4 +168,19 @@ func checkHostPort(s string) error {
 		return fmt.Errorf("%q: port must be 0-65535", s)
 	}
 	return nil
+}
+
+// defaultDNSServer is the node's first nameserver, as the agent (host network) sees it.
+func defaultDNSServer() string {
+	b, err := os.ReadFile("/etc/resolv.conf")
+	if err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "nameserver" {
+				if a, err := netip.ParseAddr(f[1]); err == nil {
+					return netip.AddrPortFrom(a, 53).String()
+				}
+			}
+		}
+	}
+	return "127.0.0.1:53"
 }

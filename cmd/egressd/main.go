@@ -34,6 +34,7 @@ import (
 	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/watchers"
+	"github.com/egressd/egressd/watchers/dnsnames"
 )
 
 // shutdownBudget bounds the time from SIGTERM to exit, within the pod's grace period.
@@ -104,6 +105,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Changed:         w.Subscribe(),
 		KernelChanged:   dp.Changed(),
 		PendingSince:    w.TakePending,
+		DNS:             dnsnames.New(ctx, cfg.dnsServer, log.With("component", "dns")),
 		Applier:         dp,
 		Metrics:         metrics,
 		Log:             log.With("component", "sync"),

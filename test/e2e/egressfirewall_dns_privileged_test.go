@@ -1,0 +1,55 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/privileged"
+)
+
+// TestPrivilegedEgressFirewallDNSName: a dnsName rule follows what the name resolves to, in any
+// letter case, and a changed answer takes over once the record's TTL (floored at 5 s) expires.
+func TestPrivilegedEgressFirewallDNSName(t *testing.T) {
+	privileged.Require(t)
+	l := lab.New(t, lab.Options{Nodes: 1, AgentArgs: []string{"--dns-server", "198.51.100.53:53"}})
+	ctx := context.Background()
+	d, err := l.AddDNS("dns", "198.51.100.53")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Set("www.example.com", 1, "203.0.113.10")
+	for _, h := range [][]string{{"web", "203.0.113.10"}, {"other", "198.51.100.10"}} {
+		if _, err := l.AddExternal(h[0], lab.ExternalOptions{}, h[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.StartAgents(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ns := l.CP.Namespace(t)
+	p, err := l.Nodes[0].AddPod(ctx, ns, "p", lab.PodOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyYAML(t, l, ns, `
+apiVersion: k8s.ovn.org/v1
+kind: EgressFirewall
+metadata: {name: default}
+spec:
+  egress:
+  - {type: Allow, to: {dnsName: WWW.Example.com}}
+  - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}`)
+	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default", "status.status", fwApplied, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyReach(t, reach{p, "203.0.113.10:80", false, lab.OK}, 10*time.Second)
+	checkReach(t, "resolved", []reach{{p, "198.51.100.10:80", false, lab.Timeout}})
+
+	d.Set("www.example.com", 1, "198.51.100.10")
+	start := time.Now()
+	eventuallyReach(t, reach{p, "198.51.100.10:80", false, lab.OK}, 15*time.Second)
+	t.Logf("changed answer enforced %s after the change (TTL 1 s, refresh floor 5 s)", time.Since(start).Round(time.Millisecond))
+	checkReach(t, "re-resolved", []reach{{p, "203.0.113.10:80", false, lab.Timeout}})
+}

@@ -1,0 +1,133 @@
+package dnsnames
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// server is a DNS server on loopback whose answers the test sets.
+type server struct {
+	mu      sync.Mutex
+	ttl     uint32
+	ips     []string
+	fail    bool
+	queries int
+}
+
+func (s *server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.queries++
+	m := new(dns.Msg)
+	m.SetReply(req)
+	if s.fail {
+		m.Rcode = dns.RcodeServerFailure
+	}
+	q := req.Question[0]
+	for _, ip := range s.ips {
+		a := netip.MustParseAddr(ip)
+		hdr := dns.RR_Header{Name: q.Name, Class: dns.ClassINET, Ttl: s.ttl}
+		if q.Qtype == dns.TypeA && a.Is4() {
+			hdr.Rrtype = dns.TypeA
+			m.Answer = append(m.Answer, &dns.A{Hdr: hdr, A: a.AsSlice()})
+		}
+		if q.Qtype == dns.TypeAAAA && a.Is6() {
+			hdr.Rrtype = dns.TypeAAAA
+			m.Answer = append(m.Answer, &dns.AAAA{Hdr: hdr, AAAA: a.AsSlice()})
+		}
+	}
+	_ = w.WriteMsg(m)
+}
+
+func (s *server) set(ttl uint32, fail bool, ips ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ttl, s.fail, s.ips = ttl, fail, ips
+}
+
+func start(t *testing.T, s *server) *Resolver {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &dns.Server{PacketConn: pc, Handler: s}
+	go func() { _ = srv.ActivateAndServe() }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	r := New(ctx, pc.LocalAddr().String(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r.minTTL, r.retry, r.maxBackoff, r.retriesBeforeBackoff = 200*time.Millisecond, 100*time.Millisecond, 400*time.Millisecond, 2
+	return r
+}
+
+func waitAddrs(t *testing.T, r *Resolver, name string, want ...string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	var got []netip.Addr
+	for time.Now().Before(deadline) {
+		got = r.Lookup(name)
+		var s []string
+		for _, a := range got {
+			s = append(s, a.String())
+		}
+		if slices.Equal(s, want) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s resolves to %v, want %v", name, got, want)
+}
+
+func TestResolverRefreshesAtTTLAndKeepsAddressesOnFailure(t *testing.T) {
+	s := &server{}
+	s.set(1, false, "203.0.113.20", "2001:db8::20")
+	r := start(t, s)
+	r.Want([]string{"WWW.Example.COM."})
+	waitAddrs(t, r, "www.example.com", "203.0.113.20", "2001:db8::20")
+	select {
+	case <-r.Changed():
+	case <-time.After(time.Second):
+		t.Fatal("no change signalled")
+	}
+	s.set(1, false, "203.0.113.21")
+	start := time.Now()
+	waitAddrs(t, r, "www.example.com", "203.0.113.21")
+	if d := time.Since(start); d > 2500*time.Millisecond {
+		t.Errorf("new answer seen after %s with a 1 s TTL", d)
+	}
+	s.set(1, true)
+	time.Sleep(1500 * time.Millisecond)
+	waitAddrs(t, r, "www.example.com", "203.0.113.21") // failure: last addresses kept
+	s.mu.Lock()
+	before := s.queries
+	s.mu.Unlock()
+	time.Sleep(time.Second)
+	s.mu.Lock()
+	retries := s.queries - before
+	s.mu.Unlock()
+	if retries > 8 { // capped backoff of 400 ms, two queries per attempt
+		t.Errorf("%d queries in 1 s while failing: no backoff", retries)
+	}
+	r.Want(nil)
+	if len(r.Lookup("www.example.com")) != 0 {
+		t.Error("unwanted name still resolved")
+	}
+}
+
+func TestCanonical(t *testing.T) {
+	for in, want := range map[string]string{"WWW.TEST.COM": "www.test.com", "a.b.": "a.b", "x": "x"} {
+		if got := Canonical(in); got != want || strings.ToLower(got) != got {
+			t.Errorf("%q -> %q, want %q", in, got, want)
+		}
+	}
+}
