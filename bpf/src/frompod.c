@@ -3,7 +3,7 @@
 // pod's packets still carry its own source address, before routing, DNAT and masquerade.
 //
 //   1. the source must be a known local pod (egressd_pods), else the packet is not ours;
-//   2. EgressFirewall, for flows the pod initiates (a conntrack reply is never filtered) to
+//   2. EgressFirewall, for flows the pod initiates (a conntrack reply is never dropped) to
 //      destinations outside the cluster and service networks (egressd_cluster): one LPM lookup
 //      by (namespace, destination) gives the ordered candidate rules for that prefix; the first
 //      whose ports match decides; no match allows;
@@ -282,6 +282,10 @@ static __always_inline int firewall(struct __sk_buff *skb, struct packet *p, __u
 			if (!p->dport || !bpf_map_lookup_elem(&egressd_fw_ports, &pk))
 				continue;
 		}
+		// Only a drop needs conntrack: the reply of a connection someone else initiated is
+		// never filtered (and the rule did not decide its fate, so it is not counted).
+		if (c.action == ACTION_DENY && is_reply(skb, p))
+			return TCX_NEXT;
 		count(&egressd_fw_stats, ns_id, c.rule, skb->len);
 		return c.action == ACTION_DENY ? TCX_DROP : TCX_NEXT;
 	}
@@ -329,10 +333,8 @@ int egressd_frompod(struct __sk_buff *skb)
 	__u32 ns_id = pod->ns_id, class = pod->qos_class;
 	if (ns_id) {
 		struct cluster_key ck = {.prefixlen = 32 + (p.dst.family == 4 ? 32 : 128), .dst = p.dst};
-		if (!bpf_map_lookup_elem(&egressd_cluster, &ck) && !is_reply(skb, &p)) {
-			if (firewall(skb, &p, ns_id) == TCX_DROP)
-				return TCX_DROP;
-		}
+		if (!bpf_map_lookup_elem(&egressd_cluster, &ck) && firewall(skb, &p, ns_id) == TCX_DROP)
+			return TCX_DROP;
 	}
 	if (class)
 		qos(skb, &p, class);

@@ -34,7 +34,7 @@ var (
 	origins = dataplane.Origin{Kind: "EgressFirewall", Namespace: "a", Name: "default"}
 )
 
-func load(t *testing.T) *classifier.Classifier {
+func load(t testing.TB) *classifier.Classifier {
 	t.Helper()
 	privileged.Require(t)
 	root := fmt.Sprintf("/sys/fs/bpf/egressd-test-classifier-%d", os.Getpid())
@@ -47,7 +47,7 @@ func load(t *testing.T) *classifier.Classifier {
 }
 
 // pkt builds an Ethernet frame from src to dst; proto "tcp", "udp", "sctp", "icmp".
-func pkt(t *testing.T, src, dst netip.Addr, proto string, dport uint16, tos uint8, frag bool) []byte {
+func pkt(t testing.TB, src, dst netip.Addr, proto string, dport uint16, tos uint8, frag bool) []byte {
 	t.Helper()
 	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}}
 	var l3 gopacket.NetworkLayer
@@ -101,7 +101,7 @@ func pkt(t *testing.T, src, dst netip.Addr, proto string, dport uint16, tos uint
 	return buf.Bytes()
 }
 
-func run(t *testing.T, c *classifier.Classifier, data []byte) (uint32, []byte) {
+func run(t testing.TB, c *classifier.Classifier, data []byte) (uint32, []byte) {
 	t.Helper()
 	out := make([]byte, len(data)+64)
 	opts := ebpf.RunOptions{Data: data, DataOut: out}
