@@ -6,7 +6,7 @@ LDFLAGS  := -X github.com/egressd/egressd/internal/version.Version=$(VERSION)
 IMAGE    ?= ghcr.io/egressd/egressd:$(VERSION)
 export EGRESSD_REQUIRE_PRIVILEGED ?= 0
 
-.PHONY: all build generate verify-generate deps controlplane-bin test test-unit bench-memory bench-bfd demo demo-down \
+.PHONY: all build generate verify-generate deps controlplane-bin test test-unit bench-memory bench-bfd bench-firewall demo demo-down \
         controlplane-up controlplane-down image clean
 
 all: build
@@ -38,6 +38,10 @@ bench-memory: controlplane-bin ## agent RSS with 10,000 pods and 1,000 namespace
 
 bench-bfd: deps ## BFD: CPU of 200 sessions at 100ms x 3, detection time over 20 failures (root, FRR)
 	$(GO) test ./dataplane/bfd -run '^$$' -bench Privileged -benchtime 1x
+
+bench-firewall: deps controlplane-bin ## classifier ns/packet; 8000-rule apply time; one-rule change latency with 1000 namespaces
+	$(GO) test ./dataplane/classifier -run '^$$' -bench Privileged -benchtime 2000000x
+	$(GO) test ./test/e2e -run '^$$' -bench PrivilegedFirewallApply -benchtime 1x -timeout 20m
 
 demo: deps ## egressd on its lab: expected vs observed per example (KEEP=1 leaves it up)
 	$(GO) run ./test/demo $(if $(KEEP),--keep)
