@@ -50,6 +50,11 @@ type FromPodLpmKey struct {
 	Dst       FromPodAddr
 }
 
+type FromPodName struct {
+	_ structs.HostLayout
+	S [64]uint8
+}
+
 type FromPodPodInfo struct {
 	_        structs.HostLayout
 	NsId     uint32
@@ -74,6 +79,11 @@ type FromPodQosValue struct {
 	NsId uint32
 }
 
+type FromPodRuleText struct {
+	_ structs.HostLayout
+	S [192]uint8
+}
+
 type FromPodStatKey struct {
 	_    structs.HostLayout
 	NsId uint32
@@ -87,9 +97,12 @@ const (
 	FromPodMapEgressdCluster  = "egressd_cluster"
 	FromPodMapEgressdFw       = "egressd_fw"
 	FromPodMapEgressdFwPorts  = "egressd_fw_ports"
+	FromPodMapEgressdFwRules  = "egressd_fw_rules"
 	FromPodMapEgressdFwStats  = "egressd_fw_stats"
+	FromPodMapEgressdIds      = "egressd_ids"
 	FromPodMapEgressdPods     = "egressd_pods"
 	FromPodMapEgressdQos      = "egressd_qos"
+	FromPodMapEgressdQosRules = "egressd_qos_rules"
 	FromPodMapEgressdQosStats = "egressd_qos_stats"
 	FromPodProgEgressdFrompod = "egressd_frompod"
 )
@@ -146,9 +159,12 @@ type FromPodMapSpecs struct {
 	EgressdCluster  *ebpf.MapSpec `ebpf:"egressd_cluster"`
 	EgressdFw       *ebpf.MapSpec `ebpf:"egressd_fw"`
 	EgressdFwPorts  *ebpf.MapSpec `ebpf:"egressd_fw_ports"`
+	EgressdFwRules  *ebpf.MapSpec `ebpf:"egressd_fw_rules"`
 	EgressdFwStats  *ebpf.MapSpec `ebpf:"egressd_fw_stats"`
+	EgressdIds      *ebpf.MapSpec `ebpf:"egressd_ids"`
 	EgressdPods     *ebpf.MapSpec `ebpf:"egressd_pods"`
 	EgressdQos      *ebpf.MapSpec `ebpf:"egressd_qos"`
+	EgressdQosRules *ebpf.MapSpec `ebpf:"egressd_qos_rules"`
 	EgressdQosStats *ebpf.MapSpec `ebpf:"egressd_qos_stats"`
 }
 
@@ -181,9 +197,12 @@ type FromPodMaps struct {
 	EgressdCluster  *ebpf.Map `ebpf:"egressd_cluster"`
 	EgressdFw       *ebpf.Map `ebpf:"egressd_fw"`
 	EgressdFwPorts  *ebpf.Map `ebpf:"egressd_fw_ports"`
+	EgressdFwRules  *ebpf.Map `ebpf:"egressd_fw_rules"`
 	EgressdFwStats  *ebpf.Map `ebpf:"egressd_fw_stats"`
+	EgressdIds      *ebpf.Map `ebpf:"egressd_ids"`
 	EgressdPods     *ebpf.Map `ebpf:"egressd_pods"`
 	EgressdQos      *ebpf.Map `ebpf:"egressd_qos"`
+	EgressdQosRules *ebpf.Map `ebpf:"egressd_qos_rules"`
 	EgressdQosStats *ebpf.Map `ebpf:"egressd_qos_stats"`
 }
 
@@ -192,9 +211,12 @@ func (m *FromPodMaps) Close() error {
 		m.EgressdCluster,
 		m.EgressdFw,
 		m.EgressdFwPorts,
+		m.EgressdFwRules,
 		m.EgressdFwStats,
+		m.EgressdIds,
 		m.EgressdPods,
 		m.EgressdQos,
+		m.EgressdQosRules,
 		m.EgressdQosStats,
 	)
 }

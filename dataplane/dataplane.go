@@ -45,6 +45,8 @@ type FirewallRule struct {
 	Deny     bool
 	Prefixes []netip.Prefix
 	Ports    []Port
+	// Text describes the rule as written, for operators (egressctl).
+	Text string
 }
 
 // Port is a protocol (IANA number) and destination port.
@@ -66,6 +68,7 @@ type QoSRule struct {
 	Index    int
 	DSCP     uint8
 	Prefixes []netip.Prefix
+	Text     string
 }
 
 // Origin names the API object (and rule) an element of State was compiled from.

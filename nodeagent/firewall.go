@@ -57,7 +57,7 @@ func firewallRules(in *input, ef *ovnv1.EgressFirewall, nodes []*corev1.Node) ([
 	var rules []dataplane.FirewallRule
 	var errs []error
 	for i, r := range ef.Spec.Egress {
-		rule := dataplane.FirewallRule{Index: i, Deny: r.Type != ovnv1.EgressFirewallRuleAllow}
+		rule := dataplane.FirewallRule{Index: i, Deny: r.Type != ovnv1.EgressFirewallRuleAllow, Text: ruleText(r)}
 		var err error
 		switch {
 		case r.To.CIDRSelector != "":
@@ -131,4 +131,26 @@ func hostAddresses(n *corev1.Node) []netip.Addr {
 		}
 	}
 	return out
+}
+
+// ruleText describes a rule for operators: "Deny to 0.0.0.0/0", "Allow to dnsName x ports TCP/443".
+func ruleText(r ovnv1.EgressFirewallRule) string {
+	var to string
+	switch {
+	case r.To.CIDRSelector != "":
+		to = r.To.CIDRSelector
+	case r.To.DNSName != "":
+		to = "dnsName " + r.To.DNSName
+	case r.To.NodeSelector != nil:
+		to = "nodeSelector " + metav1.FormatLabelSelector(r.To.NodeSelector)
+	}
+	s := string(r.Type) + " to " + to
+	if len(r.Ports) > 0 {
+		ports := make([]string, len(r.Ports))
+		for i, p := range r.Ports {
+			ports[i] = fmt.Sprintf("%s/%d", p.Protocol, p.Port)
+		}
+		s += " ports " + strings.Join(ports, ",")
+	}
+	return s
 }

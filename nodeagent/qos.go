@@ -31,7 +31,8 @@ func compileQoS(in *input, into *dataplane.State) error {
 		}
 		selectors := make([]labels.Selector, len(q.Spec.Egress))
 		for i, r := range q.Spec.Egress {
-			rule := dataplane.QoSRule{Index: i, DSCP: uint8(r.DSCP), Prefixes: anyDestination}
+			rule := dataplane.QoSRule{Index: i, DSCP: uint8(r.DSCP), Prefixes: anyDestination,
+				Text: fmt.Sprintf("DSCP %d to any for pods %s", r.DSCP, metav1.FormatLabelSelector(&r.PodSelector))}
 			if r.DstCIDR != nil {
 				p, err := netip.ParsePrefix(*r.DstCIDR)
 				if err != nil {
@@ -39,6 +40,7 @@ func compileQoS(in *input, into *dataplane.State) error {
 					break
 				}
 				rule.Prefixes = []netip.Prefix{p.Masked()}
+				rule.Text = fmt.Sprintf("DSCP %d to %s for pods %s", r.DSCP, *r.DstCIDR, metav1.FormatLabelSelector(&r.PodSelector))
 			}
 			if selectors[i], err = metav1.LabelSelectorAsSelector(&r.PodSelector); err != nil {
 				c.Err = fmt.Errorf("rule %d: invalid podSelector: %w", i, err)

@@ -152,6 +152,43 @@ struct {
 	__type(value, struct counters);
 } egressd_qos_stats SEC(".maps");
 
+// What ids and rules stand for, written by the agent for egressctl and bpftool; the program
+// never reads them.
+struct name {
+	__u8 s[64]; // NUL-terminated
+};
+
+struct rule_text {
+	__u8 s[192]; // NUL-terminated
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct name);
+} egressd_ids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__uint(max_entries, 1048576);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct stat_key);
+	__type(value, struct rule_text);
+} egressd_fw_rules SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__uint(max_entries, 1048576);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct stat_key);
+	__type(value, struct rule_text);
+} egressd_qos_rules SEC(".maps");
+
 // Conntrack lookup (kfuncs); the layout of bpf_ct_opts is the kernel's (16 bytes).
 // Opaque to us, but a complete type: kfunc signatures are checked against the kernel BTF.
 struct nf_conn {

@@ -6,7 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
 
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/tcx"
@@ -16,16 +20,19 @@ import (
 const help = `egressctl inspects what egressd programmed on this node.
 
 Usage:
-  egressctl version                          print the version
+  egressctl firewall [--bpf-pin-root DIR]    EgressFirewall rules programmed per namespace,
+                                             with the packets and bytes each one decided
+  egressctl qos [--bpf-pin-root DIR]         EgressQoS rules programmed per namespace, with
+                                             the packets each one marked
+  egressctl trace [--bpf-pin-root DIR] SRC DST [tcp|udp|sctp/PORT]
+                                             what the classifier does with a new flow from
+                                             pod address SRC: verdict, rule, DSCP
   egressctl cleanup [--bpf-pin-root DIR]     remove every kernel object egressd owns on this
                                              node (stop the agent first, or it re-creates them)
+  egressctl version                          print the version
   egressctl help                             print this help
 
-Coming with the features that program the node:
-  egressctl firewall         EgressFirewall rules per namespace, with per-rule counters
-  egressctl qos              EgressQoS rules per namespace, with marked-packet counters
-  egressctl trace SRC DST [tcp|udp|sctp/PORT]
-                             which firewall rule, DSCP, route and source IP a flow gets
+Coming with the features that program routing:
   egressctl routes           external gateway, EgressIP and EgressService routing state
   egressctl bfd              BFD sessions to external gateways and their state
 `
@@ -44,15 +51,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "egressctl", version.String())
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, help)
-	case "cleanup":
-		fs := flag.NewFlagSet("cleanup", flag.ContinueOnError)
+	case "cleanup", "firewall", "qos", "trace":
+		fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 		fs.SetOutput(stderr)
 		pinRoot := fs.String("bpf-pin-root", "/sys/fs/bpf/egressd", "the agent's --bpf-pin-root")
 		if err := fs.Parse(args[1:]); err != nil {
 			return 2
 		}
-		if err := cleanup(*pinRoot, stdout); err != nil {
-			fmt.Fprintln(stderr, "egressctl cleanup:", err)
+		var err error
+		switch args[0] {
+		case "cleanup":
+			err = cleanup(*pinRoot, stdout)
+		case "firewall", "qos":
+			err = rules(*pinRoot, args[0] == "qos", stdout)
+		case "trace":
+			err = trace(*pinRoot, fs.Args(), stdout)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "egressctl %s: %v\n", args[0], err)
 			return 1
 		}
 	default:
@@ -76,5 +92,85 @@ func cleanup(pinRoot string, out io.Writer) error {
 		return fmt.Errorf("remove %s: %w", pinRoot, err)
 	}
 	fmt.Fprintf(out, "removed %s\n", pinRoot)
+	return nil
+}
+
+func rules(pinRoot string, qos bool, out io.Writer) error {
+	in, err := classifier.Inspect(pinRoot)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	rs, err := in.Rules(qos)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	counted := "PACKETS\tBYTES"
+	if qos {
+		counted = "MARKED PACKETS\t"
+	}
+	fmt.Fprintf(w, "NAMESPACE\tRULE\t%s\tSPEC\n", counted)
+	for _, r := range rs {
+		bytes := strconv.FormatUint(r.Counters.Bytes, 10)
+		if qos {
+			bytes = ""
+		}
+		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\n", r.Namespace, r.Index, r.Counters.Packets, bytes, r.Text)
+	}
+	return w.Flush()
+}
+
+var protoNumbers = map[string]uint8{"tcp": 6, "udp": 17, "sctp": 132}
+
+func trace(pinRoot string, args []string, out io.Writer) error {
+	if len(args) < 2 || len(args) > 3 {
+		return errors.New("usage: egressctl trace SRC DST [tcp|udp|sctp/PORT]")
+	}
+	src, err := netip.ParseAddr(args[0])
+	if err != nil {
+		return fmt.Errorf("SRC %q: %w", args[0], err)
+	}
+	dst, err := netip.ParseAddr(args[1])
+	if err != nil {
+		return fmt.Errorf("DST %q: %w", args[1], err)
+	}
+	var proto uint8
+	var port uint16
+	if len(args) == 3 {
+		p, n, ok := strings.Cut(strings.ToLower(args[2]), "/")
+		num, perr := strconv.ParseUint(n, 10, 16)
+		if proto = protoNumbers[p]; !ok || proto == 0 || perr != nil || num == 0 {
+			return fmt.Errorf("%q is not tcp|udp|sctp/PORT", args[2])
+		}
+		port = uint16(num)
+	}
+	in, err := classifier.Inspect(pinRoot)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tr, err := in.Trace(src, dst, proto, port)
+	if err != nil {
+		return err
+	}
+	if tr.Namespace == "" {
+		fmt.Fprintf(out, "%s is not a local pod egressd knows: its packets pass untouched\n", src)
+		return nil
+	}
+	fmt.Fprintf(out, "source:   pod address %s in namespace %s\n", src, tr.Namespace)
+	switch {
+	case tr.Exempt:
+		fmt.Fprintf(out, "firewall: not applied: %s is in the cluster or service networks\n", dst)
+	case tr.Rule < 0:
+		fmt.Fprintln(out, "firewall: allow (no rule matched)")
+	default:
+		fmt.Fprintf(out, "firewall: %s by rule %d of %s: %s\n", tr.Verdict, tr.Rule, tr.Namespace, tr.RuleText)
+	}
+	if tr.DSCP < 0 {
+		fmt.Fprintln(out, "qos:      no EgressQoS rule: DSCP left as the pod set it")
+	} else {
+		fmt.Fprintf(out, "qos:      DSCP %d by rule %d: %s\n", tr.DSCP, tr.QoSRule, tr.QoSText)
+	}
 	return nil
 }

@@ -29,18 +29,22 @@ type Classifier struct {
 
 // content is what egressd wrote to the maps, to diff against.
 type content struct {
-	pods    map[bpf.FromPodAddr]bpf.FromPodPodInfo
-	cluster map[bpf.FromPodClusterKey]uint8
-	fw      map[bpf.FromPodLpmKey]bpf.FromPodCandidates
-	ports   map[bpf.FromPodPortKey]uint8
-	qos     map[bpf.FromPodLpmKey]bpf.FromPodQosValue
+	pods     map[bpf.FromPodAddr]bpf.FromPodPodInfo
+	cluster  map[bpf.FromPodClusterKey]uint8
+	fw       map[bpf.FromPodLpmKey]bpf.FromPodCandidates
+	ports    map[bpf.FromPodPortKey]uint8
+	qos      map[bpf.FromPodLpmKey]bpf.FromPodQosValue
+	ids      map[uint32]bpf.FromPodName
+	fwRules  map[bpf.FromPodStatKey]bpf.FromPodRuleText
+	qosRules map[bpf.FromPodStatKey]bpf.FromPodRuleText
 }
 
 func newContent() content {
 	return content{
 		pods: map[bpf.FromPodAddr]bpf.FromPodPodInfo{}, cluster: map[bpf.FromPodClusterKey]uint8{},
 		fw: map[bpf.FromPodLpmKey]bpf.FromPodCandidates{}, ports: map[bpf.FromPodPortKey]uint8{},
-		qos: map[bpf.FromPodLpmKey]bpf.FromPodQosValue{},
+		qos: map[bpf.FromPodLpmKey]bpf.FromPodQosValue{}, ids: map[uint32]bpf.FromPodName{},
+		fwRules: map[bpf.FromPodStatKey]bpf.FromPodRuleText{}, qosRules: map[bpf.FromPodStatKey]bpf.FromPodRuleText{},
 	}
 }
 
@@ -75,7 +79,8 @@ func Load(pinRoot string) (*Classifier, error) {
 // neighbour discovery (to link-local and solicited-node multicast addresses) must always pass.
 var linkScoped = []netip.Prefix{netip.MustParsePrefix("fe80::/10"), netip.MustParsePrefix("ff00::/8")}
 
-var mapNames = []string{"egressd_pods", "egressd_cluster", "egressd_fw", "egressd_fw_ports", "egressd_fw_stats", "egressd_qos", "egressd_qos_stats"}
+var mapNames = []string{"egressd_pods", "egressd_cluster", "egressd_fw", "egressd_fw_ports", "egressd_fw_stats",
+	"egressd_qos", "egressd_qos_stats", "egressd_ids", "egressd_fw_rules", "egressd_qos_rules"}
 
 // read loads what the pinned maps hold (a previous agent's state).
 func (c *Classifier) read() (content, error) {
@@ -83,6 +88,7 @@ func (c *Classifier) read() (content, error) {
 	errs := []error{
 		readMap(c.objs.EgressdPods, w.pods), readMap(c.objs.EgressdCluster, w.cluster),
 		readMap(c.objs.EgressdFw, w.fw), readMap(c.objs.EgressdFwPorts, w.ports), readMap(c.objs.EgressdQos, w.qos),
+		readMap(c.objs.EgressdIds, w.ids), readMap(c.objs.EgressdFwRules, w.fwRules), readMap(c.objs.EgressdQosRules, w.qosRules),
 	}
 	return w, errors.Join(errs...)
 }
@@ -150,6 +156,9 @@ func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
 			keep[id] = true
 			continue
 		}
+		for _, r := range fw.Rules {
+			want.fwRules[bpf.FromPodStatKey{NsId: id, Rule: uint32(r.Index)}] = ruleText(r.Text)
+		}
 		if err := firewallEntries(id, fw.Rules, &want); err != nil {
 			failed[fw.Origin] = err
 			keep[id] = true
@@ -177,9 +186,22 @@ func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
 				}
 			}
 			info.QosClass = id
+			want.ids[id] = nameOf(p.Origin.Namespace)
 		}
 		for _, ip := range p.IPs {
 			want.pods[addrOf(ip)] = info
+		}
+	}
+	for _, q := range s.QoS {
+		id := ID("fw/"+q.Origin.Namespace, taken)
+		want.ids[id] = nameOf(q.Origin.Namespace)
+		for _, r := range q.Rules {
+			want.qosRules[bpf.FromPodStatKey{NsId: id, Rule: uint32(r.Index)}] = ruleText(r.Text)
+		}
+	}
+	for id, name := range taken {
+		if ns, ok := strings.CutPrefix(name, "fw/"); ok {
+			want.ids[id] = nameOf(ns)
 		}
 	}
 	for _, p := range append(linkScoped, s.ClusterNetworks...) {
@@ -203,6 +225,11 @@ func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
 			want.qos[k] = v
 		}
 	}
+	for k, v := range c.written.fwRules {
+		if keep[k.NsId] {
+			want.fwRules[k] = v
+		}
+	}
 	// Adds and changes before removals: every destination sees either the old or the new
 	// verdict, never a mixture (a removed prefix falls back to an already updated shorter one).
 	errs := []error{
@@ -211,6 +238,9 @@ func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
 		syncMap(c.objs.EgressdQos, c.written.qos, want.qos),
 		syncMap(c.objs.EgressdCluster, c.written.cluster, want.cluster),
 		syncMap(c.objs.EgressdPods, c.written.pods, want.pods),
+		syncMap(c.objs.EgressdIds, c.written.ids, want.ids),
+		syncMap(c.objs.EgressdFwRules, c.written.fwRules, want.fwRules),
+		syncMap(c.objs.EgressdQosRules, c.written.qosRules, want.qosRules),
 	}
 	if err := errors.Join(errs...); err != nil {
 		for _, fw := range s.Firewalls {
@@ -409,4 +439,16 @@ func (c *Classifier) recordRules(s *dataplane.State, failed map[dataplane.Origin
 		}
 	}
 	c.info.fwAction, c.info.qosDSCP, c.info.firewalls = actions, dscps, firewalls
+}
+
+func nameOf(s string) bpf.FromPodName {
+	var n bpf.FromPodName
+	copy(n.S[:len(n.S)-1], s)
+	return n
+}
+
+func ruleText(s string) bpf.FromPodRuleText {
+	var t bpf.FromPodRuleText
+	copy(t.S[:len(t.S)-1], s)
+	return t
 }

@@ -144,6 +144,20 @@ spec:
 	if v, _ := l.Nodes[0].Agent.Sample("egressd_egressfirewalls"); v != "1" {
 		t.Errorf("egressd_egressfirewalls = %q", v)
 	}
+	// egressctl on node-0 tells what its classifier does and shows the counters.
+	pin := lab.PinRoot(l.ID, l.Nodes[0].Name)
+	for args, want := range map[string]string{
+		"trace " + a0.IPv4.String() + " 203.0.113.10 tcp/80":  "firewall: deny by rule 2 of " + ns + ": Deny to 0.0.0.0/0",
+		"trace " + a0.IPv4.String() + " 203.0.113.10 tcp/443": "firewall: allow by rule 0 of " + ns + ": Allow to 203.0.113.10/32 ports TCP/443",
+		"trace " + a0.IPv4.String() + " 10.244.1.3 udp/53":    "not applied",
+		"firewall": "Deny to ::/0",
+	} {
+		f := strings.Fields(args)
+		out, err := l.Nodes[0].NS.Run(egressctl(t), append([]string{f[0], "--bpf-pin-root", pin}, f[1:]...)...)
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("egressctl %s: %v\n%s\nwant %q", args, err, out, want)
+		}
+	}
 	// Inbound connections to a pod, and their replies, pass under deny-all.
 	if r := other.TCP(lab.HostPort(a0.IPv4, 8080), lab.ClientOptions{Timeout: quick}); r.Outcome != lab.OK {
 		t.Errorf("inbound to a pod under deny-all: %s", r)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,6 +104,10 @@ spec:
 	series := `egressd_egressqos_marked_packets_total{dscp="46",namespace="` + ns + `",rule="0"}`
 	if v, err := l.Nodes[1].Agent.Sample(series); err != nil || v == "" || v == "0" {
 		t.Errorf("%s on node-1 = %q (%v), want > 0", series, v, err)
+	}
+	out, err := l.Nodes[0].NS.Run(egressctl(t), "trace", "--bpf-pin-root", lab.PinRoot(l.ID, l.Nodes[0].Name), voice0.IPv4.String(), "203.0.113.10", "udp/80")
+	if want := "qos:      DSCP 46 by rule 0: DSCP 46 to 203.0.113.0/24 for pods app=voice"; err != nil || !strings.Contains(out, want) {
+		t.Errorf("egressctl trace: %v\n%s\nwant %q", err, out, want)
 	}
 	// Relabelling a pod moves it between rules, without touching the others.
 	pod, err := l.Client.CoreV1().Pods(ns).Get(ctx, "web0", metav1.GetOptions{})

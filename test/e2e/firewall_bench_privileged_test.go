@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/egressd/egressd/test/kube"
@@ -92,6 +93,7 @@ func BenchmarkPrivilegedFirewallApply(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	bulkCore := kubernetes.NewForConfigOrDie(cfg)
 	start = time.Now()
 	var wg sync.WaitGroup
 	work := make(chan int)
@@ -99,7 +101,7 @@ func BenchmarkPrivilegedFirewallApply(b *testing.B) {
 		wg.Go(func() {
 			for i := range work {
 				name := fmt.Sprintf("bench-fw-%s-%04d", l.ID, i)
-				if _, err := l.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+				if _, err := bulkCore.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 					b.Error(err)
 					continue
 				}

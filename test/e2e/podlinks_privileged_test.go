@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -124,10 +123,7 @@ func TestPrivilegedPodInterfacesGetTheClassifier(t *testing.T) {
 	if _, err := routed.Agent.Terminate(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	ctl := filepath.Join(t.TempDir(), "egressctl")
-	if out, err := exec.Command("go", "build", "-o", ctl, "../../cmd/egressctl").CombinedOutput(); err != nil {
-		t.Fatalf("build egressctl: %v\n%s", err, out)
-	}
+	ctl := egressctl(t)
 	pinRoot := lab.PinRoot(l.ID, routed.Name)
 	if out, err := routed.NS.Run(ctl, "cleanup", "--bpf-pin-root", pinRoot); err != nil {
 		t.Fatal(err)

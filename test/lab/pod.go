@@ -112,6 +112,12 @@ func (p *Pod) register(ctx context.Context, o PodOptions) error {
 	if err != nil {
 		return fmt.Errorf("create Pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
+	// Gone with the lab, at once: the next lab reuses node names and pod addresses, and must not
+	// meet pods of this one waiting for their namespace's deletion.
+	p.Node.lab.onClose(func() {
+		zero := int64(0)
+		_ = c.Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &created.UID}})
+	})
 	now := metav1.Now()
 	created.Status = corev1.PodStatus{
 		Phase:  corev1.PodRunning,
