@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
+	"syscall"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -169,4 +172,46 @@ func first(o []ClientOptions) ClientOptions {
 		return o[0]
 	}
 	return ClientOptions{}
+}
+
+// UDPStream sends n datagrams from the pod to dst, one every interval, and counts the servers'
+// answers (each datagram is answered): a packet lost either way shows as answered < sent.
+func (p *Pod) UDPStream(dst string, n int, interval time.Duration) (sent, answered int, err error) {
+	var conn net.Conn
+	if err := p.NS.Do(func() error {
+		var err error
+		conn, err = net.Dial("udp", dst)
+		return err
+	}); err != nil {
+		return 0, 0, err
+	}
+	defer conn.Close()
+	done := make(chan int)
+	go func() {
+		buf := make([]byte, 2048)
+		got := 0
+		for {
+			_ = conn.SetReadDeadline(time.Now().Add(time.Duration(n)*interval + 2*time.Second))
+			if _, err := conn.Read(buf); err != nil {
+				if errors.Is(err, syscall.ECONNREFUSED) {
+					continue // an ICMP error for one datagram; keep counting the others
+				}
+				break // the deadline: nothing more is coming
+			}
+			got++
+			if got == n {
+				break
+			}
+		}
+		done <- got
+	}()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for i := range n {
+		if _, err := conn.Write([]byte(fmt.Sprintf("%d\n", i))); err == nil {
+			sent++
+		}
+		<-t.C
+	}
+	return sent, <-done, nil
 }
