@@ -77,20 +77,16 @@ func (a *StatusAggregator) reconcile(ctx context.Context) {
 	}
 	efs, _ := a.Snapshot.EgressFirewalls.List(labels.Everything())
 	for _, ef := range efs {
-		status, stale := aggregate(ef.Status.Messages, nodes, fwApplied, fwNotApplied)
 		c := a.Client.K8sOVNV1().EgressFirewalls(ef.Namespace)
-		for _, node := range stale { // applying nothing as that node drops what it owned
-			_, err := c.ApplyStatus(ctx, ovnac.EgressFirewall(ef.Name, ef.Namespace).WithStatus(ovnac.EgressFirewallStatus()), metav1.ApplyOptions{FieldManager: node, Force: true})
-			a.logErr(err, "remove stale node status", "EgressFirewall", ef.Namespace, node)
+		apply := func(st *ovnac.EgressFirewallStatusApplyConfiguration, manager string) error {
+			_, err := c.ApplyStatus(ctx, ovnac.EgressFirewall(ef.Name, ef.Namespace).WithStatus(st), metav1.ApplyOptions{FieldManager: manager, Force: true})
+			return err
 		}
-		if status != ef.Status.Status {
-			st := ovnac.EgressFirewallStatus()
-			if status != "" {
-				st.WithStatus(status)
-			}
-			_, err := c.ApplyStatus(ctx, ovnac.EgressFirewall(ef.Name, ef.Namespace).WithStatus(st), metav1.ApplyOptions{FieldManager: leaderManager, Force: true})
-			a.logErr(err, "write aggregate status", "EgressFirewall", ef.Namespace, status)
-		}
+		a.settle("EgressFirewall "+ef.Namespace+"/"+ef.Name, ef.Status.Messages, ef.Status.Status, nodes, fwApplied, fwNotApplied,
+			func(manager string) error { return apply(ovnac.EgressFirewallStatus(), manager) },
+			func(status string) error {
+				return apply(ovnac.EgressFirewallStatus().WithStatus(status), leaderManager)
+			})
 	}
 	qs, _ := a.Snapshot.EgressQoSes.List(labels.Everything())
 	for _, q := range qs {
@@ -100,25 +96,38 @@ func (a *StatusAggregator) reconcile(ctx context.Context) {
 				msgs = append(msgs, node+": "+cnd.Message)
 			}
 		}
-		status, stale := aggregate(msgs, nodes, qosApplied, qosNotApplied)
 		c := a.Client.K8sOVNV1().EgressQoSes(q.Namespace)
-		for _, node := range stale {
-			_, err := c.ApplyStatus(ctx, ovnac.EgressQoS(q.Name, q.Namespace).WithStatus(ovnac.EgressQoSStatus()), metav1.ApplyOptions{FieldManager: node, Force: true})
-			a.logErr(err, "remove stale node status", "EgressQoS", q.Namespace, node)
+		apply := func(st *ovnac.EgressQoSStatusApplyConfiguration, manager string) error {
+			_, err := c.ApplyStatus(ctx, ovnac.EgressQoS(q.Name, q.Namespace).WithStatus(st), metav1.ApplyOptions{FieldManager: manager, Force: true})
+			return err
 		}
-		if status != q.Status.Status {
-			st := ovnac.EgressQoSStatus()
-			if status != "" {
-				st.WithStatus(status)
-			}
-			_, err := c.ApplyStatus(ctx, ovnac.EgressQoS(q.Name, q.Namespace).WithStatus(st), metav1.ApplyOptions{FieldManager: leaderManager, Force: true})
-			a.logErr(err, "write aggregate status", "EgressQoS", q.Namespace, status)
-		}
+		a.settle("EgressQoS "+q.Namespace+"/"+q.Name, msgs, q.Status.Status, nodes, qosApplied, qosNotApplied,
+			func(manager string) error { return apply(ovnac.EgressQoSStatus(), manager) },
+			func(status string) error { return apply(ovnac.EgressQoSStatus().WithStatus(status), leaderManager) })
 	}
 }
 
-func (a *StatusAggregator) logErr(err error, what, kind, ns, detail string) {
+// settle removes the entries of nodes that are gone (applying nothing under a node's field
+// manager drops what it owned) and writes the aggregate status when it changed; an empty
+// aggregate is written by applying without the field, which removes it.
+func (a *StatusAggregator) settle(object string, msgs []string, current string, nodes sets.Set[string], applied, notApplied string,
+	dropNode func(manager string) error, write func(status string) error) {
+	status, stale := aggregate(msgs, nodes, applied, notApplied)
+	for _, node := range stale {
+		if err := dropNode(node); err != nil {
+			a.Log.Error("remove the status entry of a deleted node", "object", object, "node", node, "err", err)
+		}
+	}
+	if status == current {
+		return
+	}
+	var err error
+	if status == "" {
+		err = dropNode(leaderManager)
+	} else {
+		err = write(status)
+	}
 	if err != nil {
-		a.Log.Error(what, "object", kind+" "+ns+"/default", "detail", detail, "err", err)
+		a.Log.Error("write aggregate status", "object", object, "status", status, "err", err)
 	}
 }

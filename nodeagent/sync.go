@@ -62,6 +62,9 @@ type SyncLoop struct {
 	Resync time.Duration
 
 	synced atomic.Bool
+	// failing is the last error logged per object, so that a persistent failure is logged
+	// when it starts or changes, not at every sync.
+	failing map[dataplane.Origin]string
 }
 
 // features are the compile steps, in order.
@@ -119,10 +122,20 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	if !since.IsZero() {
 		l.Metrics.Latency.Observe(time.Since(since).Seconds())
 	}
+	failing := map[dataplane.Origin]string{}
 	for origin, err := range res.Failed {
 		l.Metrics.SyncErrors.WithLabelValues("apply").Inc()
-		l.Log.Error("apply failed", "object", origin.String(), "rule", origin.Rule, "err", err)
+		failing[origin] = err.Error()
+		if l.failing[origin] != err.Error() {
+			l.Log.Error("apply failed", "object", origin.String(), "err", err)
+		}
 	}
+	for origin := range l.failing {
+		if _, still := failing[origin]; !still {
+			l.Log.Info("applied again", "object", origin.String())
+		}
+	}
+	l.failing = failing
 	if l.Status != nil {
 		l.Status.Report(&state, res)
 	}

@@ -210,26 +210,10 @@ func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
 	c.names = taken
 	c.recordRules(s, failed)
 	// Entries of ids that failed stay as written.
-	for k, v := range c.written.fw {
-		if keep[k.Id] {
-			want.fw[k] = v
-		}
-	}
-	for k, v := range c.written.ports {
-		if keep[k.NsId] {
-			want.ports[k] = v
-		}
-	}
-	for k, v := range c.written.qos {
-		if keep[k.Id] {
-			want.qos[k] = v
-		}
-	}
-	for k, v := range c.written.fwRules {
-		if keep[k.NsId] {
-			want.fwRules[k] = v
-		}
-	}
+	keepFailed(c.written.fw, want.fw, keep, func(k bpf.FromPodLpmKey) uint32 { return k.Id })
+	keepFailed(c.written.ports, want.ports, keep, func(k bpf.FromPodPortKey) uint32 { return k.NsId })
+	keepFailed(c.written.qos, want.qos, keep, func(k bpf.FromPodLpmKey) uint32 { return k.Id })
+	keepFailed(c.written.fwRules, want.fwRules, keep, func(k bpf.FromPodStatKey) uint32 { return k.NsId })
 	// Adds and changes before removals: every destination sees either the old or the new
 	// verdict, never a mixture (a removed prefix falls back to an already updated shorter one).
 	errs := []error{
@@ -451,4 +435,13 @@ func ruleText(s string) bpf.FromPodRuleText {
 	var t bpf.FromPodRuleText
 	copy(t.S[:len(t.S)-1], s)
 	return t
+}
+
+// keepFailed carries over the written entries of ids whose policy failed (fail closed).
+func keepFailed[K comparable, V any](written, want map[K]V, keep map[uint32]bool, id func(K) uint32) {
+	for k, v := range written {
+		if keep[id(k)] {
+			want[k] = v
+		}
+	}
 }

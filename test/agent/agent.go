@@ -30,13 +30,16 @@ var (
 )
 
 // Build builds cmd/egressd into dir and returns the binary's path.
-func Build(dir string) (string, error) {
+func Build(dir string) (string, error) { return BuildCommand(dir, "egressd") }
+
+// BuildCommand builds cmd/<name> of this repository into dir and returns the binary's path.
+func BuildCommand(dir, name string) (string, error) {
 	_, file, _, _ := runtime.Caller(0)
-	bin := filepath.Join(dir, "egressd")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/egressd")
+	bin := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/"+name)
 	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/egressd: %v\n%s", err, out)
+		return "", fmt.Errorf("go build ./cmd/%s: %v\n%s", name, err, out)
 	}
 	return bin, nil
 }

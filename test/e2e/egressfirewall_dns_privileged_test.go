@@ -20,11 +20,7 @@ func TestPrivilegedEgressFirewallDNSName(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Set("www.example.com", 1, "203.0.113.10")
-	for _, h := range [][]string{{"web", "203.0.113.10"}, {"other", "198.51.100.10"}} {
-		if _, err := l.AddExternal(h[0], lab.ExternalOptions{}, h[1]); err != nil {
-			t.Fatal(err)
-		}
-	}
+	addExternals(t, l, []string{"web", "203.0.113.10"}, []string{"other", "198.51.100.10"})
 	if err := l.StartAgents(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +29,7 @@ func TestPrivilegedEgressFirewallDNSName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	applyYAML(t, l, ns, `
+	applyFirewall(t, l, ns, `
 apiVersion: k8s.ovn.org/v1
 kind: EgressFirewall
 metadata: {name: default}
@@ -41,9 +37,6 @@ spec:
   egress:
   - {type: Allow, to: {dnsName: WWW.Example.com}}
   - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}`)
-	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default", "status.status", fwApplied, 20*time.Second); err != nil {
-		t.Fatal(err)
-	}
 	eventuallyReach(t, reach{p, "203.0.113.10:80", false, lab.OK}, 10*time.Second)
 	checkReach(t, "resolved", []reach{{p, "198.51.100.10:80", false, lab.Timeout}})
 

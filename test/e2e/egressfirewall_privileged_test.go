@@ -141,7 +141,8 @@ spec:
 	if v, err := l.Nodes[0].Agent.Sample(series); err != nil || v == "" || v == "0" {
 		t.Errorf("%s = %q (%v), want > 0", series, v, err)
 	}
-	if v, _ := l.Nodes[0].Agent.Sample("egressd_egressfirewalls"); v != "1" {
+	// Firewalls of earlier tests' namespaces may still be being deleted: at least this one.
+	if v, _ := l.Nodes[0].Agent.Sample("egressd_egressfirewalls"); v == "" || v == "0" {
 		t.Errorf("egressd_egressfirewalls = %q", v)
 	}
 	// egressctl on node-0 tells what its classifier does and shows the counters.

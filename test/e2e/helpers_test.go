@@ -1,15 +1,17 @@
 package e2e
 
 import (
+	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/egressd/egressd/test/agent"
 	"github.com/egressd/egressd/test/kube"
+	"github.com/egressd/egressd/test/lab"
 )
 
 var kubeDecode = kube.Decode
@@ -33,14 +35,10 @@ func egressctl(t *testing.T) string {
 	t.Helper()
 	ctlOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "egressctl-")
-		if err != nil {
-			ctlErr = err
-			return
+		if err == nil {
+			ctlPath, err = agent.BuildCommand(dir, "egressctl")
 		}
-		ctlPath = filepath.Join(dir, "egressctl")
-		if out, err := exec.Command("go", "build", "-o", ctlPath, "../../cmd/egressctl").CombinedOutput(); err != nil {
-			ctlErr = &buildError{err, string(out)}
-		}
+		ctlErr = err
 	})
 	if ctlErr != nil {
 		t.Fatal(ctlErr)
@@ -48,9 +46,21 @@ func egressctl(t *testing.T) string {
 	return ctlPath
 }
 
-type buildError struct {
-	err error
-	out string
+// applyFirewall applies an EgressFirewall and waits until every node reports it applied.
+func applyFirewall(t *testing.T, l *lab.Lab, ns, doc string) {
+	t.Helper()
+	applyYAML(t, l, ns, doc)
+	if err := l.Kube.WaitField(context.Background(), "k8s.ovn.org/v1", "EgressFirewall", ns, "default", "status.status", fwApplied, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
 }
 
-func (e *buildError) Error() string { return "build egressctl: " + e.err.Error() + "\n" + e.out }
+// addExternals adds external hosts, each given as name and addresses.
+func addExternals(t *testing.T, l *lab.Lab, hosts ...[]string) {
+	t.Helper()
+	for _, h := range hosts {
+		if _, err := l.AddExternal(h[0], lab.ExternalOptions{}, h[1:]...); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

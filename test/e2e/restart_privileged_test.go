@@ -16,17 +16,13 @@ func TestPrivilegedAgentRestartKeepsEnforcing(t *testing.T) {
 	privileged.Require(t)
 	l := lab.New(t, lab.Options{Nodes: 1, Agents: true})
 	ctx := context.Background()
-	for _, h := range [][]string{{"web", "203.0.113.10"}, {"other", "198.51.100.10"}} {
-		if _, err := l.AddExternal(h[0], lab.ExternalOptions{}, h[1]); err != nil {
-			t.Fatal(err)
-		}
-	}
+	addExternals(t, l, []string{"web", "203.0.113.10"}, []string{"other", "198.51.100.10"})
 	ns := l.CP.Namespace(t)
 	p, err := l.Nodes[0].AddPod(ctx, ns, "p", lab.PodOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	applyYAML(t, l, ns, `
+	applyFirewall(t, l, ns, `
 apiVersion: k8s.ovn.org/v1
 kind: EgressFirewall
 metadata: {name: default}
@@ -34,9 +30,6 @@ spec:
   egress:
   - {type: Allow, to: {cidrSelector: 203.0.113.10/32}}
   - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}`)
-	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default", "status.status", fwApplied, 20*time.Second); err != nil {
-		t.Fatal(err)
-	}
 	eventuallyReach(t, reach{p, "198.51.100.10:80", false, lab.Timeout}, 10*time.Second)
 
 	const n, every = 400, 10 * time.Millisecond // 4 s of traffic
