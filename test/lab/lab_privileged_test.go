@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/test/controlplane"
@@ -244,4 +246,37 @@ func TestPrivilegedLabDNS(t *testing.T) {
 	if n := d.Queries("www.example.com"); n != 3 {
 		t.Errorf("queries = %d, want 3", n)
 	}
+}
+
+// kube-controller-manager keeps EndpointSlices of test-created Services from the lab's pods,
+// following readiness as kubelet would report it.
+func TestPrivilegedLabEndpointSlices(t *testing.T) {
+	privileged.Require(t)
+	l := lab.New(t, lab.Options{Nodes: 1})
+	ctx := context.Background()
+	ns := l.CP.Namespace(t)
+	p := mustPod(t, l.Nodes[0], ns, "web")
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	if _, err := l.Client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		slices, err := l.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=web"})
+		if err == nil {
+			for _, s := range slices.Items {
+				for _, e := range s.Endpoints {
+					if len(e.Addresses) > 0 && e.Addresses[0] == p.IPv4.String() && e.Conditions.Ready != nil && *e.Conditions.Ready {
+						return
+					}
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("no ready endpoint %s for Service %s/web", p.IPv4, ns)
 }
