@@ -129,7 +129,9 @@ func (cp *ControlPlane) start(ctx context.Context, bins Binaries, opts Options) 
 	if cp.Config, err = clientcmd.BuildConfigFromFlags("", cp.Kubeconfig); err != nil {
 		return err
 	}
-	kcmConfig, err := cp.KubeconfigFor("system:kube-controller-manager")
+	// In group system:masters: without per-controller service account credentials, the
+	// controllers act as the manager itself, whose bootstrap role lacks e.g. EndpointSlices.
+	kcmConfig, err := cp.KubeconfigFor("system:kube-controller-manager", "system:masters")
 	if err != nil {
 		return err
 	}
