@@ -39,9 +39,9 @@ bench-memory: controlplane-bin ## agent RSS with 10,000 pods and 1,000 namespace
 bench-bfd: deps ## BFD: CPU of 200 sessions at 100ms x 3, detection time over 20 failures (root, FRR)
 	$(GO) test ./dataplane/bfd -run '^$$' -bench Privileged -benchtime 1x
 
-bench-firewall: deps controlplane-bin ## classifier ns/packet; 8000-rule apply time; one-rule change latency with 1000 namespaces
+bench-firewall: deps controlplane-bin ## classifier ns/packet; 8000-rule apply time; change latency with 1000 namespaces; UDP throughput ratio
 	$(GO) test ./dataplane/classifier -run '^$$' -bench Privileged -benchtime 2000000x
-	$(GO) test ./test/e2e -run '^$$' -bench PrivilegedFirewallApply -benchtime 1x -timeout 20m
+	$(GO) test ./test/e2e -run '^$$' -bench 'Privileged(FirewallApply|Throughput)' -benchtime 1x -timeout 20m
 
 demo: deps ## egressd on its lab: expected vs observed per example (KEEP=1 leaves it up)
 	$(GO) run ./test/demo $(if $(KEEP),--keep)

@@ -8,21 +8,26 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 
+	cloudv1 "github.com/egressd/egressd/api/cloudnetwork/v1"
 	"github.com/egressd/egressd/api/generated/clientset/versioned"
 	egressinformers "github.com/egressd/egressd/api/generated/informers/externalversions"
 	cloudlisters "github.com/egressd/egressd/api/generated/listers/cloudnetwork/v1"
 	ovnlisters "github.com/egressd/egressd/api/generated/listers/k8sovn/v1"
 	netoplisters "github.com/egressd/egressd/api/generated/listers/networkoperator/v1"
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	netopv1 "github.com/egressd/egressd/api/networkoperator/v1"
 )
 
 // Index names of the pod informer.
@@ -60,7 +65,7 @@ type Watchers struct {
 	core   informers.SharedInformerFactory
 	egress egressinformers.SharedInformerFactory
 	synced []cache.InformerSynced
-	subs   []chan struct{}
+	subs   []subscriber
 	snap   Snapshot
 	// pending is when the oldest change not yet taken by TakePending arrived (unix nanoseconds).
 	pending atomic.Int64
@@ -107,9 +112,9 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 		w.egress.CloudNetwork().V1().CloudPrivateIPConfigs().Informer(),
 	}
 	notify := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { w.signal() },
-		UpdateFunc: func(any, any) { w.signal() },
-		DeleteFunc: func(any) { w.signal() },
+		AddFunc:    func(any) { w.signal(true) },
+		UpdateFunc: func(old, new any) { w.signal(!statusOnly(old, new)) },
+		DeleteFunc: func(any) { w.signal(true) },
 	}
 	for _, inf := range informers {
 		if _, err := inf.AddEventHandler(notify); err != nil {
@@ -120,15 +125,50 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 	return w, nil
 }
 
+type subscriber struct {
+	ch        chan struct{}
+	statusToo bool
+}
+
 // signal coalesces events: one pending notification is enough for a level-triggered consumer.
-func (w *Watchers) signal() {
-	w.pending.CompareAndSwap(0, time.Now().UnixNano())
-	for _, ch := range w.subs {
+// An update of only the status of an egress API object reaches only subscribers that read
+// status: the node's programming does not depend on it, and every node writing its status
+// entry would otherwise make every node recompile.
+func (w *Watchers) signal(spec bool) {
+	if spec {
+		w.pending.CompareAndSwap(0, time.Now().UnixNano())
+	}
+	for _, s := range w.subs {
+		if !spec && !s.statusToo {
+			continue
+		}
 		select {
-		case ch <- struct{}{}:
+		case s.ch <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// statusOnly says whether an update changed nothing but the status (and bookkeeping) of one
+// of the egress API objects: same generation, labels and annotations. Core objects always
+// count: pod IPs and readiness, node addresses live in their status.
+func statusOnly(old, new any) bool {
+	o, ok1 := old.(metav1.Object)
+	n, ok2 := new.(metav1.Object)
+	if !ok1 || !ok2 || !egressAPI(new) {
+		return false
+	}
+	return o.GetGeneration() == n.GetGeneration() && maps.Equal(o.GetLabels(), n.GetLabels()) &&
+		maps.Equal(o.GetAnnotations(), n.GetAnnotations())
+}
+
+func egressAPI(obj any) bool {
+	switch obj.(type) {
+	case *ovnv1.EgressFirewall, *ovnv1.EgressQoS, *ovnv1.EgressIP, *ovnv1.AdminPolicyBasedExternalRoute,
+		*ovnv1.EgressService, *netopv1.EgressRouter, *cloudv1.CloudPrivateIPConfig:
+		return true
+	}
+	return false
 }
 
 // Start runs the informers and waits for their caches to fill.
@@ -151,10 +191,11 @@ func (w *Watchers) Shutdown() {
 }
 
 // Subscribe returns a channel that receives a value after any object changed since the last
-// receive. Call it before Start.
-func (w *Watchers) Subscribe() <-chan struct{} {
+// receive; statusToo includes updates of only the status of egress API objects. Call it before
+// Start.
+func (w *Watchers) Subscribe(statusToo bool) <-chan struct{} {
 	ch := make(chan struct{}, 1)
-	w.subs = append(w.subs, ch)
+	w.subs = append(w.subs, subscriber{ch: ch, statusToo: statusToo})
 	return ch
 }
 

@@ -102,7 +102,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Node:            cfg.nodeName,
 		ClusterNetworks: append(append([]netip.Prefix{}, cfg.clusterCIDRs...), cfg.serviceCIDRs...),
 		Snapshot:        w.Snapshot(),
-		Changed:         w.Subscribe(),
+		Changed:         w.Subscribe(false),
 		KernelChanged:   dp.Changed(),
 		PendingSince:    w.TakePending,
 		DNS:             dnsnames.New(ctx, cfg.dnsServer, log.With("component", "dns")),
@@ -116,7 +116,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	recorder, stopEvents := eventRecorder(ctx, kube, cfg.nodeName)
 	defer stopEvents()
 	loop.Status = &nodeagent.StatusWriter{Node: cfg.nodeName, Client: egress, Kube: kube, Snapshot: w.Snapshot(), Recorder: recorder, Log: log.With("component", "status")}
-	aggregator := &nodeagent.StatusAggregator{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(), Log: log.With("component", "status-aggregator")}
+	aggregator := &nodeagent.StatusAggregator{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true), Log: log.With("component", "status-aggregator")}
 
 	servers, err := serve(cfg, metrics, loop, log)
 	if err != nil {

@@ -31,7 +31,7 @@ var (
 )
 
 // egressctl builds cmd/egressctl once per test binary.
-func egressctl(t *testing.T) string {
+func egressctl(t testing.TB) string {
 	t.Helper()
 	ctlOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "egressctl-")

@@ -2,8 +2,11 @@ package lab
 
 import (
 	"fmt"
+	"io"
+	"net"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 
 	"github.com/egressd/egressd/test/netns"
 )
@@ -19,6 +22,8 @@ type External struct {
 	Fabric netip.Addr // its v4 address on the fabric
 	Addrs  []netip.Addr
 	obs    *observer
+	// closers are sockets the lab closes with the host.
+	closers []io.Closer
 }
 
 // ExternalOptions of AddExternal.
@@ -82,6 +87,11 @@ func (l *Lab) AddExternal(name string, o ExternalOptions, addrs ...string) (*Ext
 	}
 	e.obs = newObserver(name)
 	l.onClose(e.obs.close)
+	l.onClose(func() {
+		for _, c := range e.closers {
+			c.Close()
+		}
+	})
 	if err := e.obs.start(e.NS, e.Addrs, ServerPorts); err != nil {
 		return nil, fmt.Errorf("servers on %s: %w", name, err)
 	}
@@ -108,4 +118,32 @@ func (e *External) Nft(script string) error {
 // server saw.
 func (e *External) TCP(dst string, o ...ClientOptions) Result {
 	return call(e.NS, "tcp", dst, first(o))
+}
+
+// CountUDP counts the datagrams the host receives on port (on its first address), without
+// answering: the sink of throughput measurements. The returned function reads the count.
+func (e *External) CountUDP(port uint16) (func() uint64, error) {
+	var pc net.PacketConn
+	if err := e.NS.Do(func() error {
+		var err error
+		pc, err = net.ListenPacket("udp", netip.AddrPortFrom(e.Addrs[0], port).String())
+		if err == nil {
+			_ = pc.(*net.UDPConn).SetReadBuffer(8 << 20)
+		}
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	var n atomic.Uint64
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			if _, _, err := pc.ReadFrom(buf); err != nil {
+				return
+			}
+			n.Add(1)
+		}
+	}()
+	e.closers = append(e.closers, pc)
+	return n.Load, nil
 }

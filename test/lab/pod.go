@@ -215,3 +215,27 @@ func (p *Pod) UDPStream(dst string, n int, interval time.Duration) (sent, answer
 	}
 	return sent, <-done, nil
 }
+
+// FloodUDP sends 64-byte datagrams from the pod to dst as fast as it can for d, and returns
+// how many it sent.
+func (p *Pod) FloodUDP(dst string, d time.Duration) (uint64, error) {
+	var conn net.Conn
+	if err := p.NS.Do(func() error {
+		var err error
+		conn, err = net.Dial("udp", dst)
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	payload := make([]byte, 64-28) // 64 bytes with the IPv4 and UDP headers
+	var sent uint64
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); {
+		for range 256 {
+			if _, err := conn.Write(payload); err == nil {
+				sent++
+			}
+		}
+	}
+	return sent, nil
+}

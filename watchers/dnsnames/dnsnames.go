@@ -27,7 +27,7 @@ type Resolver struct {
 
 	// Timing, upstream's values; tests shorten them.
 	minTTL, maxTTL, retry, maxBackoff time.Duration
-	retriesBeforeBackoff               int
+	retriesBeforeBackoff              int
 
 	mu      sync.Mutex
 	entries map[string]*entry
