@@ -109,8 +109,8 @@ func (c *Client) Get(ctx context.Context, apiVersion, kind, ns, name string) (*u
 }
 
 // WaitField waits until the field at a dotted path (e.g. "status.status") of the object equals
-// want, as a user watching `kubectl get -o jsonpath` would. On timeout the error says what the
-// field last held.
+// want (want "" also accepts an absent field), as a user watching `kubectl get -o jsonpath`
+// would. On timeout the error says what the field last held.
 func (c *Client) WaitField(ctx context.Context, apiVersion, kind, ns, name, path, want string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	last := "<object not found>"
@@ -121,7 +121,7 @@ func (c *Client) WaitField(ctx context.Context, apiVersion, kind, ns, name, path
 			if found {
 				last = fmt.Sprint(v)
 			}
-			if found && last == want {
+			if (found && last == want) || (!found && want == "") {
 				return nil
 			}
 		}

@@ -1,0 +1,63 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ovnac "github.com/egressd/egressd/api/generated/applyconfiguration/k8sovn/v1"
+	"github.com/egressd/egressd/api/generated/clientset/versioned"
+	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/privileged"
+)
+
+// TestPrivilegedStatusFollowsNodes is upstream's status-manager scenario: a new node that has
+// not reported makes the aggregate unknown (unset); once it is gone, the entry it wrote is
+// removed and the aggregate is back to applied.
+func TestPrivilegedStatusFollowsNodes(t *testing.T) {
+	privileged.Require(t)
+	l := lab.New(t, lab.Options{Nodes: 1, Agents: true})
+	ctx := context.Background()
+	ns := l.CP.Namespace(t)
+	applyFirewall(t, l, ns, `
+apiVersion: k8s.ovn.org/v1
+kind: EgressFirewall
+metadata: {name: default}
+spec: {egress: [{type: Deny, to: {cidrSelector: 192.0.2.0/24}}]}`)
+
+	ghost := "ghost-" + l.ID
+	if _, err := l.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ghost}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Client.CoreV1().Nodes().Delete(context.Background(), ghost, metav1.DeleteOptions{}) })
+	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default", "status.status", "", 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The ghost node's agent reports a failure, then the node is deleted.
+	egress := versioned.NewForConfigOrDie(l.CP.Config)
+	msg := ghost + ": EgressFirewall Rules not correctly applied: disk on fire"
+	ac := ovnac.EgressFirewall("default", ns).WithStatus(ovnac.EgressFirewallStatus().WithMessages(msg))
+	if _, err := egress.K8sOVNV1().EgressFirewalls(ns).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: ghost, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default", "status.status", fwNotApplied, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Client.CoreV1().Nodes().Delete(ctx, ghost, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default", "status.status", fwApplied, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ef, err := l.Kube.Get(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, _, _ := unstructuredStrings(ef.Object, "status", "messages")
+	if contains(msgs, msg) || !contains(msgs, l.Nodes[0].Name+": "+fwApplied) {
+		t.Errorf("messages after the node left: %q", msgs)
+	}
+}
