@@ -1,6 +1,7 @@
 package classifier
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -25,6 +26,22 @@ type Classifier struct {
 	// names maps ids to what they stand for, as of the last Apply.
 	names map[uint32]string
 	info  ruleInfo
+	// fwSets are the firewall entries of each namespace id as written, so that a sync
+	// rewrites only the namespaces whose rules changed; nil until the first Apply.
+	fwSets map[uint32]*fwSet
+}
+
+// fwSet is what one namespace's EgressFirewall put in the maps.
+type fwSet struct {
+	// fingerprint of the compiled rules the entries came from; 0 forces a rewrite.
+	fingerprint uint64
+	fw          map[bpf.FromPodLpmKey]bpf.FromPodCandidates
+	ports       map[bpf.FromPodPortKey]uint8
+	texts       map[bpf.FromPodStatKey]bpf.FromPodRuleText
+}
+
+func newFwSet() *fwSet {
+	return &fwSet{fw: map[bpf.FromPodLpmKey]bpf.FromPodCandidates{}, ports: map[bpf.FromPodPortKey]uint8{}, texts: map[bpf.FromPodStatKey]bpf.FromPodRuleText{}}
 }
 
 // content is what egressd wrote to the maps, to diff against.
@@ -147,22 +164,31 @@ func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
 	keep := map[uint32]bool{} // ids whose previous entries stay
 	taken := map[uint32]string{}
 
+	c.adoptWritten()
 	nsID := map[string]uint32{}
+	wantSets := map[uint32]*fwSet{}
 	for _, fw := range sortedFirewalls(s.Firewalls) {
 		id := ID("fw/"+fw.Origin.Namespace, taken)
 		nsID[fw.Origin.Namespace] = id
+		old := c.fwSets[id]
 		if err := fw.Err; err != nil {
 			failed[fw.Origin] = err
-			keep[id] = true
+			wantSets[id] = old // what is enforced stays (fail closed)
 			continue
 		}
-		for _, r := range fw.Rules {
-			want.fwRules[bpf.FromPodStatKey{NsId: id, Rule: uint32(r.Index)}] = ruleText(r.Text)
+		fp := fingerprint(fw.Rules)
+		if old != nil && old.fingerprint == fp {
+			wantSets[id] = old
+			continue
 		}
-		if err := firewallEntries(id, fw.Rules, &want); err != nil {
+		set, err := firewallSet(id, fw.Rules)
+		if err != nil {
 			failed[fw.Origin] = err
-			keep[id] = true
+			wantSets[id] = old
+			continue
 		}
+		set.fingerprint = fp
+		wantSets[id] = set
 	}
 	qosByNS := map[string]dataplane.QoS{}
 	for _, q := range s.QoS {
@@ -209,21 +235,16 @@ func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
 	}
 	c.names = taken
 	c.recordRules(s, failed)
-	// Entries of ids that failed stay as written.
-	keepFailed(c.written.fw, want.fw, keep, func(k bpf.FromPodLpmKey) uint32 { return k.Id })
-	keepFailed(c.written.ports, want.ports, keep, func(k bpf.FromPodPortKey) uint32 { return k.NsId })
+	// QoS entries of classes that failed stay as written.
 	keepFailed(c.written.qos, want.qos, keep, func(k bpf.FromPodLpmKey) uint32 { return k.Id })
-	keepFailed(c.written.fwRules, want.fwRules, keep, func(k bpf.FromPodStatKey) uint32 { return k.NsId })
 	// Adds and changes before removals: every destination sees either the old or the new
 	// verdict, never a mixture (a removed prefix falls back to an already updated shorter one).
 	errs := []error{
-		syncMap(c.objs.EgressdFwPorts, c.written.ports, want.ports),
-		syncMap(c.objs.EgressdFw, c.written.fw, want.fw),
+		c.syncFirewalls(wantSets),
 		syncMap(c.objs.EgressdQos, c.written.qos, want.qos),
 		syncMap(c.objs.EgressdCluster, c.written.cluster, want.cluster),
 		syncMap(c.objs.EgressdPods, c.written.pods, want.pods),
 		syncMap(c.objs.EgressdIds, c.written.ids, want.ids),
-		syncMap(c.objs.EgressdFwRules, c.written.fwRules, want.fwRules),
 		syncMap(c.objs.EgressdQosRules, c.written.qosRules, want.qosRules),
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -262,17 +283,20 @@ func selected(rules []dataplane.QoSRule, idx []int) []dataplane.QoSRule {
 	return out
 }
 
-func firewallEntries(id uint32, rules []dataplane.FirewallRule, into *content) error {
+// firewallSet computes the entries of one namespace's firewall.
+func firewallSet(id uint32, rules []dataplane.FirewallRule) (*fwSet, error) {
+	set := newFwSet()
 	trs := make([]Rule, len(rules))
 	for i, r := range rules {
 		trs[i] = Rule{Index: r.Index, Deny: r.Deny, Prefixes: r.Prefixes, HasPorts: len(r.Ports) > 0}
+		set.texts[bpf.FromPodStatKey{NsId: id, Rule: uint32(r.Index)}] = ruleText(r.Text)
 		for _, p := range r.Ports {
-			into.ports[bpf.FromPodPortKey{NsId: id, Rule: uint16(r.Index), Proto: p.Protocol, Port: p.Port}] = 1
+			set.ports[bpf.FromPodPortKey{NsId: id, Rule: uint16(r.Index), Proto: p.Protocol, Port: p.Port}] = 1
 		}
 	}
 	table, err := Table(trs)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for p, cs := range table {
 		var v bpf.FromPodCandidates
@@ -282,9 +306,101 @@ func firewallEntries(id uint32, rules []dataplane.FirewallRule, into *content) e
 			v.C[i].HasPorts = b2u(cand.HasPorts)
 			v.C[i].Action = b2u(cand.Deny)
 		}
-		into.fw[lpmKey(id, p)] = v
+		set.fw[lpmKey(id, p)] = v
 	}
-	return nil
+	return set, nil
+}
+
+// fingerprint identifies compiled rules: equal rules give equal fingerprints.
+func fingerprint(rules []dataplane.FirewallRule) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	num := func(v uint64) { binary.LittleEndian.PutUint64(b[:], v); h.Write(b[:]) }
+	for _, r := range rules {
+		num(uint64(r.Index))
+		num(uint64(b2u(r.Deny)))
+		h.Write([]byte(r.Text))
+		num(uint64(len(r.Prefixes)))
+		for _, p := range r.Prefixes {
+			a := p.Addr().As16()
+			h.Write(a[:])
+			num(uint64(p.Bits()))
+		}
+		num(uint64(len(r.Ports)))
+		for _, p := range r.Ports {
+			num(uint64(p.Protocol)<<16 | uint64(p.Port))
+		}
+	}
+	return h.Sum64() | 1 // never 0, which means "unknown"
+}
+
+// adoptWritten turns the firewall entries a previous agent left in the pinned maps into
+// per-namespace sets (of unknown fingerprint), once: the first sync then rewrites what
+// differs and removes what no namespace wants any more.
+func (c *Classifier) adoptWritten() {
+	if c.fwSets != nil {
+		return
+	}
+	c.fwSets = map[uint32]*fwSet{}
+	set := func(id uint32) *fwSet {
+		if c.fwSets[id] == nil {
+			c.fwSets[id] = newFwSet()
+		}
+		return c.fwSets[id]
+	}
+	for k, v := range c.written.fw {
+		set(k.Id).fw[k] = v
+	}
+	for k, v := range c.written.ports {
+		set(k.NsId).ports[k] = v
+	}
+	for k, v := range c.written.fwRules {
+		set(k.NsId).texts[k] = v
+	}
+	c.written.fw, c.written.ports, c.written.fwRules = nil, nil, nil
+}
+
+// syncFirewalls writes the namespaces whose entries changed and removes those of namespaces
+// gone, leaving the others untouched.
+func (c *Classifier) syncFirewalls(want map[uint32]*fwSet) error {
+	var errs []error
+	for id, set := range want {
+		old := c.fwSets[id]
+		if set == old {
+			continue
+		}
+		if old == nil {
+			old = newFwSet()
+		}
+		err := errors.Join(
+			syncMap(c.objs.EgressdFwPorts, old.ports, set.ports),
+			syncMap(c.objs.EgressdFw, old.fw, set.fw),
+			syncMap(c.objs.EgressdFwRules, old.texts, set.texts))
+		if err != nil {
+			old.fingerprint = 0 // partly rewritten: rewrite in full next time
+			c.fwSets[id] = old
+			errs = append(errs, err)
+			continue
+		}
+		c.fwSets[id] = set
+	}
+	for id, old := range c.fwSets {
+		if _, ok := want[id]; ok {
+			continue
+		}
+		empty := newFwSet()
+		err := errors.Join(
+			syncMap(c.objs.EgressdFw, old.fw, empty.fw),
+			syncMap(c.objs.EgressdFwPorts, old.ports, empty.ports),
+			syncMap(c.objs.EgressdFwRules, old.texts, empty.texts))
+		if err != nil {
+			old.fingerprint = 0
+			errs = append(errs, err)
+			continue
+		}
+		delete(c.fwSets, id)
+	}
+	return errors.Join(errs...)
 }
 
 func qosEntries(class, nsID uint32, rules []dataplane.QoSRule, into *content) error {

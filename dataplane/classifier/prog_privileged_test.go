@@ -281,3 +281,51 @@ func TestPrivilegedClassifierFailClosed(t *testing.T) {
 		t.Errorf("firewall deleted but still enforced (%#x)", got)
 	}
 }
+
+// A new agent (Load on the same pins) adopts the entries its predecessor wrote: they keep
+// enforcing until its first Apply, which removes those of a namespace deleted meanwhile.
+func TestPrivilegedClassifierAdoptsPinnedState(t *testing.T) {
+	privileged.Require(t)
+	root := fmt.Sprintf("/sys/fs/bpf/egressd-test-adopt-%d", os.Getpid())
+	t.Cleanup(func() { os.RemoveAll(root) })
+	c, err := classifier.Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := firewallState()
+	st.Firewalls = append(st.Firewalls, dataplane.Firewall{Origin: dataplane.Origin{Kind: "EgressFirewall", Namespace: "b", Name: "default"},
+		Rules: []dataplane.FirewallRule{{Index: 0, Deny: true, Prefixes: pfxs("0.0.0.0/0"), Text: "Deny to 0.0.0.0/0"}}})
+	if failed := c.Apply(st); len(failed) > 0 {
+		t.Fatal(failed)
+	}
+	c.Close()
+
+	c2, err := classifier.Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if got, _ := run(t, c2, pkt(t, podB, netip.MustParseAddr("203.0.113.1"), "tcp", 443, 0, false)); got != tcxDrop {
+		t.Fatalf("before the first Apply the adopted deny of namespace b is gone (%#x)", got)
+	}
+	if failed := c2.Apply(firewallState()); len(failed) > 0 { // namespace b's firewall deleted
+		t.Fatal(failed)
+	}
+	in, err := classifier.Inspect(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	rules, _ := in.Rules(false)
+	for _, r := range rules {
+		if r.Namespace == "b" {
+			t.Errorf("rule of deleted namespace b left: %+v", r)
+		}
+	}
+	if len(rules) != 3 {
+		t.Errorf("%d rules programmed, want namespace a's 3", len(rules))
+	}
+	if got, _ := run(t, c2, pkt(t, podA, netip.MustParseAddr("203.0.113.1"), "tcp", 443, 0, false)); got != tcxDrop {
+		t.Errorf("namespace a's deny lost across the restart (%#x)", got)
+	}
+}
