@@ -44,9 +44,15 @@ func compileFirewalls(in *input, into *dataplane.State) error {
 			continue // the API server rejects other names; nothing to enforce
 		}
 		fw := dataplane.Firewall{Origin: dataplane.Origin{Kind: "EgressFirewall", Namespace: ef.Namespace, Name: ef.Name}}
-		fw.Rules, fw.Err = firewallRules(in, ef, nodes)
+		if m, ok := in.memo.firewall(ef); ok {
+			fw.Rules, fw.Err = m.rules, m.err
+		} else {
+			fw.Rules, fw.Err = firewallRules(in, ef, nodes)
+			in.memo.keepFirewall(ef, fw.Rules, fw.Err)
+		}
 		into.Firewalls = append(into.Firewalls, fw)
 	}
+	in.memo.forgetFirewallsBut(efs)
 	return nil
 }
 

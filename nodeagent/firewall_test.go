@@ -37,7 +37,7 @@ func node(name string, labels map[string]string, hostCIDRs string, addrs ...stri
 func compileFW(t *testing.T, objs ...runtime.Object) []dataplane.Firewall {
 	t.Helper()
 	var st dataplane.State
-	in := &input{snap: snapshotOf(objs...), cluster: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}, lookup: func(name string) []netip.Addr {
+	in := &input{snap: snapshotOf(objs...), memo: &memo{}, cluster: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}, lookup: func(name string) []netip.Addr {
 		if name == "www.example.com" {
 			return []netip.Addr{netip.MustParseAddr("203.0.113.20"), netip.MustParseAddr("10.244.1.1")}
 		}
@@ -141,5 +141,38 @@ func TestCompileQoSSelectsPods(t *testing.T) {
 	}
 	if r := st.QoS[0].Rules; r[0].Prefixes[0] != netip.MustParsePrefix(cidr) || len(r[1].Prefixes) != 2 || r[1].DSCP != 10 {
 		t.Errorf("rules %+v", r)
+	}
+}
+
+// A firewall that only depends on its spec is compiled once per generation.
+func TestCompileFirewallMemo(t *testing.T) {
+	e := ef("a", cidrRule("Deny", "10.0.0.0/8"))
+	e.UID, e.Generation = "uid-1", 1
+	m := &memo{}
+	compile := func() []dataplane.Firewall {
+		var st dataplane.State
+		if err := compileFirewalls(&input{snap: snapshotOf(e), memo: m}, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Firewalls
+	}
+	first := compile()
+	if _, ok := m.firewall(e); !ok {
+		t.Fatal("not memoized")
+	}
+	second := compile()
+	if &first[0].Rules[0] != &second[0].Rules[0] {
+		t.Error("recompiled an unchanged firewall")
+	}
+	e.Spec.Egress[0].Type = "Allow"
+	e.Generation = 2
+	if third := compile(); third[0].Rules[0].Deny {
+		t.Errorf("a new generation was not recompiled: %+v", third[0].Rules[0])
+	}
+	withNodes := ef("b", ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{NodeSelector: &metav1.LabelSelector{}}})
+	withNodes.UID = "uid-2"
+	m.keepFirewall(withNodes, nil, nil)
+	if _, ok := m.firewall(withNodes); ok {
+		t.Error("a firewall depending on nodes was memoized")
 	}
 }

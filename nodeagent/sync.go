@@ -29,6 +29,8 @@ type input struct {
 	lookup func(name string) []netip.Addr
 	// dnsNames collects the names the policies refer to.
 	dnsNames []string
+	// memo keeps compile results that depend only on an object's spec, across syncs.
+	memo *memo
 }
 
 // Names is what the sync loop needs of a DNS resolver.
@@ -62,6 +64,7 @@ type SyncLoop struct {
 	Resync time.Duration
 
 	synced atomic.Bool
+	memo   memo
 	// failing is the last error logged per object, so that a persistent failure is logged
 	// when it starts or changes, not at every sync.
 	failing map[dataplane.Origin]string
@@ -105,7 +108,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 		since = l.PendingSince()
 	}
 	state := dataplane.State{ClusterNetworks: l.ClusterNetworks}
-	in := &input{snap: l.Snapshot, node: l.Node, cluster: l.ClusterNetworks, lookup: l.DNS.Lookup}
+	in := &input{snap: l.Snapshot, node: l.Node, cluster: l.ClusterNetworks, lookup: l.DNS.Lookup, memo: &l.memo}
 	for _, f := range features {
 		start := time.Now()
 		err := f.compile(in, &state)
