@@ -25,10 +25,7 @@ func TestPrivilegedEgressFirewallDNSName(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := l.CP.Namespace(t)
-	p, err := l.Nodes[0].AddPod(ctx, ns, "p", lab.PodOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := addPod(t, l.Nodes[0], ns, "p", lab.PodOptions{})
 	applyFirewall(t, l, ns, `
 apiVersion: k8s.ovn.org/v1
 kind: EgressFirewall

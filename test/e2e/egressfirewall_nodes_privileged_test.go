@@ -28,10 +28,7 @@ func TestPrivilegedEgressFirewallNodeSelector(t *testing.T) {
 		}
 	}
 	ns := l.CP.Namespace(t)
-	p, err := n0.AddPod(ctx, ns, "p", lab.PodOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := addPod(t, n0, ns, "p", lab.PodOptions{})
 	// node-1's agent publishes its addresses.
 	waitAnnotation(t, l, n1.Name, func(cidrs []string) bool { return slices.Contains(cidrs, n1.IPv4.String()+"/24") })
 

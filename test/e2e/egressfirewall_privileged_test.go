@@ -77,18 +77,9 @@ func TestPrivilegedEgressFirewall(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns, free := l.CP.Namespace(t), l.CP.Namespace(t)
-	a0, err := l.Nodes[0].AddPod(ctx, ns, "a0", lab.PodOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a1, err := l.Nodes[1].AddPod(ctx, ns, "a1", lab.PodOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := l.Nodes[1].AddPod(ctx, free, "srv", lab.PodOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a0 := addPod(t, l.Nodes[0], ns, "a0", lab.PodOptions{})
+	a1 := addPod(t, l.Nodes[1], ns, "a1", lab.PodOptions{})
+	srv := addPod(t, l.Nodes[1], free, "srv", lab.PodOptions{})
 	for _, p := range []*lab.Pod{a0, srv} {
 		if err := p.Serve(8080); err != nil {
 			t.Fatal(err)

@@ -55,18 +55,9 @@ func TestPrivilegedEgressQoS(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := l.CP.Namespace(t)
-	voice0, err := l.Nodes[0].AddPod(ctx, ns, "voice0", lab.PodOptions{Labels: map[string]string{"app": "voice"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	voice1, err := l.Nodes[1].AddPod(ctx, ns, "voice1", lab.PodOptions{Labels: map[string]string{"app": "voice"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	web0, err := l.Nodes[0].AddPod(ctx, ns, "web0", lab.PodOptions{Labels: map[string]string{"app": "web"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	voice0 := addPod(t, l.Nodes[0], ns, "voice0", lab.PodOptions{Labels: map[string]string{"app": "voice"}})
+	voice1 := addPod(t, l.Nodes[1], ns, "voice1", lab.PodOptions{Labels: map[string]string{"app": "voice"}})
+	web0 := addPod(t, l.Nodes[0], ns, "web0", lab.PodOptions{Labels: map[string]string{"app": "web"}})
 	applyYAML(t, l, ns, `
 apiVersion: k8s.ovn.org/v1
 kind: EgressQoS

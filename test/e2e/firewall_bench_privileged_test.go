@@ -55,10 +55,7 @@ func BenchmarkPrivilegedFirewallApply(b *testing.B) {
 		b.Fatal(err)
 	}
 	ns := l.CP.Namespace(b)
-	p, err := l.Nodes[0].AddPod(ctx, ns, "p", lab.PodOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	p := addPod(b, l.Nodes[0], ns, "p", lab.PodOptions{})
 	if _, ok := waitState(p, "203.0.113.10:80", false, 5*time.Second); !ok {
 		b.Fatal("no connectivity before the firewall")
 	}
@@ -139,10 +136,7 @@ func BenchmarkPrivilegedFirewallApply(b *testing.B) {
 
 	// One-rule changes of a 10-rule firewall in one more namespace, its pod probing.
 	ns2 := l.CP.Namespace(b)
-	p2, err := l.Nodes[0].AddPod(ctx, ns2, "p2", lab.PodOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	p2 := addPod(b, l.Nodes[0], ns2, "p2", lab.PodOptions{})
 	if err := l.Kube.Apply(ctx, ns2, firewallYAML(10, "{type: Allow, to: {cidrSelector: 203.0.113.0/24}}")); err != nil {
 		b.Fatal(err)
 	}

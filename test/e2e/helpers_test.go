@@ -64,3 +64,13 @@ func addExternals(t *testing.T, l *lab.Lab, hosts ...[]string) {
 		}
 	}
 }
+
+// addPod adds a pod to a lab node.
+func addPod(t testing.TB, n *lab.Node, ns, name string, o lab.PodOptions) *lab.Pod {
+	t.Helper()
+	p, err := n.AddPod(context.Background(), ns, name, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

@@ -18,10 +18,7 @@ func TestPrivilegedAgentRestartKeepsEnforcing(t *testing.T) {
 	ctx := context.Background()
 	addExternals(t, l, []string{"web", "203.0.113.10"}, []string{"other", "198.51.100.10"})
 	ns := l.CP.Namespace(t)
-	p, err := l.Nodes[0].AddPod(ctx, ns, "p", lab.PodOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := addPod(t, l.Nodes[0], ns, "p", lab.PodOptions{})
 	applyFirewall(t, l, ns, `
 apiVersion: k8s.ovn.org/v1
 kind: EgressFirewall

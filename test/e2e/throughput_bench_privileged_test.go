@@ -28,10 +28,7 @@ func BenchmarkPrivilegedThroughput(b *testing.B) {
 		b.Fatal(err)
 	}
 	ns := l.CP.Namespace(b)
-	p, err := l.Nodes[0].AddPod(ctx, ns, "p", lab.PodOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	p := addPod(b, l.Nodes[0], ns, "p", lab.PodOptions{})
 	const d = 3 * time.Second
 	rate := func(name string) float64 {
 		before := count()
