@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"fmt"
 	"net/netip"
+	"sort"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -11,20 +12,38 @@ import (
 )
 
 // compileLocalPods lists the pods of this node that egressd classifies: running on the pod
-// network (not hostNetwork), not finished, with addresses.
+// network (not hostNetwork), not finished, with addresses. An address reused while its old
+// pod is still terminating belongs to the pod that is not being deleted, else to the newest.
 func compileLocalPods(in *input, into *dataplane.State) error {
 	objs, err := in.snap.PodIndex.ByIndex(watchers.PodsByNode, in.node)
 	if err != nil {
 		return fmt.Errorf("pods of node %s: %w", in.node, err)
 	}
+	pods := make([]*corev1.Pod, 0, len(objs))
 	for _, o := range objs {
 		pod := o.(*corev1.Pod)
 		if pod.Spec.HostNetwork || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
+		pods = append(pods, pod)
+	}
+	// Strongest claim first: live before terminating, then newest, then by name (stable).
+	sort.Slice(pods, func(i, j int) bool {
+		a, b := pods[i], pods[j]
+		if (a.DeletionTimestamp == nil) != (b.DeletionTimestamp == nil) {
+			return a.DeletionTimestamp == nil
+		}
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return b.CreationTimestamp.Before(&a.CreationTimestamp)
+		}
+		return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
+	})
+	claimed := map[netip.Addr]bool{}
+	for _, pod := range pods {
 		p := dataplane.Pod{Origin: dataplane.Origin{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name}}
 		for _, ip := range pod.Status.PodIPs {
-			if a, err := netip.ParseAddr(ip.IP); err == nil {
+			if a, err := netip.ParseAddr(ip.IP); err == nil && !claimed[a] {
+				claimed[a] = true
 				p.IPs = append(p.IPs, a)
 			}
 		}

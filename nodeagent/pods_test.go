@@ -55,3 +55,20 @@ func TestCompileLocalPods(t *testing.T) {
 		t.Errorf("local pods %v, want %v", got, want)
 	}
 }
+
+// A reused address belongs to the live pod, not to the one still terminating.
+func TestCompileLocalPodsReusedAddress(t *testing.T) {
+	old := pod("old", "n1", false, corev1.PodRunning, "10.244.1.5")
+	old.Namespace = "a"
+	now := metav1.Now()
+	old.DeletionTimestamp = &now
+	fresh := pod("fresh", "n1", false, corev1.PodRunning, "10.244.1.5")
+	fresh.Namespace = "b"
+	var st dataplane.State
+	if err := compileLocalPods(&input{snap: snapshotOf(old, fresh), node: "n1"}, &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.LocalPods) != 1 || st.LocalPods[0].Origin.Name != "fresh" {
+		t.Errorf("local pods %+v, want only the live pod to own 10.244.1.5", st.LocalPods)
+	}
+}
