@@ -9,8 +9,9 @@ import (
 	"github.com/egressd/egressd/test/privileged"
 )
 
-// TestPrivilegedEgressFirewallDNSName: a dnsName rule follows what the name resolves to, in any
-// letter case, and a changed answer takes over once the record's TTL (floored at 5 s) expires.
+// TestPrivilegedEgressFirewallDNSName: a dnsName rule follows what the name resolves to (A and
+// AAAA), in any letter case, and a changed answer takes over once the record's TTL (floored at
+// 5 s) expires.
 func TestPrivilegedEgressFirewallDNSName(t *testing.T) {
 	privileged.Require(t)
 	l := lab.New(t, lab.Options{Nodes: 1, AgentArgs: []string{"--dns-server", "198.51.100.53:53"}})
@@ -19,8 +20,8 @@ func TestPrivilegedEgressFirewallDNSName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.Set("www.example.com", 1, "203.0.113.10")
-	addExternals(t, l, []string{"web", "203.0.113.10"}, []string{"other", "198.51.100.10"})
+	d.Set("www.example.com", 1, "203.0.113.10", "2001:db8::10")
+	addExternals(t, l, []string{"web", "203.0.113.10", "2001:db8::10"}, []string{"other", "198.51.100.10", "2001:db8:1::10"})
 	if err := l.StartAgents(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -33,13 +34,22 @@ metadata: {name: default}
 spec:
   egress:
   - {type: Allow, to: {dnsName: WWW.Example.com}}
-  - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}`)
+  - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}
+  - {type: Deny, to: {cidrSelector: "::/0"}}`)
 	eventuallyReach(t, reach{p, "203.0.113.10:80", false, lab.OK}, 10*time.Second)
-	checkReach(t, "resolved", []reach{{p, "198.51.100.10:80", false, lab.Timeout}})
+	checkReach(t, "resolved", []reach{
+		{p, "198.51.100.10:80", false, lab.Timeout},
+		{p, "[2001:db8::10]:80", false, lab.OK}, // AAAA
+		{p, "[2001:db8:1::10]:80", false, lab.Timeout},
+	})
 
-	d.Set("www.example.com", 1, "198.51.100.10")
+	d.Set("www.example.com", 1, "198.51.100.10", "2001:db8:1::10")
 	start := time.Now()
 	eventuallyReach(t, reach{p, "198.51.100.10:80", false, lab.OK}, 15*time.Second)
 	t.Logf("changed answer enforced %s after the change (TTL 1 s, refresh floor 5 s)", time.Since(start).Round(time.Millisecond))
-	checkReach(t, "re-resolved", []reach{{p, "203.0.113.10:80", false, lab.Timeout}})
+	checkReach(t, "re-resolved", []reach{
+		{p, "203.0.113.10:80", false, lab.Timeout},
+		{p, "[2001:db8:1::10]:80", false, lab.OK},
+		{p, "[2001:db8::10]:80", false, lab.Timeout},
+	})
 }
