@@ -2,6 +2,9 @@ package lab_test
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,8 +19,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/egressd/egressd/dataplane/bfd"
 	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/test/controlplane"
+	"github.com/egressd/egressd/test/frr"
 	"github.com/egressd/egressd/test/lab"
 	"github.com/egressd/egressd/test/privileged"
 )
@@ -279,4 +284,36 @@ func TestPrivilegedLabEndpointSlices(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("no ready endpoint %s for Service %s/web", p.IPv4, ns)
+}
+
+// A gateway host forwards, and runs FRR bfdd (zebra first) as the BFD peer of a node across
+// the fabric: the session comes Up.
+func TestPrivilegedLabGatewayRunsBFDD(t *testing.T) {
+	privileged.Require(t)
+	l := lab.New(t, lab.Options{Nodes: 1})
+	gw, err := l.AddExternal("gw", lab.ExternalOptions{Forwarding: true}, "198.51.100.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := gw.NS.Run("sysctl", "-n", "net.ipv4.ip_forward"); strings.TrimSpace(out) != "1" {
+		t.Errorf("gateway does not forward: ip_forward=%q", out)
+	}
+	n := l.Nodes[0]
+	f := frr.StartBFDD(t, gw.NS, fmt.Sprintf("bfd\n peer %s local-address %s interface eth0\n !\n!\n", n.IPv4, gw.Fabric))
+	var m *bfd.Manager
+	if err := n.NS.Do(func() (err error) { m, err = bfd.New(slog.New(slog.NewTextHandler(io.Discard, nil))); return }); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Add(bfd.Config{Peer: gw.Fabric, Local: n.IPv4, Interface: "eth0"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if f.PeerStatus(n.IPv4.String()) == "up" && m.Sessions()[0].State == bfd.Up {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("BFD node <-> gateway not Up: FRR %q, node %s", f.PeerStatus(n.IPv4.String()), m.Sessions()[0].State)
 }
