@@ -44,6 +44,9 @@ type StatusWriter struct {
 	Snapshot *watchers.Snapshot
 	Recorder record.EventRecorder
 	Log      *slog.Logger
+	// Changed, when set, signals status changes made by others: the last outcome is written
+	// again where an entry of this node went missing or stale.
+	Changed <-chan struct{}
 
 	pending chan report
 }
@@ -56,21 +59,26 @@ type report struct {
 
 // Run writes reported statuses until ctx ends.
 func (w *StatusWriter) Run(ctx context.Context) {
+	var last report
 	for {
+		var r report
 		select {
 		case <-ctx.Done():
 			return
-		case r := <-w.queue():
-			if err := w.publishHostCIDRs(ctx, r.hostCIDRs); err != nil {
-				w.Log.Error("publish host addresses", "node", w.Node, "annotation", HostCIDRsKey, "err", err)
+		case r = <-w.queue():
+			last = r
+		case <-w.Changed:
+			r = last // entries already right are skipped
+		}
+		if err := w.publishHostCIDRs(ctx, r.hostCIDRs); err != nil {
+			w.Log.Error("publish host addresses", "node", w.Node, "annotation", HostCIDRsKey, "err", err)
+		}
+		for origin, err := range r.objects {
+			if ctx.Err() != nil {
+				return
 			}
-			for origin, err := range r.objects {
-				if ctx.Err() != nil {
-					return
-				}
-				if werr := w.write(ctx, origin, err); werr != nil {
-					w.Log.Error("write status", "object", origin.String(), "err", werr)
-				}
+			if werr := w.write(ctx, origin, err); werr != nil {
+				w.Log.Error("write status", "object", origin.String(), "err", werr)
 			}
 		}
 	}

@@ -115,7 +115,8 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 
 	recorder, stopEvents := eventRecorder(ctx, kube, cfg.nodeName)
 	defer stopEvents()
-	loop.Status = &nodeagent.StatusWriter{Node: cfg.nodeName, Client: egress, Kube: kube, Snapshot: w.Snapshot(), Recorder: recorder, Log: log.With("component", "status")}
+	loop.Status = &nodeagent.StatusWriter{Node: cfg.nodeName, Client: egress, Kube: kube, Snapshot: w.Snapshot(), Recorder: recorder,
+		Changed: w.Subscribe(true), Log: log.With("component", "status")}
 	aggregator := &nodeagent.StatusAggregator{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true), Log: log.With("component", "status-aggregator")}
 
 	servers, err := serve(cfg, metrics, loop, log)

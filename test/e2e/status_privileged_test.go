@@ -16,7 +16,7 @@ import (
 
 // TestPrivilegedStatusFollowsNodes is upstream's status-manager scenario: a new node that has
 // not reported makes the aggregate unknown (unset); once it is gone, the entry it wrote is
-// removed and the aggregate is back to applied.
+// removed and the aggregate is back to applied. A node's entry removed by someone else comes back.
 func TestPrivilegedStatusFollowsNodes(t *testing.T) {
 	privileged.Require(t)
 	l := lab.New(t, lab.Options{Nodes: 1, Agents: true})
@@ -59,5 +59,25 @@ spec: {egress: [{type: Deny, to: {cidrSelector: 192.0.2.0/24}}]}`)
 	msgs, _, _ := unstructuredStrings(ef.Object, "status", "messages")
 	if contains(msgs, msg) || !contains(msgs, l.Nodes[0].Name+": "+fwApplied) {
 		t.Errorf("messages after the node left: %q", msgs)
+	}
+
+	// Someone removes the node's entry: its agent writes it back.
+	node := l.Nodes[0].Name
+	empty := ovnac.EgressFirewall("default", ns).WithStatus(ovnac.EgressFirewallStatus())
+	if _, err := egress.K8sOVNV1().EgressFirewalls(ns).ApplyStatus(ctx, empty, metav1.ApplyOptions{FieldManager: node, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ef, err := l.Kube.Get(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default")
+		if err == nil {
+			if msgs, _, _ := unstructuredStrings(ef.Object, "status", "messages"); contains(msgs, node+": "+fwApplied) {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the node's status entry was not restored")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
