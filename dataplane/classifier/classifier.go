@@ -27,7 +27,7 @@ type Classifier struct {
 	names map[uint32]string
 	info  ruleInfo
 	// fwSets are the firewall entries of each namespace id as written, so that a sync
-	// rewrites only the namespaces whose rules changed; nil until the first Apply.
+	// rewrites only the namespaces whose rules changed.
 	fwSets map[uint32]*fwSet
 }
 
@@ -48,20 +48,16 @@ func newFwSet() *fwSet {
 type content struct {
 	pods     map[bpf.FromPodAddr]bpf.FromPodPodInfo
 	cluster  map[bpf.FromPodClusterKey]uint8
-	fw       map[bpf.FromPodLpmKey]bpf.FromPodCandidates
-	ports    map[bpf.FromPodPortKey]uint8
 	qos      map[bpf.FromPodLpmKey]bpf.FromPodQosValue
 	ids      map[uint32]bpf.FromPodName
-	fwRules  map[bpf.FromPodStatKey]bpf.FromPodRuleText
 	qosRules map[bpf.FromPodStatKey]bpf.FromPodRuleText
 }
 
 func newContent() content {
 	return content{
 		pods: map[bpf.FromPodAddr]bpf.FromPodPodInfo{}, cluster: map[bpf.FromPodClusterKey]uint8{},
-		fw: map[bpf.FromPodLpmKey]bpf.FromPodCandidates{}, ports: map[bpf.FromPodPortKey]uint8{},
 		qos: map[bpf.FromPodLpmKey]bpf.FromPodQosValue{}, ids: map[uint32]bpf.FromPodName{},
-		fwRules: map[bpf.FromPodStatKey]bpf.FromPodRuleText{}, qosRules: map[bpf.FromPodStatKey]bpf.FromPodRuleText{},
+		qosRules: map[bpf.FromPodStatKey]bpf.FromPodRuleText{},
 	}
 }
 
@@ -85,7 +81,7 @@ func Load(pinRoot string) (*Classifier, error) {
 		return nil, fmt.Errorf("load classifier: %w", err)
 	}
 	c.Program = c.objs.EgressdFrompod
-	if c.written, err = c.read(); err != nil {
+	if err = c.read(); err != nil {
 		c.objs.Close()
 		return nil, err
 	}
@@ -99,15 +95,37 @@ var linkScoped = []netip.Prefix{netip.MustParsePrefix("fe80::/10"), netip.MustPa
 var mapNames = []string{"egressd_pods", "egressd_cluster", "egressd_fw", "egressd_fw_ports", "egressd_fw_stats",
 	"egressd_qos", "egressd_qos_stats", "egressd_ids", "egressd_fw_rules", "egressd_qos_rules"}
 
-// read loads what the pinned maps hold (a previous agent's state).
-func (c *Classifier) read() (content, error) {
-	w := newContent()
+// read loads what the pinned maps hold (a previous agent's state); firewall entries are
+// grouped into per-namespace sets of unknown fingerprint, so that the first sync rewrites
+// what differs and removes what no namespace wants any more.
+func (c *Classifier) read() error {
+	c.written = newContent()
+	fw := map[bpf.FromPodLpmKey]bpf.FromPodCandidates{}
+	ports := map[bpf.FromPodPortKey]uint8{}
+	texts := map[bpf.FromPodStatKey]bpf.FromPodRuleText{}
+	w := &c.written
 	errs := []error{
-		readMap(c.objs.EgressdPods, w.pods), readMap(c.objs.EgressdCluster, w.cluster),
-		readMap(c.objs.EgressdFw, w.fw), readMap(c.objs.EgressdFwPorts, w.ports), readMap(c.objs.EgressdQos, w.qos),
-		readMap(c.objs.EgressdIds, w.ids), readMap(c.objs.EgressdFwRules, w.fwRules), readMap(c.objs.EgressdQosRules, w.qosRules),
+		readMap(c.objs.EgressdPods, w.pods), readMap(c.objs.EgressdCluster, w.cluster), readMap(c.objs.EgressdQos, w.qos),
+		readMap(c.objs.EgressdIds, w.ids), readMap(c.objs.EgressdQosRules, w.qosRules),
+		readMap(c.objs.EgressdFw, fw), readMap(c.objs.EgressdFwPorts, ports), readMap(c.objs.EgressdFwRules, texts),
 	}
-	return w, errors.Join(errs...)
+	c.fwSets = map[uint32]*fwSet{}
+	set := func(id uint32) *fwSet {
+		if c.fwSets[id] == nil {
+			c.fwSets[id] = newFwSet()
+		}
+		return c.fwSets[id]
+	}
+	for k, v := range fw {
+		set(k.Id).fw[k] = v
+	}
+	for k, v := range ports {
+		set(k.NsId).ports[k] = v
+	}
+	for k, v := range texts {
+		set(k.NsId).texts[k] = v
+	}
+	return errors.Join(errs...)
 }
 
 func readMap[K comparable, V any](m *ebpf.Map, into map[K]V) error {
@@ -164,7 +182,6 @@ func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
 	keep := map[uint32]bool{} // ids whose previous entries stay
 	taken := map[uint32]string{}
 
-	c.adoptWritten()
 	nsID := map[string]uint32{}
 	wantSets := map[uint32]*fwSet{}
 	for _, fw := range sortedFirewalls(s.Firewalls) {
@@ -332,32 +349,6 @@ func fingerprint(rules []dataplane.FirewallRule) uint64 {
 		}
 	}
 	return h.Sum64() | 1 // never 0, which means "unknown"
-}
-
-// adoptWritten turns the firewall entries a previous agent left in the pinned maps into
-// per-namespace sets (of unknown fingerprint), once: the first sync then rewrites what
-// differs and removes what no namespace wants any more.
-func (c *Classifier) adoptWritten() {
-	if c.fwSets != nil {
-		return
-	}
-	c.fwSets = map[uint32]*fwSet{}
-	set := func(id uint32) *fwSet {
-		if c.fwSets[id] == nil {
-			c.fwSets[id] = newFwSet()
-		}
-		return c.fwSets[id]
-	}
-	for k, v := range c.written.fw {
-		set(k.Id).fw[k] = v
-	}
-	for k, v := range c.written.ports {
-		set(k.NsId).ports[k] = v
-	}
-	for k, v := range c.written.fwRules {
-		set(k.NsId).texts[k] = v
-	}
-	c.written.fw, c.written.ports, c.written.fwRules = nil, nil, nil
 }
 
 // syncFirewalls writes the namespaces whose entries changed and removes those of namespaces
