@@ -47,7 +47,7 @@ type FromPodLpmKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
 	Id        uint32
-	Dst       FromPodAddr
+	Ip        [16]uint8
 }
 
 type FromPodName struct {

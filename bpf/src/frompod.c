@@ -42,10 +42,14 @@ struct pod_info {
 	__u32 qos_class; // 0: no EgressQoS rule selects the pod
 };
 
+// The family rides in the id's top bit, so that an IPv4 key's id and address fit the 8 bytes
+// the kernel's trie compares per step.
+#define LPM_ID_V6 0x80000000u
+
 struct lpm_key {
-	__u32 prefixlen; // 64 + prefix length: id and family/pad are always matched in full
-	__u32 id;        // namespace id (firewall) or QoS class (qos)
-	struct addr dst;
+	__u32 prefixlen; // 32 + prefix length: the id is always matched in full
+	__u32 id;        // namespace id (firewall) or QoS class (qos), | LPM_ID_V6 for IPv6
+	__u8 ip[16];     // IPv4 in the first 4 bytes
 };
 
 struct candidate {
@@ -213,7 +217,8 @@ struct packet {
 	__u8 tos;     // IPv4 TOS or IPv6 traffic class
 	__u16 sport;  // host order; 0 when absent (fragment, no L4)
 	__u16 dport;
-	__u32 l3_off; // offset of the IP header
+	__u8 syn_only; // TCP with SYN and without ACK
+	__u32 l3_off;  // offset of the IP header
 };
 
 static __always_inline void count(void *map, __u32 ns_id, __u32 rule, __u64 len)
@@ -269,6 +274,9 @@ static __always_inline int parse(struct __sk_buff *skb, struct packet *p)
 			return 0; // truncated: no ports, so only rules without ports can match it
 		p->sport = bpf_ntohs(ports[0]);
 		p->dport = bpf_ntohs(ports[1]);
+		struct tcphdr *tcp = l4;
+		if (p->proto == IPPROTO_TCP && (void *)(tcp + 1) <= end)
+			p->syn_only = tcp->syn && !tcp->ack;
 	}
 	return 0;
 }
@@ -279,6 +287,8 @@ static __always_inline int is_reply(struct __sk_buff *skb, struct packet *p)
 {
 	if (p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP)
 		return 0;
+	if (p->syn_only)
+		return 0; // a connection's first packet is never a reply: no conntrack lookup
 	struct bpf_sock_tuple t = {};
 	__u32 len;
 	if (p->src.family == 4) {
@@ -303,9 +313,23 @@ static __always_inline int is_reply(struct __sk_buff *skb, struct packet *p)
 	return reply;
 }
 
+static __always_inline void lpm_key_of(struct lpm_key *k, __u32 id, struct addr *dst)
+{
+	if (dst->family == 4) {
+		k->prefixlen = 32 + 32;
+		k->id = id;
+		__builtin_memcpy(k->ip, dst->ip, 4);
+	} else {
+		k->prefixlen = 32 + 128;
+		k->id = id | LPM_ID_V6;
+		__builtin_memcpy(k->ip, dst->ip, 16);
+	}
+}
+
 static __always_inline int firewall(struct __sk_buff *skb, struct packet *p, __u32 ns_id)
 {
-	struct lpm_key k = {.prefixlen = 64 + (p->dst.family == 4 ? 32 : 128), .id = ns_id, .dst = p->dst};
+	struct lpm_key k = {};
+	lpm_key_of(&k, ns_id, &p->dst);
 	struct candidates *cs = bpf_map_lookup_elem(&egressd_fw, &k);
 	if (!cs)
 		return TCX_NEXT;
@@ -331,7 +355,8 @@ static __always_inline int firewall(struct __sk_buff *skb, struct packet *p, __u
 
 static __always_inline void qos(struct __sk_buff *skb, struct packet *p, __u32 class)
 {
-	struct lpm_key k = {.prefixlen = 64 + (p->dst.family == 4 ? 32 : 128), .id = class, .dst = p->dst};
+	struct lpm_key k = {};
+	lpm_key_of(&k, class, &p->dst);
 	struct qos_value *v = bpf_map_lookup_elem(&egressd_qos, &k);
 	if (!v)
 		return;

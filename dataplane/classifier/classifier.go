@@ -29,6 +29,14 @@ type Classifier struct {
 	// fwSets are the firewall entries of each namespace id as written, so that a sync
 	// rewrites only the namespaces whose rules changed.
 	fwSets map[uint32]*fwSet
+	// fwTexts are the rule texts of each namespace id as written. They are written after the
+	// entries that enforce, which need not wait for them.
+	fwTexts map[uint32]*writtenTexts
+}
+
+type writtenTexts struct {
+	from  *fwSet // the set they were written from; nil when adopted from a predecessor
+	texts map[bpf.FromPodStatKey]bpf.FromPodRuleText
 }
 
 // fwSet is what one namespace's EgressFirewall put in the maps.
@@ -117,13 +125,17 @@ func (c *Classifier) read() error {
 		return c.fwSets[id]
 	}
 	for k, v := range fw {
-		set(k.Id).fw[k] = v
+		set(lpmID(k)).fw[k] = v
 	}
 	for k, v := range ports {
 		set(k.NsId).ports[k] = v
 	}
+	c.fwTexts = map[uint32]*writtenTexts{}
 	for k, v := range texts {
-		set(k.NsId).texts[k] = v
+		if c.fwTexts[k.NsId] == nil {
+			c.fwTexts[k.NsId] = &writtenTexts{texts: map[bpf.FromPodStatKey]bpf.FromPodRuleText{}}
+		}
+		c.fwTexts[k.NsId].texts[k] = v
 	}
 	return errors.Join(errs...)
 }
@@ -150,7 +162,7 @@ func ID(name string, taken map[uint32]string) uint32 {
 		if salt > 0 {
 			h.Write([]byte("#" + strconv.Itoa(salt)))
 		}
-		id := h.Sum32()
+		id := h.Sum32() &^ lpmIDv6
 		if id != 0 && (taken[id] == "" || taken[id] == name) {
 			taken[id] = name
 			return id
@@ -170,9 +182,23 @@ func addrOf(a netip.Addr) bpf.FromPodAddr {
 	return k
 }
 
+// lpmIDv6 marks an IPv6 key's id (the program's LPM_ID_V6); ids are below it.
+const lpmIDv6 = 1 << 31
+
 func lpmKey(id uint32, p netip.Prefix) bpf.FromPodLpmKey {
-	return bpf.FromPodLpmKey{Prefixlen: uint32(64 + p.Bits()), Id: id, Dst: addrOf(p.Addr())}
+	k := bpf.FromPodLpmKey{Prefixlen: uint32(32 + p.Bits()), Id: id}
+	if p.Addr().Is4() {
+		b := p.Addr().As4()
+		copy(k.Ip[:], b[:])
+	} else {
+		k.Id |= lpmIDv6
+		k.Ip = p.Addr().As16()
+	}
+	return k
 }
+
+// lpmID is the namespace id or QoS class of a key.
+func lpmID(k bpf.FromPodLpmKey) uint32 { return k.Id &^ lpmIDv6 }
 
 // Apply writes the classifier's part of s, returning failures per object. A policy that failed
 // to compile or does not fit keeps every entry it had (fail closed).
@@ -253,7 +279,7 @@ func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
 	c.names = taken
 	c.recordRules(s, failed)
 	// QoS entries of classes that failed stay as written.
-	keepFailed(c.written.qos, want.qos, keep, func(k bpf.FromPodLpmKey) uint32 { return k.Id })
+	keepFailed(c.written.qos, want.qos, keep, lpmID)
 	// Adds and changes before removals: every destination sees either the old or the new
 	// verdict, never a mixture (a removed prefix falls back to an already updated shorter one).
 	errs := []error{
@@ -261,6 +287,7 @@ func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
 		syncMap(c.objs.EgressdQos, c.written.qos, want.qos),
 		syncMap(c.objs.EgressdCluster, c.written.cluster, want.cluster),
 		syncMap(c.objs.EgressdPods, c.written.pods, want.pods),
+		c.syncFirewallTexts(wantSets),
 		syncMap(c.objs.EgressdIds, c.written.ids, want.ids),
 		syncMap(c.objs.EgressdQosRules, c.written.qosRules, want.qosRules),
 	}
@@ -365,8 +392,7 @@ func (c *Classifier) syncFirewalls(want map[uint32]*fwSet) error {
 		}
 		err := errors.Join(
 			syncMap(c.objs.EgressdFwPorts, old.ports, set.ports),
-			syncMap(c.objs.EgressdFw, old.fw, set.fw),
-			syncMap(c.objs.EgressdFwRules, old.texts, set.texts))
+			syncMap(c.objs.EgressdFw, old.fw, set.fw))
 		if err != nil {
 			old.fingerprint = 0 // partly rewritten: rewrite in full next time
 			c.fwSets[id] = old
@@ -382,14 +408,46 @@ func (c *Classifier) syncFirewalls(want map[uint32]*fwSet) error {
 		empty := newFwSet()
 		err := errors.Join(
 			syncMap(c.objs.EgressdFw, old.fw, empty.fw),
-			syncMap(c.objs.EgressdFwPorts, old.ports, empty.ports),
-			syncMap(c.objs.EgressdFwRules, old.texts, empty.texts))
+			syncMap(c.objs.EgressdFwPorts, old.ports, empty.ports))
 		if err != nil {
 			old.fingerprint = 0
 			errs = append(errs, err)
 			continue
 		}
 		delete(c.fwSets, id)
+	}
+	return errors.Join(errs...)
+}
+
+// syncFirewallTexts writes the rule texts of the namespaces whose set changed and removes those
+// of namespaces gone.
+func (c *Classifier) syncFirewallTexts(want map[uint32]*fwSet) error {
+	var errs []error
+	for id, set := range want {
+		w := c.fwTexts[id]
+		if set == nil || (w != nil && w.from == set) {
+			continue
+		}
+		if w == nil {
+			w = &writtenTexts{texts: map[bpf.FromPodStatKey]bpf.FromPodRuleText{}}
+			c.fwTexts[id] = w
+		}
+		w.from = nil // until fully written
+		if err := syncMap(c.objs.EgressdFwRules, w.texts, set.texts); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		w.from = set
+	}
+	for id, w := range c.fwTexts {
+		if want[id] != nil {
+			continue
+		}
+		if err := syncMap(c.objs.EgressdFwRules, w.texts, nil); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(c.fwTexts, id)
 	}
 	return errors.Join(errs...)
 }
@@ -418,28 +476,55 @@ func b2u(b bool) uint8 {
 	return 0
 }
 
-// syncMap makes m hold want, given that it holds have; have becomes want on success.
+// syncMap makes m hold want, given that it holds have; have becomes want on success. Changes go
+// in one batch call and removals in another; should a batch fail (a kernel without batch
+// operations for the map type, or one entry the kernel refuses), the entries are written one by
+// one so that every failure names its map and everything else still lands.
 func syncMap[K comparable, V comparable](m *ebpf.Map, have, want map[K]V) error {
-	var errs []error
+	var keys []K
+	var values []V
 	for k, v := range want {
-		if old, ok := have[k]; ok && old == v {
-			continue
+		if old, ok := have[k]; !ok || old != v {
+			keys, values = append(keys, k), append(values, v)
 		}
-		if err := m.Put(k, v); err != nil {
-			errs = append(errs, fmt.Errorf("%s: update: %w", m.String(), err))
-			continue
-		}
-		have[k] = v
 	}
+	var gone []K
 	for k := range have {
-		if _, ok := want[k]; ok {
-			continue
+		if _, ok := want[k]; !ok {
+			gone = append(gone, k)
 		}
-		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, fmt.Errorf("%s: delete: %w", m.String(), err))
-			continue
+	}
+	var errs []error
+	if len(keys) > 0 {
+		if _, err := m.BatchUpdate(keys, values, nil); err == nil {
+			for i, k := range keys {
+				have[k] = values[i]
+			}
+		} else {
+			for i, k := range keys {
+				// Pointers let cilium/ebpf pass the structs' memory as is, without reflection.
+				if err := m.Put(&keys[i], &values[i]); err != nil {
+					errs = append(errs, fmt.Errorf("%s: update: %w", m.String(), err))
+					continue
+				}
+				have[k] = values[i]
+			}
 		}
-		delete(have, k)
+	}
+	if len(gone) > 0 {
+		if _, err := m.BatchDelete(gone, nil); err != nil {
+			for _, k := range gone {
+				if err := m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+					errs = append(errs, fmt.Errorf("%s: delete: %w", m.String(), err))
+					continue
+				}
+				delete(have, k)
+			}
+		} else {
+			for _, k := range gone {
+				delete(have, k)
+			}
+		}
 	}
 	return errors.Join(errs...)
 }

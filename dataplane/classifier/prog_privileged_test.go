@@ -46,14 +46,15 @@ func load(t testing.TB) *classifier.Classifier {
 	return c
 }
 
-// pkt builds an Ethernet frame from src to dst; proto "tcp", "udp", "sctp", "icmp".
+// pkt builds an Ethernet frame from src to dst; proto "tcp" (a SYN), "tcp-ack", "tcp-synack",
+// "udp", "sctp", "icmp".
 func pkt(t testing.TB, src, dst netip.Addr, proto string, dport uint16, tos uint8, frag bool) []byte {
 	t.Helper()
 	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}}
 	var l3 gopacket.NetworkLayer
 	var ipProto layers.IPProtocol
 	switch proto {
-	case "tcp":
+	case "tcp", "tcp-ack", "tcp-synack":
 		ipProto = layers.IPProtocolTCP
 	case "udp":
 		ipProto = layers.IPProtocolUDP
@@ -78,8 +79,8 @@ func pkt(t testing.TB, src, dst netip.Addr, proto string, dport uint16, tos uint
 	}
 	var l4 gopacket.SerializableLayer
 	switch proto {
-	case "tcp":
-		tcp := &layers.TCP{SrcPort: 40000, DstPort: layers.TCPPort(dport), SYN: true, Window: 1000}
+	case "tcp", "tcp-ack", "tcp-synack":
+		tcp := &layers.TCP{SrcPort: 40000, DstPort: layers.TCPPort(dport), SYN: proto != "tcp-ack", ACK: proto != "tcp", Window: 1000}
 		_ = tcp.SetNetworkLayerForChecksum(l3)
 		l4 = tcp
 	case "udp":
@@ -149,6 +150,9 @@ func TestPrivilegedClassifierFirewallVerdicts(t *testing.T) {
 		{"allowed host", podA, "198.51.100.7", "udp", 53, false, tcxNext},
 		{"denied elsewhere", podA, "203.0.113.1", "tcp", 443, false, tcxDrop},
 		{"icmp denied", podA, "203.0.113.1", "icmp", 0, false, tcxDrop},
+		// Not a SYN: conntrack is asked, knows no such connection, so it is not a reply.
+		{"tcp ack denied", podA, "203.0.113.1", "tcp-ack", 443, false, tcxDrop},
+		{"tcp syn-ack denied", podA, "203.0.113.1", "tcp-synack", 443, false, tcxDrop},
 		{"pod to pod never filtered", podA, "10.244.3.9", "tcp", 80, false, tcxNext},
 		{"service network never filtered", podA, "10.96.0.10", "udp", 53, false, tcxNext},
 		{"namespace without firewall", podB, "203.0.113.1", "tcp", 443, false, tcxNext},
