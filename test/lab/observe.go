@@ -162,7 +162,18 @@ func (o *observer) sniff(fd int) {
 			}
 		}
 		if ob.Proto == "" {
-			continue
+			// SCTP (gopacket cannot decode it in place): its ports lead the common header.
+			var l4 []byte
+			switch {
+			case len(decoded) > 1 && decoded[1] == layers.LayerTypeIPv4 && ip4.Protocol == layers.IPProtocolSCTP:
+				l4 = ip4.Payload
+			case len(decoded) > 1 && decoded[1] == layers.LayerTypeIPv6 && ip6.NextHeader == layers.IPProtocolSCTP:
+				l4 = ip6.Payload
+			}
+			if len(l4) < 12 {
+				continue
+			}
+			ob.Proto, ob.SrcPort, ob.DstPort = "sctp", binary.BigEndian.Uint16(l4), binary.BigEndian.Uint16(l4[2:])
 		}
 		ob.DSCP, ob.ECN = tos>>2, tos&3
 		o.mu.Lock()
@@ -175,11 +186,33 @@ func (o *observer) sniff(fd int) {
 // lookup waits briefly for the sniffer to have seen the flow (it reads the same packet as the
 // server, concurrently).
 func (o *observer) lookup(k flowKey) (Observation, bool) {
-	deadline := time.Now().Add(time.Second)
+	return o.await(time.Second, func() (Observation, bool) {
+		ob, ok := o.flows[k]
+		return ob, ok
+	})
+}
+
+// seen waits up to timeout for a packet of proto between the ports, from any source address
+// (the node may have masqueraded it).
+func (o *observer) seen(proto string, srcPort, dstPort uint16, timeout time.Duration) (Observation, bool) {
+	return o.await(timeout, func() (Observation, bool) {
+		for k, ob := range o.flows {
+			if k.proto == proto && k.srcPort == srcPort && k.dstPort == dstPort {
+				return ob, true
+			}
+		}
+		return Observation{}, false
+	})
+}
+
+// await calls find, under the lock, whenever the sniffer records a packet, until it finds or
+// timeout passes.
+func (o *observer) await(timeout time.Duration, find func() (Observation, bool)) (Observation, bool) {
+	deadline := time.Now().Add(timeout)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for {
-		if ob, ok := o.flows[k]; ok {
+		if ob, ok := find(); ok {
 			return ob, true
 		}
 		if time.Now().After(deadline) {
