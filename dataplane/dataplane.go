@@ -19,7 +19,21 @@ type State struct {
 	// ClusterNetworks (pod and service CIDRs) are never subject to EgressFirewall.
 	ClusterNetworks []netip.Prefix
 	Firewalls       []Firewall
-	QoS             []QoS
+	// BackendDenies are what EgressFirewall denies of local pods' traffic to Service backends
+	// outside the cluster networks. The classifier runs before DNAT and sees only the service
+	// address (exempt as a cluster network), so these are judged after DNAT by the backend.
+	BackendDenies []BackendDeny
+	QoS           []QoS
+}
+
+// BackendDeny drops what a local pod sends, through a Service's DNAT, to one backend address,
+// protocol and port.
+type BackendDeny struct {
+	Origin   Origin // the EgressFirewall; Rule is the index of the rule that denies
+	Pod      netip.Addr
+	Backend  netip.Addr
+	Protocol uint8
+	Port     uint16
 }
 
 // Pod is a local pod and its addresses.

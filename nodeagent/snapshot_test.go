@@ -2,8 +2,10 @@ package nodeagent
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 
 	ovnlisters "github.com/egressd/egressd/api/generated/listers/k8sovn/v1"
@@ -18,6 +20,8 @@ func snapshotOf(objs ...runtime.Object) *watchers.Snapshot {
 	nodes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	efs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
 	qos := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
+	svcs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
+	slices := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
 	for _, o := range objs {
 		switch o.(type) {
 		case *corev1.Pod:
@@ -28,10 +32,15 @@ func snapshotOf(objs ...runtime.Object) *watchers.Snapshot {
 			_ = efs.Add(o)
 		case *ovnv1.EgressQoS:
 			_ = qos.Add(o)
+		case *corev1.Service:
+			_ = svcs.Add(o)
+		case *discoveryv1.EndpointSlice:
+			_ = slices.Add(o)
 		}
 	}
 	return &watchers.Snapshot{
 		Pods: corelisters.NewPodLister(pods), PodIndex: pods, Nodes: corelisters.NewNodeLister(nodes),
 		EgressFirewalls: ovnlisters.NewEgressFirewallLister(efs), EgressQoSes: ovnlisters.NewEgressQoSLister(qos),
+		Services: corelisters.NewServiceLister(svcs), EndpointSlices: discoverylisters.NewEndpointSliceLister(slices),
 	}
 }

@@ -74,6 +74,7 @@ type SyncLoop struct {
 var features = []feature{
 	{name: "pods", compile: compileLocalPods},
 	{name: "egressfirewall", compile: compileFirewalls},
+	{name: "service-backends", compile: compileServiceBackends},
 	{name: "egressqos", compile: compileQoS},
 }
 

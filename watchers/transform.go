@@ -68,7 +68,9 @@ func transform(obj any) (any, error) {
 			o.Endpoints[i].Hints = nil
 			o.Endpoints[i].Zone = nil
 		}
-		o.Ports = nil
+		for i := range o.Ports { // protocol and port: EgressFirewall judges external backends
+			o.Ports[i].Name, o.Ports[i].AppProtocol = nil, nil
+		}
 	case metav1.ObjectMetaAccessor:
 		o.GetObjectMeta().SetManagedFields(nil)
 	}

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/egressd/egressd/dataplane/classifier"
+	"github.com/egressd/egressd/dataplane/nft"
 	"github.com/egressd/egressd/dataplane/tcx"
 	"github.com/egressd/egressd/internal/version"
 )
@@ -88,6 +89,10 @@ func cleanup(pinRoot string, out io.Writer) error {
 		return fmt.Errorf("remove classifier maps under %s: %w", pinRoot, err)
 	}
 	fmt.Fprintf(out, "removed classifier maps under %s\n", pinRoot)
+	if err := nft.Cleanup(); err != nil {
+		return fmt.Errorf("remove nftables table inet %s: %w", nft.TableName, err)
+	}
+	fmt.Fprintf(out, "removed nftables table inet %s\n", nft.TableName)
 	if err := os.Remove(pinRoot); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove %s: %w", pinRoot, err)
 	}

@@ -1,10 +1,11 @@
 // Package kernel is the Applier that programs the node's kernel, composed of one part per
-// kernel facility (classifier maps and attachment today; nftables, routing, addresses and BFD
-// as features land).
+// kernel facility (classifier maps and attachment, the nftables table; routing, addresses and
+// BFD as features land).
 package kernel
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/classifier"
+	"github.com/egressd/egressd/dataplane/nft"
 	"github.com/egressd/egressd/dataplane/tcx"
 )
 
@@ -22,6 +24,7 @@ import (
 type Dataplane struct {
 	classifier *classifier.Classifier
 	attacher   *tcx.Attacher
+	nft        *nft.Table
 	changed    chan struct{}
 	done       chan struct{}
 	log        *slog.Logger
@@ -39,7 +42,13 @@ func New(pinRoot string, log *slog.Logger) (*Dataplane, error) {
 		c.Close()
 		return nil, err
 	}
-	d := &Dataplane{classifier: c, attacher: a, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
+	t, err := nft.New()
+	if err != nil {
+		a.Close()
+		c.Close()
+		return nil, err
+	}
+	d := &Dataplane{classifier: c, attacher: a, nft: t, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
 	links := make(chan netlink.LinkUpdate, 64)
 	if err := netlink.LinkSubscribe(links, d.done); err != nil {
 		d.Close()
@@ -85,6 +94,9 @@ func (d *Dataplane) Changed() <-chan struct{} { return d.changed }
 func (d *Dataplane) Apply(_ context.Context, s *dataplane.State) dataplane.Result {
 	// Maps first: a newly attached interface must find its pod's entries already there.
 	res := dataplane.Result{Failed: d.classifier.Apply(s)}
+	for o, err := range d.nft.Apply(s) {
+		res.Failed[o] = errors.Join(res.Failed[o], err)
+	}
 	want := map[string]int{}
 	owners := map[string][]dataplane.Origin{}
 	for _, p := range s.LocalPods {

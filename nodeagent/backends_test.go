@@ -1,0 +1,60 @@
+package nodeagent
+
+import (
+	"net/netip"
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/dataplane"
+)
+
+func service(ns, name, clusterIP string) *corev1.Service {
+	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.ServiceSpec{ClusterIPs: []string{clusterIP}}}
+}
+
+func endpointSlice(ns, svc string, port int32, proto corev1.Protocol, ready bool, addrs ...string) *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: svc + "-" + string(proto), Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: addrs, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready)}}},
+		Ports:       []discoveryv1.EndpointPort{{Port: ptr.To(port), Protocol: ptr.To(proto)}},
+	}
+}
+
+func TestCompileServiceBackends(t *testing.T) {
+	tcp := ovnv1.EgressFirewallPort{Protocol: "TCP", Port: 443}
+	pa, pb := pod("pa", "n1", false, corev1.PodRunning, "10.244.0.5"), pod("pb", "n1", false, corev1.PodRunning, "10.244.0.6")
+	pa.Namespace, pb.Namespace = "a", "b"
+	efA := ef("a", cidrRule(ovnv1.EgressFirewallRuleAllow, "203.0.113.0/24", tcp), cidrRule(ovnv1.EgressFirewallRuleDeny, "0.0.0.0/0"))
+	efB := ef("b", cidrRule(ovnv1.EgressFirewallRuleAllow, "0.0.0.0/0"))
+	efA.UID, efB.UID = "uid-a", "uid-b" // compiled once per object
+	snap := snapshotOf(
+		efA, efB, pa, pb,
+		service("svc", "ext", "10.96.0.20"),
+		endpointSlice("svc", "ext", 443, corev1.ProtocolTCP, true, "203.0.113.10", "10.244.1.9"), // a pod backend is the classifier's
+		endpointSlice("svc", "ext", 53, corev1.ProtocolUDP, true, "203.0.113.10"),
+		endpointSlice("svc", "ext", 80, corev1.ProtocolSCTP, false, "198.51.100.1"), // not ready
+		service("svc", "headless", "None"),
+		endpointSlice("svc", "headless", 80, corev1.ProtocolTCP, true, "198.51.100.2"),
+	)
+	in := &input{snap: snap, node: "n1", memo: &memo{}, cluster: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.96.0.0/16")}}
+	var st dataplane.State
+	for _, f := range []func(*input, *dataplane.State) error{compileLocalPods, compileFirewalls, compileServiceBackends} {
+		if err := f(in, &st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []dataplane.BackendDeny{{
+		Origin: dataplane.Origin{Kind: "EgressFirewall", Namespace: "a", Name: "default", Rule: 1},
+		Pod:    netip.MustParseAddr("10.244.0.5"), Backend: netip.MustParseAddr("203.0.113.10"), Protocol: 17, Port: 53,
+	}}
+	if !reflect.DeepEqual(st.BackendDenies, want) {
+		t.Errorf("backend denies:\n got %+v\nwant %+v", st.BackendDenies, want)
+	}
+}

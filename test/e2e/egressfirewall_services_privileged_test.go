@@ -1,0 +1,117 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/privileged"
+)
+
+// TestPrivilegedEgressFirewallServiceBackends: a pod reaching an external backend through a
+// Service's cluster IP is judged by the backend's address and port after DNAT, as upstream does
+// (a Service with hand-written endpoints must not be a way around the firewall). The lab nodes
+// DNAT the cluster IP as kube-proxy would; both CNI shapes. On the routed shape the table inet
+// egressd decides; on the bridged one br_netfilter DNATs before the packet reaches the bridge's
+// classifier, which then sees the backend itself.
+func TestPrivilegedEgressFirewallServiceBackends(t *testing.T) {
+	privileged.Require(t)
+	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true})
+	ctx := context.Background()
+	if _, err := l.AddExternal("web", lab.ExternalOptions{}, "203.0.113.10"); err != nil {
+		t.Fatal(err)
+	}
+	ns, free := l.CP.Namespace(t), l.CP.Namespace(t)
+	a0, a1 := addPod(t, l.Nodes[0], ns, "a0", lab.PodOptions{}), addPod(t, l.Nodes[1], ns, "a1", lab.PodOptions{})
+	f0 := addPod(t, l.Nodes[0], free, "f0", lab.PodOptions{})
+
+	// A Service without selector whose endpoints are the external host's ports 80 and 443.
+	kc := l.CP.Client(t)
+	svc, err := kc.CoreV1().Services(free).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "ext"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{
+			{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP},
+			{Name: "https", Port: 8443, Protocol: corev1.ProtocolTCP},
+		}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := true
+	if _, err := kc.DiscoveryV1().EndpointSlices(free).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "ext-1", Labels: map[string]string{discoveryv1.LabelServiceName: "ext", discoveryv1.LabelManagedBy: "egressd-e2e"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"203.0.113.10"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
+		Ports: []discoveryv1.EndpointPort{
+			{Name: ptr.To("http"), Port: ptr.To[int32](80), Protocol: ptr.To(corev1.ProtocolTCP)},
+			{Name: ptr.To("https"), Port: ptr.To[int32](443), Protocol: ptr.To(corev1.ProtocolTCP)},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ip := svc.Spec.ClusterIP
+	for _, n := range l.Nodes { // what kube-proxy would program
+		script := fmt.Sprintf(`table ip labproxy {
+	chain pre {
+		type nat hook prerouting priority dstnat; policy accept;
+		ip daddr %[1]s tcp dport 80 dnat to 203.0.113.10:80
+		ip daddr %[1]s tcp dport 8443 dnat to 203.0.113.10:443
+	}
+}`, ip)
+		cmd := n.NS.Command("nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(script)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("kube-proxy stand-in on %s: %v: %s", n.Name, err, out)
+		}
+	}
+	svcHTTP, svcHTTPS := ip+":80", ip+":8443"
+	checkReach(t, "no firewall", []reach{{a0, svcHTTP, false, lab.OK}, {a1, svcHTTP, false, lab.OK}})
+
+	applyYAML(t, l, ns, `
+apiVersion: k8s.ovn.org/v1
+kind: EgressFirewall
+metadata: {name: default}
+spec:
+  egress:
+  - {type: Allow, to: {cidrSelector: 203.0.113.0/24}, ports: [{protocol: TCP, port: 443}]}
+  - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}`)
+	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default", "status.status", fwApplied, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var cases []reach
+	for _, p := range []*lab.Pod{a0, a1} {
+		cases = append(cases,
+			reach{p, svcHTTP, false, lab.Timeout}, // backend 203.0.113.10:80: denied
+			reach{p, svcHTTPS, false, lab.OK},     // backend 203.0.113.10:443: allowed
+			reach{p, "203.0.113.10:80", false, lab.Timeout},
+		)
+	}
+	cases = append(cases, reach{f0, svcHTTP, false, lab.OK}) // no firewall in its namespace
+	checkReach(t, "enforced", cases)
+	out, err := l.Nodes[0].NS.Run("nft", "list", "table", "inet", "egressd")
+	if err != nil || !strings.Contains(out, a0.IPv4.String()+" . 203.0.113.10 . tcp . 80") {
+		t.Errorf("nft list table inet egressd on node-0 lacks the pod's element (%v):\n%s", err, out)
+	}
+
+	// The endpoint goes: nothing left to judge, the table goes too.
+	if err := kc.DiscoveryV1().EndpointSlices(free).Delete(ctx, "ext-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out, err := l.Nodes[0].NS.Run("nft", "list", "tables")
+		if err == nil && !strings.Contains(out, "inet egressd") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("table inet egressd still on node-0 after its backends went:\n%s", out)
+		}
+	}
+}
