@@ -90,21 +90,42 @@ type FromPodStatKey struct {
 	Rule uint32
 }
 
+type FromPodVerdictSlot struct {
+	_   structs.HostLayout
+	Key struct {
+		_      structs.HostLayout
+		NsId   uint32
+		Dport  uint16
+		Proto  uint8
+		Family uint8
+		Dst    [16]uint8
+	}
+	V struct {
+		_       structs.HostLayout
+		Gen     uint32
+		Rule    uint16
+		Verdict uint8
+		Pad     uint8
+	}
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	FromPodMapEgressdCluster  = "egressd_cluster"
-	FromPodMapEgressdFw       = "egressd_fw"
-	FromPodMapEgressdFwPorts  = "egressd_fw_ports"
-	FromPodMapEgressdFwRules  = "egressd_fw_rules"
-	FromPodMapEgressdFwStats  = "egressd_fw_stats"
-	FromPodMapEgressdIds      = "egressd_ids"
-	FromPodMapEgressdPods     = "egressd_pods"
-	FromPodMapEgressdQos      = "egressd_qos"
-	FromPodMapEgressdQosRules = "egressd_qos_rules"
-	FromPodMapEgressdQosStats = "egressd_qos_stats"
-	FromPodProgEgressdFrompod = "egressd_frompod"
+	FromPodMapEgressdCluster    = "egressd_cluster"
+	FromPodMapEgressdFw         = "egressd_fw"
+	FromPodMapEgressdFwGen      = "egressd_fw_gen"
+	FromPodMapEgressdFwPorts    = "egressd_fw_ports"
+	FromPodMapEgressdFwRules    = "egressd_fw_rules"
+	FromPodMapEgressdFwStats    = "egressd_fw_stats"
+	FromPodMapEgressdFwVerdicts = "egressd_fw_verdicts"
+	FromPodMapEgressdIds        = "egressd_ids"
+	FromPodMapEgressdPods       = "egressd_pods"
+	FromPodMapEgressdQos        = "egressd_qos"
+	FromPodMapEgressdQosRules   = "egressd_qos_rules"
+	FromPodMapEgressdQosStats   = "egressd_qos_stats"
+	FromPodProgEgressdFrompod   = "egressd_frompod"
 )
 
 // LoadFromPod returns the embedded CollectionSpec for FromPod.
@@ -156,16 +177,18 @@ type FromPodProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromPodMapSpecs struct {
-	EgressdCluster  *ebpf.MapSpec `ebpf:"egressd_cluster"`
-	EgressdFw       *ebpf.MapSpec `ebpf:"egressd_fw"`
-	EgressdFwPorts  *ebpf.MapSpec `ebpf:"egressd_fw_ports"`
-	EgressdFwRules  *ebpf.MapSpec `ebpf:"egressd_fw_rules"`
-	EgressdFwStats  *ebpf.MapSpec `ebpf:"egressd_fw_stats"`
-	EgressdIds      *ebpf.MapSpec `ebpf:"egressd_ids"`
-	EgressdPods     *ebpf.MapSpec `ebpf:"egressd_pods"`
-	EgressdQos      *ebpf.MapSpec `ebpf:"egressd_qos"`
-	EgressdQosRules *ebpf.MapSpec `ebpf:"egressd_qos_rules"`
-	EgressdQosStats *ebpf.MapSpec `ebpf:"egressd_qos_stats"`
+	EgressdCluster    *ebpf.MapSpec `ebpf:"egressd_cluster"`
+	EgressdFw         *ebpf.MapSpec `ebpf:"egressd_fw"`
+	EgressdFwGen      *ebpf.MapSpec `ebpf:"egressd_fw_gen"`
+	EgressdFwPorts    *ebpf.MapSpec `ebpf:"egressd_fw_ports"`
+	EgressdFwRules    *ebpf.MapSpec `ebpf:"egressd_fw_rules"`
+	EgressdFwStats    *ebpf.MapSpec `ebpf:"egressd_fw_stats"`
+	EgressdFwVerdicts *ebpf.MapSpec `ebpf:"egressd_fw_verdicts"`
+	EgressdIds        *ebpf.MapSpec `ebpf:"egressd_ids"`
+	EgressdPods       *ebpf.MapSpec `ebpf:"egressd_pods"`
+	EgressdQos        *ebpf.MapSpec `ebpf:"egressd_qos"`
+	EgressdQosRules   *ebpf.MapSpec `ebpf:"egressd_qos_rules"`
+	EgressdQosStats   *ebpf.MapSpec `ebpf:"egressd_qos_stats"`
 }
 
 // FromPodVariableSpecs contains global variables before they are loaded into the kernel.
@@ -194,25 +217,29 @@ func (o *FromPodObjects) Close() error {
 //
 // It can be passed to LoadFromPodObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromPodMaps struct {
-	EgressdCluster  *ebpf.Map `ebpf:"egressd_cluster"`
-	EgressdFw       *ebpf.Map `ebpf:"egressd_fw"`
-	EgressdFwPorts  *ebpf.Map `ebpf:"egressd_fw_ports"`
-	EgressdFwRules  *ebpf.Map `ebpf:"egressd_fw_rules"`
-	EgressdFwStats  *ebpf.Map `ebpf:"egressd_fw_stats"`
-	EgressdIds      *ebpf.Map `ebpf:"egressd_ids"`
-	EgressdPods     *ebpf.Map `ebpf:"egressd_pods"`
-	EgressdQos      *ebpf.Map `ebpf:"egressd_qos"`
-	EgressdQosRules *ebpf.Map `ebpf:"egressd_qos_rules"`
-	EgressdQosStats *ebpf.Map `ebpf:"egressd_qos_stats"`
+	EgressdCluster    *ebpf.Map `ebpf:"egressd_cluster"`
+	EgressdFw         *ebpf.Map `ebpf:"egressd_fw"`
+	EgressdFwGen      *ebpf.Map `ebpf:"egressd_fw_gen"`
+	EgressdFwPorts    *ebpf.Map `ebpf:"egressd_fw_ports"`
+	EgressdFwRules    *ebpf.Map `ebpf:"egressd_fw_rules"`
+	EgressdFwStats    *ebpf.Map `ebpf:"egressd_fw_stats"`
+	EgressdFwVerdicts *ebpf.Map `ebpf:"egressd_fw_verdicts"`
+	EgressdIds        *ebpf.Map `ebpf:"egressd_ids"`
+	EgressdPods       *ebpf.Map `ebpf:"egressd_pods"`
+	EgressdQos        *ebpf.Map `ebpf:"egressd_qos"`
+	EgressdQosRules   *ebpf.Map `ebpf:"egressd_qos_rules"`
+	EgressdQosStats   *ebpf.Map `ebpf:"egressd_qos_stats"`
 }
 
 func (m *FromPodMaps) Close() error {
 	return _FromPodClose(
 		m.EgressdCluster,
 		m.EgressdFw,
+		m.EgressdFwGen,
 		m.EgressdFwPorts,
 		m.EgressdFwRules,
 		m.EgressdFwStats,
+		m.EgressdFwVerdicts,
 		m.EgressdIds,
 		m.EgressdPods,
 		m.EgressdQos,

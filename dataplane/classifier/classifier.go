@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"net/netip"
 	"os"
 	"sort"
@@ -29,6 +30,8 @@ type Classifier struct {
 	// fwSets are the firewall entries of each namespace id as written, so that a sync
 	// rewrites only the namespaces whose rules changed.
 	fwSets map[uint32]*fwSet
+	// gen is the value of egressd_fw_gen.
+	gen uint32
 	// fwTexts are the rule texts of each namespace id as written. They are written after the
 	// entries that enforce, which need not wait for them.
 	fwTexts map[uint32]*writtenTexts
@@ -101,6 +104,7 @@ func Load(pinRoot string) (*Classifier, error) {
 var linkScoped = []netip.Prefix{netip.MustParsePrefix("fe80::/10"), netip.MustParsePrefix("ff00::/8")}
 
 var mapNames = []string{"egressd_pods", "egressd_cluster", "egressd_fw", "egressd_fw_ports", "egressd_fw_stats",
+	"egressd_fw_verdicts", "egressd_fw_gen",
 	"egressd_qos", "egressd_qos_stats", "egressd_ids", "egressd_fw_rules", "egressd_qos_rules"}
 
 // read loads what the pinned maps hold (a previous agent's state); firewall entries are
@@ -117,6 +121,8 @@ func (c *Classifier) read() error {
 		readMap(c.objs.EgressdIds, w.ids), readMap(c.objs.EgressdQosRules, w.qosRules),
 		readMap(c.objs.EgressdFw, fw), readMap(c.objs.EgressdFwPorts, ports), readMap(c.objs.EgressdFwRules, texts),
 	}
+	var zero uint32
+	errs = append(errs, c.objs.EgressdFwGen.Lookup(&zero, &c.gen))
 	c.fwSets = map[uint32]*fwSet{}
 	set := func(id uint32) *fwSet {
 		if c.fwSets[id] == nil {
@@ -280,6 +286,11 @@ func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
 	c.recordRules(s, failed)
 	// QoS entries of classes that failed stay as written.
 	keepFailed(c.written.qos, want.qos, keep, lpmID)
+	// Cached decisions go stale when what they were decided from changes.
+	fwChanged := !maps.Equal(c.written.cluster, want.cluster) || len(wantSets) != len(c.fwSets)
+	for id, set := range wantSets {
+		fwChanged = fwChanged || c.fwSets[id] != set
+	}
 	// Adds and changes before removals: every destination sees either the old or the new
 	// verdict, never a mixture (a removed prefix falls back to an already updated shorter one).
 	errs := []error{
@@ -287,6 +298,7 @@ func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
 		syncMap(c.objs.EgressdQos, c.written.qos, want.qos),
 		syncMap(c.objs.EgressdCluster, c.written.cluster, want.cluster),
 		syncMap(c.objs.EgressdPods, c.written.pods, want.pods),
+		c.nextGeneration(fwChanged),
 		c.syncFirewallTexts(wantSets),
 		syncMap(c.objs.EgressdIds, c.written.ids, want.ids),
 		syncMap(c.objs.EgressdQosRules, c.written.qosRules, want.qosRules),
@@ -417,6 +429,22 @@ func (c *Classifier) syncFirewalls(want map[uint32]*fwSet) error {
 		delete(c.fwSets, id)
 	}
 	return errors.Join(errs...)
+}
+
+// nextGeneration, when the firewall entries changed, increments egressd_fw_gen, which makes
+// every decision the program cached before stale. It runs after the entries are written, and
+// also after a partial write.
+func (c *Classifier) nextGeneration(changed bool) error {
+	if !changed {
+		return nil
+	}
+	var zero uint32
+	gen := c.gen + 1
+	if err := c.objs.EgressdFwGen.Put(&zero, &gen); err != nil {
+		return fmt.Errorf("%s: update: %w", c.objs.EgressdFwGen, err)
+	}
+	c.gen = gen
+	return nil
 }
 
 // syncFirewallTexts writes the rule texts of the namespaces whose set changed and removes those

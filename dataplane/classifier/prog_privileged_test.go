@@ -199,6 +199,44 @@ func TestPrivilegedClassifierCounters(t *testing.T) {
 	}
 }
 
+// TestPrivilegedClassifierDecisionCache: a decision the program cached (the second identical
+// packet takes it from egressd_fw_verdicts) gives way to a rule change and to a cluster network
+// change; cached decisions are counted like fresh ones.
+func TestPrivilegedClassifierDecisionCache(t *testing.T) {
+	c := load(t)
+	st := firewallState()
+	if failed := c.Apply(st); len(failed) > 0 {
+		t.Fatal(failed)
+	}
+	data := pkt(t, podA, netip.MustParseAddr("198.51.100.7"), "udp", 53, 0, false) // rule 1 allows
+	step := func(name string, want uint32) {
+		t.Helper()
+		for i := range 2 { // decided, then cached
+			if got, _ := run(t, c, data); got != want {
+				t.Errorf("%s, packet %d: verdict %#x, want %#x", name, i, got, want)
+			}
+		}
+	}
+	step("allowed", tcxNext)
+	stats, err := c.FirewallCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := stats[classifier.RuleRef{Namespace: "a", Rule: 1}]; got.Packets != 2 {
+		t.Errorf("allow rule counted %d packets, want 2", got.Packets)
+	}
+	st.Firewalls[0].Rules[1].Deny = true
+	if failed := c.Apply(st); len(failed) > 0 {
+		t.Fatal(failed)
+	}
+	step("rule 1 now denies", tcxDrop)
+	st.ClusterNetworks = append(st.ClusterNetworks, netip.MustParsePrefix("198.51.100.0/24"))
+	if failed := c.Apply(st); len(failed) > 0 {
+		t.Fatal(failed)
+	}
+	step("destination now in a cluster network", tcxNext)
+}
+
 func TestPrivilegedClassifierDSCP(t *testing.T) {
 	c := load(t)
 	st := &dataplane.State{
