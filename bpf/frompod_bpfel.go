@@ -43,6 +43,26 @@ type FromPodCounters struct {
 	Bytes   uint64
 }
 
+type FromPodFwEvent struct {
+	_       structs.HostLayout
+	NsId    uint32
+	Rule    uint16
+	Verdict uint8
+	Proto   uint8
+	Sport   uint16
+	Dport   uint16
+	Family  uint8
+	Pad     [3]uint8
+	Src     [16]uint8
+	Dst     [16]uint8
+}
+
+type FromPodLogBudget struct {
+	_          structs.HostLayout
+	RefilledNs uint64
+	Tokens     uint64
+}
+
 type FromPodLpmKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -59,6 +79,8 @@ type FromPodPodInfo struct {
 	_        structs.HostLayout
 	NsId     uint32
 	QosClass uint32
+	Log      uint8
+	Pad      [3]uint8
 }
 
 type FromPodPortKey struct {
@@ -113,19 +135,22 @@ type FromPodVerdictSlot struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	FromPodMapEgressdCluster    = "egressd_cluster"
-	FromPodMapEgressdFw         = "egressd_fw"
-	FromPodMapEgressdFwGen      = "egressd_fw_gen"
-	FromPodMapEgressdFwPorts    = "egressd_fw_ports"
-	FromPodMapEgressdFwRules    = "egressd_fw_rules"
-	FromPodMapEgressdFwStats    = "egressd_fw_stats"
-	FromPodMapEgressdFwVerdicts = "egressd_fw_verdicts"
-	FromPodMapEgressdIds        = "egressd_ids"
-	FromPodMapEgressdPods       = "egressd_pods"
-	FromPodMapEgressdQos        = "egressd_qos"
-	FromPodMapEgressdQosRules   = "egressd_qos_rules"
-	FromPodMapEgressdQosStats   = "egressd_qos_stats"
-	FromPodProgEgressdFrompod   = "egressd_frompod"
+	FromPodMapEgressdCluster     = "egressd_cluster"
+	FromPodMapEgressdFw          = "egressd_fw"
+	FromPodMapEgressdFwGen       = "egressd_fw_gen"
+	FromPodMapEgressdFwLog       = "egressd_fw_log"
+	FromPodMapEgressdFwLogBudget = "egressd_fw_log_budget"
+	FromPodMapEgressdFwPorts     = "egressd_fw_ports"
+	FromPodMapEgressdFwRules     = "egressd_fw_rules"
+	FromPodMapEgressdFwStats     = "egressd_fw_stats"
+	FromPodMapEgressdFwVerdicts  = "egressd_fw_verdicts"
+	FromPodMapEgressdIds         = "egressd_ids"
+	FromPodMapEgressdPods        = "egressd_pods"
+	FromPodMapEgressdQos         = "egressd_qos"
+	FromPodMapEgressdQosRules    = "egressd_qos_rules"
+	FromPodMapEgressdQosStats    = "egressd_qos_stats"
+	FromPodProgEgressdFrompod    = "egressd_frompod"
+	FromPodVarUnusedFwEvent      = "unused_fw_event"
 )
 
 // LoadFromPod returns the embedded CollectionSpec for FromPod.
@@ -177,24 +202,27 @@ type FromPodProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromPodMapSpecs struct {
-	EgressdCluster    *ebpf.MapSpec `ebpf:"egressd_cluster"`
-	EgressdFw         *ebpf.MapSpec `ebpf:"egressd_fw"`
-	EgressdFwGen      *ebpf.MapSpec `ebpf:"egressd_fw_gen"`
-	EgressdFwPorts    *ebpf.MapSpec `ebpf:"egressd_fw_ports"`
-	EgressdFwRules    *ebpf.MapSpec `ebpf:"egressd_fw_rules"`
-	EgressdFwStats    *ebpf.MapSpec `ebpf:"egressd_fw_stats"`
-	EgressdFwVerdicts *ebpf.MapSpec `ebpf:"egressd_fw_verdicts"`
-	EgressdIds        *ebpf.MapSpec `ebpf:"egressd_ids"`
-	EgressdPods       *ebpf.MapSpec `ebpf:"egressd_pods"`
-	EgressdQos        *ebpf.MapSpec `ebpf:"egressd_qos"`
-	EgressdQosRules   *ebpf.MapSpec `ebpf:"egressd_qos_rules"`
-	EgressdQosStats   *ebpf.MapSpec `ebpf:"egressd_qos_stats"`
+	EgressdCluster     *ebpf.MapSpec `ebpf:"egressd_cluster"`
+	EgressdFw          *ebpf.MapSpec `ebpf:"egressd_fw"`
+	EgressdFwGen       *ebpf.MapSpec `ebpf:"egressd_fw_gen"`
+	EgressdFwLog       *ebpf.MapSpec `ebpf:"egressd_fw_log"`
+	EgressdFwLogBudget *ebpf.MapSpec `ebpf:"egressd_fw_log_budget"`
+	EgressdFwPorts     *ebpf.MapSpec `ebpf:"egressd_fw_ports"`
+	EgressdFwRules     *ebpf.MapSpec `ebpf:"egressd_fw_rules"`
+	EgressdFwStats     *ebpf.MapSpec `ebpf:"egressd_fw_stats"`
+	EgressdFwVerdicts  *ebpf.MapSpec `ebpf:"egressd_fw_verdicts"`
+	EgressdIds         *ebpf.MapSpec `ebpf:"egressd_ids"`
+	EgressdPods        *ebpf.MapSpec `ebpf:"egressd_pods"`
+	EgressdQos         *ebpf.MapSpec `ebpf:"egressd_qos"`
+	EgressdQosRules    *ebpf.MapSpec `ebpf:"egressd_qos_rules"`
+	EgressdQosStats    *ebpf.MapSpec `ebpf:"egressd_qos_stats"`
 }
 
 // FromPodVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromPodVariableSpecs struct {
+	UnusedFwEvent *ebpf.VariableSpec `ebpf:"unused_fw_event"`
 }
 
 // FromPodObjects contains all objects after they have been loaded into the kernel.
@@ -217,18 +245,20 @@ func (o *FromPodObjects) Close() error {
 //
 // It can be passed to LoadFromPodObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromPodMaps struct {
-	EgressdCluster    *ebpf.Map `ebpf:"egressd_cluster"`
-	EgressdFw         *ebpf.Map `ebpf:"egressd_fw"`
-	EgressdFwGen      *ebpf.Map `ebpf:"egressd_fw_gen"`
-	EgressdFwPorts    *ebpf.Map `ebpf:"egressd_fw_ports"`
-	EgressdFwRules    *ebpf.Map `ebpf:"egressd_fw_rules"`
-	EgressdFwStats    *ebpf.Map `ebpf:"egressd_fw_stats"`
-	EgressdFwVerdicts *ebpf.Map `ebpf:"egressd_fw_verdicts"`
-	EgressdIds        *ebpf.Map `ebpf:"egressd_ids"`
-	EgressdPods       *ebpf.Map `ebpf:"egressd_pods"`
-	EgressdQos        *ebpf.Map `ebpf:"egressd_qos"`
-	EgressdQosRules   *ebpf.Map `ebpf:"egressd_qos_rules"`
-	EgressdQosStats   *ebpf.Map `ebpf:"egressd_qos_stats"`
+	EgressdCluster     *ebpf.Map `ebpf:"egressd_cluster"`
+	EgressdFw          *ebpf.Map `ebpf:"egressd_fw"`
+	EgressdFwGen       *ebpf.Map `ebpf:"egressd_fw_gen"`
+	EgressdFwLog       *ebpf.Map `ebpf:"egressd_fw_log"`
+	EgressdFwLogBudget *ebpf.Map `ebpf:"egressd_fw_log_budget"`
+	EgressdFwPorts     *ebpf.Map `ebpf:"egressd_fw_ports"`
+	EgressdFwRules     *ebpf.Map `ebpf:"egressd_fw_rules"`
+	EgressdFwStats     *ebpf.Map `ebpf:"egressd_fw_stats"`
+	EgressdFwVerdicts  *ebpf.Map `ebpf:"egressd_fw_verdicts"`
+	EgressdIds         *ebpf.Map `ebpf:"egressd_ids"`
+	EgressdPods        *ebpf.Map `ebpf:"egressd_pods"`
+	EgressdQos         *ebpf.Map `ebpf:"egressd_qos"`
+	EgressdQosRules    *ebpf.Map `ebpf:"egressd_qos_rules"`
+	EgressdQosStats    *ebpf.Map `ebpf:"egressd_qos_stats"`
 }
 
 func (m *FromPodMaps) Close() error {
@@ -236,6 +266,8 @@ func (m *FromPodMaps) Close() error {
 		m.EgressdCluster,
 		m.EgressdFw,
 		m.EgressdFwGen,
+		m.EgressdFwLog,
+		m.EgressdFwLogBudget,
 		m.EgressdFwPorts,
 		m.EgressdFwRules,
 		m.EgressdFwStats,
@@ -252,6 +284,7 @@ func (m *FromPodMaps) Close() error {
 //
 // It can be passed to LoadFromPodObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromPodVariables struct {
+	UnusedFwEvent *ebpf.Variable `ebpf:"unused_fw_event"`
 }
 
 // FromPodPrograms contains all programs after they have been loaded into the kernel.

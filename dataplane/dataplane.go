@@ -50,6 +50,13 @@ type Firewall struct {
 	Origin Origin
 	Rules  []FirewallRule
 	Err    error
+	// Log is what the namespace's k8s.ovn.org/acl-logging annotation asks to log.
+	Log ACLLog
+}
+
+// ACLLog holds the severities at which allowed and denied packets are logged; "" does not log.
+type ACLLog struct {
+	Allow, Deny string
 }
 
 // FirewallRule is one rule with every destination prefix it covers (CIDR, resolved DNS name,

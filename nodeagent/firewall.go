@@ -23,7 +23,31 @@ const (
 	maxFirewallRules = 8000
 	maxQoSRules      = 1000
 	HostCIDRsKey     = "k8s.ovn.org/host-cidrs"
+	ACLLoggingKey    = "k8s.ovn.org/acl-logging"
 )
+
+// aclSeverities are the severities the acl-logging annotation accepts ("" does not log).
+var aclSeverities = map[string]bool{"alert": true, "warning": true, "notice": true, "info": true, "debug": true, "": true}
+
+// aclLog reads a namespace's acl-logging annotation, {"deny": "alert", "allow": "notice"}. An
+// unreadable annotation or an unknown severity logs nothing for that verdict, as upstream.
+func aclLog(in *input, namespace string) dataplane.ACLLog {
+	ns, err := in.snap.Namespaces.Get(namespace)
+	if err != nil || ns.Annotations[ACLLoggingKey] == "" {
+		return dataplane.ACLLog{}
+	}
+	var a struct{ Allow, Deny string }
+	if json.Unmarshal([]byte(ns.Annotations[ACLLoggingKey]), &a) != nil {
+		return dataplane.ACLLog{}
+	}
+	if !aclSeverities[a.Allow] {
+		a.Allow = ""
+	}
+	if !aclSeverities[a.Deny] {
+		a.Deny = ""
+	}
+	return dataplane.ACLLog{Allow: a.Allow, Deny: a.Deny}
+}
 
 var protocols = map[string]uint8{"TCP": 6, "UDP": 17, "SCTP": 132}
 
@@ -50,6 +74,7 @@ func compileFirewalls(in *input, into *dataplane.State) error {
 			fw.Rules, fw.Err = firewallRules(in, ef, nodes)
 			in.memo.keepFirewall(ef, fw.Rules, fw.Err)
 		}
+		fw.Log = aclLog(in, ef.Namespace)
 		into.Firewalls = append(into.Firewalls, fw)
 	}
 	in.memo.forgetFirewallsBut(efs)

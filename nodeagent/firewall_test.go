@@ -176,3 +176,18 @@ func TestCompileFirewallMemo(t *testing.T) {
 		t.Error("a firewall depending on nodes was memoized")
 	}
 }
+
+func TestCompileFirewallACLLogging(t *testing.T) {
+	ns := func(name, annotation string) *corev1.Namespace {
+		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{ACLLoggingKey: annotation}}}
+	}
+	e1, e2, e3 := ef("a", cidrRule(ovnv1.EgressFirewallRuleDeny, "0.0.0.0/0")), ef("b"), ef("c")
+	e1.UID, e2.UID, e3.UID = "1", "2", "3"
+	fws := compileFW(t, e1, e2, e3, ns("a", `{"deny": "alert", "allow": "notice"}`), ns("b", `{"deny": "loud"}`), ns("c", `not json`))
+	want := map[string]dataplane.ACLLog{"a": {Allow: "notice", Deny: "alert"}, "b": {}, "c": {}}
+	for _, fw := range fws {
+		if fw.Log != want[fw.Origin.Namespace] {
+			t.Errorf("%s: log %+v, want %+v", fw.Origin.Namespace, fw.Log, want[fw.Origin.Namespace])
+		}
+	}
+}

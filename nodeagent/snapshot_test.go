@@ -21,6 +21,7 @@ func snapshotOf(objs ...runtime.Object) *watchers.Snapshot {
 	efs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
 	qos := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
 	svcs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
+	namespaces := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	slices := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
 	for _, o := range objs {
 		switch o.(type) {
@@ -34,6 +35,8 @@ func snapshotOf(objs ...runtime.Object) *watchers.Snapshot {
 			_ = qos.Add(o)
 		case *corev1.Service:
 			_ = svcs.Add(o)
+		case *corev1.Namespace:
+			_ = namespaces.Add(o)
 		case *discoveryv1.EndpointSlice:
 			_ = slices.Add(o)
 		}
@@ -41,6 +44,6 @@ func snapshotOf(objs ...runtime.Object) *watchers.Snapshot {
 	return &watchers.Snapshot{
 		Pods: corelisters.NewPodLister(pods), PodIndex: pods, Nodes: corelisters.NewNodeLister(nodes),
 		EgressFirewalls: ovnlisters.NewEgressFirewallLister(efs), EgressQoSes: ovnlisters.NewEgressQoSLister(qos),
-		Services: corelisters.NewServiceLister(svcs), EndpointSlices: discoverylisters.NewEndpointSliceLister(slices),
+		Services: corelisters.NewServiceLister(svcs), Namespaces: corelisters.NewNamespaceLister(namespaces), EndpointSlices: discoverylisters.NewEndpointSliceLister(slices),
 	}
 }

@@ -12,7 +12,8 @@
 //      lookups;
 //   3. EgressQoS: one LPM lookup by (the pod's QoS class, destination) gives the DSCP, which is
 //      written keeping the ECN bits and fixing the IPv4 checksum;
-//   4. per-rule packet and byte counters in per-CPU maps.
+//   4. per-rule packet and byte counters in per-CPU maps; verdicts of namespaces that ask for
+//      ACL logging go to a ring buffer (rate-limited) for the agent to log.
 // Every lookup costs the same for 1 rule or 8000: no loop over rules or CIDRs.
 
 #include <linux/bpf.h>
@@ -40,9 +41,15 @@ struct addr {
 	__u8 ip[16]; // IPv4 in the first 4 bytes
 };
 
+// What of a pod's firewall verdicts its namespace's k8s.ovn.org/acl-logging asks to log.
+#define LOG_ALLOW 1
+#define LOG_DENY 2
+
 struct pod_info {
 	__u32 ns_id;     // 0: no EgressFirewall in the pod's namespace
 	__u32 qos_class; // 0: no EgressQoS rule selects the pod
+	__u8 log;        // LOG_ALLOW | LOG_DENY
+	__u8 pad[3];
 };
 
 // The family rides in the id's top bit, so that an IPv4 key's id and address fit the 8 bytes
@@ -179,6 +186,46 @@ struct {
 	__type(key, __u32);
 	__type(value, struct verdict_slot);
 } egressd_fw_verdicts SEC(".maps");
+
+// A logged firewall verdict, for the agent to write as an ACL log line.
+struct fw_event {
+	__u32 ns_id;
+	__u16 rule;
+	__u8 verdict;
+	__u8 proto;
+	__u16 sport;
+	__u16 dport;
+	__u8 family;
+	__u8 pad[3];
+	__u8 src[16];
+	__u8 dst[16];
+};
+
+// Emitted into the object's BTF for bpf2go (-type fw_event): the ring buffer has no value type.
+const struct fw_event *unused_fw_event __attribute__((unused));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__uint(max_entries, 256 * 1024);
+} egressd_fw_log SEC(".maps");
+
+// Logging is rate-limited per CPU, like OVN's acl-logging meter (20 per second by default).
+#define LOG_RATE 20
+#define LOG_BURST 20
+
+struct log_budget {
+	__u64 refilled_ns; // when tokens was last refilled
+	__u64 tokens;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct log_budget);
+} egressd_fw_log_budget SEC(".maps");
 
 // The generation of the firewall entries (egressd_fw, egressd_fw_ports, egressd_cluster): the
 // agent increments it after changing them, which makes every cached decision stale.
@@ -418,7 +465,29 @@ static __always_inline __u32 slot_of(struct verdict_key *k)
 	return (h ^ (h >> 16)) & (VERDICT_SLOTS - 1);
 }
 
-static __always_inline int firewall(struct __sk_buff *skb, struct packet *p, __u32 ns_id)
+static __always_inline void log_verdict(struct packet *p, __u32 ns_id, struct verdict *v)
+{
+	__u32 zero = 0;
+	struct log_budget *b = bpf_map_lookup_elem(&egressd_fw_log_budget, &zero);
+	if (!b)
+		return;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 earned = (now - b->refilled_ns) / (1000000000ull / LOG_RATE);
+	if (earned) {
+		b->tokens = b->tokens + earned > LOG_BURST ? LOG_BURST : b->tokens + earned;
+		b->refilled_ns = now;
+	}
+	if (!b->tokens)
+		return;
+	b->tokens--;
+	struct fw_event e = {.ns_id = ns_id, .rule = v->rule, .verdict = v->verdict, .proto = p->proto,
+			     .sport = p->sport, .dport = p->dport, .family = p->dst.family};
+	__builtin_memcpy(e.src, p->src.ip, 16);
+	__builtin_memcpy(e.dst, p->dst.ip, 16);
+	bpf_ringbuf_output(&egressd_fw_log, &e, sizeof(e), 0);
+}
+
+static __always_inline int firewall(struct __sk_buff *skb, struct packet *p, __u32 ns_id, __u8 log)
 {
 	__u32 zero = 0;
 	__u32 *genp = bpf_map_lookup_elem(&egressd_fw_gen, &zero);
@@ -449,6 +518,8 @@ static __always_inline int firewall(struct __sk_buff *skb, struct packet *p, __u
 	if (v.verdict == VERDICT_DENY && is_reply(skb, p))
 		return TCX_NEXT;
 	count(&egressd_fw_stats, ns_id, v.rule, skb->len);
+	if (log & (v.verdict == VERDICT_DENY ? LOG_DENY : LOG_ALLOW))
+		log_verdict(p, ns_id, &v);
 	return v.verdict == VERDICT_DENY ? TCX_DROP : TCX_NEXT;
 }
 
@@ -492,7 +563,7 @@ int egressd_frompod(struct __sk_buff *skb)
 	if (!pod)
 		return TCX_NEXT;
 	__u32 ns_id = pod->ns_id, class = pod->qos_class;
-	if (ns_id && firewall(skb, &p, ns_id) == TCX_DROP)
+	if (ns_id && firewall(skb, &p, ns_id, pod->log) == TCX_DROP)
 		return TCX_DROP;
 	if (class)
 		qos(skb, &p, class);

@@ -11,8 +11,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/egressd/egressd/bpf"
 	"github.com/egressd/egressd/dataplane"
@@ -32,6 +34,9 @@ type Classifier struct {
 	fwSets map[uint32]*fwSet
 	// gen is the value of egressd_fw_gen.
 	gen uint32
+	// logging is read by ServeACLLog, concurrently with Apply.
+	logging   atomic.Pointer[aclLogging]
+	logReader atomic.Pointer[ringbuf.Reader]
 	// fwTexts are the rule texts of each namespace id as written. They are written after the
 	// entries that enforce, which need not wait for them.
 	fwTexts map[uint32]*writtenTexts
@@ -157,7 +162,12 @@ func readMap[K comparable, V any](m *ebpf.Map, into map[K]V) error {
 }
 
 // Close releases file descriptors; pinned maps and what uses them stay.
-func (c *Classifier) Close() { c.objs.Close() }
+func (c *Classifier) Close() {
+	if r := c.logReader.Load(); r != nil {
+		r.Close()
+	}
+	c.objs.Close()
+}
 
 // ID is the stable classifier id of a name (namespace, or namespace + QoS rule set): the same
 // after a restart, so that a new agent's entries line up with the old ones. 0 means none.
@@ -216,9 +226,16 @@ func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
 
 	nsID := map[string]uint32{}
 	wantSets := map[uint32]*fwSet{}
+	logging := aclLogging{}
+	nsLog := map[string]uint8{}
 	for _, fw := range sortedFirewalls(s.Firewalls) {
 		id := ID("fw/"+fw.Origin.Namespace, taken)
 		nsID[fw.Origin.Namespace] = id
+		nsLog[fw.Origin.Namespace] = logFlags(fw.Log)
+		logging[id] = struct {
+			namespace string
+			log       dataplane.ACLLog
+		}{fw.Origin.Namespace, fw.Log}
 		old := c.fwSets[id]
 		if err := fw.Err; err != nil {
 			failed[fw.Origin] = err
@@ -245,7 +262,7 @@ func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
 	}
 	classes := map[string]uint32{}
 	for _, p := range s.LocalPods {
-		info := bpf.FromPodPodInfo{NsId: nsID[p.Origin.Namespace]}
+		info := bpf.FromPodPodInfo{NsId: nsID[p.Origin.Namespace], Log: nsLog[p.Origin.Namespace]}
 		if q, ok := qosByNS[p.Origin.Namespace]; ok && len(p.QoSRules) > 0 {
 			name := "qos/" + p.Origin.Namespace + "/" + joinInts(p.QoSRules)
 			id, seen := classes[name]
@@ -283,6 +300,7 @@ func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
 		want.cluster[bpf.FromPodClusterKey{Prefixlen: uint32(32 + p.Bits()), Dst: addrOf(p.Masked().Addr())}] = 1
 	}
 	c.names = taken
+	c.logging.Store(&logging)
 	c.recordRules(s, failed)
 	// QoS entries of classes that failed stay as written.
 	keepFailed(c.written.qos, want.qos, keep, lpmID)

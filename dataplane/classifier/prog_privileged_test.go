@@ -1,11 +1,16 @@
 package classifier_test
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/gopacket/gopacket"
@@ -369,5 +374,63 @@ func TestPrivilegedClassifierAdoptsPinnedState(t *testing.T) {
 	}
 	if got, _ := run(t, c2, pkt(t, podA, netip.MustParseAddr("203.0.113.1"), "tcp", 443, 0, false)); got != tcxDrop {
 		t.Errorf("namespace a's deny lost across the restart (%#x)", got)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger writing while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestPrivilegedClassifierACLLog: with {"deny": "alert"}, denied packets are logged as upstream's
+// ACL log lines, at most 20 at once (the rate limit's burst); allowed ones are not.
+func TestPrivilegedClassifierACLLog(t *testing.T) {
+	c := load(t)
+	st := firewallState()
+	st.Firewalls[0].Log = dataplane.ACLLog{Deny: "alert"}
+	if failed := c.Apply(st); len(failed) > 0 {
+		t.Fatal(failed)
+	}
+	var out lockedBuffer
+	go func() {
+		if err := c.ServeACLLog(slog.New(slog.NewTextHandler(&out, nil))); err != nil {
+			t.Error(err)
+		}
+	}()
+	denied := pkt(t, podA, netip.MustParseAddr("203.0.113.1"), "tcp", 443, 0, false)
+	allowed := pkt(t, podA, netip.MustParseAddr("198.51.100.7"), "udp", 53, 0, false)
+	for range 30 {
+		run(t, c, denied)
+		run(t, c, allowed)
+	}
+	var lines []string
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if lines = strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) >= 20 {
+			break
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	lines = strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) < 20 || len(lines) > 22 { // a token or two may be earned while the test runs
+		t.Fatalf("%d log lines, want 20 (the burst):\n%s", len(lines), out.String())
+	}
+	want := "msg=acl_log name=EF:a:9998 verdict=drop severity=alert direction=to-lport proto=tcp src=" + podA.String() + ":40000 dst=203.0.113.1:443"
+	for _, l := range lines {
+		if !strings.Contains(l, want) {
+			t.Errorf("log line %q lacks %q", l, want)
+		}
 	}
 }

@@ -49,6 +49,11 @@ func New(pinRoot string, log *slog.Logger) (*Dataplane, error) {
 		return nil, err
 	}
 	d := &Dataplane{classifier: c, attacher: a, nft: t, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
+	go func() {
+		if err := c.ServeACLLog(log); err != nil {
+			log.Error("ACL logging stopped", "err", err)
+		}
+	}()
 	links := make(chan netlink.LinkUpdate, 64)
 	if err := netlink.LinkSubscribe(links, d.done); err != nil {
 		d.Close()

@@ -1,0 +1,97 @@
+package classifier
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+
+	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/egressd/egressd/bpf"
+	"github.com/egressd/egressd/dataplane"
+)
+
+// Program values (frompod.c).
+const (
+	logAllow     = 1
+	logDeny      = 2
+	verdictAllow = 1
+	verdictDeny  = 2
+	// firewallPriority0 is upstream's ACL priority of rule 0 (rule i is 10000 - i): ACL log
+	// lines name rules as upstream does, EF:<namespace>:<priority>.
+	firewallPriority0 = 10000
+)
+
+var protoNames = map[uint8]string{1: "icmp", 6: "tcp", 17: "udp", 58: "icmp6", 132: "sctp"}
+
+// aclLogging is what the log reader needs of the last Apply: per namespace id, its name and
+// the severities its annotation asks for.
+type aclLogging map[uint32]struct {
+	namespace string
+	log       dataplane.ACLLog
+}
+
+// logFlags are the program's flags for a namespace's ACL logging.
+func logFlags(l dataplane.ACLLog) uint8 {
+	var f uint8
+	if l.Allow != "" {
+		f |= logAllow
+	}
+	if l.Deny != "" {
+		f |= logDeny
+	}
+	return f
+}
+
+// ServeACLLog writes every firewall verdict the program logged as an ACL log line, the fields of
+// upstream's (name, verdict, severity, direction, then the packet), until Close. It returns
+// when the ring buffer is closed.
+func (c *Classifier) ServeACLLog(log *slog.Logger) error {
+	r, err := ringbuf.NewReader(c.objs.EgressdFwLog)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", c.objs.EgressdFwLog, err)
+	}
+	c.logReader.Store(r)
+	var e bpf.FromPodFwEvent
+	for {
+		rec, err := r.Read()
+		if errors.Is(err, os.ErrClosed) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", c.objs.EgressdFwLog, err)
+		}
+		if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &e); err != nil {
+			continue
+		}
+		logging := c.logging.Load()
+		if logging == nil {
+			continue // before the first Apply: a predecessor's verdicts
+		}
+		ns := (*logging)[e.NsId]
+		verdict, severity := "allow", ns.log.Allow
+		if e.Verdict == verdictDeny {
+			verdict, severity = "drop", ns.log.Deny
+		}
+		if severity == "" || ns.namespace == "" {
+			continue // logged under an earlier annotation
+		}
+		src, dst := eventAddr(e.Family, e.Src), eventAddr(e.Family, e.Dst)
+		log.Info("acl_log",
+			"name", fmt.Sprintf("EF:%s:%d", ns.namespace, firewallPriority0-int(e.Rule)),
+			"verdict", verdict, "severity", severity, "direction", "to-lport",
+			"proto", protoNames[e.Proto],
+			"src", netip.AddrPortFrom(src, e.Sport).String(), "dst", netip.AddrPortFrom(dst, e.Dport).String())
+	}
+}
+
+func eventAddr(family uint8, b [16]byte) netip.Addr {
+	if family == 4 {
+		return netip.AddrFrom4([4]byte(b[:4]))
+	}
+	return netip.AddrFrom16(b)
+}
