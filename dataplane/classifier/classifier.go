@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/cilium/ebpf"
@@ -88,7 +89,7 @@ func Load(pinRoot string) (*Classifier, error) {
 	err := bpf.LoadFromPodObjects(&c.objs, opts)
 	if errors.Is(err, ebpf.ErrMapIncompatible) {
 		// An upgrade changed a map's layout: start these maps afresh.
-		for _, name := range mapNames {
+		for _, name := range mapNames() {
 			os.Remove(pinRoot + "/" + name)
 		}
 		err = bpf.LoadFromPodObjects(&c.objs, opts)
@@ -108,9 +109,21 @@ func Load(pinRoot string) (*Classifier, error) {
 // neighbour discovery (to link-local and solicited-node multicast addresses) must always pass.
 var linkScoped = []netip.Prefix{netip.MustParsePrefix("fe80::/10"), netip.MustParsePrefix("ff00::/8")}
 
-var mapNames = []string{"egressd_pods", "egressd_cluster", "egressd_fw", "egressd_fw_ports", "egressd_fw_stats",
-	"egressd_fw_verdicts", "egressd_fw_gen",
-	"egressd_qos", "egressd_qos_stats", "egressd_ids", "egressd_fw_rules", "egressd_qos_rules"}
+// mapNames are the names of the program's maps, every one pinned by name under the pin root.
+var mapNames = sync.OnceValue(func() []string {
+	spec, err := bpf.LoadFromPod()
+	if err != nil {
+		panic(fmt.Sprintf("the embedded classifier object: %v", err)) // a build defect
+	}
+	var names []string
+	for name, m := range spec.Maps {
+		if m.Pinning == ebpf.PinByName {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	return names
+})
 
 // read loads what the pinned maps hold (a previous agent's state); firewall entries are
 // grouped into per-namespace sets of unknown fingerprint, so that the first sync rewrites
@@ -578,7 +591,7 @@ func syncMap[K comparable, V comparable](m *ebpf.Map, have, want map[K]V) error 
 // Cleanup removes the classifier's pinned maps under pinRoot (egressctl cleanup).
 func Cleanup(pinRoot string) error {
 	var errs []error
-	for _, name := range mapNames {
+	for _, name := range mapNames() {
 		if err := os.Remove(pinRoot + "/" + name); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}

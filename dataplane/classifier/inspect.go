@@ -22,7 +22,10 @@ type Inspector struct {
 // Inspect opens the pinned maps under pinRoot read-only.
 func Inspect(pinRoot string) (*Inspector, error) {
 	in := &Inspector{maps: map[string]*ebpf.Map{}}
-	for _, name := range mapNames {
+	for _, name := range mapNames() {
+		if name == "egressd_fw_log" {
+			continue // a ring buffer, the agent's to consume
+		}
 		m, err := ebpf.LoadPinnedMap(filepath.Join(pinRoot, name), &ebpf.LoadPinOptions{ReadOnly: true})
 		if err != nil {
 			in.Close()

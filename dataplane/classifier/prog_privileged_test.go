@@ -434,3 +434,25 @@ func TestPrivilegedClassifierACLLog(t *testing.T) {
 		}
 	}
 }
+
+// TestPrivilegedClassifierCleanup: Cleanup leaves the pin root empty (every pinned map goes).
+func TestPrivilegedClassifierCleanup(t *testing.T) {
+	privileged.Require(t)
+	root := fmt.Sprintf("/sys/fs/bpf/egressd-test-cleanup-%d", os.Getpid())
+	t.Cleanup(func() { os.RemoveAll(root) })
+	c, err := classifier.Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if err := classifier.Cleanup(root); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(root); len(left) > 0 {
+		var names []string
+		for _, e := range left {
+			names = append(names, e.Name())
+		}
+		t.Errorf("left under the pin root: %v", names)
+	}
+}

@@ -1,7 +1,8 @@
 // Package tcx keeps egressd's classifier attached at tcx ingress of exactly the pod-facing
 // interfaces it is given, each through a bpf link pinned under <pin root>/links, so that the
 // classifier keeps running while the agent restarts or upgrades: a new agent adopts the pinned
-// links and swaps its program in with a link update, never detach-then-attach.
+// links and, at its first Sync (once its maps are written), swaps its program in with a link
+// update, never detach-then-attach.
 package tcx
 
 import (
@@ -31,13 +32,17 @@ type Attacher struct {
 type attached struct {
 	link    link.Link
 	ifindex int
+	// adopted: a predecessor's program still runs on it, until Sync swaps ours in.
+	adopted bool
 }
 
 // LinksDir is where the links of a pin root are pinned.
 func LinksDir(pinRoot string) string { return filepath.Join(pinRoot, "links") }
 
-// New adopts the links a previous agent pinned: each still on its interface gets prog in
-// place; those whose interface is gone are unpinned.
+// New adopts the links a previous agent pinned: those whose interface is gone are unpinned; the
+// others keep running the predecessor's program, with the maps it was loaded with, until Sync.
+// (After an upgrade that changed a map's layout, prog's maps are new and empty until the first
+// Apply: swapping it in earlier would stop enforcement for that long.)
 func New(pinRoot string, prog *ebpf.Program) (*Attacher, error) {
 	a := &Attacher{dir: LinksDir(pinRoot), links: map[string]*attached{}, prog: prog}
 	if err := os.MkdirAll(a.dir, 0o755); err != nil {
@@ -74,11 +79,7 @@ func (a *Attacher) adopt(ifname, path string) error {
 		// The interface went away (or its name now belongs to another one): the link is defunct.
 		return errors.Join(l.Unpin(), l.Close())
 	}
-	if err := l.Update(a.prog); err != nil {
-		l.Close()
-		return fmt.Errorf("update pinned link on %s to the new program: %w", ifname, err)
-	}
-	a.links[ifname] = &attached{link: l, ifindex: ifindex}
+	a.links[ifname] = &attached{link: l, ifindex: ifindex, adopted: true}
 	return nil
 }
 
@@ -96,7 +97,14 @@ func (a *Attacher) Sync(want map[string]int) map[string]error {
 		delete(a.links, name)
 	}
 	for name, idx := range want {
-		if _, ok := a.links[name]; ok {
+		if at, ok := a.links[name]; ok {
+			if at.adopted {
+				if err := at.link.Update(a.prog); err != nil {
+					errs[name] = fmt.Errorf("update the link on %s to this agent's %s: %w", name, ProgramName, err)
+					continue
+				}
+				at.adopted = false
+			}
 			continue
 		}
 		l, err := link.AttachTCX(link.TCXOptions{Interface: idx, Program: a.prog, Attach: ebpf.AttachTCXIngress})
