@@ -37,16 +37,14 @@ func BenchmarkPrivilegedClassifier(b *testing.B) {
 	denied := pkt(b, podA, netip.MustParseAddr("203.0.113.1"), "tcp", 443, 0, false)
 	deniedUDP := pkt(b, podA, netip.MustParseAddr("203.0.113.1"), "udp", 443, 0, false)
 
-	b.Run("empty-program", func(b *testing.B) {
-		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL",
-			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer prog.Close()
-		benchRun(b, prog, denied)
-		b.Run("first-packet", func(b *testing.B) { benchFirstPacket(b, prog, nil, denied) })
-	})
+	empty, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer empty.Close()
+	b.Run("empty-program", func(b *testing.B) { benchRun(b, empty, denied) })
+	b.Run("empty-program/first-packet", func(b *testing.B) { benchFirstPacket(b, empty, nil, denied) })
 	for _, tc := range []struct {
 		name       string
 		namespaces int
