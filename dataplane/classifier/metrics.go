@@ -10,10 +10,15 @@ import (
 // Collector exposes the classifier's per-rule counters and policy sizes; the agent registers it.
 type Collector struct {
 	c *Classifier
+	// moreFirewall are firewall rule counters kept elsewhere (drops after DNAT), added to the
+	// classifier's.
+	moreFirewall func() map[RuleRef]Counters
 }
 
-// NewCollector returns a collector reading c at every scrape.
-func NewCollector(c *Classifier) *Collector { return &Collector{c: c} }
+// NewCollector returns a collector reading c, and moreFirewall when not nil, at every scrape.
+func NewCollector(c *Classifier, moreFirewall func() map[RuleRef]Counters) *Collector {
+	return &Collector{c: c, moreFirewall: moreFirewall}
+}
 
 var (
 	descFwPackets = prometheus.NewDesc("egressd_egressfirewall_rule_packets_total", "Packets that matched an EgressFirewall rule on this node (the rule decided their fate).", []string{"namespace", "rule", "action"}, nil)
@@ -47,6 +52,12 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descFirewalls, prometheus.GaugeValue, float64(firewalls))
 	ch <- prometheus.MustNewConstMetric(descFwRules, prometheus.GaugeValue, float64(rules))
 	if fw, err := m.c.FirewallCounters(); err == nil {
+		if m.moreFirewall != nil {
+			for ref, v := range m.moreFirewall() {
+				sum := fw[ref]
+				fw[ref] = Counters{Packets: sum.Packets + v.Packets, Bytes: sum.Bytes + v.Bytes}
+			}
+		}
 		for ref, v := range fw {
 			action, ok := actions[ref]
 			if !ok {

@@ -88,7 +88,14 @@ func New(pinRoot string, log *slog.Logger) (*Dataplane, error) {
 
 // Collectors are the dataplane's Prometheus metrics.
 func (d *Dataplane) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{classifier.NewCollector(d.classifier)}
+	afterDNAT := func() map[classifier.RuleRef]classifier.Counters {
+		out := map[classifier.RuleRef]classifier.Counters{}
+		for o, c := range d.nft.Counters() {
+			out[classifier.RuleRef{Namespace: o.Namespace, Rule: o.Rule}] = classifier.Counters{Packets: c.Packets, Bytes: c.Bytes}
+		}
+		return out
+	}
+	return []prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT)}
 }
 
 // Changed receives a value after the kernel changed under egressd (links or addresses added,

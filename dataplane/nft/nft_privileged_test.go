@@ -52,6 +52,20 @@ func TestPrivilegedTable(t *testing.T) {
 	apply(st)
 	golden(t, sortedElements(ns.MustRun(t, "nft", "list", "table", "inet", "egressd")), "testdata/table.golden")
 
+	// An element added and one removed: an update in place, which keeps the others (and their
+	// counters).
+	st.BackendDenies = append(st.BackendDenies[1:], deny("a", 1, "10.244.0.5", "203.0.113.11", 6, 443))
+	apply(st)
+	out := ns.MustRun(t, "nft", "list", "table", "inet", "egressd")
+	for want, present := range map[string]bool{"203.0.113.11 . tcp . 443": true, "203.0.113.10 . tcp . 80": false, "203.0.113.10 . udp . 53": true} {
+		if strings.Contains(out, want) != present {
+			t.Errorf("after an update, %q present=%v, want %v:\n%s", want, !present, present, out)
+		}
+	}
+	if c := table.Counters(); len(c) != 0 && (c[st.BackendDenies[0].Origin].Packets != 0) {
+		t.Errorf("counters without traffic: %+v", c)
+	}
+
 	// The firewall no longer compiles: its elements stay although nothing is compiled for it.
 	fwA.Err = errors.New("invalid")
 	apply(&dataplane.State{Firewalls: []dataplane.Firewall{fwA}})

@@ -83,6 +83,14 @@ spec:
   egress:
   - {type: Allow, to: {cidrSelector: 203.0.113.0/24}, ports: [{protocol: TCP, port: 443}]}
   - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}`)
+	// On the routed node only the table sees this traffic (the classifier sees the cluster IP):
+	// its drops count for the deny rule.
+	series := `egressd_egressfirewall_rule_packets_total{action="Deny",namespace="` + ns + `",rule="1"}`
+	before, _ := l.Nodes[0].Agent.Sample(series)
+	checkReach(t, "enforced", []reach{{a0, svcHTTP, false, lab.Timeout}})
+	if after, err := l.Nodes[0].Agent.Sample(series); err != nil || after == "" || after == before {
+		t.Errorf("%s = %q before and %q after a dropped connection through the Service (%v)", series, before, after, err)
+	}
 	var cases []reach
 	for _, p := range []*lab.Pod{a0, a1} {
 		cases = append(cases,
