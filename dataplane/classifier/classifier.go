@@ -27,8 +27,9 @@ type Classifier struct {
 	Program *ebpf.Program
 	objs    bpf.FromPodObjects
 	written content
-	// names maps ids to what they stand for, as of the last Apply.
-	names map[uint32]string
+	// names maps ids to what they stand for, as of the last Apply (read by metrics scrapes,
+	// concurrently).
+	names atomic.Pointer[map[uint32]string]
 	info  ruleInfo
 	// fwSets are the firewall entries of each namespace id as written, so that a sync
 	// rewrites only the namespaces whose rules changed.
@@ -312,7 +313,7 @@ func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
 	for _, p := range append(linkScoped, s.ClusterNetworks...) {
 		want.cluster[bpf.FromPodClusterKey{Prefixlen: uint32(32 + p.Bits()), Dst: addrOf(p.Masked().Addr())}] = 1
 	}
-	c.names = taken
+	c.names.Store(&taken)
 	c.logging.Store(&logging)
 	c.recordRules(s, failed)
 	// QoS entries of classes that failed stay as written.
@@ -622,11 +623,15 @@ func (c *Classifier) QoSCounters() (map[RuleRef]Counters, error) {
 
 func (c *Classifier) counters(m *ebpf.Map) (map[RuleRef]Counters, error) {
 	out := map[RuleRef]Counters{}
+	var names map[uint32]string
+	if p := c.names.Load(); p != nil {
+		names = *p
+	}
 	var k bpf.FromPodStatKey
 	var per []bpf.FromPodCounters
 	it := m.Iterate()
 	for it.Next(&k, &per) {
-		ns, ok := c.names[k.NsId]
+		ns, ok := names[k.NsId]
 		if !ok {
 			continue // a namespace gone since
 		}
