@@ -27,8 +27,8 @@ deps: ## packages of MACHINE.md and bpffs (root only; no-op when present)
 controlplane-bin: ## build (or find cached) etcd, kube-apiserver, kube-controller-manager
 	$(GO) run ./test/controlplane/cmd/controlplane build
 
-test: deps controlplane-bin ## every tier: unit, bpf, dataplane, control plane, end to end
-	set -o pipefail; $(GO) test -json -count=1 -timeout 45m ./... 2>&1 | $(GO) run ./hack/testsummary
+test: deps controlplane-bin ## every tier: unit, bpf, dataplane, control plane, end to end; race detector on, agents included
+	set -o pipefail; EGRESSD_RACE=1 GORACE=halt_on_error=1 $(GO) test -race -json -count=1 -timeout 45m ./... 2>&1 | $(GO) run ./hack/testsummary
 
 test-unit: ## tests that need neither root nor a control plane
 	$(GO) test -count=1 ./api/... ./cmd/... ./dataplane/... ./nodeagent/... ./watchers/...

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,7 +49,8 @@ type StatusWriter struct {
 	// again where an entry of this node went missing or stale.
 	Changed <-chan struct{}
 
-	pending chan report
+	pending     chan report
+	pendingOnce sync.Once // Run and Report start concurrently
 }
 
 // report is one sync's outcome: per-object failures and the node's host addresses.
@@ -85,9 +87,7 @@ func (w *StatusWriter) Run(ctx context.Context) {
 }
 
 func (w *StatusWriter) queue() chan report {
-	if w.pending == nil {
-		w.pending = make(chan report, 1)
-	}
+	w.pendingOnce.Do(func() { w.pending = make(chan report, 1) })
 	return w.pending
 }
 

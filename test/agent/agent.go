@@ -33,10 +33,16 @@ var (
 func Build(dir string) (string, error) { return BuildCommand(dir, "egressd") }
 
 // BuildCommand builds cmd/<name> of this repository into dir and returns the binary's path.
+// With EGRESSD_RACE=1 (make test) it is built with the race detector: the agents the tests run
+// then report data races (GORACE=halt_on_error=1 makes one fail the test).
 func BuildCommand(dir, name string) (string, error) {
 	_, file, _, _ := runtime.Caller(0)
 	bin := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/"+name)
+	args := []string{"build", "-o", bin}
+	if os.Getenv("EGRESSD_RACE") == "1" {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "./cmd/"+name)...)
 	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/%s: %v\n%s", name, err, out)
