@@ -319,9 +319,13 @@ func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
 	// QoS entries of classes that failed stay as written.
 	keepFailed(c.written.qos, want.qos, keep, lpmID)
 	// Cached decisions go stale when what they were decided from changes.
-	fwChanged := !maps.Equal(c.written.cluster, want.cluster) || len(wantSets) != len(c.fwSets)
+	fwChanged := !maps.Equal(c.written.cluster, want.cluster)
 	for id, set := range wantSets {
 		fwChanged = fwChanged || c.fwSets[id] != set
+	}
+	for id := range c.fwSets {
+		_, kept := wantSets[id]
+		fwChanged = fwChanged || !kept
 	}
 	// Adds and changes before removals: every destination sees either the old or the new
 	// verdict, never a mixture (a removed prefix falls back to an already updated shorter one).
