@@ -159,7 +159,7 @@ func (cp *ControlPlane) start(ctx context.Context, bins Binaries, opts Options) 
 		"--service-account-signing-key-file", cp.path("sa.key"),
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--authorization-mode", "RBAC",
-		"--service-cluster-ip-range", "10.96.0.0/16",
+		"--service-cluster-ip-range", "10.96.0.0/16,fd00:10:96::/112",
 		"--allow-privileged",
 		// Lab pods have no service account tokens mounted: there is no kubelet.
 		"--disable-admission-plugins", "ServiceAccount",

@@ -26,46 +26,57 @@ func TestPrivilegedEgressFirewallServiceBackends(t *testing.T) {
 	privileged.Require(t)
 	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true})
 	ctx := context.Background()
-	if _, err := l.AddExternal("web", lab.ExternalOptions{}, "203.0.113.10"); err != nil {
+	if _, err := l.AddExternal("web", lab.ExternalOptions{}, "203.0.113.10", "2001:db8::10"); err != nil {
 		t.Fatal(err)
 	}
 	ns, free := l.CP.Namespace(t), l.CP.Namespace(t)
 	a0, a1 := addPod(t, l.Nodes[0], ns, "a0", lab.PodOptions{}), addPod(t, l.Nodes[1], ns, "a1", lab.PodOptions{})
 	f0 := addPod(t, l.Nodes[0], free, "f0", lab.PodOptions{})
 
-	// A Service without selector whose endpoints are the external host's ports 80 and 443.
+	// A dual-stack Service without selector whose endpoints are the external host's ports 80
+	// and 443, over IPv4 and IPv6.
 	kc := l.CP.Client(t)
 	svc, err := kc.CoreV1().Services(free).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "ext"},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{
-			{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP},
-			{Name: "https", Port: 8443, Protocol: corev1.ProtocolTCP},
-		}},
+		Spec: corev1.ServiceSpec{
+			IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyRequireDualStack),
+			IPFamilies:     []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
+			Ports: []corev1.ServicePort{
+				{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP},
+				{Name: "https", Port: 8443, Protocol: corev1.ProtocolTCP},
+			},
+		},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ready := true
-	if _, err := kc.DiscoveryV1().EndpointSlices(free).Create(ctx, &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: "ext-1", Labels: map[string]string{discoveryv1.LabelServiceName: "ext", discoveryv1.LabelManagedBy: "egressd-e2e"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"203.0.113.10"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
-		Ports: []discoveryv1.EndpointPort{
-			{Name: ptr.To("http"), Port: ptr.To[int32](80), Protocol: ptr.To(corev1.ProtocolTCP)},
-			{Name: ptr.To("https"), Port: ptr.To[int32](443), Protocol: ptr.To(corev1.ProtocolTCP)},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	for name, ep := range map[string]struct {
+		family discoveryv1.AddressType
+		addr   string
+	}{"ext-4": {discoveryv1.AddressTypeIPv4, "203.0.113.10"}, "ext-6": {discoveryv1.AddressTypeIPv6, "2001:db8::10"}} {
+		if _, err := kc.DiscoveryV1().EndpointSlices(free).Create(ctx, &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: "ext", discoveryv1.LabelManagedBy: "egressd-e2e"}},
+			AddressType: ep.family,
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ep.addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+			Ports: []discoveryv1.EndpointPort{
+				{Name: ptr.To("http"), Port: ptr.To[int32](80), Protocol: ptr.To(corev1.ProtocolTCP)},
+				{Name: ptr.To("https"), Port: ptr.To[int32](443), Protocol: ptr.To(corev1.ProtocolTCP)},
+			},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	ip := svc.Spec.ClusterIP
+	ip, ip6 := svc.Spec.ClusterIPs[0], svc.Spec.ClusterIPs[1]
 	for _, n := range l.Nodes { // what kube-proxy would program
-		script := fmt.Sprintf(`table ip labproxy {
+		script := fmt.Sprintf(`table inet labproxy {
 	chain pre {
 		type nat hook prerouting priority dstnat; policy accept;
-		ip daddr %[1]s tcp dport 80 dnat to 203.0.113.10:80
-		ip daddr %[1]s tcp dport 8443 dnat to 203.0.113.10:443
+		ip daddr %[1]s tcp dport 80 dnat ip to 203.0.113.10:80
+		ip daddr %[1]s tcp dport 8443 dnat ip to 203.0.113.10:443
+		ip6 daddr %[2]s tcp dport 80 dnat ip6 to [2001:db8::10]:80
+		ip6 daddr %[2]s tcp dport 8443 dnat ip6 to [2001:db8::10]:443
 	}
-}`, ip)
+}`, ip, ip6)
 		cmd := n.NS.Command("nft", "-f", "-")
 		cmd.Stdin = strings.NewReader(script)
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -73,7 +84,8 @@ func TestPrivilegedEgressFirewallServiceBackends(t *testing.T) {
 		}
 	}
 	svcHTTP, svcHTTPS := ip+":80", ip+":8443"
-	checkReach(t, "no firewall", []reach{{a0, svcHTTP, false, lab.OK}, {a1, svcHTTP, false, lab.OK}})
+	svc6HTTP, svc6HTTPS := "["+ip6+"]:80", "["+ip6+"]:8443"
+	checkReach(t, "no firewall", []reach{{a0, svcHTTP, false, lab.OK}, {a1, svcHTTP, false, lab.OK}, {a0, svc6HTTP, false, lab.OK}, {a1, svc6HTTP, false, lab.OK}})
 
 	applyFirewall(t, l, ns, `
 apiVersion: k8s.ovn.org/v1
@@ -82,7 +94,9 @@ metadata: {name: default}
 spec:
   egress:
   - {type: Allow, to: {cidrSelector: 203.0.113.0/24}, ports: [{protocol: TCP, port: 443}]}
-  - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}`)
+  - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}
+  - {type: Allow, to: {cidrSelector: "2001:db8::/64"}, ports: [{protocol: TCP, port: 443}]}
+  - {type: Deny, to: {cidrSelector: "::/0"}}`)
 	// On the routed node only the table sees this traffic (the classifier sees the cluster IP):
 	// its drops count for the deny rule.
 	series := `egressd_egressfirewall_rule_packets_total{action="Deny",namespace="` + ns + `",rule="1"}`
@@ -97,18 +111,22 @@ spec:
 			reach{p, svcHTTP, false, lab.Timeout}, // backend 203.0.113.10:80: denied
 			reach{p, svcHTTPS, false, lab.OK},     // backend 203.0.113.10:443: allowed
 			reach{p, "203.0.113.10:80", false, lab.Timeout},
+			reach{p, svc6HTTP, false, lab.Timeout}, // [2001:db8::10]:80: denied
+			reach{p, svc6HTTPS, false, lab.OK},     // [2001:db8::10]:443: allowed
 		)
 	}
-	cases = append(cases, reach{f0, svcHTTP, false, lab.OK}) // no firewall in its namespace
+	cases = append(cases, reach{f0, svcHTTP, false, lab.OK}, reach{f0, svc6HTTP, false, lab.OK}) // no firewall in its namespace
 	checkReach(t, "enforced", cases)
 	out, err := l.Nodes[0].NS.Run("nft", "list", "table", "inet", "egressd")
 	if err != nil || !strings.Contains(out, a0.IPv4.String()+" . 203.0.113.10 . tcp . 80") {
 		t.Errorf("nft list table inet egressd on node-0 lacks the pod's element (%v):\n%s", err, out)
 	}
 
-	// The endpoint goes: nothing left to judge, the table goes too.
-	if err := kc.DiscoveryV1().EndpointSlices(free).Delete(ctx, "ext-1", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+	// The endpoints go: nothing left to judge, the table goes too.
+	for _, name := range []string{"ext-4", "ext-6"} {
+		if err := kc.DiscoveryV1().EndpointSlices(free).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		out, err := l.Nodes[0].NS.Run("nft", "list", "tables")

@@ -41,7 +41,7 @@ const (
 // Addressing of the lab.
 var (
 	ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/48")}
-	ServiceCIDRs = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16")}
+	ServiceCIDRs = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/16"), netip.MustParsePrefix("fd00:10:96::/112")}
 	fabricV4     = "172.18.0.%d"
 	fabricV6     = "fc00:f853:ccd:e793::%x"
 )
