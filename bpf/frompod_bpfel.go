@@ -150,6 +150,7 @@ const (
 	FromPodMapEgressdQosRules    = "egressd_qos_rules"
 	FromPodMapEgressdQosStats    = "egressd_qos_stats"
 	FromPodProgEgressdFrompod    = "egressd_frompod"
+	FromPodVarLogRate            = "log_rate"
 	FromPodVarUnusedFwEvent      = "unused_fw_event"
 )
 
@@ -222,6 +223,7 @@ type FromPodMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromPodVariableSpecs struct {
+	LogRate       *ebpf.VariableSpec `ebpf:"log_rate"`
 	UnusedFwEvent *ebpf.VariableSpec `ebpf:"unused_fw_event"`
 }
 
@@ -284,6 +286,7 @@ func (m *FromPodMaps) Close() error {
 //
 // It can be passed to LoadFromPodObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromPodVariables struct {
+	LogRate       *ebpf.Variable `ebpf:"log_rate"`
 	UnusedFwEvent *ebpf.Variable `ebpf:"unused_fw_event"`
 }
 

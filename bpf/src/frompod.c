@@ -210,9 +210,9 @@ struct {
 	__uint(max_entries, 256 * 1024);
 } egressd_fw_log SEC(".maps");
 
-// Logging is rate-limited per CPU, like OVN's acl-logging meter (20 per second by default).
-#define LOG_RATE 20
-#define LOG_BURST 20
+// Logging is rate-limited per CPU, like OVN's acl-logging meter: log_rate lines per second (the
+// agent's --acl-logging-rate-limit, set at load; 0 logs nothing), with bursts of as many.
+volatile const __u32 log_rate = 20;
 
 struct log_budget {
 	__u64 refilled_ns; // when tokens was last refilled
@@ -471,10 +471,13 @@ static __always_inline void log_verdict(struct packet *p, __u32 ns_id, struct ve
 	struct log_budget *b = bpf_map_lookup_elem(&egressd_fw_log_budget, &zero);
 	if (!b)
 		return;
+	__u32 rate = log_rate;
+	if (!rate)
+		return;
 	__u64 now = bpf_ktime_get_ns();
-	__u64 earned = (now - b->refilled_ns) / (1000000000ull / LOG_RATE);
+	__u64 earned = (now - b->refilled_ns) / (1000000000ull / rate);
 	if (earned) {
-		b->tokens = b->tokens + earned > LOG_BURST ? LOG_BURST : b->tokens + earned;
+		b->tokens = b->tokens + earned > rate ? rate : b->tokens + earned;
 		b->refilled_ns = now;
 	}
 	if (!b->tokens)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	flag "github.com/spf13/pflag"
+
+	"github.com/egressd/egressd/dataplane/classifier"
 )
 
 // config is the agent's command line.
@@ -31,6 +33,7 @@ type config struct {
 	debounce         time.Duration
 	resync           time.Duration
 	dnsServer        string
+	aclLogRate       uint
 	verbosity        int
 	logFormat        string
 }
@@ -88,6 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.retryPeriod, "leader-election-retry-period", 2*time.Second, "interval between leader election attempts")
 	fs.DurationVar(&c.debounce, "sync-debounce", 10*time.Millisecond, "quiet period that coalesces a burst of changes into one sync")
 	fs.DurationVar(&c.resync, "sync-period", 5*time.Minute, "period of the full re-sync that repairs drift of kernel state")
+	fs.UintVar(&c.aclLogRate, "acl-logging-rate-limit", classifier.DefaultACLLogRate, "EgressFirewall verdicts logged per second and CPU for namespaces annotated k8s.ovn.org/acl-logging; 0 logs none")
 	fs.StringVar(&c.dnsServer, "dns-server", defaultDNSServer(), "ip:port of the DNS server that resolves EgressFirewall dnsName rules (default: the first nameserver of /etc/resolv.conf)")
 	fs.IntVarP(&c.verbosity, "v", "v", 0, "log verbosity: 0 info, 1 debug, higher adds client-go detail")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or text")
@@ -138,6 +142,9 @@ func (c *config) validate() error {
 	}
 	if c.leaderElectionNS == "" {
 		bad("leader-election-namespace", "required")
+	}
+	if c.aclLogRate > 100000 {
+		bad("acl-logging-rate-limit", "%d is more than 100000 lines per second", c.aclLogRate)
 	}
 	if c.leaseDuration <= c.renewDeadline || c.renewDeadline <= c.retryPeriod || c.retryPeriod <= 0 {
 		bad("leader-election-lease-duration", "need lease duration (%s) > renew deadline (%s) > retry period (%s) > 0", c.leaseDuration, c.renewDeadline, c.retryPeriod)

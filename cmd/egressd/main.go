@@ -30,6 +30,7 @@ import (
 
 	"github.com/egressd/egressd/api/generated/clientset/versioned"
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/kernel"
 	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/nodeagent"
@@ -92,7 +93,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	dp, err := kernel.New(cfg.bpfPinRoot, log.With("component", "dataplane"))
+	dp, err := kernel.New(cfg.bpfPinRoot, classifier.Options{ACLLogRate: uint32(cfg.aclLogRate)}, log.With("component", "dataplane"))
 	if err != nil {
 		return err
 	}

@@ -79,21 +79,38 @@ func newContent() content {
 	}
 }
 
+// Options of Load.
+type Options struct {
+	// ACLLogRate is how many firewall verdicts per second and CPU may be logged (the
+	// acl-logging meter); 0 logs nothing.
+	ACLLogRate uint32
+}
+
+// DefaultACLLogRate is upstream's acl-logging-rate-limit default.
+const DefaultACLLogRate = 20
+
 // Load loads the classifier, reusing the maps pinned under pinRoot (their content keeps
 // enforcing until the first Apply rewrites what changed).
-func Load(pinRoot string) (*Classifier, error) {
+func Load(pinRoot string, o Options) (*Classifier, error) {
 	if err := os.MkdirAll(pinRoot, 0o755); err != nil {
 		return nil, fmt.Errorf("pin root %s (is bpffs mounted?): %w", pinRoot, err)
 	}
 	c := &Classifier{}
+	spec, err := bpf.LoadFromPod()
+	if err != nil {
+		return nil, fmt.Errorf("load classifier: %w", err)
+	}
+	if err := spec.Variables["log_rate"].Set(o.ACLLogRate); err != nil {
+		return nil, fmt.Errorf("load classifier: log_rate: %w", err)
+	}
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: pinRoot}}
-	err := bpf.LoadFromPodObjects(&c.objs, opts)
+	err = spec.LoadAndAssign(&c.objs, opts)
 	if errors.Is(err, ebpf.ErrMapIncompatible) {
 		// An upgrade changed a map's layout: start these maps afresh.
 		for _, name := range mapNames() {
 			os.Remove(pinRoot + "/" + name)
 		}
-		err = bpf.LoadFromPodObjects(&c.objs, opts)
+		err = spec.LoadAndAssign(&c.objs, opts)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load classifier: %w", err)

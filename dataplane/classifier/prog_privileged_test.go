@@ -41,9 +41,14 @@ var (
 
 func load(t testing.TB) *classifier.Classifier {
 	t.Helper()
+	return loadWith(t, classifier.Options{ACLLogRate: classifier.DefaultACLLogRate})
+}
+
+func loadWith(t testing.TB, o classifier.Options) *classifier.Classifier {
+	t.Helper()
 	privileged.Require(t)
 	root := fmt.Sprintf("/sys/fs/bpf/egressd-test-classifier-%d", os.Getpid())
-	c, err := classifier.Load(root)
+	c, err := classifier.Load(root, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +340,7 @@ func TestPrivilegedClassifierAdoptsPinnedState(t *testing.T) {
 	privileged.Require(t)
 	root := fmt.Sprintf("/sys/fs/bpf/egressd-test-adopt-%d", os.Getpid())
 	t.Cleanup(func() { os.RemoveAll(root) })
-	c, err := classifier.Load(root)
+	c, err := classifier.Load(root, classifier.Options{ACLLogRate: classifier.DefaultACLLogRate})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +352,7 @@ func TestPrivilegedClassifierAdoptsPinnedState(t *testing.T) {
 	}
 	c.Close()
 
-	c2, err := classifier.Load(root)
+	c2, err := classifier.Load(root, classifier.Options{ACLLogRate: classifier.DefaultACLLogRate})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,42 +401,50 @@ func (l *lockedBuffer) String() string {
 }
 
 // TestPrivilegedClassifierACLLog: with {"deny": "alert"}, denied packets are logged as upstream's
-// ACL log lines, at most 20 at once (the rate limit's burst); allowed ones are not.
+// ACL log lines, at most the rate limit's burst at once (its default, 20, or as set; 0 logs
+// nothing); allowed ones are not.
 func TestPrivilegedClassifierACLLog(t *testing.T) {
-	c := load(t)
-	st := firewallState()
-	st.Firewalls[0].Log = dataplane.ACLLog{Deny: "alert"}
-	if failed := c.Apply(st); len(failed) > 0 {
-		t.Fatal(failed)
-	}
-	var out lockedBuffer
-	go func() {
-		if err := c.ServeACLLog(slog.New(slog.NewTextHandler(&out, nil))); err != nil {
-			t.Error(err)
-		}
-	}()
-	denied := pkt(t, podA, netip.MustParseAddr("203.0.113.1"), "tcp", 443, 0, false)
-	allowed := pkt(t, podA, netip.MustParseAddr("198.51.100.7"), "udp", 53, 0, false)
-	for range 30 {
-		run(t, c, denied)
-		run(t, c, allowed)
-	}
-	var lines []string
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if lines = strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) >= 20 {
-			break
-		}
-	}
-	time.Sleep(100 * time.Millisecond)
-	lines = strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) < 20 || len(lines) > 22 { // a token or two may be earned while the test runs
-		t.Fatalf("%d log lines, want 20 (the burst):\n%s", len(lines), out.String())
-	}
-	want := "msg=acl_log name=EF:a:9998 verdict=drop severity=alert direction=to-lport proto=tcp src=" + podA.String() + ":40000 dst=203.0.113.1:443"
-	for _, l := range lines {
-		if !strings.Contains(l, want) {
-			t.Errorf("log line %q lacks %q", l, want)
-		}
+	for _, rate := range []uint32{classifier.DefaultACLLogRate, 5, 0} {
+		t.Run(fmt.Sprintf("rate-%d", rate), func(t *testing.T) {
+			c := loadWith(t, classifier.Options{ACLLogRate: rate})
+			st := firewallState()
+			st.Firewalls[0].Log = dataplane.ACLLog{Deny: "alert"}
+			if failed := c.Apply(st); len(failed) > 0 {
+				t.Fatal(failed)
+			}
+			var out lockedBuffer
+			go func() {
+				if err := c.ServeACLLog(slog.New(slog.NewTextHandler(&out, nil))); err != nil {
+					t.Error(err)
+				}
+			}()
+			denied := pkt(t, podA, netip.MustParseAddr("203.0.113.1"), "tcp", 443, 0, false)
+			allowed := pkt(t, podA, netip.MustParseAddr("198.51.100.7"), "udp", 53, 0, false)
+			for range 30 {
+				run(t, c, denied)
+				run(t, c, allowed)
+			}
+			lines := func() []string {
+				if s := strings.TrimSpace(out.String()); s != "" {
+					return strings.Split(s, "\n")
+				}
+				return nil
+			}
+			for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline) && len(lines()) < int(rate); {
+				time.Sleep(50 * time.Millisecond)
+			}
+			time.Sleep(200 * time.Millisecond)
+			got := lines()
+			if len(got) < int(rate) || len(got) > int(rate)+2 { // a token or two may be earned meanwhile
+				t.Fatalf("%d log lines, want %d (the burst):\n%s", len(got), rate, out.String())
+			}
+			want := "msg=acl_log name=EF:a:9998 verdict=drop severity=alert direction=to-lport proto=tcp src=" + podA.String() + ":40000 dst=203.0.113.1:443"
+			for _, l := range got {
+				if !strings.Contains(l, want) {
+					t.Errorf("log line %q lacks %q", l, want)
+				}
+			}
+		})
 	}
 }
 
@@ -440,7 +453,7 @@ func TestPrivilegedClassifierCleanup(t *testing.T) {
 	privileged.Require(t)
 	root := fmt.Sprintf("/sys/fs/bpf/egressd-test-cleanup-%d", os.Getpid())
 	t.Cleanup(func() { os.RemoveAll(root) })
-	c, err := classifier.Load(root)
+	c, err := classifier.Load(root, classifier.Options{ACLLogRate: classifier.DefaultACLLogRate})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,8 +32,8 @@ type Dataplane struct {
 
 // New adopts what a previous agent left under pinRoot (so that enforcement continues without a
 // gap) and starts watching link changes.
-func New(pinRoot string, log *slog.Logger) (*Dataplane, error) {
-	c, err := classifier.Load(pinRoot)
+func New(pinRoot string, o classifier.Options, log *slog.Logger) (*Dataplane, error) {
+	c, err := classifier.Load(pinRoot, o)
 	if err != nil {
 		return nil, err
 	}

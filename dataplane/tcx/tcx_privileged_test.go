@@ -32,7 +32,7 @@ func TestPrivilegedUpgradeKeepsPredecessorUntilSync(t *testing.T) {
 			return err
 		}
 		want := map[string]int{"pod0": ifi.Index}
-		old, err := classifier.Load(root)
+		old, err := classifier.Load(root, classifier.Options{})
 		if err != nil {
 			return err
 		}
@@ -58,7 +58,7 @@ func TestPrivilegedUpgradeKeepsPredecessorUntilSync(t *testing.T) {
 			return err
 		}
 		m.Close()
-		upgraded, err := classifier.Load(root)
+		upgraded, err := classifier.Load(root, classifier.Options{})
 		if err != nil {
 			return err
 		}
