@@ -100,6 +100,30 @@ func benchRun(b *testing.B, prog *ebpf.Program, pkt []byte) {
 	b.ReportMetric(float64(d.Nanoseconds()), "ns/packet")
 }
 
+// BenchmarkPrivilegedClassifierQoS reports ns per packet for a pod whose EgressQoS marks it,
+// alongside its firewall: the QoS lookup and counter. (Repeated runs reuse one buffer, so only
+// the first rewrites the DSCP; later ones find it set.)
+func BenchmarkPrivilegedClassifierQoS(b *testing.B) {
+	c := load(b)
+	st := &dataplane.State{
+		ClusterNetworks: pfxs("10.244.0.0/16"),
+		LocalPods:       []dataplane.Pod{{Origin: dataplane.Origin{Kind: "Pod", Namespace: "q", Name: "p"}, IPs: []netip.Addr{podA}, QoSRules: []int{0, 1}}},
+		Firewalls:       []dataplane.Firewall{{Origin: dataplane.Origin{Kind: "EgressFirewall", Namespace: "q", Name: "default"}, Rules: benchRules(100)}},
+		QoS: []dataplane.QoS{{Origin: dataplane.Origin{Kind: "EgressQoS", Namespace: "q", Name: "default"}, Rules: []dataplane.QoSRule{
+			{Index: 0, DSCP: 46, Prefixes: pfxs("10.100.0.0/24")},
+			{Index: 1, DSCP: 10, Prefixes: pfxs("0.0.0.0/0")},
+		}}},
+	}
+	if failed := c.Apply(st); len(failed) > 0 {
+		b.Fatal(failed)
+	}
+	marked := pkt(b, podA, netip.MustParseAddr("10.100.0.9"), "tcp", 443, 0, false) // allowed by rule 0
+	if _, out := run(b, c, marked); out[15]>>2 != 46 {
+		b.Fatalf("DSCP %d, want 46", out[15]>>2)
+	}
+	benchRun(b, c.Program, marked)
+}
+
 // benchFirstPacket runs the program once per iteration (the kernel times each run), having made
 // every cached firewall decision stale through gen (when not nil) beforehand.
 func benchFirstPacket(b *testing.B, prog *ebpf.Program, gen *ebpf.Map, pkt []byte) {
