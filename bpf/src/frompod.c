@@ -202,7 +202,7 @@ struct fw_event {
 };
 
 // Emitted into the object's BTF for bpf2go (-type fw_event): the ring buffer has no value type.
-const struct fw_event *unused_fw_event __attribute__((unused));
+const struct fw_event *const unused_fw_event __attribute__((unused)) = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
