@@ -1,6 +1,6 @@
-// Package nodeagent is egressd's brain: per feature, a pure compile step from the cluster
-// snapshot to the desired node state; a level-triggered sync loop that hands that state to the
-// dataplane and writes status from the result; and the leader-elected cluster controllers.
+// Package nodeagent is egressd's brain: the per-API compile steps (one package each), the merge
+// of their parts into the node's desired state, a level-triggered sync loop that hands that state
+// to the dataplane and reports the result, and the leader-elected cluster controllers.
 package nodeagent
 
 import (
@@ -11,27 +11,11 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/nodeagent/egressfirewall"
+	"github.com/egressd/egressd/nodeagent/egressqos"
 	"github.com/egressd/egressd/watchers"
 )
-
-// feature is one API's compile step: it adds the feature's part of the node state.
-type feature struct {
-	name    string
-	compile func(in *input, into *dataplane.State) error
-}
-
-// input of the compile steps.
-type input struct {
-	snap    *watchers.Snapshot
-	node    string
-	cluster []netip.Prefix
-	// lookup returns the current addresses of a DNS name.
-	lookup func(name string) []netip.Addr
-	// dnsNames collects the names the policies refer to.
-	dnsNames []string
-	// memo keeps compile results that depend only on an object's spec, across syncs.
-	memo *memo
-}
 
 // Names is what the sync loop needs of a DNS resolver.
 type Names interface {
@@ -40,18 +24,26 @@ type Names interface {
 	Changed() <-chan struct{}
 }
 
+// Reporter is told the outcome of every sync: the objects the state was compiled from with what
+// failed for each, and the node's facts.
+type Reporter interface {
+	Report(objects map[dataplane.Origin]error, res dataplane.Result)
+}
+
 // SyncLoop recomputes the whole desired state after any change and applies it.
 type SyncLoop struct {
 	Node string
 	// ClusterNetworks (pod and service CIDRs) are never subject to EgressFirewall.
 	ClusterNetworks []netip.Prefix
 	Snapshot        *watchers.Snapshot
-	Changed         <-chan struct{}
-	// KernelChanged signals kernel changes that need the state applied again (links).
-	KernelChanged <-chan struct{}
-	Applier       dataplane.Applier
+	// Changed signals API changes; a burst is coalesced by Debounce.
+	Changed <-chan struct{}
+	// Triggers signal other changes that need a sync at once: the kernel (links, addresses),
+	// DNS answers, BFD sessions, health results.
+	Triggers []<-chan struct{}
+	Applier  dataplane.Applier
 	// Status, when set, reports each sync's outcome on the API objects.
-	Status *StatusWriter
+	Status Reporter
 	// DNS resolves the names of dnsName rules.
 	DNS Names
 	// PendingSince, when set, says when the oldest change this sync handles arrived.
@@ -63,36 +55,34 @@ type SyncLoop struct {
 	// Resync re-applies the state periodically, repairing drift made behind egressd's back.
 	Resync time.Duration
 
-	synced atomic.Bool
-	memo   memo
+	synced    atomic.Bool
+	firewalls egressfirewall.Compiler
+	// parts are the last parts each feature compiled; a feature whose compile fails keeps its
+	// previous part (fail closed: never an empty part because a lister failed).
+	parts parts
 	// failing is the last error logged per object, so that a persistent failure is logged
 	// when it starts or changes, not at every sync.
 	failing map[dataplane.Origin]string
-}
-
-// features are the compile steps, in order.
-var features = []feature{
-	{name: "pods", compile: compileLocalPods},
-	{name: "egressfirewall", compile: compileFirewalls},
-	{name: "service-backends", compile: compileServiceBackends},
-	{name: "egressqos", compile: compileQoS},
+	retry   backoff
 }
 
 // Synced reports whether the first sync has finished (readiness).
 func (l *SyncLoop) Synced() bool { return l.synced.Load() }
 
-// Run syncs once, then after every debounced change or resync period, until ctx ends.
+// Run syncs once, then after every debounced change, trigger, retry or resync period, until
+// ctx ends.
 func (l *SyncLoop) Run(ctx context.Context) {
 	resync := time.NewTicker(l.Resync)
 	defer resync.Stop()
+	triggered := fanIn(ctx, append([]<-chan struct{}{l.DNS.Changed()}, l.Triggers...))
 	for {
 		l.sync(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-resync.C:
-		case <-l.KernelChanged:
-		case <-l.DNS.Changed():
+		case <-triggered:
+		case <-l.retry.after():
 		case <-l.Changed:
 			select { // let a burst of events settle
 			case <-ctx.Done():
@@ -103,31 +93,113 @@ func (l *SyncLoop) Run(ctx context.Context) {
 	}
 }
 
+// fanIn merges signal channels into one that holds at most one pending signal.
+func fanIn(ctx context.Context, in []<-chan struct{}) <-chan struct{} {
+	out := make(chan struct{}, 1)
+	for _, c := range in {
+		if c == nil {
+			continue
+		}
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case _, ok := <-c:
+					if !ok {
+						return
+					}
+					select {
+					case out <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	return out
+}
+
+// compile runs one feature's compile step, timing it; a failure is logged and counted, and
+// the caller keeps the feature's previous part.
+func (l *SyncLoop) compile(feature string, f func() error) {
+	start := time.Now()
+	err := f()
+	l.Metrics.SyncDuration.WithLabelValues(feature).Observe(time.Since(start).Seconds())
+	if err != nil {
+		l.Metrics.SyncErrors.WithLabelValues(feature).Inc()
+		l.Log.Error("compile failed, keeping the feature's previous state", "feature", feature, "err", err)
+	}
+}
+
 func (l *SyncLoop) sync(ctx context.Context) {
 	var since time.Time
 	if l.PendingSince != nil {
 		since = l.PendingSince()
 	}
-	state := dataplane.State{ClusterNetworks: l.ClusterNetworks}
-	in := &input{snap: l.Snapshot, node: l.Node, cluster: l.ClusterNetworks, lookup: l.DNS.Lookup, memo: &l.memo}
-	for _, f := range features {
-		start := time.Now()
-		err := f.compile(in, &state)
-		l.Metrics.SyncDuration.WithLabelValues(f.name).Observe(time.Since(start).Seconds())
-		if err != nil {
-			l.Metrics.SyncErrors.WithLabelValues(f.name).Inc()
-			l.Log.Error("compile failed", "feature", f.name, "err", err)
+	in := &cluster.Input{Snap: l.Snapshot, Node: l.Node, Networks: l.ClusterNetworks, Lookup: l.DNS.Lookup}
+	l.compile("pods", func() error {
+		pods, err := cluster.LocalPods(l.Snapshot, l.Node)
+		if err == nil {
+			l.parts.pods = pods
 		}
-	}
-	l.DNS.Want(in.dnsNames)
+		return err
+	})
+	in.Pods = l.parts.pods
+	l.compile("egressfirewall", func() error {
+		p, err := l.firewalls.Compile(in)
+		if err == nil {
+			l.parts.firewall = p
+		}
+		return err
+	})
+	l.compile("egressqos", func() error {
+		p, err := egressqos.Compile(in)
+		if err == nil {
+			l.parts.qos = p
+		}
+		return err
+	})
+	l.DNS.Want(l.parts.firewall.DNSNames)
+	state, objects := merge(l.ClusterNetworks, &l.parts)
+
 	start := time.Now()
 	res := l.Applier.Apply(ctx, &state)
 	l.Metrics.SyncDuration.WithLabelValues("apply").Observe(time.Since(start).Seconds())
 	if !since.IsZero() {
 		l.Metrics.Latency.Observe(time.Since(since).Seconds())
 	}
+	l.logFailures(res.Failed)
+	if applyFailed(objects, res.Failed) {
+		l.retry.failed()
+	} else {
+		l.retry.reset()
+	}
+	for o := range objects {
+		objects[o] = res.Failed[o]
+	}
+	if l.Status != nil {
+		l.Status.Report(objects, res)
+	}
+	if !l.synced.Swap(true) {
+		l.Log.Info("first sync finished", "duration", time.Since(start).Round(time.Microsecond))
+	}
+}
+
+// applyFailed reports whether the dataplane failed something that compiled: that is worth
+// retrying, whereas an object that does not compile fails the same way until it changes.
+func applyFailed(compiled map[dataplane.Origin]error, failed map[dataplane.Origin]error) bool {
+	for o := range failed {
+		if compiled[o] == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (l *SyncLoop) logFailures(failed map[dataplane.Origin]error) {
 	failing := map[dataplane.Origin]string{}
-	for origin, err := range res.Failed {
+	for origin, err := range failed {
 		l.Metrics.SyncErrors.WithLabelValues("apply").Inc()
 		failing[origin] = err.Error()
 		if l.failing[origin] != err.Error() {
@@ -140,10 +212,4 @@ func (l *SyncLoop) sync(ctx context.Context) {
 		}
 	}
 	l.failing = failing
-	if l.Status != nil {
-		l.Status.Report(&state, res)
-	}
-	if !l.synced.Swap(true) {
-		l.Log.Info("first sync finished", "duration", time.Since(start).Round(time.Microsecond))
-	}
 }

@@ -2,54 +2,141 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	ovnlisters "github.com/egressd/egressd/api/generated/listers/k8sovn/v1"
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/watchers/watcherstest"
 )
 
-type countingApplier struct{ n atomic.Int32 }
+// recordingApplier counts applies, keeps the last state, and fails the first failFirst ones.
+type recordingApplier struct {
+	mu        sync.Mutex
+	n         atomic.Int32
+	failFirst int32
+	last      dataplane.State
+}
 
-func (c *countingApplier) Apply(context.Context, *dataplane.State) dataplane.Result {
-	c.n.Add(1)
+func (a *recordingApplier) Apply(_ context.Context, s *dataplane.State) dataplane.Result {
+	n := a.n.Add(1)
+	a.mu.Lock()
+	a.last = *s
+	a.mu.Unlock()
+	if n <= a.failFirst {
+		return dataplane.Result{Failed: map[dataplane.Origin]error{{Kind: "Pod", Name: "p"}: errors.New("transient")}}
+	}
 	return dataplane.Result{}
 }
 
-// A burst of changes inside the debounce window costs one sync, after the initial one.
-func TestSyncLoopDebouncesBursts(t *testing.T) {
-	changed := make(chan struct{}, 1)
-	app := &countingApplier{}
-	l := &SyncLoop{
+func (a *recordingApplier) state() dataplane.State {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.last
+}
+
+func newLoop(app dataplane.Applier, changed chan struct{}, debounce time.Duration) *SyncLoop {
+	return &SyncLoop{
 		Node: "n", Changed: changed, Applier: app, Metrics: NewMetrics(),
-		Snapshot: snapshotOf(), DNS: noNames{},
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Debounce: 50 * time.Millisecond, Resync: time.Hour,
+		Snapshot: watcherstest.Snapshot(), DNS: noNames{},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Debounce: debounce, Resync: time.Hour,
 	}
+}
+
+func run(t *testing.T, l *SyncLoop) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { l.Run(ctx); close(done) }()
-	deadline := time.Now().Add(2 * time.Second)
-	for !l.Synced() && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
 	}
-	if !l.Synced() || app.n.Load() != 1 {
-		t.Fatalf("after start: synced=%v applies=%d", l.Synced(), app.n.Load())
-	}
-	for range 20 { // like an informer: a full channel means a sync is already pending
+}
+
+// Changes arriving within the debounce window of the first cost one sync for all of them; a
+// loop without debounce would sync for each.
+func TestSyncLoopDebouncesBursts(t *testing.T) {
+	changed := make(chan struct{}, 1)
+	app := &recordingApplier{}
+	l := newLoop(app, changed, 300*time.Millisecond)
+	run(t, l)
+	eventually(t, "the first sync", l.Synced)
+	for range 10 { // like an informer: a full channel means a sync is already pending
 		select {
 		case changed <- struct{}{}:
 		default:
 		}
+		time.Sleep(10 * time.Millisecond) // the changes are spread over 100 ms
 	}
-	time.Sleep(200 * time.Millisecond)
-	if n := app.n.Load(); n < 2 || n > 3 {
-		t.Errorf("a burst of 20 changes caused %d syncs after the first, want 1 (2 at most)", n-1)
+	// One sync for the burst, and at most one more for changes that came during it.
+	time.Sleep(2 * l.Debounce)
+	if n := app.n.Load() - 1; n < 1 || n > 2 {
+		t.Errorf("10 changes over 100 ms caused %d syncs, want 1 (2 at most)", n)
 	}
-	cancel()
-	<-done
+}
+
+// A failed apply is retried by itself, without waiting for a change or the resync.
+func TestSyncLoopRetriesFailedApply(t *testing.T) {
+	app := &recordingApplier{failFirst: 3}
+	l := newLoop(app, make(chan struct{}), time.Millisecond)
+	run(t, l)
+	eventually(t, "three retries after the failed first apply", func() bool { return app.n.Load() >= 4 })
+	time.Sleep(3 * retryFirst) // succeeded: no more retries
+	if n := app.n.Load(); n != 4 {
+		t.Errorf("applies %d, want 4 (1 + 3 retries, none after success)", n)
+	}
+}
+
+// failingFirewalls is a lister that fails while broken is set.
+type failingFirewalls struct {
+	ovnlisters.EgressFirewallLister
+	broken *atomic.Bool
+}
+
+func (f failingFirewalls) List(s labels.Selector) ([]*ovnv1.EgressFirewall, error) {
+	if f.broken.Load() {
+		return nil, errors.New("cache broken")
+	}
+	return f.EgressFirewallLister.List(s)
+}
+
+// A feature whose compile fails keeps its previous part: the firewall stays enforced.
+func TestSyncLoopKeepsPartOfFailedCompile(t *testing.T) {
+	ef := &ovnv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "default", UID: "u"}, Spec: ovnv1.EgressFirewallSpec{
+		Egress: []ovnv1.EgressFirewallRule{{Type: "Deny", To: ovnv1.EgressFirewallDestination{CIDRSelector: "0.0.0.0/0"}}}}}
+	changed := make(chan struct{}, 1)
+	app := &recordingApplier{}
+	l := newLoop(app, changed, time.Millisecond)
+	l.Snapshot = watcherstest.Snapshot(ef)
+	broken := &atomic.Bool{}
+	l.Snapshot.EgressFirewalls = failingFirewalls{l.Snapshot.EgressFirewalls, broken}
+	run(t, l)
+	eventually(t, "the first sync", l.Synced)
+	if fws := app.state().Classifier.Firewalls; len(fws) != 1 {
+		t.Fatalf("first sync: firewalls %+v", fws)
+	}
+	broken.Store(true)
+	changed <- struct{}{}
+	eventually(t, "a sync with the lister failing", func() bool { return app.n.Load() >= 2 })
+	if fws := app.state().Classifier.Firewalls; len(fws) != 1 || len(fws[0].Rules) != 1 {
+		t.Errorf("after a failed compile: firewalls %+v, want the previous one", fws)
+	}
 }
 
 // noNames is a resolver that knows no name.

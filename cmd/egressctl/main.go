@@ -12,6 +12,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/nft"
 	"github.com/egressd/egressd/dataplane/tcx"
@@ -126,8 +127,6 @@ func rules(pinRoot string, qos bool, out io.Writer) error {
 	return w.Flush()
 }
 
-var protoNumbers = map[string]uint8{"tcp": 6, "udp": 17, "sctp": 132}
-
 func trace(pinRoot string, args []string, out io.Writer) error {
 	if len(args) < 2 || len(args) > 3 {
 		return errors.New("usage: egressctl trace SRC DST [tcp|udp|sctp/PORT]")
@@ -145,7 +144,9 @@ func trace(pinRoot string, args []string, out io.Writer) error {
 	if len(args) == 3 {
 		p, n, ok := strings.Cut(strings.ToLower(args[2]), "/")
 		num, perr := strconv.ParseUint(n, 10, 16)
-		if proto = protoNumbers[p]; !ok || proto == 0 || perr != nil || num == 0 {
+		var known bool
+		proto, known = dataplane.ProtocolNumber(p)
+		if !ok || !known || (proto != 6 && proto != 17 && proto != 132) || perr != nil || num == 0 {
 			return fmt.Errorf("%q is not tcp|udp|sctp/PORT", args[2])
 		}
 		port = uint16(num)

@@ -34,6 +34,7 @@ import (
 	"github.com/egressd/egressd/dataplane/kernel"
 	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/nodeagent"
+	"github.com/egressd/egressd/nodeagent/status"
 	"github.com/egressd/egressd/watchers"
 	"github.com/egressd/egressd/watchers/dnsnames"
 )
@@ -104,7 +105,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		ClusterNetworks: append(append([]netip.Prefix{}, cfg.clusterCIDRs...), cfg.serviceCIDRs...),
 		Snapshot:        w.Snapshot(),
 		Changed:         w.Subscribe(false),
-		KernelChanged:   dp.Changed(),
+		Triggers:        []<-chan struct{}{dp.Changed()},
 		PendingSince:    w.TakePending,
 		DNS:             dnsnames.New(ctx, cfg.dnsServer, log.With("component", "dns")),
 		Applier:         dp,
@@ -116,9 +117,10 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 
 	recorder, stopEvents := eventRecorder(ctx, kube, cfg.nodeName)
 	defer stopEvents()
-	loop.Status = &nodeagent.StatusWriter{Node: cfg.nodeName, Client: egress, Kube: kube, Snapshot: w.Snapshot(), Recorder: recorder,
+	statusWriter := &status.Writer{Node: cfg.nodeName, Client: egress, Kube: kube, Snapshot: w.Snapshot(), Recorder: recorder,
 		Changed: w.Subscribe(true), Log: log.With("component", "status")}
-	aggregator := &nodeagent.StatusAggregator{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true), Log: log.With("component", "status-aggregator")}
+	loop.Status = statusWriter
+	aggregator := &status.Aggregator{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true), Log: log.With("component", "status-aggregator")}
 
 	servers, err := serve(cfg, metrics, loop, log)
 	if err != nil {
@@ -148,7 +150,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		return err
 	}
 	wg.Go(func() { loop.Run(ctx) })
-	wg.Go(func() { loop.Status.Run(ctx) })
+	wg.Go(func() { statusWriter.Run(ctx) })
 	elector := &nodeagent.LeaderElection{
 		Client: kube, Namespace: cfg.leaderElectionNS, Identity: cfg.nodeName,
 		Controllers: []nodeagent.Controller{aggregator.Run},

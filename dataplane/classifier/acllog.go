@@ -26,8 +26,6 @@ const (
 	firewallPriority0 = 10000
 )
 
-var protoNames = map[uint8]string{1: "icmp", 6: "tcp", 17: "udp", 58: "icmp6", 132: "sctp"}
-
 // aclLogging is what the log reader needs of the last Apply: per namespace id, its name and
 // the severities its annotation asks for.
 type aclLogging map[uint32]struct {
@@ -84,7 +82,7 @@ func (c *Classifier) ServeACLLog(log *slog.Logger) error {
 		log.Info("acl_log",
 			"name", fmt.Sprintf("EF:%s:%d", ns.namespace, firewallPriority0-int(e.Rule)),
 			"verdict", verdict, "severity", severity, "direction", "to-lport",
-			"proto", protoNames[e.Proto],
+			"proto", dataplane.ProtocolName(e.Proto),
 			"src", netip.AddrPortFrom(src, e.Sport).String(), "dst", netip.AddrPortFrom(dst, e.Dport).String())
 	}
 }

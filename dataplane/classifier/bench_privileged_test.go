@@ -52,14 +52,14 @@ func BenchmarkPrivilegedClassifier(b *testing.B) {
 	}{{"1-rule", 1, 1}, {"100-rules", 1, 100}, {"8000-rules", 1, 8000}, {"1000-namespaces-x-100-rules", 1000, 100}} {
 		b.Run(tc.name, func(b *testing.B) {
 			c := load(b)
-			st := &dataplane.State{ClusterNetworks: pfxs("10.244.0.0/16")}
+			st := &dataplane.ClassifierState{ClusterNetworks: pfxs("10.244.0.0/16")}
 			for i := range tc.namespaces {
 				ns := fmt.Sprintf("ns-%d", i)
 				ip := netip.AddrFrom4([4]byte{10, 244, byte(i / 250), byte(1 + i%250)})
 				if i == 0 {
 					ip = podA
 				}
-				st.LocalPods = append(st.LocalPods, dataplane.Pod{Origin: dataplane.Origin{Kind: "Pod", Namespace: ns, Name: "p"}, IPs: []netip.Addr{ip}})
+				st.Pods = append(st.Pods, dataplane.Pod{Origin: dataplane.Origin{Kind: "Pod", Namespace: ns, Name: "p"}, IPs: []netip.Addr{ip}})
 				st.Firewalls = append(st.Firewalls, dataplane.Firewall{Origin: dataplane.Origin{Kind: "EgressFirewall", Namespace: ns, Name: "default"}, Rules: benchRules(tc.rules)})
 			}
 			if failed := c.Apply(st); len(failed) > 0 {
@@ -105,9 +105,9 @@ func benchRun(b *testing.B, prog *ebpf.Program, pkt []byte) {
 // the first rewrites the DSCP; later ones find it set.)
 func BenchmarkPrivilegedClassifierQoS(b *testing.B) {
 	c := load(b)
-	st := &dataplane.State{
+	st := &dataplane.ClassifierState{
 		ClusterNetworks: pfxs("10.244.0.0/16"),
-		LocalPods:       []dataplane.Pod{{Origin: dataplane.Origin{Kind: "Pod", Namespace: "q", Name: "p"}, IPs: []netip.Addr{podA}, QoSRules: []int{0, 1}}},
+		Pods:            []dataplane.Pod{{Origin: dataplane.Origin{Kind: "Pod", Namespace: "q", Name: "p"}, IPs: []netip.Addr{podA}, QoSRules: []int{0, 1}}},
 		Firewalls:       []dataplane.Firewall{{Origin: dataplane.Origin{Kind: "EgressFirewall", Namespace: "q", Name: "default"}, Rules: benchRules(100)}},
 		QoS: []dataplane.QoS{{Origin: dataplane.Origin{Kind: "EgressQoS", Namespace: "q", Name: "default"}, Rules: []dataplane.QoSRule{
 			{Index: 0, DSCP: 46, Prefixes: pfxs("10.100.0.0/24")},
@@ -147,14 +147,14 @@ func benchFirstPacket(b *testing.B, prog *ebpf.Program, gen *ebpf.Map, pkt []byt
 // of 8000 (a sync after a one-rule change: everything is recomputed, one entry changes).
 func BenchmarkPrivilegedApply(b *testing.B) {
 	c := load(b)
-	st := &dataplane.State{ClusterNetworks: pfxs("10.244.0.0/16")}
+	st := &dataplane.ClassifierState{ClusterNetworks: pfxs("10.244.0.0/16")}
 	for i := range 1001 {
 		ns := fmt.Sprintf("ns-%d", i)
 		n := 10
 		if i == 0 {
 			n = 8000
 		}
-		st.LocalPods = append(st.LocalPods, dataplane.Pod{Origin: dataplane.Origin{Kind: "Pod", Namespace: ns, Name: "p"}, IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 244, byte(i / 250), byte(1 + i%250)})}})
+		st.Pods = append(st.Pods, dataplane.Pod{Origin: dataplane.Origin{Kind: "Pod", Namespace: ns, Name: "p"}, IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 244, byte(i / 250), byte(1 + i%250)})}})
 		st.Firewalls = append(st.Firewalls, dataplane.Firewall{Origin: dataplane.Origin{Kind: "EgressFirewall", Namespace: ns, Name: "default"}, Rules: benchRules(n)})
 	}
 	if failed := c.Apply(st); len(failed) > 0 {
@@ -174,9 +174,9 @@ func BenchmarkPrivilegedApply(b *testing.B) {
 func BenchmarkPrivilegedApplyNew8000(b *testing.B) {
 	c := load(b)
 	pod := dataplane.Pod{Origin: dataplane.Origin{Kind: "Pod", Namespace: "ns", Name: "p"}, IPs: []netip.Addr{podA}}
-	with := &dataplane.State{ClusterNetworks: pfxs("10.244.0.0/16"), LocalPods: []dataplane.Pod{pod},
+	with := &dataplane.ClassifierState{ClusterNetworks: pfxs("10.244.0.0/16"), Pods: []dataplane.Pod{pod},
 		Firewalls: []dataplane.Firewall{{Origin: dataplane.Origin{Kind: "EgressFirewall", Namespace: "ns", Name: "default"}, Rules: benchRules(8000)}}}
-	without := &dataplane.State{ClusterNetworks: with.ClusterNetworks, LocalPods: with.LocalPods}
+	without := &dataplane.ClassifierState{ClusterNetworks: with.ClusterNetworks, Pods: with.Pods}
 	var install time.Duration
 	for b.Loop() {
 		start := time.Now()

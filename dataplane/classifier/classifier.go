@@ -249,7 +249,7 @@ func lpmID(k bpf.FromPodLpmKey) uint32 { return k.Id &^ lpmIDv6 }
 
 // Apply writes the classifier's part of s, returning failures per object. A policy that failed
 // to compile or does not fit keeps every entry it had (fail closed).
-func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
+func (c *Classifier) Apply(s *dataplane.ClassifierState) map[dataplane.Origin]error {
 	failed := map[dataplane.Origin]error{}
 	want := newContent()
 	keep := map[uint32]bool{} // ids whose previous entries stay
@@ -292,7 +292,7 @@ func (c *Classifier) Apply(s *dataplane.State) map[dataplane.Origin]error {
 		qosByNS[q.Origin.Namespace] = q
 	}
 	classes := map[string]uint32{}
-	for _, p := range s.LocalPods {
+	for _, p := range s.Pods {
 		info := bpf.FromPodPodInfo{NsId: nsID[p.Origin.Namespace], Log: nsLog[p.Origin.Namespace]}
 		if q, ok := qosByNS[p.Origin.Namespace]; ok && len(p.QoSRules) > 0 {
 			name := "qos/" + p.Origin.Namespace + "/" + joinInts(p.QoSRules)
@@ -669,7 +669,7 @@ func (c *Classifier) counters(m *ebpf.Map) (map[RuleRef]Counters, error) {
 
 // recordRules remembers what the metrics label rules with. A policy that failed keeps the rules
 // it had, and so do its labels.
-func (c *Classifier) recordRules(s *dataplane.State, failed map[dataplane.Origin]error) {
+func (c *Classifier) recordRules(s *dataplane.ClassifierState, failed map[dataplane.Origin]error) {
 	c.info.mu.Lock()
 	defer c.info.mu.Unlock()
 	actions, dscps := map[RuleRef]string{}, map[RuleRef]uint8{}

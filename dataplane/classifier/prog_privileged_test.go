@@ -123,9 +123,9 @@ func run(t testing.TB, c *classifier.Classifier, data []byte) (uint32, []byte) {
 	return ret, opts.DataOut
 }
 
-func firewallState() *dataplane.State {
-	return &dataplane.State{
-		LocalPods: []dataplane.Pod{
+func firewallState() *dataplane.ClassifierState {
+	return &dataplane.ClassifierState{
+		Pods: []dataplane.Pod{
 			{Origin: dataplane.Origin{Kind: "Pod", Namespace: "a", Name: "pa"}, IPs: []netip.Addr{podA, podA6}},
 			{Origin: dataplane.Origin{Kind: "Pod", Namespace: "b", Name: "pb"}, IPs: []netip.Addr{podB}},
 		},
@@ -249,8 +249,8 @@ func TestPrivilegedClassifierDecisionCache(t *testing.T) {
 
 func TestPrivilegedClassifierDSCP(t *testing.T) {
 	c := load(t)
-	st := &dataplane.State{
-		LocalPods: []dataplane.Pod{{Origin: dataplane.Origin{Kind: "Pod", Namespace: "q", Name: "p"}, IPs: []netip.Addr{podA, podA6}, QoSRules: []int{0, 1}}},
+	st := &dataplane.ClassifierState{
+		Pods: []dataplane.Pod{{Origin: dataplane.Origin{Kind: "Pod", Namespace: "q", Name: "p"}, IPs: []netip.Addr{podA, podA6}, QoSRules: []int{0, 1}}},
 		QoS: []dataplane.QoS{{Origin: dataplane.Origin{Kind: "EgressQoS", Namespace: "q", Name: "default"}, Rules: []dataplane.QoSRule{
 			{Index: 0, DSCP: 46, Prefixes: pfxs("203.0.113.0/24", "2001:db8::/32")},
 			{Index: 1, DSCP: 10, Prefixes: pfxs("0.0.0.0/0", "::/0")},

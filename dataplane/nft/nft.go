@@ -79,14 +79,12 @@ func setOf(key string) int {
 // Apply makes the table hold s.BackendDenies. The elements of an EgressFirewall that failed to
 // compile stay as they were (fail closed). Returns the error per EgressFirewall whose elements
 // could not be written.
-func (t *Table) Apply(s *dataplane.State) map[dataplane.Origin]error {
+func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	failed := map[string]bool{}
-	for _, fw := range s.Firewalls {
-		if fw.Err != nil {
-			failed[fw.Origin.Namespace] = true
-		}
+	for _, ns := range s.KeepBackendDenies {
+		failed[ns] = true
 	}
 	want := map[string]dataplane.BackendDeny{}
 	for k, d := range t.written {

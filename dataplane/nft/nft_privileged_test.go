@@ -30,7 +30,7 @@ func TestPrivilegedTable(t *testing.T) {
 	privileged.Require(t)
 	ns := netns.New(t, fmt.Sprintf("egressd-nft-test-%d", os.Getpid()))
 	var table *nft.Table
-	apply := func(s *dataplane.State) {
+	apply := func(s *dataplane.NftablesState) {
 		t.Helper()
 		if err := ns.Do(func() error {
 			if table == nil {
@@ -44,7 +44,7 @@ func TestPrivilegedTable(t *testing.T) {
 		}
 	}
 	fwA := dataplane.Firewall{Origin: dataplane.Origin{Kind: "EgressFirewall", Namespace: "a", Name: "default"}}
-	st := &dataplane.State{Firewalls: []dataplane.Firewall{fwA}, BackendDenies: []dataplane.BackendDeny{
+	st := &dataplane.NftablesState{BackendDenies: []dataplane.BackendDeny{
 		deny("a", 1, "10.244.0.5", "203.0.113.10", 6, 80),
 		deny("a", 1, "10.244.0.5", "203.0.113.10", 17, 53),
 		deny("a", 2, "fd00:10:244::5", "2001:db8::10", 132, 9),
@@ -67,12 +67,11 @@ func TestPrivilegedTable(t *testing.T) {
 	}
 
 	// The firewall no longer compiles: its elements stay although nothing is compiled for it.
-	fwA.Err = errors.New("invalid")
-	apply(&dataplane.State{Firewalls: []dataplane.Firewall{fwA}})
+	apply(&dataplane.NftablesState{KeepBackendDenies: []string{fwA.Origin.Namespace}})
 	if out := ns.MustRun(t, "nft", "list", "table", "inet", "egressd"); !strings.Contains(out, "2001:db8::10 . sctp . 9") {
 		t.Errorf("an invalid firewall's elements went:\n%s", out)
 	}
-	apply(&dataplane.State{})
+	apply(&dataplane.NftablesState{})
 	if out := ns.MustRun(t, "nft", "list", "tables"); strings.Contains(out, "egressd") {
 		t.Errorf("an empty state left the table:\n%s", out)
 	}

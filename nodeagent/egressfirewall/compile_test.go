@@ -1,4 +1,4 @@
-package nodeagent
+package egressfirewall
 
 import (
 	"fmt"
@@ -13,6 +13,8 @@ import (
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/watchers/watcherstest"
 )
 
 func ef(ns string, rules ...ovnv1.EgressFirewallRule) *ovnv1.EgressFirewall {
@@ -26,7 +28,7 @@ func cidrRule(t ovnv1.EgressFirewallRuleType, cidr string, ports ...ovnv1.Egress
 func node(name string, labels map[string]string, hostCIDRs string, addrs ...string) *corev1.Node {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
 	if hostCIDRs != "" {
-		n.Annotations = map[string]string{HostCIDRsKey: hostCIDRs}
+		n.Annotations = map[string]string{cluster.HostCIDRsKey: hostCIDRs}
 	}
 	for _, a := range addrs {
 		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a})
@@ -36,17 +38,17 @@ func node(name string, labels map[string]string, hostCIDRs string, addrs ...stri
 
 func compileFW(t *testing.T, objs ...runtime.Object) []dataplane.Firewall {
 	t.Helper()
-	var st dataplane.State
-	in := &input{snap: snapshotOf(objs...), memo: &memo{}, cluster: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}, lookup: func(name string) []netip.Addr {
+	in := &cluster.Input{Snap: watcherstest.Snapshot(objs...), Networks: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}, Lookup: func(name string) []netip.Addr {
 		if name == "www.example.com" {
 			return []netip.Addr{netip.MustParseAddr("203.0.113.20"), netip.MustParseAddr("10.244.1.1")}
 		}
 		return nil
 	}}
-	if err := compileFirewalls(in, &st); err != nil {
+	part, err := new(Compiler).Compile(in)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return st.Firewalls
+	return part.Firewalls
 }
 
 func TestCompileFirewallRules(t *testing.T) {
@@ -91,10 +93,10 @@ func TestCompileFirewallRules(t *testing.T) {
 
 func TestCompileFirewallErrors(t *testing.T) {
 	var many []ovnv1.EgressFirewallRule
-	for i := range maxFirewallRules + 1 {
+	for i := range maxRules + 1 {
 		many = append(many, cidrRule("Deny", fmt.Sprintf("10.%d.%d.0/24", i/250, i%250)))
 	}
-	eightThousand := many[:maxFirewallRules]
+	eightThousand := many[:maxRules]
 	for _, tc := range []struct {
 		name string
 		ef   *ovnv1.EgressFirewall
@@ -113,48 +115,18 @@ func TestCompileFirewallErrors(t *testing.T) {
 	}
 }
 
-func TestCompileQoSSelectsPods(t *testing.T) {
-	cidr := "203.0.113.0/24"
-	q := &ovnv1.EgressQoS{ObjectMeta: metav1.ObjectMeta{Namespace: "q", Name: "default"}, Spec: ovnv1.EgressQoSSpec{Egress: []ovnv1.EgressQoSRule{
-		{DSCP: 46, DstCIDR: &cidr, PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "voice"}}},
-		{DSCP: 10},
-	}}}
-	voice := pod("voice", "n1", false, corev1.PodRunning, "10.244.1.5")
-	voice.Labels = map[string]string{"app": "voice"}
-	web := pod("web", "n1", false, corev1.PodRunning, "10.244.1.6")
-	web.Namespace, voice.Namespace = "q", "q"
-	other := pod("other", "n1", false, corev1.PodRunning, "10.244.1.7")
-	in := &input{snap: snapshotOf(q, voice, web, other), node: "n1"}
-	var st dataplane.State
-	if err := compileLocalPods(in, &st); err != nil {
-		t.Fatal(err)
-	}
-	if err := compileQoS(in, &st); err != nil {
-		t.Fatal(err)
-	}
-	got := map[string][]int{}
-	for _, p := range st.LocalPods {
-		got[p.Origin.Name] = p.QoSRules
-	}
-	if !slices.Equal(got["voice"], []int{0, 1}) || !slices.Equal(got["web"], []int{1}) || got["other"] != nil {
-		t.Errorf("selection %v", got)
-	}
-	if r := st.QoS[0].Rules; r[0].Prefixes[0] != netip.MustParsePrefix(cidr) || len(r[1].Prefixes) != 2 || r[1].DSCP != 10 {
-		t.Errorf("rules %+v", r)
-	}
-}
-
 // A firewall that only depends on its spec is compiled once per generation.
 func TestCompileFirewallMemo(t *testing.T) {
 	e := ef("a", cidrRule("Deny", "10.0.0.0/8"))
 	e.UID, e.Generation = "uid-1", 1
-	m := &memo{}
+	c := &Compiler{}
+	m := &c.memo
 	compile := func() []dataplane.Firewall {
-		var st dataplane.State
-		if err := compileFirewalls(&input{snap: snapshotOf(e), memo: m}, &st); err != nil {
+		part, err := c.Compile(&cluster.Input{Snap: watcherstest.Snapshot(e)})
+		if err != nil {
 			t.Fatal(err)
 		}
-		return st.Firewalls
+		return part.Firewalls
 	}
 	first := compile()
 	if _, ok := m.firewall(e); !ok {
@@ -171,7 +143,7 @@ func TestCompileFirewallMemo(t *testing.T) {
 	}
 	withNodes := ef("b", ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{NodeSelector: &metav1.LabelSelector{}}})
 	withNodes.UID = "uid-2"
-	m.keepFirewall(withNodes, nil, nil)
+	m.keep(withNodes, nil, nil)
 	if _, ok := m.firewall(withNodes); ok {
 		t.Error("a firewall depending on nodes was memoized")
 	}
@@ -185,6 +157,9 @@ func TestCompileFirewallACLLogging(t *testing.T) {
 	e1.UID, e2.UID, e3.UID = "1", "2", "3"
 	fws := compileFW(t, e1, e2, e3, ns("a", `{"deny": "alert", "allow": "notice"}`), ns("b", `{"deny": "loud"}`), ns("c", `not json`))
 	want := map[string]dataplane.ACLLog{"a": {Allow: "notice", Deny: "alert"}, "b": {}, "c": {}}
+	if len(fws) != len(want) {
+		t.Fatalf("compiled %d firewalls, want %d", len(fws), len(want))
+	}
 	for _, fw := range fws {
 		if fw.Log != want[fw.Origin.Namespace] {
 			t.Errorf("%s: log %+v, want %+v", fw.Origin.Namespace, fw.Log, want[fw.Origin.Namespace])

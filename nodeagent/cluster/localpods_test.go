@@ -1,4 +1,4 @@
-package nodeagent
+package cluster
 
 import (
 	"net/netip"
@@ -9,8 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/watchers"
+	"github.com/egressd/egressd/watchers/watcherstest"
 )
 
 func pod(name, node string, host bool, phase corev1.PodPhase, ips ...string) *corev1.Pod {
@@ -39,12 +39,12 @@ func TestCompileLocalPods(t *testing.T) {
 	} {
 		_ = idx.Add(p)
 	}
-	var st dataplane.State
-	if err := compileLocalPods(&input{snap: &watchers.Snapshot{PodIndex: idx}, node: "n1"}, &st); err != nil {
+	pods, err := LocalPods(&watchers.Snapshot{PodIndex: idx}, "n1")
+	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
-	for _, p := range st.LocalPods {
+	for _, p := range pods {
 		got = append(got, p.Origin.Name)
 		if p.Origin.Name == "dual" && !slices.Equal(p.IPs, []netip.Addr{netip.MustParseAddr("10.244.1.5"), netip.MustParseAddr("fd00::5")}) {
 			t.Errorf("dual IPs %v", p.IPs)
@@ -64,11 +64,11 @@ func TestCompileLocalPodsReusedAddress(t *testing.T) {
 	old.DeletionTimestamp = &now
 	fresh := pod("fresh", "n1", false, corev1.PodRunning, "10.244.1.5")
 	fresh.Namespace = "b"
-	var st dataplane.State
-	if err := compileLocalPods(&input{snap: snapshotOf(old, fresh), node: "n1"}, &st); err != nil {
+	pods, err := LocalPods(watcherstest.Snapshot(old, fresh), "n1")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.LocalPods) != 1 || st.LocalPods[0].Origin.Name != "fresh" {
-		t.Errorf("local pods %+v, want only the live pod to own 10.244.1.5", st.LocalPods)
+	if len(pods) != 1 || pods[0].Origin.Name != "fresh" {
+		t.Errorf("local pods %+v, want only the live pod to own 10.244.1.5", pods)
 	}
 }

@@ -1,4 +1,4 @@
-package nodeagent
+package status
 
 import (
 	"context"
@@ -15,11 +15,11 @@ import (
 	"github.com/egressd/egressd/watchers"
 )
 
-// StatusAggregator is the leader's controller that writes the aggregate status.status of
+// Aggregator is the leader's controller that writes the aggregate status.status of
 // EgressFirewall and EgressQoS from the nodes' entries, as upstream's status manager does:
 // not-correctly-applied as soon as one node failed, applied once every node reported success,
 // unset until then; entries of nodes that no longer exist are removed.
-type StatusAggregator struct {
+type Aggregator struct {
 	Client   versioned.Interface
 	Snapshot *watchers.Snapshot
 	Changed  <-chan struct{}
@@ -27,7 +27,7 @@ type StatusAggregator struct {
 }
 
 // Run reconciles after every change (and every 30 s) until ctx ends.
-func (a *StatusAggregator) Run(ctx context.Context) {
+func (a *Aggregator) Run(ctx context.Context) {
 	t := time.NewTicker(30 * time.Second)
 	defer t.Stop()
 	for {
@@ -66,7 +66,7 @@ func aggregate(messages []string, nodes sets.Set[string], applied, notApplied st
 	return "", stale
 }
 
-func (a *StatusAggregator) reconcile(ctx context.Context) {
+func (a *Aggregator) reconcile(ctx context.Context) {
 	nodeList, err := a.Snapshot.Nodes.List(labels.Everything())
 	if err != nil {
 		return
@@ -110,7 +110,7 @@ func (a *StatusAggregator) reconcile(ctx context.Context) {
 // settle removes the entries of nodes that are gone (applying nothing under a node's field
 // manager drops what it owned) and writes the aggregate status when it changed; an empty
 // aggregate is written by applying without the field, which removes it.
-func (a *StatusAggregator) settle(object string, msgs []string, current string, nodes sets.Set[string], applied, notApplied string,
+func (a *Aggregator) settle(object string, msgs []string, current string, nodes sets.Set[string], applied, notApplied string,
 	dropNode func(manager string) error, write func(status string) error) {
 	status, stale := aggregate(msgs, nodes, applied, notApplied)
 	for _, node := range stale {

@@ -1,4 +1,6 @@
-package nodeagent
+// Package watcherstest builds watchers.Snapshot values over fixed objects, for unit tests of
+// the pure compile steps.
+package watcherstest
 
 import (
 	corev1 "k8s.io/api/core/v1"
@@ -13,8 +15,8 @@ import (
 	"github.com/egressd/egressd/watchers"
 )
 
-// snapshotOf is a Snapshot over the given objects, as the informers would hold them.
-func snapshotOf(objs ...runtime.Object) *watchers.Snapshot {
+// Snapshot is a Snapshot over the given objects, as the informers would hold them.
+func Snapshot(objs ...runtime.Object) *watchers.Snapshot {
 	nsIdx := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, watchers.PodsByNode: watchers.PodIndexers[watchers.PodsByNode]})
 	nodes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})

@@ -1,4 +1,4 @@
-package nodeagent
+package egressfirewall
 
 import (
 	"k8s.io/apimachinery/pkg/types"
@@ -25,7 +25,7 @@ func (m *memo) firewall(ef *ovnv1.EgressFirewall) (compiledFirewall, bool) {
 	return c, ok && c.generation == ef.Generation
 }
 
-func (m *memo) keepFirewall(ef *ovnv1.EgressFirewall, rules []dataplane.FirewallRule, err error) {
+func (m *memo) keep(ef *ovnv1.EgressFirewall, rules []dataplane.FirewallRule, err error) {
 	for _, r := range ef.Spec.Egress {
 		if r.To.NodeSelector != nil || r.To.DNSName != "" {
 			return // depends on nodes or DNS answers too
@@ -37,8 +37,8 @@ func (m *memo) keepFirewall(ef *ovnv1.EgressFirewall, rules []dataplane.Firewall
 	m.firewalls[ef.UID] = compiledFirewall{generation: ef.Generation, rules: rules, err: err}
 }
 
-// forgetFirewallsBut drops what is kept for firewalls no longer listed.
-func (m *memo) forgetFirewallsBut(efs []*ovnv1.EgressFirewall) {
+// forgetBut drops what is kept for firewalls no longer listed.
+func (m *memo) forgetBut(efs []*ovnv1.EgressFirewall) {
 	live := make(map[types.UID]bool, len(efs))
 	for _, ef := range efs {
 		live[ef.UID] = true

@@ -1,4 +1,4 @@
-package nodeagent
+package cluster
 
 import (
 	"fmt"
@@ -11,13 +11,13 @@ import (
 	"github.com/egressd/egressd/watchers"
 )
 
-// compileLocalPods lists the pods of this node that egressd classifies: running on the pod
-// network (not hostNetwork), not finished, with addresses. An address reused while its old
-// pod is still terminating belongs to the pod that is not being deleted, else to the newest.
-func compileLocalPods(in *input, into *dataplane.State) error {
-	objs, err := in.snap.PodIndex.ByIndex(watchers.PodsByNode, in.node)
+// LocalPods lists the pods of a node that egressd classifies: running on the pod network (not
+// hostNetwork), not finished, with addresses. An address reused while its old pod is still
+// terminating belongs to the pod that is not being deleted, else to the newest.
+func LocalPods(snap *watchers.Snapshot, node string) ([]dataplane.Pod, error) {
+	objs, err := snap.PodIndex.ByIndex(watchers.PodsByNode, node)
 	if err != nil {
-		return fmt.Errorf("pods of node %s: %w", in.node, err)
+		return nil, fmt.Errorf("pods of node %s: %w", node, err)
 	}
 	pods := make([]*corev1.Pod, 0, len(objs))
 	for _, o := range objs {
@@ -38,9 +38,10 @@ func compileLocalPods(in *input, into *dataplane.State) error {
 		}
 		return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
 	})
+	var out []dataplane.Pod
 	claimed := map[netip.Addr]bool{}
 	for _, pod := range pods {
-		p := dataplane.Pod{Origin: dataplane.Origin{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name}}
+		p := dataplane.Pod{Origin: dataplane.Origin{Kind: KindPod, Namespace: pod.Namespace, Name: pod.Name}}
 		for _, ip := range pod.Status.PodIPs {
 			if a, err := netip.ParseAddr(ip.IP); err == nil && !claimed[a] {
 				claimed[a] = true
@@ -48,8 +49,8 @@ func compileLocalPods(in *input, into *dataplane.State) error {
 			}
 		}
 		if len(p.IPs) > 0 {
-			into.LocalPods = append(into.LocalPods, p)
+			out = append(out, p)
 		}
 	}
-	return nil
+	return out, nil
 }

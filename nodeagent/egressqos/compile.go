@@ -1,4 +1,6 @@
-package nodeagent
+// Package egressqos compiles EgressQoS objects into this node's part of the desired state: each
+// namespace's DSCP rules, and which of them select each local pod. Pure: no kernel, no API writes.
+package egressqos
 
 import (
 	"fmt"
@@ -8,25 +10,36 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
 )
+
+// maxRules is upstream's limit of rules per EgressQoS (SEMANTICS.md section 2.2).
+const maxRules = 1000
 
 var anyDestination = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
 
-// compileQoS turns every EgressQoS into DSCP rules and records, on each local pod, which rules
-// select it. It runs after compileLocalPods.
-func compileQoS(in *input, into *dataplane.State) error {
-	all, err := in.snap.EgressQoSes.List(labels.Everything())
+// Part is what EgressQoS adds to the node state.
+type Part struct {
+	QoS []dataplane.QoS
+	// PodRules are, per local pod, the indices of its namespace's rules that select it.
+	PodRules map[dataplane.Origin][]int
+}
+
+// Compile turns every EgressQoS into DSCP rules and records which rules select each local pod.
+func Compile(in *cluster.Input) (Part, error) {
+	part := Part{PodRules: map[dataplane.Origin][]int{}}
+	all, err := in.Snap.EgressQoSes.List(labels.Everything())
 	if err != nil {
-		return err
+		return part, err
 	}
 	for _, q := range all {
 		if q.Name != "default" {
 			continue
 		}
-		c := dataplane.QoS{Origin: dataplane.Origin{Kind: "EgressQoS", Namespace: q.Namespace, Name: q.Name}}
-		if len(q.Spec.Egress) > maxQoSRules {
-			c.Err = fmt.Errorf("cannot create EgressQoS with %d rules - maximum is %d", len(q.Spec.Egress), maxQoSRules)
-			into.QoS = append(into.QoS, c)
+		c := dataplane.QoS{Origin: dataplane.Origin{Kind: cluster.KindEgressQoS, Namespace: q.Namespace, Name: q.Name}}
+		if len(q.Spec.Egress) > maxRules {
+			c.Err = fmt.Errorf("cannot create EgressQoS with %d rules - maximum is %d", len(q.Spec.Egress), maxRules)
+			part.QoS = append(part.QoS, c)
 			continue
 		}
 		selectors := make([]labels.Selector, len(q.Spec.Egress))
@@ -48,25 +61,24 @@ func compileQoS(in *input, into *dataplane.State) error {
 			}
 			c.Rules = append(c.Rules, rule)
 		}
-		into.QoS = append(into.QoS, c)
+		part.QoS = append(part.QoS, c)
 		if c.Err != nil {
 			continue
 		}
-		for i := range into.LocalPods {
-			p := &into.LocalPods[i]
+		for _, p := range in.Pods {
 			if p.Origin.Namespace != q.Namespace {
 				continue
 			}
-			pod, err := in.snap.Pods.Pods(p.Origin.Namespace).Get(p.Origin.Name)
+			pod, err := in.Snap.Pods.Pods(p.Origin.Namespace).Get(p.Origin.Name)
 			if err != nil {
 				continue
 			}
 			for j, sel := range selectors {
 				if sel.Matches(labels.Set(pod.Labels)) {
-					p.QoSRules = append(p.QoSRules, j)
+					part.PodRules[p.Origin] = append(part.PodRules[p.Origin], j)
 				}
 			}
 		}
 	}
-	return nil
+	return part, nil
 }

@@ -1,8 +1,7 @@
-package nodeagent
+package egressfirewall
 
 import (
 	"net/netip"
-	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
 )
 
 // backend is one address, protocol and port a Service load-balances to.
@@ -19,59 +19,46 @@ type backend struct {
 	port  uint16
 }
 
-// compileServiceBackends judges Service backends outside the cluster networks by each local
+// serviceBackendDenies judges Service backends outside the cluster networks by each local
 // namespace's EgressFirewall, as OVN does after load balancing (upstream filters pod -> ClusterIP
 // -> external endpoint by the endpoint's address). Each denied (pod, backend, protocol, port)
 // becomes an element the dataplane drops after DNAT. A firewall that failed to compile adds
 // nothing here; the dataplane keeps what it enforced (fail closed).
-func compileServiceBackends(in *input, into *dataplane.State) error {
+func serviceBackendDenies(in *cluster.Input, firewalls []dataplane.Firewall) ([]dataplane.BackendDeny, error) {
 	backends, err := externalBackends(in)
 	if err != nil || len(backends) == 0 {
-		return err
+		return nil, err
 	}
 	pods := map[string][]netip.Addr{}
-	for _, p := range into.LocalPods {
+	for _, p := range in.Pods {
 		pods[p.Origin.Namespace] = append(pods[p.Origin.Namespace], p.IPs...)
 	}
-	for _, fw := range into.Firewalls {
+	var out []dataplane.BackendDeny
+	for _, fw := range firewalls {
 		if fw.Err != nil || len(pods[fw.Origin.Namespace]) == 0 {
 			continue
 		}
 		for _, b := range backends {
-			rule, deny := firstMatch(fw.Rules, b)
-			if !deny {
+			rule, ok := dataplane.FirstMatch(fw.Rules, b.addr, b.proto, b.port)
+			if !ok || !rule.Deny {
 				continue
 			}
 			origin := fw.Origin
-			origin.Rule = rule
+			origin.Rule = rule.Index
 			for _, pod := range pods[fw.Origin.Namespace] {
 				if pod.Is4() == b.addr.Is4() {
-					into.BackendDenies = append(into.BackendDenies, dataplane.BackendDeny{Origin: origin, Pod: pod, Backend: b.addr, Protocol: b.proto, Port: b.port})
+					out = append(out, dataplane.BackendDeny{Origin: origin, Pod: pod, Backend: b.addr, Protocol: b.proto, Port: b.port})
 				}
 			}
 		}
 	}
-	return nil
-}
-
-// firstMatch is the rule deciding traffic to b, as the classifier would decide it.
-func firstMatch(rules []dataplane.FirewallRule, b backend) (int, bool) {
-	for _, r := range rules {
-		if !slices.ContainsFunc(r.Prefixes, func(p netip.Prefix) bool { return p.Contains(b.addr) }) {
-			continue
-		}
-		if len(r.Ports) > 0 && !slices.Contains(r.Ports, dataplane.Port{Protocol: b.proto, Port: b.port}) {
-			continue
-		}
-		return r.Index, r.Deny
-	}
-	return -1, false
+	return out, nil
 }
 
 // externalBackends are the ready endpoints outside the cluster networks of Services that have a
 // cluster IP (headless Services are not load-balanced), with their ports.
-func externalBackends(in *input) ([]backend, error) {
-	all, err := in.snap.EndpointSlices.List(labels.Everything())
+func externalBackends(in *cluster.Input) ([]backend, error) {
+	all, err := in.Snap.EndpointSlices.List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +68,7 @@ func externalBackends(in *input) ([]backend, error) {
 		if name == "" || eps.AddressType == discoveryv1.AddressTypeFQDN {
 			continue
 		}
-		svc, err := in.snap.Services.Services(eps.Namespace).Get(name)
+		svc, err := in.Snap.Services.Services(eps.Namespace).Get(name)
 		if err != nil || len(svc.Spec.ClusterIPs) == 0 || svc.Spec.ClusterIPs[0] == corev1.ClusterIPNone {
 			continue
 		}
@@ -91,7 +78,7 @@ func externalBackends(in *input) ([]backend, error) {
 			}
 			for _, a := range ep.Addresses {
 				addr, err := netip.ParseAddr(a)
-				if err != nil || slices.ContainsFunc(in.cluster, func(p netip.Prefix) bool { return p.Contains(addr) }) {
+				if err != nil || in.InNetworks(addr) {
 					continue
 				}
 				for _, port := range eps.Ports {
@@ -102,7 +89,8 @@ func externalBackends(in *input) ([]backend, error) {
 					if port.Protocol != nil {
 						proto = *port.Protocol
 					}
-					seen[backend{addr: addr, proto: protocols[string(proto)], port: uint16(*port.Port)}] = true
+					number, _ := dataplane.ProtocolNumber(string(proto))
+					seen[backend{addr: addr, proto: number, port: uint16(*port.Port)}] = true
 				}
 			}
 		}

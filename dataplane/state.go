@@ -2,6 +2,10 @@
 // diffing against what egressd owns (bpf maps and programs under the pin root, the nftables
 // table inet egressd, routes, rules and addresses stamped with egressd's protocol). It knows
 // nothing of Kubernetes: it receives plain values and returns per-object results.
+//
+// State has one section per kernel facility; each facility package (classifier, nft, routing,
+// addresses, bfd) programs its own section, and the composite Applier (dataplane/kernel) runs
+// them in phases.
 package dataplane
 
 import (
@@ -10,20 +14,38 @@ import (
 )
 
 // State is the complete desired state of one node. Every element remembers the API object it
-// came from (Origin) so that a failure or a counter maps back to that object. Features add
-// their part as they land.
+// came from (Origin) so that a failure or a counter maps back to that object.
 type State struct {
-	// LocalPods are the pods of this node whose traffic egressd classifies: the classifier is
+	Classifier ClassifierState
+	Nftables   NftablesState
+	Routing    RoutingState
+	// Addresses are the egress addresses this node hosts.
+	Addresses []Address
+	// BFD are the peers whose liveness gates nexthops of Routing.
+	BFD []BFDPeer
+}
+
+// ClassifierState is what the tc classifier on pod-facing interfaces holds: the local pods with
+// their marks, the cluster networks, and the EgressFirewall and EgressQoS tables.
+type ClassifierState struct {
+	// Pods are the pods of this node whose traffic egressd classifies: the classifier is
 	// attached to the host interface facing each of them.
-	LocalPods []Pod
+	Pods []Pod
 	// ClusterNetworks (pod and service CIDRs) are never subject to EgressFirewall.
 	ClusterNetworks []netip.Prefix
 	Firewalls       []Firewall
+	QoS             []QoS
+}
+
+// NftablesState is what the table inet egressd holds.
+type NftablesState struct {
 	// BackendDenies are what EgressFirewall denies of local pods' traffic to Service backends
 	// outside the cluster networks. The classifier runs before DNAT and sees only the service
 	// address (exempt as a cluster network), so these are judged after DNAT by the backend.
 	BackendDenies []BackendDeny
-	QoS           []QoS
+	// KeepBackendDenies are the namespaces whose EgressFirewall failed to compile: their
+	// elements stay as they were (fail closed).
+	KeepBackendDenies []string
 }
 
 // BackendDeny drops what a local pod sends, through a Service's DNAT, to one backend address,
@@ -92,16 +114,20 @@ type QoSRule struct {
 	Text     string
 }
 
+// Kind is the kind of the API object an element came from ("EgressFirewall", "Pod", ...).
+type Kind string
+
 // Origin names the API object (and rule) an element of State was compiled from.
 type Origin struct {
-	Kind, Namespace, Name string
-	Rule                  int
+	Kind            Kind
+	Namespace, Name string
+	Rule            int
 }
 
 func (o Origin) String() string {
-	s := o.Kind + " " + o.Name
+	s := string(o.Kind) + " " + o.Name
 	if o.Namespace != "" {
-		s = o.Kind + " " + o.Namespace + "/" + o.Name
+		s = string(o.Kind) + " " + o.Namespace + "/" + o.Name
 	}
 	return s
 }

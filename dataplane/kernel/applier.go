@@ -1,0 +1,167 @@
+// Package kernel is the composite Applier that programs the node's kernel: one part per kernel
+// facility, run in phases so that nothing is selected before what it selects exists.
+//
+// Phases, in order (each installs what the state wants; what it no longer wants is removed by
+// the same facility, after its installs):
+//
+//  1. nftables: leak guards, SNAT and after-DNAT drops, before any route or mark that sends
+//     traffic through them (one transaction: its removals are atomic with its adds);
+//  2. classifier maps: pod entries, firewall and QoS tables, before the interfaces that run the
+//     program are attached (a newly attached interface finds its pod's entries at once);
+//  3. attachment: the classifier on every pod-facing interface; interfaces that no longer face
+//     a pod are detached last.
+//
+// Addresses, BFD peers and routing take their places as their facilities land: addresses and
+// BFD before routes, routes before the classifier marks that select them.
+package kernel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netlink"
+
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/dataplane/classifier"
+	"github.com/egressd/egressd/dataplane/nft"
+	"github.com/egressd/egressd/dataplane/tcx"
+)
+
+// Applier programs the kernel of the network namespace the process runs in.
+type Applier struct {
+	classifier *classifier.Classifier
+	attacher   *tcx.Attacher
+	nft        *nft.Table
+	changed    chan struct{}
+	done       chan struct{}
+	log        *slog.Logger
+}
+
+// New adopts what a previous agent left under pinRoot (so that enforcement continues without a
+// gap) and starts watching link changes.
+func New(pinRoot string, o classifier.Options, log *slog.Logger) (*Applier, error) {
+	c, err := classifier.Load(pinRoot, o)
+	if err != nil {
+		return nil, err
+	}
+	a, err := tcx.New(pinRoot, c.Program)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	t, err := nft.New()
+	if err != nil {
+		a.Close()
+		c.Close()
+		return nil, err
+	}
+	d := &Applier{classifier: c, attacher: a, nft: t, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
+	go func() {
+		if err := c.ServeACLLog(log); err != nil {
+			log.Error("ACL logging stopped", "err", err)
+		}
+	}()
+	links := make(chan netlink.LinkUpdate, 64)
+	if err := netlink.LinkSubscribe(links, d.done); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("subscribe to link changes: %w", err)
+	}
+	addrs := make(chan netlink.AddrUpdate, 64)
+	if err := netlink.AddrSubscribe(addrs, d.done); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("subscribe to address changes: %w", err)
+	}
+	go func() {
+		for {
+			select {
+			case _, ok := <-links:
+				if !ok {
+					return
+				}
+			case _, ok := <-addrs:
+				if !ok {
+					return
+				}
+			}
+			select {
+			case d.changed <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	log.Info("dataplane ready", "adoptedLinks", a.Attached())
+	return d, nil
+}
+
+// Collectors are the dataplane's Prometheus metrics.
+func (d *Applier) Collectors() []prometheus.Collector {
+	afterDNAT := func() map[classifier.RuleRef]classifier.Counters {
+		out := map[classifier.RuleRef]classifier.Counters{}
+		for o, c := range d.nft.Counters() {
+			out[classifier.RuleRef{Namespace: o.Namespace, Rule: o.Rule}] = classifier.Counters{Packets: c.Packets, Bytes: c.Bytes}
+		}
+		return out
+	}
+	return []prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT)}
+}
+
+// Changed receives a value after the kernel changed under egressd (links or addresses added,
+// removed, renamed): the desired state must be applied again.
+func (d *Applier) Changed() <-chan struct{} { return d.changed }
+
+// Apply makes the kernel match s, phase by phase (see the package comment).
+func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result {
+	res := dataplane.Result{Failed: map[dataplane.Origin]error{}}
+	fail := func(failed map[dataplane.Origin]error) {
+		for o, err := range failed {
+			res.Failed[o] = errors.Join(res.Failed[o], err)
+		}
+	}
+	fail(d.nft.Apply(&s.Nftables))
+	fail(d.classifier.Apply(&s.Classifier))
+	fail(d.attach(s.Classifier.Pods))
+	hosts, err := hostCIDRs(s.Classifier.ClusterNetworks)
+	if err != nil {
+		d.log.Error("read host addresses", "err", err)
+	}
+	res.HostCIDRs = hosts
+	return res
+}
+
+// attach keeps the classifier on exactly the interfaces facing the pods; a failure is the
+// failure of every pod behind that interface.
+func (d *Applier) attach(pods []dataplane.Pod) map[dataplane.Origin]error {
+	failed := map[dataplane.Origin]error{}
+	want := map[string]int{}
+	owners := map[string][]dataplane.Origin{}
+	for _, p := range pods {
+		for _, ip := range p.IPs {
+			name, idx, err := podFacing(ip)
+			if err != nil {
+				failed[p.Origin] = err
+				continue
+			}
+			want[name] = idx
+			owners[name] = append(owners[name], p.Origin)
+		}
+	}
+	for ifname, err := range d.attacher.Sync(want) {
+		for _, o := range owners[ifname] {
+			failed[o] = err
+		}
+		if len(owners[ifname]) == 0 { // a detach failed: no pod to blame, log it
+			d.log.Error("detach classifier", "interface", ifname, "err", err)
+		}
+	}
+	return failed
+}
+
+// Close stops watching and releases file descriptors; what is programmed stays.
+func (d *Applier) Close() {
+	close(d.done)
+	d.attacher.Close()
+	d.classifier.Close()
+}

@@ -1,0 +1,80 @@
+package dataplane
+
+import (
+	"net/netip"
+	"time"
+)
+
+// RoutingState is egressd's policy routing: rules that select a table by firewall mark, and the
+// tables. Rule priorities and table numbers are offsets inside the ranges the node reserves for
+// egressd (dataplane/routing maps them), so the node agent never picks kernel numbers.
+type RoutingState struct {
+	Rules  []RouteRule
+	Tables []RouteTable
+}
+
+// RouteRule is `ip rule [from Src] fwmark Mark/Mask lookup Table`, for one family.
+type RouteRule struct {
+	Origin Origin
+	// Priority is the offset inside egressd's rule priority range; lower is consulted first.
+	Priority int
+	IPv6     bool
+	Mark     uint32
+	Mask     uint32
+	// Src, when valid, restricts the rule to that source prefix.
+	Src netip.Prefix
+	// Table is the offset inside egressd's table range.
+	Table int
+}
+
+// RouteTable is one routing table of egressd (both families).
+type RouteTable struct {
+	Origin Origin
+	// ID is the offset inside egressd's table range.
+	ID     int
+	Routes []Route
+}
+
+// Route is one route of a table. Exactly one of Via, Nexthops and Blackhole says where it goes.
+type Route struct {
+	Dst netip.Prefix
+	// Via is a single next hop.
+	Via *Nexthop
+	// Nexthops are spread per flow (ECMP) as a kernel nexthop group; members whose BFD session
+	// is not Up are left out, and a group with no live member turns into a blackhole (drop
+	// rather than leak through the main table).
+	Nexthops []Nexthop
+	// Blackhole drops what the route matches.
+	Blackhole bool
+	// Src is the preferred source address, when valid.
+	Src netip.Addr
+}
+
+// Nexthop is a gateway, a device, or both.
+type Nexthop struct {
+	Gateway netip.Addr
+	// Device is the interface name; empty means the one the kernel resolves for Gateway.
+	Device string
+	// BFD makes the member depend on the BFD session to Gateway (BFDPeer.Peer) being Up.
+	BFD bool
+}
+
+// Address is an egress address this node hosts: added with host prefix length (/32, /128
+// without DAD) to the interface whose network contains it, and announced with gratuitous ARP or
+// an unsolicited neighbour advertisement whenever it is added.
+type Address struct {
+	Origin Origin
+	Addr   netip.Addr
+	// Interface is the interface to add it to; empty means the one whose network contains it.
+	Interface string
+}
+
+// BFDPeer is a BFD session (RFC 5880/5881, single hop) to a next hop.
+type BFDPeer struct {
+	Origin    Origin
+	Peer      netip.Addr
+	Interface string
+	// MinTx, MinRx and Multiplier are the timers; zero means egressd's defaults.
+	MinTx, MinRx time.Duration
+	Multiplier   uint8
+}

@@ -1,0 +1,65 @@
+// Package cluster is what every feature's compile step reads: the cluster snapshot, this node's
+// name and local pods, the cluster networks, DNS answers; and the node facts several features
+// share (host addresses).
+package cluster
+
+import (
+	"encoding/json"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/watchers"
+)
+
+// Kinds of the objects the node state is compiled from.
+const (
+	KindPod            dataplane.Kind = "Pod"
+	KindEgressFirewall dataplane.Kind = "EgressFirewall"
+	KindEgressQoS      dataplane.Kind = "EgressQoS"
+)
+
+// HostCIDRsKey is upstream's Node annotation of every host address with its prefix length.
+const HostCIDRsKey = "k8s.ovn.org/host-cidrs"
+
+// Input of the compile steps.
+type Input struct {
+	Snap *watchers.Snapshot
+	Node string
+	// Networks (pod and service CIDRs) are the cluster networks.
+	Networks []netip.Prefix
+	// Lookup returns the current addresses of a DNS name.
+	Lookup func(name string) []netip.Addr
+	// Pods are this node's pods whose traffic egressd classifies (LocalPods).
+	Pods []dataplane.Pod
+}
+
+// InNetworks reports whether a is inside the cluster networks.
+func (in *Input) InNetworks(a netip.Addr) bool {
+	return slices.ContainsFunc(in.Networks, func(p netip.Prefix) bool { return p.Contains(a) })
+}
+
+// HostAddresses are every host address of a node: the host-cidrs its agent publishes (all
+// addresses, secondary ones included), and the Node's internal and external addresses.
+func HostAddresses(n *corev1.Node) []netip.Addr {
+	var out []netip.Addr
+	var cidrs []string
+	if err := json.Unmarshal([]byte(n.Annotations[HostCIDRsKey]), &cidrs); err == nil {
+		for _, c := range cidrs {
+			if p, err := netip.ParsePrefix(c); err == nil {
+				out = append(out, p.Addr())
+			}
+		}
+	}
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil {
+			out = append(out, ip)
+		}
+	}
+	return out
+}

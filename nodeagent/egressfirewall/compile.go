@@ -1,0 +1,94 @@
+// Package egressfirewall compiles EgressFirewalls into this node's part of the desired state:
+// each namespace's ordered rules for the classifier, and what the rules deny of Service
+// backends outside the cluster networks, judged after DNAT. Pure: no kernel, no API writes.
+package egressfirewall
+
+import (
+	"encoding/json"
+	"sort"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
+)
+
+// Upstream limits and annotation keys (SEMANTICS.md sections 0.2, 1.2).
+const (
+	maxRules      = 8000
+	ACLLoggingKey = "k8s.ovn.org/acl-logging"
+)
+
+// Part is what EgressFirewall adds to the node state.
+type Part struct {
+	Firewalls     []dataplane.Firewall
+	BackendDenies []dataplane.BackendDeny
+	// DNSNames are the names the rules refer to, to resolve and keep fresh.
+	DNSNames []string
+}
+
+// Compiler compiles EgressFirewalls, remembering the rules of those that depend on their spec
+// alone across syncs.
+type Compiler struct {
+	memo memo
+}
+
+// Compile turns every EgressFirewall into its namespace's ordered rules. A policy that cannot be
+// compiled is handed on with Err, so that the dataplane keeps what it enforced.
+func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
+	var part Part
+	efs, err := in.Snap.EgressFirewalls.List(labels.Everything())
+	if err != nil {
+		return part, err
+	}
+	nodes, err := in.Snap.Nodes.List(labels.Everything())
+	if err != nil {
+		return part, err
+	}
+	sort.Slice(efs, func(i, j int) bool { return efs[i].Namespace < efs[j].Namespace })
+	for _, ef := range efs {
+		if ef.Name != "default" {
+			continue // the API server rejects other names; nothing to enforce
+		}
+		fw := dataplane.Firewall{Origin: dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: ef.Namespace, Name: ef.Name}}
+		if m, ok := c.memo.firewall(ef); ok {
+			fw.Rules, fw.Err = m.rules, m.err
+		} else {
+			fw.Rules, fw.Err = rules(in, ef, nodes)
+			c.memo.keep(ef, fw.Rules, fw.Err)
+		}
+		for _, r := range ef.Spec.Egress {
+			if r.To.DNSName != "" {
+				part.DNSNames = append(part.DNSNames, r.To.DNSName)
+			}
+		}
+		fw.Log = aclLog(in, ef.Namespace)
+		part.Firewalls = append(part.Firewalls, fw)
+	}
+	c.memo.forgetBut(efs)
+	part.BackendDenies, err = serviceBackendDenies(in, part.Firewalls)
+	return part, err
+}
+
+// aclSeverities are the severities the acl-logging annotation accepts ("" does not log).
+var aclSeverities = map[string]bool{"alert": true, "warning": true, "notice": true, "info": true, "debug": true, "": true}
+
+// aclLog reads a namespace's acl-logging annotation, {"deny": "alert", "allow": "notice"}. An
+// unreadable annotation or an unknown severity logs nothing for that verdict, as upstream.
+func aclLog(in *cluster.Input, namespace string) dataplane.ACLLog {
+	ns, err := in.Snap.Namespaces.Get(namespace)
+	if err != nil || ns.Annotations[ACLLoggingKey] == "" {
+		return dataplane.ACLLog{}
+	}
+	var a struct{ Allow, Deny string }
+	if json.Unmarshal([]byte(ns.Annotations[ACLLoggingKey]), &a) != nil {
+		return dataplane.ACLLog{}
+	}
+	if !aclSeverities[a.Allow] {
+		a.Allow = ""
+	}
+	if !aclSeverities[a.Deny] {
+		a.Deny = ""
+	}
+	return dataplane.ACLLog{Allow: a.Allow, Deny: a.Deny}
+}

@@ -1,0 +1,102 @@
+package egressfirewall
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/watchers/dnsnames"
+)
+
+// rules compiles one EgressFirewall's rules against the current nodes and DNS answers.
+func rules(in *cluster.Input, ef *ovnv1.EgressFirewall, nodes []*corev1.Node) ([]dataplane.FirewallRule, error) {
+	if len(ef.Spec.Egress) > maxRules {
+		return nil, fmt.Errorf("egressFirewall for namespace %s has too many rules, max allowed number is %d", ef.Namespace, maxRules)
+	}
+	var rules []dataplane.FirewallRule
+	var errs []error
+	for i, r := range ef.Spec.Egress {
+		rule := dataplane.FirewallRule{Index: i, Deny: r.Type != ovnv1.EgressFirewallRuleAllow, Text: ruleText(r)}
+		var err error
+		switch {
+		case r.To.CIDRSelector != "":
+			var p netip.Prefix
+			if p, err = netip.ParsePrefix(r.To.CIDRSelector); err == nil {
+				rule.Prefixes = []netip.Prefix{p.Masked()}
+			}
+		case r.To.DNSName != "":
+			if strings.HasPrefix(r.To.DNSName, "*.") {
+				err = fmt.Errorf("wildcard dns name is not supported as rule destination, %s", r.To.DNSName)
+				break
+			}
+			// Until the name first resolves it matches nothing, as upstream's empty address set.
+			for _, a := range in.Lookup(dnsnames.Canonical(r.To.DNSName)) {
+				if !in.InNetworks(a) {
+					rule.Prefixes = append(rule.Prefixes, netip.PrefixFrom(a, a.BitLen()))
+				}
+			}
+		case r.To.NodeSelector != nil:
+			rule.Prefixes, err = nodeAddresses(r.To.NodeSelector, nodes)
+		}
+		if err != nil {
+			// Upstream prints the cidrSelector here whatever the destination kind; so do we.
+			errs = append(errs, fmt.Errorf("cannot create EgressFirewall Rule to destination %s for namespace %s: %w", r.To.CIDRSelector, ef.Namespace, err))
+			continue
+		}
+		for _, p := range r.Ports {
+			proto, _ := dataplane.ProtocolNumber(p.Protocol) // the API accepts TCP, UDP and SCTP only
+			rule.Ports = append(rule.Ports, dataplane.Port{Protocol: proto, Port: uint16(p.Port)})
+		}
+		rules = append(rules, rule)
+	}
+	return rules, errors.Join(errs...)
+}
+
+// nodeAddresses are every host address of the nodes a selector picks: the host-cidrs each
+// agent publishes (all addresses, secondary ones included), or the Node's addresses.
+func nodeAddresses(ls *metav1.LabelSelector, nodes []*corev1.Node) ([]netip.Prefix, error) {
+	sel, err := metav1.LabelSelectorAsSelector(ls)
+	if err != nil {
+		return nil, fmt.Errorf("rule destination has invalid node selector, err: %v", err)
+	}
+	var out []netip.Prefix
+	for _, n := range nodes {
+		if !sel.Matches(labels.Set(n.Labels)) {
+			continue
+		}
+		for _, a := range cluster.HostAddresses(n) {
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+		}
+	}
+	return out, nil
+}
+
+// ruleText describes a rule for operators: "Deny to 0.0.0.0/0", "Allow to dnsName x ports TCP/443".
+func ruleText(r ovnv1.EgressFirewallRule) string {
+	var to string
+	switch {
+	case r.To.CIDRSelector != "":
+		to = r.To.CIDRSelector
+	case r.To.DNSName != "":
+		to = "dnsName " + r.To.DNSName
+	case r.To.NodeSelector != nil:
+		to = "nodeSelector " + metav1.FormatLabelSelector(r.To.NodeSelector)
+	}
+	s := string(r.Type) + " to " + to
+	if len(r.Ports) > 0 {
+		ports := make([]string, len(r.Ports))
+		for i, p := range r.Ports {
+			ports[i] = fmt.Sprintf("%s/%d", p.Protocol, p.Port)
+		}
+		s += " ports " + strings.Join(ports, ",")
+	}
+	return s
+}

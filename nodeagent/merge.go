@@ -1,0 +1,44 @@
+package nodeagent
+
+import (
+	"net/netip"
+
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/egressfirewall"
+	"github.com/egressd/egressd/nodeagent/egressqos"
+)
+
+// parts are the features' compiled parts of the node state.
+type parts struct {
+	pods     []dataplane.Pod
+	firewall egressfirewall.Part
+	qos      egressqos.Part
+}
+
+// merge combines the parts into the node's desired state. It owns what crosses features: a
+// pod's entry carries what every feature wants of it. It also returns the objects the state was
+// compiled from that get a status entry, with their compile errors.
+func merge(networks []netip.Prefix, p *parts) (dataplane.State, map[dataplane.Origin]error) {
+	objects := map[dataplane.Origin]error{}
+	s := dataplane.State{Classifier: dataplane.ClassifierState{
+		ClusterNetworks: networks,
+		Firewalls:       p.firewall.Firewalls,
+		QoS:             p.qos.QoS,
+	}}
+	s.Classifier.Pods = make([]dataplane.Pod, len(p.pods))
+	for i, pod := range p.pods {
+		pod.QoSRules = p.qos.PodRules[pod.Origin]
+		s.Classifier.Pods[i] = pod
+	}
+	s.Nftables.BackendDenies = p.firewall.BackendDenies
+	for _, fw := range p.firewall.Firewalls {
+		objects[fw.Origin] = fw.Err
+		if fw.Err != nil {
+			s.Nftables.KeepBackendDenies = append(s.Nftables.KeepBackendDenies, fw.Origin.Namespace)
+		}
+	}
+	for _, q := range p.qos.QoS {
+		objects[q.Origin] = q.Err
+	}
+	return s, objects
+}

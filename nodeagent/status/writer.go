@@ -1,0 +1,101 @@
+package status
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"sync"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/egressd/egressd/api/generated/clientset/versioned"
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/watchers"
+)
+
+// leaderManager is the field manager of the aggregate status the leader writes.
+const leaderManager = "egressd-leader"
+
+// entryWriter writes this node's status entry of one kind of object.
+type entryWriter func(ctx context.Context, w *Writer, o dataplane.Origin, failure error) error
+
+// entryWriters are the kinds that get a per-node status entry.
+var entryWriters = map[dataplane.Kind]entryWriter{
+	cluster.KindEgressFirewall: writeFirewallEntry,
+	cluster.KindEgressQoS:      writeQoSEntry,
+}
+
+// Writer reports, for this node, what the last sync applied: one entry per object,
+// written with server-side apply under the node's name as field manager, so that every node
+// owns exactly its own entry. Writes run on their own goroutine: a slow API server never holds
+// the dataplane back, and only the latest wanted status of an object is written.
+type Writer struct {
+	Node     string
+	Client   versioned.Interface
+	Kube     kubernetes.Interface
+	Snapshot *watchers.Snapshot
+	Recorder record.EventRecorder
+	Log      *slog.Logger
+	// Changed, when set, signals status changes made by others: the last outcome is written
+	// again where an entry of this node went missing or stale.
+	Changed <-chan struct{}
+
+	pending     chan report
+	pendingOnce sync.Once // Run and Report start concurrently
+}
+
+// report is one sync's outcome: per-object failures and the node's host addresses.
+type report struct {
+	objects   map[dataplane.Origin]error
+	hostCIDRs []netip.Prefix
+}
+
+// Run writes reported statuses until ctx ends.
+func (w *Writer) Run(ctx context.Context) {
+	var last report
+	for {
+		var r report
+		select {
+		case <-ctx.Done():
+			return
+		case r = <-w.queue():
+			last = r
+		case <-w.Changed:
+			r = last // entries already right are skipped
+		}
+		if err := w.publishHostCIDRs(ctx, r.hostCIDRs); err != nil {
+			w.Log.Error("publish host addresses", "node", w.Node, "annotation", cluster.HostCIDRsKey, "err", err)
+		}
+		for origin, err := range r.objects {
+			if ctx.Err() != nil {
+				return
+			}
+			if werr := entryWriters[origin.Kind](ctx, w, origin, err); werr != nil {
+				w.Log.Error("write status", "object", origin.String(), "err", werr)
+			}
+		}
+	}
+}
+
+func (w *Writer) queue() chan report {
+	w.pendingOnce.Do(func() { w.pending = make(chan report, 1) })
+	return w.pending
+}
+
+// Report hands the outcome of a sync to the writer, replacing an outcome not yet written.
+func (w *Writer) Report(objects map[dataplane.Origin]error, res dataplane.Result) {
+	out := map[dataplane.Origin]error{}
+	for o, err := range objects {
+		if entryWriters[o.Kind] != nil {
+			out[o] = err
+		}
+	}
+	q := w.queue()
+	select {
+	case <-q: // drop the stale outcome
+	default:
+	}
+	q <- report{objects: out, hostCIDRs: res.HostCIDRs}
+}
