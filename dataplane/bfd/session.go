@@ -105,6 +105,8 @@ type Transition struct {
 // Counters of one session.
 type Counters struct {
 	PacketsSent, PacketsReceived, Transitions uint64
+	// Detections counts detection time expiries: the peer went silent while Init or Up.
+	Detections uint64
 }
 
 // session is the RFC 5880 state of one session; pure, driven by packets and the clock given to
@@ -211,11 +213,13 @@ func (s *session) startPoll() {
 	}
 }
 
-// reconfigure applies new timers to a live session.
+// reconfigure applies new timers to a live session, keeping its state and discriminators.
 func (s *session) reconfigure(t Timers) {
 	s.timers = t
 	if s.state == Up {
 		s.setDesiredMinTx(usec(t.DesiredMinTx))
+	} else { // the one-second floor of a session not Up still holds
+		s.setDesiredMinTx(max(usec(t.DesiredMinTx), usec(slowTx)))
 	}
 	s.setRequiredMinRx(usec(t.RequiredMinRx))
 }
@@ -301,6 +305,7 @@ func (s *session) expire(now time.Time) *Transition {
 	s.detectAt = time.Time{}
 	s.remoteDisc = 0 // RFC 5880 section 6.8.1
 	s.remoteState = Down
+	s.counters.Detections++
 	return s.setState(Down, DiagTimeExpired, now)
 }
 
