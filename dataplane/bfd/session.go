@@ -361,21 +361,21 @@ func (s *session) next() time.Time {
 }
 
 // dropReason validates a decoded packet against RFC 5880 section 6.8.6, before demultiplexing.
-// It returns "" for a packet to process.
-func dropReason(p *layers.BFD) string {
+// It returns dropNone for a packet to process.
+func dropReason(p *layers.BFD) dropCause {
 	switch {
 	case p.Version != 1:
-		return "version"
+		return dropVersion
 	case p.AuthPresent:
-		return "auth" // no authentication is configured: the RFC says discard
+		return dropAuth // no authentication is configured: the RFC says discard
 	case p.DetectMultiplier == 0:
-		return "detect_mult"
+		return dropDetectMult
 	case p.Multipoint:
-		return "multipoint"
+		return dropMultipoint
 	case p.MyDiscriminator == 0:
-		return "my_discriminator"
+		return dropMyDisc
 	case p.YourDiscriminator == 0 && p.State != layers.BFDStateDown && p.State != layers.BFDStateAdminDown:
-		return "your_discriminator"
+		return dropYourDisc
 	}
-	return ""
+	return dropNone
 }

@@ -284,7 +284,7 @@ func TestAdminDownAnnouncesThenRemoves(t *testing.T) {
 
 func TestDropReasons(t *testing.T) {
 	good := pk{state: Up, your: 42}.bfd()
-	if r := dropReason(good); r != "" {
+	if r := dropReason(good); r != dropNone {
 		t.Fatalf("good packet dropped: %s", r)
 	}
 	for reason, mutate := range map[string]func(*layers.BFD){
@@ -297,7 +297,7 @@ func TestDropReasons(t *testing.T) {
 	} {
 		p := *good
 		mutate(&p)
-		if got := dropReason(&p); got != reason {
+		if got := dropReason(&p); got.String() != reason {
 			t.Errorf("%s: got %q", reason, got)
 		}
 	}
