@@ -184,6 +184,60 @@ func TestPrivilegedBFDInteropFRRTimerChange(t *testing.T) {
 	}
 }
 
+// Sync with new timers while Up changes them in place with a Poll Sequence: against FRR the
+// session stays Up with the same discriminators, faster and then slower, and each side runs at
+// the new rates.
+func TestPrivilegedBFDInteropFRRSyncTimerChange(t *testing.T) {
+	privileged.Require(t)
+	p := newPair(t, v4, bfd.DefaultTimers, 100, 100, true) // FRR at 100 ms: our 300 ms rules both ways
+	p.waitBoth(t, bfd.Up, "up", 10*time.Second)
+	events, cancel := p.m.Subscribe()
+	defer cancel()
+	before := p.session(t)
+	if before.TxInterval != 300*time.Millisecond || before.DetectionTime != 900*time.Millisecond {
+		t.Fatalf("before: tx %s detection %s, want 300ms / 900ms", before.TxInterval, before.DetectionTime)
+	}
+	for _, c := range []struct {
+		name       string
+		timers     bfd.Timers
+		tx, detect time.Duration // ours once negotiated: FRR sends every 100 ms, multiplier 3
+	}{
+		{"faster", bfd.Timers{DesiredMinTx: 100 * time.Millisecond, RequiredMinRx: 100 * time.Millisecond, DetectMult: 3}, 100 * time.Millisecond, 300 * time.Millisecond},
+		{"slower", bfd.Timers{DesiredMinTx: 500 * time.Millisecond, RequiredMinRx: 400 * time.Millisecond, DetectMult: 5}, 500 * time.Millisecond, 1200 * time.Millisecond},
+	} {
+		if errs := p.m.Sync([]bfd.Config{p.config(c.timers)}); len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		frrSees := func() bool {
+			peers, _ := p.frr.Peers()
+			return len(peers) == 1 && peers[0].Status == "up" && peers[0].RemoteTransmit == int(c.timers.DesiredMinTx.Milliseconds()) &&
+				peers[0].RemoteReceive == int(c.timers.RequiredMinRx.Milliseconds()) && peers[0].RemoteMult == int(c.timers.DetectMult)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for s := p.session(t); (s.TxInterval != c.tx || s.DetectionTime != c.detect || !frrSees()) && time.Now().Before(deadline); s = p.session(t) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		s := p.session(t)
+		peers, _ := p.frr.Peers()
+		if s.TxInterval != c.tx || s.DetectionTime != c.detect || !frrSees() {
+			t.Fatalf("%s: ours tx %s detection %s (want %s / %s); FRR %+v", c.name, s.TxInterval, s.DetectionTime, c.tx, c.detect, peers)
+		}
+		time.Sleep(2 * time.Second) // a while at the new rates
+		select {
+		case tr := <-events:
+			t.Fatalf("%s: state changed: %+v", c.name, tr)
+		default:
+		}
+		s = p.session(t)
+		if s.State != bfd.Up || s.LocalDisc != before.LocalDisc || s.RemoteDisc != before.RemoteDisc || s.Counters.Transitions != before.Counters.Transitions {
+			t.Fatalf("%s: session reset: before %+v, after %+v", c.name, before, s)
+		}
+		if peers, _ := p.frr.Peers(); len(peers) != 1 || peers[0].Status != "up" || peers[0].RemoteID != before.LocalDisc || peers[0].ID != before.RemoteDisc {
+			t.Fatalf("%s: FRR %+v", c.name, peers)
+		}
+	}
+}
+
 // Blocking the peer's packets brings our side Down with "control detection time expired"
 // within the detection time plus one transmit interval; unblocking brings it back Up.
 func TestPrivilegedBFDInteropFRRDetectsFailure(t *testing.T) {
