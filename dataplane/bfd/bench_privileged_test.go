@@ -50,11 +50,12 @@ func BenchmarkPrivilegedBFDSessionsCPU(b *testing.B) {
 	}
 	defer m.Close()
 	timers := bfd.Timers{DesiredMinTx: 100 * time.Millisecond, RequiredMinRx: 100 * time.Millisecond, DetectMult: 3}
+	var want []bfd.Config
 	for i := 1; i <= sessions; i++ {
-		cfg := bfd.Config{Peer: netip.MustParseAddr(fmt.Sprintf("10.97.1.%d", i)), Local: netip.MustParseAddr(fmt.Sprintf("10.97.0.%d", i)), Interface: "eth0", Timers: timers}
-		if err := m.Add(cfg); err != nil {
-			b.Fatal(err)
-		}
+		want = append(want, bfd.Config{Peer: netip.MustParseAddr(fmt.Sprintf("10.97.1.%d", i)), Local: netip.MustParseAddr(fmt.Sprintf("10.97.0.%d", i)), Interface: "eth0", Timers: timers})
+	}
+	if errs := m.Sync(want); len(errs) > 0 {
+		b.Fatal(errs)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for upCount(m) < sessions && time.Now().Before(deadline) {

@@ -32,7 +32,7 @@ func FuzzReceive(f *testing.F) {
 				t.Fatalf("round trip\n%x\n%x", data[:24], buf.Bytes())
 			}
 		}
-		if dropReason(&p) != "" {
+		if dropReason(&p) != dropNone {
 			return
 		}
 		for _, st := range []State{AdminDown, Down, Init, Up} {
@@ -63,7 +63,7 @@ func TestDecodeDoesNotAllocate(t *testing.T) {
 	data := buf.Bytes()
 	var p layers.BFD
 	allocs := testing.AllocsPerRun(1000, func() {
-		if err := p.DecodeFromBytes(data, gopacket.NilDecodeFeedback); err != nil || dropReason(&p) != "" {
+		if err := p.DecodeFromBytes(data, gopacket.NilDecodeFeedback); err != nil || dropReason(&p) != dropNone {
 			t.Fatal("valid packet rejected")
 		}
 	})

@@ -18,5 +18,7 @@
 //
 // Sessions live in one Manager: two receive sockets (UDP 3784, v4 and v6) shared by all
 // sessions, one small send socket per session, and a single event loop with a timer heap, so that
-// hundreds of sessions cost no goroutine each and no goroutine per packet.
+// hundreds of sessions cost no goroutine each and no goroutine per packet. The set of sessions
+// is level-triggered like the rest of the dataplane: Manager.Sync takes the complete desired list
+// and adds, updates in place, recreates or removes sessions to match it.
 package bfd

@@ -72,14 +72,19 @@ func newPair(t testing.TB, f family, ours bfd.Timers, frrTxMs, frrRxMs int, frrF
 		t.Fatal(err)
 	}
 	t.Cleanup(p.m.Close)
-	if err := p.m.Add(bfd.Config{Peer: p.key.Peer, Local: p.localAddr, Interface: "eth0", Timers: ours}); err != nil {
-		t.Fatal(err)
+	if errs := p.m.Sync([]bfd.Config{p.config(ours)}); len(errs) > 0 {
+		t.Fatal(errs)
 	}
 	if !frrFirst {
 		time.Sleep(1500 * time.Millisecond) // we have been sending into the void for a while
 		startFRR()
 	}
 	return p
+}
+
+// config is our side's session with the given timers.
+func (p *pair) config(timers bfd.Timers) bfd.Config {
+	return bfd.Config{Peer: p.key.Peer, Local: p.localAddr, Interface: "eth0", Timers: timers}
 }
 
 func (p *pair) session(t testing.TB) bfd.SessionInfo {
@@ -179,6 +184,60 @@ func TestPrivilegedBFDInteropFRRTimerChange(t *testing.T) {
 	}
 }
 
+// Sync with new timers while Up changes them in place with a Poll Sequence: against FRR the
+// session stays Up with the same discriminators, faster and then slower, and each side runs at
+// the new rates.
+func TestPrivilegedBFDInteropFRRSyncTimerChange(t *testing.T) {
+	privileged.Require(t)
+	p := newPair(t, v4, bfd.DefaultTimers, 100, 100, true) // FRR at 100 ms: our 300 ms rules both ways
+	p.waitBoth(t, bfd.Up, "up", 10*time.Second)
+	events, cancel := p.m.Subscribe()
+	defer cancel()
+	before := p.session(t)
+	if before.TxInterval != 300*time.Millisecond || before.DetectionTime != 900*time.Millisecond {
+		t.Fatalf("before: tx %s detection %s, want 300ms / 900ms", before.TxInterval, before.DetectionTime)
+	}
+	for _, c := range []struct {
+		name       string
+		timers     bfd.Timers
+		tx, detect time.Duration // ours once negotiated: FRR sends every 100 ms, multiplier 3
+	}{
+		{"faster", bfd.Timers{DesiredMinTx: 100 * time.Millisecond, RequiredMinRx: 100 * time.Millisecond, DetectMult: 3}, 100 * time.Millisecond, 300 * time.Millisecond},
+		{"slower", bfd.Timers{DesiredMinTx: 500 * time.Millisecond, RequiredMinRx: 400 * time.Millisecond, DetectMult: 5}, 500 * time.Millisecond, 1200 * time.Millisecond},
+	} {
+		if errs := p.m.Sync([]bfd.Config{p.config(c.timers)}); len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		frrSees := func() bool {
+			peers, _ := p.frr.Peers()
+			return len(peers) == 1 && peers[0].Status == "up" && peers[0].RemoteTransmit == int(c.timers.DesiredMinTx.Milliseconds()) &&
+				peers[0].RemoteReceive == int(c.timers.RequiredMinRx.Milliseconds()) && peers[0].RemoteMult == int(c.timers.DetectMult)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for s := p.session(t); (s.TxInterval != c.tx || s.DetectionTime != c.detect || !frrSees()) && time.Now().Before(deadline); s = p.session(t) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		s := p.session(t)
+		peers, _ := p.frr.Peers()
+		if s.TxInterval != c.tx || s.DetectionTime != c.detect || !frrSees() {
+			t.Fatalf("%s: ours tx %s detection %s (want %s / %s); FRR %+v", c.name, s.TxInterval, s.DetectionTime, c.tx, c.detect, peers)
+		}
+		time.Sleep(2 * time.Second) // a while at the new rates
+		select {
+		case tr := <-events:
+			t.Fatalf("%s: state changed: %+v", c.name, tr)
+		default:
+		}
+		s = p.session(t)
+		if s.State != bfd.Up || s.LocalDisc != before.LocalDisc || s.RemoteDisc != before.RemoteDisc || s.Counters.Transitions != before.Counters.Transitions {
+			t.Fatalf("%s: session reset: before %+v, after %+v", c.name, before, s)
+		}
+		if peers, _ := p.frr.Peers(); len(peers) != 1 || peers[0].Status != "up" || peers[0].RemoteID != before.LocalDisc || peers[0].ID != before.RemoteDisc {
+			t.Fatalf("%s: FRR %+v", c.name, peers)
+		}
+	}
+}
+
 // Blocking the peer's packets brings our side Down with "control detection time expired"
 // within the detection time plus one transmit interval; unblocking brings it back Up.
 func TestPrivilegedBFDInteropFRRDetectsFailure(t *testing.T) {
@@ -202,6 +261,9 @@ func TestPrivilegedBFDInteropFRRDetectsFailure(t *testing.T) {
 			}
 			if tr.Diag != bfd.DiagTimeExpired || tr.Diag.String() != "control detection time expired" {
 				t.Errorf("diag %q", tr.Diag)
+			}
+			if n := p.session(t).Counters.Detections; n != 1 {
+				t.Errorf("%d detection events, want 1", n)
 			}
 
 			p.peer.MustRun(t, "nft", "delete table inet egt_block")
@@ -237,7 +299,9 @@ func TestPrivilegedBFDInteropFRRSeesOurAdminDown(t *testing.T) {
 	privileged.Require(t)
 	p := newPair(t, v4, bfd.DefaultTimers, 300, 300, true)
 	p.waitBoth(t, bfd.Up, "up", 10*time.Second)
-	p.m.Remove(p.key)
+	if errs := p.m.Sync(nil); len(errs) > 0 {
+		t.Fatal(errs)
+	}
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
 		peers, _ := p.frr.Peers()
@@ -280,19 +344,30 @@ func TestPrivilegedBFDInteropFRRDropsWrongTTLAndExportsMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(p.m.Collectors()...)
+	ttlDrops := func() float64 {
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				if mf.GetName() == "egressd_bfd_packets_dropped_total" && m.GetLabel()[0].GetValue() == "ttl" {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+		return -1
+	}
 	deadline := time.Now().Add(2 * time.Second)
-	for p.m.Dropped()["ttl"] == 0 && time.Now().Before(deadline) {
+	for ttlDrops() == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if p.m.Dropped()["ttl"] != 1 {
-		t.Fatalf("dropped %v, want one ttl drop", p.m.Dropped())
+	if n := ttlDrops(); n != 1 {
+		t.Fatalf("%v ttl drops, want 1", n)
 	}
 	if st := p.session(t).State; st != bfd.Up {
 		t.Fatalf("a TTL-64 Down packet changed the session to %s", st)
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(bfd.NewCollector(p.m))
 	want := fmt.Sprintf(`
 # HELP egressd_bfd_session_state 1 for the current state of each BFD session.
 # TYPE egressd_bfd_session_state gauge
@@ -300,14 +375,32 @@ egressd_bfd_session_state{interface="eth0",peer="%[1]s",state="AdminDown"} 0
 egressd_bfd_session_state{interface="eth0",peer="%[1]s",state="Down"} 0
 egressd_bfd_session_state{interface="eth0",peer="%[1]s",state="Init"} 0
 egressd_bfd_session_state{interface="eth0",peer="%[1]s",state="Up"} 1
+# HELP egressd_bfd_sessions BFD sessions in each state.
+# TYPE egressd_bfd_sessions gauge
+egressd_bfd_sessions{state="AdminDown"} 0
+egressd_bfd_sessions{state="Down"} 0
+egressd_bfd_sessions{state="Init"} 0
+egressd_bfd_sessions{state="Up"} 1
+# HELP egressd_bfd_detection_events_total Times a BFD session went Down because the peer fell silent for the detection time.
+# TYPE egressd_bfd_detection_events_total counter
+egressd_bfd_detection_events_total{interface="eth0",peer="%[1]s"} 0
 # HELP egressd_bfd_packets_dropped_total Received BFD packets discarded: malformed, wrong TTL, unknown session, or failing RFC 5880 checks.
 # TYPE egressd_bfd_packets_dropped_total counter
+egressd_bfd_packets_dropped_total{reason="auth"} 0
+egressd_bfd_packets_dropped_total{reason="detect_mult"} 0
+egressd_bfd_packets_dropped_total{reason="malformed"} 0
+egressd_bfd_packets_dropped_total{reason="multipoint"} 0
+egressd_bfd_packets_dropped_total{reason="my_discriminator"} 0
+egressd_bfd_packets_dropped_total{reason="no_session"} 0
 egressd_bfd_packets_dropped_total{reason="ttl"} 1
+egressd_bfd_packets_dropped_total{reason="version"} 0
+egressd_bfd_packets_dropped_total{reason="your_discriminator"} 0
 `, v4.theirs)
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "egressd_bfd_session_state", "egressd_bfd_packets_dropped_total"); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "egressd_bfd_session_state", "egressd_bfd_sessions",
+		"egressd_bfd_detection_events_total", "egressd_bfd_packets_dropped_total"); err != nil {
 		t.Error(err)
 	}
-	if n, err := testutil.GatherAndCount(reg, "egressd_bfd_packets_received_total", "egressd_bfd_detection_time_seconds"); err != nil || n != 2 {
+	if n, err := testutil.GatherAndCount(reg, "egressd_bfd_packets_received_total", "egressd_bfd_detection_time_seconds", "egressd_bfd_state_transitions_total"); err != nil || n != 3 {
 		t.Errorf("per-session counters: %d, %v", n, err)
 	}
 }

@@ -105,6 +105,8 @@ type Transition struct {
 // Counters of one session.
 type Counters struct {
 	PacketsSent, PacketsReceived, Transitions uint64
+	// Detections counts detection time expiries: the peer went silent while Init or Up.
+	Detections uint64
 }
 
 // session is the RFC 5880 state of one session; pure, driven by packets and the clock given to
@@ -211,11 +213,13 @@ func (s *session) startPoll() {
 	}
 }
 
-// reconfigure applies new timers to a live session.
+// reconfigure applies new timers to a live session, keeping its state and discriminators.
 func (s *session) reconfigure(t Timers) {
 	s.timers = t
 	if s.state == Up {
 		s.setDesiredMinTx(usec(t.DesiredMinTx))
+	} else { // the one-second floor of a session not Up still holds
+		s.setDesiredMinTx(max(usec(t.DesiredMinTx), usec(slowTx)))
 	}
 	s.setRequiredMinRx(usec(t.RequiredMinRx))
 }
@@ -301,6 +305,7 @@ func (s *session) expire(now time.Time) *Transition {
 	s.detectAt = time.Time{}
 	s.remoteDisc = 0 // RFC 5880 section 6.8.1
 	s.remoteState = Down
+	s.counters.Detections++
 	return s.setState(Down, DiagTimeExpired, now)
 }
 
@@ -356,21 +361,21 @@ func (s *session) next() time.Time {
 }
 
 // dropReason validates a decoded packet against RFC 5880 section 6.8.6, before demultiplexing.
-// It returns "" for a packet to process.
-func dropReason(p *layers.BFD) string {
+// It returns dropNone for a packet to process.
+func dropReason(p *layers.BFD) dropCause {
 	switch {
 	case p.Version != 1:
-		return "version"
+		return dropVersion
 	case p.AuthPresent:
-		return "auth" // no authentication is configured: the RFC says discard
+		return dropAuth // no authentication is configured: the RFC says discard
 	case p.DetectMultiplier == 0:
-		return "detect_mult"
+		return dropDetectMult
 	case p.Multipoint:
-		return "multipoint"
+		return dropMultipoint
 	case p.MyDiscriminator == 0:
-		return "my_discriminator"
+		return dropMyDisc
 	case p.YourDiscriminator == 0 && p.State != layers.BFDStateDown && p.State != layers.BFDStateAdminDown:
-		return "your_discriminator"
+		return dropYourDisc
 	}
-	return ""
+	return dropNone
 }

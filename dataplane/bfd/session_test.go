@@ -183,6 +183,27 @@ func TestDetectionTimeExpiry(t *testing.T) {
 	if s.expire(at.Add(2*time.Second)) != nil {
 		t.Error("expired twice")
 	}
+	if s.counters.Detections != 1 {
+		t.Errorf("%d detection events, want 1", s.counters.Detections)
+	}
+}
+
+// New timers on a session that is not Up apply at once, under the one-second floor of
+// RFC 5880 section 6.8.3, with no Poll Sequence (there is no peer to negotiate with).
+func TestReconfigureWhileDown(t *testing.T) {
+	s := sessionIn(Down)
+	s.reconfigure(Timers{DesiredMinTx: 2 * time.Second, RequiredMinRx: 500 * ms, DetectMult: 5})
+	p := s.packet(false)
+	if p.DesiredMinTxInterval != 2_000_000 || p.RequiredMinRxInterval != 500_000 || p.DetectMultiplier != 5 || p.Poll {
+		t.Fatalf("advertised tx %d rx %d mult %d poll %v", p.DesiredMinTxInterval, p.RequiredMinRxInterval, p.DetectMultiplier, p.Poll)
+	}
+	if s.txInterval() != 2*time.Second {
+		t.Errorf("tx interval %s, want 2s", s.txInterval())
+	}
+	s.reconfigure(Timers{DesiredMinTx: 100 * ms, RequiredMinRx: 100 * ms, DetectMult: 3})
+	if p := s.packet(false); p.DesiredMinTxInterval != 1_000_000 || s.txInterval() != time.Second {
+		t.Errorf("below the floor: advertised %d, tx %s; want 1s while Down", p.DesiredMinTxInterval, s.txInterval())
+	}
 }
 
 // An increased Desired Min TX is used only after the Final; a reduced Required Min RX is used
@@ -263,7 +284,7 @@ func TestAdminDownAnnouncesThenRemoves(t *testing.T) {
 
 func TestDropReasons(t *testing.T) {
 	good := pk{state: Up, your: 42}.bfd()
-	if r := dropReason(good); r != "" {
+	if r := dropReason(good); r != dropNone {
 		t.Fatalf("good packet dropped: %s", r)
 	}
 	for reason, mutate := range map[string]func(*layers.BFD){
@@ -276,7 +297,7 @@ func TestDropReasons(t *testing.T) {
 	} {
 		p := *good
 		mutate(&p)
-		if got := dropReason(&p); got != reason {
+		if got := dropReason(&p); got.String() != reason {
 			t.Errorf("%s: got %q", reason, got)
 		}
 	}

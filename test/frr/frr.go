@@ -130,6 +130,7 @@ type Peer struct {
 	ReceiveInterval  int    `json:"receive-interval"`
 	RemoteTransmit   int    `json:"remote-transmit-interval"`
 	RemoteReceive    int    `json:"remote-receive-interval"`
+	RemoteMult       int    `json:"remote-detect-multiplier"`
 }
 
 // Peers returns bfdd's sessions.

@@ -305,8 +305,8 @@ func TestPrivilegedLabGatewayRunsBFDD(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if err := m.Add(bfd.Config{Peer: gw.Fabric, Local: n.IPv4, Interface: "eth0"}); err != nil {
-		t.Fatal(err)
+	if errs := m.Sync([]bfd.Config{{Peer: gw.Fabric, Local: n.IPv4, Interface: "eth0"}}); len(errs) > 0 {
+		t.Fatal(errs)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
