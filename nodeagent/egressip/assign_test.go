@@ -145,10 +145,10 @@ func TestAssign(t *testing.T) {
 		eips:  []*ovnv1.EgressIP{eip("a", 0, ips("10.0.0.100"), "10.0.0.100@n3")},
 		want:  map[string]want{"a": {items: []string{"10.0.0.100@n1"}, changed: true}},
 	}, {
-		name:  "node gone from the cluster, or without its primary interface annotation: its IP moves",
-		nodes: []Node{n2.with(func(n *Node) { n.Primary = PrimaryIfAddr{} }), n3},
-		eips:  []*ovnv1.EgressIP{eip("a", 0, ips("10.0.0.100", "10.0.0.101"), "10.0.0.100@n1", "10.0.0.101@n2")},
-		want:  map[string]want{"a": {items: []string{"10.0.0.100@n3"}, changed: true, unassigned: []string{"10.0.0.101 NoMatchingNodeFound"}}},
+		name:   "node gone from the cluster, or without its primary interface annotation: its IP moves",
+		nodes:  []Node{n2.with(func(n *Node) { n.Primary = PrimaryIfAddr{} }), n3},
+		eips:   []*ovnv1.EgressIP{eip("a", 0, ips("10.0.0.100", "10.0.0.101"), "10.0.0.100@n1", "10.0.0.101@n2")},
+		want:   map[string]want{"a": {items: []string{"10.0.0.100@n3"}, changed: true, unassigned: []string{"10.0.0.101 NoMatchingNodeFound"}}},
 		events: []string{"Warning a UnassignedRequest: Not all egress IPs for EgressIP: a could be assigned, please tag more nodes"},
 	}, {
 		name:  "node returns: no rebalancing, nothing written",
@@ -232,10 +232,10 @@ func TestAssign(t *testing.T) {
 		},
 		events: []string{"Warning a UnassignedRequest: Not all egress IPs for EgressIP: a could be assigned, please tag more nodes"},
 	}, {
-		name:  "more IPs than nodes: one IP of an object per node",
-		nodes: []Node{n1, n2},
-		eips:  []*ovnv1.EgressIP{eip("a", 0, ips("10.0.0.100", "10.0.0.101", "10.0.0.102"))},
-		want:  map[string]want{"a": {items: []string{"10.0.0.100@n1", "10.0.0.101@n2"}, changed: true, unassigned: []string{"10.0.0.102 NoMatchingNodeFound"}}},
+		name:   "more IPs than nodes: one IP of an object per node",
+		nodes:  []Node{n1, n2},
+		eips:   []*ovnv1.EgressIP{eip("a", 0, ips("10.0.0.100", "10.0.0.101", "10.0.0.102"))},
+		want:   map[string]want{"a": {items: []string{"10.0.0.100@n1", "10.0.0.101@n2"}, changed: true, unassigned: []string{"10.0.0.102 NoMatchingNodeFound"}}},
 		events: []string{"Warning a UnassignedRequest: Not all egress IPs for EgressIP: a could be assigned, please tag more nodes"},
 	}, {
 		name:  "two IPs of one object on one node: both entries are invalid and placed again",
