@@ -17,7 +17,10 @@ import (
 type Plan struct {
 	// Assignments has one entry per EgressIP object, oldest object first.
 	Assignments []Assignment
-	// Events are to be recorded on the EgressIP objects, in order.
+	// Events are to be recorded on the EgressIP objects, in order. Like upstream, which emits
+	// them at every reconcile of an object, a run repeats them while the problem lasts: the
+	// caller records them when the object's assignment changed, or lets the event recorder's
+	// spam filter absorb the repeats.
 	Events []Event
 }
 
@@ -53,11 +56,13 @@ type Unassigned struct {
 //   - valid status entries are kept, so a new leader resumes without moves and a returning
 //     node gets nothing back (no rebalancing); invalid entries are removed, and in that run
 //     only the removed IPs are placed again (removals before additions);
-//   - an IP equal to a node address, or held by an older object, is not placed; an object
-//     with an unparsable IP is left as it is.
+//   - an IP equal to a node address, or held by another object (in a valid status entry, or
+//     else requested by an older object), is not placed; an object with an unparsable IP is
+//     left as it is.
 //
-// Objects are decided oldest first (creation time, then name), so the older of two objects
-// requesting the same free IP gets it.
+// nodes must be every node of the cluster: an egress IP must not equal the address of any,
+// assignable or not. Objects are decided oldest first (creation time, then name). The inputs
+// are not modified.
 func Assign(eips []*ovnv1.EgressIP, nodes []Node) Plan {
 	a := newAllocator(nodes)
 	objs := make([]*object, 0, len(eips))

@@ -81,8 +81,8 @@ func (p PrimaryIfAddr) Format() string {
 	return string(b)
 }
 
-// ParseHostCIDRs reads the host-cidrs annotation value.
-func ParseHostCIDRs(s string) ([]netip.Prefix, error) {
+// parseHostCIDRs reads the host-cidrs annotation value.
+func parseHostCIDRs(s string) ([]netip.Prefix, error) {
 	var list []string
 	if err := json.Unmarshal([]byte(s), &list); err != nil {
 		return nil, fmt.Errorf("failed to unmarshal annotation %s: %w", HostCIDRsAnnotation, err)
@@ -136,7 +136,7 @@ func NodeFromAPI(n *corev1.Node, reachable bool) (Node, error) {
 		errs = append(errs, err)
 	}
 	if v, ok := n.Annotations[HostCIDRsAnnotation]; ok {
-		c, err := ParseHostCIDRs(v)
+		c, err := parseHostCIDRs(v)
 		out.HostCIDRs = c
 		errs = append(errs, err)
 	}

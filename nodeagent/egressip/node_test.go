@@ -44,14 +44,14 @@ func TestPrimaryIfAddrRoundTrip(t *testing.T) {
 }
 
 func TestParseHostCIDRs(t *testing.T) {
-	got, err := ParseHostCIDRs(`["10.0.0.2/24","192.168.5.7/16","fd00::2/64"]`)
+	got, err := parseHostCIDRs(`["10.0.0.2/24","192.168.5.7/16","fd00::2/64"]`)
 	want := []netip.Prefix{netip.MustParsePrefix("10.0.0.2/24"), netip.MustParsePrefix("192.168.5.7/16"), netip.MustParsePrefix("fd00::2/64")}
 	if err != nil || !reflect.DeepEqual(got, want) {
-		t.Errorf("ParseHostCIDRs = %v, %v; want %v", got, err, want)
+		t.Errorf("parseHostCIDRs = %v, %v; want %v", got, err, want)
 	}
 	for _, bad := range []string{`["10.0.0.2"]`, `"10.0.0.2/24"`} {
-		if _, err := ParseHostCIDRs(bad); err == nil {
-			t.Errorf("ParseHostCIDRs(%s) accepted", bad)
+		if _, err := parseHostCIDRs(bad); err == nil {
+			t.Errorf("parseHostCIDRs(%s) accepted", bad)
 		}
 	}
 }
