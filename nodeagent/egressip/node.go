@@ -1,0 +1,196 @@
+package egressip
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Upstream's node label and annotation keys (SEMANTICS.md §0.2).
+const (
+	// AssignableLabel marks a node that may host egress IPs; its value is ignored.
+	AssignableLabel = "k8s.ovn.org/egress-assignable"
+	// PrimaryIfAddrAnnotation holds the node's primary interface address, see PrimaryIfAddr.
+	PrimaryIfAddrAnnotation = "k8s.ovn.org/node-primary-ifaddr"
+	// HostCIDRsAnnotation holds every host address of the node with its prefix length, as a
+	// JSON list of strings; egress IPs the node hosts are left out of it.
+	HostCIDRsAnnotation = "k8s.ovn.org/host-cidrs"
+)
+
+// PrimaryIfAddr is the node-primary-ifaddr annotation: the address and prefix length of the
+// node's primary interface per family (e.g. 10.0.0.2/24), unmasked as upstream writes it. Its
+// subnets are the primary network, which hosts egress IPs first.
+type PrimaryIfAddr struct {
+	V4, V6 netip.Prefix
+}
+
+// primaryIfAddrJSON is upstream's wire form, {"ipv4":"10.0.0.2/24","ipv6":"fd00::2/64"}.
+type primaryIfAddrJSON struct {
+	IPv4 string `json:"ipv4,omitempty"`
+	IPv6 string `json:"ipv6,omitempty"`
+}
+
+// ParsePrimaryIfAddr reads the annotation value. As upstream, a value without any address is an
+// error: such a node has no egress IP configuration and cannot host egress IPs.
+func ParsePrimaryIfAddr(s string) (PrimaryIfAddr, error) {
+	var raw primaryIfAddrJSON
+	if err := json.Unmarshal([]byte(s), &raw); err != nil {
+		return PrimaryIfAddr{}, fmt.Errorf("failed to unmarshal annotation %s: %w", PrimaryIfAddrAnnotation, err)
+	}
+	if raw.IPv4 == "" && raw.IPv6 == "" {
+		return PrimaryIfAddr{}, fmt.Errorf("annotation %s does not have any IP information set", PrimaryIfAddrAnnotation)
+	}
+	var p PrimaryIfAddr
+	var err error
+	if p.V4, err = parseFamilyPrefix(raw.IPv4, true); err != nil {
+		return PrimaryIfAddr{}, err
+	}
+	if p.V6, err = parseFamilyPrefix(raw.IPv6, false); err != nil {
+		return PrimaryIfAddr{}, err
+	}
+	return p, nil
+}
+
+func parseFamilyPrefix(s string, v4 bool) (netip.Prefix, error) {
+	if s == "" {
+		return netip.Prefix{}, nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("annotation %s: %w", PrimaryIfAddrAnnotation, err)
+	}
+	if p.Addr().Is4() != v4 {
+		return netip.Prefix{}, fmt.Errorf("annotation %s: %s is not an address of its family", PrimaryIfAddrAnnotation, s)
+	}
+	return p, nil
+}
+
+// Format is the annotation value the agent publishes on its own Node, in upstream's form.
+func (p PrimaryIfAddr) Format() string {
+	var raw primaryIfAddrJSON
+	if p.V4.IsValid() {
+		raw.IPv4 = p.V4.String()
+	}
+	if p.V6.IsValid() {
+		raw.IPv6 = p.V6.String()
+	}
+	b, _ := json.Marshal(raw) // a struct of two strings always marshals
+	return string(b)
+}
+
+// parseHostCIDRs reads the host-cidrs annotation value.
+func parseHostCIDRs(s string) ([]netip.Prefix, error) {
+	var list []string
+	if err := json.Unmarshal([]byte(s), &list); err != nil {
+		return nil, fmt.Errorf("failed to unmarshal annotation %s: %w", HostCIDRsAnnotation, err)
+	}
+	out := make([]netip.Prefix, 0, len(list))
+	for _, c := range list {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return nil, fmt.Errorf("annotation %s: %w", HostCIDRsAnnotation, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// Node is what the assignment needs to know of a node.
+type Node struct {
+	Name string
+	// Labeled is true when the node carries AssignableLabel.
+	Labeled bool
+	// Ready is the NodeReady condition.
+	Ready bool
+	// Reachable is the leader's latest health probe of the node's agent.
+	Reachable bool
+	// Primary is the node's primary interface; a node without it cannot host egress IPs.
+	Primary PrimaryIfAddr
+	// HostCIDRs are the node's host addresses with prefix lengths: the secondary networks
+	// that may host an egress IP, and addresses an egress IP must not equal.
+	HostCIDRs []netip.Prefix
+	// Addresses are further addresses of the node (its status addresses) an egress IP must
+	// not equal.
+	Addresses []netip.Addr
+}
+
+// NodeFromAPI reads a Node object; reachable comes from the leader's health probes. The Node
+// is usable even with an error: what could not be parsed is left empty (no primary
+// interface: the node hosts nothing; no host CIDRs: no secondary networks).
+func NodeFromAPI(n *corev1.Node, reachable bool) (Node, error) {
+	out := Node{Name: n.Name, Reachable: reachable}
+	_, out.Labeled = n.Labels[AssignableLabel]
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			out.Ready = c.Status == corev1.ConditionTrue
+			break
+		}
+	}
+	var errs []error
+	if v, ok := n.Annotations[PrimaryIfAddrAnnotation]; ok {
+		p, err := ParsePrimaryIfAddr(v)
+		out.Primary = p
+		errs = append(errs, err)
+	}
+	if v, ok := n.Annotations[HostCIDRsAnnotation]; ok {
+		c, err := parseHostCIDRs(v)
+		out.HostCIDRs = c
+		errs = append(errs, err)
+	}
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil {
+			out.Addresses = append(out.Addresses, ip.Unmap())
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return out, fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	return out, nil
+}
+
+// configured says whether the node has an egress IP configuration at all; upstream keeps such
+// nodes out of its allocator, so their status entries are invalid.
+func (n *Node) configured() bool {
+	return n.Primary.V4.IsValid() || n.Primary.V6.IsValid()
+}
+
+// assignable is upstream's test for a node that may take new egress IPs and keep old ones.
+func (n *Node) assignable() bool {
+	return n.configured() && n.Labeled && n.Ready && n.Reachable
+}
+
+// inPrimary says whether the primary network can host ip.
+func (n *Node) inPrimary(ip netip.Addr) bool {
+	return n.Primary.V4.IsValid() && n.Primary.V4.Contains(ip) ||
+		n.Primary.V6.IsValid() && n.Primary.V6.Contains(ip)
+}
+
+// secondaryNetwork is the longest host CIDR of the node, other than the primary interface's
+// and of a global unicast address, that contains ip (upstream's secondary host network).
+func (n *Node) secondaryNetwork(ip netip.Addr) (netip.Prefix, bool) {
+	var best netip.Prefix
+	for _, c := range n.HostCIDRs {
+		if c == n.Primary.V4 || c == n.Primary.V6 || !c.Addr().IsGlobalUnicast() || !c.Contains(ip) {
+			continue
+		}
+		if !best.IsValid() || c.Bits() > best.Bits() {
+			best = c
+		}
+	}
+	return best.Masked(), best.IsValid()
+}
+
+// canHost says whether some network of the node (primary first, then secondary) can host ip.
+func (n *Node) canHost(ip netip.Addr) bool {
+	if n.inPrimary(ip) {
+		return true
+	}
+	_, ok := n.secondaryNetwork(ip)
+	return ok
+}
