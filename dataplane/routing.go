@@ -2,7 +2,6 @@ package dataplane
 
 import (
 	"net/netip"
-	"time"
 )
 
 // RoutingState is egressd's policy routing: rules that select a table by firewall mark, and the
@@ -57,24 +56,4 @@ type Nexthop struct {
 	Device string
 	// BFD makes the member depend on the BFD session to Gateway (BFDPeer.Peer) being Up.
 	BFD bool
-}
-
-// Address is an egress address this node hosts: added with host prefix length (/32, /128
-// without DAD) to the interface whose network contains it, and announced with gratuitous ARP or
-// an unsolicited neighbour advertisement whenever it is added.
-type Address struct {
-	Origin Origin
-	Addr   netip.Addr
-	// Interface is the interface to add it to; empty means the one whose network contains it.
-	Interface string
-}
-
-// BFDPeer is a BFD session (RFC 5880/5881, single hop) to a next hop.
-type BFDPeer struct {
-	Origin    Origin
-	Peer      netip.Addr
-	Interface string
-	// MinTx, MinRx and Multiplier are the timers; zero means egressd's defaults.
-	MinTx, MinRx time.Duration
-	Multiplier   uint8
 }
