@@ -22,6 +22,7 @@ func Snapshot(objs ...runtime.Object) *watchers.Snapshot {
 	nodes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	efs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
 	qos := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
+	eips := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	svcs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
 	namespaces := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	slices := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
@@ -35,6 +36,8 @@ func Snapshot(objs ...runtime.Object) *watchers.Snapshot {
 			_ = efs.Add(o)
 		case *ovnv1.EgressQoS:
 			_ = qos.Add(o)
+		case *ovnv1.EgressIP:
+			_ = eips.Add(o)
 		case *corev1.Service:
 			_ = svcs.Add(o)
 		case *corev1.Namespace:
@@ -46,6 +49,7 @@ func Snapshot(objs ...runtime.Object) *watchers.Snapshot {
 	return &watchers.Snapshot{
 		Pods: corelisters.NewPodLister(pods), PodIndex: pods, Nodes: corelisters.NewNodeLister(nodes),
 		EgressFirewalls: ovnlisters.NewEgressFirewallLister(efs), EgressQoSes: ovnlisters.NewEgressQoSLister(qos),
-		Services: corelisters.NewServiceLister(svcs), Namespaces: corelisters.NewNamespaceLister(namespaces), EndpointSlices: discoverylisters.NewEndpointSliceLister(slices),
+		EgressIPs: ovnlisters.NewEgressIPLister(eips),
+		Services:  corelisters.NewServiceLister(svcs), Namespaces: corelisters.NewNamespaceLister(namespaces), EndpointSlices: discoverylisters.NewEndpointSliceLister(slices),
 	}
 }

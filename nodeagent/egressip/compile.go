@@ -1,0 +1,213 @@
+package egressip
+
+import (
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
+)
+
+// Part is what EgressIP adds to this node's state.
+type Part struct {
+	// Addresses are the egress IPs assigned to this node.
+	Addresses []dataplane.Address
+	// SNAT rewrites the source of pods (of any node) served by an object with an IP on this
+	// node to that IP, for destinations outside Exempt.
+	SNAT []SNAT
+	// Steer sends local pods' traffic to the egress nodes of their object.
+	Steer []Steer
+	// Guarded are every served pod's addresses, of the families its object has egress IPs of:
+	// their packets must never leave a node with that source to a destination outside Exempt.
+	Guarded []netip.Addr
+	// Exempt are the destinations EgressIP never applies to: the cluster networks and every
+	// node address (upstream: pod to node traffic keeps its node IP source).
+	Exempt []netip.Prefix
+	// Events are upstream's UndefinedRequest warnings for pods several objects select.
+	Events []Event
+}
+
+// SNAT is one served pod address and the egress IP it leaves with through this node.
+type SNAT struct {
+	Origin dataplane.Origin
+	Pod    netip.Addr
+	To     netip.Addr
+}
+
+// Steer sends one family of a local pod's traffic through the egress nodes Via (per-flow ECMP
+// when several).
+type Steer struct {
+	Origin dataplane.Origin // the EgressIP
+	Pod    dataplane.Origin
+	PodIP  netip.Addr
+	Via    []netip.Addr
+}
+
+// KindEgressIP is the kind of the elements EgressIP compiles.
+const KindEgressIP dataplane.Kind = "EgressIP"
+
+// Compiler compiles EgressIPs into this node's part, remembering which object serves each pod
+// so that the first claim holds across syncs.
+type Compiler struct {
+	serving map[string]string // pod namespace/name -> EgressIP
+}
+
+// egressNode is one status item with the node's primary address of the IP's family.
+type egressNode struct {
+	node string
+	ip   netip.Addr
+	via  netip.Addr
+}
+
+// Compile computes this node's part from the EgressIPs' status (the leader's assignment).
+func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
+	var part Part
+	eips, err := in.Snap.EgressIPs.List(labels.Everything())
+	if err != nil {
+		return part, err
+	}
+	nodes, err := in.Snap.Nodes.List(labels.Everything())
+	if err != nil {
+		return part, err
+	}
+	primary := map[string]PrimaryIfAddr{}
+	part.Exempt = append(part.Exempt, in.Networks...)
+	for _, n := range nodes {
+		if p, err := ParsePrimaryIfAddr(n.Annotations[PrimaryIfAddrAnnotation]); err == nil {
+			primary[n.Name] = p
+			for _, a := range []netip.Prefix{p.V4, p.V6} {
+				if a.IsValid() {
+					part.Exempt = append(part.Exempt, netip.PrefixFrom(a.Addr(), a.Addr().BitLen()))
+				}
+			}
+		}
+		for _, a := range cluster.HostAddresses(n) {
+			part.Exempt = append(part.Exempt, netip.PrefixFrom(a, a.BitLen()))
+		}
+	}
+	egress := map[string][]egressNode{}
+	for _, e := range eips {
+		for _, it := range e.Status.Items {
+			ip, err := netip.ParseAddr(it.EgressIP)
+			if err != nil {
+				continue
+			}
+			via := primary[it.Node].V4.Addr()
+			if ip.Is6() {
+				via = primary[it.Node].V6.Addr()
+			}
+			egress[e.Name] = append(egress[e.Name], egressNode{node: it.Node, ip: ip, via: via})
+			if it.Node == in.Node {
+				part.Addresses = append(part.Addresses, dataplane.Address{Origin: origin(e.Name), Addr: ip})
+			}
+		}
+	}
+	candidates, err := selectedPods(in, eips)
+	if err != nil {
+		return part, err
+	}
+	serving := map[string]string{}
+	for _, cp := range candidates {
+		name, events := Serving(cp.pod, cp.nsLabels, cp.eips, c.serving[cp.key])
+		part.Events = append(part.Events, events...)
+		if name == "" {
+			continue
+		}
+		serving[cp.key] = name
+		c.addPod(&part, in, cp.pod, name, egress[name])
+	}
+	c.serving = serving
+	return part, nil
+}
+
+// addPod adds what serving one pod by an object takes on this node.
+func (c *Compiler) addPod(part *Part, in *cluster.Input, pod *corev1.Pod, eip string, nodes []egressNode) {
+	local := pod.Spec.NodeName == in.Node
+	for _, pip := range pod.Status.PodIPs {
+		addr, err := netip.ParseAddr(pip.IP)
+		if err != nil {
+			continue
+		}
+		var here netip.Addr
+		var via []netip.Addr
+		for _, n := range nodes {
+			if n.ip.Is4() != addr.Is4() {
+				continue
+			}
+			if n.node == in.Node {
+				here = n.ip
+			} else if n.via.IsValid() {
+				via = append(via, n.via)
+			}
+		}
+		if !here.IsValid() && len(via) == 0 {
+			continue // no egress IP of this family: the normal path, as upstream
+		}
+		part.Guarded = append(part.Guarded, addr)
+		if here.IsValid() {
+			part.SNAT = append(part.SNAT, SNAT{Origin: origin(eip), Pod: addr, To: here})
+			continue // this node is an egress node of the object: its own pods leave here
+		}
+		if local {
+			slices.SortFunc(via, netip.Addr.Compare)
+			part.Steer = append(part.Steer, Steer{Origin: origin(eip), PodIP: addr, Via: via,
+				Pod: dataplane.Origin{Kind: cluster.KindPod, Namespace: pod.Namespace, Name: pod.Name}})
+		}
+	}
+}
+
+func origin(name string) dataplane.Origin { return dataplane.Origin{Kind: KindEgressIP, Name: name} }
+
+// candidate is a pod and the objects that select it.
+type candidate struct {
+	key      string
+	pod      *corev1.Pod
+	nsLabels map[string]string
+	eips     []*ovnv1.EgressIP
+}
+
+// selectedPods finds every pod of the cluster some assigned EgressIP selects: namespaces first,
+// then the pods of each selected namespace.
+func selectedPods(in *cluster.Input, eips []*ovnv1.EgressIP) ([]*candidate, error) {
+	namespaces, err := in.Snap.Namespaces.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	byKey := map[string]*candidate{}
+	var out []*candidate
+	for _, e := range eips {
+		if len(e.Status.Items) == 0 {
+			continue
+		}
+		nsSel, err1 := metav1.LabelSelectorAsSelector(&e.Spec.NamespaceSelector)
+		podSel, err2 := metav1.LabelSelectorAsSelector(&e.Spec.PodSelector)
+		if err1 != nil || err2 != nil {
+			continue // an invalid selector selects nothing
+		}
+		for _, ns := range namespaces {
+			if !nsSel.Matches(labels.Set(ns.Labels)) {
+				continue
+			}
+			pods, err := in.Snap.Pods.Pods(ns.Name).List(podSel)
+			if err != nil {
+				return nil, err
+			}
+			for _, p := range pods {
+				key := p.Namespace + "/" + p.Name
+				cp := byKey[key]
+				if cp == nil {
+					cp = &candidate{key: key, pod: p, nsLabels: ns.Labels}
+					byKey[key] = cp
+					out = append(out, cp)
+				}
+				cp.eips = append(cp.eips, e)
+			}
+		}
+	}
+	return out, nil
+}
