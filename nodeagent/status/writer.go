@@ -65,8 +65,8 @@ func (w *Writer) Run(ctx context.Context) {
 		case <-w.Changed:
 			r = last // entries already right are skipped
 		}
-		if err := w.publishHostCIDRs(ctx, r.hostCIDRs); err != nil {
-			w.Log.Error("publish host addresses", "node", w.Node, "annotation", cluster.HostCIDRsKey, "err", err)
+		if err := w.publishNodeAnnotations(ctx, r.hostCIDRs); err != nil {
+			w.Log.Error("publish node annotations", "node", w.Node, "err", err)
 		}
 		for origin, err := range r.objects {
 			if ctx.Err() != nil {

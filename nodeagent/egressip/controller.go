@@ -1,0 +1,161 @@
+package egressip
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/egressd/egressd/api/generated/clientset/versioned"
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/watchers"
+)
+
+// Reachability is the leader's view of which nodes' agents answer their health probes.
+type Reachability interface {
+	// Set replaces the probed nodes and their health endpoints.
+	Set(targets map[string]netip.AddrPort)
+	Reachable(node string) bool
+	// Changed signals a node becoming reachable or unreachable.
+	Changed() <-chan struct{}
+}
+
+// Controller is the leader's EgressIP controller: it probes the assignable nodes, places every
+// egress IP (Assign) and writes status.items, recording upstream's events.
+type Controller struct {
+	Client   versioned.Interface
+	Snapshot *watchers.Snapshot
+	// Changed signals API changes, status included (another leader's writes, node changes).
+	Changed <-chan struct{}
+	Probes  Reachability
+	// HealthPort is the port of every agent's health endpoint on its node's primary address.
+	HealthPort uint16
+	Recorder   record.EventRecorder
+	Log        *slog.Logger
+
+	// recorded are the events already recorded, so a lasting problem is reported once per
+	// leadership rather than at every reconcile.
+	recorded map[Event]bool
+}
+
+// Run reconciles after every change, probe result and every 30 s, until ctx ends.
+func (c *Controller) Run(ctx context.Context) {
+	c.recorded = map[Event]bool{}
+	tick := time.NewTicker(30 * time.Second)
+	defer tick.Stop()
+	for {
+		again := c.reconcile(ctx)
+		if again {
+			continue // removals were written; place the additions now
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-c.Changed:
+		case <-c.Probes.Changed():
+		}
+	}
+}
+
+// reconcile runs one assignment and writes what changed; it reports whether another run must
+// follow at once (additions held back behind removals).
+func (c *Controller) reconcile(ctx context.Context) bool {
+	eips, err := c.Snapshot.EgressIPs.List(labels.Everything())
+	if err != nil {
+		return false
+	}
+	apiNodes, err := c.Snapshot.Nodes.List(labels.Everything())
+	if err != nil {
+		return false
+	}
+	targets := map[string]netip.AddrPort{}
+	nodes := make([]Node, 0, len(apiNodes))
+	for _, n := range apiNodes {
+		node, err := NodeFromAPI(n, c.Probes.Reachable(n.Name))
+		if err != nil {
+			c.Log.Debug("node egress IP configuration", "node", n.Name, "err", err)
+		}
+		if node.Labeled {
+			if a := probeAddress(node.Primary); a.IsValid() {
+				targets[n.Name] = netip.AddrPortFrom(a, c.HealthPort)
+			}
+		}
+		nodes = append(nodes, node)
+	}
+	c.Probes.Set(targets)
+	plan := Assign(eips, nodes)
+	again := false
+	for _, a := range plan.Assignments {
+		if !a.Changed {
+			continue
+		}
+		if err := c.writeStatus(ctx, a.Name, a.Items); err != nil {
+			c.Log.Error("write EgressIP status", "object", "EgressIP "+a.Name, "err", err)
+			continue
+		}
+		c.Log.Info("egress IPs assigned", "object", "EgressIP "+a.Name, "items", a.Items)
+		again = again || a.Pending
+	}
+	for _, e := range plan.Events {
+		if c.recorded[e] {
+			continue
+		}
+		c.recorded[e] = true
+		ref := &corev1.ObjectReference{Kind: "EgressIP", APIVersion: ovnv1.SchemeGroupVersion.String(), Name: e.EgressIP}
+		if obj := find(eips, e.EgressIP); obj != nil {
+			ref.UID, ref.ResourceVersion = obj.UID, obj.ResourceVersion
+		}
+		c.Recorder.Event(ref, e.Type, e.Reason, e.Message)
+	}
+	return again
+}
+
+// writeStatus replaces status.items (EgressIP has no status subresource: the main resource is
+// written, from a fresh read on conflict).
+func (c *Controller) writeStatus(ctx context.Context, name string, items []ovnv1.EgressIPStatusItem) error {
+	if items == nil {
+		items = []ovnv1.EgressIPStatusItem{}
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		e, err := c.Client.K8sOVNV1().EgressIPs().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if slices.Equal(e.Status.Items, items) {
+			return nil
+		}
+		e.Status.Items = items
+		_, err = c.Client.K8sOVNV1().EgressIPs().Update(ctx, e, metav1.UpdateOptions{FieldManager: "egressd-leader"})
+		if err != nil {
+			return fmt.Errorf("update: %w", err)
+		}
+		return nil
+	})
+}
+
+// probeAddress is the address the leader probes a node's agent on: its primary IPv4 address,
+// else its primary IPv6 address.
+func probeAddress(p PrimaryIfAddr) netip.Addr {
+	if p.V4.IsValid() {
+		return p.V4.Addr()
+	}
+	return p.V6.Addr()
+}
+
+func find(eips []*ovnv1.EgressIP, name string) *ovnv1.EgressIP {
+	for _, e := range eips {
+		if e.Name == name {
+			return e
+		}
+	}
+	return nil
+}
