@@ -1,0 +1,155 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/privileged"
+)
+
+const (
+	assignable = "k8s.ovn.org/egress-assignable"
+	eip4       = "172.18.0.200"
+	eip6       = "fc00:f853:ccd:e793::200"
+)
+
+// egressIPItems reads an EgressIP's status.items as "node=ip" strings, sorted.
+func egressIPItems(t *testing.T, l *lab.Lab, name string) []string {
+	t.Helper()
+	obj, err := l.Kube.Get(context.Background(), "k8s.ovn.org/v1", "EgressIP", "", name)
+	if err != nil {
+		return nil
+	}
+	items, _, _ := unstructuredSlice(obj.Object, "status", "items")
+	var out []string
+	for _, it := range items {
+		m, _ := it.(map[string]any)
+		out = append(out, fmt.Sprintf("%v=%v", m["node"], m["egressIP"]))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func waitItems(t *testing.T, l *lab.Lab, name string, want ...string) {
+	t.Helper()
+	slices.Sort(want)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got := egressIPItems(t, l, name)
+		if slices.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("EgressIP %s status.items %v, want %v", name, got, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// eventuallySource waits until the external server sees src as the source of p's connections
+// to dst, over TCP and UDP.
+func eventuallySource(t *testing.T, step string, p *lab.Pod, dst string, src netip.Addr) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tcp := p.TCP(dst, lab.ClientOptions{Timeout: quick})
+		udp := p.UDP(dst, lab.ClientOptions{Timeout: quick})
+		if tcp.Outcome == lab.OK && tcp.Seen.Src == src && udp.Outcome == lab.OK && udp.Seen.Src == src {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s/%s (%s CNI) -> %s: tcp %s, udp %s; want source %s", step, p.Namespace, p.Name, p.Node.CNI, dst, tcp, udp, src)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func labelNode(t *testing.T, l *lab.Lab, node string, value *string) {
+	t.Helper()
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{assignable: value}}})
+	if _, err := l.Client.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPrivilegedEgressIP: the external host sees the egress IP from selected pods on the egress
+// node and on other nodes (steered with the pod IP intact, SNATed on the egress node), IPv4 and
+// IPv6, routed and bridged CNI shapes; unselected pods and pod-to-node traffic keep the node IP;
+// pod-to-pod keeps the pod IP; the status as upstream writes it; a move when the egress node
+// loses its label, with no packet leaving with a pod IP.
+func TestPrivilegedEgressIP(t *testing.T) {
+	privileged.Require(t)
+	empty := ""
+	l := lab.New(t, lab.Options{Nodes: 3, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true,
+		NodeLabels: map[int]map[string]string{0: {assignable: empty}, 1: {assignable: empty}, 2: {assignable: empty}}})
+	ctx := context.Background()
+	web, err := l.AddExternal("web", lab.ExternalOptions{}, "203.0.113.10", "2001:db8::10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = web
+	ns := l.CP.Namespace(t)
+	patch := []byte(`{"metadata":{"labels":{"egress":"yes"}}}`)
+	if _, err := l.Client.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sel := map[string]string{"app": "eip"}
+	sel0 := addPod(t, l.Nodes[0], ns, "sel0", lab.PodOptions{Labels: sel})
+	sel1 := addPod(t, l.Nodes[1], ns, "sel1", lab.PodOptions{Labels: sel})
+	plain0 := addPod(t, l.Nodes[0], ns, "plain0", lab.PodOptions{Labels: map[string]string{"app": "other"}})
+	if err := sel1.Serve(8080); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Nodes[2].Serve(8080); err != nil {
+		t.Fatal(err)
+	}
+
+	applyYAML(t, l, "", fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
+kind: EgressIP
+metadata:
+  name: eip-%s
+spec:
+  egressIPs: [%q, %q]
+  namespaceSelector:
+    matchLabels: {egress: "yes"}
+  podSelector:
+    matchLabels: {app: eip}
+`, ns, eip4, eip6))
+	name := "eip-" + ns
+	t.Cleanup(func() { _ = l.Kube.Delete(context.Background(), "k8s.ovn.org/v1", "EgressIP", "", name) })
+	// Least loaded first, ties by name; one IP of an object per node.
+	n0, n1, n2 := l.Nodes[0], l.Nodes[1], l.Nodes[2]
+	waitItems(t, l, name, n0.Name+"="+eip4, n1.Name+"="+eip6)
+
+	v4, v6 := netip.MustParseAddr(eip4), netip.MustParseAddr(eip6)
+	web4, web6 := "203.0.113.10:80", "[2001:db8::10]:80"
+	eventuallySource(t, "egress node's own pod, IPv4", sel0, web4, v4)
+	eventuallySource(t, "pod steered to another node, IPv6", sel0, web6, v6)
+	eventuallySource(t, "pod steered from the bridged node, IPv4", sel1, web4, v4)
+	eventuallySource(t, "bridged egress node's own pod, IPv6", sel1, web6, v6)
+	eventuallySource(t, "unselected pod", plain0, web4, n0.IPv4)
+
+	// Pod to pod keeps the pod IP; pod to a node address keeps the node IP (as upstream).
+	if r := sel0.TCP(lab.HostPort(sel1.IPv4, 8080), lab.ClientOptions{Timeout: quick}); r.Outcome != lab.OK || r.Seen.Src != sel0.IPv4 {
+		t.Errorf("pod to pod: %s, want source %s", r, sel0.IPv4)
+	}
+	if r := sel0.TCP(lab.HostPort(n2.IPv4, 8080), lab.ClientOptions{Timeout: quick}); r.Outcome != lab.OK || r.Seen.Src != n0.IPv4 {
+		t.Errorf("pod to a node address: %s, want source %s (its node)", r, n0.IPv4)
+	}
+
+	// The IPv4 egress node loses its label: the IP moves to the node without one, and the
+	// pods' traffic follows.
+	labelNode(t, l, n0.Name, nil)
+	waitItems(t, l, name, n2.Name+"="+eip4, n1.Name+"="+eip6)
+	eventuallySource(t, "after the move, from the old egress node", sel0, web4, v4)
+	eventuallySource(t, "after the move, from the bridged node", sel1, web4, v4)
+}
