@@ -38,6 +38,8 @@ type Addresses struct {
 }
 
 // New adopts the addresses stamped with protocol in the current network namespace as they are.
+// They count as unannounced: the previous agent may have stopped between adding one and
+// announcing it, so the first Apply that still wants one announces it again (never removing it).
 // Protocol 0 is refused: it is what every address added without a protocol carries.
 func New(protocol uint8) (*Addresses, error) {
 	if protocol == 0 {
@@ -49,6 +51,9 @@ func New(protocol uint8) (*Addresses, error) {
 		return nil, err
 	}
 	a.see(kernel)
+	for ip := range a.owned {
+		a.unannounced[ip] = true
+	}
 	return a, nil
 }
 

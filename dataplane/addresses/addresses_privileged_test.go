@@ -281,3 +281,71 @@ collect:
 		}
 	}
 }
+
+func TestPrivilegedErrorsRetryAndCleanup(t *testing.T) {
+	privileged.Require(t)
+	node, external := netns.New(t, "node"), netns.New(t, "ext")
+	netns.Veth(t, node, "eth0", external, "eth0")
+	node.Addr(t, "eth0", "192.0.2.1/24")
+	external.Addr(t, "eth0", "192.0.2.10/24")
+	external.MustRun(t, "sysctl", "-qw", "net.ipv4.conf.all.arp_accept=1", "net.ipv4.conf.eth0.arp_accept=1")
+	origin := func(name string) dataplane.Origin { return dataplane.Origin{Kind: "EgressIP", Name: name} }
+	down := netip.MustParseAddr("192.0.2.50")
+
+	node.MustRun(t, "ip", "link", "set", "eth0", "down")
+	var a *Addresses // one agent throughout
+	in(t, node, func(fresh *Addresses) error {
+		a = fresh
+		failed := a.Apply([]dataplane.Address{
+			{Origin: origin("nowhere"), Addr: netip.MustParseAddr("198.51.100.5")},
+			{Origin: origin("nodeip"), Addr: netip.MustParseAddr("192.0.2.1"), Interface: "eth0"},
+			{Origin: origin("noiface"), Addr: netip.MustParseAddr("192.0.2.60"), Interface: "nope"},
+			{Origin: origin("down"), Addr: down, Interface: "eth0"},
+		})
+		for _, want := range []struct{ name, err string }{
+			{"nowhere", "no UP interface"}, {"nodeip", "not added by egressd"}, {"noiface", `"nope"`}, {"down", "announce"},
+		} {
+			if err := failed[origin(want.name)]; err == nil || !strings.Contains(err.Error(), want.err) {
+				t.Errorf("%s: error %v, want one saying %q", want.name, err, want.err)
+			}
+		}
+		if len(failed) != 4 {
+			t.Errorf("errors %v, want 4", failed)
+		}
+		return nil
+	})
+	// The address is there but unannounced; once the link is up, the next Apply announces it.
+	if got := shown(t, node, down); len(got) != 1 {
+		t.Fatalf("%s on %v, want on eth0", down, got)
+	}
+	node.MustRun(t, "ip", "link", "set", "eth0", "up")
+	if err := node.Do(func() error {
+		if failed := a.Apply([]dataplane.Address{{Origin: origin("down"), Addr: down, Interface: "eth0"}}); len(failed) != 0 {
+			return fmt.Errorf("apply after failed announcement: %v", failed)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Announce on demand (after a link flap, say) works on what is there.
+	waitNeigh(t, external, down, mac(t, node, "eth0"))
+	if err := node.Do(func() error { return a.Announce(down) }); err != nil {
+		t.Fatal(err)
+	}
+
+	err := node.Do(func() error {
+		if Cleanup(0) == nil {
+			return fmt.Errorf("Cleanup(0) accepted")
+		}
+		return Cleanup(DefaultProtocol)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := shown(t, node, down); len(got) != 0 {
+		t.Errorf("%s survived Cleanup: %v", down, got)
+	}
+	if got := shown(t, node, netip.MustParseAddr("192.0.2.1")); len(got) != 1 {
+		t.Errorf("the node's own address went with Cleanup")
+	}
+}
