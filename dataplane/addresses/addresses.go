@@ -94,7 +94,13 @@ func (a *Addresses) Apply(want []dataplane.Address) map[dataplane.Origin]error {
 	}
 	a.see(kernel)
 	var links *linkSet
-	placed := map[netip.Addr]int{}
+	// placed is where each address went in this Apply, and how that went: an address wanted by
+	// several objects (on the same interface) is done once and reported to each.
+	type outcome struct {
+		ifindex int
+		err     error
+	}
+	placed := map[netip.Addr]outcome{}
 	for _, w := range want {
 		ip := w.Addr.Unmap()
 		if err := valid(ip); err != nil {
@@ -112,14 +118,17 @@ func (a *Addresses) Apply(want []dataplane.Address) map[dataplane.Origin]error {
 			failed[w.Origin] = err
 			continue
 		}
-		if prev, ok := placed[ip]; ok {
-			if prev != ifindex {
-				failed[w.Origin] = fmt.Errorf("%s is wanted on two interfaces (%d and %d)", ip, prev, ifindex)
-			}
-			continue
+		prev, done := placed[ip]
+		switch {
+		case done && prev.ifindex != ifindex:
+			err = fmt.Errorf("%s is wanted on two interfaces (%d and %d)", ip, prev.ifindex, ifindex)
+		case done:
+			err = prev.err
+		default:
+			err = a.ensure(ip, ifindex, kernel)
+			placed[ip] = outcome{ifindex, err}
 		}
-		placed[ip] = ifindex
-		if err := a.ensure(ip, ifindex, kernel); err != nil {
+		if err != nil {
 			failed[w.Origin] = err
 		}
 	}

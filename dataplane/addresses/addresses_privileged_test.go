@@ -301,16 +301,17 @@ func TestPrivilegedErrorsRetryAndCleanup(t *testing.T) {
 			{Origin: origin("nodeip"), Addr: netip.MustParseAddr("192.0.2.1"), Interface: "eth0"},
 			{Origin: origin("noiface"), Addr: netip.MustParseAddr("192.0.2.60"), Interface: "nope"},
 			{Origin: origin("down"), Addr: down, Interface: "eth0"},
+			{Origin: origin("down-too"), Addr: down, Interface: "eth0"}, // same address, same outcome
 		})
 		for _, want := range []struct{ name, err string }{
-			{"nowhere", "no UP interface"}, {"nodeip", "not added by egressd"}, {"noiface", `"nope"`}, {"down", "announce"},
+			{"nowhere", "no UP interface"}, {"nodeip", "not added by egressd"}, {"noiface", `"nope"`}, {"down", "announce"}, {"down-too", "announce"},
 		} {
 			if err := failed[origin(want.name)]; err == nil || !strings.Contains(err.Error(), want.err) {
 				t.Errorf("%s: error %v, want one saying %q", want.name, err, want.err)
 			}
 		}
-		if len(failed) != 4 {
-			t.Errorf("errors %v, want 4", failed)
+		if len(failed) != 5 {
+			t.Errorf("errors %v, want 5", failed)
 		}
 		return nil
 	})
