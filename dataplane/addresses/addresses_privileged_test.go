@@ -146,8 +146,8 @@ func shown(t *testing.T, ns *netns.NS, ip netip.Addr) map[string]addrInfo {
 	return out
 }
 
-// protocols reads IFA_PROTO of ip's addresses from the kernel. iproute2 before 6.3 does not
-// print it; newer versions do, and then shown's Protocol is checked as well.
+// protocols reads IFA_PROTO of ip's addresses from the kernel. iproute2 6.1 (Debian 12) does not
+// print it; where a newer one does, shown's Protocol is checked as well.
 func protocols(t *testing.T, ns *netns.NS, ip netip.Addr) []uint8 {
 	t.Helper()
 	var out []uint8
