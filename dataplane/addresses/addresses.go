@@ -1,0 +1,257 @@
+// Package addresses hosts the egress addresses of this node: each is added with host prefix
+// length to an interface, stamped with egressd's address protocol (IFA_PROTO), and announced
+// with gratuitous ARP or an unsolicited neighbour advertisement so that the link learns its new
+// owner at once.
+//
+// The stamp is how egressd knows its own addresses after a restart: a new agent adopts them
+// without removing and re-adding (no traffic gap), and removes those the cluster no longer
+// assigns here (an address that moved to another node while this one was down must not keep
+// answering ARP: upstream OVN-Kubernetes bug #6553). Addresses with another protocol are never
+// touched.
+//
+// Everything works on the network namespace of the calling thread.
+package addresses
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+
+	"github.com/egressd/egressd/dataplane"
+)
+
+// DefaultProtocol is the IFA_PROTO egressd stamps on its addresses (unassigned in
+// /etc/iproute2/rt_addrprotos; upstream OVN-Kubernetes uses 85).
+const DefaultProtocol = 229
+
+// Addresses keeps the egress addresses of the node equal to the desired ones.
+type Addresses struct {
+	protocol uint8
+
+	mu sync.Mutex
+	// owned are the addresses stamped with protocol, as last seen or changed.
+	owned map[netip.Addr]bool
+	// unannounced were added but their announcement failed: retried on the next Apply.
+	unannounced map[netip.Addr]bool
+}
+
+// New adopts the addresses stamped with protocol in the current network namespace as they are.
+// They count as unannounced: the previous agent may have stopped between adding one and
+// announcing it, so the first Apply that still wants one announces it again (never removing it).
+// Protocol 0 is refused: it is what every address added without a protocol carries.
+func New(protocol uint8) (*Addresses, error) {
+	if protocol == 0 {
+		return nil, errors.New("address protocol 0 would claim every unstamped address")
+	}
+	a := &Addresses{protocol: protocol, owned: map[netip.Addr]bool{}, unannounced: map[netip.Addr]bool{}}
+	kernel, err := dump()
+	if err != nil {
+		return nil, err
+	}
+	a.see(kernel)
+	for ip := range a.owned {
+		a.unannounced[ip] = true
+	}
+	return a, nil
+}
+
+// see records the stamped addresses of a kernel listing.
+func (a *Addresses) see(kernel []kaddr) {
+	clear(a.owned)
+	for _, k := range kernel {
+		if k.proto == a.protocol {
+			a.owned[k.prefix.Addr()] = true
+		}
+	}
+}
+
+// Owns says whether ip is one of egressd's addresses (as of the last New, Apply, Prune): the
+// node's published host addresses (k8s.ovn.org/host-cidrs) must leave them out, or an egress
+// IP would count as the node's own and follow no assignment.
+func (a *Addresses) Owns(ip netip.Addr) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.owned[ip.Unmap()]
+}
+
+// Apply adds every wanted address that is missing, on its interface (Address.Interface, or
+// else the UP interface whose network contains it, by longest prefix), and announces it. An
+// address already there is left alone, except that a failed announcement is retried. An
+// address on another interface than wanted is added on the new one, announced, then removed
+// from the old. Nothing unwanted is removed: that is Prune. Returns the error per Origin.
+func (a *Addresses) Apply(want []dataplane.Address) map[dataplane.Origin]error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	failed := map[dataplane.Origin]error{}
+	kernel, err := dump()
+	if err != nil {
+		for _, w := range want {
+			failed[w.Origin] = err
+		}
+		return failed
+	}
+	a.see(kernel)
+	var links *linkSet
+	// placed is where each address went in this Apply, and how that went: an address wanted by
+	// several objects (on the same interface) is done once and reported to each.
+	type outcome struct {
+		ifindex int
+		err     error
+	}
+	placed := map[netip.Addr]outcome{}
+	for _, w := range want {
+		ip := w.Addr.Unmap()
+		if err := valid(ip); err != nil {
+			failed[w.Origin] = err
+			continue
+		}
+		if w.Interface == "" && links == nil {
+			if links, err = readLinks(); err != nil {
+				failed[w.Origin] = err
+				continue
+			}
+		}
+		ifindex, err := a.place(w.Interface, ip, kernel, links)
+		if err != nil {
+			failed[w.Origin] = err
+			continue
+		}
+		prev, done := placed[ip]
+		switch {
+		case done && prev.ifindex != ifindex:
+			err = fmt.Errorf("%s is wanted on two interfaces (%d and %d)", ip, prev.ifindex, ifindex)
+		case done:
+			err = prev.err
+		default:
+			err = a.ensure(ip, ifindex, kernel)
+			placed[ip] = outcome{ifindex, err}
+		}
+		if err != nil {
+			failed[w.Origin] = err
+		}
+	}
+	return failed
+}
+
+// valid refuses what cannot be an egress address.
+func valid(ip netip.Addr) error {
+	if !ip.IsValid() || !ip.IsGlobalUnicast() || ip.Zone() != "" {
+		return fmt.Errorf("%v is not a global unicast address", ip)
+	}
+	return nil
+}
+
+// ensure makes ip present, stamped, on ifindex only, announcing it when it was added there.
+func (a *Addresses) ensure(ip netip.Addr, ifindex int, kernel []kaddr) error {
+	present := false
+	var elsewhere []kaddr
+	for _, k := range kernel {
+		if k.prefix.Addr() != ip {
+			continue
+		}
+		switch {
+		case k.proto != a.protocol:
+			return fmt.Errorf("%s is already an address of interface %d, not added by egressd (protocol %d)", k.prefix, k.ifindex, k.proto)
+		case k.ifindex == ifindex:
+			present = true
+		default:
+			elsewhere = append(elsewhere, k)
+		}
+	}
+	if !present {
+		if err := add(ip, ifindex, a.protocol); err != nil {
+			return fmt.Errorf("add %s to interface %d: %w", ip, ifindex, err)
+		}
+		a.owned[ip] = true
+		a.unannounced[ip] = true
+	}
+	if a.unannounced[ip] {
+		if err := announceOn(ifindex, ip); err != nil {
+			return err
+		}
+		delete(a.unannounced, ip)
+	}
+	var errs []error
+	for _, k := range elsewhere {
+		if err := del(k); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s from interface %d after moving it to %d: %w", k.prefix, k.ifindex, ifindex, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// announceOn announces ip on interface ifindex.
+func announceOn(ifindex int, ip netip.Addr) error {
+	ifi, err := net.InterfaceByIndex(ifindex)
+	if err != nil {
+		return fmt.Errorf("announce %s: interface %d: %w", ip, ifindex, err)
+	}
+	return announce(ifi, ip)
+}
+
+// Announce announces ip again on the interface that holds it (after a link came back up, or when
+// a neighbour may have missed the first announcement). ip must be one of egressd's addresses.
+func (a *Addresses) Announce(ip netip.Addr) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ip = ip.Unmap()
+	kernel, err := dump()
+	if err != nil {
+		return err
+	}
+	a.see(kernel)
+	for _, k := range kernel {
+		if k.prefix.Addr() == ip && k.proto == a.protocol {
+			if err := announceOn(k.ifindex, ip); err != nil {
+				a.unannounced[ip] = true
+				return err
+			}
+			delete(a.unannounced, ip)
+			return nil
+		}
+	}
+	return fmt.Errorf("%s is not an egressd address on this node", ip)
+}
+
+// Prune removes every address stamped with egressd's protocol whose IP is not wanted. Called at
+// start-up too, before anything else is announced, so that an address assigned elsewhere while
+// the agent was down stops answering for it at once.
+func (a *Addresses) Prune(want []dataplane.Address) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	keep := map[netip.Addr]bool{}
+	for _, w := range want {
+		keep[w.Addr.Unmap()] = true
+	}
+	kernel, err := dump()
+	if err != nil {
+		return err
+	}
+	a.see(kernel)
+	var errs []error
+	for _, k := range kernel {
+		ip := k.prefix.Addr()
+		if k.proto != a.protocol || keep[ip] {
+			continue
+		}
+		if err := del(k); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s from interface %d: %w", k.prefix, k.ifindex, err))
+			continue
+		}
+		delete(a.owned, ip)
+		delete(a.unannounced, ip)
+	}
+	return errors.Join(errs...)
+}
+
+// Cleanup removes every address stamped with protocol from the current network namespace
+// (egressctl cleanup). Protocol 0 is refused, as for New.
+func Cleanup(protocol uint8) error {
+	a, err := New(protocol)
+	if err != nil {
+		return err
+	}
+	return a.Prune(nil)
+}
