@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/dataplane/addresses"
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/nft"
 	"github.com/egressd/egressd/dataplane/tcx"
@@ -94,6 +95,10 @@ func cleanup(pinRoot string, out io.Writer) error {
 		return fmt.Errorf("remove nftables table inet %s: %w", nft.TableName, err)
 	}
 	fmt.Fprintf(out, "removed nftables table inet %s\n", nft.TableName)
+	if err := addresses.Cleanup(addresses.DefaultProtocol); err != nil {
+		return fmt.Errorf("remove egress addresses (protocol %d): %w", addresses.DefaultProtocol, err)
+	}
+	fmt.Fprintf(out, "removed egress addresses stamped with protocol %d\n", addresses.DefaultProtocol)
 	if err := os.Remove(pinRoot); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove %s: %w", pinRoot, err)
 	}

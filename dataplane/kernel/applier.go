@@ -6,13 +6,16 @@
 //
 //  1. nftables: leak guards, SNAT and after-DNAT drops, before any route or mark that sends
 //     traffic through them (one transaction: its removals are atomic with its adds);
-//  2. classifier maps: pod entries, firewall and QoS tables, before the interfaces that run the
+//  2. addresses: the egress IPs this node hosts, announced when added;
+//  3. classifier maps: pod entries, firewall and QoS tables, before the interfaces that run the
 //     program are attached (a newly attached interface finds its pod's entries at once);
-//  3. attachment: the classifier on every pod-facing interface; interfaces that no longer face
-//     a pod are detached last.
+//  4. attachment: the classifier on every pod-facing interface; interfaces that no longer face
+//     a pod are detached last;
+//  5. removals of what the state no longer wants, in reverse: egress addresses assigned
+//     elsewhere now.
 //
-// Addresses, BFD peers and routing take their places as their facilities land: addresses and
-// BFD before routes, routes before the classifier marks that select them.
+// BFD peers and routing take their places as their facilities land: before the classifier
+// marks that select routes.
 package kernel
 
 import (
@@ -25,6 +28,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/dataplane/addresses"
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/nft"
 	"github.com/egressd/egressd/dataplane/tcx"
@@ -34,6 +38,7 @@ import (
 type Applier struct {
 	classifier *classifier.Classifier
 	attacher   *tcx.Attacher
+	addresses  *addresses.Addresses
 	nft        *nft.Table
 	changed    chan struct{}
 	done       chan struct{}
@@ -58,7 +63,13 @@ func New(pinRoot string, o classifier.Options, log *slog.Logger) (*Applier, erro
 		c.Close()
 		return nil, err
 	}
-	d := &Applier{classifier: c, attacher: a, nft: t, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
+	owned, err := addresses.New(addresses.DefaultProtocol)
+	if err != nil {
+		a.Close()
+		c.Close()
+		return nil, err
+	}
+	d := &Applier{classifier: c, attacher: a, nft: t, addresses: owned, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
 	go func() {
 		if err := c.ServeACLLog(log); err != nil {
 			log.Error("ACL logging stopped", "err", err)
@@ -121,9 +132,14 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 		}
 	}
 	fail(d.nft.Apply(&s.Nftables))
+	fail(d.addresses.Apply(s.Addresses))
 	fail(d.classifier.Apply(&s.Classifier))
 	fail(d.attach(s.Classifier.Pods))
-	hosts, err := hostCIDRs(s.Classifier.ClusterNetworks)
+	// Removals, in reverse.
+	if err := d.addresses.Prune(s.Addresses); err != nil {
+		d.log.Error("remove egress addresses no longer assigned here", "err", err)
+	}
+	hosts, err := hostCIDRs(s.Classifier.ClusterNetworks, d.addresses.Owns)
 	if err != nil {
 		d.log.Error("read host addresses", "err", err)
 	}

@@ -10,8 +10,8 @@ import (
 
 // hostCIDRs are the global unicast addresses of the node, except those in the cluster networks
 // (pod gateways on a CNI bridge are not host addresses; upstream likewise leaves out its
-// management port).
-func hostCIDRs(cluster []netip.Prefix) ([]netip.Prefix, error) {
+// management port), and egressd's own egress addresses.
+func hostCIDRs(cluster []netip.Prefix, egress func(netip.Addr) bool) ([]netip.Prefix, error) {
 	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil, err
@@ -23,6 +23,9 @@ func hostCIDRs(cluster []netip.Prefix) ([]netip.Prefix, error) {
 			continue
 		}
 		ip = ip.Unmap()
+		if egress(ip) {
+			continue // egressd's own egress addresses are not the node's
+		}
 		if !ip.IsGlobalUnicast() || slices.ContainsFunc(cluster, func(p netip.Prefix) bool { return p.Contains(ip) }) {
 			continue
 		}
