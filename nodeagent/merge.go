@@ -5,6 +5,7 @@ import (
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/egressfirewall"
+	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/nodeagent/egressqos"
 )
 
@@ -13,12 +14,13 @@ type parts struct {
 	pods     []dataplane.Pod
 	firewall egressfirewall.Part
 	qos      egressqos.Part
+	egressIP egressip.Part
 }
 
 // merge combines the parts into the node's desired state. It owns what crosses features: a
 // pod's entry carries what every feature wants of it. It also returns the objects the state was
 // compiled from that get a status entry, with their compile errors.
-func merge(networks []netip.Prefix, p *parts) (dataplane.State, map[dataplane.Origin]error) {
+func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (dataplane.State, map[dataplane.Origin]error) {
 	objects := map[dataplane.Origin]error{}
 	s := dataplane.State{Classifier: dataplane.ClassifierState{
 		ClusterNetworks: networks,
@@ -40,5 +42,8 @@ func merge(networks []netip.Prefix, p *parts) (dataplane.State, map[dataplane.Or
 	for _, q := range p.qos.QoS {
 		objects[q.Origin] = q.Err
 	}
+	s.Addresses = p.egressIP.Addresses
+	slots := st.plan(p.egressIP.Steer, mask)
+	s.Routing = steeringRoutes(p.egressIP.Steer, slots, mask)
 	return s, objects
 }

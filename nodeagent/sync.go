@@ -5,14 +5,21 @@ package nodeagent
 
 import (
 	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
 	"log/slog"
 	"net/netip"
 	"sync/atomic"
 	"time"
 
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/egressfirewall"
+	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/nodeagent/egressqos"
 	"github.com/egressd/egressd/watchers"
 )
@@ -55,8 +62,16 @@ type SyncLoop struct {
 	// Resync re-applies the state periodically, repairing drift made behind egressd's back.
 	Resync time.Duration
 
+	// MarkMask are the skb->mark bits egressd may use (DefaultMarkMask when 0).
+	MarkMask uint32
+	// Recorder, when set, records the compile steps' events (EgressIP's UndefinedRequest).
+	Recorder EventRecorder
+
 	synced    atomic.Bool
 	firewalls egressfirewall.Compiler
+	egressIPs egressip.Compiler
+	steering  steering
+	recorded  map[egressip.Event]bool
 	// parts are the last parts each feature compiled; a feature whose compile fails keeps its
 	// previous part (fail closed: never an empty part because a lister failed).
 	parts parts
@@ -160,8 +175,20 @@ func (l *SyncLoop) sync(ctx context.Context) {
 		}
 		return err
 	})
+	l.compile("egressip", func() error {
+		p, err := l.egressIPs.Compile(in)
+		if err == nil {
+			l.parts.egressIP = p
+		}
+		return err
+	})
+	l.recordEvents(l.parts.egressIP.Events)
 	l.DNS.Want(l.parts.firewall.DNSNames)
-	state, objects := merge(l.ClusterNetworks, &l.parts)
+	mask := l.MarkMask
+	if mask == 0 {
+		mask = DefaultMarkMask
+	}
+	state, objects := merge(l.ClusterNetworks, &l.parts, &l.steering, mask)
 
 	start := time.Now()
 	res := l.Applier.Apply(ctx, &state)
@@ -212,4 +239,27 @@ func (l *SyncLoop) logFailures(failed map[dataplane.Origin]error) {
 		}
 	}
 	l.failing = failing
+}
+
+// EventRecorder records an Event on an object (client-go's record.EventRecorder has this).
+type EventRecorder interface {
+	Event(object runtime.Object, eventtype, reason, message string)
+}
+
+// recordEvents records the compile steps' events that were not recorded before: a lasting
+// condition is reported once, not at every sync.
+func (l *SyncLoop) recordEvents(events []egressip.Event) {
+	if l.Recorder == nil {
+		return
+	}
+	seen := map[egressip.Event]bool{}
+	for _, e := range events {
+		seen[e] = true
+		if l.recorded[e] {
+			continue
+		}
+		ref := &corev1.ObjectReference{Kind: "EgressIP", APIVersion: ovnv1.SchemeGroupVersion.String(), Name: e.EgressIP}
+		l.Recorder.Event(ref, e.Type, e.Reason, e.Message)
+	}
+	l.recorded = seen
 }

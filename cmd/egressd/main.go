@@ -120,6 +120,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	statusWriter := &status.Writer{Node: cfg.nodeName, Client: egress, Kube: kube, Snapshot: w.Snapshot(), Recorder: recorder,
 		Changed: w.Subscribe(true), Log: log.With("component", "status")}
 	loop.Status = statusWriter
+	loop.Recorder = recorder
 	aggregator := &status.Aggregator{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true), Log: log.With("component", "status-aggregator")}
 
 	servers, err := serve(cfg, metrics, loop, log)

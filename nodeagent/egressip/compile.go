@@ -28,7 +28,7 @@ type Part struct {
 	// Exempt are the destinations EgressIP never applies to: the cluster networks and every
 	// node address (upstream: pod to node traffic keeps its node IP source).
 	Exempt []netip.Prefix
-	// Events are upstream's UndefinedRequest warnings for pods several objects select.
+	// Events are upstream's UndefinedRequest warnings for local pods several objects select.
 	Events []Event
 }
 
@@ -114,7 +114,9 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 	serving := map[string]string{}
 	for _, cp := range candidates {
 		name, events := Serving(cp.pod, cp.nsLabels, cp.eips, c.serving[cp.key])
-		part.Events = append(part.Events, events...)
+		if cp.pod.Spec.NodeName == in.Node { // each pod's agent reports it, once
+			part.Events = append(part.Events, events...)
+		}
 		if name == "" {
 			continue
 		}

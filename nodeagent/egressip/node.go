@@ -7,6 +7,8 @@ import (
 	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/egressd/egressd/nodeagent/cluster"
 )
 
 // Upstream's node label and annotation keys (SEMANTICS.md §0.2).
@@ -15,9 +17,6 @@ const (
 	AssignableLabel = "k8s.ovn.org/egress-assignable"
 	// PrimaryIfAddrAnnotation holds the node's primary interface address, see PrimaryIfAddr.
 	PrimaryIfAddrAnnotation = "k8s.ovn.org/node-primary-ifaddr"
-	// HostCIDRsAnnotation holds every host address of the node with its prefix length, as a
-	// JSON list of strings; egress IPs the node hosts are left out of it.
-	HostCIDRsAnnotation = "k8s.ovn.org/host-cidrs"
 )
 
 // PrimaryIfAddr is the node-primary-ifaddr annotation: the address and prefix length of the
@@ -85,13 +84,13 @@ func (p PrimaryIfAddr) Format() string {
 func parseHostCIDRs(s string) ([]netip.Prefix, error) {
 	var list []string
 	if err := json.Unmarshal([]byte(s), &list); err != nil {
-		return nil, fmt.Errorf("failed to unmarshal annotation %s: %w", HostCIDRsAnnotation, err)
+		return nil, fmt.Errorf("failed to unmarshal annotation %s: %w", cluster.HostCIDRsKey, err)
 	}
 	out := make([]netip.Prefix, 0, len(list))
 	for _, c := range list {
 		p, err := netip.ParsePrefix(c)
 		if err != nil {
-			return nil, fmt.Errorf("annotation %s: %w", HostCIDRsAnnotation, err)
+			return nil, fmt.Errorf("annotation %s: %w", cluster.HostCIDRsKey, err)
 		}
 		out = append(out, p)
 	}
@@ -135,7 +134,7 @@ func NodeFromAPI(n *corev1.Node, reachable bool) (Node, error) {
 		out.Primary = p
 		errs = append(errs, err)
 	}
-	if v, ok := n.Annotations[HostCIDRsAnnotation]; ok {
+	if v, ok := n.Annotations[cluster.HostCIDRsKey]; ok {
 		c, err := parseHostCIDRs(v)
 		out.HostCIDRs = c
 		errs = append(errs, err)

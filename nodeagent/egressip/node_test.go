@@ -1,6 +1,8 @@
 package egressip
 
 import (
+	"github.com/egressd/egressd/nodeagent/cluster"
+
 	"net/netip"
 	"reflect"
 	"strings"
@@ -61,7 +63,7 @@ func TestNodeFromAPI(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{AssignableLabel: ""},
 			Annotations: map[string]string{
 				PrimaryIfAddrAnnotation: `{"ipv4":"10.0.0.2/24"}`,
-				HostCIDRsAnnotation:     `["10.0.0.2/24","172.16.0.9/16"]`,
+				cluster.HostCIDRsKey:    `["10.0.0.2/24","172.16.0.9/16"]`,
 			}},
 		Status: corev1.NodeStatus{
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionTrue},
