@@ -49,4 +49,3 @@ func TestCompileSelectsPods(t *testing.T) {
 		t.Errorf("rules %+v", r)
 	}
 }
-
