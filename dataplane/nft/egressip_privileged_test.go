@@ -210,6 +210,14 @@ func TestPrivilegedEgressIPTraffic(t *testing.T) {
 	if d := table.LeakDrops(); d.Misrouted.Packets != 1 || d.Unsteered.Packets != 2 {
 		t.Errorf("leak drops %+v, want 1 misrouted and 2 unsteered", d)
 	}
+	// The table deleted behind egressd's back and repaired: the counts do not go back.
+	node.MustRun(t, "nft", "delete", "table", "inet", "egressd")
+	if err := node.Do(func() error { return errFailed(table.Apply(state)) }); err != nil {
+		t.Fatal(err)
+	}
+	if c, d := table.EgressIPCounters(), table.LeakDrops(); c[a("192.0.2.100")].Packets != 1 || d.Unsteered.Packets != 2 {
+		t.Errorf("after a repair, SNAT counters %+v and leak drops %+v went back", c, d)
+	}
 	if t.Failed() {
 		t.Log(node.MustRun(t, "nft", "list", "ruleset"))
 	}

@@ -39,8 +39,12 @@
 //     egressip_steer_nexthops4/6 of mark . route nexthop); otherwise, if it still carries its
 //     pod source, drops it, counted by the named counter egressip_misrouted.
 //
+// nft lists the guard's priority as 300 (srcnat + 200).
+//
 // The table is never deleted because the state is empty, only by Cleanup. If the table, a
-// chain or a set is deleted behind egressd's back, the next Apply writes the whole table again.
+// chain, a set or a counter is deleted behind egressd's back (the kernel's count of the
+// table's objects differs), the next Apply writes the whole table again; rules flushed from a
+// chain that still exists are not noticed.
 package nft
 
 import (
