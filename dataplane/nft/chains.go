@@ -136,7 +136,7 @@ func marked(mask uint32) []expr.Any {
 	return append(markBits(mask, 1), &expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)})
 }
 
-// ctBits matches ct status & bits != 0 (or == 0 with none).
+// ctStatus matches ct status & bits != 0 (or == 0 with none).
 func ctStatus(bits uint32, none bool) []expr.Any {
 	op := expr.CmpOpNeq
 	if none {
