@@ -11,6 +11,48 @@ type NftablesState struct {
 	// KeepBackendDenies are the namespaces whose EgressFirewall failed to compile: their
 	// elements stay as they were (fail closed).
 	KeepBackendDenies []string
+
+	// EgressIP. The classifier stamps the bits of SteerMask in skb->mark on the packets of
+	// local pods that leave through another node (their egress node); policy routing sends them
+	// there with the pod IP intact. Element keys are per family; a family's set may be empty.
+
+	// SteerMask are the skb->mark bits that steer a packet to another node (default
+	// 0x00ff0000). Reply packets get them cleared before routing, so that replies of
+	// connections initiated from outside (NodePort, LoadBalancer, direct) are never steered.
+	// Zero disables the rules that test the mark.
+	SteerMask uint32
+	// SNAT are the pods this node serves as egress node, local ones and those of other nodes
+	// whose packets arrive here: their packets leave with the egress IP, unless the destination
+	// is exempt. At most one per pod address (the first wins; later ones fail).
+	SNAT []SNAT
+	// Exempt are the destinations never SNATed to an egress IP nor guarded: the cluster
+	// networks (pods, services) and every node address, as prefixes.
+	Exempt []netip.Prefix
+	// Guarded are the addresses of every pod selected by an EgressIP, local or of other nodes:
+	// an unmarked packet from one of them to a non-exempt destination that still carries the
+	// pod address after every NAT is dropped rather than leaked.
+	Guarded []netip.Addr
+	// SteerNexthops are where a steered packet may leave towards: the egress node reached with
+	// its mark (the route's nexthop address). A steered packet leaving elsewhere with its pod
+	// source is dropped.
+	SteerNexthops []SteerNexthop
+	// SteerDevices are interfaces a steered packet may always leave through (egressd's tunnel to
+	// the egress nodes).
+	SteerDevices []string
+}
+
+// SNAT rewrites the source of a pod's packets to an egress IP of the same family.
+type SNAT struct {
+	Origin Origin // the EgressIP
+	Pod    netip.Addr
+	To     netip.Addr
+}
+
+// SteerNexthop allows packets carrying Mark (under SteerMask) to leave towards Nexthop, the
+// egress node's address as the route to it names it.
+type SteerNexthop struct {
+	Mark    uint32
+	Nexthop netip.Addr
 }
 
 // BackendDeny drops what a local pod sends, through a Service's DNAT, to one backend address,

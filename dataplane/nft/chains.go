@@ -1,0 +1,173 @@
+package nft
+
+import (
+	"slices"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// Regular chains (see the package comment).
+const (
+	serviceBackendsChain = "fw_service_backends"
+	egressIPPrerouting   = "egressip_prerouting"
+	egressIPSNAT         = "egressip_snat"
+	egressIPGuard        = "egressip_guard"
+	egressIPGuardSteered = "egressip_guard_steered"
+)
+
+// baseChain is a base chain and the regular chain it jumps to.
+type baseChain struct {
+	name   string
+	typ    nftables.ChainType
+	hook   *nftables.ChainHook
+	prio   nftables.ChainPriority
+	target string
+}
+
+// baseChains are the hooks egressd uses, at priorities relative to the standard ones (the
+// contract of the package comment).
+var baseChains = []baseChain{
+	{"prerouting_mangle", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, *nftables.ChainPriorityMangle, egressIPPrerouting},
+	{"forward_filter", nftables.ChainTypeFilter, nftables.ChainHookForward, *nftables.ChainPriorityFilter, serviceBackendsChain},
+	// Before the CNI's masquerade, which is at srcnat.
+	{"postrouting_srcnat", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, *nftables.ChainPriorityNATSource - 10, egressIPSNAT},
+	// After every NAT: the source address here is the one the packet leaves with.
+	{"postrouting_guard", nftables.ChainTypeFilter, nftables.ChainHookPostrouting, *nftables.ChainPriorityNATSource + 200, egressIPGuard},
+}
+
+// regularChains are the features' chains, in the order they are created.
+var regularChains = []string{serviceBackendsChain, egressIPPrerouting, egressIPSNAT, egressIPGuardSteered, egressIPGuard}
+
+// setDefs are every set and map of the table.
+var setDefs = slices.Concat(backendSets, egressIPSets)
+
+// objects are the named counters of the table.
+var objects = []string{leaksCounter, misroutedCounter}
+
+// tableSize is the number of chains, sets and objects the table holds (the kernel's "use" of
+// the table), to notice that something was deleted behind egressd's back.
+var tableSize = uint32(len(baseChains) + len(regularChains) + len(setDefs) + len(objects))
+
+// writeTable queues, on the connection's batch, the whole table with the sets' elements: the
+// table is deleted and added again in the same transaction, which succeeds whether or not it
+// existed.
+func writeTable(c *nftables.Conn, mask uint32, elems contents) error {
+	c.AddTable(table)
+	c.DelTable(table)
+	c.AddTable(table)
+	chains := map[string]*nftables.Chain{}
+	for _, name := range regularChains {
+		chains[name] = c.AddChain(&nftables.Chain{Name: name, Table: table})
+	}
+	accept := nftables.ChainPolicyAccept
+	for _, b := range baseChains {
+		prio := b.prio
+		chains[b.name] = c.AddChain(&nftables.Chain{Name: b.name, Table: table, Type: b.typ, Hooknum: b.hook,
+			Priority: &prio, Policy: &accept})
+	}
+	sets := map[string]*nftables.Set{}
+	for _, def := range setDefs {
+		s := *def // AddSet gives the set an ID for this transaction
+		if err := c.AddSet(&s, elems.elements(s.Name)); err != nil {
+			return err
+		}
+		sets[s.Name] = &s
+	}
+	for _, name := range objects {
+		c.AddObj(&nftables.CounterObj{Table: table, Name: name})
+	}
+	rules := map[string][][]expr.Any{serviceBackendsChain: backendRules(sets)}
+	for name, rs := range egressIPRules(mask, sets) {
+		rules[name] = rs
+	}
+	for _, b := range baseChains {
+		rules[b.name] = [][]expr.Any{{&expr.Verdict{Kind: expr.VerdictJump, Chain: b.target}}}
+	}
+	for name, rs := range rules {
+		for _, r := range rs {
+			c.AddRule(&nftables.Rule{Table: table, Chain: chains[name], Exprs: r})
+		}
+	}
+	return nil
+}
+
+// Expression helpers. Registers: 1 is a 16-byte register (enough for an IPv6 address);
+// concatenations use the 4-byte registers from 9 on, each field padded to 4 bytes.
+
+func nfproto(v4 bool) []expr.Any {
+	p := byte(unix.NFPROTO_IPV6)
+	if v4 {
+		p = unix.NFPROTO_IPV4
+	}
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}},
+	}
+}
+
+// addrField loads the source (or destination) address into reg.
+func addrField(v4, src bool, reg uint32) *expr.Payload {
+	off, n := uint32(24), uint32(16)
+	if src {
+		off = 8
+	}
+	if v4 {
+		off, n = 16, 4
+		if src {
+			off = 12
+		}
+	}
+	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n}
+}
+
+// markBits loads meta mark & mask into reg.
+func markBits(mask, reg uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: reg},
+		&expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(mask), Xor: make([]byte, 4)},
+	}
+}
+
+// marked matches packets with some of the mask's bits set.
+func marked(mask uint32) []expr.Any {
+	return append(markBits(mask, 1), &expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)})
+}
+
+// ctStatus matches ct status & bits != 0 (or == 0 with none).
+func ctStatus(bits uint32, none bool) []expr.Any {
+	op := expr.CmpOpNeq
+	if none {
+		op = expr.CmpOpEq
+	}
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(bits), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: op, Register: 1, Data: make([]byte, 4)},
+	}
+}
+
+// ctDirection matches the conntrack direction (IP_CT_DIR_ORIGINAL 0, IP_CT_DIR_REPLY 1).
+func ctDirection(dir byte) []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeyDIRECTION},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{dir}},
+	}
+}
+
+func lookup(s *nftables.Set, reg uint32, invert bool) *expr.Lookup {
+	return &expr.Lookup{SourceRegister: reg, SetName: s.Name, SetID: s.ID, Invert: invert}
+}
+
+// Status bits of a conntrack entry (include/uapi/linux/netfilter/nf_conntrack_common.h).
+const (
+	ctStatusSrcNAT = 0x10 // IPS_SRC_NAT
+	ctStatusDstNAT = 0x20 // IPS_DST_NAT
+)
+
+const (
+	ctDirOriginal = 0
+	ctDirReply    = 1
+)

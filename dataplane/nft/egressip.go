@@ -1,0 +1,221 @@
+package nft
+
+import (
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+
+	"github.com/egressd/egressd/dataplane"
+)
+
+// EgressIP's part of the table: SNAT to the egress IP on the egress node, the identity SNAT that
+// keeps the CNI's masquerade off steered packets, and the leak guard. Everything is a lookup in
+// a set or map, whatever the number of pods.
+
+const (
+	snat4Set          = "egressip_snat4"
+	snat6Set          = "egressip_snat6"
+	exempt4Set        = "egressip_exempt4"
+	exempt6Set        = "egressip_exempt6"
+	addrs4Set         = "egressip_addrs4"
+	addrs6Set         = "egressip_addrs6"
+	guarded4Set       = "egressip_guarded4"
+	guarded6Set       = "egressip_guarded6"
+	steerNexthops4Set = "egressip_steer_nexthops4"
+	steerNexthops6Set = "egressip_steer_nexthops6"
+	steerDevicesSet   = "egressip_steer_devices"
+
+	leaksCounter     = "egressip_leaks"
+	misroutedCounter = "egressip_misrouted"
+)
+
+var egressIPSets = []*nftables.Set{
+	{Table: table, Name: snat4Set, IsMap: true, KeyType: nftables.TypeIPAddr, DataType: nftables.TypeIPAddr},
+	{Table: table, Name: snat6Set, IsMap: true, KeyType: nftables.TypeIP6Addr, DataType: nftables.TypeIP6Addr},
+	{Table: table, Name: exempt4Set, Interval: true, KeyType: nftables.TypeIPAddr},
+	{Table: table, Name: exempt6Set, Interval: true, KeyType: nftables.TypeIP6Addr},
+	{Table: table, Name: addrs4Set, Counter: true, KeyType: nftables.TypeIPAddr},
+	{Table: table, Name: addrs6Set, Counter: true, KeyType: nftables.TypeIP6Addr},
+	{Table: table, Name: guarded4Set, KeyType: nftables.TypeIPAddr},
+	{Table: table, Name: guarded6Set, KeyType: nftables.TypeIP6Addr},
+	{Table: table, Name: steerNexthops4Set, Concatenation: true,
+		KeyType: nftables.MustConcatSetType(nftables.TypeMark, nftables.TypeIPAddr)},
+	{Table: table, Name: steerNexthops6Set, Concatenation: true,
+		KeyType: nftables.MustConcatSetType(nftables.TypeMark, nftables.TypeIP6Addr)},
+	// nft reads an ifname key in host byte order (only the listing depends on it).
+	{Table: table, Name: steerDevicesSet, KeyType: nftables.TypeIFName, KeyByteOrder: binaryutil.NativeEndian},
+}
+
+// family picks the IPv4 or IPv6 twin of a set.
+func family(a netip.Addr, v4, v6 string) string {
+	if a.Is4() {
+		return v4
+	}
+	return v6
+}
+
+// addEgressIP adds s's EgressIP elements to the wanted contents. Returns the SNATs that cannot
+// be programmed.
+func addEgressIP(c contents, s *dataplane.NftablesState) map[dataplane.Origin]error {
+	failed := map[dataplane.Origin]error{}
+	to := map[netip.Addr]netip.Addr{}
+	for _, n := range s.SNAT {
+		pod, eip := n.Pod.Unmap(), n.To.Unmap()
+		switch {
+		case !pod.IsValid() || !eip.IsValid() || pod.Is4() != eip.Is4():
+			failed[n.Origin] = fmt.Errorf("SNAT of %s to %s: not two addresses of one family", n.Pod, n.To)
+		case to[pod].IsValid() && to[pod] != eip:
+			failed[n.Origin] = fmt.Errorf("SNAT of %s to %s: already SNATed to %s", pod, eip, to[pod])
+		default:
+			to[pod] = eip
+			c.add(family(pod, snat4Set, snat6Set), string(pod.AsSlice()), string(eip.AsSlice()),
+				nftables.SetElement{Key: pod.AsSlice(), Val: eip.AsSlice()})
+			c.add(family(eip, addrs4Set, addrs6Set), string(eip.AsSlice()), "", nftables.SetElement{Key: eip.AsSlice()})
+		}
+	}
+	for _, r := range ranges(s.Exempt) {
+		name := family(r.from, exempt4Set, exempt6Set)
+		es := []nftables.SetElement{{Key: r.from.AsSlice()}}
+		end := ""
+		if next := r.to.Next(); next.IsValid() { // no end element: up to the last address
+			es = append(es, nftables.SetElement{Key: next.AsSlice(), IntervalEnd: true})
+			end = string(next.AsSlice())
+		}
+		c.add(name, string(r.from.AsSlice()), end, es...)
+	}
+	for _, a := range s.Guarded {
+		a = a.Unmap()
+		if a.IsValid() {
+			c.add(family(a, guarded4Set, guarded6Set), string(a.AsSlice()), "", nftables.SetElement{Key: a.AsSlice()})
+		}
+	}
+	for _, n := range s.SteerNexthops {
+		a := n.Nexthop.Unmap()
+		if a.IsValid() && n.Mark&s.SteerMask != 0 {
+			k := string(append(binary.NativeEndian.AppendUint32(nil, n.Mark&s.SteerMask), a.AsSlice()...))
+			c.add(family(a, steerNexthops4Set, steerNexthops6Set), k, "", nftables.SetElement{Key: []byte(k)})
+		}
+	}
+	for _, d := range s.SteerDevices {
+		if d != "" && len(d) < unix.IFNAMSIZ {
+			k := make([]byte, unix.IFNAMSIZ)
+			copy(k, d)
+			c.add(steerDevicesSet, string(k), "", nftables.SetElement{Key: k})
+		}
+	}
+	return failed
+}
+
+// addrRange is the inclusive range of addresses from..to.
+type addrRange struct{ from, to netip.Addr }
+
+// ranges merges prefixes into disjoint, non-adjacent ranges, as an interval set must hold
+// them, in order.
+func ranges(ps []netip.Prefix) []addrRange {
+	var rs []addrRange
+	for _, p := range ps {
+		if !p.IsValid() {
+			continue
+		}
+		p = netip.PrefixFrom(p.Addr().Unmap(), min(p.Bits(), p.Addr().Unmap().BitLen())).Masked()
+		rs = append(rs, addrRange{p.Addr(), lastAddr(p)})
+	}
+	slices.SortFunc(rs, func(a, b addrRange) int { return cmp.Or(a.from.Compare(b.from), a.to.Compare(b.to)) })
+	var out []addrRange
+	for _, r := range rs {
+		if n := len(out); n > 0 && out[n-1].from.Is4() == r.from.Is4() {
+			last := &out[n-1]
+			if next := last.to.Next(); !next.IsValid() || r.from.Compare(next) <= 0 {
+				if r.to.Compare(last.to) > 0 {
+					last.to = r.to
+				}
+				continue
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// egressIPRules are the rules of EgressIP's chains; mask 0 leaves out those testing the mark.
+func egressIPRules(mask uint32, sets map[string]*nftables.Set) map[string][][]expr.Any {
+	rules := map[string][][]expr.Any{}
+	add := func(chain string, parts ...[]expr.Any) { rules[chain] = append(rules[chain], slices.Concat(parts...)) }
+	one := func(es ...expr.Any) []expr.Any { return es }
+	ret := one(&expr.Verdict{Kind: expr.VerdictReturn})
+	count := func(name string) []expr.Any {
+		return one(&expr.Objref{Type: unix.NFT_OBJECT_COUNTER, Name: name}, &expr.Verdict{Kind: expr.VerdictDrop})
+	}
+	if mask != 0 {
+		// meta mark & mask != 0 ct direction reply meta mark set meta mark & ^mask
+		add(egressIPPrerouting, marked(mask), ctDirection(ctDirReply), markBits(^mask, 1),
+			one(&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1}))
+	}
+	pick := func(v4 bool, a, b string) *nftables.Set {
+		if v4 {
+			return sets[a]
+		}
+		return sets[b]
+	}
+	natFamily := func(v4 bool) uint32 {
+		if v4 {
+			return unix.NFPROTO_IPV4
+		}
+		return unix.NFPROTO_IPV6
+	}
+	both := []bool{true, false}
+	for _, v4 := range both {
+		// ip daddr != @egressip_exempt4 snat ip to ip saddr map @egressip_snat4
+		snat := pick(v4, snat4Set, snat6Set)
+		add(egressIPSNAT, nfproto(v4), one(addrField(v4, false, 1), lookup(pick(v4, exempt4Set, exempt6Set), 1, true),
+			addrField(v4, true, 1), &expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: snat.Name, SetID: snat.ID},
+			&expr.NAT{Type: expr.NATTypeSourceNAT, Family: natFamily(v4), RegAddrMin: 1}))
+	}
+	if mask != 0 {
+		// Identity SNAT of steered packets: a binding made here keeps the CNI's masquerade off.
+		for _, v4 := range both {
+			add(egressIPSNAT, marked(mask), nfproto(v4), one(addrField(v4, true, 1), &expr.NAT{Type: expr.NATTypeSourceNAT, Family: natFamily(v4), RegAddrMin: 1}))
+		}
+	}
+	// Replies are never judged (nor counted) by the guard.
+	add(egressIPGuard, ctDirection(ctDirReply), ret)
+	for _, v4 := range both {
+		// ct status snat ip saddr @egressip_addrs4: the element's counter counts the packet.
+		add(egressIPGuard, nfproto(v4), ctStatus(ctStatusSrcNAT, false), one(addrField(v4, true, 1), lookup(pick(v4, addrs4Set, addrs6Set), 1, false)))
+	}
+	if mask != 0 {
+		add(egressIPGuard, marked(mask), one(&expr.Verdict{Kind: expr.VerdictGoto, Chain: egressIPGuardSteered}))
+	}
+	for _, v4 := range both {
+		// ip saddr @egressip_guarded4 ip daddr != @egressip_exempt4 counter name egressip_leaks drop
+		add(egressIPGuard, nfproto(v4), one(addrField(v4, true, 1), lookup(pick(v4, guarded4Set, guarded6Set), 1, false),
+			addrField(v4, false, 1), lookup(pick(v4, exempt4Set, exempt6Set), 1, true)), count(leaksCounter))
+	}
+	if mask == 0 {
+		return rules
+	}
+	add(egressIPGuardSteered, one(&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1}, lookup(sets[steerDevicesSet], 1, false)), ret)
+	add(egressIPGuardSteered, nfproto(true), markBits(mask, 9), one(&expr.Rt{Register: 10, Key: expr.RtNexthop4}, lookup(sets[steerNexthops4Set], 9, false)), ret)
+	add(egressIPGuardSteered, nfproto(false), markBits(mask, 9), one(&expr.Rt{Register: 10, Key: expr.RtNexthop6}, lookup(sets[steerNexthops6Set], 9, false)), ret)
+	// Still with its pod source: no SNAT happened, or it is a guarded pod's address.
+	add(egressIPGuardSteered, ctStatus(ctStatusSrcNAT, true), count(misroutedCounter))
+	add(egressIPGuardSteered, nfproto(true), one(addrField(true, true, 1), lookup(sets[guarded4Set], 1, false)), count(misroutedCounter))
+	add(egressIPGuardSteered, nfproto(false), one(addrField(false, true, 1), lookup(sets[guarded6Set], 1, false)), count(misroutedCounter))
+	return rules
+}

@@ -1,0 +1,146 @@
+package nft
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+
+	"github.com/google/nftables"
+
+	"github.com/egressd/egressd/dataplane"
+)
+
+// element is one entry of a set: its kernel elements (an interval has two, its start and the
+// end marker) and what its content is, to tell a changed entry.
+type element struct {
+	data string
+	els  []nftables.SetElement
+}
+
+// contents are the entries of the sets, by set name and entry identity (the element key, or
+// an interval's start).
+type contents map[string]map[string]element
+
+func (c contents) add(set, id, data string, els ...nftables.SetElement) {
+	if c[set] == nil {
+		c[set] = map[string]element{}
+	}
+	c[set][id] = element{data: data, els: els}
+}
+
+// elements are the kernel elements of a set, in the order of their entries.
+func (c contents) elements(set string) []nftables.SetElement {
+	var out []nftables.SetElement
+	for _, id := range slices.Sorted(maps.Keys(c[set])) {
+		out = append(out, c[set][id].els...)
+	}
+	return out
+}
+
+// Apply makes the table hold s in one transaction, sending only the elements that changed; it
+// writes the whole table when it is new, when the steering mask changed, or when the table
+// lost a chain, set or counter behind egressd's back. An empty state leaves the table with
+// empty sets. The elements of an EgressFirewall that failed to compile stay as they were
+// (fail closed). Returns the error per object whose elements could not be written.
+func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	denies := t.wantDenies(s)
+	want := contents{}
+	addDenies(want, denies)
+	failed := addEgressIP(want, s)
+	intact := t.written != nil && t.mask == s.SteerMask && t.intact()
+	if intact && maps.EqualFunc(want, t.written, func(a, b map[string]element) bool {
+		return maps.EqualFunc(a, b, func(x, y element) bool { return x.data == y.data })
+	}) {
+		return orNil(failed)
+	}
+	t.readCounters()
+	var err error
+	if intact {
+		err = t.update(want)
+	}
+	rewrite := !intact || err != nil // a refused update: the table changed behind our back
+	if rewrite {
+		if err = writeTable(t.conn, s.SteerMask, want); err == nil {
+			err = t.conn.Flush()
+		}
+	}
+	if err != nil {
+		t.written = nil // unknown: written whole next time
+		err = fmt.Errorf("nftables table inet %s: %w", TableName, err)
+		for _, d := range denies {
+			o := d.Origin
+			o.Rule = 0
+			failed[o] = err
+		}
+		for _, n := range s.SNAT {
+			failed[n.Origin] = err
+		}
+		return failed
+	}
+	t.written, t.mask, t.denies = want, s.SteerMask, denies
+	t.relabel(rewrite)
+	return orNil(failed)
+}
+
+func orNil(m map[dataplane.Origin]error) map[dataplane.Origin]error {
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+// intact tells whether the table holds every chain, set and counter egressd wrote (the kernel
+// counts them in the table's use).
+func (t *Table) intact() bool {
+	got, err := t.conn.ListTableOfFamily(TableName, nftables.TableFamilyINet)
+	return err == nil && got.Use == tableSize
+}
+
+// update deletes and adds the changed entries in one transaction.
+func (t *Table) update(want contents) error {
+	for _, def := range setDefs {
+		var del, add []nftables.SetElement
+		for id, e := range t.written[def.Name] {
+			if w, ok := want[def.Name][id]; !ok || w.data != e.data {
+				del = append(del, e.els...)
+			}
+		}
+		for id, e := range want[def.Name] {
+			if w, ok := t.written[def.Name][id]; !ok || w.data != e.data {
+				add = append(add, e.els...)
+			}
+		}
+		if len(del) > 0 {
+			if err := t.conn.SetDeleteElements(def, del); err != nil {
+				return err
+			}
+		}
+		if len(add) > 0 {
+			if err := t.conn.SetAddElements(def, add); err != nil {
+				return err
+			}
+		}
+	}
+	return t.conn.Flush()
+}
+
+// relabel gives the counters the labels of what was just written.
+func (t *Table) relabel(rewrite bool) {
+	denies := map[string]dataplane.Origin{}
+	for k, d := range t.denies {
+		denies[k] = d.Origin
+	}
+	t.denyCounts.relabel(denies, rewrite)
+	addrs := map[string]netip.Addr{}
+	for _, name := range []string{addrs4Set, addrs6Set} {
+		for k := range t.written[name] {
+			a, _ := netip.AddrFromSlice([]byte(k))
+			addrs[k] = a
+		}
+	}
+	t.snatCounts.relabel(addrs, rewrite)
+	t.leakCounts.relabel(map[string]string{leaksCounter: leaksCounter, misroutedCounter: misroutedCounter}, rewrite)
+}
