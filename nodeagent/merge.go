@@ -45,5 +45,19 @@ func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (datapl
 	s.Addresses = p.egressIP.Addresses
 	slots := st.plan(p.egressIP.Steer, mask)
 	s.Routing = steeringRoutes(p.egressIP.Steer, slots, mask)
+	s.Nftables.SteerMask = mask
+	s.Nftables.SNAT = p.egressIP.SNAT
+	s.Nftables.Exempt = p.egressIP.Exempt
+	s.Nftables.Guarded = p.egressIP.Guarded
+	for _, t := range s.Routing.Tables {
+		for _, r := range t.Routes {
+			for _, nh := range r.Nexthops {
+				s.Nftables.SteerNexthops = append(s.Nftables.SteerNexthops, dataplane.SteerNexthop{Mark: mark(slots[t.Origin], mask), Nexthop: nh.Gateway})
+			}
+			if r.Via != nil {
+				s.Nftables.SteerNexthops = append(s.Nftables.SteerNexthops, dataplane.SteerNexthop{Mark: mark(slots[t.Origin], mask), Nexthop: r.Via.Gateway})
+			}
+		}
+	}
 	return s, objects
 }

@@ -19,7 +19,7 @@ type Part struct {
 	Addresses []dataplane.Address
 	// SNAT rewrites the source of pods (of any node) served by an object with an IP on this
 	// node to that IP, for destinations outside Exempt.
-	SNAT []SNAT
+	SNAT []dataplane.SNAT
 	// Steer sends local pods' traffic to the egress nodes of their object.
 	Steer []Steer
 	// Guarded are every served pod's addresses, of the families its object has egress IPs of:
@@ -30,13 +30,6 @@ type Part struct {
 	Exempt []netip.Prefix
 	// Events are upstream's UndefinedRequest warnings for local pods several objects select.
 	Events []Event
-}
-
-// SNAT is one served pod address and the egress IP it leaves with through this node.
-type SNAT struct {
-	Origin dataplane.Origin
-	Pod    netip.Addr
-	To     netip.Addr
 }
 
 // Steer sends one family of a local pod's traffic through the egress nodes Via (per-flow ECMP
@@ -152,7 +145,7 @@ func (c *Compiler) addPod(part *Part, in *cluster.Input, pod *corev1.Pod, eip st
 		}
 		part.Guarded = append(part.Guarded, addr)
 		if here.IsValid() {
-			part.SNAT = append(part.SNAT, SNAT{Origin: origin(eip), Pod: addr, To: here})
+			part.SNAT = append(part.SNAT, dataplane.SNAT{Origin: origin(eip), Pod: addr, To: here})
 			continue // this node is an egress node of the object: its own pods leave here
 		}
 		if local {

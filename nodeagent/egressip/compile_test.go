@@ -65,7 +65,8 @@ func TestCompileSteersAndSNATs(t *testing.T) {
 		t.Errorf("n1: steer %+v snat %+v addresses %+v, want only %+v", n1.Steer, n1.SNAT, n1.Addresses, wantSteer)
 	}
 	n2 := compileNode(t, &Compiler{}, "n2", objs...)
-	wantSNAT := []SNAT{{o, netip.MustParseAddr("10.244.1.5"), netip.MustParseAddr("192.0.2.100")}, {o, netip.MustParseAddr("10.244.2.5"), netip.MustParseAddr("192.0.2.100")}}
+	wantSNAT := []dataplane.SNAT{{Origin: o, Pod: netip.MustParseAddr("10.244.1.5"), To: netip.MustParseAddr("192.0.2.100")},
+		{Origin: o, Pod: netip.MustParseAddr("10.244.2.5"), To: netip.MustParseAddr("192.0.2.100")}}
 	if !sameElements(n2.SNAT, wantSNAT) || len(n2.Steer) != 0 {
 		t.Errorf("n2: snat %+v steer %+v, want snat %+v", n2.SNAT, n2.Steer, wantSNAT)
 	}
