@@ -455,6 +455,16 @@ func TestPrivilegedClassifierACLLog(t *testing.T) {
 			if failed := c.Apply(st); len(failed) > 0 {
 				t.Fatal(failed)
 			}
+			in, err := classifier.Inspect(fmt.Sprintf("/sys/fs/bpf/egressd-test-classifier-%d", os.Getpid()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer in.Close()
+			for dst, want := range map[string]bool{"203.0.113.1": true, "198.51.100.7": false} { // deny, allow
+				if tr, err := in.Trace(podA, netip.MustParseAddr(dst), 6, 443); err != nil || tr.Logged != want {
+					t.Errorf("trace to %s: %+v (%v), want logged=%v", dst, tr, err, want)
+				}
+			}
 			var out lockedBuffer
 			go func() {
 				if err := c.ServeACLLog(slog.New(slog.NewTextHandler(&out, nil))); err != nil {
