@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
 )
 
@@ -45,7 +46,7 @@ func TestPrivilegedAPIServerOutageKeepsEnforcing(t *testing.T) {
 
 	// The API server is back: the agent's watches recover and a change is enforced.
 	start := time.Now()
-	applyYAML(t, l, ns, `
+	apply(t, l, ns, `
 apiVersion: k8s.ovn.org/v1
 kind: EgressFirewall
 metadata: {name: default}
@@ -54,6 +55,6 @@ spec:
   - {type: Allow, to: {cidrSelector: 203.0.113.10/32}}
   - {type: Allow, to: {cidrSelector: 198.51.100.10/32}}
   - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}`)
-	eventuallyReach(t, reach{p, streamDenied, false, lab.OK}, 90*time.Second)
+	poll.Eventually(t, "the change made after the outage enforced", 90*time.Second, reach{p, streamDenied, false, lab.OK}.check)
 	t.Logf("a change made after the outage enforced %s later", time.Since(start).Round(time.Millisecond))
 }
