@@ -53,7 +53,9 @@ func apply(t *testing.T, l *lab.Lab, ns, doc string) {
 }
 
 // applyAndWait applies a one-object YAML document and waits until the object's status.status
-// reads want (fwApplied, qosApplied: every node reported it applied).
+// reads want (fwApplied, qosApplied: every node reported it applied). Made for a new object:
+// an updated one may still show the status of its previous spec, so wait for the behaviour
+// the update changes instead.
 func applyAndWait(t *testing.T, l *lab.Lab, ns, doc, want string) {
 	t.Helper()
 	apply(t, l, ns, doc)
