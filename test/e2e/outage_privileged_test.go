@@ -19,7 +19,7 @@ func TestPrivilegedAPIServerOutageKeepsEnforcing(t *testing.T) {
 	l, ns, p := streamLab(t)
 	node, agent := l.Nodes[0], l.Nodes[0].Agent
 	checkStreamsThrough(t, p, 360, 50*time.Millisecond, "during the outage", func() { // 18 s of traffic
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // streams flowing before the outage: part of the scenario
 		cmd := node.NS.Command("nft", "-f", "-")
 		cmd.Stdin = strings.NewReader(`table inet outage {
 	chain out {
@@ -32,7 +32,7 @@ func TestPrivilegedAPIServerOutageKeepsEnforcing(t *testing.T) {
 			t.Errorf("black-hole the API server: %v: %s", err, out)
 			return
 		}
-		time.Sleep(16 * time.Second) // past the 15 s Lease
+		time.Sleep(16 * time.Second) // the outage under test: past the 15 s Lease
 		node.NS.MustRun(t, "nft", "delete", "table", "inet", "outage")
 	})
 	if log := agent.Log(); !strings.Contains(log, "stopped leading") {
