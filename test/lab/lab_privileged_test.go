@@ -198,9 +198,11 @@ func TestPrivilegedLabTeardownLeavesNothing(t *testing.T) {
 		return
 	}
 	if namespaces, pins, nodes := left(); len(namespaces) < 4 || len(pins) == 0 || len(nodes) != 2 { // fabric, 2 nodes, a pod, a host
+		l.Close()
 		t.Fatalf("before Close: namespaces %v, pins %v, Nodes %v", namespaces, pins, nodes)
 	}
 	if _, err := os.Stat(l.Dir); err != nil {
+		l.Close()
 		t.Fatalf("before Close: %v", err)
 	}
 	l.Close()
