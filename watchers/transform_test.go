@@ -46,6 +46,13 @@ func TestTransformPodKeepsWhatFeaturesRead(t *testing.T) {
 	if len(p.Status.Conditions) != 1 || p.Status.Conditions[0].Type != corev1.PodReady || p.Status.Conditions[0].Status != corev1.ConditionTrue || p.Status.Conditions[0].Message != "" {
 		t.Errorf("readiness = %+v", p.Status.Conditions)
 	}
+	// Readiness is read, not assumed: a pod not ready, or not reporting, is not ready.
+	for _, conds := range [][]corev1.PodCondition{{{Type: corev1.PodReady, Status: corev1.ConditionFalse}, {Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}, nil} {
+		out, _ := transform(&corev1.Pod{Status: corev1.PodStatus{Conditions: conds}})
+		if got := out.(*corev1.Pod).Status.Conditions; len(got) != 1 || got[0].Type != corev1.PodReady || got[0].Status != corev1.ConditionFalse {
+			t.Errorf("conditions %+v -> readiness %+v, want Ready False", conds, got)
+		}
+	}
 }
 
 func TestTransformNodeKeepsAddressesAndReadiness(t *testing.T) {
@@ -63,7 +70,25 @@ func TestTransformNodeKeepsAddressesAndReadiness(t *testing.T) {
 	if got.Status.Images != nil || got.Spec.ProviderID != "" || len(got.Annotations) != 1 {
 		t.Errorf("unread fields kept: %+v", got)
 	}
-	if got.Status.Conditions[0].Status != corev1.ConditionTrue || got.Status.Addresses[0].Address != "192.0.2.5" || got.Spec.PodCIDRs[0] != "10.244.1.0/24" {
+	if got.Annotations["k8s.ovn.org/host-cidrs"] != `["192.0.2.5/24"]` {
+		t.Errorf("annotations = %v, want k8s.ovn.org/host-cidrs kept", got.Annotations)
+	}
+	if len(got.Status.Conditions) != 1 || got.Status.Conditions[0].Type != corev1.NodeReady || got.Status.Conditions[0].Status != corev1.ConditionTrue || got.Status.Addresses[0].Address != "192.0.2.5" || got.Spec.PodCIDRs[0] != "10.244.1.0/24" {
 		t.Errorf("read fields lost: %+v", got)
+	}
+}
+
+func TestTransformNodeReadinessIsRead(t *testing.T) {
+	for _, c := range []struct {
+		conds []corev1.NodeCondition
+		want  corev1.ConditionStatus
+	}{
+		{[]corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}, {Type: corev1.NodeMemoryPressure, Status: corev1.ConditionTrue}}, corev1.ConditionFalse},
+		{nil, corev1.ConditionUnknown},
+	} {
+		out, _ := transform(&corev1.Node{Status: corev1.NodeStatus{Conditions: c.conds}})
+		if got := out.(*corev1.Node).Status.Conditions; len(got) != 1 || got[0].Type != corev1.NodeReady || got[0].Status != c.want {
+			t.Errorf("conditions %+v -> %+v, want Ready %s", c.conds, got, c.want)
+		}
 	}
 }

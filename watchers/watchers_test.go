@@ -2,6 +2,7 @@ package watchers
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,5 +42,25 @@ func TestStatusOnlyUpdates(t *testing.T) {
 	}
 	if !w.TakePending().IsZero() {
 		t.Error("a status-only change counted as pending programming")
+	}
+
+	// A spec change reaches both subscribers and is pending from its first signal until taken.
+	before := time.Now()
+	w.signal(true)
+	after := time.Now()
+	time.Sleep(time.Millisecond) // so that the second signal's time is after the first's
+	w.signal(true)
+	for name, ch := range map[string]<-chan struct{}{"spec": spec, "status": all} {
+		select {
+		case <-ch:
+		default:
+			t.Errorf("a spec change did not reach the %s subscriber", name)
+		}
+	}
+	if p := w.TakePending(); p.Before(before) || p.After(after) {
+		t.Errorf("pending since %s, want the first signal's time, in [%s, %s]", p, before, after)
+	}
+	if !w.TakePending().IsZero() {
+		t.Error("pending again without a new change")
 	}
 }

@@ -114,6 +114,9 @@ type Trace struct {
 	Verdict  string
 	Rule     int
 	RuleText string
+	// Logged: the verdict is written as an ACL log line (the namespace's k8s.ovn.org/acl-logging
+	// names a severity for it).
+	Logged bool
 	// DSCP set by EgressQoS, -1 if none.
 	DSCP    int
 	QoSRule int
@@ -154,9 +157,12 @@ func (in *Inspector) Trace(src, dst netip.Addr, proto uint8, port uint16) (Trace
 					}
 				}
 				tr.Rule = int(c.Rule)
+				logged := pod.Log & logAllow
 				if c.Action == 1 {
 					tr.Verdict = "deny"
+					logged = pod.Log & logDeny
 				}
+				tr.Logged = logged != 0
 				var t bpf.FromPodRuleText
 				if in.maps["egressd_fw_rules"].Lookup(bpf.FromPodStatKey{NsId: pod.NsId, Rule: uint32(c.Rule)}, &t) == nil {
 					tr.RuleText = cstr(t.S[:])

@@ -2,17 +2,18 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/test/agent"
 	"github.com/egressd/egressd/test/controlplane"
+	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
 )
 
@@ -24,12 +25,23 @@ func leaseHolder(ctx context.Context, c kubernetes.Interface, ns string) string 
 	return *l.Spec.HolderIdentity
 }
 
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true,
-		func(context.Context) (bool, error) { return cond(), nil })
-	if err != nil {
-		t.Fatalf("timed out after %s waiting for %s", timeout, what)
+// holds is the condition that the Lease's holder is node.
+func holds(ctx context.Context, c kubernetes.Interface, ns, node string) func() error {
+	return func() error {
+		if h := leaseHolder(ctx, c, ns); h != node {
+			return fmt.Errorf("holder %q", h)
+		}
+		return nil
+	}
+}
+
+// leads is the condition that a's egressd_leader metric is 1.
+func leads(a *agent.Process) func() error {
+	return func() error {
+		if v, err := a.Metric("egressd_leader"); err != nil || v != "1" {
+			return fmt.Errorf("egressd_leader = %q (%v)", v, err)
+		}
+		return nil
 	}
 }
 
@@ -49,8 +61,8 @@ func TestPrivilegedAgentLifecycle(t *testing.T) {
 	if err := a.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "node-a to hold the Lease", 20*time.Second, func() bool { return leaseHolder(ctx, client, ns) == "node-a" })
-	waitFor(t, "egressd_leader 1 on node-a", 10*time.Second, func() bool { v, _ := a.Metric("egressd_leader"); return v == "1" })
+	poll.Eventually(t, "node-a holds the Lease", 20*time.Second, holds(ctx, client, ns, "node-a"))
+	poll.Eventually(t, "node-a leads", 10*time.Second, leads(a))
 	for _, m := range []string{"egressd_sync_duration_seconds_bucket", "go_goroutines", "process_resident_memory_bytes"} {
 		if ok, err := a.HasMetric(m); err != nil || !ok {
 			t.Errorf("node-a /metrics lacks %s (err %v)", m, err)
@@ -64,7 +76,8 @@ func TestPrivilegedAgentLifecycle(t *testing.T) {
 	if err := b.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Several retry periods of node-b: it must keep seeing node-a as the holder.
+	// Several retry periods of node-b: it must keep seeing node-a as the holder (the 3 s that
+	// this lasts are what is tested, not a wait for something to happen).
 	for range 20 {
 		if h := leaseHolder(ctx, client, ns); h != "node-a" {
 			t.Fatalf("Lease holder changed to %q while node-a runs", h)
@@ -88,8 +101,8 @@ func TestPrivilegedAgentLifecycle(t *testing.T) {
 	}
 	// The Lease was released on shutdown: node-b takes it well before it would expire (4 s).
 	start := time.Now()
-	waitFor(t, "node-b to take the Lease", 10*time.Second, func() bool { return leaseHolder(ctx, client, ns) == "node-b" })
-	waitFor(t, "egressd_leader 1 on node-b", 5*time.Second, func() bool { v, _ := b.Metric("egressd_leader"); return v == "1" })
+	poll.Eventually(t, "node-b takes the Lease", 10*time.Second, holds(ctx, client, ns, "node-b"))
+	poll.Eventually(t, "node-b leads", 5*time.Second, leads(b))
 	t.Logf("node-b took the Lease %s after node-a exited", time.Since(start).Round(time.Millisecond))
 	if _, err := b.Terminate(5 * time.Second); err != nil {
 		t.Fatal(err)

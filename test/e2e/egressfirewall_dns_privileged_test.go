@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
 )
 
@@ -36,7 +37,7 @@ spec:
   - {type: Allow, to: {dnsName: WWW.Example.com}}
   - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}
   - {type: Deny, to: {cidrSelector: "::/0"}}`)
-	eventuallyReach(t, reach{p, "203.0.113.10:80", false, lab.OK}, 10*time.Second)
+	poll.Eventually(t, "the name's addresses allowed", 10*time.Second, reach{p, "203.0.113.10:80", false, lab.OK}.check)
 	checkReach(t, "resolved", []reach{
 		{p, "198.51.100.10:80", false, lab.Timeout},
 		{p, "[2001:db8::10]:80", false, lab.OK}, // AAAA
@@ -45,7 +46,7 @@ spec:
 
 	d.Set("www.example.com", 1, "198.51.100.10", "2001:db8:1::10")
 	start := time.Now()
-	eventuallyReach(t, reach{p, "198.51.100.10:80", false, lab.OK}, 15*time.Second)
+	poll.Eventually(t, "the changed answer allowed", 15*time.Second, reach{p, "198.51.100.10:80", false, lab.OK}.check)
 	t.Logf("changed answer enforced %s after the change (TTL 1 s, refresh floor 5 s)", time.Since(start).Round(time.Millisecond))
 	checkReach(t, "re-resolved", []reach{
 		{p, "203.0.113.10:80", false, lab.Timeout},

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
 )
 
@@ -41,7 +43,7 @@ spec:
   - {type: Allow, to: {nodeSelector: {matchLabels: {role: infra}}}}
   - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}
   - {type: Deny, to: {cidrSelector: "::/0"}}`)
-	eventuallyReach(t, reach{p, lab.HostPort(n1.IPv4, 8080), false, lab.OK}, 10*time.Second)
+	poll.Eventually(t, "the infra node allowed", 10*time.Second, reach{p, lab.HostPort(n1.IPv4, 8080), false, lab.OK}.check)
 	checkReach(t, "infra node allowed", []reach{
 		{p, lab.HostPort(n1.IPv6, 8080), false, lab.OK},
 		{p, lab.HostPort(n2.IPv4, 8080), false, lab.Timeout},
@@ -55,31 +57,29 @@ spec:
 		t.Fatal(err)
 	}
 	waitAnnotation(t, l, n1.Name, func(cidrs []string) bool { return slices.Contains(cidrs, "172.18.1.13/24") })
-	eventuallyReach(t, reach{p, "172.18.1.13:8080", false, lab.OK}, 10*time.Second)
+	poll.Eventually(t, "the secondary address allowed", 10*time.Second, reach{p, "172.18.1.13:8080", false, lab.OK}.check)
 
 	// node-1 loses the label: its addresses are denied again.
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{"role": nil}}})
 	if _, err := l.Client.CoreV1().Nodes().Patch(ctx, n1.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventuallyReach(t, reach{p, lab.HostPort(n1.IPv4, 8080), false, lab.Timeout}, 10*time.Second)
+	poll.Eventually(t, "the unlabelled node denied", 10*time.Second, reach{p, lab.HostPort(n1.IPv4, 8080), false, lab.Timeout}.check)
 	checkReach(t, "label removed", []reach{{p, "172.18.1.13:8080", false, lab.Timeout}})
 }
 
 func waitAnnotation(t *testing.T, l *lab.Lab, node string, ok func([]string) bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	var cidrs []string
-	for time.Now().Before(deadline) {
+	poll.Eventually(t, node+" publishes its host-cidrs", 10*time.Second, func() error {
 		n, err := l.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
-		if err == nil {
-			cidrs = nil
-			_ = json.Unmarshal([]byte(n.Annotations["k8s.ovn.org/host-cidrs"]), &cidrs)
-			if ok(cidrs) {
-				return
-			}
+		if err != nil {
+			return err
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s host-cidrs %v", node, cidrs)
+		var cidrs []string
+		_ = json.Unmarshal([]byte(n.Annotations["k8s.ovn.org/host-cidrs"]), &cidrs)
+		if !ok(cidrs) {
+			return fmt.Errorf("host-cidrs %v", cidrs)
+		}
+		return nil
+	})
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
 )
 
@@ -25,39 +27,33 @@ type reach struct {
 	want lab.Outcome
 }
 
+// check tries the connection once: nil if its outcome is the one wanted.
+func (c reach) check() error {
+	var r lab.Result
+	if c.udp {
+		r = c.from.UDP(c.dst, lab.ClientOptions{Timeout: quick})
+	} else {
+		r = c.from.TCP(c.dst, lab.ClientOptions{Timeout: quick})
+	}
+	if r.Outcome != c.want {
+		return fmt.Errorf("%s: %s, want %s", c, r, c.want)
+	}
+	return nil
+}
+
+func (c reach) String() string {
+	proto := "tcp"
+	if c.udp {
+		proto = "udp"
+	}
+	return fmt.Sprintf("%s/%s (%s CNI) -> %s %s", c.from.Namespace, c.from.Name, c.from.Node.CNI, c.dst, proto)
+}
+
 func checkReach(t *testing.T, step string, cases []reach) {
 	t.Helper()
 	for _, c := range cases {
-		var r lab.Result
-		if c.udp {
-			r = c.from.UDP(c.dst, lab.ClientOptions{Timeout: quick})
-		} else {
-			r = c.from.TCP(c.dst, lab.ClientOptions{Timeout: quick})
-		}
-		if r.Outcome != c.want {
-			t.Errorf("%s: %s/%s (%s CNI) -> %s udp=%v: %s, want %s", step, c.from.Namespace, c.from.Name, c.from.Node.CNI, c.dst, c.udp, r, c.want)
-		}
-	}
-}
-
-func applyYAML(t *testing.T, l *lab.Lab, ns, doc string) {
-	t.Helper()
-	objs, err := kubeDecode(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range objs {
-		o.SetNamespace(ns)
-		ri, err := l.Kube.Get(context.Background(), o.GetAPIVersion(), o.GetKind(), ns, o.GetName())
-		if err == nil { // update in place, as kubectl apply would
-			o.SetResourceVersion(ri.GetResourceVersion())
-			if err := l.Kube.Update(context.Background(), o); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		if _, err := l.Kube.Create(context.Background(), ns, o); err != nil {
-			t.Fatal(err)
+		if err := c.check(); err != nil {
+			t.Errorf("%s: %v", step, err)
 		}
 	}
 }
@@ -86,7 +82,7 @@ func TestPrivilegedEgressFirewall(t *testing.T) {
 		}
 	}
 
-	applyYAML(t, l, ns, `
+	apply(t, l, ns, `
 apiVersion: k8s.ovn.org/v1
 kind: EgressFirewall
 metadata: {name: default}
@@ -159,7 +155,7 @@ spec:
 	}
 
 	// An update opens 198.51.100.10.
-	applyYAML(t, l, ns, `
+	apply(t, l, ns, `
 apiVersion: k8s.ovn.org/v1
 kind: EgressFirewall
 metadata: {name: default}
@@ -168,11 +164,11 @@ spec:
   - {type: Allow, to: {cidrSelector: 203.0.113.10/32}, ports: [{protocol: TCP, port: 443}]}
   - {type: Allow, to: {cidrSelector: 198.51.100.0/24}}
   - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}`)
-	eventuallyReach(t, reach{a0, "198.51.100.10:80", false, lab.OK}, 10*time.Second)
+	poll.Eventually(t, "the update enforced", 10*time.Second, reach{a0, "198.51.100.10:80", false, lab.OK}.check)
 	checkReach(t, "updated", []reach{{a1, "198.51.100.10:80", false, lab.OK}, {a1, "203.0.113.10:80", false, lab.Timeout}, {a0, "[2001:db8:1::10]:80", false, lab.OK}})
 
 	// An invalid update is reported and keeps the rules in force (fail closed).
-	applyYAML(t, l, ns, `
+	apply(t, l, ns, `
 apiVersion: k8s.ovn.org/v1
 kind: EgressFirewall
 metadata: {name: default}
@@ -201,23 +197,8 @@ spec:
 	if err := l.Kube.Delete(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default"); err != nil {
 		t.Fatal(err)
 	}
-	eventuallyReach(t, reach{a0, "203.0.113.10:80", false, lab.OK}, 10*time.Second)
+	poll.Eventually(t, "the deleted firewall lifted", 10*time.Second, reach{a0, "203.0.113.10:80", false, lab.OK}.check)
 	checkReach(t, "deleted", []reach{{a1, "[2001:db8:1::10]:80", false, lab.OK}})
-}
-
-func eventuallyReach(t *testing.T, c reach, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		r := c.from.TCP(c.dst, lab.ClientOptions{Timeout: 500 * time.Millisecond})
-		if r.Outcome == c.want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s -> %s: %s, want %s after %s", c.from.Name, c.dst, r, c.want, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func contains(xs []string, x string) bool {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
 )
 
@@ -128,13 +129,14 @@ spec:
 			t.Fatal(err)
 		}
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	poll.Eventually(t, "table inet egressd gone from node-0 after its backends went", 10*time.Second, func() error {
 		out, err := l.Nodes[0].NS.Run("nft", "list", "tables")
-		if err == nil && !strings.Contains(out, "inet egressd") {
-			break
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("table inet egressd still on node-0 after its backends went:\n%s", out)
+		if strings.Contains(out, "inet egressd") {
+			return fmt.Errorf("still there:\n%s", out)
 		}
-	}
+		return nil
+	})
 }

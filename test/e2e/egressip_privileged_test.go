@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
 )
 
@@ -42,35 +43,27 @@ func egressIPItems(t *testing.T, l *lab.Lab, name string) []string {
 func waitItems(t *testing.T, l *lab.Lab, name string, want ...string) {
 	t.Helper()
 	slices.Sort(want)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		got := egressIPItems(t, l, name)
-		if slices.Equal(got, want) {
-			return
+	poll.Eventually(t, "EgressIP "+name+" status.items", 20*time.Second, func() error {
+		if got := egressIPItems(t, l, name); !slices.Equal(got, want) {
+			return fmt.Errorf("%v, want %v", got, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("EgressIP %s status.items %v, want %v", name, got, want)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // eventuallySource waits until the external server sees src as the source of p's connections
 // to dst, over TCP and UDP.
 func eventuallySource(t *testing.T, step string, p *lab.Pod, dst string, src netip.Addr) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	what := fmt.Sprintf("%s: %s/%s (%s CNI) -> %s leaves with %s", step, p.Namespace, p.Name, p.Node.CNI, dst, src)
+	poll.Eventually(t, what, 10*time.Second, func() error {
 		tcp := p.TCP(dst, lab.ClientOptions{Timeout: quick})
 		udp := p.UDP(dst, lab.ClientOptions{Timeout: quick})
 		if tcp.Outcome == lab.OK && tcp.Seen.Src == src && udp.Outcome == lab.OK && udp.Seen.Src == src {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s/%s (%s CNI) -> %s: tcp %s, udp %s; want source %s", step, p.Namespace, p.Name, p.Node.CNI, dst, tcp, udp, src)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("tcp %s, udp %s", tcp, udp)
+	})
 }
 
 func labelNode(t *testing.T, l *lab.Lab, node string, value *string) {
@@ -113,7 +106,7 @@ func TestPrivilegedEgressIP(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	applyYAML(t, l, "", fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
+	apply(t, l, "", fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
 kind: EgressIP
 metadata:
   name: eip-%s

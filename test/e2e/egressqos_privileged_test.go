@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
 )
 
@@ -26,18 +28,13 @@ func dscpSeen(p *lab.Pod, dst string) int {
 	return int(r.Seen.DSCP)
 }
 
-func eventuallyDSCP(t *testing.T, p *lab.Pod, dst string, want int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got := dscpSeen(p, dst)
-		if got == want {
-			return
+// dscpIs is the condition that the DSCP the server sees from p to dst is want.
+func dscpIs(p *lab.Pod, dst string, want int) func() error {
+	return func() error {
+		if got := dscpSeen(p, dst); got != want {
+			return fmt.Errorf("%s (%s CNI) -> %s: DSCP %d, want %d", p.Name, p.Node.CNI, dst, got, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s (%s CNI) -> %s: DSCP %d, want %d", p.Name, p.Node.CNI, dst, got, want)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
 	}
 }
 
@@ -58,7 +55,7 @@ func TestPrivilegedEgressQoS(t *testing.T) {
 	voice0 := addPod(t, l.Nodes[0], ns, "voice0", lab.PodOptions{Labels: map[string]string{"app": "voice"}})
 	voice1 := addPod(t, l.Nodes[1], ns, "voice1", lab.PodOptions{Labels: map[string]string{"app": "voice"}})
 	web0 := addPod(t, l.Nodes[0], ns, "web0", lab.PodOptions{Labels: map[string]string{"app": "web"}})
-	applyYAML(t, l, ns, `
+	applyAndWait(t, l, ns, `
 apiVersion: k8s.ovn.org/v1
 kind: EgressQoS
 metadata: {name: default}
@@ -66,10 +63,7 @@ spec:
   egress:
   - {dscp: 46, dstCIDR: 203.0.113.0/24, podSelector: {matchLabels: {app: voice}}}
   - {dscp: 30, dstCIDR: "2001:db8::/48"}
-  - {dscp: 10}`)
-	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressQoS", ns, "default", "status.status", qosApplied, 20*time.Second); err != nil {
-		t.Fatal(err)
-	}
+  - {dscp: 10}`, qosApplied)
 	q, _ := l.Kube.Get(ctx, "k8s.ovn.org/v1", "EgressQoS", ns, "default")
 	conds, _, _ := unstructuredSlice(q.Object, "status", "conditions")
 	for _, n := range l.Nodes {
@@ -89,7 +83,7 @@ spec:
 		{voice1, "[2001:db8::10]:80", 30},  // IPv6, rule 1
 		{web0, "[2001:db8:1::10]:443", 10}, // 2001:db8:1:: is outside 2001:db8::/48
 	} {
-		eventuallyDSCP(t, c.p, c.dst, c.want)
+		poll.Eventually(t, "DSCP by the first rule that matches", 10*time.Second, dscpIs(c.p, c.dst, c.want))
 	}
 
 	series := `egressd_egressqos_marked_packets_total{dscp="46",namespace="` + ns + `",rule="0"}`
@@ -109,25 +103,25 @@ spec:
 	if _, err := l.Client.CoreV1().Pods(ns).Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventuallyDSCP(t, web0, "203.0.113.10:80", 46)
-	eventuallyDSCP(t, voice1, "203.0.113.10:80", 46)
+	poll.Eventually(t, "the relabelled pod marked", 10*time.Second, dscpIs(web0, "203.0.113.10:80", 46))
+	poll.Eventually(t, "the other pods still marked", 10*time.Second, dscpIs(voice1, "203.0.113.10:80", 46))
 
 	// Update: the first rule now marks 34.
-	applyYAML(t, l, ns, `
+	apply(t, l, ns, `
 apiVersion: k8s.ovn.org/v1
 kind: EgressQoS
 metadata: {name: default}
 spec:
   egress:
   - {dscp: 34, dstCIDR: 203.0.113.0/24, podSelector: {matchLabels: {app: voice}}}`)
-	eventuallyDSCP(t, voice0, "203.0.113.10:80", 34)
-	eventuallyDSCP(t, voice0, "198.51.100.10:80", 0)
+	poll.Eventually(t, "the update enforced", 10*time.Second, dscpIs(voice0, "203.0.113.10:80", 34))
+	poll.Eventually(t, "the removed rules unmarked", 10*time.Second, dscpIs(voice0, "198.51.100.10:80", 0))
 
 	// Delete: nothing is marked any more (the sender's own DSCP 0 arrives).
 	if err := l.Kube.Delete(ctx, "k8s.ovn.org/v1", "EgressQoS", ns, "default"); err != nil {
 		t.Fatal(err)
 	}
-	eventuallyDSCP(t, voice1, "203.0.113.10:80", 0)
+	poll.Eventually(t, "the deleted EgressQoS lifted", 10*time.Second, dscpIs(voice1, "203.0.113.10:80", 0))
 }
 
 func hasCondition(conds []any, typ, status, reason, msg string) bool {

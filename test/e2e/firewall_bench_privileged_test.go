@@ -161,15 +161,9 @@ func BenchmarkPrivilegedFirewallApply(b *testing.B) {
 		if i%2 == 1 {
 			last = "{type: Allow, to: {cidrSelector: 203.0.113.0/24}}"
 		}
-		ef, err := bulk.Get(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns2, "default") // no client-side throttling
-		if err != nil {
-			b.Fatal(err)
-		}
-		objs, _ := kube.Decode(firewallYAML(10, last))
-		objs[0].SetNamespace(ns2)
-		objs[0].SetResourceVersion(ef.GetResourceVersion())
+		doc := firewallYAML(10, last)
 		start := time.Now()
-		if err := bulk.Update(ctx, objs[0]); err != nil {
+		if err := bulk.Apply(ctx, ns2, doc); err != nil { // bulk: no client-side throttling
 			b.Fatal(err)
 		}
 		calls = append(calls, time.Since(start))

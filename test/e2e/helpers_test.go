@@ -14,8 +14,6 @@ import (
 	"github.com/egressd/egressd/test/lab"
 )
 
-var kubeDecode = kube.Decode
-
 func unstructuredStrings(obj map[string]any, path ...string) ([]string, bool, error) {
 	return unstructured.NestedStringSlice(obj, path...)
 }
@@ -46,13 +44,35 @@ func egressctl(t testing.TB) string {
 	return ctlPath
 }
 
+// apply creates or updates the objects of a YAML document in ns, as kubectl apply would.
+func apply(t *testing.T, l *lab.Lab, ns, doc string) {
+	t.Helper()
+	if err := l.Kube.Apply(context.Background(), ns, doc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// applyAndWait applies a one-object YAML document and waits until the object's status.status
+// reads want (fwApplied, qosApplied: every node reported it applied). Made for a new object:
+// an updated one may still show the status of its previous spec, so wait for the behaviour
+// the update changes instead.
+func applyAndWait(t *testing.T, l *lab.Lab, ns, doc, want string) {
+	t.Helper()
+	apply(t, l, ns, doc)
+	objs, err := kube.Decode(doc)
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("applyAndWait takes one object: %d (%v)", len(objs), err)
+	}
+	o := objs[0]
+	if err := l.Kube.WaitField(context.Background(), o.GetAPIVersion(), o.GetKind(), ns, o.GetName(), "status.status", want, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // applyFirewall applies an EgressFirewall and waits until every node reports it applied.
 func applyFirewall(t *testing.T, l *lab.Lab, ns, doc string) {
 	t.Helper()
-	applyYAML(t, l, ns, doc)
-	if err := l.Kube.WaitField(context.Background(), "k8s.ovn.org/v1", "EgressFirewall", ns, "default", "status.status", fwApplied, 20*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	applyAndWait(t, l, ns, doc, fwApplied)
 }
 
 // addExternals adds external hosts, each given as name and addresses.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
 )
 
@@ -18,7 +19,7 @@ func TestPrivilegedAPIServerOutageKeepsEnforcing(t *testing.T) {
 	l, ns, p := streamLab(t)
 	node, agent := l.Nodes[0], l.Nodes[0].Agent
 	checkStreamsThrough(t, p, 360, 50*time.Millisecond, "during the outage", func() { // 18 s of traffic
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // streams flowing before the outage: part of the scenario
 		cmd := node.NS.Command("nft", "-f", "-")
 		cmd.Stdin = strings.NewReader(`table inet outage {
 	chain out {
@@ -31,7 +32,7 @@ func TestPrivilegedAPIServerOutageKeepsEnforcing(t *testing.T) {
 			t.Errorf("black-hole the API server: %v: %s", err, out)
 			return
 		}
-		time.Sleep(16 * time.Second) // past the 15 s Lease
+		time.Sleep(16 * time.Second) // the outage under test: past the 15 s Lease
 		node.NS.MustRun(t, "nft", "delete", "table", "inet", "outage")
 	})
 	if log := agent.Log(); !strings.Contains(log, "stopped leading") {
@@ -45,7 +46,7 @@ func TestPrivilegedAPIServerOutageKeepsEnforcing(t *testing.T) {
 
 	// The API server is back: the agent's watches recover and a change is enforced.
 	start := time.Now()
-	applyYAML(t, l, ns, `
+	apply(t, l, ns, `
 apiVersion: k8s.ovn.org/v1
 kind: EgressFirewall
 metadata: {name: default}
@@ -54,6 +55,6 @@ spec:
   - {type: Allow, to: {cidrSelector: 203.0.113.10/32}}
   - {type: Allow, to: {cidrSelector: 198.51.100.10/32}}
   - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}`)
-	eventuallyReach(t, reach{p, streamDenied, false, lab.OK}, 90*time.Second)
+	poll.Eventually(t, "the change made after the outage enforced", 90*time.Second, reach{p, streamDenied, false, lab.OK}.check)
 	t.Logf("a change made after the outage enforced %s later", time.Since(start).Round(time.Millisecond))
 }

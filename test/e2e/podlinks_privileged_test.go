@@ -10,6 +10,7 @@ import (
 
 	"github.com/egressd/egressd/dataplane/tcx"
 	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
 )
 
@@ -26,19 +27,6 @@ func egressdOn(t *testing.T, n *lab.Node, ifname string) []lab.TCXProgram {
 		}
 	}
 	return ours
-}
-
-func eventually(t *testing.T, what string, timeout time.Duration, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: still %v after %s", what, err, timeout)
 }
 
 func attachedOnce(t *testing.T, l *lab.Lab, n *lab.Node, ifname string) func() error {
@@ -72,9 +60,9 @@ func TestPrivilegedPodInterfacesGetTheClassifier(t *testing.T) {
 		return p
 	}
 	a, b, c := add(routed, "a"), add(routed, "b"), add(bridged, "c")
-	eventually(t, "classifier on pod a's veth", 10*time.Second, attachedOnce(t, l, routed, a.HostLink))
-	eventually(t, "classifier on pod b's veth", 10*time.Second, attachedOnce(t, l, routed, b.HostLink))
-	eventually(t, "classifier on the bridge", 10*time.Second, attachedOnce(t, l, bridged, "cni0"))
+	poll.Eventually(t, "classifier on pod a's veth", 10*time.Second, attachedOnce(t, l, routed, a.HostLink))
+	poll.Eventually(t, "classifier on pod b's veth", 10*time.Second, attachedOnce(t, l, routed, b.HostLink))
+	poll.Eventually(t, "classifier on the bridge", 10*time.Second, attachedOnce(t, l, bridged, "cni0"))
 	if r := a.TCP("203.0.113.10:443"); r.Outcome != lab.OK {
 		t.Fatalf("traffic through the classifier: %s", r)
 	}
@@ -92,7 +80,7 @@ func TestPrivilegedPodInterfacesGetTheClassifier(t *testing.T) {
 	if err := routed.StartAgent(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "classifier on pod d's veth after the restart", 10*time.Second, attachedOnce(t, l, routed, d.HostLink))
+	poll.Eventually(t, "classifier on pod d's veth after the restart", 10*time.Second, attachedOnce(t, l, routed, d.HostLink))
 	after := egressdOn(t, routed, a.HostLink)
 	if len(after) != 1 || after[0].LinkID != before {
 		t.Fatalf("after restart: %+v, want the same single link %d adopted", after, before)
@@ -103,7 +91,7 @@ func TestPrivilegedPodInterfacesGetTheClassifier(t *testing.T) {
 		t.Fatal(err)
 	}
 	pinB := filepath.Join(tcx.LinksDir(lab.PinRoot(l.ID, routed.Name)), "tcx_ingress_"+b.HostLink)
-	eventually(t, "pin of deleted pod b removed", 10*time.Second, func() error {
+	poll.Eventually(t, "pin of deleted pod b removed", 10*time.Second, func() error {
 		if _, err := os.Stat(pinB); err == nil {
 			return fmt.Errorf("%s still pinned", pinB)
 		}
@@ -112,7 +100,7 @@ func TestPrivilegedPodInterfacesGetTheClassifier(t *testing.T) {
 	if err := c.Delete(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "bridge released", 10*time.Second, func() error {
+	poll.Eventually(t, "bridge released", 10*time.Second, func() error {
 		if got := egressdOn(t, bridged, "cni0"); len(got) != 0 {
 			return fmt.Errorf("%d programs still on cni0", len(got))
 		}

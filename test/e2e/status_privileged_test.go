@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	ovnac "github.com/egressd/egressd/api/generated/applyconfiguration/k8sovn/v1"
 	"github.com/egressd/egressd/api/generated/clientset/versioned"
 	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
 )
 
@@ -67,17 +69,14 @@ spec: {egress: [{type: Deny, to: {cidrSelector: 192.0.2.0/24}}]}`)
 	if _, err := egress.K8sOVNV1().EgressFirewalls(ns).ApplyStatus(ctx, empty, metav1.ApplyOptions{FieldManager: node, Force: true}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.Eventually(t, "the node's status entry restored", 10*time.Second, func() error {
 		ef, err := l.Kube.Get(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default")
-		if err == nil {
-			if msgs, _, _ := unstructuredStrings(ef.Object, "status", "messages"); contains(msgs, node+": "+fwApplied) {
-				break
-			}
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the node's status entry was not restored")
+		if msgs, _, _ := unstructuredStrings(ef.Object, "status", "messages"); !contains(msgs, node+": "+fwApplied) {
+			return fmt.Errorf("messages %q", msgs)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/poll"
 )
 
 // Destinations of streamLab's pod: its firewall allows the first and denies the second.
@@ -27,7 +28,7 @@ spec:
   egress:
   - {type: Allow, to: {cidrSelector: 203.0.113.10/32}}
   - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}`)
-	eventuallyReach(t, reach{p, streamDenied, false, lab.Timeout}, 10*time.Second)
+	poll.Eventually(t, "the firewall enforced", 10*time.Second, reach{p, streamDenied, false, lab.Timeout}.check)
 	return l, ns, p
 }
 

@@ -51,8 +51,7 @@ func BenchmarkPrivilegedThroughput(b *testing.B) {
 		b.Fatal(err)
 	}
 	doc := firewallYAML(8000, "{type: Allow, to: {cidrSelector: 203.0.113.0/24}}")
-	objs, _ := kubeDecode(doc)
-	if _, err := l.Kube.Create(ctx, ns, objs[0]); err != nil {
+	if err := l.Kube.Apply(ctx, ns, doc); err != nil {
 		b.Fatal(err)
 	}
 	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default", "status.status", fwApplied, 30*time.Second); err != nil {

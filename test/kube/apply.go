@@ -1,5 +1,5 @@
 // Package kube holds helpers that tests use to talk to the API server like a user with kubectl:
-// create objects from YAML, whatever their kind.
+// create or update objects from YAML, whatever their kind, and wait for their fields.
 package kube
 
 import (
@@ -17,9 +17,11 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
+
+	"github.com/egressd/egressd/test/poll"
 )
 
-// Client creates arbitrary objects from YAML.
+// Client creates and updates arbitrary objects from YAML.
 type Client struct {
 	dyn    dynamic.Interface
 	mapper meta.RESTMapper
@@ -66,14 +68,24 @@ func (c *Client) Create(ctx context.Context, ns string, obj *unstructured.Unstru
 	return ri.Create(ctx, obj, metav1.CreateOptions{})
 }
 
-// Apply creates every object of a YAML document in order, stopping at the first error.
+// FieldManager is the field manager of the objects Apply writes.
+const FieldManager = "egressd-test"
+
+// Apply creates or updates, in order, every object of a YAML document, as `kubectl apply
+// --server-side --force-conflicts` would: the objects end up as the document says, whether
+// they existed or not, and fields the document no longer sets (that Apply had set) are
+// removed. Status is left alone. It stops at the first error.
 func (c *Client) Apply(ctx context.Context, ns, doc string) error {
 	objs, err := Decode(doc)
 	if err != nil {
 		return err
 	}
 	for _, o := range objs {
-		if _, err := c.Create(ctx, ns, o); err != nil {
+		ri, err := c.resource(o, ns)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+		if _, err := ri.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
 			return fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err)
 		}
 	}
@@ -112,38 +124,32 @@ func (c *Client) Get(ctx context.Context, apiVersion, kind, ns, name string) (*u
 // want (want "" also accepts an absent field), as a user watching `kubectl get -o jsonpath`
 // would. On timeout the error says what the field last held.
 func (c *Client) WaitField(ctx context.Context, apiVersion, kind, ns, name, path, want string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	last := "<object not found>"
-	for {
-		if obj, err := c.Get(ctx, apiVersion, kind, ns, name); err == nil {
-			v, found, _ := unstructured.NestedFieldNoCopy(obj.Object, strings.Split(path, ".")...)
-			last = "<unset>"
-			if found {
-				last = fmt.Sprint(v)
-			}
-			if (found && last == want) || (!found && want == "") {
-				return nil
-			}
+	return poll.Until(ctx, fmt.Sprintf("%s %s/%s %s = %q", kind, ns, name, path, want), timeout, func() error {
+		obj, err := c.Get(ctx, apiVersion, kind, ns, name)
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s %s/%s %s = %q after %s, want %q", kind, ns, name, path, last, timeout, want)
+		v, found, _ := unstructured.NestedFieldNoCopy(obj.Object, strings.Split(path, ".")...)
+		if !found && want == "" {
+			return nil
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		if !found {
+			return fmt.Errorf("%s unset", path)
 		}
-	}
+		if got := fmt.Sprint(v); got != want {
+			return fmt.Errorf("%s = %q", path, got)
+		}
+		return nil
+	})
 }
 
-// Update replaces obj (with its resourceVersion).
-func (c *Client) Update(ctx context.Context, obj *unstructured.Unstructured) error {
+// UpdateStatus replaces the status of obj (with its resourceVersion).
+func (c *Client) UpdateStatus(ctx context.Context, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	ri, err := c.resource(obj, obj.GetNamespace())
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = ri.Update(ctx, obj, metav1.UpdateOptions{})
-	return err
+	return ri.UpdateStatus(ctx, obj, metav1.UpdateOptions{})
 }
 
 // Delete deletes the object apiVersion/kind ns/name.

@@ -24,6 +24,7 @@ import (
 	"github.com/egressd/egressd/test/controlplane"
 	"github.com/egressd/egressd/test/frr"
 	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
 )
 
@@ -117,31 +118,35 @@ func TestPrivilegedLabAgents(t *testing.T) {
 	privileged.Require(t)
 	l := lab.New(t, lab.Options{Nodes: 2, Agents: true})
 	ctx := context.Background()
-	deadline := time.Now().Add(20 * time.Second)
 	holder := ""
-	for holder == "" && time.Now().Before(deadline) {
-		if lease, err := l.Client.CoordinationV1().Leases(l.LeaderNamespace()).Get(ctx, nodeagent.LeaseName, metav1.GetOptions{}); err == nil && lease.Spec.HolderIdentity != nil {
-			holder = *lease.Spec.HolderIdentity
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	leaders := 0
-	for _, n := range l.Nodes {
-		v, err := n.Agent.Metric("egressd_leader")
+	poll.Eventually(t, "a node holds the Lease", 20*time.Second, func() error {
+		lease, err := l.Client.CoordinationV1().Leases(l.LeaderNamespace()).Get(ctx, nodeagent.LeaseName, metav1.GetOptions{})
 		if err != nil {
-			t.Fatalf("%s metrics: %v", n.Name, err)
+			return err
 		}
-		if v == "1" {
-			leaders++
-			if holder != n.Name {
-				t.Errorf("%s leads but the Lease holder is %q", n.Name, holder)
+		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+			return fmt.Errorf("no holder")
+		}
+		holder = *lease.Spec.HolderIdentity
+		return nil
+	})
+	poll.Eventually(t, "one leader, the Lease holder", 10*time.Second, func() error {
+		var leaders []string
+		for _, n := range l.Nodes {
+			v, err := n.Agent.Metric("egressd_leader")
+			if err != nil {
+				return fmt.Errorf("%s metrics: %v", n.Name, err)
+			}
+			if v == "1" {
+				leaders = append(leaders, n.Name)
 			}
 		}
-	}
-	if leaders != 1 {
-		t.Errorf("%d leaders", leaders)
-	}
-	if !strings.Contains(l.Nodes[0].Agent.Log(), `"first sync finished"`) && !strings.Contains(l.Nodes[0].Agent.Log(), "first sync finished") {
+		if len(leaders) != 1 || leaders[0] != holder {
+			return fmt.Errorf("leaders %v, Lease holder %q", leaders, holder)
+		}
+		return nil
+	})
+	if !strings.Contains(l.Nodes[0].Agent.Log(), "first sync finished") {
 		t.Errorf("no first sync in log")
 	}
 }
@@ -167,15 +172,49 @@ func TestPrivilegedLabTeardownLeavesNothing(t *testing.T) {
 	for _, n := range l.Nodes {
 		agents = append(agents, n.Agent.Pid())
 	}
-	l.Close()
-	names, _ := os.ReadDir("/run/netns")
-	for _, n := range names {
-		if strings.HasPrefix(n.Name(), "el"+l.ID) {
-			t.Errorf("namespace %s left behind", n.Name())
+	// What the lab made, found the way the checks below look for leftovers: so that they
+	// cannot pass by looking in the wrong place.
+	left := func() (namespaces, pins, nodes []string) {
+		t.Helper()
+		names, err := os.ReadDir("/run/netns")
+		if err != nil {
+			t.Fatal(err)
 		}
+		for _, n := range names {
+			if strings.HasPrefix(n.Name(), "el"+l.ID) {
+				namespaces = append(namespaces, n.Name())
+			}
+		}
+		pins, _ = filepath.Glob("/sys/fs/bpf/egressd-lab-" + l.ID + "-*")
+		list, err := l.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range list.Items {
+			if strings.HasPrefix(n.Name, "td-") {
+				nodes = append(nodes, n.Name)
+			}
+		}
+		return
 	}
-	if pins, _ := filepath.Glob("/sys/fs/bpf/egressd-lab-" + l.ID + "-*"); len(pins) > 0 {
+	if namespaces, pins, nodes := left(); len(namespaces) < 4 || len(pins) == 0 || len(nodes) != 2 { // fabric, 2 nodes, a pod, a host
+		l.Close()
+		t.Fatalf("before Close: namespaces %v, pins %v, Nodes %v", namespaces, pins, nodes)
+	}
+	if _, err := os.Stat(l.Dir); err != nil {
+		l.Close()
+		t.Fatalf("before Close: %v", err)
+	}
+	l.Close()
+	namespaces, pins, nodes := left()
+	if len(namespaces) > 0 {
+		t.Errorf("namespaces left behind: %v", namespaces)
+	}
+	if len(pins) > 0 {
 		t.Errorf("pins left: %v", pins)
+	}
+	if len(nodes) > 0 {
+		t.Errorf("Nodes left behind: %v", nodes)
 	}
 	if _, err := os.Stat(l.Dir); err == nil {
 		t.Errorf("%s left behind", l.Dir)
@@ -183,13 +222,6 @@ func TestPrivilegedLabTeardownLeavesNothing(t *testing.T) {
 	for _, pid := range agents {
 		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
 			t.Errorf("agent pid %d still running", pid)
-		}
-	}
-	if nodes, _ := l.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{}); nodes != nil {
-		for _, n := range nodes.Items {
-			if strings.HasPrefix(n.Name, "td-") {
-				t.Errorf("Node %s left behind", n.Name)
-			}
 		}
 	}
 }
@@ -269,21 +301,20 @@ func TestPrivilegedLabEndpointSlices(t *testing.T) {
 	if _, err := l.Client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	poll.Eventually(t, "a ready endpoint "+p.IPv4.String()+" for Service "+ns+"/web", 20*time.Second, func() error {
 		slices, err := l.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=web"})
-		if err == nil {
-			for _, s := range slices.Items {
-				for _, e := range s.Endpoints {
-					if len(e.Addresses) > 0 && e.Addresses[0] == p.IPv4.String() && e.Conditions.Ready != nil && *e.Conditions.Ready {
-						return
-					}
+		if err != nil {
+			return err
+		}
+		for _, s := range slices.Items {
+			for _, e := range s.Endpoints {
+				if len(e.Addresses) > 0 && e.Addresses[0] == p.IPv4.String() && e.Conditions.Ready != nil && *e.Conditions.Ready {
+					return nil
 				}
 			}
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("no ready endpoint %s for Service %s/web", p.IPv4, ns)
+		return fmt.Errorf("endpoint slices %+v", slices.Items)
+	})
 }
 
 // A gateway host forwards, and runs FRR bfdd (zebra first) as the BFD peer of a node across
@@ -308,12 +339,10 @@ func TestPrivilegedLabGatewayRunsBFDD(t *testing.T) {
 	if errs := m.Sync([]bfd.Config{{Peer: gw.Fabric, Local: n.IPv4, Interface: "eth0"}}); len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if f.PeerStatus(n.IPv4.String()) == "up" && m.Sessions()[0].State == bfd.Up {
-			return
+	poll.Eventually(t, "BFD node <-> gateway Up", 10*time.Second, func() error {
+		if frr, node := f.PeerStatus(n.IPv4.String()), m.Sessions()[0].State; frr != "up" || node != bfd.Up {
+			return fmt.Errorf("FRR %q, node %s", frr, node)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("BFD node <-> gateway not Up: FRR %q, node %s", f.PeerStatus(n.IPv4.String()), m.Sessions()[0].State)
+		return nil
+	})
 }

@@ -2,6 +2,7 @@ package dnsnames
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/egressd/egressd/test/poll"
 )
 
 // server is a DNS server on loopback whose answers the test sets.
@@ -49,6 +52,12 @@ func (s *server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	_ = w.WriteMsg(m)
 }
 
+func (s *server) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.queries
+}
+
 func (s *server) set(ttl uint32, fail bool, ips ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -72,20 +81,16 @@ func start(t *testing.T, s *server) *Resolver {
 
 func waitAddrs(t *testing.T, r *Resolver, name string, want ...string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	var got []netip.Addr
-	for time.Now().Before(deadline) {
-		got = r.Lookup(name)
-		var s []string
-		for _, a := range got {
-			s = append(s, a.String())
+	poll.Eventually(t, name+" resolved", 5*time.Second, func() error {
+		var got []string
+		for _, a := range r.Lookup(name) {
+			got = append(got, a.String())
 		}
-		if slices.Equal(s, want) {
-			return
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("resolves to %v, want %v", got, want)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s resolves to %v, want %v", name, got, want)
+		return nil
+	})
 }
 
 func TestResolverRefreshesAtTTLAndKeepsAddressesOnFailure(t *testing.T) {
@@ -105,18 +110,31 @@ func TestResolverRefreshesAtTTLAndKeepsAddressesOnFailure(t *testing.T) {
 	if d := time.Since(start); d > 2500*time.Millisecond {
 		t.Errorf("new answer seen after %s with a 1 s TTL", d)
 	}
+	// The server fails for longer than the TTL: the resolver keeps the last addresses, and keeps
+	// asking, with a backoff capped at 400 ms (two queries per attempt).
 	s.set(1, true)
-	time.Sleep(1500 * time.Millisecond)
-	waitAddrs(t, r, "www.example.com", "203.0.113.21") // failure: last addresses kept
-	s.mu.Lock()
-	before := s.queries
-	s.mu.Unlock()
-	time.Sleep(time.Second)
-	s.mu.Lock()
-	retries := s.queries - before
-	s.mu.Unlock()
-	if retries > 8 { // capped backoff of 400 ms, two queries per attempt
+	time.Sleep(1500 * time.Millisecond) // the outage under test, past the 1 s TTL and into the backoff
+	if got := r.Lookup("www.example.com"); len(got) != 1 || got[0].String() != "203.0.113.21" {
+		t.Errorf("after 1.5 s of failures the name resolves to %v, want the last addresses [203.0.113.21]", got)
+	}
+	before := s.count()
+	time.Sleep(time.Second) // a window of the outage in which to count the retries
+	retries := s.count() - before
+	switch {
+	case retries > 8:
 		t.Errorf("%d queries in 1 s while failing: no backoff", retries)
+	case retries < 2:
+		t.Errorf("%d queries in 1 s while failing: the resolver stopped retrying (backoff capped at 400 ms)", retries)
+	}
+	if got := r.Lookup("www.example.com"); len(got) != 1 || got[0].String() != "203.0.113.21" {
+		t.Errorf("after 2.5 s of failures the name resolves to %v, want the last addresses [203.0.113.21]", got)
+	}
+	// The server answers again: the next retry, at most 400 ms away, takes the new answer.
+	s.set(1, false, "203.0.113.22")
+	start = time.Now()
+	waitAddrs(t, r, "www.example.com", "203.0.113.22")
+	if d := time.Since(start); d > 1500*time.Millisecond {
+		t.Errorf("recovery seen after %s with retries capped at 400 ms", d)
 	}
 	r.Want(nil)
 	if len(r.Lookup("www.example.com")) != 0 {
