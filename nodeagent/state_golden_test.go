@@ -1,0 +1,85 @@
+package nodeagent
+
+import (
+	"context"
+	"encoding/json"
+	"net/netip"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/internal/golden"
+	"github.com/egressd/egressd/nodeagent/egressip"
+	"github.com/egressd/egressd/watchers/watcherstest"
+)
+
+// stateJSON renders a desired state for golden files.
+func stateJSON(t *testing.T, s dataplane.State) string {
+	t.Helper()
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b) + "\n"
+}
+
+func pod(ns, name, node string, labels map[string]string, ips ...string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	for _, ip := range ips {
+		p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
+	}
+	return p
+}
+
+func node(name, primary string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{egressip.PrimaryIfAddrAnnotation: primary}}}
+}
+
+// TestDesiredStateGolden: what one sync hands the dataplane for whole scenarios, through every
+// feature's compile and the merge (-update rewrites testdata/*.golden).
+func TestDesiredStateGolden(t *testing.T) {
+	cidr := "203.0.113.0/24"
+	eip := &ovnv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "eip"}, Spec: ovnv1.EgressIPSpec{
+		EgressIPs:         []ovnv1.IPAddress{"192.0.2.100", "192.0.2.101", "2001:db8::100"},
+		NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
+		PodSelector:       metav1.LabelSelector{MatchLabels: map[string]string{"app": "x"}},
+	}, Status: ovnv1.EgressIPStatus{Items: []ovnv1.EgressIPStatusItem{
+		{Node: "n2", EgressIP: "192.0.2.100"}, {Node: "n3", EgressIP: "192.0.2.101"}, {Node: "n1", EgressIP: "2001:db8::100"}}}}
+	common := []runtime.Object{
+		node("n1", `{"ipv4":"192.0.2.1/24","ipv6":"2001:db8::1/64"}`), node("n2", `{"ipv4":"192.0.2.2/24"}`), node("n3", `{"ipv4":"192.0.2.3/24"}`),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"team": "a"}}},
+		pod("a", "x1", "n1", map[string]string{"app": "x"}, "10.244.1.5", "fd00:10:244:1::5"),
+		pod("a", "x2", "n2", map[string]string{"app": "x"}, "10.244.2.5"),
+		pod("a", "web", "n1", map[string]string{"app": "web"}, "10.244.1.6"),
+	}
+	for _, tc := range []struct {
+		name string
+		objs []runtime.Object
+	}{
+		{"firewall-qos", []runtime.Object{
+			&ovnv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "default", UID: "f"}, Spec: ovnv1.EgressFirewallSpec{Egress: []ovnv1.EgressFirewallRule{
+				{Type: "Allow", To: ovnv1.EgressFirewallDestination{CIDRSelector: cidr}, Ports: []ovnv1.EgressFirewallPort{{Protocol: "TCP", Port: 443}}},
+				{Type: "Deny", To: ovnv1.EgressFirewallDestination{CIDRSelector: "0.0.0.0/0"}}}}},
+			&ovnv1.EgressQoS{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "default"}, Spec: ovnv1.EgressQoSSpec{Egress: []ovnv1.EgressQoSRule{
+				{DSCP: 46, DstCIDR: &cidr, PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}}},
+		}},
+		// x1 on n1: IPv4 steered to n2 and n3 (ECMP), IPv6 SNATed here; x2 (on n2) SNATed here
+		// only over IPv6, which it does not have.
+		{"egressip", []runtime.Object{eip}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			app := &recordingApplier{}
+			l := newLoop(app, nil, 0)
+			l.Node = "n1"
+			l.ClusterNetworks = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/48")}
+			l.Snapshot = watcherstest.Snapshot(append(append([]runtime.Object{}, common...), tc.objs...)...)
+			l.sync(context.Background())
+			golden.Assert(t, "testdata/"+tc.name+".golden", stateJSON(t, app.state()))
+		})
+	}
+}
