@@ -117,6 +117,13 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 		c.addPod(&part, in, cp.pod, name, egress[name])
 	}
 	c.serving = serving
+	// Listers return objects in no particular order: sort, so equal inputs give equal states.
+	slices.SortFunc(part.Exempt, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	part.Exempt = slices.Compact(part.Exempt)
+	slices.SortFunc(part.Guarded, netip.Addr.Compare)
+	slices.SortFunc(part.SNAT, func(a, b dataplane.SNAT) int { return a.Pod.Compare(b.Pod) })
+	slices.SortFunc(part.Steer, func(a, b Steer) int { return a.PodIP.Compare(b.PodIP) })
+	slices.SortFunc(part.Addresses, func(a, b dataplane.Address) int { return a.Addr.Compare(b.Addr) })
 	return part, nil
 }
 
