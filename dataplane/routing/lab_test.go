@@ -28,14 +28,28 @@ const (
 
 func newLab(t *testing.T) *lab {
 	t.Helper()
+	// No duplicate address detection, link-local addresses included: neighbour discovery
+	// works from the first packet.
+	noDAD := "sysctl -qw net.ipv6.conf.default.accept_dad=0"
 	l := &lab{r: netns.New(t, "rt")}
+	if err := l.r.Script(noDAD); err != nil {
+		t.Fatal(err)
+	}
 	for i := 1; i <= 3; i++ {
 		gw := netns.New(t, fmt.Sprintf("gw%d", i))
 		l.gws[i] = gw
+		if err := gw.Script(noDAD); err != nil {
+			t.Fatal(err)
+		}
 		netns.Veth(t, l.r, fmt.Sprintf("e%d", i), gw, "e0")
 		l.r.Addr(t, fmt.Sprintf("e%d", i), fmt.Sprintf("10.1.%d.1/24", i), fmt.Sprintf("fd01:%d::1/64", i))
 		gw.Addr(t, "e0", fmt.Sprintf("10.1.%d.2/24", i), fmt.Sprintf("fd01:%d::2/64", i))
 		gw.Addr(t, "lo", dst4+"/32", dst6+"/128")
+		// The router picks a source address before it picks an ECMP member, so a gateway may
+		// see any of the router's addresses: route them all back.
+		if err := gw.Script(fmt.Sprintf("ip route add 10.1.0.0/16 via 10.1.%d.1", i), fmt.Sprintf("ip -6 route add fd01::/16 via fd01:%d::1", i)); err != nil {
+			t.Fatal(err)
+		}
 		cmd := gw.Command("nft", "-f", "-")
 		cmd.Stdin = strings.NewReader("table inet egt {\n chain pre {\n  type filter hook prerouting priority 0\n" +
 			"  ip daddr " + dst4 + " counter\n  ip6 daddr " + dst6 + " counter\n }\n}\n")
@@ -93,7 +107,9 @@ var (
 )
 
 // testState selects table 7100 (default via gw1) with mark 0x100/0xff00, table 7101 (the
-// destinations over gw1 and gw2, BFD-gated ECMP) with 0x200, table 7102 (blackhole) with 0x300.
+// destinations over gw1 and gw2, BFD-gated ECMP) with 0x200, table 7102 (blackhole) with 0x300;
+// sources 10.9.0.0/16 and fd09::/64 use table 7100 too. Tables 0..2 are s.Tables[0..2] (IPv4)
+// and s.Tables[3..5] (IPv6).
 func testState() *dataplane.RoutingState {
 	gw := func(i int, v6 bool) netip.Addr {
 		if v6 {
@@ -110,6 +126,11 @@ func testState() *dataplane.RoutingState {
 		for i, o := range []dataplane.Origin{origin0, origin1, origin2} {
 			s.Rules = append(s.Rules, dataplane.RouteRule{Origin: o, Priority: 10 + i, IPv6: v6, Mark: uint32(i+1) << 8, Mask: 0xff00, Table: i})
 		}
+		src := netip.MustParsePrefix("10.9.0.0/16")
+		if v6 {
+			src = netip.MustParsePrefix("fd09::/64")
+		}
+		s.Rules = append(s.Rules, dataplane.RouteRule{Origin: origin0, Priority: 20, IPv6: v6, Src: src, Table: 0})
 		s.Tables = append(s.Tables,
 			dataplane.RouteTable{Origin: origin0, ID: 0, Routes: []dataplane.Route{{Dst: all, Via: &dataplane.Nexthop{Gateway: gw(1, v6)}}}},
 			dataplane.RouteTable{Origin: origin1, ID: 1, Routes: []dataplane.Route{{Dst: dst, Nexthops: []dataplane.Nexthop{
