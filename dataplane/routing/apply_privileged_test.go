@@ -151,6 +151,13 @@ id 71000005 group 71000003 proto 229`, "nexthop")
 	down[netip.MustParseAddr("10.1.2.2")] = true
 	apply()
 	expectIP(t, l, `blackhole 203.0.113.5 proto 229`, "route", "show", "table", "7101")
+	// The group stays (with its last member: a group cannot be empty), to be refilled in place.
+	expectIP(t, l, `id 71000000 via 10.1.1.2 dev e1 scope link proto 229
+id 71000001 via 10.1.2.2 dev e2 scope link proto 229
+id 71000002 group 71000001 proto 229
+id 71000003 via fd01:1::2 dev e1 scope link proto 229
+id 71000004 via fd01:2::2 dev e2 scope link proto 229
+id 71000005 group 71000003 proto 229`, "nexthop")
 	expectIP(t, l, `2001:db8:5::5 nhid 71000005 proto 229 metric 1024 pref medium
 	nexthop via fd01:1::2 dev e1 weight 1`, "-6", "route", "show", "table", "7101")
 
