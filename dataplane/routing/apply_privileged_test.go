@@ -38,8 +38,8 @@ const (
 	wantTable16 = `2001:db8:5::5 nhid 71000005 proto 229 metric 1024 pref medium
 	nexthop via fd01:1::2 dev e1 weight 1
 	nexthop via fd01:2::2 dev e2 weight 1`
-	wantTable26   = `blackhole default dev lo proto 229 metric 1024 pref medium`
-	wantNexthops  = `id 71000000 via 10.1.1.2 dev e1 scope link proto 229
+	wantTable26  = `blackhole default dev lo proto 229 metric 1024 pref medium`
+	wantNexthops = `id 71000000 via 10.1.1.2 dev e1 scope link proto 229
 id 71000001 via 10.1.2.2 dev e2 scope link proto 229
 id 71000002 group 71000000/71000001 proto 229
 id 71000003 via fd01:1::2 dev e1 scope link proto 229
