@@ -1,0 +1,188 @@
+package routing
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/egressd/egressd/dataplane"
+)
+
+// Apply makes the kernel hold everything s wants, comparing with what is there so that a
+// repeated Apply writes nothing. It never removes (see Prune). up says whether the BFD session
+// to a peer is Up (nil: all are): a BFD-gated nexthop whose peer is not Up is left out, and a
+// route left without a usable nexthop becomes a blackhole, so that marked traffic is dropped
+// rather than leaked through the main table. Errors are returned by the Origin they concern.
+func (r *Router) Apply(s *dataplane.RoutingState, up func(peer netip.Addr) bool) map[dataplane.Origin]error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if up == nil {
+		up = func(netip.Addr) bool { return true }
+	}
+	rules, routes, errs := r.cfg.wanted(s)
+	fail := func(o dataplane.Origin, err error) { errs[o] = errors.Join(errs[o], err) }
+	k, err := r.read()
+	if err != nil {
+		for _, rule := range s.Rules {
+			fail(rule.Origin, err)
+		}
+		for _, t := range s.Tables {
+			fail(t.Origin, err)
+		}
+		return errs
+	}
+	// Tables before the rules that select them: a rule that selects a table still empty would
+	// send marked traffic on to the main table.
+	for _, w := range routes {
+		if err := r.applyRoute(k, w, up); err != nil {
+			fail(w.origin, err)
+		}
+	}
+	have := map[ruleKey]bool{}
+	for _, o := range k.rules {
+		have[o.key] = have[o.key] || o.ok
+	}
+	for _, w := range rules {
+		if have[w.key] {
+			continue
+		}
+		if err := r.addRule(w.key); err != nil {
+			fail(w.origin, err)
+			continue
+		}
+		have[w.key] = true
+	}
+	return errs
+}
+
+// applyRoute installs one route. What cannot be programmed is reported, and leaves the route
+// a blackhole (a single gateway) or the member out of the group (ECMP).
+func (r *Router) applyRoute(k *kernel, w wantedRoute, up func(netip.Addr) bool) error {
+	want := kroute{key: w.key, proto: k.proto, typ: unix.RTN_UNICAST, src: w.route.Src}
+	var errs []error
+	switch {
+	case w.route.Blackhole:
+		want.typ = unix.RTN_BLACKHOLE
+	case w.route.Via != nil:
+		nh := *w.route.Via
+		if nh.BFD && !up(nh.Gateway) {
+			want.typ = unix.RTN_BLACKHOLE
+			break
+		}
+		oif, err := r.device(nh)
+		if err != nil {
+			errs = append(errs, err)
+			want.typ = unix.RTN_BLACKHOLE
+			break
+		}
+		want.gw, want.oif = nh.Gateway, oif
+	default:
+		var all, live []uint32
+		for _, nh := range w.route.Nexthops {
+			id, err := r.member(k, w.key.family(), nh)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			all = append(all, id)
+			if !nh.BFD || !nh.Gateway.IsValid() || up(nh.Gateway) {
+				live = append(live, id)
+			}
+		}
+		r.members[w.key] = all
+		if len(live) == 0 {
+			want.typ = unix.RTN_BLACKHOLE
+			break
+		}
+		gid, err := r.group(k, w.key, live)
+		if err != nil {
+			errs = append(errs, err)
+			want.typ = unix.RTN_BLACKHOLE
+			break
+		}
+		want.nhid = gid
+	}
+	have, ok := k.routes[w.key]
+	if !ok || !want.same(have) {
+		if err := r.nl.writeRoute(want, ok); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		k.routes[w.key] = want
+	}
+	return errors.Join(errs...)
+}
+
+// device resolves the interface of a nexthop: the named one, or the one the kernel reaches
+// the gateway through (which must be directly connected).
+func (r *Router) device(nh dataplane.Nexthop) (int, error) {
+	if nh.Device != "" {
+		l, err := r.h.LinkByName(nh.Device)
+		if err != nil {
+			return 0, fmt.Errorf("nexthop %s: device %q: %w", nh.Gateway, nh.Device, err)
+		}
+		return l.Attrs().Index, nil
+	}
+	routes, err := r.h.RouteGet(nh.Gateway.AsSlice())
+	if err != nil || len(routes) == 0 {
+		return 0, fmt.Errorf("gateway %s: no route: %v", nh.Gateway, err)
+	}
+	if routes[0].Gw != nil {
+		return 0, fmt.Errorf("gateway %s is not on a connected network (reached via %s)", nh.Gateway, routes[0].Gw)
+	}
+	return routes[0].LinkIndex, nil
+}
+
+// member returns egressd's nexthop object for nh, creating it if there is none.
+func (r *Router) member(k *kernel, family uint8, nh dataplane.Nexthop) (uint32, error) {
+	oif, err := r.device(nh)
+	if err != nil {
+		return 0, err
+	}
+	var found uint32
+	for id, o := range k.nexthops {
+		if o.proto == k.proto && o.group == nil && !o.other && o.family == family && o.gw == nh.Gateway && o.oif == oif && (found == 0 || id < found) {
+			found = id
+		}
+	}
+	if found != 0 {
+		return found, nil
+	}
+	id := k.freeID(r.cfg.NexthopIDBase)
+	if err := r.nl.createMember(id, k.proto, family, nh.Gateway, oif); err != nil {
+		return 0, err
+	}
+	k.nexthops[id] = nexthop{id: id, proto: k.proto, family: family, gw: nh.Gateway, oif: oif}
+	return id, nil
+}
+
+// group returns the route's nexthop group holding exactly live, replacing the members of the
+// route's current group in place, or creating one.
+func (r *Router) group(k *kernel, key routeKey, live []uint32) (uint32, error) {
+	slices.Sort(live)
+	live = slices.Compact(live)
+	var gid uint32
+	for _, id := range []uint32{k.routes[key].nhid, r.groups[key]} {
+		if nh, ok := k.owned(id); ok && nh.group != nil && !nh.other {
+			gid = id
+			break
+		}
+	}
+	switch {
+	case gid != 0 && slices.Equal(k.nexthops[gid].group, live):
+	case gid != 0:
+		if err := r.nl.writeGroup(gid, k.proto, live, true); err != nil {
+			return 0, err
+		}
+	default:
+		gid = k.freeID(r.cfg.NexthopIDBase)
+		if err := r.nl.writeGroup(gid, k.proto, live, false); err != nil {
+			return 0, err
+		}
+	}
+	k.nexthops[gid] = nexthop{id: gid, proto: k.proto, group: live}
+	r.groups[key] = gid
+	return gid, nil
+}

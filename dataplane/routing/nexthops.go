@@ -1,0 +1,135 @@
+package routing
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+)
+
+// Attributes of nexthop messages (linux/nexthop.h) missing from x/sys/unix.
+const (
+	nhaFDB       = 11
+	sizeofNhmsg  = 8
+	sizeofNhGrp  = 8
+	nhGroupMpath = 0
+)
+
+// nexthop is a kernel nexthop object (`ip nexthop`): a gateway on a device, or a group of
+// such objects. egressd makes one object per (gateway, device), shared by every group that
+// uses it, and one group per ECMP route, replaced in place when its live members change.
+type nexthop struct {
+	id     uint32
+	proto  uint8
+	family uint8
+	gw     netip.Addr
+	oif    int
+	// group holds the member IDs (sorted) of a group; nil for a single nexthop.
+	group []uint32
+	// other marks what egressd never writes (blackhole, encap, fdb, weights, resilient
+	// groups): it never matches a wanted object.
+	other bool
+}
+
+func nhmsg(family, proto uint8) header {
+	h := make(header, sizeofNhmsg)
+	h[0], h[2] = family, proto
+	return h
+}
+
+// readNexthops returns every nexthop object of the namespace, whoever owns it: the IDs of all
+// of them are taken.
+func (c *rtnl) readNexthops() (map[uint32]nexthop, error) {
+	msgs, err := c.dump(unix.RTM_GETNEXTHOP, unix.RTM_NEWNEXTHOP, nhmsg(unix.AF_UNSPEC, 0))
+	if err != nil {
+		return nil, fmt.Errorf("list nexthop objects: %w", err)
+	}
+	out := make(map[uint32]nexthop, len(msgs))
+	for _, m := range msgs {
+		nh, err := parseNexthop(m)
+		if err != nil {
+			return nil, err
+		}
+		out[nh.id] = nh
+	}
+	return out, nil
+}
+
+func parseNexthop(m []byte) (nexthop, error) {
+	if len(m) < sizeofNhmsg {
+		return nexthop{}, fmt.Errorf("short nexthop message (%d bytes)", len(m))
+	}
+	nh := nexthop{family: m[0], proto: m[2]}
+	attrs, err := nl.ParseRouteAttr(m[sizeofNhmsg:])
+	if err != nil {
+		return nexthop{}, fmt.Errorf("parse nexthop: %w", err)
+	}
+	for _, a := range attrs {
+		v := a.Value
+		switch a.Attr.Type {
+		case unix.NHA_ID:
+			nh.id = binary.NativeEndian.Uint32(v)
+		case unix.NHA_OIF:
+			nh.oif = int(binary.NativeEndian.Uint32(v))
+		case unix.NHA_GATEWAY:
+			nh.gw, _ = netip.AddrFromSlice(v)
+		case unix.NHA_GROUP:
+			for ; len(v) >= sizeofNhGrp; v = v[sizeofNhGrp:] {
+				nh.group = append(nh.group, binary.NativeEndian.Uint32(v))
+				if v[4] != 0 || v[5] != 0 { // weight-1, weight_high: egressd writes weight 1
+					nh.other = true
+				}
+			}
+			slices.Sort(nh.group)
+		case unix.NHA_GROUP_TYPE:
+			nh.other = nh.other || binary.NativeEndian.Uint16(v) != nhGroupMpath
+		case unix.NHA_BLACKHOLE, unix.NHA_ENCAP, unix.NHA_ENCAP_TYPE, nhaFDB:
+			nh.other = true
+		}
+	}
+	return nh, nil
+}
+
+// createMember creates the nexthop object id: gw (if valid) on device oif.
+func (c *rtnl) createMember(id uint32, proto, family uint8, gw netip.Addr, oif int) error {
+	attrs := []*nl.RtAttr{nl.NewRtAttr(unix.NHA_ID, u32(id)), nl.NewRtAttr(unix.NHA_OIF, u32(uint32(oif)))}
+	if gw.IsValid() {
+		attrs = append(attrs, nl.NewRtAttr(unix.NHA_GATEWAY, gw.AsSlice()))
+	}
+	if err := c.write(unix.RTM_NEWNEXTHOP, unix.NLM_F_CREATE|unix.NLM_F_EXCL, nhmsg(family, proto), attrs...); err != nil {
+		return fmt.Errorf("nexthop id %d via %s dev #%d: %w", id, gw, oif, err)
+	}
+	return nil
+}
+
+// writeGroup creates (replace false: exclusively) or replaces the group id with members.
+// Replacing a group changes the routes that use it at once, with no moment without a nexthop.
+func (c *rtnl) writeGroup(id uint32, proto uint8, members []uint32, replace bool) error {
+	grp := make([]byte, sizeofNhGrp*len(members))
+	for i, m := range members {
+		binary.NativeEndian.PutUint32(grp[i*sizeofNhGrp:], m) // weight 0 means 1
+	}
+	flags := unix.NLM_F_CREATE | unix.NLM_F_EXCL
+	if replace {
+		flags = unix.NLM_F_REPLACE
+	}
+	err := c.write(unix.RTM_NEWNEXTHOP, flags, nhmsg(unix.AF_UNSPEC, proto),
+		nl.NewRtAttr(unix.NHA_ID, u32(id)),
+		nl.NewRtAttr(unix.NHA_GROUP, grp))
+	if err != nil {
+		return fmt.Errorf("nexthop group id %d members %v: %w", id, members, err)
+	}
+	return nil
+}
+
+func (c *rtnl) deleteNexthop(id uint32) error {
+	err := c.write(unix.RTM_DELNEXTHOP, 0, nhmsg(unix.AF_UNSPEC, 0), nl.NewRtAttr(unix.NHA_ID, u32(id)))
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("delete nexthop id %d: %w", id, err)
+	}
+	return nil
+}
