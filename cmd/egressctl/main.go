@@ -16,6 +16,7 @@ import (
 	"github.com/egressd/egressd/dataplane/addresses"
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/nft"
+	"github.com/egressd/egressd/dataplane/routing"
 	"github.com/egressd/egressd/dataplane/tcx"
 	"github.com/egressd/egressd/internal/version"
 )
@@ -99,6 +100,10 @@ func cleanup(pinRoot string, out io.Writer) error {
 		return fmt.Errorf("remove egress addresses (protocol %d): %w", addresses.DefaultProtocol, err)
 	}
 	fmt.Fprintf(out, "removed egress addresses stamped with protocol %d\n", addresses.DefaultProtocol)
+	if err := routing.Cleanup(routing.DefaultConfig()); err != nil {
+		return fmt.Errorf("remove egressd's ip rules, routes and nexthops: %w", err)
+	}
+	fmt.Fprintf(out, "removed egressd's ip rules, routes and nexthops (protocol %d)\n", routing.DefaultConfig().Protocol)
 	if err := os.Remove(pinRoot); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove %s: %w", pinRoot, err)
 	}

@@ -15,6 +15,8 @@ import (
 	flag "github.com/spf13/pflag"
 
 	"github.com/egressd/egressd/dataplane/classifier"
+	"github.com/egressd/egressd/dataplane/routing"
+	"github.com/egressd/egressd/nodeagent"
 )
 
 // config is the agent's command line.
@@ -36,6 +38,9 @@ type config struct {
 	aclLogRate       uint
 	verbosity        int
 	logFormat        string
+	markMask         uint32
+	routing          routing.Config
+	healthPort       uint16
 }
 
 // prefixList is a comma-separated list of CIDRs, v4 and/or v6.
@@ -93,6 +98,13 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.resync, "sync-period", 5*time.Minute, "period of the full re-sync that repairs drift of kernel state")
 	fs.UintVar(&c.aclLogRate, "acl-logging-rate-limit", classifier.DefaultACLLogRate, "EgressFirewall verdicts logged per second and CPU for namespaces annotated k8s.ovn.org/acl-logging; 0 logs none")
 	fs.StringVar(&c.dnsServer, "dns-server", defaultDNSServer(), "ip:port of the DNS server that resolves EgressFirewall dnsName rules (default: the first nameserver of /etc/resolv.conf)")
+	fs.Uint32Var(&c.markMask, "fwmark-mask", nodeagent.DefaultMarkMask, "skb->mark bits egressd may set on steered packets (keep clear of the CNI's and kube-proxy's bits)")
+	c.routing = routing.DefaultConfig()
+	fs.IntVar(&c.routing.RulePriorityBase, "rule-priority-base", c.routing.RulePriorityBase, "first ip rule priority of egressd's reserved range")
+	fs.IntVar(&c.routing.RulePriorityCount, "rule-priority-count", c.routing.RulePriorityCount, "size of egressd's ip rule priority range")
+	fs.IntVar(&c.routing.TableBase, "route-table-base", c.routing.TableBase, "first routing table ID of egressd's reserved range")
+	fs.IntVar(&c.routing.TableCount, "route-table-count", c.routing.TableCount, "size of egressd's routing table range")
+	fs.Uint16Var(&c.healthPort, "egressip-health-port", 9107, "port of the gRPC health service (Service_Egress_IP) the leader probes on every egress node, as upstream")
 	fs.IntVarP(&c.verbosity, "v", "v", 0, "log verbosity: 0 info, 1 debug, higher adds client-go detail")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or text")
 	fs.Usage = func() {} // an error is one line; the full usage only on --help

@@ -94,7 +94,8 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	dp, err := kernel.New(cfg.bpfPinRoot, classifier.Options{ACLLogRate: uint32(cfg.aclLogRate)}, log.With("component", "dataplane"))
+	dp, err := kernel.New(kernel.Options{PinRoot: cfg.bpfPinRoot, Classifier: classifier.Options{ACLLogRate: uint32(cfg.aclLogRate)}, Routing: cfg.routing},
+		log.With("component", "dataplane"))
 	if err != nil {
 		return err
 	}
@@ -112,6 +113,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Metrics:         metrics,
 		Log:             log.With("component", "sync"),
 		Debounce:        cfg.debounce,
+		MarkMask:        cfg.markMask,
 		Resync:          cfg.resync,
 	}
 

@@ -7,15 +7,15 @@
 //  1. nftables: leak guards, SNAT and after-DNAT drops, before any route or mark that sends
 //     traffic through them (one transaction: its removals are atomic with its adds);
 //  2. addresses: the egress IPs this node hosts, announced when added;
-//  3. classifier maps: pod entries, firewall and QoS tables, before the interfaces that run the
+//  3. routing: the tables of the steered paths, then the rules that select them by mark;
+//  4. classifier maps: pod entries, firewall and QoS tables, before the interfaces that run the
 //     program are attached (a newly attached interface finds its pod's entries at once);
-//  4. attachment: the classifier on every pod-facing interface; interfaces that no longer face
+//  5. attachment: the classifier on every pod-facing interface; interfaces that no longer face
 //     a pod are detached last;
-//  5. removals of what the state no longer wants, in reverse: egress addresses assigned
-//     elsewhere now.
+//  6. removals of what the state no longer wants, in reverse: rules, routes and nexthops,
+//     then egress addresses assigned elsewhere now.
 //
-// BFD peers and routing take their places as their facilities land: before the classifier
-// marks that select routes.
+// BFD peers take their place before routing as external gateways land.
 package kernel
 
 import (
@@ -31,14 +31,24 @@ import (
 	"github.com/egressd/egressd/dataplane/addresses"
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/nft"
+	"github.com/egressd/egressd/dataplane/routing"
 	"github.com/egressd/egressd/dataplane/tcx"
 )
+
+// Options of the kernel facilities.
+type Options struct {
+	// PinRoot is the bpffs directory of the classifier's maps, program and links.
+	PinRoot    string
+	Classifier classifier.Options
+	Routing    routing.Config
+}
 
 // Applier programs the kernel of the network namespace the process runs in.
 type Applier struct {
 	classifier *classifier.Classifier
 	attacher   *tcx.Attacher
 	addresses  *addresses.Addresses
+	routing    *routing.Router
 	nft        *nft.Table
 	changed    chan struct{}
 	done       chan struct{}
@@ -47,8 +57,9 @@ type Applier struct {
 
 // New adopts what a previous agent left under pinRoot (so that enforcement continues without a
 // gap) and starts watching link changes.
-func New(pinRoot string, o classifier.Options, log *slog.Logger) (*Applier, error) {
-	c, err := classifier.Load(pinRoot, o)
+func New(o Options, log *slog.Logger) (*Applier, error) {
+	pinRoot := o.PinRoot
+	c, err := classifier.Load(pinRoot, o.Classifier)
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +80,13 @@ func New(pinRoot string, o classifier.Options, log *slog.Logger) (*Applier, erro
 		c.Close()
 		return nil, err
 	}
-	d := &Applier{classifier: c, attacher: a, nft: t, addresses: owned, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
+	router, err := routing.New(o.Routing)
+	if err != nil {
+		a.Close()
+		c.Close()
+		return nil, err
+	}
+	d := &Applier{classifier: c, attacher: a, nft: t, addresses: owned, routing: router, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
 	go func() {
 		if err := c.ServeACLLog(log); err != nil {
 			log.Error("ACL logging stopped", "err", err)
@@ -133,9 +150,13 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	}
 	fail(d.nft.Apply(&s.Nftables))
 	fail(d.addresses.Apply(s.Addresses))
+	fail(d.routing.Apply(&s.Routing, nil))
 	fail(d.classifier.Apply(&s.Classifier))
 	fail(d.attach(s.Classifier.Pods))
 	// Removals, in reverse.
+	if err := d.routing.Prune(&s.Routing); err != nil {
+		d.log.Error("remove routing egressd no longer wants", "err", err)
+	}
 	if err := d.addresses.Prune(s.Addresses); err != nil {
 		d.log.Error("remove egress addresses no longer assigned here", "err", err)
 	}
