@@ -133,7 +133,7 @@ func (d *Applier) Collectors() []prometheus.Collector {
 		}
 		return out
 	}
-	return []prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT)}
+	return []prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT), nft.NewCollector(d.nft)}
 }
 
 // Changed receives a value after the kernel changed under egressd (links or addresses added,

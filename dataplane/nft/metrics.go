@@ -1,0 +1,35 @@
+package nft
+
+import "github.com/prometheus/client_golang/prometheus"
+
+var (
+	descSNATPackets = prometheus.NewDesc("egressd_egressip_snat_packets_total",
+		"Packets that left this node SNATed to an egress IP it hosts.", []string{"egress_ip"}, nil)
+	descSNATBytes = prometheus.NewDesc("egressd_egressip_snat_bytes_total",
+		"Bytes that left this node SNATed to an egress IP it hosts.", []string{"egress_ip"}, nil)
+	descLeakDrops = prometheus.NewDesc("egressd_egressip_leak_drops_total",
+		"Packets of pods served by an EgressIP that the leak guard dropped rather than let leave with the pod address: "+
+			"unsteered (not SNATed) or misrouted (steered, but towards no egress node of its path).", []string{"reason"}, nil)
+)
+
+// collector exports the table's EgressIP counters.
+type collector struct{ t *Table }
+
+// NewCollector is the Prometheus collector of the table's EgressIP counters.
+func NewCollector(t *Table) prometheus.Collector { return collector{t} }
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descSNATPackets
+	ch <- descSNATBytes
+	ch <- descLeakDrops
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	for ip, n := range c.t.EgressIPCounters() {
+		ch <- prometheus.MustNewConstMetric(descSNATPackets, prometheus.CounterValue, float64(n.Packets), ip.String())
+		ch <- prometheus.MustNewConstMetric(descSNATBytes, prometheus.CounterValue, float64(n.Bytes), ip.String())
+	}
+	d := c.t.LeakDrops()
+	ch <- prometheus.MustNewConstMetric(descLeakDrops, prometheus.CounterValue, float64(d.Unsteered.Packets), "unsteered")
+	ch <- prometheus.MustNewConstMetric(descLeakDrops, prometheus.CounterValue, float64(d.Misrouted.Packets), "misrouted")
+}
