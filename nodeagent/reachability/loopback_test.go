@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -20,20 +22,58 @@ import (
 )
 
 // envChild makes the test binary a bare agent: it serves on 127.0.0.1, a free port, prints the
-// address and waits to be killed. The saturation test stops that process.
+// address and waits to be killed; with the value "burn" it also keeps every CPU it may use busy.
+// The saturation tests stop or starve that process.
 const envChild = "EGRESSD_REACHABILITY_CHILD_SERVER"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(envChild) == "1" {
+	if mode := os.Getenv(envChild); mode != "" {
 		s := NewServer(netip.MustParseAddrPort("127.0.0.1:0"))
 		if err := s.Start(); err != nil {
 			fmt.Println("error:", err)
 			os.Exit(1)
 		}
+		if mode == "burn" {
+			for range 2 * runtime.GOMAXPROCS(0) {
+				go func() {
+					for {
+					}
+				}()
+			}
+		}
 		fmt.Println(s.Addr())
 		select {}
 	}
 	os.Exit(m.Run())
+}
+
+// startChild runs the test binary as a bare agent (see envChild) and returns its process and
+// address; the process is killed when the test ends.
+func startChild(t *testing.T, mode string) (*exec.Cmd, netip.AddrPort) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envChild+"="+mode)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := netip.ParseAddrPort(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatalf("child server said %q: %v", line, err)
+	}
+	return cmd, addr
 }
 
 func startServer(t *testing.T, addr netip.AddrPort) *Server {
@@ -129,29 +169,7 @@ func TestLoopbackAgentRestart(t *testing.T) {
 // saturated CPU: no cycles at all) for 10 s. Handshakes are the kernel's work and go on being
 // answered; health Checks time out; the node stays reachable within the 30 s grace.
 func TestLoopbackStoppedAgentStaysReachable(t *testing.T) {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envChild+"=1")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, err := netip.ParseAddrPort(line[:len(line)-1])
-	if err != nil {
-		t.Fatalf("child server said %q: %v", line, err)
-	}
-
+	cmd, addr := startChild(t, "serve")
 	p := NewProber(Config{healthEvery: 200 * time.Millisecond})
 	defer p.Stop()
 	p.Set(map[string]netip.AddrPort{"n": addr})
