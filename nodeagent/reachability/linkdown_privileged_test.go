@@ -69,8 +69,7 @@ func newLinkLab(t testing.TB) *linkLab {
 		})
 		return c, err
 	}
-	p := NewProber(Config{dial: dial}) // production timings: 150 ms x 3, health every 1 s
-	t.Cleanup(p.Stop)
+	p := newProber(t, Config{dial: dial}) // production timings: 150 ms x 3, health every 1 s
 	p.Set(map[string]netip.AddrPort{"node": server.Addr()})
 	return &linkLab{prober: p, nodeLink: link, nodeNL: nl}
 }

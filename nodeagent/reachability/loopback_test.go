@@ -116,8 +116,7 @@ func TestServerServesEgressIPService(t *testing.T) {
 // Real sockets on loopback: handshakes and SERVING are seen with the production dialer.
 func TestLoopbackServingSeen(t *testing.T) {
 	s := startServer(t, netip.MustParseAddrPort("127.0.0.1:0"))
-	p := NewProber(Config{healthEvery: 100 * time.Millisecond})
-	defer p.Stop()
+	p := newProber(t, Config{healthEvery: 100 * time.Millisecond})
 	p.Set(map[string]netip.AddrPort{"n": s.Addr()})
 	waitFor(t, 3*time.Second, "SERVING and handshakes", func() bool {
 		return servingSeen(p) >= 2 && count(p, "connect", answered) >= 2
@@ -135,8 +134,7 @@ func TestLoopbackServingSeen(t *testing.T) {
 func TestLoopbackAgentRestart(t *testing.T) {
 	s := startServer(t, netip.MustParseAddrPort("127.0.0.1:0"))
 	addr := s.Addr()
-	p := NewProber(Config{Grace: 2 * time.Second, healthEvery: 100 * time.Millisecond})
-	defer p.Stop()
+	p := newProber(t, Config{Grace: 2 * time.Second, healthEvery: 100 * time.Millisecond})
 	p.Set(map[string]netip.AddrPort{"n": addr})
 	waitFor(t, 3*time.Second, "SERVING", func() bool { return servingSeen(p) > 0 })
 
@@ -170,8 +168,7 @@ func TestLoopbackAgentRestart(t *testing.T) {
 // answered; health Checks time out; the node stays reachable within the 30 s grace.
 func TestLoopbackStoppedAgentStaysReachable(t *testing.T) {
 	cmd, addr := startChild(t, "serve")
-	p := NewProber(Config{healthEvery: 200 * time.Millisecond})
-	defer p.Stop()
+	p := newProber(t, Config{healthEvery: 200 * time.Millisecond})
 	p.Set(map[string]netip.AddrPort{"n": addr})
 	waitFor(t, 3*time.Second, "SERVING", func() bool { return servingSeen(p) > 0 })
 	answeredBefore, failedBefore := count(p, "connect", answered), count(p, "health", notServing)

@@ -53,8 +53,7 @@ func cpuLimit(t *testing.T, pid int, quota time.Duration) {
 func TestPrivilegedSaturatedAgentStaysReachable(t *testing.T) {
 	privileged.Require(t)
 	cmd, addr := startChild(t, "burn")
-	p := NewProber(Config{healthEvery: 200 * time.Millisecond})
-	defer p.Stop()
+	p := newProber(t, Config{healthEvery: 200 * time.Millisecond})
 	p.Set(map[string]netip.AddrPort{"n": addr})
 	waitFor(t, 5*time.Second, "SERVING", func() bool { return servingSeen(p) > 0 })
 	cpuLimit(t, cmd.Process.Pid, time.Millisecond)

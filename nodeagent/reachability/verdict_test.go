@@ -44,6 +44,10 @@ func TestVerdict(t *testing.T) {
 			{0, serving, true}, {time.Second, notServing, true}, {10 * time.Second, notServing, true},
 			{10 * time.Second, answered, true}, {20 * time.Second, serving, true},
 		}, ""},
+		{"failed Checks are not misses: only silent connects are", []step{
+			{time.Second, notServing, true}, {2 * time.Second, notServing, true}, {3 * time.Second, notServing, true},
+			{4 * time.Second, notServing, true}, {5 * time.Second, notServing, true},
+		}, ""},
 		{"local errors count neither way", []step{
 			{150 * ms, silent, true}, {300 * ms, silent, true}, {450 * ms, localError, true},
 			{600 * ms, localError, true}, {750 * ms, silent, false},
