@@ -14,7 +14,10 @@
 // Every [Config.Interval] (150 ms) the prober opens a TCP connection to the health port with
 // the interval as timeout, and aborts it at once (RST, so the leader keeps no TIME_WAIT). The
 // handshake is answered by the target's kernel from the listening socket's queue: the agent
-// process is not involved, so a starved agent still answers in RTT time. Three outcomes:
+// process is not involved, so a starved agent still answers in RTT time (measured: a spinning
+// agent limited to 1% CPU, or one stopped with SIGSTOP, answered every handshake for 10 s). On
+// the leader's side the outcome is read from the socket's kernel state when the wait ends, so a
+// starved leader that wakes late does not take a completed handshake for a timeout. Outcomes:
 //   - answered (SYN-ACK): kernel and the agent's listening socket are alive;
 //   - refused (RST): the kernel is alive, nobody listens: the agent is restarting;
 //   - silent (timeout, host/net unreachable): link, host or kernel dead.

@@ -69,7 +69,14 @@ func newLinkLab(t testing.TB) *linkLab {
 		})
 		return c, err
 	}
-	p := newProber(t, Config{dial: dial}) // production timings: 150 ms x 3, health every 1 s
+	probe := func(ctx context.Context, addr netip.AddrPort, timeout time.Duration) (o outcome, rtt time.Duration) {
+		_ = leader.Do(func() error {
+			o, rtt = connectProbe(ctx, addr, timeout) // the production probe, from the leader namespace
+			return nil
+		})
+		return o, rtt
+	}
+	p := newProber(t, Config{probe: probe, dial: dial}) // production timings: 150 ms x 3, health every 1 s
 	p.Set(map[string]netip.AddrPort{"node": server.Addr()})
 	return &linkLab{prober: p, nodeLink: link, nodeNL: nl}
 }

@@ -21,35 +21,49 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// envChild makes the test binary a bare agent: it serves on 127.0.0.1, a free port, prints the
-// address and waits to be killed; with the value "burn" it also keeps every CPU it may use busy.
-// The saturation tests stop or starve that process.
-const envChild = "EGRESSD_REACHABILITY_CHILD_SERVER"
+// envChild makes the test binary a bare agent or leader, in a process of its own that the
+// saturation tests stop or starve:
+//   - "serve": a Server on 127.0.0.1, a free port; prints its address, waits to be killed;
+//   - "burn": the same, and it keeps every CPU it may use busy;
+//   - "probe <addr>": a Prober of addr while it keeps every CPU busy; after 10 s it prints
+//     "<answered> <silent> <refused> <unreachable verdicts>" and exits.
+const envChild = "EGRESSD_REACHABILITY_CHILD"
 
 func TestMain(m *testing.M) {
-	if mode := os.Getenv(envChild); mode != "" {
-		s := NewServer(netip.MustParseAddrPort("127.0.0.1:0"))
-		if err := s.Start(); err != nil {
-			fmt.Println("error:", err)
-			os.Exit(1)
-		}
-		if mode == "burn" {
-			for range 2 * runtime.GOMAXPROCS(0) {
-				go func() {
-					for {
-					}
-				}()
-			}
-		}
-		fmt.Println(s.Addr())
-		select {}
+	mode := os.Getenv(envChild)
+	if mode == "" {
+		os.Exit(m.Run())
 	}
-	os.Exit(m.Run())
+	if mode != "serve" {
+		for range 2 * runtime.GOMAXPROCS(0) {
+			go func() {
+				for {
+				}
+			}()
+		}
+	}
+	if target, ok := strings.CutPrefix(mode, "probe "); ok {
+		p := NewProber(Config{})
+		p.Set(map[string]netip.AddrPort{"n": netip.MustParseAddrPort(target)})
+		time.Sleep(10 * time.Second)
+		p.Stop()
+		fmt.Println(count(p, "connect", answered), count(p, "connect", silent), count(p, "connect", refused),
+			testutil.ToFloat64(p.metrics.unreachable.WithLabelValues(string(hostSilent)))+
+				testutil.ToFloat64(p.metrics.unreachable.WithLabelValues(string(agentAbsent))))
+		os.Exit(0)
+	}
+	s := NewServer(netip.MustParseAddrPort("127.0.0.1:0"))
+	if err := s.Start(); err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	fmt.Println(s.Addr())
+	select {}
 }
 
-// startChild runs the test binary as a bare agent (see envChild) and returns its process and
-// address; the process is killed when the test ends.
-func startChild(t *testing.T, mode string) (*exec.Cmd, netip.AddrPort) {
+// startChild runs the test binary as a bare agent or leader (see envChild) and returns the
+// process and the first line it printed; the process is killed when the test ends.
+func startChild(t *testing.T, mode string) (*exec.Cmd, string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envChild+"="+mode)
@@ -69,7 +83,14 @@ func startChild(t *testing.T, mode string) (*exec.Cmd, netip.AddrPort) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, err := netip.ParseAddrPort(strings.TrimSpace(line))
+	return cmd, strings.TrimSpace(line)
+}
+
+// startChildServer is startChild for the server modes.
+func startChildServer(t *testing.T, mode string) (*exec.Cmd, netip.AddrPort) {
+	t.Helper()
+	cmd, line := startChild(t, mode)
+	addr, err := netip.ParseAddrPort(line)
 	if err != nil {
 		t.Fatalf("child server said %q: %v", line, err)
 	}
@@ -167,7 +188,7 @@ func TestLoopbackAgentRestart(t *testing.T) {
 // saturated CPU: no cycles at all) for 10 s. Handshakes are the kernel's work and go on being
 // answered; health Checks time out; the node stays reachable within the 30 s grace.
 func TestLoopbackStoppedAgentStaysReachable(t *testing.T) {
-	cmd, addr := startChild(t, "serve")
+	cmd, addr := startChildServer(t, "serve")
 	p := newProber(t, Config{healthEvery: 200 * time.Millisecond})
 	p.Set(map[string]netip.AddrPort{"n": addr})
 	waitFor(t, 3*time.Second, "SERVING", func() bool { return servingSeen(p) > 0 })

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
 	"syscall"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
-// dialFunc opens a TCP connection to addr; tests inject one (fake networks, network namespaces).
+// dialFunc opens the health connection to addr; tests inject fake networks and namespaces.
 type dialFunc func(ctx context.Context, addr netip.AddrPort) (net.Conn, error)
 
 // userTimeout bounds how long sent data may stay unacknowledged before the kernel drops the
@@ -23,7 +24,7 @@ type dialFunc func(ctx context.Context, addr netip.AddrPort) (net.Conn, error)
 // stalling in TCP's exponential retransmit backoff once the peer is back.
 const userTimeout = 2 * time.Second
 
-// dialTCP is the production dialer.
+// dialTCP is the production dialer of health connections.
 func dialTCP(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {
 	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
@@ -35,22 +36,68 @@ func dialTCP(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {
 	return d.DialContext(ctx, "tcp", addr.String())
 }
 
-// connect does one layer-1 probe: a handshake within timeout, then an abortive close (RST),
-// which leaves no TIME_WAIT on the leader and a connection the agent drops on its first read.
-func connect(ctx context.Context, dial dialFunc, addr netip.AddrPort, timeout time.Duration) (outcome, time.Duration) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+// probeFunc does one layer-1 probe of addr within timeout; tests inject fakes and namespaces.
+type probeFunc func(ctx context.Context, addr netip.AddrPort, timeout time.Duration) (outcome, time.Duration)
+
+// Linux TCP states (include/net/tcp_states.h) that tell a handshake in flight from one done.
+const (
+	tcpSynSent = 2
+	tcpClose   = 7
+)
+
+// connectProbe does one layer-1 probe: a non-blocking connect, a wait for it to finish or for
+// timeout, then an abortive close (RST: no TIME_WAIT on the leader; the agent drops the
+// connection on its first read). The outcome is read from the kernel's socket state when the
+// wait ends, not from whichever of "writable" and "deadline" the Go runtime noticed first: a
+// leader whose own CPU is starved wakes late, and a handshake its kernel completed meanwhile
+// is an answer. (Probing with net.Dialer instead, a leader spinning at 10% CPU saw two thirds
+// of its probes time out and declared a healthy node unreachable: the starved-leader test.)
+// The RTT of an answer is the kernel's handshake measurement, for the same reason.
+func connectProbe(ctx context.Context, addr netip.AddrPort, timeout time.Duration) (outcome, time.Duration) {
 	start := time.Now()
-	c, err := dial(ctx, addr)
-	rtt := time.Since(start)
+	family, sa := unix.AF_INET6, unix.Sockaddr(&unix.SockaddrInet6{Port: int(addr.Port()), Addr: addr.Addr().As16()})
+	if addr.Addr().Is4() {
+		family, sa = unix.AF_INET, &unix.SockaddrInet4{Port: int(addr.Port()), Addr: addr.Addr().As4()}
+	}
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_TCP)
 	if err != nil {
-		return classify(err), rtt
+		return localError, 0
 	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetLinger(0)
+	f := os.NewFile(uintptr(fd), "reachability-probe") // owns fd; non-blocking, so runtime-polled
+	defer f.Close()
+	if err := unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0}); err != nil {
+		return localError, 0
 	}
-	_ = c.Close()
-	return answered, rtt
+	if err := unix.Connect(fd, sa); err != nil && !errors.Is(err, unix.EINPROGRESS) {
+		return classify(err), time.Since(start)
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return localError, 0
+	}
+	_ = f.SetWriteDeadline(start.Add(timeout))
+	defer context.AfterFunc(ctx, func() { _ = f.SetWriteDeadline(time.Now()) })()
+	_ = rc.Write(func(uintptr) bool { // waits while false: until writable or the deadline
+		info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+		return err != nil || info.State != tcpSynSent
+	})
+	if ctx.Err() != nil {
+		return localError, time.Since(start)
+	}
+	info, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+	switch {
+	case err != nil:
+		return localError, time.Since(start)
+	case info.State == tcpSynSent:
+		return silent, time.Since(start)
+	case info.State != tcpClose: // established, or already closed by the peer after it
+		return answered, time.Duration(info.Rtt) * time.Microsecond
+	}
+	serr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+	if err != nil || serr == 0 {
+		return localError, time.Since(start)
+	}
+	return classify(syscall.Errno(serr)), time.Since(start)
 }
 
 // classify maps a failed connect to an outcome. Only errors that say "no answer from there"

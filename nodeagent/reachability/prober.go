@@ -21,7 +21,8 @@ type Config struct {
 	Grace time.Duration
 
 	healthEvery time.Duration // period and deadline of health Checks (1 s); tests shorten it
-	dial        dialFunc      // tests inject fake networks and network namespaces
+	probe       probeFunc     // layer 1; tests inject fake networks and network namespaces
+	dial        dialFunc      // layer 2's connection; likewise
 }
 
 func (c Config) withDefaults() Config {
@@ -36,6 +37,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.healthEvery <= 0 {
 		c.healthEvery = time.Second
+	}
+	if c.probe == nil {
+		c.probe = connectProbe
 	}
 	if c.dial == nil {
 		c.dial = dialTCP
@@ -137,7 +141,7 @@ func (p *Prober) connectLoop(ctx context.Context, node string, t *target) {
 	tick := time.NewTicker(p.cfg.Interval)
 	defer tick.Stop()
 	for {
-		o, rtt := connect(ctx, p.cfg.dial, t.addr, p.cfg.Interval)
+		o, rtt := p.cfg.probe(ctx, t.addr, p.cfg.Interval)
 		if ctx.Err() != nil {
 			return
 		}

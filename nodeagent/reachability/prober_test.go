@@ -94,10 +94,24 @@ func (f *fakeNet) dial(ctx context.Context, addr netip.AddrPort) (net.Conn, erro
 	return c, err
 }
 
+// probe is a layer-1 probe through the fake network: a dial, then an abortive close.
+func (f *fakeNet) probe(ctx context.Context, addr netip.AddrPort, timeout time.Duration) (outcome, time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	c, err := f.dial(ctx, addr)
+	if err != nil {
+		return classify(err), time.Since(start)
+	}
+	_ = c.(*net.TCPConn).SetLinger(0)
+	_ = c.Close()
+	return answered, time.Since(start)
+}
+
 // fast are timings for fake-network tests: detection in 60-80 ms, grace 1 s.
 func fast(f *fakeNet) Config {
 	return Config{Interval: 20 * time.Millisecond, Misses: 3, Grace: time.Second,
-		healthEvery: 50 * time.Millisecond, dial: f.dial}
+		healthEvery: 50 * time.Millisecond, probe: f.probe, dial: f.dial}
 }
 
 // newProber returns a Prober that is stopped when the test ends.

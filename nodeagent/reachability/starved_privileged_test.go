@@ -1,10 +1,12 @@
 package reachability
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -52,7 +54,7 @@ func cpuLimit(t *testing.T, pid int, quota time.Duration) {
 // answered; health Checks fall behind; the node stays reachable.
 func TestPrivilegedSaturatedAgentStaysReachable(t *testing.T) {
 	privileged.Require(t)
-	cmd, addr := startChild(t, "burn")
+	cmd, addr := startChildServer(t, "burn")
 	p := newProber(t, Config{healthEvery: 200 * time.Millisecond})
 	p.Set(map[string]netip.AddrPort{"n": addr})
 	waitFor(t, 5*time.Second, "SERVING", func() bool { return servingSeen(p) > 0 })
@@ -65,7 +67,7 @@ func TestPrivilegedSaturatedAgentStaysReachable(t *testing.T) {
 		if !p.Reachable("n") {
 			t.Fatalf("unreachable while the agent is starved: %v connects silent", count(p, "connect", silent))
 		}
-		o, rtt := connect(context.Background(), dialTCP, addr, time.Second)
+		o, rtt := connectProbe(context.Background(), addr, time.Second)
 		if o != answered {
 			t.Errorf("handshake with the starved agent: %v after %v", o, rtt)
 		}
@@ -83,5 +85,33 @@ func TestPrivilegedSaturatedAgentStaysReachable(t *testing.T) {
 	}
 	if failed == 0 {
 		t.Errorf("no health Check failed while the agent was starved (%v SERVING): the test did not starve it", served)
+	}
+}
+
+// A CPU-starved leader does not fail nodes over: the prober's process spins on every CPU it may
+// use and gets 10 ms of CPU per 100 ms, for 10 s, probing a healthy agent. It wakes late from
+// its timeouts, but handshakes its kernel completed meanwhile count as answers.
+func TestPrivilegedStarvedLeaderKeepsNodesReachable(t *testing.T) {
+	privileged.Require(t)
+	s := startServer(t, netip.MustParseAddrPort("127.0.0.1:0"))
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envChild+"=probe "+s.Addr().String())
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cpuLimit(t, cmd.Process.Pid, 10*time.Millisecond)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("leader: %v: %s", err, out.String())
+	}
+	var answers, silents, refusals, unreachable float64
+	if _, err := fmt.Sscan(out.String(), &answers, &silents, &refusals, &unreachable); err != nil {
+		t.Fatalf("leader said %q: %v", out.String(), err)
+	}
+	t.Logf("starved leader, 10 s: %v handshakes answered, %v silent, %v refused; %v unreachable verdicts",
+		answers, silents, refusals, unreachable)
+	if silents != 0 || refusals != 0 || unreachable != 0 || answers < 20 {
+		t.Errorf("want only answers (about 66, at least 20) and no unreachable verdict")
 	}
 }
