@@ -40,7 +40,7 @@ func newLinkLab(t testing.TB) *linkLab {
 	leader.Addr(t, "eth0", "10.250.0.1/24")
 	node.Addr(t, "eth0", "10.250.0.2/24")
 
-	server := NewServer(netip.MustParseAddrPort("10.250.0.2:9107"))
+	server := NewServer("10.250.0.2:9107")
 	if err := node.Do(server.Start); err != nil { // the listening socket lives in the node namespace
 		t.Fatal(err)
 	}

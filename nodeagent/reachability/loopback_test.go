@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -52,7 +53,7 @@ func TestMain(m *testing.M) {
 				testutil.ToFloat64(p.metrics.unreachable.WithLabelValues(string(agentAbsent))))
 		os.Exit(0)
 	}
-	s := NewServer(netip.MustParseAddrPort("127.0.0.1:0"))
+	s := NewServer("127.0.0.1:0")
 	if err := s.Start(); err != nil {
 		fmt.Println("error:", err)
 		os.Exit(1)
@@ -97,7 +98,7 @@ func startChildServer(t *testing.T, mode string) (*exec.Cmd, netip.AddrPort) {
 	return cmd, addr
 }
 
-func startServer(t *testing.T, addr netip.AddrPort) *Server {
+func startServer(t *testing.T, addr string) *Server {
 	t.Helper()
 	s := NewServer(addr)
 	if err := s.Start(); err != nil {
@@ -113,7 +114,7 @@ func count(p *Prober, kind string, o outcome) float64 {
 
 // The Server answers SERVING for Service_Egress_IP, as upstream's does, and nothing else.
 func TestServerServesEgressIPService(t *testing.T) {
-	s := startServer(t, netip.MustParseAddrPort("127.0.0.1:0"))
+	s := startServer(t, "127.0.0.1:0")
 	conn, err := grpc.NewClient("passthrough:///"+s.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +137,7 @@ func TestServerServesEgressIPService(t *testing.T) {
 
 // Real sockets on loopback: handshakes and SERVING are seen with the production dialer.
 func TestLoopbackServingSeen(t *testing.T) {
-	s := startServer(t, netip.MustParseAddrPort("127.0.0.1:0"))
+	s := startServer(t, "127.0.0.1:0")
 	p := newProber(t, Config{healthEvery: 100 * time.Millisecond})
 	p.Set(map[string]netip.AddrPort{"n": s.Addr()})
 	waitFor(t, 3*time.Second, "SERVING and handshakes", func() bool {
@@ -153,7 +154,7 @@ func TestLoopbackServingSeen(t *testing.T) {
 // An agent restart (listener closed: RST) shorter than the grace never makes the node
 // unreachable; an absence longer than the grace does, and SERVING brings it back.
 func TestLoopbackAgentRestart(t *testing.T) {
-	s := startServer(t, netip.MustParseAddrPort("127.0.0.1:0"))
+	s := startServer(t, "127.0.0.1:0")
 	addr := s.Addr()
 	p := newProber(t, Config{Grace: 2 * time.Second, healthEvery: 100 * time.Millisecond})
 	p.Set(map[string]netip.AddrPort{"n": addr})
@@ -161,7 +162,7 @@ func TestLoopbackAgentRestart(t *testing.T) {
 
 	s.Stop()
 	time.Sleep(1500 * time.Millisecond) // restart takes 1.5 s: within the 2 s grace
-	s = startServer(t, addr)
+	s = startServer(t, addr.String())
 	served := servingSeen(p)
 	waitFor(t, 3*time.Second, "SERVING after the restart", func() bool { return servingSeen(p) > served })
 	select {
@@ -180,7 +181,7 @@ func TestLoopbackAgentRestart(t *testing.T) {
 	if took := time.Since(stopAt); took < 1900*time.Millisecond {
 		t.Errorf("unreachable %v after the agent stopped, before the 2 s grace", took)
 	}
-	startServer(t, addr)
+	startServer(t, addr.String())
 	waitFor(t, 3*time.Second, "reachable once serving again", func() bool { return p.Reachable("n") })
 }
 
@@ -219,4 +220,34 @@ func TestLoopbackStoppedAgentStaysReachable(t *testing.T) {
 		t.Errorf("%v health Checks failed while the agent was stopped: the test did not starve it", failed)
 	}
 	waitFor(t, 5*time.Second, "SERVING after SIGCONT", func() bool { return servingSeen(p) > served+1 })
+}
+
+// The production probe on real sockets, both families: a listener answers (the kernel does the
+// handshake: nothing accepts here), a closed port refuses, a cancelled probe says nothing.
+func TestConnectProbeOutcomes(t *testing.T) {
+	for _, host := range []string{"127.0.0.1", "[::1]"} {
+		l, err := net.Listen("tcp", host+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		open := l.Addr().(*net.TCPAddr).AddrPort()
+		closed, err := net.Listen("tcp", host+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		shut := closed.Addr().(*net.TCPAddr).AddrPort()
+		_ = closed.Close()
+		if o, rtt := connectProbe(context.Background(), open, time.Second); o != answered || rtt <= 0 || rtt > 100*time.Millisecond {
+			t.Errorf("%s listening: %v in %v, want answered in a positive RTT", open, o, rtt)
+		}
+		if o, _ := connectProbe(context.Background(), shut, time.Second); o != refused {
+			t.Errorf("%s closed: %v, want refused", shut, o)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if o, _ := connectProbe(ctx, open, time.Second); o != localError {
+			t.Errorf("%s with a cancelled context: %v, want %v", open, o, localError)
+		}
+		_ = l.Close()
+	}
 }

@@ -143,7 +143,7 @@ func (h *healthClient) check(ctx context.Context, timeout time.Duration) (outcom
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	resp, err := h.client.Check(ctx, &healthpb.HealthCheckRequest{Service: ServiceName})
+	resp, err := h.client.Check(ctx, &healthpb.HealthCheckRequest{Service: serviceName})
 	rtt := time.Since(start)
 	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		return notServing, rtt

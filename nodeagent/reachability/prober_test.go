@@ -42,7 +42,7 @@ type fakeNet struct {
 }
 
 func newFakeNet(t *testing.T) *fakeNet {
-	s := NewServer(netip.MustParseAddrPort("127.0.0.1:0"))
+	s := NewServer("127.0.0.1:0")
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}

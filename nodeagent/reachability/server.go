@@ -14,14 +14,14 @@ import (
 const (
 	// DefaultPort is upstream's health-check port (OVN_EGRESSIP_HEALTHCHECK_PORT in its e2e).
 	DefaultPort = 9107
-	// ServiceName is the grpc.health.v1 service upstream checks.
-	ServiceName = "Service_Egress_IP"
+	// serviceName is the grpc.health.v1 service upstream checks.
+	serviceName = "Service_Egress_IP"
 )
 
-// Server serves grpc.health.v1 with ServiceName SERVING, on the node's address. The agent runs
-// one; the leader's Prober (and upstream's cluster-manager) probe it.
+// Server serves grpc.health.v1 with Service_Egress_IP SERVING, on the node's address. The agent
+// runs one; the leader's Prober (and upstream's cluster-manager) probe it.
 type Server struct {
-	addr netip.AddrPort
+	addr string
 
 	mu     sync.Mutex
 	lis    net.Listener
@@ -30,8 +30,9 @@ type Server struct {
 	done   chan struct{}
 }
 
-// NewServer returns a Server for addr (port 0 picks a free port; see Addr).
-func NewServer(addr netip.AddrPort) *Server {
+// NewServer returns a Server for addr, host:port as net.Listen takes it (an empty host is every
+// address of the node; port 0 picks a free port, see Addr).
+func NewServer(addr string) *Server {
 	return &Server{addr: addr}
 }
 
@@ -44,13 +45,13 @@ func (s *Server) Start() error {
 	if s.lis != nil {
 		return fmt.Errorf("reachability server on %s: already started", s.addr)
 	}
-	lis, err := net.Listen("tcp", s.addr.String())
+	lis, err := net.Listen("tcp", s.addr)
 	if err != nil {
 		return fmt.Errorf("reachability server: %w", err)
 	}
 	s.lis = lis
 	s.health = health.NewServer()
-	s.health.SetServingStatus(ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(serviceName, healthpb.HealthCheckResponse_SERVING)
 	s.grpc = grpc.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	s.done = make(chan struct{})
@@ -61,12 +62,13 @@ func (s *Server) Start() error {
 	return nil
 }
 
-// Addr is the address the server listens on (the chosen port when started with port 0).
+// Addr is the address the server listens on (the chosen port when started with port 0); the
+// zero AddrPort when it is not started.
 func (s *Server) Addr() netip.AddrPort {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.lis == nil {
-		return s.addr
+		return netip.AddrPort{}
 	}
 	return s.lis.Addr().(*net.TCPAddr).AddrPort()
 }

@@ -93,7 +93,7 @@ func TestPrivilegedSaturatedAgentStaysReachable(t *testing.T) {
 // its timeouts, but handshakes its kernel completed meanwhile count as answers.
 func TestPrivilegedStarvedLeaderKeepsNodesReachable(t *testing.T) {
 	privileged.Require(t)
-	s := startServer(t, netip.MustParseAddrPort("127.0.0.1:0"))
+	s := startServer(t, "127.0.0.1:0")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envChild+"=probe "+s.Addr().String())
 	var out bytes.Buffer
