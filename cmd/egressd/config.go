@@ -15,6 +15,7 @@ import (
 	flag "github.com/spf13/pflag"
 
 	"github.com/egressd/egressd/dataplane/classifier"
+	"github.com/egressd/egressd/nodeagent/reachability"
 )
 
 // config is the agent's command line.
@@ -24,6 +25,7 @@ type config struct {
 	bpfPinRoot       string
 	metricsAddr      string
 	healthAddr       string
+	reachabilityAddr string
 	clusterCIDRs     prefixList
 	serviceCIDRs     prefixList
 	leaderElectionNS string
@@ -79,6 +81,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.bpfPinRoot, "bpf-pin-root", "/sys/fs/bpf/egressd", "bpffs directory under which egressd pins its maps, programs and links")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":9476", "host:port serving Prometheus metrics on /metrics; \"0\" disables")
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":9477", "host:port serving /healthz and /readyz")
+	fs.StringVar(&c.reachabilityAddr, "egress-health-bind-address", fmt.Sprintf(":%d", reachability.DefaultPort),
+		"host:port serving grpc.health.v1 Service_Egress_IP, probed by the leader to judge this node's reachability for EgressIP and EgressService (upstream's egressip-node-healthcheck-port); \"0\" disables, and the node is then unreachable for them")
 	fs.Var(&c.clusterCIDRs, "cluster-cidr", "comma-separated pod network CIDRs (one per IP family)")
 	fs.Var(&c.serviceCIDRs, "service-cidr", "comma-separated service network CIDRs (one per IP family)")
 	defNS := os.Getenv("POD_NAMESPACE")
@@ -126,6 +130,11 @@ func (c *config) validate() error {
 	}
 	if err := checkHostPort(c.healthAddr); err != nil {
 		bad("health-probe-bind-address", "%v", err)
+	}
+	if c.reachabilityAddr != "0" {
+		if err := checkHostPort(c.reachabilityAddr); err != nil {
+			bad("egress-health-bind-address", "%v", err)
+		}
 	}
 	for name, l := range map[string]prefixList{"cluster-cidr": c.clusterCIDRs, "service-cidr": c.serviceCIDRs} {
 		var v4, v6 int

@@ -34,6 +34,7 @@ import (
 	"github.com/egressd/egressd/dataplane/kernel"
 	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/nodeagent"
+	"github.com/egressd/egressd/nodeagent/reachability"
 	"github.com/egressd/egressd/watchers"
 	"github.com/egressd/egressd/watchers/dnsnames"
 )
@@ -123,6 +124,14 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	servers, err := serve(cfg, metrics, loop, log)
 	if err != nil {
 		return err
+	}
+	if cfg.reachabilityAddr != "0" {
+		rs := reachability.NewServer(cfg.reachabilityAddr)
+		if err := rs.Start(); err != nil {
+			return err
+		}
+		defer rs.Stop()
+		log.Info("serving", "addr", rs.Addr().String(), "what", "egress health check")
 	}
 	var wg sync.WaitGroup
 	defer func() {
