@@ -17,6 +17,7 @@ import (
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/routing"
 	"github.com/egressd/egressd/nodeagent"
+	"github.com/egressd/egressd/nodeagent/reachability"
 )
 
 // config is the agent's command line.
@@ -26,6 +27,7 @@ type config struct {
 	bpfPinRoot       string
 	metricsAddr      string
 	healthAddr       string
+	reachabilityAddr string
 	clusterCIDRs     prefixList
 	serviceCIDRs     prefixList
 	leaderElectionNS string
@@ -84,6 +86,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.bpfPinRoot, "bpf-pin-root", "/sys/fs/bpf/egressd", "bpffs directory under which egressd pins its maps, programs and links")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":9476", "host:port serving Prometheus metrics on /metrics; \"0\" disables")
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":9477", "host:port serving /healthz and /readyz")
+	fs.StringVar(&c.reachabilityAddr, "egress-health-bind-address", fmt.Sprintf(":%d", reachability.DefaultPort),
+		"host:port serving grpc.health.v1 Service_Egress_IP, probed by the leader to judge this node's reachability for EgressIP and EgressService (upstream's egressip-node-healthcheck-port); \"0\" disables, and the node is then unreachable for them")
 	fs.Var(&c.clusterCIDRs, "cluster-cidr", "comma-separated pod network CIDRs (one per IP family)")
 	fs.Var(&c.serviceCIDRs, "service-cidr", "comma-separated service network CIDRs (one per IP family)")
 	defNS := os.Getenv("POD_NAMESPACE")
@@ -104,7 +108,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.routing.RulePriorityCount, "rule-priority-count", c.routing.RulePriorityCount, "size of egressd's ip rule priority range")
 	fs.IntVar(&c.routing.TableBase, "route-table-base", c.routing.TableBase, "first routing table ID of egressd's reserved range")
 	fs.IntVar(&c.routing.TableCount, "route-table-count", c.routing.TableCount, "size of egressd's routing table range")
-	fs.Uint16Var(&c.healthPort, "egressip-health-port", 9107, "port of the gRPC health service (Service_Egress_IP) the leader probes on every egress node, as upstream")
+	fs.Uint16Var(&c.healthPort, "egressip-health-port", reachability.DefaultPort, "port of the gRPC health service (Service_Egress_IP) the leader probes on every egress node, as upstream")
 	fs.IntVarP(&c.verbosity, "v", "v", 0, "log verbosity: 0 info, 1 debug, higher adds client-go detail")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or text")
 	fs.Usage = func() {} // an error is one line; the full usage only on --help
@@ -138,6 +142,11 @@ func (c *config) validate() error {
 	}
 	if err := checkHostPort(c.healthAddr); err != nil {
 		bad("health-probe-bind-address", "%v", err)
+	}
+	if c.reachabilityAddr != "0" {
+		if err := checkHostPort(c.reachabilityAddr); err != nil {
+			bad("egress-health-bind-address", "%v", err)
+		}
 	}
 	for name, l := range map[string]prefixList{"cluster-cidr": c.clusterCIDRs, "service-cidr": c.serviceCIDRs} {
 		var v4, v6 int

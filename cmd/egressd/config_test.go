@@ -14,7 +14,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.nodeName != "node-a" || c.bpfPinRoot != "/sys/fs/bpf/egressd" || c.metricsAddr != ":9476" ||
-		c.leaderElectionNS != "egressd" || c.kubeconfig != "" {
+		c.leaderElectionNS != "egressd" || c.kubeconfig != "" || c.reachabilityAddr != ":9107" {
 		t.Errorf("defaults: %+v", c)
 	}
 }
@@ -39,6 +39,7 @@ func TestParseFlagsErrorsNameTheFlag(t *testing.T) {
 		"--bpf-pin-root":                   {"--node-name=n", "--bpf-pin-root=x"},
 		"--metrics-bind-address":           {"--node-name=n", "--metrics-bind-address=:99999"},
 		"--health-probe-bind-address":      {"--node-name=n", "--health-probe-bind-address=nohost"},
+		"--egress-health-bind-address":     {"--node-name=n", "--egress-health-bind-address=:9107x"},
 		"--leader-election-lease-duration": {"--node-name=n", "--leader-election-lease-duration=1s"},
 		"--log-format":                     {"--node-name=n", "--log-format=xml"},
 	} {

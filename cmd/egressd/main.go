@@ -35,6 +35,8 @@ import (
 	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/nodeagent/status"
+	"github.com/egressd/egressd/nodeagent/egressip"
+	"github.com/egressd/egressd/nodeagent/reachability"
 	"github.com/egressd/egressd/watchers"
 	"github.com/egressd/egressd/watchers/dnsnames"
 )
@@ -124,10 +126,23 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	loop.Status = statusWriter
 	loop.Recorder = recorder
 	aggregator := &status.Aggregator{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true), Log: log.With("component", "status-aggregator")}
+	prober := reachability.NewProber(reachability.Config{})
+	defer prober.Stop()
+	metrics.Registry.MustRegister(prober.Collectors()...)
+	egressIPs := &egressip.Controller{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true), Probes: prober,
+		HealthPort: cfg.healthPort, Recorder: recorder, Log: log.With("component", "egressip-controller")}
 
 	servers, err := serve(cfg, metrics, loop, log)
 	if err != nil {
 		return err
+	}
+	if cfg.reachabilityAddr != "0" {
+		rs := reachability.NewServer(cfg.reachabilityAddr)
+		if err := rs.Start(); err != nil {
+			return err
+		}
+		defer rs.Stop()
+		log.Info("serving", "addr", rs.Addr().String(), "what", "egress health check")
 	}
 	var wg sync.WaitGroup
 	defer func() {
@@ -156,7 +171,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	wg.Go(func() { statusWriter.Run(ctx) })
 	elector := &nodeagent.LeaderElection{
 		Client: kube, Namespace: cfg.leaderElectionNS, Identity: cfg.nodeName,
-		Controllers: []nodeagent.Controller{aggregator.Run},
+		Controllers: []nodeagent.Controller{aggregator.Run, egressIPs.Run},
 		Metrics:     metrics, Log: log.With("component", "leader-election"),
 		LeaseDuration: cfg.leaseDuration, RenewDeadline: cfg.renewDeadline, RetryPeriod: cfg.retryPeriod,
 	}

@@ -49,6 +49,7 @@ type Controller struct {
 // Run reconciles after every change, probe result and every 30 s, until ctx ends.
 func (c *Controller) Run(ctx context.Context) {
 	c.recorded = map[Event]bool{}
+	defer c.Probes.Set(nil) // probing is the leader's; stop when leadership ends
 	tick := time.NewTicker(30 * time.Second)
 	defer tick.Stop()
 	for {
