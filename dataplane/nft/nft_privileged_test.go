@@ -2,22 +2,23 @@ package nft_test
 
 import (
 	"errors"
-	"flag"
 	"fmt"
+	"maps"
+	"net"
 	"net/netip"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/nft"
+	"github.com/egressd/egressd/internal/golden"
 	"github.com/egressd/egressd/test/netns"
+	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 func deny(ns string, rule int, pod, backend string, proto uint8, port uint16) dataplane.BackendDeny {
 	return dataplane.BackendDeny{Origin: dataplane.Origin{Kind: "EgressFirewall", Namespace: ns, Name: "default", Rule: rule},
@@ -51,9 +52,11 @@ func fullState() *dataplane.NftablesState {
 }
 
 // TestPrivilegedTable: the table as nft lists it (golden file; -update rewrites it), IPv4 and
-// IPv6; updates in place; an invalid firewall keeps its elements; an empty state keeps the
-// table with empty sets; a table deleted or damaged behind egressd's back is repaired by the
-// next Apply; Cleanup removes it.
+// IPv6; DNATed traffic from the pod to a denied backend is dropped and counted, exactly, for its
+// rule; updates in place, which keep the kept elements' counters; an invalid firewall keeps its
+// elements; an empty state keeps the table with empty sets, and the counters never go back; a
+// table deleted or damaged behind egressd's back is repaired by the next Apply; Cleanup removes
+// it.
 func TestPrivilegedTable(t *testing.T) {
 	privileged.Require(t)
 	ns := netns.New(t, "nft")
@@ -72,10 +75,39 @@ func TestPrivilegedTable(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// counters reads the table's counters in ns: the table's netlink connection talks to the
+	// namespace where it was created, so they are read there, like everything else.
+	counters := func() (c map[dataplane.Origin]nft.Counters) {
+		t.Helper()
+		if err := ns.Do(func() error { c = table.Counters(); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
 	list := func() string { t.Helper(); return ns.MustRun(t, "nft", "list", "table", "inet", "egressd") }
 	st := fullState()
 	apply(st)
-	golden(t, sortedElements(list()), "testdata/table.golden")
+	golden.Assert(t, "testdata/table.golden", sortedElements(list()))
+
+	// The pod sends 3 datagrams to a Service IP that ns DNATs to 203.0.113.10:53 and forwards:
+	// the rule-1 element drops and counts them, exactly; nothing else counts. Every rule with
+	// elements has an entry, so an empty map (or one of zeros) never passes.
+	sent := sendDNATed(t, ns, "10.244.0.5", "10.96.0.10:53", "203.0.113.10:53", 3)
+	if sent.Packets == 0 || sent.Bytes == 0 {
+		t.Fatalf("nothing sent: %+v", sent)
+	}
+	rule1, rule2 := st.BackendDenies[1].Origin, st.BackendDenies[2].Origin
+	wantCounts := map[dataplane.Origin]nft.Counters{rule1: sent, rule2: {}}
+	poll.Eventually(t, "the drops counted", 5*time.Second, func() error {
+		if got := counters(); !maps.Equal(got, wantCounts) {
+			return fmt.Errorf("counters %s, want %s", byRule(got), byRule(wantCounts))
+		}
+		return nil
+	})
+	counted := fmt.Sprintf("203.0.113.10 . udp . 53 counter packets %d bytes %d", sent.Packets, sent.Bytes)
+	if out := list(); !strings.Contains(out, counted) {
+		t.Errorf("the kernel counter of the denied element is not %q:\n%s", counted, out)
+	}
 
 	// An element added and one removed: an update in place, which keeps the others (and their
 	// counters).
@@ -90,8 +122,13 @@ func TestPrivilegedTable(t *testing.T) {
 			t.Errorf("after an update, %q present=%v, want %v:\n%s", want, !present, present, out)
 		}
 	}
-	if c := table.Counters(); c[st.BackendDenies[0].Origin].Packets != 0 {
-		t.Errorf("counters without traffic: %+v", c)
+	// The kept element kept its kernel counter (it was not written again), and the counts per
+	// rule are what they were.
+	if !strings.Contains(out, counted) {
+		t.Errorf("after an update in place, the kept element lost its counter (want %q):\n%s", counted, out)
+	}
+	if got := counters(); !maps.Equal(got, wantCounts) {
+		t.Errorf("after an update, counters %s, want %s", byRule(got), byRule(wantCounts))
 	}
 
 	// The firewall no longer compiles: its elements stay although nothing is compiled for it.
@@ -103,6 +140,9 @@ func TestPrivilegedTable(t *testing.T) {
 	apply(&dataplane.NftablesState{})
 	if out := list(); strings.Contains(out, "elements") || !strings.Contains(out, "chain postrouting_guard") {
 		t.Errorf("an empty state should leave the table with empty sets:\n%s", out)
+	}
+	if got := counters(); !maps.Equal(got, wantCounts) {
+		t.Errorf("with the elements gone, counters %s, want %s (they never go back)", byRule(got), byRule(wantCounts))
 	}
 
 	// Deleted behind egressd's back, with an unchanged state: the next Apply writes it again.
@@ -120,6 +160,9 @@ func TestPrivilegedTable(t *testing.T) {
 	apply(st)
 	if got := list(); sortedElements(got) != sortedElements(want) {
 		t.Errorf("a deleted set was not repaired:\n%s\nwant:\n%s", got, want)
+	}
+	if got := counters(); !maps.Equal(got, wantCounts) {
+		t.Errorf("after repairs, counters %s, want %s (they never go back)", byRule(got), byRule(wantCounts))
 	}
 
 	if err := ns.Do(nft.Cleanup); err != nil {
@@ -141,6 +184,16 @@ func errFailed(failed map[dataplane.Origin]error) error {
 	return errors.Join(errs...)
 }
 
+// byRule formats counters per EgressFirewall rule, in order (an Origin prints without its rule).
+func byRule(c map[dataplane.Origin]nft.Counters) string {
+	var out []string
+	for o, n := range c {
+		out = append(out, fmt.Sprintf("%s rule %d: %d packets %d bytes", o, o.Rule, n.Packets, n.Bytes))
+	}
+	slices.Sort(out)
+	return "[" + strings.Join(out, "; ") + "]"
+}
+
 var elementsRE = regexp.MustCompile(`(?s)elements = \{ (.*?) \}`)
 
 // sortedElements puts each set's elements on one line in order (nft lists a hash set in the
@@ -156,18 +209,45 @@ func sortedElements(listing string) string {
 	})
 }
 
-func golden(t *testing.T, got, path string) {
+// sendDNATed makes ns a router that DNATs svc to backend (as kube-proxy would) and forwards to
+// it, then sends n UDP datagrams from a pod with address pod behind ns to svc. Returns what the
+// datagrams amount to at the forward hook.
+func sendDNATed(t *testing.T, ns *netns.NS, pod, svc, backend string, n int) nft.Counters {
 	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
+	svcAP, backendAP := netip.MustParseAddrPort(svc), netip.MustParseAddrPort(backend)
+	p := netns.New(t, "pod")
+	netns.Veth(t, ns, "pod0", p, "eth0")
+	p.Addr(t, "eth0", pod+"/24")
+	gw := netip.MustParsePrefix(pod + "/24").Masked().Addr().Next()
+	ns.Addr(t, "pod0", gw.String()+"/24")
+	if err := p.Script("ip route add default via " + gw.String()); err != nil {
 		t.Fatal(err)
 	}
-	if got != string(want) {
-		t.Errorf("%s differs (go test -update rewrites it):\n got:\n%s\nwant:\n%s", path, got, want)
+	netns.Veth(t, ns, "ext0", netns.New(t, "ext"), "eth0") // where the backend is: a route is enough
+	if err := ns.Script(
+		"sysctl -qw net.ipv4.ip_forward=1",
+		"ip route add "+backendAP.Addr().String()+"/32 dev ext0",
+		"nft add table ip labproxy",
+		"nft add chain ip labproxy pre { type nat hook prerouting priority dstnat ; }",
+		fmt.Sprintf("nft add rule ip labproxy pre ip daddr %s udp dport %d dnat to %s", svcAP.Addr(), svcAP.Port(), backend),
+	); err != nil {
+		t.Fatal(err)
 	}
+	payload := []byte("0123456789")
+	if err := p.Do(func() error {
+		c, err := net.Dial("udp", svc)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		for range n {
+			if _, err := c.Write(payload); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return nft.Counters{Packets: uint64(n), Bytes: uint64(n * (20 + 8 + len(payload)))}
 }
