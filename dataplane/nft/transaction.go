@@ -3,6 +3,7 @@ package nft
 import (
 	"fmt"
 	"maps"
+	"math/bits"
 	"net/netip"
 	"slices"
 
@@ -93,10 +94,12 @@ func orNil(m map[dataplane.Origin]error) map[dataplane.Origin]error {
 }
 
 // intact tells whether the table holds every chain, set and counter egressd wrote (the kernel
-// counts them in the table's use).
+// counts them in the table's use). google/nftables v0.3.0 decodes NFTA_TABLE_USE in host byte
+// order although the kernel sends it big-endian, so both readings are accepted: otherwise every
+// Apply would rewrite the table and reset its element counters.
 func (t *Table) intact() bool {
 	got, err := t.conn.ListTableOfFamily(TableName, nftables.TableFamilyINet)
-	return err == nil && got.Use == tableSize
+	return err == nil && (got.Use == tableSize || bits.ReverseBytes32(got.Use) == tableSize)
 }
 
 // update deletes and adds the changed entries in one transaction.

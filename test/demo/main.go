@@ -17,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/egressd/egressd/dataplane/tcx"
 	"github.com/egressd/egressd/nodeagent"
@@ -201,7 +202,11 @@ func run(ctx context.Context, keep bool) (int, error) {
 		}
 		c.check(fmt.Sprintf("%s (%s) -> 192.0.2.10:443", x.p.Name, x.p.Node.CNI), fmt.Sprint(x.want), fmt.Sprint(seen))
 	}
-	fmt.Println("    (EgressIP, AdminPolicyBasedExternalRoute, EgressService and EgressRouter are accepted; their node programming lands with their issues)")
+	step("EgressIP demo-clients: %s labelled %s, the pods of namespace demo leave with 172.18.0.200", l.Nodes[1].Name, "k8s.ovn.org/egress-assignable")
+	if err := demoEgressIP(ctx, l, c, pods); err != nil {
+		return c.failures, err
+	}
+	fmt.Println("    (AdminPolicyBasedExternalRoute, EgressService, EgressRouter and CloudPrivateIPConfig are accepted; their node programming lands with their issues)")
 
 	if !keep {
 		step("tearing down")
@@ -227,4 +232,43 @@ The demo keeps running; Ctrl-C here, or make demo-down from another shell, stops
 	<-ctx.Done()
 	step("tearing down")
 	return c.failures, nil
+}
+
+// demoEgressIP makes node-1 an egress node and shows the source the external host sees from
+// the client pods of both nodes: the egress IP, whether the pod runs on the egress node or is
+// steered there from node-0 with its pod IP intact.
+func demoEgressIP(ctx context.Context, l *lab.Lab, c *checker, pods []*lab.Pod) error {
+	patch := []byte(`{"metadata":{"labels":{"k8s.ovn.org/egress-assignable":""}}}`)
+	if _, err := l.Client.CoreV1().Nodes().Patch(ctx, l.Nodes[1].Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return err
+	}
+	const eip = "172.18.0.200"
+	if err := l.Kube.Apply(ctx, "", `apiVersion: k8s.ovn.org/v1
+kind: EgressIP
+metadata:
+  name: demo-clients
+spec:
+  egressIPs: ["`+eip+`"]
+  namespaceSelector:
+    matchLabels: {kubernetes.io/metadata.name: demo}
+  podSelector:
+    matchLabels: {app: client}
+`); err != nil {
+		return err
+	}
+	items := "unassigned"
+	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressIP", "", "demo-clients", "status.items[0].node", l.Nodes[1].Name, 20*time.Second); err == nil {
+		items = l.Nodes[1].Name + "=" + eip
+	}
+	c.check("status.items", l.Nodes[1].Name+"="+eip, items)
+	for _, p := range pods {
+		var r lab.Result
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if r = p.TCP("192.0.2.10:443", lab.ClientOptions{Timeout: time.Second}); r.Seen.Src.String() == eip || time.Now().After(deadline) {
+				break
+			}
+		}
+		c.check(fmt.Sprintf("%s (%s) -> 192.0.2.10:443 source", p.Name, p.Node.Name), "ok "+eip, fmt.Sprintf("%s %s", r.Outcome, r.Seen.Src))
+	}
+	return nil
 }
