@@ -6,7 +6,10 @@
 //   2. EgressFirewall (lib/firewall.h): new flows to destinations outside the cluster are
 //      allowed or dropped by the namespace's first matching rule, decisions cached per CPU;
 //   3. EgressQoS (lib/qos.h): the DSCP of the pod's QoS class for the destination;
-//   4. per-rule packet and byte counters in per-CPU maps (lib/maps.h); verdicts of namespaces
+//   4. steering (lib/steer.h): once the firewall let it through, every packet of a pod with a
+//      routing mark gets it in skb->mark (within the mark mask), unless its destination is
+//      exempt (cluster networks, node addresses);
+//   5. per-rule packet and byte counters in per-CPU maps (lib/maps.h); verdicts of namespaces
 //      that ask for ACL logging go to a ring buffer, rate-limited (lib/acllog.h).
 // Every lookup costs the same for 1 rule or 8000: no loop over rules or CIDRs.
 
@@ -15,6 +18,7 @@
 #include "lib/maps.h"
 #include "lib/firewall.h"
 #include "lib/qos.h"
+#include "lib/steer.h"
 
 SEC("tcx/ingress")
 int egressd_frompod(struct __sk_buff *skb)
@@ -25,11 +29,13 @@ int egressd_frompod(struct __sk_buff *skb)
 	struct pod_info *pod = bpf_map_lookup_elem(&egressd_pods, &p.src);
 	if (!pod)
 		return TCX_NEXT;
-	__u32 ns_id = pod->ns_id, class = pod->qos_class;
+	__u32 ns_id = pod->ns_id, class = pod->qos_class, mark = pod->mark;
 	if (ns_id && firewall(skb, &p, ns_id, pod->log) == TCX_DROP)
-		return TCX_DROP;
+		return TCX_DROP; // never steered
 	if (class)
 		qos(skb, &p, class);
+	if (mark)
+		steer(skb, &p, mark);
 	return TCX_NEXT;
 }
 

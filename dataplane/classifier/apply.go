@@ -37,6 +37,10 @@ func (c *Classifier) Apply(s *dataplane.ClassifierState) map[dataplane.Origin]er
 	for _, p := range append(linkScoped, s.ClusterNetworks...) {
 		want.cluster[prefixKey(p)] = 1
 	}
+	// Link-scoped destinations are never steered either (their routes are in the main table).
+	for _, p := range append(linkScoped, s.SteerExempt...) {
+		want.steerExempt[prefixKey(p)] = 1
+	}
 	c.names.Store(&a.namespaces)
 	c.logging.Store(&fws.logging)
 	c.recordRules(s, failed)
@@ -50,6 +54,8 @@ func (c *Classifier) Apply(s *dataplane.ClassifierState) map[dataplane.Origin]er
 		c.syncFirewalls(fws.sets),
 		syncMap(c.objs.EgressdQos, c.written.qos, want.qos),
 		syncMap(c.objs.EgressdCluster, c.written.cluster, want.cluster),
+		// Exemptions before the marks of new pods, so that none is steered where it must not be.
+		syncMap(c.objs.EgressdSteerExempt, c.written.steerExempt, want.steerExempt),
 		syncMap(c.objs.EgressdPods, c.written.pods, want.pods),
 		c.nextGeneration(fwChanged),
 		c.syncFirewallTexts(fws.sets),
@@ -92,8 +98,18 @@ func (c *Classifier) pods(s *dataplane.ClassifierState, a *ids, fws firewalls, w
 			}
 			info.QosClass = uint32(class)
 		}
+		markErr := c.checkMark(p.Mark)
+		if markErr != nil {
+			failed[p.Origin] = markErr
+		} else {
+			info.Mark = p.Mark
+		}
 		for _, ip := range p.IPs {
-			want.pods[addrOf(ip)] = info
+			k := addrOf(ip)
+			if markErr != nil { // the mark it had stays (fail closed)
+				info.Mark = c.written.pods[k].Mark
+			}
+			want.pods[k] = info
 		}
 	}
 	return keep

@@ -118,6 +118,9 @@ type Trace struct {
 	DSCP    int
 	QoSRule int
 	QoSText string
+	// Mark is the routing mark the classifier sets within the mark mask (0: none: the pod has
+	// none, the destination is exempt, or the packet is dropped).
+	Mark uint32
 }
 
 // Trace evaluates a new flow from src to dst (proto: IANA number, 0 for none) as the
@@ -174,6 +177,9 @@ func (in *Inspector) Trace(src, dst netip.Addr, proto uint8, port uint16) (Trace
 				tr.QoSText = cstr(t.S[:])
 			}
 		}
+	}
+	if pod.Mark != 0 && tr.Verdict != "deny" && in.maps["egressd_steer_exempt"].Lookup(prefixKey(host), &one) != nil {
+		tr.Mark = pod.Mark
 	}
 	return tr, nil
 }

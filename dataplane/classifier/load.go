@@ -35,6 +35,8 @@ type Classifier struct {
 	// fwTexts are the rule texts of each namespace as written. They are written after the
 	// entries that enforce, which need not wait for them.
 	fwTexts map[nsID]*writtenTexts
+	// markMask is the bits of skb->mark that pods' marks may occupy (the program's mark_mask).
+	markMask uint32
 }
 
 // Options of Load.
@@ -42,10 +44,18 @@ type Options struct {
 	// ACLLogRate is how many firewall verdicts per second and CPU may be logged (the
 	// acl-logging meter); 0 logs nothing.
 	ACLLogRate uint32
+	// MarkMask is the bits of skb->mark that pods' routing marks (dataplane.Pod.Mark) occupy;
+	// the program leaves the other bits as it finds them (the CNI's, kube-proxy's). Apply
+	// rejects a mark outside it. 0 means DefaultMarkMask.
+	MarkMask uint32
 }
 
 // DefaultACLLogRate is upstream's acl-logging-rate-limit default.
 const DefaultACLLogRate = 20
+
+// DefaultMarkMask is the default of Options.MarkMask: bits 16-23, clear of kube-proxy's
+// (0x4000, 0x8000) and of Cilium's and Calico's defaults.
+const DefaultMarkMask = 0x00ff0000
 
 // Load loads the classifier, reusing the maps pinned under pinRoot (their content keeps
 // enforcing until the first Apply rewrites what changed).
@@ -53,13 +63,19 @@ func Load(pinRoot string, o Options) (*Classifier, error) {
 	if err := os.MkdirAll(pinRoot, 0o755); err != nil {
 		return nil, fmt.Errorf("pin root %s (is bpffs mounted?): %w", pinRoot, err)
 	}
-	c := &Classifier{}
+	if o.MarkMask == 0 {
+		o.MarkMask = DefaultMarkMask
+	}
+	c := &Classifier{markMask: o.MarkMask}
 	spec, err := bpf.LoadFromPod()
 	if err != nil {
 		return nil, fmt.Errorf("load classifier: %w", err)
 	}
 	if err := spec.Variables["log_rate"].Set(o.ACLLogRate); err != nil {
 		return nil, fmt.Errorf("load classifier: log_rate: %w", err)
+	}
+	if err := spec.Variables["mark_mask"].Set(o.MarkMask); err != nil {
+		return nil, fmt.Errorf("load classifier: mark_mask: %w", err)
 	}
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: pinRoot}}
 	err = spec.LoadAndAssign(&c.objs, opts)
@@ -110,6 +126,7 @@ func (c *Classifier) read() error {
 	errs := []error{
 		readMap(c.objs.EgressdPods, w.pods), readMap(c.objs.EgressdCluster, w.cluster), readMap(c.objs.EgressdQos, w.qos),
 		readMap(c.objs.EgressdIds, w.ids), readMap(c.objs.EgressdQosRules, w.qosRules),
+		readMap(c.objs.EgressdSteerExempt, w.steerExempt),
 		readMap(c.objs.EgressdFw, fw), readMap(c.objs.EgressdFwPorts, ports), readMap(c.objs.EgressdFwRules, texts),
 	}
 	var zero uint32

@@ -16,13 +16,15 @@ type content struct {
 	qos      map[bpf.FromPodLpmKey]bpf.FromPodQosValue
 	ids      map[uint32]bpf.FromPodName
 	qosRules map[bpf.FromPodStatKey]bpf.FromPodRuleText
+	// steerExempt are the destinations pods' marks never apply to.
+	steerExempt map[bpf.FromPodClusterKey]uint8
 }
 
 func newContent() content {
 	return content{
 		pods: map[bpf.FromPodAddr]bpf.FromPodPodInfo{}, cluster: map[bpf.FromPodClusterKey]uint8{},
 		qos: map[bpf.FromPodLpmKey]bpf.FromPodQosValue{}, ids: map[uint32]bpf.FromPodName{},
-		qosRules: map[bpf.FromPodStatKey]bpf.FromPodRuleText{},
+		qosRules: map[bpf.FromPodStatKey]bpf.FromPodRuleText{}, steerExempt: map[bpf.FromPodClusterKey]uint8{},
 	}
 }
 

@@ -14,6 +14,7 @@ struct pod_info {
 	__u32 qos_class; // 0: no EgressQoS rule selects the pod
 	__u8 log;        // LOG_ALLOW | LOG_DENY
 	__u8 pad[3];
+	__u32 mark;      // routing mark (within mark_mask) of the pod's egress; 0: none
 };
 
 struct {
