@@ -4,6 +4,7 @@ GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X github.com/egressd/egressd/internal/version.Version=$(VERSION)
 IMAGE    ?= ghcr.io/egressd/egressd:$(VERSION)
+CLANG    ?= clang
 export EGRESSD_REQUIRE_PRIVILEGED ?= 0
 
 .PHONY: all build generate verify-generate deps controlplane-bin test test-unit bench-memory bench-bfd bench-firewall demo demo-down \
@@ -14,10 +15,11 @@ all: build
 build: ## egressd and egressctl into bin/
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/egressd ./cmd/egressctl
 
-generate: ## deepcopy, clientset, listers, informers, CRDs from api/; bpf2go objects from bpf/src
-	hack/update-codegen.sh
+generate: ## deepcopy, clientset, listers, informers, CRDs from api/; bpf2go objects from bpf/src (CLANG=clang-N to pick a compiler)
+	CLANG=$(CLANG) hack/update-codegen.sh
 
-verify-generate: generate ## fails if the committed generated code is stale
+verify-generate: ## fails if the committed generated code is stale (BPF objects: byte for byte only with the recorded clang major, see bpf/doc.go; BPF_VERIFY_STRICT=1 fails otherwise)
+	CLANG=$(CLANG) EGRESSD_VERIFY_BPF=1 hack/update-codegen.sh
 	@git add -N api deploy/crds bpf && git diff --exit-code --stat -- api deploy/crds bpf \
 	  || { echo "generated code is stale: run make generate and commit"; exit 1; }
 

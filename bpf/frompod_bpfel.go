@@ -81,6 +81,7 @@ type FromPodPodInfo struct {
 	QosClass uint32
 	Log      uint8
 	Pad      [3]uint8
+	Mark     uint32
 }
 
 type FromPodPortKey struct {
@@ -149,8 +150,10 @@ const (
 	FromPodMapEgressdQos         = "egressd_qos"
 	FromPodMapEgressdQosRules    = "egressd_qos_rules"
 	FromPodMapEgressdQosStats    = "egressd_qos_stats"
+	FromPodMapEgressdSteerExempt = "egressd_steer_exempt"
 	FromPodProgEgressdFrompod    = "egressd_frompod"
 	FromPodVarLogRate            = "log_rate"
+	FromPodVarMarkMask           = "mark_mask"
 	FromPodVarUnusedFwEvent      = "unused_fw_event"
 )
 
@@ -217,6 +220,7 @@ type FromPodMapSpecs struct {
 	EgressdQos         *ebpf.MapSpec `ebpf:"egressd_qos"`
 	EgressdQosRules    *ebpf.MapSpec `ebpf:"egressd_qos_rules"`
 	EgressdQosStats    *ebpf.MapSpec `ebpf:"egressd_qos_stats"`
+	EgressdSteerExempt *ebpf.MapSpec `ebpf:"egressd_steer_exempt"`
 }
 
 // FromPodVariableSpecs contains global variables before they are loaded into the kernel.
@@ -224,6 +228,7 @@ type FromPodMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromPodVariableSpecs struct {
 	LogRate       *ebpf.VariableSpec `ebpf:"log_rate"`
+	MarkMask      *ebpf.VariableSpec `ebpf:"mark_mask"`
 	UnusedFwEvent *ebpf.VariableSpec `ebpf:"unused_fw_event"`
 }
 
@@ -261,6 +266,7 @@ type FromPodMaps struct {
 	EgressdQos         *ebpf.Map `ebpf:"egressd_qos"`
 	EgressdQosRules    *ebpf.Map `ebpf:"egressd_qos_rules"`
 	EgressdQosStats    *ebpf.Map `ebpf:"egressd_qos_stats"`
+	EgressdSteerExempt *ebpf.Map `ebpf:"egressd_steer_exempt"`
 }
 
 func (m *FromPodMaps) Close() error {
@@ -279,6 +285,7 @@ func (m *FromPodMaps) Close() error {
 		m.EgressdQos,
 		m.EgressdQosRules,
 		m.EgressdQosStats,
+		m.EgressdSteerExempt,
 	)
 }
 
@@ -287,6 +294,7 @@ func (m *FromPodMaps) Close() error {
 // It can be passed to LoadFromPodObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromPodVariables struct {
 	LogRate       *ebpf.Variable `ebpf:"log_rate"`
+	MarkMask      *ebpf.Variable `ebpf:"mark_mask"`
 	UnusedFwEvent *ebpf.Variable `ebpf:"unused_fw_event"`
 }
 

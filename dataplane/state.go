@@ -33,8 +33,11 @@ type ClassifierState struct {
 	Pods []Pod
 	// ClusterNetworks (pod and service CIDRs) are never subject to EgressFirewall.
 	ClusterNetworks []netip.Prefix
-	Firewalls       []Firewall
-	QoS             []QoS
+	// SteerExempt are the destinations to which a pod's Mark is never applied: the cluster
+	// networks and the nodes' addresses.
+	SteerExempt []netip.Prefix
+	Firewalls   []Firewall
+	QoS         []QoS
 }
 
 // Pod is a local pod and its addresses.
@@ -43,6 +46,10 @@ type Pod struct {
 	IPs    []netip.Addr
 	// QoSRules are the indices of the rules of its namespace's EgressQoS that select it.
 	QoSRules []int
+	// Mark is the routing mark of its egress (EgressIP, external route, EgressService), set in
+	// skb->mark of every packet it sends that the firewall lets through, except to SteerExempt
+	// destinations; 0 for none. It must lie within the classifier's mark mask.
+	Mark uint32
 }
 
 // Firewall is one namespace's EgressFirewall, compiled. Err set means it could not be

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates everything derived from api/: deepcopy, apply configurations, clientset, listers,
-# informers (k8s.io/code-generator) and the CRD manifests (controller-tools, then hack/crdpatch).
+# informers (k8s.io/code-generator) and the CRD manifests (controller-tools, then hack/crdpatch),
+# and the BPF objects (bpf/generate.sh; with EGRESSD_VERIFY_BPF=1, as make verify-generate sets,
+# it checks the committed objects instead of rebuilding them with whatever clang the host has).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,7 +34,11 @@ go tool informer-gen --go-header-file "$hdr" --plural-exceptions "$plural" \
   --output-dir "$out/informers" --output-pkg "$mod/$out/informers" "${full[@]}"
 
 echo ">> bpf2go"
-go generate ./bpf/...
+if [ "${EGRESSD_VERIFY_BPF:-0}" = 1 ]; then
+  bpf/generate.sh --verify
+else
+  bpf/generate.sh
+fi
 
 echo ">> CRDs"
 rm -f deploy/crds/*.yaml

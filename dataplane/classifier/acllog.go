@@ -28,7 +28,9 @@ const (
 
 // aclLogging is what the log reader needs of the last Apply: per namespace id, its name and
 // the severities its annotation asks for.
-type aclLogging map[uint32]struct {
+type aclLogging map[nsID]namespaceLog
+
+type namespaceLog struct {
 	namespace string
 	log       dataplane.ACLLog
 }
@@ -70,7 +72,7 @@ func (c *Classifier) ServeACLLog(log *slog.Logger) error {
 		if logging == nil {
 			continue // before the first Apply: a predecessor's verdicts
 		}
-		ns := (*logging)[e.NsId]
+		ns := (*logging)[nsID(e.NsId)]
 		verdict, severity := "allow", ns.log.Allow
 		if e.Verdict == verdictDeny {
 			verdict, severity = "drop", ns.log.Deny

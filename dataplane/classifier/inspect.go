@@ -121,6 +121,9 @@ type Trace struct {
 	DSCP    int
 	QoSRule int
 	QoSText string
+	// Mark is the routing mark the classifier sets within the mark mask (0: none: the pod has
+	// none, the destination is exempt, or the packet is dropped).
+	Mark uint32
 }
 
 // Trace evaluates a new flow from src to dst (proto: IANA number, 0 for none) as the
@@ -145,10 +148,10 @@ func (in *Inspector) Trace(src, dst netip.Addr, proto uint8, port uint16) (Trace
 	}
 	host := netip.PrefixFrom(dst, dst.BitLen())
 	var one uint8
-	tr.Exempt = in.maps["egressd_cluster"].Lookup(bpf.FromPodClusterKey{Prefixlen: uint32(32 + host.Bits()), Dst: addrOf(dst)}, &one) == nil
+	tr.Exempt = in.maps["egressd_cluster"].Lookup(prefixKey(host), &one) == nil
 	if pod.NsId != 0 && !tr.Exempt {
 		var cs bpf.FromPodCandidates
-		if err := in.maps["egressd_fw"].Lookup(lpmKey(pod.NsId, host), &cs); err == nil {
+		if err := in.maps["egressd_fw"].Lookup(lpmKey(nsID(pod.NsId), host), &cs); err == nil {
 			for _, c := range cs.C[:min(cs.N, uint32(len(cs.C)))] {
 				if c.HasPorts != 0 {
 					var v uint8
@@ -173,13 +176,16 @@ func (in *Inspector) Trace(src, dst netip.Addr, proto uint8, port uint16) (Trace
 	}
 	if pod.QosClass != 0 {
 		var q bpf.FromPodQosValue
-		if err := in.maps["egressd_qos"].Lookup(lpmKey(pod.QosClass, host), &q); err == nil {
+		if err := in.maps["egressd_qos"].Lookup(lpmKey(qosClass(pod.QosClass), host), &q); err == nil {
 			tr.DSCP, tr.QoSRule = int(q.Dscp), int(q.Rule)
 			var t bpf.FromPodRuleText
 			if in.maps["egressd_qos_rules"].Lookup(bpf.FromPodStatKey{NsId: q.NsId, Rule: uint32(q.Rule)}, &t) == nil {
 				tr.QoSText = cstr(t.S[:])
 			}
 		}
+	}
+	if pod.Mark != 0 && tr.Verdict != "deny" && in.maps["egressd_steer_exempt"].Lookup(prefixKey(host), &one) != nil {
+		tr.Mark = pod.Mark
 	}
 	return tr, nil
 }

@@ -1,0 +1,116 @@
+package classifier
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+
+	"github.com/egressd/egressd/bpf"
+	"github.com/egressd/egressd/dataplane"
+)
+
+// linkScoped destinations never leave the link, so no egress policy applies to them; IPv6
+// neighbour discovery (to link-local and solicited-node multicast addresses) must always pass.
+var linkScoped = []netip.Prefix{netip.MustParsePrefix("fe80::/10"), netip.MustParsePrefix("ff00::/8")}
+
+// Apply writes the classifier's part of s, returning failures per object. A policy that failed
+// to compile or does not fit keeps every entry it had (fail closed).
+func (c *Classifier) Apply(s *dataplane.ClassifierState) map[dataplane.Origin]error {
+	failed := map[dataplane.Origin]error{}
+	want := newContent()
+	a := newIDs()
+	fws := c.firewallsOf(s.Firewalls, a, failed)
+	keep := c.pods(s, a, fws, &want, failed) // QoS classes whose previous entries stay
+	for _, q := range s.QoS {
+		id := a.namespace(q.Origin.Namespace)
+		for _, r := range q.Rules {
+			want.qosRules[statKey(id, r.Index)] = ruleText(r.Text)
+		}
+	}
+	for id, ns := range a.namespaces {
+		want.ids[uint32(id)] = nameOf(ns)
+	}
+	for id, ns := range a.classes {
+		want.ids[uint32(id)] = nameOf(ns)
+	}
+	for _, p := range append(linkScoped, s.ClusterNetworks...) {
+		want.cluster[prefixKey(p)] = 1
+	}
+	// Link-scoped destinations are never steered either (their routes are in the main table).
+	for _, p := range append(linkScoped, s.SteerExempt...) {
+		want.steerExempt[prefixKey(p)] = 1
+	}
+	c.names.Store(&a.namespaces)
+	c.logging.Store(&fws.logging)
+	c.recordRules(s, failed)
+	// QoS entries of classes that failed stay as written.
+	keepFailed(c.written.qos, want.qos, keep, lpmID)
+	// Cached decisions go stale when what they were decided from changes.
+	fwChanged := !maps.Equal(c.written.cluster, want.cluster) || c.firewallsChanged(fws.sets)
+	// Adds and changes before removals: every destination sees either the old or the new
+	// verdict, never a mixture (a removed prefix falls back to an already updated shorter one).
+	errs := []error{
+		c.syncFirewalls(fws.sets),
+		syncMap(c.objs.EgressdQos, c.written.qos, want.qos),
+		syncMap(c.objs.EgressdCluster, c.written.cluster, want.cluster),
+		// Exemptions before the marks of new pods, so that none is steered where it must not be.
+		syncMap(c.objs.EgressdSteerExempt, c.written.steerExempt, want.steerExempt),
+		syncMap(c.objs.EgressdPods, c.written.pods, want.pods),
+		c.nextGeneration(fwChanged),
+		c.syncFirewallTexts(fws.sets),
+		syncMap(c.objs.EgressdIds, c.written.ids, want.ids),
+		syncMap(c.objs.EgressdQosRules, c.written.qosRules, want.qosRules),
+	}
+	if err := errors.Join(errs...); err != nil {
+		for _, fw := range s.Firewalls {
+			if failed[fw.Origin] == nil {
+				failed[fw.Origin] = fmt.Errorf("program classifier maps: %w", err)
+			}
+		}
+	}
+	return failed
+}
+
+// pods computes the entries of the local pods (and the QoS entries of the classes they
+// use) into want; it returns the classes whose EgressQoS failed, whose entries stay.
+func (c *Classifier) pods(s *dataplane.ClassifierState, a *ids, fws firewalls, want *content, failed map[dataplane.Origin]error) map[qosClass]bool {
+	keep := map[qosClass]bool{}
+	qosByNS := map[string]dataplane.QoS{}
+	for _, q := range s.QoS {
+		qosByNS[q.Origin.Namespace] = q
+	}
+	done := map[qosClass]bool{}
+	for _, p := range s.Pods {
+		ns := p.Origin.Namespace
+		info := bpf.FromPodPodInfo{NsId: uint32(fws.ids[ns]), Log: fws.log[ns]}
+		if q, ok := qosByNS[ns]; ok && len(p.QoSRules) > 0 {
+			class := a.class(ns, p.QoSRules)
+			if !done[class] {
+				done[class] = true
+				if q.Err != nil {
+					failed[q.Origin] = q.Err
+					keep[class] = true
+				} else if err := qosEntries(class, a.namespace(ns), selected(q.Rules, p.QoSRules), want); err != nil {
+					failed[q.Origin] = err
+					keep[class] = true
+				}
+			}
+			info.QosClass = uint32(class)
+		}
+		markErr := c.checkMark(p.Mark)
+		if markErr != nil {
+			failed[p.Origin] = markErr
+		} else {
+			info.Mark = p.Mark
+		}
+		for _, ip := range p.IPs {
+			k := addrOf(ip)
+			if markErr != nil { // the mark it had stays (fail closed)
+				info.Mark = c.written.pods[k].Mark
+			}
+			want.pods[k] = info
+		}
+	}
+	return keep
+}

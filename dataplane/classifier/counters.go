@@ -1,0 +1,89 @@
+package classifier
+
+import (
+	"github.com/cilium/ebpf"
+
+	"github.com/egressd/egressd/bpf"
+	"github.com/egressd/egressd/dataplane"
+)
+
+// RuleRef names a rule of a namespace's policy, for counters.
+type RuleRef struct {
+	Namespace string
+	Rule      int
+}
+
+// Counters of one rule, summed over CPUs.
+type Counters struct {
+	Packets, Bytes uint64
+}
+
+// FirewallCounters reads the per-rule counters of EgressFirewall rules that matched.
+func (c *Classifier) FirewallCounters() (map[RuleRef]Counters, error) {
+	return c.counters(c.objs.EgressdFwStats)
+}
+
+// QoSCounters reads the per-rule counters of EgressQoS rules that marked packets.
+func (c *Classifier) QoSCounters() (map[RuleRef]Counters, error) {
+	return c.counters(c.objs.EgressdQosStats)
+}
+
+func (c *Classifier) counters(m *ebpf.Map) (map[RuleRef]Counters, error) {
+	out := map[RuleRef]Counters{}
+	var names map[nsID]string
+	if p := c.names.Load(); p != nil {
+		names = *p
+	}
+	var k bpf.FromPodStatKey
+	var per []bpf.FromPodCounters
+	it := m.Iterate()
+	for it.Next(&k, &per) {
+		ns, ok := names[nsID(k.NsId)]
+		if !ok {
+			continue // a namespace gone since
+		}
+		ref := RuleRef{Namespace: ns, Rule: int(k.Rule)}
+		sum := out[ref]
+		for _, v := range per {
+			sum.Packets += v.Packets
+			sum.Bytes += v.Bytes
+		}
+		out[ref] = sum
+	}
+	return out, it.Err()
+}
+
+// recordRules remembers what the metrics label rules with. A policy that failed keeps the rules
+// it had, and so do its labels.
+func (c *Classifier) recordRules(s *dataplane.ClassifierState, failed map[dataplane.Origin]error) {
+	c.info.mu.Lock()
+	defer c.info.mu.Unlock()
+	actions, dscps := map[RuleRef]string{}, map[RuleRef]uint8{}
+	keepNS := map[string]bool{}
+	firewalls := 0
+	for _, fw := range s.Firewalls {
+		firewalls++
+		if failed[fw.Origin] != nil {
+			keepNS[fw.Origin.Namespace] = true
+			continue
+		}
+		for _, r := range fw.Rules {
+			a := "Allow"
+			if r.Deny {
+				a = "Deny"
+			}
+			actions[RuleRef{fw.Origin.Namespace, r.Index}] = a
+		}
+	}
+	for ref, a := range c.info.fwAction {
+		if keepNS[ref.Namespace] {
+			actions[ref] = a
+		}
+	}
+	for _, q := range s.QoS {
+		for _, r := range q.Rules {
+			dscps[RuleRef{q.Origin.Namespace, r.Index}] = r.DSCP
+		}
+	}
+	c.info.fwAction, c.info.qosDSCP, c.info.firewalls = actions, dscps, firewalls
+}

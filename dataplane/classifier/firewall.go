@@ -1,0 +1,240 @@
+package classifier
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sort"
+
+	"github.com/egressd/egressd/bpf"
+	"github.com/egressd/egressd/dataplane"
+)
+
+// fwSet is what one namespace's EgressFirewall put in the maps.
+type fwSet struct {
+	// fingerprint of the compiled rules the entries came from; 0 forces a rewrite.
+	fingerprint uint64
+	fw          map[bpf.FromPodLpmKey]bpf.FromPodCandidates
+	ports       map[bpf.FromPodPortKey]uint8
+	texts       map[bpf.FromPodStatKey]bpf.FromPodRuleText
+}
+
+func newFwSet() *fwSet {
+	return &fwSet{fw: map[bpf.FromPodLpmKey]bpf.FromPodCandidates{}, ports: map[bpf.FromPodPortKey]uint8{}, texts: map[bpf.FromPodStatKey]bpf.FromPodRuleText{}}
+}
+
+type writtenTexts struct {
+	from  *fwSet // the set they were written from; nil when adopted from a predecessor
+	texts map[bpf.FromPodStatKey]bpf.FromPodRuleText
+}
+
+// firewalls is the firewall part of an Apply: per namespace, its id, its ACL log flags and the
+// entries it wants (the written set when unchanged or failed).
+type firewalls struct {
+	ids     map[string]nsID // of the namespaces that have a firewall
+	sets    map[nsID]*fwSet
+	log     map[string]uint8 // by namespace
+	logging aclLogging
+}
+
+// firewallsOf computes the wanted firewall sets, reusing c's written sets where the rules are
+// unchanged or failed (fail closed); failures go to failed.
+func (c *Classifier) firewallsOf(fws []dataplane.Firewall, a *ids, failed map[dataplane.Origin]error) firewalls {
+	out := firewalls{ids: map[string]nsID{}, sets: map[nsID]*fwSet{}, log: map[string]uint8{}, logging: aclLogging{}}
+	for _, fw := range sortedFirewalls(fws) {
+		id := a.namespace(fw.Origin.Namespace)
+		out.ids[fw.Origin.Namespace] = id
+		out.log[fw.Origin.Namespace] = logFlags(fw.Log)
+		out.logging[id] = namespaceLog{fw.Origin.Namespace, fw.Log}
+		old := c.fwSets[id]
+		if err := fw.Err; err != nil {
+			failed[fw.Origin] = err
+			out.sets[id] = old // what is enforced stays (fail closed)
+			continue
+		}
+		fp := fingerprint(fw.Rules)
+		if old != nil && old.fingerprint == fp {
+			out.sets[id] = old
+			continue
+		}
+		set, err := firewallSet(id, fw.Rules)
+		if err != nil {
+			failed[fw.Origin] = err
+			out.sets[id] = old
+			continue
+		}
+		set.fingerprint = fp
+		out.sets[id] = set
+	}
+	return out
+}
+
+func sortedFirewalls(fws []dataplane.Firewall) []dataplane.Firewall {
+	out := append([]dataplane.Firewall(nil), fws...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Origin.Namespace < out[j].Origin.Namespace })
+	return out
+}
+
+// firewallSet computes the entries of one namespace's firewall.
+func firewallSet(id nsID, rules []dataplane.FirewallRule) (*fwSet, error) {
+	set := newFwSet()
+	trs := make([]Rule, len(rules))
+	for i, r := range rules {
+		trs[i] = Rule{Index: r.Index, Deny: r.Deny, Prefixes: r.Prefixes, HasPorts: len(r.Ports) > 0}
+		set.texts[statKey(id, r.Index)] = ruleText(r.Text)
+		for _, p := range r.Ports {
+			set.ports[bpf.FromPodPortKey{NsId: uint32(id), Rule: uint16(r.Index), Proto: p.Protocol, Port: p.Port}] = 1
+		}
+	}
+	table, err := Table(trs)
+	if err != nil {
+		return nil, err
+	}
+	for p, cs := range table {
+		var v bpf.FromPodCandidates
+		v.N = uint32(len(cs))
+		for i, cand := range cs {
+			v.C[i].Rule = uint16(cand.Index)
+			v.C[i].HasPorts = b2u(cand.HasPorts)
+			v.C[i].Action = b2u(cand.Deny)
+		}
+		set.fw[lpmKey(id, p)] = v
+	}
+	return set, nil
+}
+
+// fingerprint identifies compiled rules: equal rules give equal fingerprints.
+func fingerprint(rules []dataplane.FirewallRule) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	num := func(v uint64) { binary.LittleEndian.PutUint64(b[:], v); h.Write(b[:]) }
+	for _, r := range rules {
+		num(uint64(r.Index))
+		num(uint64(b2u(r.Deny)))
+		h.Write([]byte(r.Text))
+		num(uint64(len(r.Prefixes)))
+		for _, p := range r.Prefixes {
+			a := p.Addr().As16()
+			h.Write(a[:])
+			num(uint64(p.Bits()))
+		}
+		num(uint64(len(r.Ports)))
+		for _, p := range r.Ports {
+			num(uint64(p.Protocol)<<16 | uint64(p.Port))
+		}
+	}
+	return h.Sum64() | 1 // never 0, which means "unknown"
+}
+
+// changed says whether the wanted sets differ from the written ones.
+func (c *Classifier) firewallsChanged(want map[nsID]*fwSet) bool {
+	for id, set := range want {
+		if c.fwSets[id] != set {
+			return true
+		}
+	}
+	for id := range c.fwSets {
+		if _, kept := want[id]; !kept {
+			return true
+		}
+	}
+	return false
+}
+
+// syncFirewalls writes the namespaces whose entries changed and removes those of namespaces
+// gone, leaving the others untouched.
+func (c *Classifier) syncFirewalls(want map[nsID]*fwSet) error {
+	var errs []error
+	for id, set := range want {
+		old := c.fwSets[id]
+		if set == old {
+			continue
+		}
+		if old == nil {
+			old = newFwSet()
+		}
+		err := errors.Join(
+			syncMap(c.objs.EgressdFwPorts, old.ports, set.ports),
+			syncMap(c.objs.EgressdFw, old.fw, set.fw))
+		if err != nil {
+			old.fingerprint = 0 // partly rewritten: rewrite in full next time
+			c.fwSets[id] = old
+			errs = append(errs, err)
+			continue
+		}
+		c.fwSets[id] = set
+	}
+	for id, old := range c.fwSets {
+		if _, ok := want[id]; ok {
+			continue
+		}
+		empty := newFwSet()
+		err := errors.Join(
+			syncMap(c.objs.EgressdFw, old.fw, empty.fw),
+			syncMap(c.objs.EgressdFwPorts, old.ports, empty.ports))
+		if err != nil {
+			old.fingerprint = 0
+			errs = append(errs, err)
+			continue
+		}
+		delete(c.fwSets, id)
+	}
+	return errors.Join(errs...)
+}
+
+// nextGeneration, when the firewall entries changed, increments egressd_fw_gen, which makes
+// every decision the program cached before stale. It runs after the entries are written, and
+// also after a partial write.
+func (c *Classifier) nextGeneration(changed bool) error {
+	if !changed {
+		return nil
+	}
+	var zero uint32
+	gen := c.gen + 1
+	if err := c.objs.EgressdFwGen.Put(&zero, &gen); err != nil {
+		return fmt.Errorf("%s: update: %w", c.objs.EgressdFwGen, err)
+	}
+	c.gen = gen
+	return nil
+}
+
+// syncFirewallTexts writes the rule texts of the namespaces whose set changed and removes those
+// of namespaces gone.
+func (c *Classifier) syncFirewallTexts(want map[nsID]*fwSet) error {
+	var errs []error
+	for id, set := range want {
+		w := c.fwTexts[id]
+		if set == nil || (w != nil && w.from == set) {
+			continue
+		}
+		if w == nil {
+			w = &writtenTexts{texts: map[bpf.FromPodStatKey]bpf.FromPodRuleText{}}
+			c.fwTexts[id] = w
+		}
+		w.from = nil // until fully written
+		if err := syncMap(c.objs.EgressdFwRules, w.texts, set.texts); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		w.from = set
+	}
+	for id, w := range c.fwTexts {
+		if want[id] != nil {
+			continue
+		}
+		if err := syncMap(c.objs.EgressdFwRules, w.texts, nil); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(c.fwTexts, id)
+	}
+	return errors.Join(errs...)
+}
+
+func b2u(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
