@@ -100,6 +100,11 @@ type QoSRule struct {
 	Text     string
 }
 
+// DefaultMarkMask are the skb->mark bits egressd stamps on steered packets (the class of their
+// egress path), bits 16-23: clear of kube-proxy's 0x4000 and 0x8000 and Cilium's 0x0f00;
+// configurable where the CNI uses them (Calico's default mask is 0xffff0000).
+const DefaultMarkMask = 0x00ff0000
+
 // Kind is the kind of the API object an element came from ("EgressFirewall", "Pod", ...).
 type Kind string
 

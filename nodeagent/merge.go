@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"net/netip"
+	"slices"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/egressfirewall"
@@ -27,11 +28,18 @@ func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (datapl
 		Firewalls:       p.firewall.Firewalls,
 		QoS:             p.qos.QoS,
 	}}
-	s.Classifier.Pods = make([]dataplane.Pod, len(p.pods))
-	for i, pod := range p.pods {
-		pod.QoSRules = p.qos.PodRules[pod.Origin]
-		s.Classifier.Pods[i] = pod
+	slots := st.plan(p.egressIP.Steer, mask)
+	marks := map[netip.Addr]uint32{}
+	for _, steer := range p.egressIP.Steer {
+		if slot, ok := slots[steer.Origin]; ok {
+			marks[steer.PodIP] = mark(slot, mask)
+		}
 	}
+	for _, pod := range p.pods {
+		pod.QoSRules = p.qos.PodRules[pod.Origin]
+		s.Classifier.Pods = append(s.Classifier.Pods, byMark(pod, marks)...)
+	}
+	s.Classifier.SteerExempt = p.egressIP.Exempt
 	s.Nftables.BackendDenies = p.firewall.BackendDenies
 	for _, fw := range p.firewall.Firewalls {
 		objects[fw.Origin] = fw.Err
@@ -43,7 +51,6 @@ func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (datapl
 		objects[q.Origin] = q.Err
 	}
 	s.Addresses = p.egressIP.Addresses
-	slots := st.plan(p.egressIP.Steer, mask)
 	s.Routing = steeringRoutes(p.egressIP.Steer, slots, mask)
 	s.Nftables.SteerMask = mask
 	s.Nftables.SNAT = p.egressIP.SNAT
@@ -60,4 +67,23 @@ func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (datapl
 		}
 	}
 	return s, objects
+}
+
+// byMark gives a pod its steering mark. The classifier holds one entry per address, and a
+// dual-stack pod may be steered in one family only (its object has an egress IP of the other
+// family on this node, or none): such a pod becomes one entry per mark.
+func byMark(pod dataplane.Pod, marks map[netip.Addr]uint32) []dataplane.Pod {
+	var out []dataplane.Pod
+	for _, ip := range pod.IPs {
+		m := marks[ip]
+		i := slices.IndexFunc(out, func(p dataplane.Pod) bool { return p.Mark == m })
+		if i < 0 {
+			part := pod
+			part.IPs, part.Mark = nil, m
+			out = append(out, part)
+			i = len(out) - 1
+		}
+		out[i].IPs = append(out[i].IPs, ip)
+	}
+	return out
 }

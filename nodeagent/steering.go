@@ -10,11 +10,6 @@ import (
 	"github.com/egressd/egressd/nodeagent/egressip"
 )
 
-// DefaultMarkMask are the skb->mark bits egressd stamps on steered packets (the class of the
-// egress path); configurable so that the CNI's, kube-proxy's (0x4000, 0x8000) and others' marks
-// stay untouched.
-const DefaultMarkMask = 0x00ff0000
-
 // maxSteerSlots bounds the egress paths a node steers through at once: one routing table and
 // one rule per path, inside the ranges dataplane/routing reserves.
 const maxSteerSlots = 100

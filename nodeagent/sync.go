@@ -62,7 +62,7 @@ type SyncLoop struct {
 	// Resync re-applies the state periodically, repairing drift made behind egressd's back.
 	Resync time.Duration
 
-	// MarkMask are the skb->mark bits egressd may use (DefaultMarkMask when 0).
+	// MarkMask are the skb->mark bits egressd may use (dataplane.DefaultMarkMask when 0).
 	MarkMask uint32
 	// Recorder, when set, records the compile steps' events (EgressIP's UndefinedRequest).
 	Recorder EventRecorder
@@ -186,7 +186,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	l.DNS.Want(l.parts.firewall.DNSNames)
 	mask := l.MarkMask
 	if mask == 0 {
-		mask = DefaultMarkMask
+		mask = dataplane.DefaultMarkMask
 	}
 	state, objects := merge(l.ClusterNetworks, &l.parts, &l.steering, mask)
 

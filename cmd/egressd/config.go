@@ -14,9 +14,9 @@ import (
 
 	flag "github.com/spf13/pflag"
 
+	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/routing"
-	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/nodeagent/reachability"
 )
 
@@ -102,7 +102,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.resync, "sync-period", 5*time.Minute, "period of the full re-sync that repairs drift of kernel state")
 	fs.UintVar(&c.aclLogRate, "acl-logging-rate-limit", classifier.DefaultACLLogRate, "EgressFirewall verdicts logged per second and CPU for namespaces annotated k8s.ovn.org/acl-logging; 0 logs none")
 	fs.StringVar(&c.dnsServer, "dns-server", defaultDNSServer(), "ip:port of the DNS server that resolves EgressFirewall dnsName rules (default: the first nameserver of /etc/resolv.conf)")
-	fs.Uint32Var(&c.markMask, "fwmark-mask", nodeagent.DefaultMarkMask, "skb->mark bits egressd may set on steered packets (keep clear of the CNI's and kube-proxy's bits)")
+	fs.Uint32Var(&c.markMask, "fwmark-mask", dataplane.DefaultMarkMask, "skb->mark bits egressd may set on steered packets (keep clear of the CNI's and kube-proxy's bits)")
 	c.routing = routing.DefaultConfig()
 	fs.IntVar(&c.routing.RulePriorityBase, "rule-priority-base", c.routing.RulePriorityBase, "first ip rule priority of egressd's reserved range")
 	fs.IntVar(&c.routing.RulePriorityCount, "rule-priority-count", c.routing.RulePriorityCount, "size of egressd's ip rule priority range")

@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/egressd/egressd/bpf"
+	"github.com/egressd/egressd/dataplane"
 )
 
 // Classifier owns the program and maps of bpf/src/frompod.c, pinned by name under the pin root
@@ -46,16 +47,12 @@ type Options struct {
 	ACLLogRate uint32
 	// MarkMask is the bits of skb->mark that pods' routing marks (dataplane.Pod.Mark) occupy;
 	// the program leaves the other bits as it finds them (the CNI's, kube-proxy's). Apply
-	// rejects a mark outside it. 0 means DefaultMarkMask.
+	// rejects a mark outside it. 0 means dataplane.DefaultMarkMask.
 	MarkMask uint32
 }
 
 // DefaultACLLogRate is upstream's acl-logging-rate-limit default.
 const DefaultACLLogRate = 20
-
-// DefaultMarkMask is the default of Options.MarkMask: bits 16-23, clear of kube-proxy's
-// (0x4000, 0x8000) and of Cilium's and Calico's defaults.
-const DefaultMarkMask = 0x00ff0000
 
 // Load loads the classifier, reusing the maps pinned under pinRoot (their content keeps
 // enforcing until the first Apply rewrites what changed).
@@ -64,7 +61,7 @@ func Load(pinRoot string, o Options) (*Classifier, error) {
 		return nil, fmt.Errorf("pin root %s (is bpffs mounted?): %w", pinRoot, err)
 	}
 	if o.MarkMask == 0 {
-		o.MarkMask = DefaultMarkMask
+		o.MarkMask = dataplane.DefaultMarkMask
 	}
 	c := &Classifier{markMask: o.MarkMask}
 	spec, err := bpf.LoadFromPod()
