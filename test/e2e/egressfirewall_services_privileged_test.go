@@ -123,18 +123,18 @@ spec:
 		t.Errorf("nft list table inet egressd on node-0 lacks the pod's element (%v):\n%s", err, out)
 	}
 
-	// The endpoints go: nothing left to judge, the table goes too.
+	// The endpoints go: nothing left to judge, the elements go (the table stays, shared by features).
 	for _, name := range []string{"ext-4", "ext-6"} {
 		if err := kc.DiscoveryV1().EndpointSlices(free).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	poll.Eventually(t, "table inet egressd gone from node-0 after its backends went", 10*time.Second, func() error {
-		out, err := l.Nodes[0].NS.Run("nft", "list", "tables")
+	poll.Eventually(t, "node-0's backend deny elements gone after its backends went", 10*time.Second, func() error {
+		out, err := l.Nodes[0].NS.Run("nft", "list", "table", "inet", "egressd")
 		if err != nil {
 			return err
 		}
-		if strings.Contains(out, "inet egressd") {
+		if strings.Contains(out, "203.0.113.10 . tcp") || strings.Contains(out, "2001:db8::10 . tcp") {
 			return fmt.Errorf("still there:\n%s", out)
 		}
 		return nil
