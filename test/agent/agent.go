@@ -154,6 +154,11 @@ func Launch(o Options) (*Process, error) {
 		"--leader-election-retry-period", "500ms",
 		"--log-format", "text",
 	}, o.Args...)
+	if len(o.Wrap) == 0 {
+		// Agents sharing the test's network namespace must not compete for the health port;
+		// the lab's agents each have their node's namespace and serve it as in production.
+		args = append(args, "--egress-health-bind-address", "127.0.0.1:0")
+	}
 	argv := append(append([]string{}, o.Wrap...), o.Binary)
 	argv = append(argv, args...)
 	logf, err := os.Create(p.LogPath)
