@@ -201,4 +201,5 @@ func (d *Applier) Close() {
 	close(d.done)
 	d.attacher.Close()
 	d.classifier.Close()
+	d.routing.Close()
 }

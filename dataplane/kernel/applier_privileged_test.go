@@ -1,0 +1,542 @@
+package kernel_test
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
+
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/dataplane/classifier"
+	"github.com/egressd/egressd/dataplane/kernel"
+	"github.com/egressd/egressd/test/privileged"
+)
+
+// TestPrivilegedApplierComplete applies a State with every section filled, reads the kernel
+// back (classifier maps, nftables, rules, tables, addresses, tcx) and sends real traffic: the
+// pod reaches the external host only through the mark, its table and the SNAT to the egress
+// address (the answer comes back through it); a denied destination is dropped.
+func TestPrivilegedApplierComplete(t *testing.T) {
+	privileged.Require(t)
+	l := newLab(t)
+	a := l.applier(t)
+	res := l.apply(t, a, fullState())
+	if len(res.Failed) > 0 {
+		t.Fatalf("Apply failed: %v", res.Failed)
+	}
+
+	// Classifier maps, through egressctl's reader.
+	in, err := classifier.Inspect(l.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	for _, c := range []struct {
+		to                netip.Addr
+		verdict           string
+		rule, dscp        int
+		mark              uint32
+		exempt            bool
+		namespace, reason string
+	}{
+		{dst, "allow", -1, 10, mark, false, "a", "QoS'd and steered"},
+		{allowed, "allow", -1, -1, mark, false, "a", "steered, no QoS"},
+		{denied, "deny", 0, -1, 0, false, "a", "denied: never marked"},
+		{nodeIP, "allow", -1, -1, 0, false, "a", "node address: steering exempt"},
+		{serviceIP, "allow", -1, -1, 0, true, "a", "cluster network: exempt"},
+	} {
+		tr, err := in.Trace(podIP, c.to, 17, udpPort)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr.Namespace != c.namespace || tr.Verdict != c.verdict || tr.Rule != c.rule || tr.DSCP != c.dscp || tr.Mark != c.mark || tr.Exempt != c.exempt {
+			t.Errorf("%s: trace to %s = %+v", c.reason, c.to, tr)
+		}
+	}
+	fw, err := in.Rules(false)
+	if err != nil || len(fw) != 1 || fw[0].Namespace != "a" || fw[0].Index != 0 || fw[0].Text != "Deny to 198.51.100.10/32" {
+		t.Errorf("firewall rules %+v (%v)", fw, err)
+	}
+	qos, err := in.Rules(true)
+	if err != nil || len(qos) != 1 || qos[0].Namespace != "a" || qos[0].Text != "DSCP 10 to 203.0.113.0/24" {
+		t.Errorf("QoS rules %+v (%v)", qos, err)
+	}
+
+	// nftables.
+	els := elements(l.nft(t))
+	for set, want := range map[string]string{
+		"egressip_snat4":           "10.244.0.5 : 192.0.2.100",
+		"egressip_guarded4":        "10.244.0.5",
+		"egressip_exempt4":         "10.96.0.0/12, 10.244.0.0/16, 192.0.2.1",
+		"egressip_steer_nexthops4": "0x00010000 . 192.0.2.2",
+		"egressip_addrs4":          "192.0.2.100 counter packets 0 bytes 0",
+		"egressip_snat6":           "",
+		"fw_backend_deny4":         "",
+	} {
+		if got, ok := els[set]; !ok || got != want {
+			t.Errorf("nft set %s = %q, want %q", set, got, want)
+		}
+	}
+
+	// Routing: the rules of both families select the table; IPv4 goes via the external host,
+	// IPv6 is dropped rather than leaked.
+	if got, want := l.ownedRules(t), []string{
+		"-4 6101: from all fwmark 0x10000/0xff0000 lookup 7101 proto 229",
+		"-6 6101: from all fwmark 0x10000/0xff0000 lookup 7101 proto 229",
+	}; !slices.Equal(got, want) {
+		t.Errorf("rules:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if got, want := l.ip(t, "-4", "route", "show", "table", "7101"), "default via 192.0.2.2 dev ext0 proto 229"; got != want {
+		t.Errorf("table 7101: %q, want %q", got, want)
+	}
+	if got, want := l.ip(t, "-6", "route", "show", "table", "7101"), "blackhole default dev lo proto 229 metric 1024 pref medium"; got != want {
+		t.Errorf("IPv6 table 7101: %q, want %q", got, want)
+	}
+	if got := l.ip(t, "route", "get", dst.String(), "mark", "0x10000"); !strings.Contains(got, "via 192.0.2.2 dev ext0 table 7101") {
+		t.Errorf("marked route to %s: %q", dst, got)
+	}
+	if out, err := l.node.Run("ip", "route", "get", dst.String()); err == nil {
+		t.Errorf("unmarked traffic has a way out of the node, it should not: %s", out)
+	}
+
+	// The egress address: on the interface of its network, host prefix, stamped.
+	if got, want := l.addresses(t), map[string]uint8{"127.0.0.1/8 lo": 0, "10.244.0.1/32 pod0": 0, "192.0.2.1/24 ext0": 0, "192.0.2.100/32 ext0": protocol}; !maps.Equal(got, want) {
+		t.Errorf("addresses (protocol) %v, want %v", got, want)
+	}
+	if slices.Equal(res.HostCIDRs, nil) || slices.Contains(res.HostCIDRs, netip.PrefixFrom(egressIP, 32)) {
+		t.Errorf("HostCIDRs %v", res.HostCIDRs)
+	}
+
+	// tcx: the classifier on the pod's interface, its link pinned under the pin root.
+	if _, err := os.Stat(filepath.Join(l.root, linkPin)); err != nil {
+		t.Errorf("classifier link of pod0 not pinned: %v", err)
+	}
+	if got := l.tcxPrograms(t, "pod0"); !slices.Equal(got, []string{"egressd_frompod"}) {
+		t.Errorf("tcx ingress of pod0 runs %v", got)
+	}
+
+	// Real traffic.
+	ext := serveUDP(t, l.ext, dst, allowed, denied)
+	if echo, err := l.send(t, dst, "to dst", 3*time.Second); err != nil || echo != "to dst" {
+		t.Errorf("pod -> %s: no answer (%q, %v)", dst, echo, err)
+	}
+	if from := ext.from("to dst", time.Second); from != egressIP {
+		t.Errorf("pod -> %s arrived from %v, want the egress address %v", dst, from, egressIP)
+	}
+	if echo, err := l.send(t, allowed, "to allowed", 3*time.Second); err != nil || echo != "to allowed" {
+		t.Errorf("pod -> %s: no answer (%q, %v)", allowed, echo, err)
+	}
+	if from := ext.from("to allowed", time.Second); from != egressIP {
+		t.Errorf("pod -> %s arrived from %v, want %v", allowed, from, egressIP)
+	}
+	if _, err := l.send(t, denied, "to denied", 500*time.Millisecond); err == nil {
+		t.Errorf("pod -> %s (denied) was answered", denied)
+	}
+	if from := ext.from("to denied", 500*time.Millisecond); from.IsValid() {
+		t.Errorf("pod -> %s (denied) arrived from %v", denied, from)
+	}
+	if got := l.received(t); got[dst.String()+" dscp af11"] < 1 || got[allowed.String()+" dscp cs0"] < 1 {
+		t.Errorf("external host's counters by DSCP: %v, want DSCP 10 to %s, 0 to %s", got, dst, allowed)
+	}
+	fw, err = in.Rules(false)
+	if err != nil || len(fw) != 1 || fw[0].Counters.Packets < 1 {
+		t.Errorf("the deny rule counted nothing: %+v (%v)", fw, err)
+	}
+	if t.Failed() {
+		t.Logf("nft:\n%s\nrules:\n%s\naddresses:\n%s", l.nft(t), l.ip(t, "rule"), l.ip(t, "-d", "addr"))
+	}
+}
+
+// invariants checks, before every kernel write of an Apply and after it, what must hold of
+// the kernel at every point in between.
+type invariants struct {
+	t       *testing.T
+	l       *lab
+	h       *netlink.Handle
+	in      *classifier.Inspector
+	adding  bool // SNAT and guards must be in place whenever the rule can route marked traffic
+	nftOK   bool
+	nftSeen bool // nftOK is up to date: no nft write since it was read
+	broken  []string
+}
+
+func (l *lab) invariants(t *testing.T, adding bool) *invariants {
+	t.Helper()
+	h, err := vnetns.GetFromPath(l.node.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	nh, err := netlink.NewHandleAt(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nh.Close)
+	in, err := classifier.Inspect(l.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(in.Close)
+	return &invariants{t: t, l: l, h: nh, in: in, adding: adding}
+}
+
+func (v *invariants) marked() bool {
+	tr, err := v.in.Trace(podIP, dst, 17, udpPort)
+	return err == nil && tr.Mark == mark
+}
+
+func (v *invariants) rule() bool {
+	rules, err := v.h.RuleList(netlink.FAMILY_V4)
+	return err == nil && slices.ContainsFunc(rules, func(r netlink.Rule) bool {
+		return r.Priority == priority && r.Mark == mark && r.Table == table
+	})
+}
+
+func (v *invariants) route() bool {
+	routes, err := v.h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: table}, netlink.RT_FILTER_TABLE)
+	return err == nil && slices.ContainsFunc(routes, func(r netlink.Route) bool { return r.Gw.Equal(extIP.AsSlice()) })
+}
+
+func (v *invariants) address() bool {
+	addrs, err := v.h.AddrList(nil, netlink.FAMILY_V4)
+	return err == nil && slices.ContainsFunc(addrs, func(a netlink.Addr) bool { return a.IP.Equal(egressIP.AsSlice()) })
+}
+
+func (v *invariants) nft() bool {
+	if !v.nftSeen {
+		out, _ := v.l.node.Run("nft", "list", "table", "inet", "egressd")
+		els := elements(out)
+		v.nftOK = els["egressip_snat4"] == "10.244.0.5 : 192.0.2.100" && els["egressip_guarded4"] == "10.244.0.5" &&
+			els["egressip_steer_nexthops4"] == "0x00010000 . 192.0.2.2"
+		v.nftSeen = true
+	}
+	return v.nftOK
+}
+
+// check looks at the kernel as it is now (before write, or at the end).
+func (v *invariants) check(at string) {
+	marked, rule, route := v.marked(), v.rule(), v.route()
+	fail := func(what string) { v.broken = append(v.broken, at+": "+what) }
+	if marked && !(rule && route) {
+		fail(fmt.Sprintf("the pod's packets are marked but rule=%v table=%v", rule, route))
+	}
+	if rule && !route {
+		fail("the rule selects an empty table")
+	}
+	if rule && !v.address() {
+		fail("the rule routes marked traffic but the egress address is missing")
+	}
+	if v.adding && rule && !v.nft() {
+		fail("the rule routes marked traffic but SNAT and the leak guards are not in place")
+	}
+}
+
+func (v *invariants) before(w kernelWrite) {
+	v.check("before " + w.String())
+	if w.Kind == "nft" {
+		v.nftSeen = false
+	}
+}
+
+// tracedApply applies s with every write held until v has checked the kernel before it.
+func (l *lab) tracedApply(t *testing.T, a *kernel.Applier, s *dataplane.State, v *invariants) ([]kernelWrite, dataplane.Result) {
+	t.Helper()
+	h, err := vnetns.GetFromPath(l.node.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	var res dataplane.Result
+	writes, err := watchWrites(func() error { return vnetns.Set(h) }, func() error {
+		res = a.Apply(t.Context(), s)
+		return nil
+	}, v.before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.check("after Apply")
+	return writes, res
+}
+
+// ordered fails unless each named write kind first occurs after the previous one's last.
+func ordered(t *testing.T, writes []kernelWrite, kinds ...string) {
+	t.Helper()
+	for i, k := range kinds {
+		if firstIndex(writes, k) < 0 {
+			t.Errorf("no %s write", k)
+			continue
+		}
+		if i > 0 && firstIndex(writes, kinds[i-1]) >= 0 && lastIndex(writes, kinds[i-1]) > firstIndex(writes, k) {
+			t.Errorf("%s written after %s: the phases are out of order", kinds[i-1], k)
+		}
+	}
+}
+
+// TestPrivilegedApplierPhaseOrder: each write of an Apply is held until the kernel has been
+// checked as it is then, so every state the kernel passes through is seen. Adding a steered
+// pod: SNAT and leak guards, the egress address, the table, then the rule, and only then the
+// pod's mark and the attachment; a marked packet never meets a missing route. Applying an
+// empty State removes in reverse: the mark and the attachment, then rules, tables, then the
+// address; the table inet egressd stays, empty.
+func TestPrivilegedApplierPhaseOrder(t *testing.T) {
+	privileged.Require(t)
+	l := newLab(t)
+	a := l.applier(t)
+	// Cluster networks and exemptions first, no pod: then a steered pod arrives.
+	base := fullState()
+	base.Classifier.Pods, base.Nftables.SNAT, base.Nftables.Guarded, base.Nftables.SteerNexthops = nil, nil, nil, nil
+	base.Routing, base.Addresses = dataplane.RoutingState{}, nil
+	l.mustApply(t, a, base)
+
+	v := l.invariants(t, true)
+	writes, res := l.tracedApply(t, a, fullState(), v)
+	if len(res.Failed) > 0 {
+		t.Fatalf("Apply failed: %v", res.Failed)
+	}
+	t.Logf("writes adding the pod: %v", writes)
+	for _, b := range v.broken {
+		t.Errorf("adding a steered pod: %s", b)
+	}
+	ordered(t, writes, "nft", "RTM_NEWADDR", "RTM_NEWROUTE", "RTM_NEWRULE", "bpf:update", "bpf:link")
+	if i := firstIndex(writes, "RTM_DEL"); i >= 0 {
+		t.Errorf("adding removed something: %v", writes[i])
+	}
+	if !v.marked() || !v.rule() || !v.route() || !v.address() || !v.nft() {
+		t.Fatalf("not programmed: marked=%v rule=%v route=%v address=%v nft=%v", v.marked(), v.rule(), v.route(), v.address(), v.nft())
+	}
+
+	v = l.invariants(t, false)
+	writes, res = l.tracedApply(t, a, &dataplane.State{}, v)
+	if len(res.Failed) > 0 {
+		t.Fatalf("Apply of an empty State failed: %v", res.Failed)
+	}
+	t.Logf("writes removing everything: %v", writes)
+	for _, b := range v.broken {
+		t.Errorf("removing: %s", b)
+	}
+	// "unlink": the link's pin is removed just before the link is closed (detached).
+	ordered(t, writes, "nft", "bpf:delete", "unlink", "RTM_DELRULE", "RTM_DELROUTE", "RTM_DELADDR")
+	if i := firstIndex(writes, "RTM_NEW"); i >= 0 {
+		t.Errorf("removing added something: %v", writes[i])
+	}
+
+	// Everything gone, the table stays, its sets empty.
+	if v.marked() {
+		t.Error("the pod is still marked")
+	}
+	in, err := classifier.Inspect(l.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if tr, err := in.Trace(podIP, dst, 17, udpPort); err != nil || tr.Namespace != "" {
+		t.Errorf("the pod still has a classifier entry: %+v (%v)", tr, err)
+	}
+	if got := l.ownedRules(t); len(got) > 0 {
+		t.Errorf("rules left: %v", got)
+	}
+	for _, fam := range []string{"-4", "-6"} {
+		if got := l.ip(t, fam, "route", "show", "table", "7101"); got != "" {
+			t.Errorf("table 7101 (%s) left: %q", fam, got)
+		}
+	}
+	if v.address() {
+		t.Error("egress address left")
+	}
+	if got := l.tcxPrograms(t, "pod0"); len(got) > 0 {
+		t.Errorf("still attached to pod0: %v", got)
+	}
+	listing := l.nft(t)
+	els := elements(listing)
+	if len(els) == 0 {
+		t.Errorf("table inet egressd lost its sets:\n%s", listing)
+	}
+	for set, e := range els {
+		if e != "" {
+			t.Errorf("nft set %s still holds %s", set, e)
+		}
+	}
+}
+
+// TestPrivilegedApplierIdempotent: a second Apply of the same State writes nothing (no bpf map
+// or link write, no netlink change, no nft transaction), the kernel notifies nothing about
+// egressd's objects, and every dump is unchanged.
+func TestPrivilegedApplierIdempotent(t *testing.T) {
+	privileged.Require(t)
+	l := newLab(t)
+	a := l.applier(t)
+	mon := l.monitor(t)
+	l.mustApply(t, a, fullState())
+	if events := mon.drain(t); len(events) < 5 { // address, 2 routes, 2 rules
+		t.Fatalf("the monitor saw %d notifications of the first Apply: %v", len(events), events)
+	}
+	dumps := func() map[string]string {
+		return map[string]string{
+			"rules":   strings.Join(l.ownedRules(t), "\n"),
+			"table4":  l.ip(t, "-4", "route", "show", "table", "all"),
+			"table6":  l.ip(t, "-6", "route", "show", "table", "all"),
+			"addr":    l.ip(t, "-d", "addr"),
+			"nft":     l.node.MustRun(t, "nft", "-a", "list", "table", "inet", "egressd"),
+			"tcx":     fmt.Sprint(l.tcxPrograms(t, "pod0")),
+			"addrs":   fmt.Sprint(l.addresses(t)),
+			"nexthop": l.ip(t, "nexthop", "show"),
+		}
+	}
+	before := dumps()
+	v := l.invariants(t, true)
+	writes, res := l.tracedApply(t, a, fullState(), v)
+	if len(res.Failed) > 0 {
+		t.Fatalf("second Apply failed: %v", res.Failed)
+	}
+	if len(writes) > 0 {
+		t.Errorf("second Apply of the same State wrote %v", writes)
+	}
+	if events := mon.drain(t); len(events) > 0 {
+		t.Errorf("second Apply changed egressd's routes, rules, addresses or nexthops: %v", events)
+	}
+	if after := dumps(); !maps.Equal(before, after) {
+		for k := range before {
+			if before[k] != after[k] {
+				t.Errorf("%s changed:\n%s\n---\n%s", k, before[k], after[k])
+			}
+		}
+	}
+	for _, b := range v.broken {
+		t.Error(b)
+	}
+}
+
+// TestPrivilegedApplierResult: failures are reported per Origin and limited to it: an
+// EgressIP whose route goes via an unreachable gateway (its table becomes a blackhole: drop
+// rather than leak), a pod with no interface on the node, a firewall that failed to compile;
+// everything else is programmed. HostCIDRs are the node's own addresses: not the egress
+// address, not the pod network's.
+func TestPrivilegedApplierResult(t *testing.T) {
+	privileged.Require(t)
+	l := newLab(t)
+	a := l.applier(t)
+	s := fullState()
+	s.Classifier.Pods = append(s.Classifier.Pods, dataplane.Pod{Origin: ghostOrigin, IPs: []netip.Addr{ghostIP}})
+	s.Classifier.Firewalls = append(s.Classifier.Firewalls, dataplane.Firewall{Origin: badFWOrigin, Err: errors.New("dnsName not resolvable")})
+	s.Routing.Rules = append(s.Routing.Rules, dataplane.RouteRule{Origin: badOrigin, Priority: 2, Mark: badMark, Mask: dataplane.DefaultMarkMask, Table: 2})
+	s.Routing.Tables = append(s.Routing.Tables, dataplane.RouteTable{Origin: badOrigin, ID: 2, Routes: []dataplane.Route{
+		{Dst: netip.MustParsePrefix("0.0.0.0/0"), Via: &dataplane.Nexthop{Gateway: badGW}}}})
+	res := l.apply(t, a, s)
+	want := []dataplane.Origin{badOrigin, ghostOrigin, badFWOrigin}
+	got := slices.Collect(maps.Keys(res.Failed))
+	sortOrigins := func(o []dataplane.Origin) {
+		slices.SortFunc(o, func(a, b dataplane.Origin) int { return strings.Compare(a.String(), b.String()) })
+	}
+	sortOrigins(got)
+	sortOrigins(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("failed %v, want exactly %v", res.Failed, want)
+	}
+	for _, o := range want {
+		t.Logf("%s: %v", o, res.Failed[o])
+	}
+	if err := res.Failed[badOrigin]; err == nil || !strings.Contains(err.Error(), badGW.String()) {
+		t.Errorf("the unreachable gateway's failure does not name it: %v", err)
+	}
+	if err := res.Failed[ghostOrigin]; err == nil || !strings.Contains(err.Error(), ghostIP.String()) {
+		t.Errorf("the pod without interface's failure does not name its address: %v", err)
+	}
+	if got, want := l.ip(t, "-4", "route", "show", "table", "7102"), "blackhole default proto 229"; got != want {
+		t.Errorf("table of the failed EgressIP: %q, want %q", got, want)
+	}
+	if got, want := l.ip(t, "-4", "route", "show", "table", "7101"), "default via 192.0.2.2 dev ext0 proto 229"; got != want {
+		t.Errorf("table of the other EgressIP: %q, want %q", got, want)
+	}
+	if got := l.ownedRules(t); len(got) != 3 {
+		t.Errorf("rules %v, want both EgressIPs' (the failed one selects its blackhole)", got)
+	}
+	// The rest works: the pod's traffic leaves with its egress address.
+	ext := serveUDP(t, l.ext, dst, allowed, denied)
+	if echo, err := l.send(t, dst, "after failures", 3*time.Second); err != nil || echo != "after failures" {
+		t.Errorf("pod -> %s: no answer (%q, %v)", dst, echo, err)
+	}
+	if from := ext.from("after failures", time.Second); from != egressIP {
+		t.Errorf("pod -> %s arrived from %v, want %v", dst, from, egressIP)
+	}
+
+	// HostCIDRs: the node's address on its network only. The egress address (host prefix,
+	// egressd's) and the pod-facing gateway address (in a cluster network) are left out.
+	if want := []netip.Prefix{netip.MustParsePrefix("192.0.2.1/24")}; !slices.Equal(res.HostCIDRs, want) {
+		t.Errorf("HostCIDRs %v, want %v", res.HostCIDRs, want)
+	}
+	// Another host address is reported at the next Apply.
+	l.node.MustRun(t, "ip", "addr", "add", "198.18.0.1/15", "dev", "ext0")
+	res = l.apply(t, a, s)
+	if want := []netip.Prefix{netip.MustParsePrefix("192.0.2.1/24"), netip.MustParsePrefix("198.18.0.1/15")}; !slices.Equal(res.HostCIDRs, want) {
+		t.Errorf("HostCIDRs %v, want %v", res.HostCIDRs, want)
+	}
+}
+
+// TestPrivilegedApplierCloseKeepsKernel: Close releases the Applier's file descriptors and
+// leaves what it programmed in place; a new Applier on the same pin root adopts it: its first
+// Apply of the same State changes no route, rule or address and updates the link in place.
+func TestPrivilegedApplierCloseKeepsKernel(t *testing.T) {
+	privileged.Require(t)
+	l := newLab(t)
+	fds := func() int {
+		entries, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(entries)
+	}
+	before := fds()
+	var a *kernel.Applier
+	l.in(t, func() (err error) {
+		a, err = kernel.New(kernel.Options{PinRoot: l.root}, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
+		return err
+	})
+	l.mustApply(t, a, fullState())
+	a.Close()
+	leaked := 0
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if leaked = fds() - before; leaked <= 1 {
+			break
+		}
+	}
+	// One is known: nft.Table has no Close, so the Applier cannot release its lasting nftables
+	// connection.
+	if leaked > 1 {
+		t.Errorf("Close left %d file descriptors open", leaked)
+	}
+
+	b := l.applier(t)
+	v := l.invariants(t, true)
+	if !v.marked() || !v.rule() || !v.route() || !v.address() || !v.nft() || len(l.tcxPrograms(t, "pod0")) != 1 {
+		t.Fatalf("Close removed something: marked=%v rule=%v route=%v address=%v nft=%v tcx=%v", v.marked(), v.rule(), v.route(), v.address(), v.nft(), l.tcxPrograms(t, "pod0"))
+	}
+	writes, res := l.tracedApply(t, b, fullState(), v)
+	if len(res.Failed) > 0 {
+		t.Fatalf("Apply of the successor failed: %v", res.Failed)
+	}
+	// It adopts: routes, rules and addresses stay as they are, the link is updated in place;
+	// nothing is removed or attached anew. (The nft table is written whole once, in one
+	// transaction: a new agent does not know what the sets hold.)
+	for _, w := range writes {
+		if strings.HasPrefix(w.Kind, "RTM_") || w.Kind == "bpf:delete" || w.Kind == "bpf:link" || w.Kind == "unlink" {
+			t.Errorf("the successor's first Apply of the same State wrote %v", w)
+		}
+	}
+	if firstIndex(writes, "bpf:link-update") < 0 {
+		t.Errorf("the successor did not swap its program into the adopted link: %v", writes)
+	}
+	t.Logf("successor's writes: %v", writes)
+	for _, br := range v.broken {
+		t.Error(br)
+	}
+}
