@@ -58,33 +58,36 @@ type Applier struct {
 // New adopts what a previous agent left under pinRoot (so that enforcement continues without a
 // gap) and starts watching link changes.
 func New(o Options, log *slog.Logger) (*Applier, error) {
-	pinRoot := o.PinRoot
-	c, err := classifier.Load(pinRoot, o.Classifier)
+	// undo releases, in reverse, what was opened before a step failed.
+	var undo []func()
+	fail := func(err error) (*Applier, error) {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+		return nil, err
+	}
+	c, err := classifier.Load(o.PinRoot, o.Classifier)
 	if err != nil {
 		return nil, err
 	}
-	a, err := tcx.New(pinRoot, c.Program)
+	undo = append(undo, c.Close)
+	a, err := tcx.New(o.PinRoot, c.Program)
 	if err != nil {
-		c.Close()
-		return nil, err
+		return fail(err)
 	}
+	undo = append(undo, a.Close)
 	t, err := nft.New()
 	if err != nil {
-		a.Close()
-		c.Close()
-		return nil, err
+		return fail(err)
 	}
+	undo = append(undo, func() { _ = t.Close() })
 	owned, err := addresses.New(addresses.DefaultProtocol)
 	if err != nil {
-		a.Close()
-		c.Close()
-		return nil, err
+		return fail(err)
 	}
 	router, err := routing.New(o.Routing)
 	if err != nil {
-		a.Close()
-		c.Close()
-		return nil, err
+		return fail(err)
 	}
 	d := &Applier{classifier: c, attacher: a, nft: t, addresses: owned, routing: router, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
 	go func() {
@@ -202,4 +205,7 @@ func (d *Applier) Close() {
 	d.attacher.Close()
 	d.classifier.Close()
 	d.routing.Close()
+	if err := d.nft.Close(); err != nil {
+		d.log.Error("close the nftables connection", "err", err)
+	}
 }

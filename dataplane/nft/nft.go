@@ -103,6 +103,13 @@ func New() (*Table, error) {
 		leakCounts: newTally[string]()}, nil
 }
 
+// Close releases the netlink connection; the table stays as programmed.
+func (t *Table) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.conn.CloseLasting()
+}
+
 // Cleanup removes the table (egressctl cleanup); no table is not an error.
 func Cleanup() error {
 	c, err := nftables.New()
