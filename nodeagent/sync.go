@@ -202,8 +202,12 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	} else {
 		l.retry.reset()
 	}
+	// An object reports what the dataplane failed of it, else what failed to compile (the
+	// dataplane keeps enforcing its previous rules then, and may have nothing to say).
 	for o := range objects {
-		objects[o] = res.Failed[o]
+		if err := res.Failed[o]; err != nil {
+			objects[o] = err
+		}
 	}
 	if l.Status != nil {
 		l.Status.Report(objects, res)

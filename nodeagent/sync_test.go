@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -145,3 +146,34 @@ type noNames struct{}
 func (noNames) Want([]string)              {}
 func (noNames) Lookup(string) []netip.Addr { return nil }
 func (noNames) Changed() <-chan struct{}   { return nil }
+
+// recordingReporter keeps the last reported outcome.
+type recordingReporter struct {
+	mu      sync.Mutex
+	objects map[dataplane.Origin]error
+}
+
+func (r *recordingReporter) Report(objects map[dataplane.Origin]error, _ dataplane.Result) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.objects = objects
+}
+
+// An EgressQoS the API accepts but that cannot be compiled (a podSelector with an invalid
+// operator) reports its failure, although the dataplane, keeping the previous rules, has
+// nothing to say about it.
+func TestSyncLoopReportsCompileFailures(t *testing.T) {
+	q := &ovnv1.EgressQoS{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "default"}, Spec: ovnv1.EgressQoSSpec{Egress: []ovnv1.EgressQoSRule{
+		{DSCP: 46, PodSelector: metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Bogus"}}}}}}}
+	rep := &recordingReporter{}
+	l := newLoop(&recordingApplier{}, make(chan struct{}), time.Millisecond)
+	l.Snapshot = watcherstest.Snapshot(q)
+	l.Status = rep
+	l.sync(context.Background())
+	rep.mu.Lock()
+	defer rep.mu.Unlock()
+	err := rep.objects[dataplane.Origin{Kind: "EgressQoS", Namespace: "a", Name: "default"}]
+	if err == nil || !strings.Contains(err.Error(), "Bogus") {
+		t.Errorf("EgressQoS a/default reported %v, want its invalid podSelector", err)
+	}
+}

@@ -93,10 +93,10 @@ func TestCompileFirewallRules(t *testing.T) {
 
 func TestCompileFirewallErrors(t *testing.T) {
 	var many []ovnv1.EgressFirewallRule
-	for i := range maxRules + 1 {
+	for i := range maxRules + 2 {
 		many = append(many, cidrRule("Deny", fmt.Sprintf("10.%d.%d.0/24", i/250, i%250)))
 	}
-	eightThousand := many[:maxRules]
+	upstreamMax := many[:maxRules+1] // upstream checks rule indices against 8000
 	for _, tc := range []struct {
 		name string
 		ef   *ovnv1.EgressFirewall
@@ -105,7 +105,12 @@ func TestCompileFirewallErrors(t *testing.T) {
 		{"too many", ef("a", many...), "egressFirewall for namespace a has too many rules, max allowed number is 8000"},
 		{"wildcard dns", ef("a", ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{DNSName: "*.example.com"}}), "wildcard dns name is not supported as rule destination, *.example.com"},
 		{"bad selector", ef("a", ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{NodeSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "k", Operator: "Bogus"}}}}}), "rule destination has invalid node selector"},
-		{"8000 is fine", ef("a", eightThousand...), ""},
+		{"8001 is fine, as upstream", ef("a", upstreamMax...), ""},
+		{"several errors on one line", ef("a",
+			ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{DNSName: "*.a.com"}},
+			ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{DNSName: "*.b.com"}}),
+			"[cannot create EgressFirewall Rule to destination  for namespace a: wildcard dns name is not supported as rule destination, *.a.com, " +
+				"cannot create EgressFirewall Rule to destination  for namespace a: wildcard dns name is not supported as rule destination, *.b.com]"},
 	} {
 		fws := compileFW(t, tc.ef)
 		err := fws[0].Err

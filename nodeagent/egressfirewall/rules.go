@@ -1,7 +1,6 @@
 package egressfirewall
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -9,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
@@ -18,7 +18,8 @@ import (
 
 // rules compiles one EgressFirewall's rules against the current nodes and DNS answers.
 func rules(in *cluster.Input, ef *ovnv1.EgressFirewall, nodes []*corev1.Node) ([]dataplane.FirewallRule, error) {
-	if len(ef.Spec.Egress) > maxRules {
+	// Upstream checks the index of each rule against the limit, so it accepts one rule more.
+	if len(ef.Spec.Egress) > maxRules+1 {
 		return nil, fmt.Errorf("egressFirewall for namespace %s has too many rules, max allowed number is %d", ef.Namespace, maxRules)
 	}
 	var rules []dataplane.FirewallRule
@@ -57,7 +58,8 @@ func rules(in *cluster.Input, ef *ovnv1.EgressFirewall, nodes []*corev1.Node) ([
 		}
 		rules = append(rules, rule)
 	}
-	return rules, errors.Join(errs...)
+	// One line, as upstream's aggregate prints several errors: "[e1, e2]".
+	return rules, utilerrors.NewAggregate(errs)
 }
 
 // nodeAddresses are every host address of the nodes a selector picks: the host-cidrs each
