@@ -36,7 +36,8 @@ type config struct {
 	retryPeriod      time.Duration
 	debounce         time.Duration
 	resync           time.Duration
-	dnsServer        string
+	dnsServers       []string
+	dnsMinTTL        time.Duration
 	aclLogRate       uint
 	verbosity        int
 	logFormat        string
@@ -101,7 +102,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.debounce, "sync-debounce", 10*time.Millisecond, "quiet period that coalesces a burst of changes into one sync")
 	fs.DurationVar(&c.resync, "sync-period", 5*time.Minute, "period of the full re-sync that repairs drift of kernel state")
 	fs.UintVar(&c.aclLogRate, "acl-logging-rate-limit", classifier.DefaultACLLogRate, "EgressFirewall verdicts logged per second and CPU for namespaces annotated k8s.ovn.org/acl-logging; 0 logs none")
-	fs.StringVar(&c.dnsServer, "dns-server", defaultDNSServer(), "ip:port of the DNS server that resolves EgressFirewall dnsName rules (default: the first nameserver of /etc/resolv.conf)")
+	fs.StringSliceVar(&c.dnsServers, "dns-server", defaultDNSServers(), "comma-separated ip:port of the DNS servers that resolve EgressFirewall dnsName rules, asked in order until one answers (default: the nameservers of /etc/resolv.conf)")
+	fs.DurationVar(&c.dnsMinTTL, "dns-min-ttl", 0, "refresh a dnsName no sooner than this, whatever its TTL, to protect the resolver (a TTL of 0 is refreshed every 5 s, as upstream)")
 	fs.Uint32Var(&c.markMask, "fwmark-mask", dataplane.DefaultMarkMask, "skb->mark bits egressd may set on steered packets (keep clear of the CNI's and kube-proxy's bits)")
 	c.routing = routing.DefaultConfig()
 	fs.IntVar(&c.routing.RulePriorityBase, "rule-priority-base", c.routing.RulePriorityBase, "first ip rule priority of egressd's reserved range")
@@ -173,8 +175,16 @@ func (c *config) validate() error {
 	if c.debounce < 0 || c.resync <= 0 {
 		bad("sync-period", "sync period must be > 0 and debounce >= 0")
 	}
-	if _, err := netip.ParseAddrPort(c.dnsServer); err != nil {
-		bad("dns-server", "%q is not ip:port", c.dnsServer)
+	for _, server := range c.dnsServers {
+		if _, err := netip.ParseAddrPort(server); err != nil {
+			bad("dns-server", "%q is not ip:port", server)
+		}
+	}
+	if len(c.dnsServers) == 0 {
+		bad("dns-server", "at least one server")
+	}
+	if c.dnsMinTTL < 0 {
+		bad("dns-min-ttl", "%s is negative", c.dnsMinTTL)
 	}
 	if c.logFormat != "json" && c.logFormat != "text" {
 		bad("log-format", "%q is not json or text", c.logFormat)
@@ -198,17 +208,20 @@ func checkHostPort(s string) error {
 	return nil
 }
 
-// defaultDNSServer is the node's first nameserver, as the agent (host network) sees it.
-func defaultDNSServer() string {
-	b, err := os.ReadFile("/etc/resolv.conf")
-	if err == nil {
+// defaultDNSServers are the node's nameservers, as the agent (host network) sees them.
+func defaultDNSServers() []string {
+	var out []string
+	if b, err := os.ReadFile("/etc/resolv.conf"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			if f := strings.Fields(line); len(f) >= 2 && f[0] == "nameserver" {
 				if a, err := netip.ParseAddr(f[1]); err == nil {
-					return netip.AddrPortFrom(a, 53).String()
+					out = append(out, netip.AddrPortFrom(a, 53).String())
 				}
 			}
 		}
 	}
-	return "127.0.0.1:53"
+	if len(out) == 0 {
+		return []string{"127.0.0.1:53"}
+	}
+	return out
 }

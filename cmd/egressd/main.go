@@ -110,7 +110,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Changed:         w.Subscribe(false),
 		Triggers:        []<-chan struct{}{dp.Changed()},
 		PendingSince:    w.TakePending,
-		DNS:             dnsnames.New(ctx, cfg.dnsServer, log.With("component", "dns")),
+		DNS:             dnsnames.New(ctx, cfg.dnsServers, cfg.dnsMinTTL, log.With("component", "dns")),
 		Applier:         dp,
 		Metrics:         metrics,
 		Log:             log.With("component", "sync"),

@@ -1,7 +1,9 @@
 // Package dnsnames resolves the DNS names EgressFirewall rules refer to, as upstream's built-in
-// resolver does: A and AAAA against the configured server, refreshed when the answer's minimum
-// TTL expires (5 s for a TTL of 0, at most 30 min); on failure the last addresses are kept and
-// the query retried every 5 s, then with a backoff doubling up to 2 min. One resolution per
+// resolver does: A and AAAA, refreshed when the answer's smallest TTL expires (CNAME records of
+// the chain included; 5 s for a TTL of 0, the record's TTL otherwise, at most 30 min, and never
+// sooner than a configurable minimum that protects the resolver); on failure the last addresses
+// are kept and the query retried every 5 s, then with a backoff doubling up to 2 min. Every
+// nameserver of the configuration is asked, in order, until one answers. One resolution per
 // distinct name, shared by every namespace; names are case-insensitive.
 package dnsnames
 
@@ -21,13 +23,13 @@ import (
 
 // Resolver keeps the addresses of the wanted names fresh.
 type Resolver struct {
-	server string
-	log    *slog.Logger
-	client *dns.Client
+	servers []string
+	log     *slog.Logger
+	client  *dns.Client
 
-	// Timing, upstream's values; tests shorten them.
-	minTTL, maxTTL, retry, maxBackoff time.Duration
-	retriesBeforeBackoff              int
+	// Timing, upstream's values (minTTL: the operator's floor); tests shorten them.
+	zeroTTL, minTTL, maxTTL, retry, maxBackoff time.Duration
+	retriesBeforeBackoff                       int
 
 	mu      sync.Mutex
 	entries map[string]*entry
@@ -40,11 +42,12 @@ type entry struct {
 	cancel context.CancelFunc
 }
 
-// New returns a resolver querying server ("ip:port"); it stops when ctx ends.
-func New(ctx context.Context, server string, log *slog.Logger) *Resolver {
+// New returns a resolver asking servers ("ip:port", in order until one answers), refreshing no
+// sooner than minTTL; it stops when ctx ends.
+func New(ctx context.Context, servers []string, minTTL time.Duration, log *slog.Logger) *Resolver {
 	return &Resolver{
-		server: server, log: log, client: &dns.Client{Timeout: 5 * time.Second},
-		minTTL: 5 * time.Second, maxTTL: 30 * time.Minute, retry: 5 * time.Second, maxBackoff: 2 * time.Minute,
+		servers: servers, log: log, client: &dns.Client{Timeout: 5 * time.Second},
+		zeroTTL: 5 * time.Second, minTTL: minTTL, maxTTL: 30 * time.Minute, retry: 5 * time.Second, maxBackoff: 2 * time.Minute,
 		retriesBeforeBackoff: 10,
 		entries:              map[string]*entry{}, changed: make(chan struct{}, 1), ctx: ctx,
 	}
@@ -96,7 +99,11 @@ func (r *Resolver) run(ctx context.Context, name string) {
 		var wait time.Duration
 		if err == nil {
 			failures = 0
-			wait = min(max(ttl, r.minTTL), r.maxTTL)
+			wait = ttl
+			if wait == 0 {
+				wait = r.zeroTTL
+			}
+			wait = min(max(wait, r.minTTL), r.maxTTL)
 			r.set(name, addrs)
 		} else {
 			failures++
@@ -133,26 +140,16 @@ func (r *Resolver) set(name string, addrs []netip.Addr) {
 	}
 }
 
-// resolve asks for A and AAAA; the TTL is the minimum over the answers. No address at all is a
-// failure (upstream keeps the previous addresses then).
+// resolve asks for A and AAAA; the TTL is the minimum over the answers' records, CNAMEs
+// included. No address at all is a failure (upstream keeps the previous addresses then).
 func (r *Resolver) resolve(ctx context.Context, name string) ([]netip.Addr, time.Duration, error) {
 	var addrs []netip.Addr
 	ttl := uint32(1<<32 - 1)
 	var errs []error
 	for _, qtype := range []uint16{dns.TypeA, dns.TypeAAAA} {
-		m := new(dns.Msg)
-		m.SetQuestion(dns.Fqdn(name), qtype)
-		resp, _, err := r.client.ExchangeContext(ctx, m, r.server)
-		if err == nil && resp.Truncated {
-			tcp := &dns.Client{Net: "tcp", Timeout: r.client.Timeout}
-			resp, _, err = tcp.ExchangeContext(ctx, m, r.server)
-		}
+		resp, err := r.exchange(ctx, name, qtype)
 		if err != nil {
 			errs = append(errs, err)
-			continue
-		}
-		if resp.Rcode != dns.RcodeSuccess {
-			errs = append(errs, fmt.Errorf("%s %s: %s", name, dns.TypeToString[qtype], dns.RcodeToString[resp.Rcode]))
 			continue
 		}
 		for _, rr := range resp.Answer {
@@ -162,6 +159,9 @@ func (r *Resolver) resolve(ctx context.Context, name string) ([]netip.Addr, time
 				ip, _ = netip.AddrFromSlice(v.A.To4())
 			case *dns.AAAA:
 				ip, _ = netip.AddrFromSlice(v.AAAA)
+			case *dns.CNAME:
+				ttl = min(ttl, rr.Header().Ttl) // the chain expires with its shortest link
+				continue
 			default:
 				continue
 			}
@@ -175,4 +175,30 @@ func (r *Resolver) resolve(ctx context.Context, name string) ([]netip.Addr, time
 	}
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	return slices.Compact(addrs), time.Duration(ttl) * time.Second, nil
+}
+
+// exchange asks the servers in order until one answers (a server failure or refusal counts as
+// no answer, as a stub resolver moves on); TCP when the answer is truncated.
+func (r *Resolver) exchange(ctx context.Context, name string, qtype uint16) (*dns.Msg, error) {
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), qtype)
+	var errs []error
+	for _, server := range r.servers {
+		resp, _, err := r.client.ExchangeContext(ctx, m, server)
+		if err == nil && resp.Truncated {
+			tcp := &dns.Client{Net: "tcp", Timeout: r.client.Timeout}
+			resp, _, err = tcp.ExchangeContext(ctx, m, server)
+		}
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", server, err))
+		case resp.Rcode == dns.RcodeServerFailure || resp.Rcode == dns.RcodeRefused:
+			errs = append(errs, fmt.Errorf("%s: %s %s: %s", server, name, dns.TypeToString[qtype], dns.RcodeToString[resp.Rcode]))
+		case resp.Rcode != dns.RcodeSuccess:
+			return nil, fmt.Errorf("%s: %s %s: %s", server, name, dns.TypeToString[qtype], dns.RcodeToString[resp.Rcode])
+		default:
+			return resp, nil
+		}
+	}
+	return nil, errors.Join(errs...)
 }

@@ -25,6 +25,8 @@ type server struct {
 	ips     []string
 	fail    bool
 	queries int
+	// cnameTTL, when set, answers through a CNAME (name -> target.example.) with this TTL.
+	cnameTTL uint32
 }
 
 func (s *server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
@@ -37,9 +39,14 @@ func (s *server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		m.Rcode = dns.RcodeServerFailure
 	}
 	q := req.Question[0]
+	owner := q.Name
+	if s.cnameTTL != 0 && !s.fail {
+		owner = "target.example."
+		m.Answer = append(m.Answer, &dns.CNAME{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: s.cnameTTL}, Target: owner})
+	}
 	for _, ip := range s.ips {
 		a := netip.MustParseAddr(ip)
-		hdr := dns.RR_Header{Name: q.Name, Class: dns.ClassINET, Ttl: s.ttl}
+		hdr := dns.RR_Header{Name: owner, Class: dns.ClassINET, Ttl: s.ttl}
 		if q.Qtype == dns.TypeA && a.Is4() {
 			hdr.Rrtype = dns.TypeA
 			m.Answer = append(m.Answer, &dns.A{Hdr: hdr, A: a.AsSlice()})
@@ -64,7 +71,8 @@ func (s *server) set(ttl uint32, fail bool, ips ...string) {
 	s.ttl, s.fail, s.ips = ttl, fail, ips
 }
 
-func start(t *testing.T, s *server) *Resolver {
+// serve runs s on a loopback port and returns its address.
+func serve(t *testing.T, s *server) string {
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -72,10 +80,19 @@ func start(t *testing.T, s *server) *Resolver {
 	srv := &dns.Server{PacketConn: pc, Handler: s}
 	go func() { _ = srv.ActivateAndServe() }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
+	return pc.LocalAddr().String()
+}
+
+// start runs a resolver asking servers, in order, with short test timings.
+func start(t *testing.T, servers ...*server) *Resolver {
+	var addrs []string
+	for _, s := range servers {
+		addrs = append(addrs, serve(t, s))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	r := New(ctx, pc.LocalAddr().String(), slog.New(slog.NewTextHandler(io.Discard, nil)))
-	r.minTTL, r.retry, r.maxBackoff, r.retriesBeforeBackoff = 200*time.Millisecond, 100*time.Millisecond, 400*time.Millisecond, 2
+	r := New(ctx, addrs, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r.zeroTTL, r.retry, r.maxBackoff, r.retriesBeforeBackoff = 200*time.Millisecond, 100*time.Millisecond, 400*time.Millisecond, 2
 	return r
 }
 
@@ -139,6 +156,59 @@ func TestResolverRefreshesAtTTLAndKeepsAddressesOnFailure(t *testing.T) {
 	r.Want(nil)
 	if len(r.Lookup("www.example.com")) != 0 {
 		t.Error("unwanted name still resolved")
+	}
+}
+
+// queriesIn counts the queries s gets during d.
+func queriesIn(s *server, d time.Duration) int {
+	before := s.count()
+	time.Sleep(d) // the window in which refreshes are counted
+	return s.count() - before
+}
+
+// The first nameserver fails: the second answers, and the name resolves.
+func TestResolverAsksEveryNameserver(t *testing.T) {
+	broken, good := &server{}, &server{}
+	broken.set(30, true)
+	good.set(30, false, "203.0.113.30")
+	r := start(t, broken, good)
+	r.Want([]string{"www.example.com"})
+	waitAddrs(t, r, "www.example.com", "203.0.113.30")
+	if broken.count() == 0 {
+		t.Error("the first nameserver was never asked")
+	}
+}
+
+// The refresh follows the smallest TTL of the chain: a CNAME of 1 s over addresses of 60 s is
+// asked again about every second; a TTL of 0 is floored (200 ms in tests, 5 s by default), and
+// the operator's minimum holds over a short TTL.
+func TestResolverTTLs(t *testing.T) {
+	chain := &server{cnameTTL: 1}
+	chain.set(60, false, "203.0.113.40")
+	r := start(t, chain)
+	r.Want([]string{"www.example.com"})
+	waitAddrs(t, r, "www.example.com", "203.0.113.40")
+	if n := queriesIn(chain, 2500*time.Millisecond); n < 2*2 || n > 4*2 { // A and AAAA per refresh
+		t.Errorf("%d queries in 2.5 s with a 1 s CNAME TTL, want 2 or 3 refreshes (2 queries each)", n)
+	}
+
+	zero := &server{}
+	zero.set(0, false, "203.0.113.41")
+	r = start(t, zero)
+	r.Want([]string{"www.example.com"})
+	waitAddrs(t, r, "www.example.com", "203.0.113.41")
+	if n := queriesIn(zero, time.Second); n < 3*2 || n > 6*2 {
+		t.Errorf("%d queries in 1 s with TTL 0 floored to 200 ms, want about 5 refreshes", n)
+	}
+
+	floored := &server{}
+	floored.set(1, false, "203.0.113.42")
+	r = start(t, floored)
+	r.minTTL = 2 * time.Second
+	r.Want([]string{"www.example.com"})
+	waitAddrs(t, r, "www.example.com", "203.0.113.42")
+	if n := queriesIn(floored, 2500*time.Millisecond); n > 2*2 {
+		t.Errorf("%d queries in 2.5 s with a 2 s minimum over a 1 s TTL, want 1 refresh at most", n)
 	}
 }
 
