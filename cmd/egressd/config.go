@@ -13,6 +13,7 @@ import (
 	"time"
 
 	flag "github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/classifier"
@@ -38,6 +39,7 @@ type config struct {
 	resync           time.Duration
 	dnsServers       []string
 	dnsMinTTL        time.Duration
+	statusIgnore     labels.Selector
 	aclLogRate       uint
 	verbosity        int
 	logFormat        string
@@ -111,6 +113,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.routing.TableBase, "route-table-base", c.routing.TableBase, "first routing table ID of egressd's reserved range")
 	fs.IntVar(&c.routing.TableCount, "route-table-count", c.routing.TableCount, "size of egressd's routing table range")
 	fs.Uint16Var(&c.healthPort, "egressip-health-port", reachability.DefaultPort, "port of the gRPC health service (Service_Egress_IP) the leader probes on every egress node, as upstream")
+	ignore := fs.String("status-ignore-nodes", "", "label selector of nodes egressd does not run on: they are not waited for in the aggregate status of EgressFirewall and EgressQoS")
 	fs.IntVarP(&c.verbosity, "v", "v", 0, "log verbosity: 0 info, 1 debug, higher adds client-go detail")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or text")
 	fs.Usage = func() {} // an error is one line; the full usage only on --help
@@ -119,6 +122,13 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 			fmt.Fprintf(stderr, "Usage of egressd:\n%s", fs.FlagUsages())
 		}
 		return nil, err
+	}
+	sel, err := labels.Parse(*ignore)
+	if err != nil {
+		return nil, fmt.Errorf("--status-ignore-nodes: %w", err)
+	}
+	if *ignore != "" {
+		c.statusIgnore = sel
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())

@@ -125,7 +125,8 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Changed: w.Subscribe(true), Log: log.With("component", "status")}
 	loop.Status = statusWriter
 	loop.Recorder = recorder
-	aggregator := &status.Aggregator{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true), Log: log.With("component", "status-aggregator")}
+	aggregator := &status.Aggregator{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true), Ignore: cfg.statusIgnore,
+		Log: log.With("component", "status-aggregator")}
 	prober := reachability.NewProber(reachability.Config{})
 	defer prober.Stop()
 	metrics.Registry.MustRegister(prober.Collectors()...)

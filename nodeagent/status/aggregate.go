@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"time"
@@ -23,8 +24,16 @@ type Aggregator struct {
 	Client   versioned.Interface
 	Snapshot *watchers.Snapshot
 	Changed  <-chan struct{}
-	Log      *slog.Logger
+	// Ignore selects the nodes egressd does not run on (e.g. Windows nodes, or nodes the
+	// DaemonSet's affinity leaves out): they never report, and must not hold the aggregate
+	// unknown forever. Nil ignores none.
+	Ignore labels.Selector
+	Log    *slog.Logger
 }
+
+// upstreamManager is the field manager OVN-Kubernetes' cluster-manager writes status.status
+// with: after a migration, an aggregate it wrote is cleared by giving up its ownership.
+const upstreamManager = "cluster-manager"
 
 // Run reconciles after every change (and every 30 s) until ctx ends.
 func (a *Aggregator) Run(ctx context.Context) {
@@ -58,6 +67,8 @@ func aggregate(messages []string, nodes sets.Set[string], applied, notApplied st
 		failed = failed || strings.HasPrefix(text, notApplied)
 	}
 	switch {
+	case nodes.Len() == 0:
+		return "", stale // no node to report: unknown, as upstream writes nothing then
 	case failed:
 		return notApplied, stale
 	case reported.IsSuperset(nodes):
@@ -73,7 +84,9 @@ func (a *Aggregator) reconcile(ctx context.Context) {
 	}
 	nodes := sets.New[string]()
 	for _, n := range nodeList {
-		nodes.Insert(n.Name)
+		if a.Ignore == nil || !a.Ignore.Matches(labels.Set(n.Labels)) {
+			nodes.Insert(n.Name)
+		}
 	}
 	efs, _ := a.Snapshot.EgressFirewalls.List(labels.Everything())
 	for _, ef := range efs {
@@ -123,7 +136,9 @@ func (a *Aggregator) settle(object string, msgs []string, current string, nodes 
 	}
 	var err error
 	if status == "" {
-		err = dropNode(leaderManager)
+		// Applying nothing gives up a manager's fields; the aggregate may be the leader's or,
+		// after a migration, upstream's.
+		err = errors.Join(dropNode(leaderManager), dropNode(upstreamManager))
 	} else {
 		err = write(status)
 	}

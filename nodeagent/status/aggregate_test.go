@@ -26,4 +26,8 @@ func TestAggregate(t *testing.T) {
 			t.Errorf("%s: %q %v, want %q %v", tc.name, status, stale, tc.status, tc.stale)
 		}
 	}
+	// No node at all: nothing to know, nothing written (an empty set is everyone's superset).
+	if status, _ := aggregate(nil, sets.New[string](), fwApplied, fwNotApplied); status != "" {
+		t.Errorf("no nodes: %q, want unset", status)
+	}
 }

@@ -38,8 +38,17 @@ spec: {egress: [{type: Deny, to: {cidrSelector: 192.0.2.0/24}}]}`)
 	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default", "status.status", "", 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	// The ghost node's agent reports a failure, then the node is deleted.
+	// After a migration the aggregate may be one OVN-Kubernetes' cluster-manager wrote: the
+	// leader takes it over and clears it while the ghost has not reported.
 	egress := versioned.NewForConfigOrDie(l.CP.Config)
+	upstream := ovnac.EgressFirewall("default", ns).WithStatus(ovnac.EgressFirewallStatus().WithStatus(fwApplied))
+	if _, err := egress.K8sOVNV1().EgressFirewalls(ns).ApplyStatus(ctx, upstream, metav1.ApplyOptions{FieldManager: "cluster-manager", Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default", "status.status", "", 20*time.Second); err != nil {
+		t.Fatalf("an aggregate written by upstream's cluster-manager was not cleared: %v", err)
+	}
+	// The ghost node's agent reports a failure, then the node is deleted.
 	msg := ghost + ": EgressFirewall Rules not correctly applied: disk on fire"
 	ac := ovnac.EgressFirewall("default", ns).WithStatus(ovnac.EgressFirewallStatus().WithMessages(msg))
 	if _, err := egress.K8sOVNV1().EgressFirewalls(ns).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: ghost, Force: true}); err != nil {
