@@ -5,6 +5,8 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -209,11 +211,27 @@ func (l *SyncLoop) sync(ctx context.Context) {
 			objects[o] = err
 		}
 	}
+	blamePods(objects, res.Failed)
 	if l.Status != nil {
 		l.Status.Report(objects, res)
 	}
 	if !l.synced.Swap(true) {
 		l.Log.Info("first sync finished", "duration", time.Since(start).Round(time.Microsecond))
+	}
+}
+
+// blamePods reports what failed for a local pod (its interface not found, the classifier not
+// attached) in the status of the policies of its namespace: they are not in force for it.
+func blamePods(objects, failed map[dataplane.Origin]error) {
+	for pod, err := range failed {
+		if pod.Kind != cluster.KindPod {
+			continue
+		}
+		for o := range objects {
+			if o.Namespace == pod.Namespace && (o.Kind == cluster.KindEgressFirewall || o.Kind == cluster.KindEgressQoS) {
+				objects[o] = errors.Join(objects[o], fmt.Errorf("pod %s: %w", pod.Name, err))
+			}
+		}
 	}
 }
 

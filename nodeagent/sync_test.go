@@ -26,7 +26,9 @@ type recordingApplier struct {
 	mu        sync.Mutex
 	n         atomic.Int32
 	failFirst int32
-	last      dataplane.State
+	// failing is what the failed applies fail (pod "p" when unset).
+	failing dataplane.Origin
+	last    dataplane.State
 }
 
 func (a *recordingApplier) Apply(_ context.Context, s *dataplane.State) dataplane.Result {
@@ -35,7 +37,11 @@ func (a *recordingApplier) Apply(_ context.Context, s *dataplane.State) dataplan
 	a.last = *s
 	a.mu.Unlock()
 	if n <= a.failFirst {
-		return dataplane.Result{Failed: map[dataplane.Origin]error{{Kind: "Pod", Name: "p"}: errors.New("transient")}}
+		o := a.failing
+		if o == (dataplane.Origin{}) {
+			o = dataplane.Origin{Kind: "Pod", Name: "p"}
+		}
+		return dataplane.Result{Failed: map[dataplane.Origin]error{o: errors.New("no route to pod address 10.244.0.5")}}
 	}
 	return dataplane.Result{}
 }
@@ -175,5 +181,28 @@ func TestSyncLoopReportsCompileFailures(t *testing.T) {
 	err := rep.objects[dataplane.Origin{Kind: "EgressQoS", Namespace: "a", Name: "default"}]
 	if err == nil || !strings.Contains(err.Error(), "Bogus") {
 		t.Errorf("EgressQoS a/default reported %v, want its invalid podSelector", err)
+	}
+}
+
+// A pod whose interface could not be found or attached shows in the status of its namespace's
+// EgressFirewall: the policy is not in force for it.
+func TestSyncLoopBlamesPodFailuresOnPolicies(t *testing.T) {
+	ef := &ovnv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "default", UID: "u"}, Spec: ovnv1.EgressFirewallSpec{
+		Egress: []ovnv1.EgressFirewallRule{{Type: "Deny", To: ovnv1.EgressFirewallDestination{CIDRSelector: "0.0.0.0/0"}}}}}
+	other := &ovnv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "default", UID: "v"}}
+	rep := &recordingReporter{}
+	app := &recordingApplier{failFirst: 1, failing: dataplane.Origin{Kind: "Pod", Namespace: "ns", Name: "web"}}
+	l := newLoop(app, make(chan struct{}), time.Millisecond)
+	l.Snapshot = watcherstest.Snapshot(ef, other)
+	l.Status = rep
+	l.sync(context.Background())
+	rep.mu.Lock()
+	defer rep.mu.Unlock()
+	err := rep.objects[dataplane.Origin{Kind: "EgressFirewall", Namespace: "ns", Name: "default"}]
+	if err == nil || !strings.Contains(err.Error(), "pod web: no route to pod address 10.244.0.5") {
+		t.Errorf("the pod's namespace's firewall reported %v, want the pod's failure", err)
+	}
+	if err := rep.objects[dataplane.Origin{Kind: "EgressFirewall", Namespace: "other", Name: "default"}]; err != nil {
+		t.Errorf("another namespace's firewall reported %v", err)
 	}
 }
