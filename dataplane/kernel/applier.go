@@ -7,15 +7,16 @@
 //  1. nftables: leak guards, SNAT and after-DNAT drops, before any route or mark that sends
 //     traffic through them (one transaction: its removals are atomic with its adds);
 //  2. addresses: the egress IPs this node hosts, announced when added;
-//  3. routing: the tables of the steered paths, then the rules that select them by mark;
-//  4. classifier maps: pod entries, firewall and QoS tables, before the interfaces that run the
+//  3. BFD sessions to the gateways whose liveness gates nexthops (a session state change
+//     triggers a sync, so a gateway Down leaves its group at once);
+//  4. routing: the tables of the steered paths (groups of the live gateways), then the rules
+//     that select them by mark;
+//  5. classifier maps: pod entries, firewall and QoS tables, before the interfaces that run the
 //     program are attached (a newly attached interface finds its pod's entries at once);
-//  5. attachment: the classifier on every pod-facing interface; interfaces that no longer face
+//  6. attachment: the classifier on every pod-facing interface; interfaces that no longer face
 //     a pod are detached last;
-//  6. removals of what the state no longer wants, in reverse: rules, routes and nexthops,
+//  7. removals of what the state no longer wants, in reverse: rules, routes and nexthops,
 //     then egress addresses assigned elsewhere now.
-//
-// BFD peers take their place before routing as external gateways land.
 package kernel
 
 import (
@@ -23,12 +24,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/addresses"
+	"github.com/egressd/egressd/dataplane/bfd"
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/nft"
 	"github.com/egressd/egressd/dataplane/routing"
@@ -49,6 +52,7 @@ type Applier struct {
 	attacher   *tcx.Attacher
 	addresses  *addresses.Addresses
 	routing    *routing.Router
+	bfd        *bfd.Manager
 	nft        *nft.Table
 	changed    chan struct{}
 	done       chan struct{}
@@ -89,7 +93,12 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	if err != nil {
 		return fail(err)
 	}
-	d := &Applier{classifier: c, attacher: a, nft: t, addresses: owned, routing: router, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
+	undo = append(undo, router.Close)
+	sessions, err := bfd.New(log.With("facility", "bfd"))
+	if err != nil {
+		return fail(err)
+	}
+	d := &Applier{classifier: c, attacher: a, nft: t, addresses: owned, routing: router, bfd: sessions, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
 	go func() {
 		if err := c.ServeACLLog(log); err != nil {
 			log.Error("ACL logging stopped", "err", err)
@@ -105,7 +114,9 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 		d.Close()
 		return nil, fmt.Errorf("subscribe to address changes: %w", err)
 	}
+	transitions, unsubscribe := sessions.Subscribe()
 	go func() {
+		defer unsubscribe()
 		for {
 			select {
 			case _, ok := <-links:
@@ -116,6 +127,9 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 				if !ok {
 					return
 				}
+			case <-transitions: // a gateway went Up or Down: its nexthop groups change
+			case <-d.done:
+				return
 			}
 			select {
 			case d.changed <- struct{}{}:
@@ -136,11 +150,11 @@ func (d *Applier) Collectors() []prometheus.Collector {
 		}
 		return out
 	}
-	return []prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT), nft.NewCollector(d.nft)}
+	return append([]prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT), nft.NewCollector(d.nft)}, d.bfd.Collectors()...)
 }
 
 // Changed receives a value after the kernel changed under egressd (links or addresses added,
-// removed, renamed): the desired state must be applied again.
+// removed, renamed) or a BFD session changed state: the desired state must be applied again.
 func (d *Applier) Changed() <-chan struct{} { return d.changed }
 
 // Apply makes the kernel match s, phase by phase (see the package comment).
@@ -153,7 +167,8 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	}
 	fail(d.nft.Apply(&s.Nftables))
 	fail(d.addresses.Apply(s.Addresses))
-	fail(d.routing.Apply(&s.Routing, nil))
+	fail(d.syncBFD(s.BFD))
+	fail(d.routing.Apply(&s.Routing, d.bfdUp()))
 	fail(d.classifier.Apply(&s.Classifier))
 	fail(d.attach(s.Classifier.Pods))
 	// Removals, in reverse.
@@ -205,7 +220,40 @@ func (d *Applier) Close() {
 	d.attacher.Close()
 	d.classifier.Close()
 	d.routing.Close()
+	d.bfd.Close()
 	if err := d.nft.Close(); err != nil {
 		d.log.Error("close the nftables connection", "err", err)
 	}
+}
+
+// syncBFD makes the sessions those of peers; a session that cannot start fails its object.
+func (d *Applier) syncBFD(peers []dataplane.BFDPeer) map[dataplane.Origin]error {
+	want := make([]bfd.Config, 0, len(peers))
+	owners := map[bfd.Key][]dataplane.Origin{}
+	for _, p := range peers {
+		c := bfd.Config{Peer: p.Peer, Interface: p.Interface,
+			Timers: bfd.Timers{DesiredMinTx: p.MinTx, RequiredMinRx: p.MinRx, DetectMult: p.Multiplier}}
+		if _, dup := owners[c.Key()]; !dup {
+			want = append(want, c)
+		}
+		owners[c.Key()] = append(owners[c.Key()], p.Origin)
+	}
+	failed := map[dataplane.Origin]error{}
+	for k, err := range d.bfd.Sync(want) {
+		for _, o := range owners[k] {
+			failed[o] = errors.Join(failed[o], fmt.Errorf("BFD session to %s: %w", k.Peer, err))
+		}
+	}
+	return failed
+}
+
+// bfdUp reports whether the BFD session to a gateway is Up.
+func (d *Applier) bfdUp() func(netip.Addr) bool {
+	up := map[netip.Addr]bool{}
+	for _, s := range d.bfd.Sessions() {
+		if s.State == bfd.Up {
+			up[s.Key.Peer] = true
+		}
+	}
+	return func(peer netip.Addr) bool { return up[peer] }
 }
