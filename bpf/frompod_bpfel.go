@@ -20,17 +20,6 @@ type FromPodAddr struct {
 	Ip     [16]uint8
 }
 
-type FromPodCandidates struct {
-	_ structs.HostLayout
-	N uint32
-	C [32]struct {
-		_        structs.HostLayout
-		Rule     uint16
-		Action   uint8
-		HasPorts uint8
-	}
-}
-
 type FromPodClusterKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -41,6 +30,13 @@ type FromPodCounters struct {
 	_       structs.HostLayout
 	Packets uint64
 	Bytes   uint64
+}
+
+type FromPodFwEntry struct {
+	_       structs.HostLayout
+	Rule    uint16
+	Verdict uint8
+	Ports   uint8
 }
 
 type FromPodFwEvent struct {
@@ -85,13 +81,13 @@ type FromPodPodInfo struct {
 }
 
 type FromPodPortKey struct {
-	_     structs.HostLayout
-	NsId  uint32
-	Rule  uint16
-	Proto uint8
-	Pad   uint8
-	Port  uint16
-	Pad2  uint16
+	_         structs.HostLayout
+	Prefixlen uint32
+	Id        uint32
+	Proto     uint8
+	Pad       uint8
+	Port      uint16
+	Ip        [16]uint8
 }
 
 type FromPodQosValue struct {

@@ -116,8 +116,8 @@ var mapNames = sync.OnceValue(func() []string {
 // what differs and removes what no namespace wants any more.
 func (c *Classifier) read() error {
 	c.written = newContent()
-	fw := map[bpf.FromPodLpmKey]bpf.FromPodCandidates{}
-	ports := map[bpf.FromPodPortKey]uint8{}
+	fw := map[bpf.FromPodLpmKey]bpf.FromPodFwEntry{}
+	ports := map[bpf.FromPodPortKey]bpf.FromPodFwEntry{}
 	texts := map[bpf.FromPodStatKey]bpf.FromPodRuleText{}
 	w := &c.written
 	errs := []error{
@@ -139,7 +139,7 @@ func (c *Classifier) read() error {
 		set(nsID(lpmID(k))).fw[k] = v
 	}
 	for k, v := range ports {
-		set(nsID(k.NsId)).ports[k] = v
+		set(nsID(k.Id&^lpmIDv6)).ports[k] = v
 	}
 	c.fwTexts = map[nsID]*writtenTexts{}
 	for k, v := range texts {

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 // EgressFirewall, for flows the pod initiates (a conntrack reply is never dropped) to
 // destinations outside the cluster and service networks (egressd_cluster): one LPM lookup by
-// (namespace, destination) gives the ordered candidate rules for that prefix; the first whose
-// ports match decides; no match allows. The decision per (namespace, destination, protocol,
+// (namespace, destination) gives the first rule without ports that contains it, and, when a rule
+// restricted to ports comes before it, one LPM lookup by (namespace, protocol, port,
+// destination) the first such rule; the earlier of the two decides; no match allows. The decision per (namespace, destination, protocol,
 // port) is cached per CPU (egressd_fw_verdicts) until the agent next changes the firewall
 // entries (egressd_fw_gen), so that later packets to the same place skip the lookups.
 #pragma once
@@ -12,46 +13,49 @@
 #include "conntrack.h"
 #include "acllog.h"
 
-#define MAX_CANDIDATES 32
-#define ACTION_ALLOW 0
-#define ACTION_DENY 1
 
-struct candidate {
-	__u16 rule;
-	__u8 action;
-	__u8 has_ports;
+// What a prefix of a namespace's firewall decides (value of egressd_fw and egressd_fw_ports).
+struct fw_entry {
+	__u16 rule;    // the rule that decides, when verdict is not VERDICT_PASS
+	__u8 verdict;  // VERDICT_*: in egressd_fw, the first rule without ports containing the
+		       // prefix (VERDICT_PASS: none)
+	__u8 ports;    // egressd_fw only: a rule restricted to ports, before that one, contains the
+		       // prefix: egressd_fw_ports may hold an earlier match
 };
 
-struct candidates {
-	__u32 n;
-	struct candidate c[MAX_CANDIDATES];
-};
-
+// The key of egressd_fw_ports: per namespace and (protocol, destination port) named by a rule,
+// the prefixes of the rules naming it; the id, protocol and port are always matched in full.
 struct port_key {
-	__u32 ns_id;
-	__u16 rule;
+	__u32 prefixlen; // 64 + prefix length
+	__u32 id;        // namespace id, | LPM_ID_V6 for IPv6
 	__u8 proto;
 	__u8 pad;
-	__u16 port;
-	__u16 pad2;
+	__u16 port;      // network byte order
+	__u8 ip[16];     // IPv4 in the first 4 bytes
 };
 
+// Per namespace and destination prefix: the first rule without ports that contains it (and
+// whether a rule with ports comes before). One entry per prefix any rule names, whatever the
+// number of rules restricted to ports that overlap there.
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 	__uint(max_entries, 1048576);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct lpm_key);
-	__type(value, struct candidates);
+	__type(value, struct fw_entry);
 } egressd_fw SEC(".maps");
 
+// Per namespace, (protocol, port) and prefix: the first rule naming that protocol and port
+// whose prefixes contain it. Its size is the sum over rules of prefixes x ports: no product of
+// overlapping rules.
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 	__uint(max_entries, 1048576);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct port_key);
-	__type(value, __u8);
+	__type(value, struct fw_entry);
 } egressd_fw_ports SEC(".maps");
 
 struct {
@@ -117,7 +121,9 @@ struct {
 	__type(value, __u32);
 } egressd_fw_gen SEC(".maps");
 
-// decide evaluates the firewall of namespace ns_id for p into v.
+// decide evaluates the firewall of namespace ns_id for p into v: the first rule without ports
+// containing the destination (egressd_fw), unless an earlier rule naming the packet's protocol
+// and port contains it (egressd_fw_ports). Two lookups at most, for 1 rule or 8000.
 static __always_inline void decide(struct packet *p, __u32 ns_id, struct verdict *v)
 {
 	struct cluster_key ck = {.prefixlen = 32 + (p->dst.family == 4 ? 32 : 128), .dst = p->dst};
@@ -125,22 +131,20 @@ static __always_inline void decide(struct packet *p, __u32 ns_id, struct verdict
 		return;
 	struct lpm_key k = {};
 	lpm_key_of(&k, ns_id, &p->dst);
-	struct candidates *cs = bpf_map_lookup_elem(&egressd_fw, &k);
-	if (!cs)
+	struct fw_entry *e = bpf_map_lookup_elem(&egressd_fw, &k);
+	if (!e)
 		return;
-	__u32 n = cs->n;
-	for (__u32 i = 0; i < MAX_CANDIDATES; i++) {
-		if (i >= n)
-			break;
-		struct candidate c = cs->c[i];
-		if (c.has_ports) {
-			struct port_key pk = {.ns_id = ns_id, .rule = c.rule, .proto = p->proto, .port = p->dport};
-			if (!p->dport || !bpf_map_lookup_elem(&egressd_fw_ports, &pk))
-				continue;
-		}
-		v->rule = c.rule;
-		v->verdict = c.action == ACTION_DENY ? VERDICT_DENY : VERDICT_ALLOW;
-		return;
+	v->rule = e->rule;
+	v->verdict = e->verdict;
+	if (!e->ports || !p->dport)
+		return; // no port rule comes first, or the packet has no port
+	struct port_key pk = {.prefixlen = 64 + (k.prefixlen - 32), .id = k.id, .proto = p->proto,
+			      .port = bpf_htons(p->dport)};
+	__builtin_memcpy(pk.ip, k.ip, 16);
+	struct fw_entry *pe = bpf_map_lookup_elem(&egressd_fw_ports, &pk);
+	if (pe && (v->verdict == VERDICT_PASS || pe->rule < v->rule)) {
+		v->rule = pe->rule;
+		v->verdict = pe->verdict;
 	}
 }
 
