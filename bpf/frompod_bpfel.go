@@ -20,17 +20,6 @@ type FromPodAddr struct {
 	Ip     [16]uint8
 }
 
-type FromPodCandidates struct {
-	_ structs.HostLayout
-	N uint32
-	C [32]struct {
-		_        structs.HostLayout
-		Rule     uint16
-		Action   uint8
-		HasPorts uint8
-	}
-}
-
 type FromPodClusterKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -41,6 +30,31 @@ type FromPodCounters struct {
 	_       structs.HostLayout
 	Packets uint64
 	Bytes   uint64
+}
+
+type FromPodFragKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Pad    uint16
+	Id     uint32
+	Src    [16]uint8
+	Dst    [16]uint8
+}
+
+type FromPodFragVerdict struct {
+	_       structs.HostLayout
+	SeenNs  uint64
+	Rule    uint16
+	Verdict uint8
+	Pad     [5]uint8
+}
+
+type FromPodFwEntry struct {
+	_       structs.HostLayout
+	Rule    uint16
+	Verdict uint8
+	Ports   uint8
 }
 
 type FromPodFwEvent struct {
@@ -55,6 +69,17 @@ type FromPodFwEvent struct {
 	Pad     [3]uint8
 	Src     [16]uint8
 	Dst     [16]uint8
+}
+
+type FromPodInboundKey struct {
+	_        structs.HostLayout
+	Proto    uint8
+	Family   uint8
+	PodPort  uint16
+	PeerPort uint16
+	Pad      uint16
+	Pod      [16]uint8
+	Peer     [16]uint8
 }
 
 type FromPodLogBudget struct {
@@ -85,13 +110,13 @@ type FromPodPodInfo struct {
 }
 
 type FromPodPortKey struct {
-	_     structs.HostLayout
-	NsId  uint32
-	Rule  uint16
-	Proto uint8
-	Pad   uint8
-	Port  uint16
-	Pad2  uint16
+	_         structs.HostLayout
+	Prefixlen uint32
+	Id        uint32
+	Proto     uint8
+	Pad       uint8
+	Port      uint16
+	Ip        [16]uint8
 }
 
 type FromPodQosValue struct {
@@ -128,7 +153,7 @@ type FromPodVerdictSlot struct {
 		Gen     uint32
 		Rule    uint16
 		Verdict uint8
-		Pad     uint8
+		Ports   uint8
 	}
 }
 
@@ -138,7 +163,10 @@ type FromPodVerdictSlot struct {
 const (
 	FromPodMapEgressdCluster     = "egressd_cluster"
 	FromPodMapEgressdFw          = "egressd_fw"
+	FromPodMapEgressdFwFragStats = "egressd_fw_frag_stats"
+	FromPodMapEgressdFwFrags     = "egressd_fw_frags"
 	FromPodMapEgressdFwGen       = "egressd_fw_gen"
+	FromPodMapEgressdFwInbound   = "egressd_fw_inbound"
 	FromPodMapEgressdFwLog       = "egressd_fw_log"
 	FromPodMapEgressdFwLogBudget = "egressd_fw_log_budget"
 	FromPodMapEgressdFwPorts     = "egressd_fw_ports"
@@ -152,6 +180,7 @@ const (
 	FromPodMapEgressdQosStats    = "egressd_qos_stats"
 	FromPodMapEgressdSteerExempt = "egressd_steer_exempt"
 	FromPodProgEgressdFrompod    = "egressd_frompod"
+	FromPodProgEgressdTopod      = "egressd_topod"
 	FromPodVarLogRate            = "log_rate"
 	FromPodVarMarkMask           = "mark_mask"
 	FromPodVarUnusedFwEvent      = "unused_fw_event"
@@ -200,6 +229,7 @@ type FromPodSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromPodProgramSpecs struct {
 	EgressdFrompod *ebpf.ProgramSpec `ebpf:"egressd_frompod"`
+	EgressdTopod   *ebpf.ProgramSpec `ebpf:"egressd_topod"`
 }
 
 // FromPodMapSpecs contains maps before they are loaded into the kernel.
@@ -208,7 +238,10 @@ type FromPodProgramSpecs struct {
 type FromPodMapSpecs struct {
 	EgressdCluster     *ebpf.MapSpec `ebpf:"egressd_cluster"`
 	EgressdFw          *ebpf.MapSpec `ebpf:"egressd_fw"`
+	EgressdFwFragStats *ebpf.MapSpec `ebpf:"egressd_fw_frag_stats"`
+	EgressdFwFrags     *ebpf.MapSpec `ebpf:"egressd_fw_frags"`
 	EgressdFwGen       *ebpf.MapSpec `ebpf:"egressd_fw_gen"`
+	EgressdFwInbound   *ebpf.MapSpec `ebpf:"egressd_fw_inbound"`
 	EgressdFwLog       *ebpf.MapSpec `ebpf:"egressd_fw_log"`
 	EgressdFwLogBudget *ebpf.MapSpec `ebpf:"egressd_fw_log_budget"`
 	EgressdFwPorts     *ebpf.MapSpec `ebpf:"egressd_fw_ports"`
@@ -254,7 +287,10 @@ func (o *FromPodObjects) Close() error {
 type FromPodMaps struct {
 	EgressdCluster     *ebpf.Map `ebpf:"egressd_cluster"`
 	EgressdFw          *ebpf.Map `ebpf:"egressd_fw"`
+	EgressdFwFragStats *ebpf.Map `ebpf:"egressd_fw_frag_stats"`
+	EgressdFwFrags     *ebpf.Map `ebpf:"egressd_fw_frags"`
 	EgressdFwGen       *ebpf.Map `ebpf:"egressd_fw_gen"`
+	EgressdFwInbound   *ebpf.Map `ebpf:"egressd_fw_inbound"`
 	EgressdFwLog       *ebpf.Map `ebpf:"egressd_fw_log"`
 	EgressdFwLogBudget *ebpf.Map `ebpf:"egressd_fw_log_budget"`
 	EgressdFwPorts     *ebpf.Map `ebpf:"egressd_fw_ports"`
@@ -273,7 +309,10 @@ func (m *FromPodMaps) Close() error {
 	return _FromPodClose(
 		m.EgressdCluster,
 		m.EgressdFw,
+		m.EgressdFwFragStats,
+		m.EgressdFwFrags,
 		m.EgressdFwGen,
+		m.EgressdFwInbound,
 		m.EgressdFwLog,
 		m.EgressdFwLogBudget,
 		m.EgressdFwPorts,
@@ -303,11 +342,13 @@ type FromPodVariables struct {
 // It can be passed to LoadFromPodObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromPodPrograms struct {
 	EgressdFrompod *ebpf.Program `ebpf:"egressd_frompod"`
+	EgressdTopod   *ebpf.Program `ebpf:"egressd_topod"`
 }
 
 func (p *FromPodPrograms) Close() error {
 	return _FromPodClose(
 		p.EgressdFrompod,
+		p.EgressdTopod,
 	)
 }
 

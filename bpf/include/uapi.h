@@ -174,6 +174,16 @@ enum {
 	IPPROTO_SCTP = 132,
 };
 
+/* linux/in6.h */
+enum {
+	IPPROTO_HOPOPTS = 0,
+	IPPROTO_ROUTING = 43,
+	IPPROTO_FRAGMENT = 44,
+	IPPROTO_AH = 51,
+	IPPROTO_ICMPV6 = 58,
+	IPPROTO_DSTOPTS = 60,
+};
+
 /* linux/ip.h (little-endian bitfields) */
 struct iphdr {
 	__u8 ihl:4,

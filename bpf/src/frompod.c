@@ -11,6 +11,9 @@
 //      exempt (cluster networks, node addresses);
 //   5. per-rule packet and byte counters in per-CPU maps (lib/maps.h); verdicts of namespaces
 //      that ask for ACL logging go to a ring buffer, rate-limited (lib/acllog.h).
+//   6. later fragments follow the verdict of their datagram's first (lib/firewall.h).
+// And egressd_topod, on egress towards the pods, records what others initiate over protocols
+// conntrack's kfuncs cannot look up (ICMP echo, SCTP), for step 2 to tell replies.
 // Every lookup costs the same for 1 rule or 8000: no loop over rules or CIDRs.
 
 #include "lib/common.h"
@@ -36,6 +39,23 @@ int egressd_frompod(struct __sk_buff *skb)
 		qos(skb, &p, class);
 	if (mark)
 		steer(skb, &p, mark);
+	return TCX_NEXT;
+}
+
+// On the same interfaces, egress (towards the pods): what others initiate towards a firewalled
+// pod over protocols conntrack's kfuncs cannot look up (ICMP echo, SCTP) is recorded, so that the
+// pod's replies pass (lib/conntrack.h). Never drops, never changes a packet.
+SEC("tcx/egress")
+int egressd_topod(struct __sk_buff *skb)
+{
+	struct packet p = {};
+	if (parse(skb, &p))
+		return TCX_NEXT;
+	if (p.proto != IPPROTO_SCTP_ && p.proto != IPPROTO_ICMP && p.proto != IPPROTO_ICMPV6)
+		return TCX_NEXT;
+	struct pod_info *pod = bpf_map_lookup_elem(&egressd_pods, &p.dst);
+	if (pod && pod->ns_id)
+		track_inbound(&p);
 	return TCX_NEXT;
 }
 

@@ -19,6 +19,7 @@ import (
 const (
 	logAllow     = 1
 	logDeny      = 2
+	verdictPass  = 0 // VERDICT_*
 	verdictAllow = 1
 	verdictDeny  = 2
 	// firewallPriority0 is upstream's ACL priority of rule 0 (rule i is 10000 - i): ACL log

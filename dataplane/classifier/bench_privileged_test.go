@@ -29,9 +29,22 @@ func benchRules(n int) []dataplane.FirewallRule {
 	return append(rules, dataplane.FirewallRule{Index: n - 1, Deny: true, Prefixes: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}})
 }
 
+// benchPortRules is a namespace's firewall of n rules written one per port: "Allow 0.0.0.0/0
+// TCP 1", ... "TCP n-1", then a deny-all: n-1 rules restricted to ports overlap on one prefix.
+func benchPortRules(n int) []dataplane.FirewallRule {
+	var rules []dataplane.FirewallRule
+	for i := range n - 1 {
+		rules = append(rules, dataplane.FirewallRule{Index: i, Prefixes: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")},
+			Ports: []dataplane.Port{{Protocol: 6, Port: uint16(1 + i)}}})
+	}
+	return append(rules, dataplane.FirewallRule{Index: n - 1, Deny: true, Prefixes: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}})
+}
+
 // BenchmarkPrivilegedClassifier reports ns per packet (BPF_PROG_TEST_RUN, 64-byte-class TCP SYN
 // or UDP datagram from a pod to an external address) for an empty program and for the
-// classifier with 1, 100 and 8000 rules in one namespace and 1000 namespaces of 100 rules.
+// classifier with 1, 100 and 8000 rules in one namespace, 8000 rules one per port on one prefix
+// ("8000-port-rules": denied is to a port none names, allowed to the last port rule's), and
+// 1000 namespaces of 100 rules.
 func BenchmarkPrivilegedClassifier(b *testing.B) {
 	privileged.Require(b)
 	denied := pkt(b, podA, netip.MustParseAddr("203.0.113.1"), "tcp", 443, 0, false)
@@ -49,7 +62,8 @@ func BenchmarkPrivilegedClassifier(b *testing.B) {
 		name       string
 		namespaces int
 		rules      int
-	}{{"1-rule", 1, 1}, {"100-rules", 1, 100}, {"8000-rules", 1, 8000}, {"1000-namespaces-x-100-rules", 1000, 100}} {
+		portRules  bool
+	}{{"1-rule", 1, 1, false}, {"100-rules", 1, 100, false}, {"8000-rules", 1, 8000, false}, {"8000-port-rules", 1, 8000, true}, {"1000-namespaces-x-100-rules", 1000, 100, false}} {
 		b.Run(tc.name, func(b *testing.B) {
 			c := load(b)
 			st := &dataplane.ClassifierState{ClusterNetworks: pfxs("10.244.0.0/16")}
@@ -60,7 +74,16 @@ func BenchmarkPrivilegedClassifier(b *testing.B) {
 					ip = podA
 				}
 				st.Pods = append(st.Pods, dataplane.Pod{Origin: dataplane.Origin{Kind: "Pod", Namespace: ns, Name: "p"}, IPs: []netip.Addr{ip}})
-				st.Firewalls = append(st.Firewalls, dataplane.Firewall{Origin: dataplane.Origin{Kind: "EgressFirewall", Namespace: ns, Name: "default"}, Rules: benchRules(tc.rules)})
+				rules := benchRules(tc.rules)
+				if tc.portRules {
+					rules = benchPortRules(tc.rules)
+				}
+				st.Firewalls = append(st.Firewalls, dataplane.Firewall{Origin: dataplane.Origin{Kind: "EgressFirewall", Namespace: ns, Name: "default"}, Rules: rules})
+			}
+			denied, deniedUDP := denied, deniedUDP
+			if tc.portRules { // a port no rule names
+				denied = pkt(b, podA, netip.MustParseAddr("203.0.113.1"), "tcp", 9000, 0, false)
+				deniedUDP = pkt(b, podA, netip.MustParseAddr("203.0.113.1"), "udp", 7999, 0, false)
 			}
 			if failed := c.Apply(st); len(failed) > 0 {
 				b.Fatal(failed)
@@ -69,6 +92,9 @@ func BenchmarkPrivilegedClassifier(b *testing.B) {
 				b.Fatalf("verdict %#x, want drop by the last rule", ret)
 			}
 			allowed := pkt(b, podA, netip.MustParseAddr("10.100.0.9"), "tcp", 443, 0, false) // rule 0
+			if tc.portRules {
+				allowed = pkt(b, podA, netip.MustParseAddr("203.0.113.1"), "tcp", uint16(tc.rules-1), 0, false) // rule n-2
+			}
 			if ret, _ := run(b, c, allowed); tc.rules > 1 && ret != tcxNext {
 				b.Fatalf("verdict %#x, want allow by rule 0", ret)
 			}

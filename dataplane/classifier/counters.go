@@ -53,6 +53,36 @@ func (c *Classifier) counters(m *ebpf.Map) (map[RuleRef]Counters, error) {
 	return out, it.Err()
 }
 
+// FragmentStats counts what the firewall did with fragments of datagrams from firewalled pods
+// (egressd_fw_frag_stats), summed over CPUs.
+type FragmentStats struct {
+	// Tracked: first fragments whose verdict was remembered for the rest of their datagram.
+	Tracked uint64
+	// Followed: later fragments judged by their datagram's first.
+	Followed uint64
+	// Unmatched: later fragments whose first was not seen (lost, reordered, expired, evicted),
+	// judged by their destination alone, since no rule restricted to ports could decide them.
+	Unmatched uint64
+	// Dropped: later fragments whose first was not seen, dropped because a rule restricted to
+	// ports could decide them.
+	Dropped uint64
+}
+
+// FragmentCounters reads the fragment counters.
+func (c *Classifier) FragmentCounters() (FragmentStats, error) {
+	var out FragmentStats
+	for i, v := range []*uint64{&out.Tracked, &out.Followed, &out.Unmatched, &out.Dropped} {
+		var per []uint64
+		if err := c.objs.EgressdFwFragStats.Lookup(uint32(i), &per); err != nil {
+			return out, err
+		}
+		for _, n := range per {
+			*v += n
+		}
+	}
+	return out, nil
+}
+
 // recordRules remembers what the metrics label rules with. A policy that failed keeps the rules
 // it had, and so do its labels.
 func (c *Classifier) recordRules(s *dataplane.ClassifierState, failed map[dataplane.Origin]error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"sort"
 
 	"github.com/egressd/egressd/bpf"
@@ -15,13 +16,13 @@ import (
 type fwSet struct {
 	// fingerprint of the compiled rules the entries came from; 0 forces a rewrite.
 	fingerprint uint64
-	fw          map[bpf.FromPodLpmKey]bpf.FromPodCandidates
-	ports       map[bpf.FromPodPortKey]uint8
+	fw          map[bpf.FromPodLpmKey]bpf.FromPodFwEntry
+	ports       map[bpf.FromPodPortKey]bpf.FromPodFwEntry
 	texts       map[bpf.FromPodStatKey]bpf.FromPodRuleText
 }
 
 func newFwSet() *fwSet {
-	return &fwSet{fw: map[bpf.FromPodLpmKey]bpf.FromPodCandidates{}, ports: map[bpf.FromPodPortKey]uint8{}, texts: map[bpf.FromPodStatKey]bpf.FromPodRuleText{}}
+	return &fwSet{fw: map[bpf.FromPodLpmKey]bpf.FromPodFwEntry{}, ports: map[bpf.FromPodPortKey]bpf.FromPodFwEntry{}, texts: map[bpf.FromPodStatKey]bpf.FromPodRuleText{}}
 }
 
 type writtenTexts struct {
@@ -81,28 +82,43 @@ func firewallSet(id nsID, rules []dataplane.FirewallRule) (*fwSet, error) {
 	set := newFwSet()
 	trs := make([]Rule, len(rules))
 	for i, r := range rules {
-		trs[i] = Rule{Index: r.Index, Deny: r.Deny, Prefixes: r.Prefixes, HasPorts: len(r.Ports) > 0}
+		if r.Index < 0 || r.Index > math.MaxUint16 || (i > 0 && r.Index <= rules[i-1].Index) {
+			return nil, fmt.Errorf("rule index %d: indices must increase, within 0-%d", r.Index, math.MaxUint16)
+		}
+		trs[i] = Rule{Index: r.Index, Deny: r.Deny, Prefixes: r.Prefixes, Ports: r.Ports}
 		set.texts[statKey(id, r.Index)] = ruleText(r.Text)
-		for _, p := range r.Ports {
-			set.ports[bpf.FromPodPortKey{NsId: uint32(id), Rule: uint16(r.Index), Proto: p.Protocol, Port: p.Port}] = 1
-		}
 	}
-	table, err := Table(trs)
-	if err != nil {
-		return nil, err
-	}
-	for p, cs := range table {
-		var v bpf.FromPodCandidates
-		v.N = uint32(len(cs))
-		for i, cand := range cs {
-			v.C[i].Rule = uint16(cand.Index)
-			v.C[i].HasPorts = b2u(cand.HasPorts)
-			v.C[i].Action = b2u(cand.Deny)
-		}
+	entries, ports := Table(trs)
+	for p, e := range entries {
+		v := fwEntry(e.Portless)
+		v.Ports = b2u(e.PortsFirst)
 		set.fw[lpmKey(id, p)] = v
+	}
+	for pp, d := range ports {
+		set.ports[portKey(id, pp)] = fwEntry(d)
 	}
 	return set, nil
 }
+
+func fwEntry(d Decision) bpf.FromPodFwEntry {
+	switch {
+	case d.Index < 0:
+		return bpf.FromPodFwEntry{Verdict: verdictPass}
+	case d.Deny:
+		return bpf.FromPodFwEntry{Rule: uint16(d.Index), Verdict: verdictDeny}
+	default:
+		return bpf.FromPodFwEntry{Rule: uint16(d.Index), Verdict: verdictAllow}
+	}
+}
+
+// portKey is the egressd_fw_ports key of a (protocol, port) and prefix of a namespace.
+func portKey(id nsID, pp PortPrefix) bpf.FromPodPortKey {
+	l := lpmKey(id, pp.Prefix)
+	return bpf.FromPodPortKey{Prefixlen: l.Prefixlen + 32, Id: l.Id, Proto: pp.Port.Protocol, Port: htons(pp.Port.Port), Ip: l.Ip}
+}
+
+// htons is a port in network byte order, as the program's little-endian u16 holds it.
+func htons(p uint16) uint16 { return p<<8 | p>>8 }
 
 // fingerprint identifies compiled rules: equal rules give equal fingerprints.
 func fingerprint(rules []dataplane.FirewallRule) uint64 {

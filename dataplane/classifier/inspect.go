@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/egressd/egressd/bpf"
+	"github.com/egressd/egressd/dataplane"
 )
 
 // Inspector reads what an agent programmed, from the maps pinned under its pin root
@@ -150,27 +151,27 @@ func (in *Inspector) Trace(src, dst netip.Addr, proto uint8, port uint16) (Trace
 	var one uint8
 	tr.Exempt = in.maps["egressd_cluster"].Lookup(prefixKey(host), &one) == nil
 	if pod.NsId != 0 && !tr.Exempt {
-		var cs bpf.FromPodCandidates
-		if err := in.maps["egressd_fw"].Lookup(lpmKey(nsID(pod.NsId), host), &cs); err == nil {
-			for _, c := range cs.C[:min(cs.N, uint32(len(cs.C)))] {
-				if c.HasPorts != 0 {
-					var v uint8
-					if port == 0 || in.maps["egressd_fw_ports"].Lookup(bpf.FromPodPortKey{NsId: pod.NsId, Rule: c.Rule, Proto: proto, Port: port}, &v) != nil {
-						continue
-					}
+		var e bpf.FromPodFwEntry
+		if err := in.maps["egressd_fw"].Lookup(lpmKey(nsID(pod.NsId), host), &e); err == nil {
+			if e.Ports != 0 && port != 0 {
+				var pe bpf.FromPodFwEntry
+				pk := portKey(nsID(pod.NsId), PortPrefix{dataplane.Port{Protocol: proto, Port: port}, host})
+				if in.maps["egressd_fw_ports"].Lookup(pk, &pe) == nil && (e.Verdict == verdictPass || pe.Rule < e.Rule) {
+					e = pe
 				}
-				tr.Rule = int(c.Rule)
+			}
+			if e.Verdict != verdictPass {
+				tr.Rule = int(e.Rule)
 				logged := pod.Log & logAllow
-				if c.Action == 1 {
+				if e.Verdict == verdictDeny {
 					tr.Verdict = "deny"
 					logged = pod.Log & logDeny
 				}
 				tr.Logged = logged != 0
 				var t bpf.FromPodRuleText
-				if in.maps["egressd_fw_rules"].Lookup(bpf.FromPodStatKey{NsId: pod.NsId, Rule: uint32(c.Rule)}, &t) == nil {
+				if in.maps["egressd_fw_rules"].Lookup(bpf.FromPodStatKey{NsId: pod.NsId, Rule: uint32(e.Rule)}, &t) == nil {
 					tr.RuleText = cstr(t.S[:])
 				}
-				break
 			}
 		}
 	}

@@ -18,7 +18,14 @@ import (
 // Classifier owns the program and maps of bpf/src/frompod.c, pinned by name under the pin root
 // so that a restarted agent finds the maps its links' program still uses.
 type Classifier struct {
+	// Program is the classifier, for tcx ingress on the host side of pod-facing interfaces
+	// (packets from the pods).
 	Program *ebpf.Program
+	// ToPod is for tcx egress on the same interfaces (packets towards the pods): it records
+	// what others initiate towards firewalled pods over ICMP echo and SCTP, which conntrack's
+	// kfuncs cannot look up, so that Program lets the pods' replies through. It never drops
+	// nor changes a packet.
+	ToPod   *ebpf.Program
 	objs    bpf.FromPodObjects
 	written content
 	// names are the namespaces of the namespace ids, as of the last Apply (read by metrics
@@ -87,6 +94,7 @@ func Load(pinRoot string, o Options) (*Classifier, error) {
 		return nil, fmt.Errorf("load classifier: %w", err)
 	}
 	c.Program = c.objs.EgressdFrompod
+	c.ToPod = c.objs.EgressdTopod
 	if err = c.read(); err != nil {
 		c.objs.Close()
 		return nil, err
@@ -116,8 +124,8 @@ var mapNames = sync.OnceValue(func() []string {
 // what differs and removes what no namespace wants any more.
 func (c *Classifier) read() error {
 	c.written = newContent()
-	fw := map[bpf.FromPodLpmKey]bpf.FromPodCandidates{}
-	ports := map[bpf.FromPodPortKey]uint8{}
+	fw := map[bpf.FromPodLpmKey]bpf.FromPodFwEntry{}
+	ports := map[bpf.FromPodPortKey]bpf.FromPodFwEntry{}
 	texts := map[bpf.FromPodStatKey]bpf.FromPodRuleText{}
 	w := &c.written
 	errs := []error{
@@ -139,7 +147,7 @@ func (c *Classifier) read() error {
 		set(nsID(lpmID(k))).fw[k] = v
 	}
 	for k, v := range ports {
-		set(nsID(k.NsId)).ports[k] = v
+		set(nsID(k.Id &^ lpmIDv6)).ports[k] = v
 	}
 	c.fwTexts = map[nsID]*writtenTexts{}
 	for k, v := range texts {

@@ -24,6 +24,7 @@ var (
 	descFwPackets = prometheus.NewDesc("egressd_egressfirewall_rule_packets_total", "Packets that matched an EgressFirewall rule on this node (the rule decided their fate).", []string{"namespace", "rule", "action"}, nil)
 	descFwBytes   = prometheus.NewDesc("egressd_egressfirewall_rule_bytes_total", "Bytes of packets that matched an EgressFirewall rule on this node.", []string{"namespace", "rule", "action"}, nil)
 	descQoSMarked = prometheus.NewDesc("egressd_egressqos_marked_packets_total", "Packets an EgressQoS rule marked (set the DSCP of) on this node.", []string{"namespace", "rule", "dscp"}, nil)
+	descFwFrags   = prometheus.NewDesc("egressd_egressfirewall_fragments_total", "Fragments of datagrams from pods under an EgressFirewall on this node, by what the firewall did: tracked (a first fragment, whose verdict the rest follow), followed (a later fragment judged by its first), unmatched (a later fragment whose first was not seen, judged by destination alone), dropped (a later fragment whose first was not seen, dropped since rules restricted to ports could decide it).", []string{"result"}, nil)
 	descFirewalls = prometheus.NewDesc("egressd_egressfirewalls", "EgressFirewalls programmed on this node.", nil, nil)
 	descFwRules   = prometheus.NewDesc("egressd_egressfirewall_rules", "EgressFirewall rules programmed on this node.", nil, nil)
 )
@@ -38,7 +39,7 @@ type ruleInfo struct {
 
 // Describe implements prometheus.Collector.
 func (m *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descFwPackets, descFwBytes, descQoSMarked, descFirewalls, descFwRules} {
+	for _, d := range []*prometheus.Desc{descFwPackets, descFwBytes, descQoSMarked, descFirewalls, descFwRules, descFwFrags} {
 		ch <- d
 	}
 }
@@ -66,6 +67,11 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 			l := []string{ref.Namespace, strconv.Itoa(ref.Rule), action}
 			ch <- prometheus.MustNewConstMetric(descFwPackets, prometheus.CounterValue, float64(v.Packets), l...)
 			ch <- prometheus.MustNewConstMetric(descFwBytes, prometheus.CounterValue, float64(v.Bytes), l...)
+		}
+	}
+	if f, err := m.c.FragmentCounters(); err == nil {
+		for result, v := range map[string]uint64{"tracked": f.Tracked, "followed": f.Followed, "unmatched": f.Unmatched, "dropped": f.Dropped} {
+			ch <- prometheus.MustNewConstMetric(descFwFrags, prometheus.CounterValue, float64(v), result)
 		}
 	}
 	if q, err := m.c.QoSCounters(); err == nil {

@@ -14,12 +14,10 @@ func qosEntries(class qosClass, ns nsID, rules []dataplane.QoSRule, into *conten
 		trs[i] = Rule{Index: r.Index, Prefixes: r.Prefixes}
 		dscp[r.Index] = r.DSCP
 	}
-	table, err := Table(trs)
-	if err != nil {
-		return err
-	}
-	for p, cs := range table {
-		into.qos[lpmKey(class, p)] = bpf.FromPodQosValue{Dscp: dscp[cs[0].Index], Rule: uint16(cs[0].Index), NsId: uint32(ns)}
+	entries, _ := Table(trs) // no ports: every prefix has a first rule
+	for p, e := range entries {
+		i := e.Portless.Index
+		into.qos[lpmKey(class, p)] = bpf.FromPodQosValue{Dscp: dscp[i], Rule: uint16(i), NsId: uint32(ns)}
 	}
 	return nil
 }

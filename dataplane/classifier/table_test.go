@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
-	"slices"
 	"testing"
+
+	"github.com/egressd/egressd/dataplane"
 )
 
 func pfx(s ...string) []netip.Prefix {
@@ -16,137 +17,192 @@ func pfx(s ...string) []netip.Prefix {
 	return out
 }
 
-// firstMatch is the reference semantics: rules in order, the first containing dst whose ports
-// match decides.
-func firstMatch(rules []Rule, dst netip.Addr, portMatches func(Rule) bool) (int, bool) {
-	for _, r := range rules {
-		for _, p := range r.Prefixes {
-			if p.Contains(dst) && (!r.HasPorts || portMatches(r)) {
-				return r.Index, true
-			}
-		}
-	}
-	return -1, false
-}
-
-// lookup is what the classifier does: longest prefix, then candidates in order.
-func lookup(t map[netip.Prefix][]Candidate, dst netip.Addr, portMatches func(Candidate) bool) (int, bool) {
+// longest is the value of the longest prefix of dst in t, as an LPM trie answers.
+func longest[V any](t func(netip.Prefix) (V, bool), dst netip.Addr) (V, bool) {
 	for bits := dst.BitLen(); bits >= 0; bits-- {
 		p, _ := dst.Prefix(bits)
-		if cs, ok := t[p]; ok {
-			for _, c := range cs {
-				if !c.HasPorts || portMatches(c) {
-					return c.Index, true
-				}
-			}
-			return -1, false
+		if v, ok := t(p); ok {
+			return v, true
 		}
 	}
-	return -1, false
+	var zero V
+	return zero, false
+}
+
+// lookup is what the classifier does with the tables: the longest prefix's entry, then, when a
+// rule with ports comes first and the packet has a port, the longest prefix for its (protocol,
+// port); the earlier rule decides.
+func lookup(entries map[netip.Prefix]Entry, ports map[PortPrefix]Decision, dst netip.Addr, proto uint8, port uint16) Decision {
+	e, ok := longest(func(p netip.Prefix) (Entry, bool) { v, ok := entries[p]; return v, ok }, dst)
+	if !ok {
+		return noDecision
+	}
+	d := e.Portless
+	if e.PortsFirst && port != 0 {
+		pt := dataplane.Port{Protocol: proto, Port: port}
+		if pd, ok := longest(func(p netip.Prefix) (Decision, bool) { v, ok := ports[PortPrefix{pt, p}]; return v, ok }, dst); ok && (d.Index < 0 || pd.Index < d.Index) {
+			d = pd
+		}
+	}
+	return d
 }
 
 func TestTableOrderAndOverlap(t *testing.T) {
+	https := []dataplane.Port{{Protocol: 6, Port: 443}}
 	rules := []Rule{
-		{Index: 0, Prefixes: pfx("10.1.0.0/16"), HasPorts: true},
+		{Index: 0, Prefixes: pfx("10.1.0.0/16"), Ports: https},
 		{Index: 1, Deny: true, Prefixes: pfx("10.0.0.0/8")},
 		{Index: 2, Prefixes: pfx("10.1.2.0/24")}, // shadowed by rule 1 except where rule 0's ports match
 		{Index: 3, Deny: true, Prefixes: pfx("0.0.0.0/0", "::/0")},
-		{Index: 4, Prefixes: pfx("2001:db8::/32", "10.9.9.9/32")},
+		{Index: 4, Prefixes: pfx("2001:db8::/32", "10.9.9.9/32"), Ports: https},
 	}
-	got, err := Table(rules)
-	if err != nil {
-		t.Fatal(err)
+	entries, ports := Table(rules)
+	want := map[string]Entry{
+		"10.1.0.0/16":   {Decision{1, true}, true},
+		"10.0.0.0/8":    {Decision{1, true}, false},
+		"10.1.2.0/24":   {Decision{1, true}, true},
+		"0.0.0.0/0":     {Decision{3, true}, false},
+		"::/0":          {Decision{3, true}, false},
+		"2001:db8::/32": {Decision{3, true}, false}, // rule 4 comes after rule 3
+		"10.9.9.9/32":   {Decision{1, true}, false},
 	}
-	want := map[string][]int{
-		"10.1.0.0/16":   {0, 1},
-		"10.0.0.0/8":    {1},
-		"10.1.2.0/24":   {0, 1},
-		"0.0.0.0/0":     {3},
-		"::/0":          {3},
-		"2001:db8::/32": {3},
-		"10.9.9.9/32":   {1},
+	if len(entries) != len(want) {
+		t.Errorf("%d entries, want %d: %v", len(entries), len(want), entries)
 	}
-	if len(got) != len(want) {
-		t.Errorf("%d entries, want %d: %v", len(got), len(want), got)
-	}
-	for p, idx := range want {
-		var have []int
-		for _, c := range got[netip.MustParsePrefix(p)] {
-			have = append(have, c.Index)
+	for p, e := range want {
+		if got := entries[netip.MustParsePrefix(p)]; got != e {
+			t.Errorf("%s: %+v, want %+v", p, got, e)
 		}
-		if !slices.Equal(have, idx) {
-			t.Errorf("%s: candidates %v, want %v", p, have, idx)
-		}
+	}
+	// One ports entry per prefix of a rule with ports (and per port): rule 0's and rule 4's.
+	if len(ports) != 3 {
+		t.Errorf("%d ports entries, want 3: %v", len(ports), ports)
+	}
+	if d := lookup(entries, ports, netip.MustParseAddr("10.1.2.3"), 6, 443); d != (Decision{0, false}) {
+		t.Errorf("10.1.2.3 tcp/443: %+v, want rule 0", d)
+	}
+	if d := lookup(entries, ports, netip.MustParseAddr("10.1.2.3"), 17, 443); d != (Decision{1, true}) {
+		t.Errorf("10.1.2.3 udp/443: %+v, want rule 1", d)
 	}
 }
 
 func TestTableHostBitsAndDuplicates(t *testing.T) {
-	got, err := Table([]Rule{
+	entries, ports := Table([]Rule{
 		{Index: 0, Deny: true, Prefixes: pfx("10.1.2.3/8", "10.0.0.0/8")},
 		{Index: 1, Prefixes: pfx("10.0.0.0/8")},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cs := got[netip.MustParsePrefix("10.0.0.0/8")]; len(got) != 1 || len(cs) != 1 || cs[0].Index != 0 || !cs[0].Deny {
-		t.Errorf("got %v", got)
+	if e := entries[netip.MustParsePrefix("10.0.0.0/8")]; len(entries) != 1 || len(ports) != 0 || e != (Entry{Decision{0, true}, false}) {
+		t.Errorf("got %v %v", entries, ports)
 	}
 }
 
-func TestTableTooManyOverlappingPortRules(t *testing.T) {
+// TestTableManyOverlappingPortRules: users write one rule per port ("Allow 0.0.0.0/0 TCP 443",
+// "... TCP 8443", ... up to upstream's 8000 rules), over other rules' prefixes: there is no
+// limit, and the tables grow with the rules, not with their overlaps.
+func TestTableManyOverlappingPortRules(t *testing.T) {
 	var rules []Rule
-	for i := range MaxCandidates + 1 {
-		rules = append(rules, Rule{Index: i, Prefixes: pfx(fmt.Sprintf("10.0.0.0/%d", 8+i%16)), HasPorts: true})
+	for i := range 4000 {
+		rules = append(rules, Rule{Index: i, Prefixes: pfx("0.0.0.0/0"), Ports: []dataplane.Port{{Protocol: 6, Port: uint16(1 + i)}}})
 	}
-	if _, err := Table(rules); err == nil {
-		t.Fatal("accepted more overlapping port rules than the classifier can try")
+	for i := range 3999 {
+		rules = append(rules, Rule{Index: 4000 + i, Prefixes: pfx(fmt.Sprintf("192.0.%d.%d/32", i/250, i%250))})
 	}
-	rules[0].HasPorts = false // a portless outermost rule first: every list stops at it
-	rules[0].Prefixes = pfx("0.0.0.0/0")
-	if _, err := Table(rules); err != nil {
-		t.Fatal(err)
+	rules = append(rules, Rule{Index: 7999, Deny: true, Prefixes: pfx("0.0.0.0/0")})
+	entries, ports := Table(rules)
+	if len(entries) != 4000 || len(ports) != 4000 {
+		t.Errorf("%d entries and %d ports entries, want 4000 and 4000", len(entries), len(ports))
+	}
+	for _, tc := range []struct {
+		dst  string
+		port uint16
+		want Decision
+	}{
+		{"192.0.1.7", 4000, Decision{3999, false}},
+		{"192.0.1.7", 4001, Decision{4257, false}},
+		{"203.0.113.1", 1, Decision{0, false}},
+		{"203.0.113.1", 4001, Decision{7999, true}},
+	} {
+		if d := lookup(entries, ports, netip.MustParseAddr(tc.dst), 6, tc.port); d != tc.want {
+			t.Errorf("%s tcp/%d: %+v, want %+v", tc.dst, tc.port, d, tc.want)
+		}
 	}
 }
 
-// Against the reference semantics on random rule sets and destinations, v4 and v6.
-func TestTableMatchesFirstMatchSemantics(t *testing.T) {
-	r := rand.New(rand.NewPCG(7, 9))
-	randPrefix := func() netip.Prefix {
-		if r.IntN(4) == 0 {
-			a := netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, byte(r.IntN(4))})
-			return netip.PrefixFrom(a, 32+r.IntN(12)).Masked()
-		}
-		a := netip.AddrFrom4([4]byte{10, byte(r.IntN(4)), byte(r.IntN(4)), byte(r.IntN(4))})
-		return netip.PrefixFrom(a, 8+r.IntN(25)).Masked()
+// RandomFirewall is a random rule set over nested v4 and v6 prefixes, with ports and actions
+// drawn so that rules overlap, and Dst a random destination among them.
+type randomFirewall struct{ r *rand.Rand }
+
+func (g randomFirewall) prefix() netip.Prefix {
+	r := g.r
+	switch r.IntN(8) {
+	case 0:
+		return netip.MustParsePrefix("0.0.0.0/0")
+	case 1:
+		a := netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, byte(r.IntN(4)), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, byte(r.IntN(4))})
+		return netip.PrefixFrom(a, []int{0, 32, 40, 64, 128}[r.IntN(5)]).Masked()
 	}
-	for round := range 300 {
-		var rules []Rule
-		for i := range 1 + r.IntN(30) {
-			rule := Rule{Index: i, Deny: r.IntN(2) == 0, HasPorts: r.IntN(3) == 0}
+	a := netip.AddrFrom4([4]byte{192, byte(r.IntN(3)), byte(r.IntN(4)), byte(r.IntN(4))})
+	return netip.PrefixFrom(a, 8+r.IntN(25)).Masked()
+}
+
+func (g randomFirewall) rules() []dataplane.FirewallRule {
+	r := g.r
+	var rules []dataplane.FirewallRule
+	for i := range 1 + r.IntN(40) {
+		rule := dataplane.FirewallRule{Index: i, Deny: r.IntN(2) == 0, Text: fmt.Sprint("rule ", i)}
+		for range 1 + r.IntN(3) {
+			rule.Prefixes = append(rule.Prefixes, g.prefix())
+		}
+		if r.IntN(2) == 0 {
 			for range 1 + r.IntN(3) {
-				rule.Prefixes = append(rule.Prefixes, randPrefix())
+				rule.Ports = append(rule.Ports, g.port())
 			}
-			rules = append(rules, rule)
 		}
-		table, err := Table(rules)
-		if err != nil {
-			t.Fatal(err)
+		rules = append(rules, rule)
+	}
+	return rules
+}
+
+func (g randomFirewall) port() dataplane.Port {
+	return dataplane.Port{Protocol: []uint8{6, 17, 132}[g.r.IntN(3)], Port: uint16(1 + g.r.IntN(4))}
+}
+
+func (g randomFirewall) dst() netip.Addr {
+	a := g.prefix().Addr()
+	if a.Is4() {
+		b := a.As4()
+		b[3] = byte(g.r.IntN(4))
+		if b[0] == 0 {
+			b[0] = 192
 		}
-		portOK := map[int]bool{}
-		for _, rule := range rules {
-			portOK[rule.Index] = r.IntN(2) == 0
+		return netip.AddrFrom4(b)
+	}
+	b := a.As16()
+	b[15] = byte(g.r.IntN(4))
+	return netip.AddrFrom16(b)
+}
+
+// Against the reference (dataplane.FirstMatch) on random rule sets and packets, v4 and v6.
+func TestTableMatchesFirstMatch(t *testing.T) {
+	g := randomFirewall{rand.New(rand.NewPCG(7, 9))}
+	for round := range 500 {
+		rules := g.rules()
+		trs := make([]Rule, len(rules))
+		for i, r := range rules {
+			trs[i] = Rule{Index: r.Index, Deny: r.Deny, Prefixes: r.Prefixes, Ports: r.Ports}
 		}
+		entries, ports := Table(trs)
 		for range 200 {
-			dst := randPrefix().Addr()
-			if r.IntN(2) == 0 && dst.Is4() {
-				b := dst.As4()
-				b[3] = byte(r.IntN(4))
-				dst = netip.AddrFrom4(b)
+			dst, pt := g.dst(), g.port()
+			if g.r.IntN(8) == 0 {
+				pt = dataplane.Port{Protocol: 1} // ICMP: no port
 			}
-			wi, wok := firstMatch(rules, dst, func(x Rule) bool { return portOK[x.Index] })
-			gi, gok := lookup(table, dst, func(c Candidate) bool { return portOK[c.Index] })
-			if wi != gi || wok != gok {
-				t.Fatalf("round %d dst %s: table says %d/%v, first match is %d/%v\nrules %+v", round, dst, gi, gok, wi, wok, rules)
+			want := noDecision
+			if r, ok := dataplane.FirstMatch(rules, dst, pt.Protocol, pt.Port); ok {
+				want = Decision{r.Index, r.Deny}
+			}
+			if got := lookup(entries, ports, dst, pt.Protocol, pt.Port); got != want {
+				t.Fatalf("round %d dst %s %v: tables say %+v, first match is %+v\nrules %+v", round, dst, pt, got, want, rules)
 			}
 		}
 	}
@@ -155,12 +211,14 @@ func TestTableMatchesFirstMatchSemantics(t *testing.T) {
 func BenchmarkTable8000(b *testing.B) {
 	var rules []Rule
 	for i := range 8000 {
-		rules = append(rules, Rule{Index: i, Deny: i%2 == 0, Prefixes: pfx(fmt.Sprintf("10.%d.%d.0/24", i/250, i%250)), HasPorts: i%5 == 0})
+		r := Rule{Index: i, Deny: i%2 == 0, Prefixes: pfx(fmt.Sprintf("10.%d.%d.0/24", i/250, i%250))}
+		if i%5 == 0 {
+			r.Ports = []dataplane.Port{{Protocol: 6, Port: 443}}
+		}
+		rules = append(rules, r)
 	}
 	rules = append(rules, Rule{Index: 8000, Deny: true, Prefixes: pfx("0.0.0.0/0")})
 	for b.Loop() {
-		if _, err := Table(rules); err != nil {
-			b.Fatal(err)
-		}
+		Table(rules)
 	}
 }

@@ -71,7 +71,7 @@ static __always_inline void log_verdict(struct packet *p, __u32 ns_id, __u16 rul
 		return;
 	b->tokens--;
 	struct fw_event e = {.ns_id = ns_id, .rule = rule, .verdict = verdict, .proto = p->proto,
-			     .sport = p->sport, .dport = p->dport, .family = p->dst.family};
+			     .sport = p->dport ? p->sport : 0, .dport = p->dport, .family = p->dst.family}; // ICMP: no ports
 	__builtin_memcpy(e.src, p->src.ip, 16);
 	__builtin_memcpy(e.dst, p->dst.ip, 16);
 	bpf_ringbuf_output(&egressd_fw_log, &e, sizeof(e), 0);

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 // EgressFirewall, for flows the pod initiates (a conntrack reply is never dropped) to
 // destinations outside the cluster and service networks (egressd_cluster): one LPM lookup by
-// (namespace, destination) gives the ordered candidate rules for that prefix; the first whose
-// ports match decides; no match allows. The decision per (namespace, destination, protocol,
+// (namespace, destination) gives the first rule without ports that contains it, and, when a rule
+// restricted to ports comes before it, one LPM lookup by (namespace, protocol, port,
+// destination) the first such rule; the earlier of the two decides; no match allows. The decision per (namespace, destination, protocol,
 // port) is cached per CPU (egressd_fw_verdicts) until the agent next changes the firewall
 // entries (egressd_fw_gen), so that later packets to the same place skip the lookups.
 #pragma once
@@ -12,46 +13,49 @@
 #include "conntrack.h"
 #include "acllog.h"
 
-#define MAX_CANDIDATES 32
-#define ACTION_ALLOW 0
-#define ACTION_DENY 1
 
-struct candidate {
-	__u16 rule;
-	__u8 action;
-	__u8 has_ports;
+// What a prefix of a namespace's firewall decides (value of egressd_fw and egressd_fw_ports).
+struct fw_entry {
+	__u16 rule;    // the rule that decides, when verdict is not VERDICT_PASS
+	__u8 verdict;  // VERDICT_*: in egressd_fw, the first rule without ports containing the
+		       // prefix (VERDICT_PASS: none)
+	__u8 ports;    // egressd_fw only: a rule restricted to ports, before that one, contains the
+		       // prefix: egressd_fw_ports may hold an earlier match
 };
 
-struct candidates {
-	__u32 n;
-	struct candidate c[MAX_CANDIDATES];
-};
-
+// The key of egressd_fw_ports: per namespace and (protocol, destination port) named by a rule,
+// the prefixes of the rules naming it; the id, protocol and port are always matched in full.
 struct port_key {
-	__u32 ns_id;
-	__u16 rule;
+	__u32 prefixlen; // 64 + prefix length
+	__u32 id;        // namespace id, | LPM_ID_V6 for IPv6
 	__u8 proto;
 	__u8 pad;
-	__u16 port;
-	__u16 pad2;
+	__u16 port;      // network byte order
+	__u8 ip[16];     // IPv4 in the first 4 bytes
 };
 
+// Per namespace and destination prefix: the first rule without ports that contains it (and
+// whether a rule with ports comes before). One entry per prefix any rule names, whatever the
+// number of rules restricted to ports that overlap there.
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 	__uint(max_entries, 1048576);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct lpm_key);
-	__type(value, struct candidates);
+	__type(value, struct fw_entry);
 } egressd_fw SEC(".maps");
 
+// Per namespace, (protocol, port) and prefix: the first rule naming that protocol and port
+// whose prefixes contain it. Its size is the sum over rules of prefixes x ports: no product of
+// overlapping rules.
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 	__uint(max_entries, 1048576);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct port_key);
-	__type(value, __u8);
+	__type(value, struct fw_entry);
 } egressd_fw_ports SEC(".maps");
 
 struct {
@@ -86,7 +90,7 @@ struct verdict {
 	__u32 gen; // egressd_fw_gen when decided: any other value means stale
 	__u16 rule;
 	__u8 verdict; // VERDICT_*
-	__u8 pad;
+	__u8 ports;   // the ports decided it, or could have: a rule with ports came first
 };
 
 // The decision cache is direct-mapped, per CPU: a slot per hash of the key, overwritten on a
@@ -117,7 +121,9 @@ struct {
 	__type(value, __u32);
 } egressd_fw_gen SEC(".maps");
 
-// decide evaluates the firewall of namespace ns_id for p into v.
+// decide evaluates the firewall of namespace ns_id for p into v: the first rule without ports
+// containing the destination (egressd_fw), unless an earlier rule naming the packet's protocol
+// and port contains it (egressd_fw_ports). Two lookups at most, for 1 rule or 8000.
 static __always_inline void decide(struct packet *p, __u32 ns_id, struct verdict *v)
 {
 	struct cluster_key ck = {.prefixlen = 32 + (p->dst.family == 4 ? 32 : 128), .dst = p->dst};
@@ -125,22 +131,21 @@ static __always_inline void decide(struct packet *p, __u32 ns_id, struct verdict
 		return;
 	struct lpm_key k = {};
 	lpm_key_of(&k, ns_id, &p->dst);
-	struct candidates *cs = bpf_map_lookup_elem(&egressd_fw, &k);
-	if (!cs)
+	struct fw_entry *e = bpf_map_lookup_elem(&egressd_fw, &k);
+	if (!e)
 		return;
-	__u32 n = cs->n;
-	for (__u32 i = 0; i < MAX_CANDIDATES; i++) {
-		if (i >= n)
-			break;
-		struct candidate c = cs->c[i];
-		if (c.has_ports) {
-			struct port_key pk = {.ns_id = ns_id, .rule = c.rule, .proto = p->proto, .port = p->dport};
-			if (!p->dport || !bpf_map_lookup_elem(&egressd_fw_ports, &pk))
-				continue;
-		}
-		v->rule = c.rule;
-		v->verdict = c.action == ACTION_DENY ? VERDICT_DENY : VERDICT_ALLOW;
-		return;
+	v->rule = e->rule;
+	v->verdict = e->verdict;
+	v->ports = e->ports;
+	if (!e->ports || !p->dport)
+		return; // no port rule comes first, or the packet has no port
+	struct port_key pk = {.prefixlen = 64 + (k.prefixlen - 32), .id = k.id, .proto = p->proto,
+			      .port = bpf_htons(p->dport)};
+	__builtin_memcpy(pk.ip, k.ip, 16);
+	struct fw_entry *pe = bpf_map_lookup_elem(&egressd_fw_ports, &pk);
+	if (pe && (v->verdict == VERDICT_PASS || pe->rule < v->rule)) {
+		v->rule = pe->rule;
+		v->verdict = pe->verdict;
 	}
 }
 
@@ -157,9 +162,98 @@ static __always_inline __u32 slot_of(struct verdict_key *k)
 	return (h ^ (h >> 16)) & (VERDICT_SLOTS - 1);
 }
 
+// Fragments. A later fragment has no ports: it is judged by what the firewall did with the
+// first fragment of its datagram, remembered here (as Cilium does; upstream's OVN reassembles
+// before its ACLs, to the same effect). A later fragment whose first was not seen (lost,
+// reordered, expired or evicted) is judged by its destination alone when no rule with ports
+// could decide it, and dropped otherwise: like a datagram that cannot be reassembled.
+struct frag_key {
+	__u8 family;
+	__u8 proto;
+	__u16 pad;
+	__u32 id; // IPv4: 16 bits; IPv6: 32
+	__u8 src[16];
+	__u8 dst[16];
+};
+
+struct frag_verdict {
+	__u64 seen_ns; // when the first fragment was judged
+	__u16 rule;
+	__u8 verdict; // VERDICT_PASS: passed uncounted (no rule, or a reply); else the rule's
+	__u8 pad[5];
+};
+
+#define FRAG_TIMEOUT_NS (30ull * 1000000000) // the kernel's ipfrag_time
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__uint(max_entries, 16384);
+	__type(key, struct frag_key);
+	__type(value, struct frag_verdict);
+} egressd_fw_frags SEC(".maps");
+
+// Fragment counters (egressd_fw_frag_stats, per CPU), indices:
+#define FRAG_STAT_TRACKED 0   // first fragments whose verdict was remembered
+#define FRAG_STAT_FOLLOWED 1  // later fragments judged by their first
+#define FRAG_STAT_UNMATCHED 2 // later fragments without a first, judged by destination alone
+#define FRAG_STAT_DROPPED 3   // later fragments without a first, dropped (ports decide)
+#define FRAG_STATS 4
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__uint(max_entries, FRAG_STATS);
+	__type(key, __u32);
+	__type(value, __u64);
+} egressd_fw_frag_stats SEC(".maps");
+
+static __always_inline void frag_count(__u32 stat)
+{
+	__u64 *n = bpf_map_lookup_elem(&egressd_fw_frag_stats, &stat);
+	if (n)
+		(*n)++;
+}
+
+static __always_inline void frag_key_of(struct frag_key *k, struct packet *p)
+{
+	k->family = p->src.family;
+	k->proto = p->proto;
+	k->id = p->frag_id;
+	__builtin_memcpy(k->src, p->src.ip, 16);
+	__builtin_memcpy(k->dst, p->dst.ip, 16);
+}
+
+// later_fragment judges a later fragment of namespace ns_id's pod.
+static __always_inline int later_fragment(struct __sk_buff *skb, struct packet *p, __u32 ns_id)
+{
+	struct frag_key k = {};
+	frag_key_of(&k, p);
+	struct frag_verdict *f = bpf_map_lookup_elem(&egressd_fw_frags, &k);
+	struct verdict v = {};
+	if (f && bpf_ktime_get_ns() - f->seen_ns < FRAG_TIMEOUT_NS) {
+		frag_count(FRAG_STAT_FOLLOWED);
+		v.rule = f->rule;
+		v.verdict = f->verdict;
+	} else {
+		decide(p, ns_id, &v); // without ports
+		if (v.ports) {
+			frag_count(FRAG_STAT_DROPPED);
+			return TCX_DROP;
+		}
+		frag_count(FRAG_STAT_UNMATCHED);
+	}
+	if (v.verdict == VERDICT_PASS)
+		return TCX_NEXT;
+	count(&egressd_fw_stats, ns_id, v.rule, skb->len);
+	return v.verdict == VERDICT_DENY ? TCX_DROP : TCX_NEXT;
+}
+
 // firewall judges p for namespace ns_id: TCX_DROP or TCX_NEXT. log holds the pod's LOG_* flags.
 static __always_inline int firewall(struct __sk_buff *skb, struct packet *p, __u32 ns_id, __u8 log)
 {
+	if (p->frag == FRAG_LATER)
+		return later_fragment(skb, p, ns_id);
 	__u32 zero = 0;
 	__u32 *genp = bpf_map_lookup_elem(&egressd_fw_gen, &zero);
 	if (!genp)
@@ -182,11 +276,18 @@ static __always_inline int firewall(struct __sk_buff *skb, struct packet *p, __u
 		slot->key = vk;
 		slot->v = v;
 	}
-	if (v.verdict == VERDICT_PASS)
-		return TCX_NEXT;
 	// Only a drop needs conntrack: the reply of a connection someone else initiated is never
 	// filtered (and the rule did not decide its fate, so it is not counted).
 	if (v.verdict == VERDICT_DENY && is_reply(skb, p))
+		v.verdict = VERDICT_PASS;
+	if (p->frag == FRAG_FIRST) {
+		struct frag_key fk = {};
+		frag_key_of(&fk, p);
+		struct frag_verdict fv = {.seen_ns = bpf_ktime_get_ns(), .rule = v.rule, .verdict = v.verdict};
+		bpf_map_update_elem(&egressd_fw_frags, &fk, &fv, BPF_ANY);
+		frag_count(FRAG_STAT_TRACKED);
+	}
+	if (v.verdict == VERDICT_PASS)
 		return TCX_NEXT;
 	count(&egressd_fw_stats, ns_id, v.rule, skb->len);
 	if (log & (v.verdict == VERDICT_DENY ? LOG_DENY : LOG_ALLOW))

@@ -4,15 +4,73 @@
 
 #include "common.h"
 
+// Fragments: a datagram cut in fragments has its ports in the first only.
+#define FRAG_NONE 0
+#define FRAG_FIRST 1 // offset 0, more to come: has the L4 header
+#define FRAG_LATER 2 // offset > 0: no L4 header
+
+// The ICMP and ICMPv6 types the classifier tells apart.
+#define ICMP_ECHOREPLY 0
+#define ICMP_DEST_UNREACH 3
+#define ICMP_ECHO 8
+#define ICMP_TIME_EXCEEDED 11
+#define ICMP_PARAMETERPROB 12
+#define ICMPV6_DEST_UNREACH 1
+#define ICMPV6_PKT_TOOBIG 2
+#define ICMPV6_TIME_EXCEED 3
+#define ICMPV6_PARAMPROB 4
+#define ICMPV6_ECHO_REQUEST 128
+#define ICMPV6_ECHO_REPLY 129
+
+// How many IPv6 extension headers are walked to find the fragment header and the L4 header.
+#define IPV6_EXT_MAX 4
+
 struct packet {
 	struct addr src, dst;
-	__u8 proto;
+	__u8 proto;   // the L4 protocol (after IPv6 extension headers)
 	__u8 tos;     // IPv4 TOS or IPv6 traffic class
-	__u16 sport;  // host order; 0 when absent (fragment, no L4)
-	__u16 dport;
+	__u16 sport;  // host order; 0 when absent (later fragment, no L4); ICMP echo: the id
+	__u16 dport;  // host order; 0 when absent
 	__u8 syn_only; // TCP with SYN and without ACK
+	__u8 frag;     // FRAG_*
+	__u8 icmp_type; // ICMP or ICMPv6 type; 0xff when absent
+	__u8 sctp_chunk; // SCTP: the first chunk's type
+	__u32 frag_id; // fragments: the datagram's identification
 	__u32 l3_off;  // offset of the IP header
+	__u32 l4_off;  // offset of the L4 header; 0 when absent
 };
+
+// parse_l4 reads the ports (TCP, UDP, SCTP) or the ICMP type at offset off.
+static __always_inline void parse_l4(struct __sk_buff *skb, struct packet *p, __u32 off)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	if (off > 512)
+		return;
+	void *l4 = data + off;
+	if (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP || p->proto == IPPROTO_SCTP_) {
+		__u16 *ports = l4; // source and destination port lead all three headers
+		if ((void *)(ports + 2) > end)
+			return; // truncated: no ports, so only rules without ports can match it
+		p->l4_off = off;
+		p->sport = bpf_ntohs(ports[0]);
+		p->dport = bpf_ntohs(ports[1]);
+		struct tcphdr *tcp = l4;
+		if (p->proto == IPPROTO_TCP && (void *)(tcp + 1) <= end)
+			p->syn_only = tcp->syn && !tcp->ack;
+		__u8 *chunk = l4 + 12; // SCTP: the common header, then the first chunk
+		if (p->proto == IPPROTO_SCTP_ && (void *)(chunk + 1) <= end)
+			p->sctp_chunk = *chunk;
+	} else if ((p->proto == IPPROTO_ICMP && p->src.family == 4) ||
+		   (p->proto == IPPROTO_ICMPV6 && p->src.family == 6)) {
+		__u8 *icmp = l4; // type, code, checksum, then the echo id
+		if ((void *)(icmp + 8) > end)
+			return;
+		p->l4_off = off;
+		p->icmp_type = icmp[0];
+		p->sport = bpf_ntohs(*(__u16 *)(icmp + 4));
+	}
+}
 
 // parse fills p from an Ethernet frame; non-zero when it is not IP or is malformed.
 static __always_inline int parse(struct __sk_buff *skb, struct packet *p)
@@ -23,7 +81,7 @@ static __always_inline int parse(struct __sk_buff *skb, struct packet *p)
 	if ((void *)(eth + 1) > end)
 		return -1;
 	p->l3_off = sizeof(*eth);
-	void *l4;
+	p->icmp_type = 0xff;
 	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = (void *)(eth + 1);
 		if ((void *)(ip + 1) > end || ip->ihl < 5)
@@ -33,31 +91,60 @@ static __always_inline int parse(struct __sk_buff *skb, struct packet *p)
 		__builtin_memcpy(p->dst.ip, &ip->daddr, 4);
 		p->proto = ip->protocol;
 		p->tos = ip->tos;
-		if (ip->frag_off & bpf_htons(0x1fff))
-			return 0; // a later fragment: no ports
-		l4 = (void *)ip + ip->ihl * 4;
-	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
-		struct ipv6hdr *ip6 = (void *)(eth + 1);
-		if ((void *)(ip6 + 1) > end)
-			return -1;
-		p->src.family = p->dst.family = 6;
-		__builtin_memcpy(p->src.ip, &ip6->saddr, 16);
-		__builtin_memcpy(p->dst.ip, &ip6->daddr, 16);
-		p->proto = ip6->nexthdr; // extension headers: no ports, CIDR rules still apply
-		p->tos = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
-		l4 = ip6 + 1;
-	} else {
+		if (ip->frag_off & bpf_htons(0x3fff)) { // more fragments, or an offset
+			p->frag_id = bpf_ntohs(ip->id);
+			if (ip->frag_off & bpf_htons(0x1fff)) {
+				p->frag = FRAG_LATER;
+				return 0; // no ports
+			}
+			p->frag = FRAG_FIRST;
+		}
+		parse_l4(skb, p, sizeof(*eth) + ip->ihl * 4);
+		return 0;
+	}
+	if (eth->h_proto != bpf_htons(ETH_P_IPV6))
 		return -1;
+	struct ipv6hdr *ip6 = (void *)(eth + 1);
+	if ((void *)(ip6 + 1) > end)
+		return -1;
+	p->src.family = p->dst.family = 6;
+	__builtin_memcpy(p->src.ip, &ip6->saddr, 16);
+	__builtin_memcpy(p->dst.ip, &ip6->daddr, 16);
+	p->tos = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
+	__u8 next = ip6->nexthdr;
+	__u32 off = sizeof(*eth) + sizeof(*ip6);
+#pragma unroll
+	for (int i = 0; i < IPV6_EXT_MAX; i++) {
+		if (next != IPPROTO_HOPOPTS && next != IPPROTO_ROUTING && next != IPPROTO_DSTOPTS &&
+		    next != IPPROTO_FRAGMENT && next != IPPROTO_AH)
+			break;
+		if (off > 512)
+			break;
+		__u8 *h = data + off;
+		if ((void *)(h + 8) > end) {
+			p->proto = next; // cut short: judged without ports
+			return 0;
+		}
+		if (next == IPPROTO_FRAGMENT) {
+			__u16 frag_off = bpf_ntohs(*(__u16 *)(h + 2)); // offset << 3 | M
+			next = h[0];
+			off += 8;
+			if (frag_off & 0xfff9) { // an offset, or more fragments (else an atomic fragment)
+				p->frag_id = bpf_ntohl(*(__u32 *)(h + 4));
+				if (frag_off & 0xfff8) {
+					p->proto = next;
+					p->frag = FRAG_LATER;
+					return 0;
+				}
+				p->frag = FRAG_FIRST;
+			}
+			continue;
+		}
+		__u32 len = next == IPPROTO_AH ? ((__u32)h[1] + 2) * 4 : ((__u32)h[1] + 1) * 8;
+		next = h[0];
+		off += len;
 	}
-	if (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP || p->proto == IPPROTO_SCTP_) {
-		__u16 *ports = l4; // source and destination port lead all three headers
-		if ((void *)(ports + 2) > end)
-			return 0; // truncated: no ports, so only rules without ports can match it
-		p->sport = bpf_ntohs(ports[0]);
-		p->dport = bpf_ntohs(ports[1]);
-		struct tcphdr *tcp = l4;
-		if (p->proto == IPPROTO_TCP && (void *)(tcp + 1) <= end)
-			p->syn_only = tcp->syn && !tcp->ack;
-	}
+	p->proto = next; // another extension header past the walk: no ports, CIDR rules still apply
+	parse_l4(skb, p, off);
 	return 0;
 }
