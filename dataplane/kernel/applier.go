@@ -49,7 +49,9 @@ type Options struct {
 // Applier programs the kernel of the network namespace the process runs in.
 type Applier struct {
 	classifier *classifier.Classifier
-	attacher   *tcx.Attacher
+	// attachers: the classifier at tcx ingress, its companion (replies the kfuncs cannot
+	// track: ICMP echo, SCTP) at tcx egress of the same interfaces.
+	attachers []*tcx.Attacher
 	addresses  *addresses.Addresses
 	routing    *routing.Router
 	bfd        *bfd.Manager
@@ -75,7 +77,14 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 		return nil, err
 	}
 	undo = append(undo, c.Close)
-	a, err := tcx.New(o.PinRoot, c.Program)
+	// The companion first: by the time the classifier judges a pod's reply, the request that
+	// it answers has been seen.
+	toPod, err := tcx.New(o.PinRoot, tcx.Egress, c.ToPod)
+	if err != nil {
+		return fail(err)
+	}
+	undo = append(undo, toPod.Close)
+	a, err := tcx.New(o.PinRoot, tcx.Ingress, c.Program)
 	if err != nil {
 		return fail(err)
 	}
@@ -98,7 +107,7 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	if err != nil {
 		return fail(err)
 	}
-	d := &Applier{classifier: c, attacher: a, nft: t, addresses: owned, routing: router, bfd: sessions, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
+	d := &Applier{classifier: c, attachers: []*tcx.Attacher{toPod, a}, nft: t, addresses: owned, routing: router, bfd: sessions, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
 	go func() {
 		if err := c.ServeACLLog(log); err != nil {
 			log.Error("ACL logging stopped", "err", err)
@@ -137,7 +146,7 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 			}
 		}
 	}()
-	log.Info("dataplane ready", "adoptedLinks", a.Attached())
+	log.Info("dataplane ready", "adoptedLinks", a.Attached(), "adoptedReplyLinks", toPod.Attached())
 	return d, nil
 }
 
@@ -203,12 +212,14 @@ func (d *Applier) attach(pods []dataplane.Pod) map[dataplane.Origin]error {
 			owners[name] = append(owners[name], p.Origin)
 		}
 	}
-	for ifname, err := range d.attacher.Sync(want) {
-		for _, o := range owners[ifname] {
-			failed[o] = err
-		}
-		if len(owners[ifname]) == 0 { // a detach failed: no pod to blame, log it
-			d.log.Error("detach classifier", "interface", ifname, "err", err)
+	for _, at := range d.attachers {
+		for ifname, err := range at.Sync(want) {
+			for _, o := range owners[ifname] {
+				failed[o] = errors.Join(failed[o], err)
+			}
+			if len(owners[ifname]) == 0 { // a detach failed: no pod to blame, log it
+				d.log.Error("detach classifier", "interface", ifname, "err", err)
+			}
 		}
 	}
 	return failed
@@ -217,7 +228,9 @@ func (d *Applier) attach(pods []dataplane.Pod) map[dataplane.Origin]error {
 // Close stops watching and releases file descriptors; what is programmed stays.
 func (d *Applier) Close() {
 	close(d.done)
-	d.attacher.Close()
+	for _, at := range d.attachers {
+		at.Close()
+	}
 	d.classifier.Close()
 	d.routing.Close()
 	d.bfd.Close()

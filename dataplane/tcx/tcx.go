@@ -1,8 +1,9 @@
-// Package tcx keeps egressd's classifier attached at tcx ingress of exactly the pod-facing
-// interfaces it is given, each through a bpf link pinned under <pin root>/links, so that the
-// classifier keeps running while the agent restarts or upgrades: a new agent adopts the pinned
-// links and, at its first Sync (once its maps are written), swaps its program in with a link
-// update, never detach-then-attach.
+// Package tcx keeps egressd's programs attached to exactly the pod-facing interfaces it is
+// given: the classifier at tcx ingress (packets from the pods) and its companion at tcx egress
+// (packets towards the pods), each through a bpf link pinned under <pin root>/links, so that they
+// keep running while the agent restarts or upgrades: a new agent adopts the pinned links and, at
+// its first Sync (once its maps are written), swaps its program in with a link update, never
+// detach-then-attach.
 package tcx
 
 import (
@@ -20,11 +21,24 @@ import (
 // ProgramName is the classifier's name as bpftool and link.QueryPrograms show it.
 const ProgramName = "egressd_frompod"
 
-const pinPrefix = "tcx_ingress_"
+// Hook is where on a pod-facing interface a program runs.
+type Hook struct {
+	attach    ebpf.AttachType
+	pinPrefix string
+	program   string // its name, for errors
+}
 
-// Attacher owns the classifier links of one pin root.
+// The hooks: Ingress runs the classifier on what the pods send, Egress its companion on what
+// is sent to them.
+var (
+	Ingress = Hook{ebpf.AttachTCXIngress, "tcx_ingress_", ProgramName}
+	Egress  = Hook{ebpf.AttachTCXEgress, "tcx_egress_", "egressd_topod"}
+)
+
+// Attacher owns the links of one program at one hook under one pin root.
 type Attacher struct {
 	dir   string
+	hook  Hook
 	prog  *ebpf.Program
 	links map[string]*attached // by interface name
 }
@@ -43,8 +57,8 @@ func LinksDir(pinRoot string) string { return filepath.Join(pinRoot, "links") }
 // others keep running the predecessor's program, with the maps it was loaded with, until Sync.
 // (After an upgrade that changed a map's layout, prog's maps are new and empty until the first
 // Apply: swapping it in earlier would stop enforcement for that long.)
-func New(pinRoot string, prog *ebpf.Program) (*Attacher, error) {
-	a := &Attacher{dir: LinksDir(pinRoot), links: map[string]*attached{}, prog: prog}
+func New(pinRoot string, hook Hook, prog *ebpf.Program) (*Attacher, error) {
+	a := &Attacher{dir: LinksDir(pinRoot), hook: hook, links: map[string]*attached{}, prog: prog}
 	if err := os.MkdirAll(a.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("pin directory %s (is bpffs mounted?): %w", a.dir, err)
 	}
@@ -53,7 +67,7 @@ func New(pinRoot string, prog *ebpf.Program) (*Attacher, error) {
 		return nil, err
 	}
 	for _, e := range entries {
-		name, ok := strings.CutPrefix(e.Name(), pinPrefix)
+		name, ok := strings.CutPrefix(e.Name(), a.hook.pinPrefix)
 		if !ok {
 			continue
 		}
@@ -100,19 +114,19 @@ func (a *Attacher) Sync(want map[string]int) map[string]error {
 		if at, ok := a.links[name]; ok {
 			if at.adopted {
 				if err := at.link.Update(a.prog); err != nil {
-					errs[name] = fmt.Errorf("update the link on %s to this agent's %s: %w", name, ProgramName, err)
+					errs[name] = fmt.Errorf("update the link on %s to this agent's %s: %w", name, a.hook.program, err)
 					continue
 				}
 				at.adopted = false
 			}
 			continue
 		}
-		l, err := link.AttachTCX(link.TCXOptions{Interface: idx, Program: a.prog, Attach: ebpf.AttachTCXIngress})
+		l, err := link.AttachTCX(link.TCXOptions{Interface: idx, Program: a.prog, Attach: a.hook.attach})
 		if err != nil {
-			errs[name] = fmt.Errorf("attach %s to %s: %w", ProgramName, name, err)
+			errs[name] = fmt.Errorf("attach %s to %s: %w", a.hook.program, name, err)
 			continue
 		}
-		if err := l.Pin(filepath.Join(a.dir, pinPrefix+name)); err != nil {
+		if err := l.Pin(filepath.Join(a.dir, a.hook.pinPrefix+name)); err != nil {
 			l.Close()
 			errs[name] = fmt.Errorf("pin link of %s: %w", name, err)
 			continue
@@ -122,7 +136,7 @@ func (a *Attacher) Sync(want map[string]int) map[string]error {
 	return errs
 }
 
-// Attached lists the interfaces the classifier is attached to.
+// Attached lists the interfaces the program is attached to.
 func (a *Attacher) Attached() []string {
 	var out []string
 	for name := range a.links {

@@ -37,7 +37,7 @@ func TestPrivilegedUpgradeKeepsPredecessorUntilSync(t *testing.T) {
 			return err
 		}
 		defer old.Close()
-		at, err := tcx.New(root, old.Program)
+		at, err := tcx.New(root, tcx.Ingress, old.Program)
 		if err != nil {
 			return err
 		}
@@ -68,7 +68,7 @@ func TestPrivilegedUpgradeKeepsPredecessorUntilSync(t *testing.T) {
 			return err
 		}
 		newID, _ := newInfo.ID()
-		at, err = tcx.New(root, upgraded.Program)
+		at, err = tcx.New(root, tcx.Ingress, upgraded.Program)
 		if err != nil {
 			return err
 		}
