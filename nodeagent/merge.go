@@ -28,11 +28,12 @@ func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (datapl
 		Firewalls:       p.firewall.Firewalls,
 		QoS:             p.qos.QoS,
 	}}
-	slots := st.plan(p.egressIP.Steer, mask)
+	paths := egressIPPaths(p.egressIP.Steer)
+	slots := st.plan(paths, mask)
 	marks := map[netip.Addr]uint32{}
-	for _, steer := range p.egressIP.Steer {
-		if slot, ok := slots[steer.Origin]; ok {
-			marks[steer.PodIP] = mark(slot, mask)
+	for _, path := range paths {
+		if slot, ok := slots[path.origin]; ok {
+			marks[path.podIP] = mark(slot, mask)
 		}
 	}
 	for _, pod := range p.pods {
@@ -51,7 +52,7 @@ func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (datapl
 		objects[q.Origin] = q.Err
 	}
 	s.Addresses = p.egressIP.Addresses
-	s.Routing = steeringRoutes(p.egressIP.Steer, slots, mask)
+	s.Routing = steeringRoutes(paths, slots, mask)
 	s.Nftables.SteerMask = mask
 	s.Nftables.SNAT = p.egressIP.SNAT
 	s.Nftables.Exempt = p.egressIP.Exempt

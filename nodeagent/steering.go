@@ -14,8 +14,30 @@ import (
 // one rule per path, inside the ranges dataplane/routing reserves.
 const maxSteerSlots = 100
 
-// steering allocates a slot to every egress path (EgressIP object) local pods are steered
-// through: its mark, the offset of its rules and its table. A path keeps its slot for as long
+// path sends one family of a local pod's traffic, marked by the classifier, through next hops
+// (per-flow ECMP when several): the egress nodes of its EgressIP, or the gateways of its
+// AdminPolicyBasedExternalRoute.
+type path struct {
+	origin dataplane.Origin // the object the path is of
+	podIP  netip.Addr
+	hops   []dataplane.Nexthop
+}
+
+// egressIPPaths are the steering of EgressIP: to the egress nodes, by direct routing.
+func egressIPPaths(steers []egressip.Steer) []path {
+	out := make([]path, 0, len(steers))
+	for _, st := range steers {
+		p := path{origin: st.Origin, podIP: st.PodIP}
+		for _, via := range st.Via {
+			p.hops = append(p.hops, dataplane.Nexthop{Gateway: via})
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// steering allocates a slot to every path origin local pods are steered through: its mark, the
+// offset of its rules and its table. A path keeps its slot for as long
 // as it is used, so a pod's mark does not change under it.
 type steering struct {
 	slots map[dataplane.Origin]int
@@ -31,10 +53,10 @@ func capacity(mask uint32) int {
 
 // plan gives each path of steers a slot, keeping the slots of paths still used; paths beyond
 // capacity get none (their pods are not steered, and guarded: dropped rather than leaked).
-func (s *steering) plan(steers []egressip.Steer, mask uint32) map[dataplane.Origin]int {
+func (s *steering) plan(paths []path, mask uint32) map[dataplane.Origin]int {
 	used := map[dataplane.Origin]bool{}
-	for _, st := range steers {
-		used[st.Origin] = true
+	for _, p := range paths {
+		used[p.origin] = true
 	}
 	next := map[dataplane.Origin]int{}
 	taken := map[int]bool{}
@@ -50,7 +72,7 @@ func (s *steering) plan(steers []egressip.Steer, mask uint32) map[dataplane.Orig
 			fresh = append(fresh, o)
 		}
 	}
-	sort.Slice(fresh, func(i, j int) bool { return fresh[i].Name < fresh[j].Name })
+	sort.Slice(fresh, func(i, j int) bool { return fresh[i].String() < fresh[j].String() })
 	slot := 1
 	for _, o := range fresh {
 		for taken[slot] {
@@ -66,28 +88,28 @@ func (s *steering) plan(steers []egressip.Steer, mask uint32) map[dataplane.Orig
 	return next
 }
 
-// routing is the policy routing of the steered paths: per slot, `fwmark <mark>/<mask> lookup
-// <table>` for both families, and a table whose default route spreads flows over the egress
-// nodes (blackhole for a family without one: a marked packet never falls through to main).
-func steeringRoutes(steers []egressip.Steer, slots map[dataplane.Origin]int, mask uint32) dataplane.RoutingState {
-	via := map[dataplane.Origin]map[bool][]netip.Addr{} // by family (true: IPv4)
-	for _, st := range steers {
-		if _, ok := slots[st.Origin]; !ok {
+// steeringRoutes is the policy routing of the paths: per slot, `fwmark <mark>/<mask> lookup
+// <table>` for both families, and a table whose default route spreads flows over the next hops
+// (blackhole for a family without one: a marked packet never falls through to main).
+func steeringRoutes(paths []path, slots map[dataplane.Origin]int, mask uint32) dataplane.RoutingState {
+	hops := map[dataplane.Origin]map[bool][]dataplane.Nexthop{} // by family (true: IPv4)
+	for _, p := range paths {
+		if _, ok := slots[p.origin]; !ok {
 			continue
 		}
-		if via[st.Origin] == nil {
-			via[st.Origin] = map[bool][]netip.Addr{}
+		if hops[p.origin] == nil {
+			hops[p.origin] = map[bool][]dataplane.Nexthop{}
 		}
-		v4 := st.PodIP.Is4()
-		for _, a := range st.Via {
-			if !slices.Contains(via[st.Origin][v4], a) {
-				via[st.Origin][v4] = append(via[st.Origin][v4], a)
+		v4 := p.podIP.Is4()
+		for _, h := range p.hops {
+			if !slices.Contains(hops[p.origin][v4], h) {
+				hops[p.origin][v4] = append(hops[p.origin][v4], h)
 			}
 		}
 	}
 	var rs dataplane.RoutingState
-	origins := make([]dataplane.Origin, 0, len(via))
-	for o := range via {
+	origins := make([]dataplane.Origin, 0, len(hops))
+	for o := range hops {
 		origins = append(origins, o)
 	}
 	sort.Slice(origins, func(i, j int) bool { return slots[origins[i]] < slots[origins[j]] })
@@ -100,19 +122,15 @@ func steeringRoutes(steers []egressip.Steer, slots map[dataplane.Origin]int, mas
 			if !v4 {
 				dst = netip.MustParsePrefix("::/0")
 			}
-			gws := via[o][v4]
-			slices.SortFunc(gws, netip.Addr.Compare)
-			switch len(gws) {
+			hs := hops[o][v4]
+			slices.SortFunc(hs, func(a, b dataplane.Nexthop) int { return a.Gateway.Compare(b.Gateway) })
+			switch len(hs) {
 			case 0:
 				table.Routes = append(table.Routes, dataplane.Route{Dst: dst, Blackhole: true})
 			case 1:
-				table.Routes = append(table.Routes, dataplane.Route{Dst: dst, Via: &dataplane.Nexthop{Gateway: gws[0]}})
+				table.Routes = append(table.Routes, dataplane.Route{Dst: dst, Via: &hs[0]})
 			default:
-				r := dataplane.Route{Dst: dst}
-				for _, gw := range gws {
-					r.Nexthops = append(r.Nexthops, dataplane.Nexthop{Gateway: gw})
-				}
-				table.Routes = append(table.Routes, r)
+				table.Routes = append(table.Routes, dataplane.Route{Dst: dst, Nexthops: hs})
 			}
 		}
 		rs.Tables = append(rs.Tables, table)
