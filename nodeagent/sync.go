@@ -154,7 +154,8 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	if l.PendingSince != nil {
 		since = l.PendingSince()
 	}
-	in := &cluster.Input{Snap: l.Snapshot, Node: l.Node, Networks: l.ClusterNetworks, Lookup: l.DNS.Lookup}
+	networks := cluster.Networks(l.Snapshot, l.ClusterNetworks)
+	in := &cluster.Input{Snap: l.Snapshot, Node: l.Node, Networks: networks, Lookup: l.DNS.Lookup}
 	l.compile("pods", func() error {
 		pods, err := cluster.LocalPods(l.Snapshot, l.Node)
 		if err == nil {
@@ -190,7 +191,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	if mask == 0 {
 		mask = dataplane.DefaultMarkMask
 	}
-	state, objects := merge(l.ClusterNetworks, &l.parts, &l.steering, mask)
+	state, objects := merge(networks, &l.parts, &l.steering, mask)
 
 	start := time.Now()
 	res := l.Applier.Apply(ctx, &state)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 
 	cloudv1 "github.com/egressd/egressd/api/cloudnetwork/v1"
@@ -50,6 +51,8 @@ type Snapshot struct {
 	PodIndex       cache.Indexer
 	Services       corelisters.ServiceLister
 	EndpointSlices discoverylisters.EndpointSliceLister
+	// ServiceCIDRs are the cluster's service networks beyond the flags (networking.k8s.io/v1).
+	ServiceCIDRs networkinglisters.ServiceCIDRLister
 
 	EgressFirewalls       ovnlisters.EgressFirewallLister
 	EgressQoSes           ovnlisters.EgressQoSLister
@@ -89,6 +92,7 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 		PodIndex:              pods.Informer().GetIndexer(),
 		Services:              w.core.Core().V1().Services().Lister(),
 		EndpointSlices:        w.core.Discovery().V1().EndpointSlices().Lister(),
+		ServiceCIDRs:          w.core.Networking().V1().ServiceCIDRs().Lister(),
 		EgressFirewalls:       ovn.EgressFirewalls().Lister(),
 		EgressQoSes:           ovn.EgressQoSes().Lister(),
 		EgressIPs:             ovn.EgressIPs().Lister(),
@@ -103,6 +107,7 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 		pods.Informer(),
 		w.core.Core().V1().Services().Informer(),
 		w.core.Discovery().V1().EndpointSlices().Informer(),
+		w.core.Networking().V1().ServiceCIDRs().Informer(),
 		ovn.EgressFirewalls().Informer(),
 		ovn.EgressQoSes().Informer(),
 		ovn.EgressIPs().Informer(),

@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
@@ -52,13 +53,16 @@ type Applier struct {
 	// attachers: the classifier at tcx ingress, its companion (replies the kfuncs cannot
 	// track: ICMP echo, SCTP) at tcx egress of the same interfaces.
 	attachers []*tcx.Attacher
-	addresses  *addresses.Addresses
-	routing    *routing.Router
-	bfd        *bfd.Manager
-	nft        *nft.Table
-	changed    chan struct{}
-	done       chan struct{}
-	log        *slog.Logger
+	addresses *addresses.Addresses
+	routing   *routing.Router
+	// bfd runs the sessions, started with the first peer: its UDP port (3784) stays free for
+	// a node's own BFD daemon until egressd needs it.
+	bfd     *bfd.Manager
+	bfdMu   sync.Mutex // metrics scrapes read bfd while Apply may start it
+	nft     *nft.Table
+	changed chan struct{}
+	done    chan struct{}
+	log     *slog.Logger
 }
 
 // New adopts what a previous agent left under pinRoot (so that enforcement continues without a
@@ -103,11 +107,7 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 		return fail(err)
 	}
 	undo = append(undo, router.Close)
-	sessions, err := bfd.New(log.With("facility", "bfd"))
-	if err != nil {
-		return fail(err)
-	}
-	d := &Applier{classifier: c, attachers: []*tcx.Attacher{toPod, a}, nft: t, addresses: owned, routing: router, bfd: sessions, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
+	d := &Applier{classifier: c, attachers: []*tcx.Attacher{toPod, a}, nft: t, addresses: owned, routing: router, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
 	go func() {
 		if err := c.ServeACLLog(log); err != nil {
 			log.Error("ACL logging stopped", "err", err)
@@ -123,9 +123,7 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 		d.Close()
 		return nil, fmt.Errorf("subscribe to address changes: %w", err)
 	}
-	transitions, unsubscribe := sessions.Subscribe()
 	go func() {
-		defer unsubscribe()
 		for {
 			select {
 			case _, ok := <-links:
@@ -136,9 +134,6 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 				if !ok {
 					return
 				}
-			case <-transitions: // a gateway went Up or Down: its nexthop groups change
-			case <-d.done:
-				return
 			}
 			select {
 			case d.changed <- struct{}{}:
@@ -159,7 +154,7 @@ func (d *Applier) Collectors() []prometheus.Collector {
 		}
 		return out
 	}
-	return append([]prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT), nft.NewCollector(d.nft)}, d.bfd.Collectors()...)
+	return []prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT), nft.NewCollector(d.nft), bfdCollector{d}}
 }
 
 // Changed receives a value after the kernel changed under egressd (links or addresses added,
@@ -233,7 +228,9 @@ func (d *Applier) Close() {
 	}
 	d.classifier.Close()
 	d.routing.Close()
-	d.bfd.Close()
+	if m := d.bfdManager(); m != nil {
+		m.Close()
+	}
 	if err := d.nft.Close(); err != nil {
 		d.log.Error("close the nftables connection", "err", err)
 	}
@@ -241,6 +238,20 @@ func (d *Applier) Close() {
 
 // syncBFD makes the sessions those of peers; a session that cannot start fails its object.
 func (d *Applier) syncBFD(peers []dataplane.BFDPeer) map[dataplane.Origin]error {
+	m := d.bfdManager()
+	if m == nil && len(peers) == 0 {
+		return nil
+	}
+	if m == nil {
+		var err error
+		if m, err = d.startBFD(); err != nil {
+			failed := map[dataplane.Origin]error{}
+			for _, p := range peers {
+				failed[p.Origin] = fmt.Errorf("BFD: %w", err)
+			}
+			return failed
+		}
+	}
 	want := make([]bfd.Config, 0, len(peers))
 	owners := map[bfd.Key][]dataplane.Origin{}
 	for _, p := range peers {
@@ -252,7 +263,7 @@ func (d *Applier) syncBFD(peers []dataplane.BFDPeer) map[dataplane.Origin]error 
 		owners[c.Key()] = append(owners[c.Key()], p.Origin)
 	}
 	failed := map[dataplane.Origin]error{}
-	for k, err := range d.bfd.Sync(want) {
+	for k, err := range m.Sync(want) {
 		for _, o := range owners[k] {
 			failed[o] = errors.Join(failed[o], fmt.Errorf("BFD session to %s: %w", k.Peer, err))
 		}
@@ -263,10 +274,62 @@ func (d *Applier) syncBFD(peers []dataplane.BFDPeer) map[dataplane.Origin]error 
 // bfdUp reports whether the BFD session to a gateway is Up.
 func (d *Applier) bfdUp() func(netip.Addr) bool {
 	up := map[netip.Addr]bool{}
-	for _, s := range d.bfd.Sessions() {
+	m := d.bfdManager()
+	if m == nil {
+		return func(netip.Addr) bool { return false }
+	}
+	for _, s := range m.Sessions() {
 		if s.State == bfd.Up {
 			up[s.Key.Peer] = true
 		}
 	}
 	return func(peer netip.Addr) bool { return up[peer] }
+}
+
+func (d *Applier) bfdManager() *bfd.Manager {
+	d.bfdMu.Lock()
+	defer d.bfdMu.Unlock()
+	return d.bfd
+}
+
+// startBFD starts the sessions' manager; each session state change triggers a sync, so that a
+// gateway Down leaves its nexthop groups at once.
+func (d *Applier) startBFD() (*bfd.Manager, error) {
+	m, err := bfd.New(d.log.With("facility", "bfd"))
+	if err != nil {
+		return nil, err
+	}
+	d.bfdMu.Lock()
+	d.bfd = m
+	d.bfdMu.Unlock()
+	transitions, unsubscribe := m.Subscribe()
+	go func() {
+		defer unsubscribe()
+		for {
+			select {
+			case <-d.done:
+				return
+			case <-transitions:
+			}
+			select {
+			case d.changed <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return m, nil
+}
+
+// bfdCollector exports the BFD metrics once sessions run (an unchecked collector: the series
+// exist only then).
+type bfdCollector struct{ d *Applier }
+
+func (bfdCollector) Describe(chan<- *prometheus.Desc) {}
+
+func (c bfdCollector) Collect(ch chan<- prometheus.Metric) {
+	if m := c.d.bfdManager(); m != nil {
+		for _, col := range m.Collectors() {
+			col.Collect(ch)
+		}
+	}
 }

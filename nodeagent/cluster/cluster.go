@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/watchers"
@@ -59,6 +60,27 @@ func HostAddresses(n *corev1.Node) []netip.Addr {
 		}
 		if ip, err := netip.ParseAddr(a.Address); err == nil {
 			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// Networks are the cluster networks: those of the flags, and the service networks the cluster
+// declares in ServiceCIDR objects (a cluster may add some after the agent started).
+func Networks(snap *watchers.Snapshot, flags []netip.Prefix) []netip.Prefix {
+	out := slices.Clone(flags)
+	if snap.ServiceCIDRs == nil {
+		return out
+	}
+	cidrs, err := snap.ServiceCIDRs.List(labels.Everything())
+	if err != nil {
+		return out
+	}
+	for _, c := range cidrs {
+		for _, s := range c.Spec.CIDRs {
+			if p, err := netip.ParsePrefix(s); err == nil && !slices.Contains(out, p.Masked()) {
+				out = append(out, p.Masked())
+			}
 		}
 	}
 	return out
