@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -233,103 +232,5 @@ func (d *Applier) Close() {
 	}
 	if err := d.nft.Close(); err != nil {
 		d.log.Error("close the nftables connection", "err", err)
-	}
-}
-
-// syncBFD makes the sessions those of peers; a session that cannot start fails its object.
-func (d *Applier) syncBFD(peers []dataplane.BFDPeer) map[dataplane.Origin]error {
-	m := d.bfdManager()
-	if m == nil && len(peers) == 0 {
-		return nil
-	}
-	if m == nil {
-		var err error
-		if m, err = d.startBFD(); err != nil {
-			failed := map[dataplane.Origin]error{}
-			for _, p := range peers {
-				failed[p.Origin] = fmt.Errorf("BFD: %w", err)
-			}
-			return failed
-		}
-	}
-	want := make([]bfd.Config, 0, len(peers))
-	owners := map[bfd.Key][]dataplane.Origin{}
-	for _, p := range peers {
-		c := bfd.Config{Peer: p.Peer, Interface: p.Interface,
-			Timers: bfd.Timers{DesiredMinTx: p.MinTx, RequiredMinRx: p.MinRx, DetectMult: p.Multiplier}}
-		if _, dup := owners[c.Key()]; !dup {
-			want = append(want, c)
-		}
-		owners[c.Key()] = append(owners[c.Key()], p.Origin)
-	}
-	failed := map[dataplane.Origin]error{}
-	for k, err := range m.Sync(want) {
-		for _, o := range owners[k] {
-			failed[o] = errors.Join(failed[o], fmt.Errorf("BFD session to %s: %w", k.Peer, err))
-		}
-	}
-	return failed
-}
-
-// bfdUp reports whether the BFD session to a gateway is Up.
-func (d *Applier) bfdUp() func(netip.Addr) bool {
-	up := map[netip.Addr]bool{}
-	m := d.bfdManager()
-	if m == nil {
-		return func(netip.Addr) bool { return false }
-	}
-	for _, s := range m.Sessions() {
-		if s.State == bfd.Up {
-			up[s.Key.Peer] = true
-		}
-	}
-	return func(peer netip.Addr) bool { return up[peer] }
-}
-
-func (d *Applier) bfdManager() *bfd.Manager {
-	d.bfdMu.Lock()
-	defer d.bfdMu.Unlock()
-	return d.bfd
-}
-
-// startBFD starts the sessions' manager; each session state change triggers a sync, so that a
-// gateway Down leaves its nexthop groups at once.
-func (d *Applier) startBFD() (*bfd.Manager, error) {
-	m, err := bfd.New(d.log.With("facility", "bfd"))
-	if err != nil {
-		return nil, err
-	}
-	d.bfdMu.Lock()
-	d.bfd = m
-	d.bfdMu.Unlock()
-	transitions, unsubscribe := m.Subscribe()
-	go func() {
-		defer unsubscribe()
-		for {
-			select {
-			case <-d.done:
-				return
-			case <-transitions:
-			}
-			select {
-			case d.changed <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	return m, nil
-}
-
-// bfdCollector exports the BFD metrics once sessions run (an unchecked collector: the series
-// exist only then).
-type bfdCollector struct{ d *Applier }
-
-func (bfdCollector) Describe(chan<- *prometheus.Desc) {}
-
-func (c bfdCollector) Collect(ch chan<- prometheus.Metric) {
-	if m := c.d.bfdManager(); m != nil {
-		for _, col := range m.Collectors() {
-			col.Collect(ch)
-		}
 	}
 }
