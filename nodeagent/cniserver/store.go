@@ -176,7 +176,11 @@ func (s *Store) Applied(state *dataplane.State, res dataplane.Result) {
 		if p.Origin.Kind != cluster.KindPod {
 			continue
 		}
-		last[podKey{p.Origin.Namespace, p.Origin.Name}] = applied{ips: p.IPs}
+		// A pod may come as several entries (one per routing mark of its addresses).
+		k := podKey{p.Origin.Namespace, p.Origin.Name}
+		a := last[k]
+		a.ips = append(a.ips, p.IPs...)
+		last[k] = a
 	}
 	for o, err := range res.Failed {
 		for k, a := range last {
