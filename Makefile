@@ -7,7 +7,7 @@ IMAGE    ?= ghcr.io/egressd/egressd:$(VERSION)
 CLANG    ?= clang
 export EGRESSD_REQUIRE_PRIVILEGED ?= 0
 
-.PHONY: all build generate verify-generate deps controlplane-bin test test-unit bench-memory bench-bfd bench-firewall demo demo-down \
+.PHONY: all build generate verify-generate deps controlplane-bin test test-unit bench-memory bench-bfd bench-firewall bench-cni demo demo-down \
         controlplane-up controlplane-down image clean
 
 all: build
@@ -40,6 +40,9 @@ bench-memory: controlplane-bin ## agent RSS with 10,000 pods and 1,000 namespace
 
 bench-bfd: deps ## BFD: CPU of 200 sessions at 100ms x 3, detection time over 20 failures (root, FRR)
 	$(GO) test ./dataplane/bfd -run '^$$' -bench Privileged -benchtime 1x
+
+bench-cni: deps controlplane-bin ## time egressd-cni adds to a pod's CNI ADD: p50/p99 over 200 pods
+	$(GO) test ./test/e2e -run '^$$' -bench 'PrivilegedCNIAdd' -benchtime 1x -timeout 20m -v
 
 bench-firewall: deps controlplane-bin ## classifier ns/packet; 8000-rule apply time; change latency with 1000 namespaces; UDP throughput ratio
 	$(GO) test ./dataplane/classifier -run '^$$' -bench Privileged -benchtime 2000000x

@@ -39,6 +39,14 @@ type Reporter interface {
 	Report(objects map[dataplane.Origin]error, res dataplane.Result)
 }
 
+// Announced pods are merged into what a sync compiles from; after the apply, Applied is told
+// the state and its result.
+type Announced interface {
+	// Overlay returns the snapshot to compile from and the announced pods of this node.
+	Overlay(snap *watchers.Snapshot) (*watchers.Snapshot, []*corev1.Pod)
+	Applied(state *dataplane.State, res dataplane.Result)
+}
+
 // SyncLoop recomputes the whole desired state after any change and applies it.
 type SyncLoop struct {
 	Node string
@@ -68,6 +76,9 @@ type SyncLoop struct {
 	MarkMask uint32
 	// Recorder, when set, records the compile steps' events (EgressIP's UndefinedRequest).
 	Recorder EventRecorder
+	// Announced, when set, supplies pods announced before their Pod objects show them (the CNI
+	// plugin's ADD) and learns the outcome of every sync (nodeagent/cniserver.Store).
+	Announced Announced
 
 	synced    atomic.Bool
 	firewalls egressfirewall.Compiler
@@ -155,9 +166,13 @@ func (l *SyncLoop) sync(ctx context.Context) {
 		since = l.PendingSince()
 	}
 	networks := cluster.Networks(l.Snapshot, l.ClusterNetworks)
-	in := &cluster.Input{Snap: l.Snapshot, Node: l.Node, Networks: networks, Lookup: l.DNS.Lookup}
+	snap, announced := l.Snapshot, []*corev1.Pod(nil)
+	if l.Announced != nil {
+		snap, announced = l.Announced.Overlay(l.Snapshot)
+	}
+	in := &cluster.Input{Snap: snap, Node: l.Node, Networks: networks, Lookup: l.DNS.Lookup}
 	l.compile("pods", func() error {
-		pods, err := cluster.LocalPods(l.Snapshot, l.Node)
+		pods, err := cluster.LocalPods(snap, l.Node, announced...)
 		if err == nil {
 			l.parts.pods = pods
 		}
@@ -198,6 +213,9 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	l.Metrics.SyncDuration.WithLabelValues("apply").Observe(time.Since(start).Seconds())
 	if !since.IsZero() {
 		l.Metrics.Latency.Observe(time.Since(since).Seconds())
+	}
+	if l.Announced != nil {
+		l.Announced.Applied(&state, res)
 	}
 	l.logFailures(res.Failed)
 	if applyFailed(objects, res.Failed) {

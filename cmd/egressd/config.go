@@ -18,6 +18,7 @@ import (
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/routing"
+	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
 	"github.com/egressd/egressd/nodeagent/reachability"
 )
 
@@ -46,6 +47,7 @@ type config struct {
 	markMask         uint32
 	routing          routing.Config
 	healthPort       uint16
+	cniSocket        string
 }
 
 // prefixList is a comma-separated list of CIDRs, v4 and/or v6.
@@ -114,6 +116,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.routing.TableCount, "route-table-count", c.routing.TableCount, "size of egressd's routing table range")
 	fs.Uint16Var(&c.healthPort, "egressip-health-port", reachability.DefaultPort, "port of the gRPC health service (Service_Egress_IP) the leader probes on every egress node, as upstream")
 	ignore := fs.String("status-ignore-nodes", "", "label selector of nodes egressd does not run on: they are not waited for in the aggregate status of EgressFirewall and EgressQoS")
+	fs.StringVar(&c.cniSocket, "cni-socket", cniapi.DefaultSocket, "unix socket on which egressd's chained CNI plugin (egressd-cni) hands over new pods; \"\" disables")
 	fs.IntVarP(&c.verbosity, "v", "v", 0, "log verbosity: 0 info, 1 debug, higher adds client-go detail")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or text")
 	fs.Usage = func() {} // an error is one line; the full usage only on --help

@@ -34,9 +34,10 @@ import (
 	"github.com/egressd/egressd/dataplane/kernel"
 	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/nodeagent"
-	"github.com/egressd/egressd/nodeagent/status"
+	"github.com/egressd/egressd/nodeagent/cniserver"
 	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/nodeagent/reachability"
+	"github.com/egressd/egressd/nodeagent/status"
 	"github.com/egressd/egressd/watchers"
 	"github.com/egressd/egressd/watchers/dnsnames"
 )
@@ -133,6 +134,18 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	egressIPs := &egressip.Controller{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true), Probes: prober,
 		HealthPort: cfg.healthPort, Recorder: recorder, Log: log.With("component", "egressip-controller")}
 
+	// The CNI socket is served before the caches sync: a plugin's ADD waits for the first sync.
+	if cfg.cniSocket != "" {
+		store := cniserver.NewStore()
+		loop.Announced = store
+		loop.Triggers = append(loop.Triggers, store.Changed())
+		cs := &cniserver.Server{Node: cfg.nodeName, Store: store, Pods: w.Snapshot().Pods, Kube: kube,
+			Synced: loop.Synced, Log: log.With("component", "cni")}
+		if err := cs.Listen(cfg.cniSocket); err != nil {
+			return err
+		}
+		defer cs.Close()
+	}
 	servers, err := serve(cfg, metrics, loop, log)
 	if err != nil {
 		return err

@@ -13,15 +13,27 @@ import (
 
 // LocalPods lists the pods of a node that egressd classifies: running on the pod network (not
 // hostNetwork), not finished, with addresses. An address reused while its old pod is still
-// terminating belongs to the pod that is not being deleted, else to the newest.
-func LocalPods(snap *watchers.Snapshot, node string) ([]dataplane.Pod, error) {
+// terminating belongs to the pod that is not being deleted, else to the newest. Announced pods
+// (the CNI plugin's, with their addresses before the Pod object shows them) replace the node's
+// pods of the same name, or add to them.
+func LocalPods(snap *watchers.Snapshot, node string, announced ...*corev1.Pod) ([]dataplane.Pod, error) {
 	objs, err := snap.PodIndex.ByIndex(watchers.PodsByNode, node)
 	if err != nil {
 		return nil, fmt.Errorf("pods of node %s: %w", node, err)
 	}
-	pods := make([]*corev1.Pod, 0, len(objs))
+	candidates := make([]*corev1.Pod, 0, len(objs)+len(announced))
+	replaced := map[[2]string]bool{}
+	for _, pod := range announced {
+		replaced[[2]string{pod.Namespace, pod.Name}] = true
+		candidates = append(candidates, pod)
+	}
 	for _, o := range objs {
-		pod := o.(*corev1.Pod)
+		if pod := o.(*corev1.Pod); !replaced[[2]string{pod.Namespace, pod.Name}] {
+			candidates = append(candidates, pod)
+		}
+	}
+	pods := make([]*corev1.Pod, 0, len(candidates))
+	for _, pod := range candidates {
 		if pod.Spec.HostNetwork || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}

@@ -5,6 +5,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"net"
@@ -153,6 +154,8 @@ func Launch(o Options) (*Process, error) {
 		"--leader-election-renew-deadline", "3s",
 		"--leader-election-retry-period", "500ms",
 		"--log-format", "text",
+		// Its own CNI socket (o.Args may set another): agents of a test share the filesystem.
+		"--cni-socket", shortSocket(o.LogDir, o.Node),
 	}, o.Args...)
 	if len(o.Wrap) == 0 {
 		// Agents sharing the test's network namespace must not compete for the health port;
@@ -173,6 +176,12 @@ func Launch(o Options) (*Process, error) {
 	}
 	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.done) }()
 	return p, nil
+}
+
+// shortSocket is a socket path unique to a log directory and node that fits in sun_path.
+func shortSocket(dir, node string) string {
+	h := sha256.Sum256([]byte(dir + "\x00" + node))
+	return filepath.Join(os.TempDir(), fmt.Sprintf("egressd-cni-%x.sock", h[:8]))
 }
 
 // Log returns the agent's log so far.

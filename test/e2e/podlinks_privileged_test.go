@@ -76,7 +76,11 @@ func TestPrivilegedPodInterfacesGetTheClassifier(t *testing.T) {
 	if r := a.TCP("203.0.113.10:443"); r.Outcome != lab.OK {
 		t.Fatalf("agent down: %s", r)
 	}
-	d := add(routed, "d") // created while the agent is down
+	// Created while the agent is down: its egressd-cni fails open (fail closed would fail the ADD).
+	d, err := routed.AddPod(ctx, ns, "d", lab.PodOptions{CNIFailOpen: true, CNITimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := routed.StartAgent(ctx); err != nil {
 		t.Fatal(err)
 	}

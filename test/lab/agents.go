@@ -117,7 +117,8 @@ func (n *Node) StartAgent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	args := []string{"--cluster-cidr", fmt.Sprintf("%s,%s", ClusterCIDRs[0], ClusterCIDRs[1]), "--service-cidr", fmt.Sprintf("%s,%s", ServiceCIDRs[0], ServiceCIDRs[1])}
+	n.agentStarted = true
+	args := []string{"--cni-socket", n.CNISocket(), "--cluster-cidr", fmt.Sprintf("%s,%s", ClusterCIDRs[0], ClusterCIDRs[1]), "--service-cidr", fmt.Sprintf("%s,%s", ServiceCIDRs[0], ServiceCIDRs[1])}
 	p, err := agent.Launch(agent.Options{
 		Binary: binPath, LogDir: n.lab.Dir, Node: n.Name, Kubeconfig: kubeconfig,
 		LeaderNamespace: n.lab.LeaderNamespace(), PinRoot: PinRoot(n.lab.ID, n.Name),

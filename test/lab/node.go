@@ -30,6 +30,9 @@ type Node struct {
 	Agent  *agent.Process
 	lab    *Lab
 	podSeq int
+	// agentStarted: egressd was started on the node, so its plugin is in the node's CNI chain
+	// (the DaemonSet installs it), whether the agent still runs or not.
+	agentStarted bool
 }
 
 func (l *Lab) addNode(ctx context.Context, i int) (*Node, error) {

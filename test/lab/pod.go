@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
+	current "github.com/containernetworking/cni/pkg/types/100"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 
@@ -21,12 +23,8 @@ import (
 	"github.com/egressd/egressd/test/netns"
 )
 
-// hostVethMAC is the MAC of every host-side pod veth on routed nodes (as Calico does), so
-// that pods can have a static neighbour entry for their gateway.
-const hostVethMAC = "ee:ee:ee:ee:ee:ee"
-
-// Pod is a lab pod: a namespace with eth0 wired to its node by the node's CNI shape, and the
-// Pod object the lab keeps as kubelet would.
+// Pod is a lab pod: a namespace whose eth0 the node's CNI chain created (libcni, as a container
+// runtime), and the Pod object the lab keeps as kubelet would.
 type Pod struct {
 	Namespace, Name string
 	Node            *Node
@@ -34,81 +32,110 @@ type Pod struct {
 	IPv4, IPv6      netip.Addr
 	// HostLink is the node-side interface of the pod's veth.
 	HostLink string
-	obs      *observer
+	// Sandbox is the CNI_CONTAINERID of the pod's sandbox.
+	Sandbox string
+	// CNIAdd is how long the chain's ADD took, and CNIPlugins how long each plugin ran in it
+	// (by "<plugin> <command>", e.g. "egressd-cni ADD").
+	CNIAdd     time.Duration
+	CNIPlugins map[string]time.Duration
+	obs        *observer
+	cni        *libcni.CNIConfig
+	conf       *libcni.NetworkConfigList
+	rt         *libcni.RuntimeConf
 }
 
 // PodOptions of AddPod.
 type PodOptions struct {
 	Labels map[string]string
+	// CNIFailOpen sets failOpen in egressd-cni's config for this pod's ADD (a node whose
+	// agent is down still creates it).
+	CNIFailOpen bool
+	// CNITimeout is egressd-cni's timeout for this pod (default 10 s).
+	CNITimeout time.Duration
+	// WithoutEgressdCNI leaves egressd-cni out of the chain (the pod is found from the API only).
+	WithoutEgressdCNI bool
+	// Started, when set, runs in the pod's namespace the instant the CNI ADD returned, before
+	// the Pod object's status is written (a container that sends at once).
+	Started func(p *Pod)
 }
 
-// AddPod creates a pod on the node: its namespace and wiring, then the Pod object with status
-// Running, Ready and its IPs.
+// AddPod does what kubelet and a container runtime do for a pod bound to the node: the Pod
+// object first, then the sandbox (a namespace) and its network from the node's CNI chain, then
+// the object's status (Running, Ready, its IPs). A failed CNI ADD is cleaned up as a runtime
+// does (CNI DEL, the namespace and, here, the Pod object) and returned.
 func (n *Node) AddPod(ctx context.Context, namespace, name string, o PodOptions) (*Pod, error) {
 	n.lab.mu.Lock()
 	n.podSeq++
-	k := n.podSeq + 1 // .1 is the bridge gateway on bridged nodes
+	k := n.podSeq
 	n.lab.mu.Unlock()
-	p := &Pod{
-		Namespace: namespace, Name: name, Node: n, HostLink: fmt.Sprintf("lv%d", k),
-		IPv4: nth(n.PodV4, k), IPv6: nth(n.PodV6, k),
+	p := &Pod{Namespace: namespace, Name: name, Node: n, Sandbox: fmt.Sprintf("lab-%s-%d-%d", n.lab.ID, n.Index, k),
+		CNIPlugins: map[string]time.Duration{}}
+	created, err := p.create(ctx, o)
+	if err != nil {
+		return nil, err
 	}
-	var err error
 	if p.NS, err = n.lab.newNS(fmt.Sprintf("p%d-%d", n.Index, k)); err != nil {
 		return nil, err
 	}
-	if err := netns.Link(n.NS, p.HostLink, p.NS, "eth0"); err != nil {
+	if err := p.addNetwork(ctx, created, o); err != nil {
+		_ = p.Delete(context.Background())
 		return nil, err
 	}
-	var nodeScript, podScript []string
-	switch n.CNI {
-	case Routed:
-		nodeScript = []string{
-			"ip link set " + p.HostLink + " address " + hostVethMAC,
-			"ip addr add fe80::1/64 dev " + p.HostLink + " nodad",
-			fmt.Sprintf("ip route add %s/32 dev %s", p.IPv4, p.HostLink),
-			fmt.Sprintf("ip -6 route add %s/128 dev %s", p.IPv6, p.HostLink),
-		}
-		podScript = []string{
-			fmt.Sprintf("ip addr add %s/32 dev eth0", p.IPv4),
-			fmt.Sprintf("ip addr add %s/128 dev eth0 nodad", p.IPv6),
-			"ip route add 169.254.1.1 dev eth0 scope link",
-			"ip neigh add 169.254.1.1 lladdr " + hostVethMAC + " dev eth0 nud permanent",
-			"ip neigh add fe80::1 lladdr " + hostVethMAC + " dev eth0 nud permanent",
-			"ip route add default via 169.254.1.1 dev eth0",
-			"ip -6 route add default via fe80::1 dev eth0",
-		}
-	case Bridged:
-		nodeScript = []string{"ip link set " + p.HostLink + " master cni0"}
-		podScript = []string{
-			fmt.Sprintf("ip addr add %s/24 dev eth0", p.IPv4),
-			fmt.Sprintf("ip addr add %s/64 dev eth0 nodad", p.IPv6),
-			fmt.Sprintf("ip route add default via %s", gateway(n.PodV4)),
-			fmt.Sprintf("ip -6 route add default via %s", gateway(n.PodV6)),
-		}
+	if o.Started != nil {
+		o.Started(p)
 	}
-	if err := n.NS.Script(nodeScript...); err != nil {
-		return nil, err
-	}
-	if err := p.NS.Script(podScript...); err != nil {
-		return nil, err
-	}
-	if err := p.register(ctx, o); err != nil {
+	if err := p.setStatus(ctx, created); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-// nth is the k-th address of a prefix.
-func nth(p netip.Prefix, k int) netip.Addr {
-	a := p.Addr()
-	for range k {
-		a = a.Next()
+// addNetwork runs the node's chain for the sandbox and reads the pod's addresses and veth.
+func (p *Pod) addNetwork(ctx context.Context, obj *corev1.Pod, o PodOptions) error {
+	var err error
+	if p.conf, err = p.Node.conflist(o); err != nil {
+		return err
 	}
-	return a
+	if p.cni, err = p.Node.cniConfig(p.CNIPlugins); err != nil {
+		return err
+	}
+	p.rt = &libcni.RuntimeConf{
+		ContainerID: p.Sandbox, NetNS: p.NS.Path(), IfName: "eth0",
+		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", p.Namespace}, {"K8S_POD_NAME", p.Name},
+			{"K8S_POD_INFRA_CONTAINER_ID", p.Sandbox}, {"K8S_POD_UID", string(obj.UID)}},
+	}
+	start := time.Now()
+	res, err := p.cni.AddNetworkList(ctx, p.conf, p.rt)
+	p.CNIAdd = time.Since(start)
+	if err != nil {
+		return fmt.Errorf("CNI ADD of pod %s/%s on %s: %w", p.Namespace, p.Name, p.Node.Name, err)
+	}
+	r, err := current.NewResultFromResult(res)
+	if err != nil {
+		return err
+	}
+	for _, ip := range r.IPs {
+		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok {
+			if a = a.Unmap(); a.Is4() {
+				p.IPv4 = a
+			} else {
+				p.IPv6 = a
+			}
+		}
+	}
+	for _, i := range r.Interfaces {
+		if i.Sandbox == "" && i.Name != "cni0" {
+			p.HostLink = i.Name
+		}
+	}
+	if !p.IPv4.IsValid() || !p.IPv6.IsValid() || p.HostLink == "" {
+		return fmt.Errorf("CNI ADD of pod %s/%s: result without both addresses or a host interface: %s", p.Namespace, p.Name, r)
+	}
+	return nil
 }
 
-func (p *Pod) register(ctx context.Context, o PodOptions) error {
+// create creates the Pod object, bound to the node, without status.
+func (p *Pod) create(ctx context.Context, o PodOptions) (*corev1.Pod, error) {
 	c := p.Node.lab.Client.CoreV1().Pods(p.Namespace)
 	obj := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, Labels: o.Labels},
@@ -119,7 +146,7 @@ func (p *Pod) register(ctx context.Context, o PodOptions) error {
 	}
 	created, err := c.Create(ctx, obj, metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("create Pod %s/%s: %w", p.Namespace, p.Name, err)
+		return nil, fmt.Errorf("create Pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	// Gone with the lab, at once: the next lab reuses node names and pod addresses, and must not
 	// meet pods of this one waiting for their namespace's deletion.
@@ -127,6 +154,11 @@ func (p *Pod) register(ctx context.Context, o PodOptions) error {
 		zero := int64(0)
 		_ = c.Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &created.UID}})
 	})
+	return created, nil
+}
+
+// setStatus writes what kubelet reports of a started pod.
+func (p *Pod) setStatus(ctx context.Context, created *corev1.Pod) error {
 	now := metav1.Now()
 	created.Status = corev1.PodStatus{
 		Phase:  corev1.PodRunning,
@@ -140,18 +172,33 @@ func (p *Pod) register(ctx context.Context, o PodOptions) error {
 		},
 		StartTime: &now,
 	}
-	_, err = c.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	_, err := p.Node.lab.Client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{})
 	return err
 }
 
-// Delete removes the Pod object and the pod's namespace (and so its veth).
+// CheckNetwork runs the chain's CNI CHECK for the pod's sandbox, as a runtime does.
+func (p *Pod) CheckNetwork(ctx context.Context) error {
+	return p.cni.CheckNetworkList(ctx, p.conf, p.rt)
+}
+
+// Delete tears the pod down as kubelet and the runtime do: CNI DEL of its sandbox, the Pod
+// object, its namespace (and so its veth).
 func (p *Pod) Delete(ctx context.Context) error {
+	var errs []error
+	if p.cni != nil {
+		if err := p.cni.DelNetworkList(ctx, p.conf, p.rt); err != nil {
+			errs = append(errs, fmt.Errorf("CNI DEL: %w", err))
+		}
+	}
 	zero := int64(0)
 	err := p.Node.lab.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	if p.obs != nil {
 		p.obs.close()
 	}
-	return errors.Join(err, p.NS.Delete())
+	if p.NS != nil {
+		errs = append(errs, p.NS.Delete())
+	}
+	return errors.Join(append(errs, err)...)
 }
 
 // Serve runs the observing TCP and UDP servers in the pod (for pod-to-pod checks).

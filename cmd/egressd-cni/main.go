@@ -1,0 +1,283 @@
+// Command egressd-cni is egressd's chained CNI plugin (CNI spec 1.0 and 1.1). Listed after the
+// primary plugin in a conflist, on ADD it hands the new pod (namespace and name from CNI_ARGS,
+// sandbox, prevResult's addresses and interfaces) to the node's egressd over a unix socket and
+// returns only once egressd has programmed the pod (EgressFirewall, EgressQoS, EgressIP
+// steering), so the pod's first packet is already under policy; then it returns prevResult
+// unchanged. DEL tells egressd to forget the sandbox and always succeeds; CHECK asks egressd
+// whether it holds the pod with prevResult's addresses; GC forwards the runtime's list of valid
+// sandboxes; STATUS reports whether egressd answers.
+//
+// When egressd does not answer within "timeout", ADD, CHECK and STATUS fail (fail closed: the
+// runtime retries the sandbox) unless the network config sets "failOpen": true.
+//
+//	{"type": "egressd-cni", "socket": "/run/egressd/cni.sock", "timeout": "10s", "failOpen": false}
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	cniversion "github.com/containernetworking/cni/pkg/version"
+
+	"github.com/egressd/egressd/internal/version"
+	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
+)
+
+// defaultTimeout bounds a call when the config sets none: the kubelet's runtime calls are
+// bounded too (minutes), and a sandbox that fails is retried.
+const defaultTimeout = 10 * time.Second
+
+// retryEvery is the pause between attempts to reach an egressd that does not answer (restarting).
+const retryEvery = 50 * time.Millisecond
+
+// netConf is the plugin's network configuration.
+type netConf struct {
+	types.PluginConf
+	// Socket is egressd's unix socket (egressd --cni-socket).
+	Socket string `json:"socket,omitempty"`
+	// Timeout bounds each call, reaching egressd and waiting for it (a Go duration).
+	Timeout string `json:"timeout,omitempty"`
+	// FailOpen lets ADD, CHECK and STATUS succeed when egressd does not answer in time.
+	FailOpen bool `json:"failOpen,omitempty"`
+
+	timeout time.Duration
+}
+
+// k8sArgs are the CNI_ARGS a Kubernetes runtime passes.
+type k8sArgs struct {
+	types.CommonArgs
+	K8S_POD_NAMESPACE          types.UnmarshallableString //nolint:revive // the runtime's names
+	K8S_POD_NAME               types.UnmarshallableString //nolint:revive
+	K8S_POD_INFRA_CONTAINER_ID types.UnmarshallableString //nolint:revive
+	K8S_POD_UID                types.UnmarshallableString //nolint:revive
+}
+
+func main() {
+	skel.PluginMainFuncs(skel.CNIFuncs{Add: cmdAdd, Del: cmdDel, Check: cmdCheck, GC: cmdGC, Status: cmdStatus},
+		cniversion.PluginSupports("1.0.0", "1.1.0"), "egressd-cni "+version.String()+": hands new pods to egressd before they run")
+}
+
+func parseConf(stdin []byte, needPrev bool) (*netConf, error) {
+	c := &netConf{}
+	if err := json.Unmarshal(stdin, c); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, "egressd-cni: decode network config", err.Error())
+	}
+	if c.Socket == "" {
+		c.Socket = cniapi.DefaultSocket
+	}
+	c.timeout = defaultTimeout
+	if c.Timeout != "" {
+		d, err := time.ParseDuration(c.Timeout)
+		if err != nil || d <= 0 {
+			return nil, types.NewError(types.ErrInvalidNetworkConfig, "egressd-cni: invalid timeout", fmt.Sprintf("%q: want a positive Go duration like 10s", c.Timeout))
+		}
+		c.timeout = d
+	}
+	if err := cniversion.ParsePrevResult(&c.PluginConf); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, "egressd-cni: decode prevResult", err.Error())
+	}
+	if needPrev && c.PrevResult == nil {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, "egressd-cni: no prevResult",
+			"egressd-cni is a chained plugin: list it after the plugin that creates the pod's interface")
+	}
+	return c, nil
+}
+
+// request is the call for egressd: the pod from CNI_ARGS, the sandbox, prevResult's addresses.
+func request(args *skel.CmdArgs, c *netConf, strict bool) (*cniapi.Request, error) {
+	var k k8sArgs
+	k.IgnoreUnknown = true
+	if err := types.LoadArgs(args.Args, &k); err != nil {
+		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, "egressd-cni: parse CNI_ARGS", err.Error())
+	}
+	req := &cniapi.Request{ContainerID: args.ContainerID, Netns: args.Netns, IfName: args.IfName,
+		Namespace: string(k.K8S_POD_NAMESPACE), Name: string(k.K8S_POD_NAME), UID: string(k.K8S_POD_UID),
+		Timeout: c.timeout * 9 / 10} // egressd's answer "not in time" arrives before the plugin gives up
+	if strict && (req.Namespace == "" || req.Name == "") {
+		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, "egressd-cni: CNI_ARGS lack K8S_POD_NAMESPACE or K8S_POD_NAME",
+			"egressd-cni serves Kubernetes pods: the runtime must pass the pod's namespace and name")
+	}
+	if c.PrevResult == nil {
+		return req, nil
+	}
+	prev, err := current.NewResultFromResult(c.PrevResult)
+	if err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, "egressd-cni: convert prevResult", err.Error())
+	}
+	for _, i := range prev.Interfaces {
+		req.Interfaces = append(req.Interfaces, cniapi.Interface{Name: i.Name, Mac: i.Mac, Sandbox: i.Sandbox})
+	}
+	for _, ip := range prev.IPs {
+		a, ok := netip.AddrFromSlice(ip.Address.IP)
+		if !ok {
+			continue
+		}
+		ones, _ := ip.Address.Mask.Size()
+		x := cniapi.IP{Address: netip.PrefixFrom(a.Unmap(), ones)}
+		if ip.Interface != nil && *ip.Interface >= 0 && *ip.Interface < len(prev.Interfaces) {
+			x.Interface = prev.Interfaces[*ip.Interface].Name
+		}
+		req.IPs = append(req.IPs, x)
+	}
+	return req, nil
+}
+
+// unreachable is egressd not answering (no socket, refused, hung up).
+type unreachable struct{ err error }
+
+func (u unreachable) Error() string { return "egressd does not answer: " + u.err.Error() }
+
+// call sends one request to egressd, retrying while it does not answer, until the deadline.
+func call(ctx context.Context, socket, method, path string, body any) error {
+	client := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		},
+		DisableKeepAlives: true,
+	}}
+	payload, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	var lastErr error
+	for {
+		hreq, err := http.NewRequestWithContext(ctx, method, "http://egressd"+path, bytes.NewReader(payload))
+		if err != nil {
+			return err
+		}
+		hreq.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(hreq)
+		if err == nil {
+			defer resp.Body.Close()
+			var r cniapi.Response
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			if resp.StatusCode/100 == 2 {
+				return nil
+			}
+			if jerr := json.Unmarshal(b, &r); jerr != nil || r.Error == "" {
+				return types.NewError(types.ErrInternal, "egressd-cni: egressd answered "+resp.Status, string(b))
+			}
+			return types.NewError(r.Code, "egressd-cni: "+r.Error, "")
+		}
+		lastErr = err
+		// Not there (restarting), refused, or it hung up mid-call: try again until the deadline.
+		select {
+		case <-ctx.Done():
+			return unreachable{lastErr}
+		case <-time.After(retryEvery):
+		}
+	}
+}
+
+// outcome applies fail-open to an egressd that does not answer, or not in time.
+func outcome(err error, c *netConf, what string) error {
+	var u unreachable
+	var cerr *types.Error
+	if c.FailOpen && errors.As(err, &cerr) && (cerr.Code == cniapi.CodeTryAgainLater || cerr.Code == cniapi.CodeProgramFailed) {
+		fmt.Fprintf(os.Stderr, "egressd-cni: %s: %v; failOpen is set, going on\n", what, err)
+		return nil
+	}
+	if errors.As(err, &u) {
+		if c.FailOpen {
+			fmt.Fprintf(os.Stderr, "egressd-cni: %s: %v; failOpen is set, going on without egressd\n", what, err)
+			return nil
+		}
+		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("egressd-cni: %s: %v (fail closed; set failOpen in the plugin config to go on)", what, u.err),
+			"socket "+c.Socket)
+	}
+	return err
+}
+
+func cmdAdd(args *skel.CmdArgs) error {
+	c, err := parseConf(args.StdinData, true)
+	if err != nil {
+		return err
+	}
+	req, err := request(args, c, true)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	if err := outcome(call(ctx, c.Socket, http.MethodPost, cniapi.PathAdd, req), c, "ADD"); err != nil {
+		return err
+	}
+	return types.PrintResult(c.PrevResult, c.CNIVersion)
+}
+
+// cmdDel always succeeds once the config parses: a pod being torn down must not be held by
+// egressd, which forgets it from the API anyway.
+func cmdDel(args *skel.CmdArgs) error {
+	c, err := parseConf(args.StdinData, false)
+	if err != nil {
+		return err
+	}
+	req, err := request(args, c, false)
+	if err != nil {
+		req = &cniapi.Request{ContainerID: args.ContainerID}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(c.timeout, 2*time.Second))
+	defer cancel()
+	if err := call(ctx, c.Socket, http.MethodPost, cniapi.PathDel, req); err != nil {
+		fmt.Fprintf(os.Stderr, "egressd-cni: DEL: %v (ignored)\n", err)
+	}
+	return nil
+}
+
+func cmdCheck(args *skel.CmdArgs) error {
+	c, err := parseConf(args.StdinData, true)
+	if err != nil {
+		return err
+	}
+	req, err := request(args, c, true)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	return outcome(call(ctx, c.Socket, http.MethodPost, cniapi.PathCheck, req), c, "CHECK")
+}
+
+func cmdGC(args *skel.CmdArgs) error {
+	c, err := parseConf(args.StdinData, false)
+	if err != nil {
+		return err
+	}
+	gc := cniapi.GCRequest{Valid: []string{}}
+	for _, a := range c.ValidAttachments {
+		gc.Valid = append(gc.Valid, a.ContainerID)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(c.timeout, 2*time.Second))
+	defer cancel()
+	if err := call(ctx, c.Socket, http.MethodPost, cniapi.PathGC, gc); err != nil {
+		fmt.Fprintf(os.Stderr, "egressd-cni: GC: %v (ignored)\n", err)
+	}
+	return nil
+}
+
+func cmdStatus(args *skel.CmdArgs) error {
+	c, err := parseConf(args.StdinData, false)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(c.timeout, 2*time.Second))
+	defer cancel()
+	err = call(ctx, c.Socket, http.MethodGet, cniapi.PathStatus, nil)
+	var u unreachable
+	if errors.As(err, &u) && !c.FailOpen {
+		return types.NewError(cniapi.CodeNotAvailable, "egressd-cni: egressd does not answer", u.err.Error())
+	}
+	return outcome(err, c, "STATUS")
+}

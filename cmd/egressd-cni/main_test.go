@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/nodeagent/cniserver"
+)
+
+// Conformance of the plugin binary as a runtime calls it (environment, stdin, stdout, exit
+// code, error JSON), against the agent's real socket server whose "sync loop" is a goroutine
+// that applies every announced pod (or fails it) at once.
+
+var plugin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "egressd-cni-test-")
+	if err != nil {
+		panic(err)
+	}
+	plugin = filepath.Join(dir, "egressd-cni")
+	if out, err := exec.Command("go", "build", "-o", plugin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// agent serves the socket; fail makes every sync fail the pods.
+type agent struct {
+	socket string
+	store  *cniserver.Store
+	fail   bool
+}
+
+func startAgent(t *testing.T, fail bool) *agent {
+	t.Helper()
+	a := &agent{socket: filepath.Join(t.TempDir(), "cni.sock"), store: cniserver.NewStore(), fail: fail}
+	srv := &cniserver.Server{Node: "n", Store: a.store, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Synced: func() bool { return true }}
+	if err := srv.Listen(a.socket); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); srv.Close() })
+	go func() { // the sync loop: compile what is announced, apply it
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-a.store.Changed():
+			}
+			a.sync()
+		}
+	}()
+	a.sync()
+	return a
+}
+
+func (a *agent) sync() {
+	_, pods := a.store.Overlay(emptySnapshot())
+	var st dataplane.State
+	res := dataplane.Result{Failed: map[dataplane.Origin]error{}}
+	for _, p := range pods {
+		o := dataplane.Origin{Kind: cluster.KindPod, Namespace: p.Namespace, Name: p.Name}
+		dp := dataplane.Pod{Origin: o}
+		for _, ip := range p.Status.PodIPs {
+			dp.IPs = append(dp.IPs, netip.MustParseAddr(ip.IP))
+		}
+		st.Classifier.Pods = append(st.Classifier.Pods, dp)
+		if a.fail {
+			res.Failed[o] = fmt.Errorf("attach: no such interface")
+		}
+	}
+	a.store.Applied(&st, res)
+}
+
+const prevResult = `{"cniVersion":"1.1.0","interfaces":[{"name":"veth1","mac":"ee:ee:ee:ee:ee:ee"},{"name":"eth0","mac":"0a:00:00:00:00:01","sandbox":"/run/netns/x"}],
+"ips":[{"address":"10.244.0.5/24","gateway":"10.244.0.1","interface":1},{"address":"fd00:10:244::5/64","interface":1}],"routes":[{"dst":"0.0.0.0/0"}]}`
+
+func conf(socket string, extra string, prev bool) string {
+	c := `{"cniVersion":"1.1.0","name":"lab","type":"egressd-cni","socket":"` + socket + `"` + extra
+	if prev {
+		c += `,"prevResult":` + prevResult
+	}
+	return c + "}"
+}
+
+// run calls the plugin; it returns stdout and the CNI error (nil on exit 0).
+func run(t *testing.T, command, stdin, args string) (string, *types.Error) {
+	t.Helper()
+	cmd := exec.Command(plugin)
+	cmd.Env = []string{"CNI_COMMAND=" + command, "CNI_CONTAINERID=sandbox1", "CNI_NETNS=/run/netns/x", "CNI_IFNAME=eth0",
+		"CNI_PATH=/opt/cni/bin", "CNI_ARGS=" + args}
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if err == nil {
+		return out.String(), nil
+	}
+	var e types.Error
+	if jerr := json.Unmarshal(out.Bytes(), &e); jerr != nil {
+		t.Fatalf("%s failed (%v) without a CNI error on stdout: %q, stderr %q", command, err, out.String(), errb.String())
+	}
+	return out.String(), &e
+}
+
+const podArgs = "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web;K8S_POD_INFRA_CONTAINER_ID=sandbox1"
+
+func TestAddReturnsPrevResultOnceProgrammed(t *testing.T) {
+	a := startAgent(t, false)
+	out, cerr := run(t, "ADD", conf(a.socket, "", true), podArgs)
+	if cerr != nil {
+		t.Fatalf("ADD: %+v", cerr)
+	}
+	var got, want map[string]any
+	_ = json.Unmarshal([]byte(out), &got)
+	_ = json.Unmarshal([]byte(prevResult), &want)
+	g, _ := json.Marshal(got)
+	w, _ := json.Marshal(want)
+	if !bytes.Equal(g, w) {
+		t.Errorf("ADD printed %s, want prevResult unchanged %s", g, w)
+	}
+	// CHECK agrees with what the agent holds; DEL twice succeeds; CHECK then fails.
+	if _, cerr := run(t, "CHECK", conf(a.socket, "", true), podArgs); cerr != nil {
+		t.Errorf("CHECK after ADD: %+v", cerr)
+	}
+	for i := range 2 {
+		if _, cerr := run(t, "DEL", conf(a.socket, "", false), podArgs); cerr != nil {
+			t.Errorf("DEL %d: %+v", i+1, cerr)
+		}
+	}
+	if _, cerr := run(t, "CHECK", conf(a.socket, "", true), podArgs); cerr == nil || cerr.Code != 100 {
+		t.Errorf("CHECK after DEL: %+v, want code 100", cerr)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	a := startAgent(t, false)
+	failing := startAgent(t, true)
+	gone := filepath.Join(t.TempDir(), "none.sock")
+	cases := []struct {
+		name, command, stdin, args string
+		code                       uint
+	}{
+		{"ADD without prevResult (not chained)", "ADD", conf(a.socket, "", false), podArgs, types.ErrInvalidNetworkConfig},
+		{"ADD without the pod's name", "ADD", conf(a.socket, "", true), "K8S_POD_NAMESPACE=ns", types.ErrInvalidEnvironmentVariables},
+		{"ADD with a bad config", "ADD", `{"cniVersion":"1.1.0","name":"x","type":"egressd-cni",`, podArgs, types.ErrDecodingFailure},
+		{"ADD with a bad timeout", "ADD", conf(a.socket, `,"timeout":"soon"`, true), podArgs, types.ErrInvalidNetworkConfig},
+		{"ADD of an unsupported version", "ADD", strings.Replace(conf(a.socket, "", true), `"cniVersion":"1.1.0","name"`, `"cniVersion":"0.4.0","name"`, 1), podArgs, types.ErrIncompatibleCNIVersion},
+		{"ADD, egressd down: fail closed", "ADD", conf(gone, `,"timeout":"300ms"`, true), podArgs, types.ErrTryAgainLater},
+		{"ADD, egressd cannot program the pod", "ADD", conf(failing.socket, `,"timeout":"500ms"`, true), podArgs, 101},
+		{"CHECK, egressd down", "CHECK", conf(gone, `,"timeout":"300ms"`, true), podArgs, types.ErrTryAgainLater},
+		{"CHECK of an unknown pod", "CHECK", conf(a.socket, "", true), podArgs, 100},
+		{"STATUS, egressd down", "STATUS", conf(gone, `,"timeout":"300ms"`, false), "", 50},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, cerr := run(t, c.command, c.stdin, c.args)
+			if cerr == nil || cerr.Code != c.code {
+				t.Errorf("%+v, want CNI error code %d", cerr, c.code)
+			}
+		})
+	}
+}
+
+func TestFailOpenDelGCStatusVersion(t *testing.T) {
+	a := startAgent(t, false)
+	gone := filepath.Join(t.TempDir(), "none.sock")
+	if out, cerr := run(t, "ADD", conf(gone, `,"timeout":"300ms","failOpen":true`, true), podArgs); cerr != nil || !strings.Contains(out, "10.244.0.5") {
+		t.Errorf("ADD, egressd down, failOpen: %+v %s, want prevResult", cerr, out)
+	}
+	start := time.Now()
+	if _, cerr := run(t, "DEL", conf(gone, `,"timeout":"300ms"`, false), podArgs); cerr != nil {
+		t.Errorf("DEL with egressd down: %+v, want success", cerr)
+	}
+	t.Logf("DEL with egressd down took %s", time.Since(start).Round(time.Millisecond))
+	if _, cerr := run(t, "GC", `{"cniVersion":"1.1.0","name":"lab","type":"egressd-cni","socket":"`+a.socket+`","cni.dev/valid-attachments":[]}`, ""); cerr != nil {
+		t.Errorf("GC: %+v", cerr)
+	}
+	if _, cerr := run(t, "STATUS", conf(a.socket, "", false), ""); cerr != nil {
+		t.Errorf("STATUS: %+v", cerr)
+	}
+	out, cerr := run(t, "VERSION", `{"cniVersion":"1.1.0"}`, "")
+	if cerr != nil {
+		t.Fatal(cerr)
+	}
+	var v struct {
+		CNIVersion        string   `json:"cniVersion"`
+		SupportedVersions []string `json:"supportedVersions"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil || strings.Join(v.SupportedVersions, ",") != "1.0.0,1.1.0" {
+		t.Errorf("VERSION: %s (%v), want 1.0.0 and 1.1.0", out, err)
+	}
+}

@@ -1,0 +1,91 @@
+// Package cniapi is the wire protocol between egressd's chained CNI plugin (cmd/egressd-cni) and
+// the agent (nodeagent/cniserver): HTTP/1.1 with JSON bodies over a unix socket on the host.
+// It imports nothing but the standard library, so the plugin binary stays small and fast.
+//
+//	POST /v1/add    Request -> 200 Response once the pod is programmed, else an error status
+//	POST /v1/del    Request -> 200 (idempotent: an unknown sandbox is not an error)
+//	POST /v1/check  Request -> 200 if egressd holds the pod with these addresses, programmed
+//	POST /v1/gc     GCRequest -> 200 (forget every sandbox not listed)
+//	GET  /v1/status -> 200 once the agent has finished its first sync
+//
+// An error answer has a non-2xx status and a Response with Error set; Code is a CNI error code
+// the plugin returns as is.
+package cniapi
+
+import (
+	"net/netip"
+	"time"
+)
+
+// DefaultSocket is where the agent listens by default (egressd --cni-socket).
+const DefaultSocket = "/run/egressd/cni.sock"
+
+// Paths of the API.
+const (
+	PathAdd    = "/v1/add"
+	PathDel    = "/v1/del"
+	PathCheck  = "/v1/check"
+	PathGC     = "/v1/gc"
+	PathStatus = "/v1/status"
+)
+
+// Request is one CNI call for one pod sandbox.
+type Request struct {
+	// ContainerID is CNI_CONTAINERID: the sandbox.
+	ContainerID string `json:"containerID"`
+	// Netns is CNI_NETNS (may be empty on DEL).
+	Netns string `json:"netns,omitempty"`
+	// IfName is CNI_IFNAME.
+	IfName string `json:"ifName,omitempty"`
+	// Namespace and Name are the pod's, from CNI_ARGS K8S_POD_NAMESPACE and K8S_POD_NAME.
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// UID is K8S_POD_UID when the runtime passes it.
+	UID string `json:"uid,omitempty"`
+	// IPs are the pod's addresses from prevResult, with the interface each is on.
+	IPs []IP `json:"ips,omitempty"`
+	// Interfaces are prevResult's interfaces.
+	Interfaces []Interface `json:"interfaces,omitempty"`
+	// Timeout is how long the plugin waits; the agent gives up waiting for the pod to be
+	// programmed by then.
+	Timeout time.Duration `json:"timeout,omitempty"`
+}
+
+// IP is one pod address.
+type IP struct {
+	Address netip.Prefix `json:"address"`
+	// Interface is the name of the interface it is on (from prevResult), if known.
+	Interface string `json:"interface,omitempty"`
+}
+
+// Interface is one interface of prevResult.
+type Interface struct {
+	Name    string `json:"name"`
+	Mac     string `json:"mac,omitempty"`
+	Sandbox string `json:"sandbox,omitempty"`
+}
+
+// GCRequest lists the sandboxes the runtime still has (CNI 1.1 GC, cni.dev/valid-attachments).
+type GCRequest struct {
+	Valid []string `json:"valid"`
+}
+
+// Response answers every call.
+type Response struct {
+	// Error is set on failure, with a CNI error Code.
+	Error string `json:"error,omitempty"`
+	Code  uint   `json:"code,omitempty"`
+	// Programmed is when the pod's state was applied (ADD, CHECK).
+	Programmed time.Time `json:"programmed,omitzero"`
+}
+
+// CNI error codes used (https://www.cni.dev/docs/spec/#error).
+const (
+	CodeInvalidEnv    = 4   // CNI_ARGS lack the pod's namespace or name
+	CodeDecode        = 6   // a body could not be decoded
+	CodeInvalidConfig = 7   // plugin config or prevResult unusable
+	CodeTryAgainLater = 11  // egressd not reachable, or the pod not programmed in time
+	CodeNotAvailable  = 50  // STATUS: egressd not reachable or not synced
+	CodeCheckMismatch = 100 // CHECK: egressd does not hold the pod as prevResult has it
+	CodeProgramFailed = 101 // egressd tried and failed to program the pod (its error follows)
+)

@@ -1,0 +1,233 @@
+package cniserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
+)
+
+// DefaultWait bounds an ADD whose request carries no timeout.
+const DefaultWait = 10 * time.Second
+
+// getTimeout bounds the API GET of a pod the informer does not hold yet.
+const getTimeout = 2 * time.Second
+
+// Server serves the plugin's calls on a unix socket.
+type Server struct {
+	Node  string
+	Store *Store
+	// Pods is the informer's pod lister; Kube reads a pod it does not hold yet.
+	Pods corelisters.PodLister
+	Kube kubernetes.Interface
+	// Synced reports whether the agent finished its first sync (STATUS).
+	Synced func() bool
+	Log    *slog.Logger
+
+	http *http.Server
+}
+
+// Listen binds the socket (replacing a stale one) and serves until Close.
+func (s *Server) Listen(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale socket %s: %w", path, err)
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+cniapi.PathAdd, s.add)
+	mux.HandleFunc("POST "+cniapi.PathDel, s.del)
+	mux.HandleFunc("POST "+cniapi.PathCheck, s.check)
+	mux.HandleFunc("POST "+cniapi.PathGC, s.gc)
+	mux.HandleFunc("GET "+cniapi.PathStatus, s.status)
+	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := s.http.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.Log.Error("CNI socket", "err", err)
+		}
+	}()
+	s.Log.Info("serving", "socket", path, "what", "CNI plugin")
+	return nil
+}
+
+// Close stops serving; calls in flight end (the plugins see an error and fail closed).
+func (s *Server) Close() {
+	if s.http != nil {
+		s.http.Close()
+	}
+}
+
+func reply(w http.ResponseWriter, status int, r cniapi.Response) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(r)
+}
+
+func fail(w http.ResponseWriter, status int, code uint, format string, a ...any) {
+	reply(w, status, cniapi.Response{Code: code, Error: fmt.Sprintf(format, a...)})
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(v); err != nil {
+		fail(w, http.StatusBadRequest, cniapi.CodeDecode, "decode request: %v", err)
+		return false
+	}
+	return true
+}
+
+// sandboxIPs are the request's addresses on interfaces inside the sandbox (or on no named
+// interface), deduplicated.
+func sandboxIPs(req *cniapi.Request) []netip.Addr {
+	host := map[string]bool{}
+	for _, i := range req.Interfaces {
+		if i.Sandbox == "" {
+			host[i.Name] = true
+		}
+	}
+	var out []netip.Addr
+	for _, ip := range req.IPs {
+		a := ip.Address.Addr()
+		if !a.IsValid() || host[ip.Interface] {
+			continue
+		}
+		if !containsAll(out, []netip.Addr{a}) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (s *Server) add(w http.ResponseWriter, r *http.Request) {
+	var req cniapi.Request
+	if !decode(w, r, &req) {
+		return
+	}
+	if req.Namespace == "" || req.Name == "" || req.ContainerID == "" {
+		fail(w, http.StatusBadRequest, cniapi.CodeInvalidEnv, "the pod's namespace, name and sandbox are required (K8S_POD_NAMESPACE, K8S_POD_NAME, CNI_CONTAINERID)")
+		return
+	}
+	start := time.Now()
+	wait := req.Timeout
+	if wait <= 0 {
+		wait = DefaultWait
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	ips := sandboxIPs(&req)
+	if len(ips) == 0 {
+		// Nothing egressd classifies (an interface without addresses): nothing to wait for.
+		reply(w, http.StatusOK, cniapi.Response{Programmed: time.Now()})
+		return
+	}
+	pod := s.pod(ctx, req.Namespace, req.Name)
+	if req.UID != "" && pod.UID != "" && string(pod.UID) != req.UID {
+		s.Log.Info("CNI ADD for a pod whose object has another UID; using the namespace only", "pod", req.Namespace+"/"+req.Name)
+		pod = bare(req.Namespace, req.Name, s.Node)
+	}
+	e := s.Store.announce(req.ContainerID, pod, ips)
+	select {
+	case <-e.done:
+		s.Log.Debug("CNI ADD programmed", "pod", e.key.String(), "sandbox", req.ContainerID, "ips", ips, "took", time.Since(start))
+		reply(w, http.StatusOK, cniapi.Response{Programmed: e.programmed})
+	case <-ctx.Done():
+		s.Store.mu.Lock()
+		lastErr := e.lastErr
+		s.Store.mu.Unlock()
+		if lastErr != nil {
+			fail(w, http.StatusServiceUnavailable, cniapi.CodeProgramFailed, "egressd could not program pod %s within %s: %v", e.key, wait, lastErr)
+		} else {
+			fail(w, http.StatusServiceUnavailable, cniapi.CodeTryAgainLater, "egressd did not program pod %s within %s", e.key, wait)
+		}
+		s.Log.Error("CNI ADD not programmed in time", "pod", e.key.String(), "sandbox", req.ContainerID, "wait", wait, "err", lastErr)
+	}
+}
+
+// pod is the pod's object: from the informer, else from the API (the kubelet calls the CNI
+// after the object exists), else a bare object with its namespace and name only.
+func (s *Server) pod(ctx context.Context, namespace, name string) *corev1.Pod {
+	if s.Pods != nil {
+		if p, err := s.Pods.Pods(namespace).Get(name); err == nil {
+			return p
+		}
+	}
+	if s.Kube != nil {
+		gctx, cancel := context.WithTimeout(ctx, getTimeout)
+		defer cancel()
+		p, err := s.Kube.CoreV1().Pods(namespace).Get(gctx, name, metav1.GetOptions{})
+		if err == nil {
+			return p
+		}
+		s.Log.Info("pod of a CNI ADD not readable; programming it by namespace until its object arrives", "pod", namespace+"/"+name, "err", err)
+	}
+	return bare(namespace, name, s.Node)
+}
+
+func (s *Server) del(w http.ResponseWriter, r *http.Request) {
+	var req cniapi.Request
+	if !decode(w, r, &req) {
+		return
+	}
+	if s.Store.forget(req.ContainerID) {
+		s.Log.Debug("CNI DEL", "pod", req.Namespace+"/"+req.Name, "sandbox", req.ContainerID)
+	}
+	reply(w, http.StatusOK, cniapi.Response{})
+}
+
+func (s *Server) check(w http.ResponseWriter, r *http.Request) {
+	var req cniapi.Request
+	if !decode(w, r, &req) {
+		return
+	}
+	if req.Namespace == "" || req.Name == "" {
+		fail(w, http.StatusBadRequest, cniapi.CodeInvalidEnv, "the pod's namespace and name are required (K8S_POD_NAMESPACE, K8S_POD_NAME)")
+		return
+	}
+	if err := s.Store.check(podKey{req.Namespace, req.Name}, sandboxIPs(&req)); err != nil {
+		fail(w, http.StatusConflict, cniapi.CodeCheckMismatch, "%v", err)
+		return
+	}
+	reply(w, http.StatusOK, cniapi.Response{})
+}
+
+func (s *Server) gc(w http.ResponseWriter, r *http.Request) {
+	var req cniapi.GCRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if n := s.Store.keepOnly(req.Valid); n > 0 {
+		s.Log.Info("CNI GC forgot sandboxes", "count", n)
+	}
+	reply(w, http.StatusOK, cniapi.Response{})
+}
+
+func (s *Server) status(w http.ResponseWriter, _ *http.Request) {
+	if s.Synced != nil && !s.Synced() {
+		fail(w, http.StatusServiceUnavailable, cniapi.CodeNotAvailable, "egressd has not finished its first sync")
+		return
+	}
+	reply(w, http.StatusOK, cniapi.Response{})
+}

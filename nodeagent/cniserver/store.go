@@ -1,0 +1,312 @@
+// Package cniserver is the agent's side of egressd's chained CNI plugin: a unix-socket server
+// (protocol in cniapi) that learns a new pod from the plugin's ADD, before its Pod object shows
+// an address, hands it to the sync loop at once, and answers the plugin only once a sync that
+// included the pod has been applied.
+//
+// The store is merged into what the sync loop compiles from (Overlay): a pod announced by the
+// plugin is its Pod object (labels and all, from the informer or an API GET) with the plugin's
+// addresses, until the plugin's DEL (or a GC that no longer lists its sandbox). The Pod object,
+// when it arrives or changes, still supplies everything else: labels reconcile at the next sync.
+package cniserver
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
+
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/watchers"
+)
+
+// entry is one sandbox the plugin announced.
+type entry struct {
+	id    string // CNI_CONTAINERID
+	key   podKey
+	ips   []netip.Addr
+	pod   *corev1.Pod // the Pod object (or a bare one) with ips in its status; never modified
+	added time.Time
+	// done is closed once a sync that included the pod was applied without failure.
+	done       chan struct{}
+	programmed time.Time
+	lastErr    error
+}
+
+type podKey struct{ namespace, name string }
+
+func (k podKey) String() string { return k.namespace + "/" + k.name }
+
+func (k podKey) origin() dataplane.Origin {
+	return dataplane.Origin{Kind: cluster.KindPod, Namespace: k.namespace, Name: k.name}
+}
+
+// applied is what the last applied state held for one pod.
+type applied struct {
+	ips    []netip.Addr
+	failed error
+}
+
+// Store holds the announced sandboxes and what the last sync applied.
+type Store struct {
+	mu      sync.Mutex
+	byID    map[string]*entry
+	last    map[podKey]applied
+	lastAt  time.Time
+	changed chan struct{}
+}
+
+// NewStore returns an empty store.
+func NewStore() *Store {
+	return &Store{byID: map[string]*entry{}, changed: make(chan struct{}, 1)}
+}
+
+// Changed receives a value when a pod is announced or forgotten: the sync loop should run.
+func (s *Store) Changed() <-chan struct{} { return s.changed }
+
+func (s *Store) signal() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+// announce records a sandbox (replacing an earlier ADD of the same sandbox) and returns it.
+func (s *Store) announce(id string, pod *corev1.Pod, ips []netip.Addr) *entry {
+	pod = pod.DeepCopy()
+	pod.Status.PodIPs = nil
+	for _, ip := range ips {
+		pod.Status.PodIPs = append(pod.Status.PodIPs, corev1.PodIP{IP: ip.String()})
+	}
+	if len(ips) > 0 {
+		pod.Status.PodIP = ips[0].String()
+	}
+	e := &entry{id: id, key: podKey{pod.Namespace, pod.Name}, ips: ips, pod: pod, added: time.Now(), done: make(chan struct{})}
+	s.mu.Lock()
+	s.byID[id] = e
+	s.mu.Unlock()
+	s.signal()
+	return e
+}
+
+// forget drops sandboxes; it reports whether one was known.
+func (s *Store) forget(ids ...string) bool {
+	s.mu.Lock()
+	known := false
+	for _, id := range ids {
+		if _, ok := s.byID[id]; ok {
+			delete(s.byID, id)
+			known = true
+		}
+	}
+	s.mu.Unlock()
+	if known {
+		s.signal()
+	}
+	return known
+}
+
+// keepOnly drops every sandbox not in valid (CNI GC); it returns how many it dropped.
+func (s *Store) keepOnly(valid []string) int {
+	s.mu.Lock()
+	var drop []string
+	for id := range s.byID {
+		if !slices.Contains(valid, id) {
+			drop = append(drop, id)
+		}
+	}
+	s.mu.Unlock()
+	s.forget(drop...)
+	return len(drop)
+}
+
+// latest is the newest announced sandbox of each pod.
+func (s *Store) latest() map[podKey]*entry {
+	out := map[podKey]*entry{}
+	for _, e := range s.byID {
+		if o := out[e.key]; o == nil || e.added.After(o.added) {
+			out[e.key] = e
+		}
+	}
+	return out
+}
+
+// Overlay returns the snapshot to compile from: snap, whose pod lister also returns the
+// announced pods, with the plugin's addresses; and the announced pods themselves, which
+// cluster.LocalPods merges into the node's pods.
+func (s *Store) Overlay(snap *watchers.Snapshot) (*watchers.Snapshot, []*corev1.Pod) {
+	s.mu.Lock()
+	latest := s.latest()
+	s.mu.Unlock()
+	if len(latest) == 0 {
+		return snap, nil
+	}
+	pods := map[podKey]*corev1.Pod{}
+	var list []*corev1.Pod
+	for k, e := range latest {
+		p := e.pod
+		if obj, err := snap.Pods.Pods(k.namespace).Get(k.name); err == nil && (e.pod.UID == "" || obj.UID == e.pod.UID) {
+			// The Pod object as it is now (labels reconcile), with the sandbox's addresses.
+			p = obj.DeepCopy()
+			p.Status.PodIPs, p.Status.PodIP = e.pod.Status.PodIPs, e.pod.Status.PodIP
+		}
+		pods[k] = p
+		list = append(list, p)
+	}
+	slices.SortFunc(list, func(a, b *corev1.Pod) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	out := *snap
+	out.Pods = &overlayLister{base: snap.Pods, pods: pods}
+	return &out, list
+}
+
+// Applied learns the outcome of a sync: every announced pod that state holds with all its
+// addresses, with neither the pod nor an object of its namespace failing, is programmed.
+func (s *Store) Applied(state *dataplane.State, res dataplane.Result) {
+	last := map[podKey]applied{}
+	for _, p := range state.Classifier.Pods {
+		if p.Origin.Kind != cluster.KindPod {
+			continue
+		}
+		// A pod may come as several entries (one per routing mark of its addresses).
+		k := podKey{p.Origin.Namespace, p.Origin.Name}
+		a := last[k]
+		a.ips = append(a.ips, p.IPs...)
+		last[k] = a
+	}
+	for o, err := range res.Failed {
+		for k, a := range last {
+			if o == k.origin() || (o.Namespace != "" && o.Namespace == k.namespace) {
+				a.failed = fmt.Errorf("%s: %w", o, err)
+				last[k] = a
+			}
+		}
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last, s.lastAt = last, now
+	for _, e := range s.byID {
+		if !e.programmed.IsZero() {
+			continue
+		}
+		a, ok := last[e.key]
+		switch {
+		case !ok || !containsAll(a.ips, e.ips):
+			// Not in this sync (it began before the ADD, or an address went to another pod).
+		case a.failed != nil:
+			e.lastErr = a.failed
+		default:
+			e.programmed, e.lastErr = now, nil
+			close(e.done)
+		}
+	}
+}
+
+// check reports whether the last applied state holds the pod with all of ips, without failure.
+func (s *Store) check(k podKey, ips []netip.Addr) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lastAt.IsZero() {
+		return fmt.Errorf("egressd has not applied a state yet")
+	}
+	a, ok := s.last[k]
+	switch {
+	case !ok:
+		return fmt.Errorf("egressd does not hold pod %s", k)
+	case !containsAll(a.ips, ips):
+		return fmt.Errorf("egressd holds pod %s with addresses %v, not %v", k, a.ips, ips)
+	case a.failed != nil:
+		return fmt.Errorf("pod %s not programmed: %w", k, a.failed)
+	}
+	return nil
+}
+
+func containsAll(have, want []netip.Addr) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			return false
+		}
+	}
+	return true
+}
+
+// overlayLister is a pod lister that returns the announced pods instead of (or besides) the
+// informer's objects.
+type overlayLister struct {
+	base corelisters.PodLister
+	pods map[podKey]*corev1.Pod
+}
+
+func (l *overlayLister) List(sel labels.Selector) ([]*corev1.Pod, error) {
+	base, err := l.base.List(sel)
+	if err != nil {
+		return nil, err
+	}
+	return l.merge(base, sel, ""), nil
+}
+
+func (l *overlayLister) Pods(namespace string) corelisters.PodNamespaceLister {
+	return &overlayNamespaceLister{l: l, namespace: namespace}
+}
+
+// merge replaces base's announced pods and adds the ones base lacks that match sel.
+func (l *overlayLister) merge(base []*corev1.Pod, sel labels.Selector, namespace string) []*corev1.Pod {
+	out := make([]*corev1.Pod, 0, len(base)+len(l.pods))
+	seen := map[podKey]bool{}
+	for _, p := range base {
+		k := podKey{p.Namespace, p.Name}
+		if a, ok := l.pods[k]; ok {
+			seen[k] = true
+			if sel.Matches(labels.Set(a.Labels)) {
+				out = append(out, a)
+			}
+			continue
+		}
+		out = append(out, p)
+	}
+	for k, a := range l.pods {
+		if seen[k] || (namespace != "" && k.namespace != namespace) || !sel.Matches(labels.Set(a.Labels)) {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+type overlayNamespaceLister struct {
+	l         *overlayLister
+	namespace string
+}
+
+func (n *overlayNamespaceLister) List(sel labels.Selector) ([]*corev1.Pod, error) {
+	base, err := n.l.base.Pods(n.namespace).List(sel)
+	if err != nil {
+		return nil, err
+	}
+	return n.l.merge(base, sel, n.namespace), nil
+}
+
+func (n *overlayNamespaceLister) Get(name string) (*corev1.Pod, error) {
+	if p, ok := n.l.pods[podKey{n.namespace, name}]; ok {
+		return p, nil
+	}
+	return n.l.base.Pods(n.namespace).Get(name)
+}
+
+// bare is the Pod object of a pod whose object could not be read: its namespace and name only
+// (its namespace's EgressFirewall applies; label selectors reconcile once the object arrives).
+func bare(namespace, name, node string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, CreationTimestamp: metav1.Now()},
+		Spec:       corev1.PodSpec{NodeName: node},
+	}
+}

@@ -1,0 +1,108 @@
+package cniserver
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/watchers"
+)
+
+func snapshot(pods ...*corev1.Pod) *watchers.Snapshot {
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, watchers.PodsByNode: watchers.PodIndexers[watchers.PodsByNode]})
+	for _, p := range pods {
+		_ = idx.Add(p)
+	}
+	return &watchers.Snapshot{Pods: corelisters.NewPodLister(idx), PodIndex: idx}
+}
+
+func pod(ns, name string, lbl map[string]string, ips ...string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: lbl, UID: ktypes.UID("uid-" + name)}, Spec: corev1.PodSpec{NodeName: "n"}}
+	for _, ip := range ips {
+		p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
+	}
+	return p
+}
+
+// The Pod object without addresses plus the CNI's addresses: the compile steps see the pod with
+// its labels (pod lister, selectors) and LocalPods lists it; the API object's later labels win.
+func TestOverlayMergesAnnouncedPods(t *testing.T) {
+	s := NewStore()
+	obj := pod("ns", "web", map[string]string{"app": "web"})
+	other := pod("ns", "db", nil, "10.0.0.9")
+	a4, a6 := netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("fd00::5")
+	s.announce("sb1", obj, []netip.Addr{a4, a6})
+	snap, announced := s.Overlay(snapshot(obj, other))
+	if len(announced) != 1 || len(announced[0].Status.PodIPs) != 2 {
+		t.Fatalf("announced %+v", announced)
+	}
+	sel := labels.SelectorFromSet(labels.Set{"app": "web"})
+	got, _ := snap.Pods.Pods("ns").List(sel)
+	if len(got) != 1 || got[0].Status.PodIP != "10.0.0.5" {
+		t.Errorf("selector lists %+v, want web with its CNI address", got)
+	}
+	all, _ := snap.Pods.List(labels.Everything())
+	if len(all) != 2 {
+		t.Errorf("all pods: %d, want 2", len(all))
+	}
+	local, err := cluster.LocalPods(snap, "n", announced...)
+	if err != nil || len(local) != 2 {
+		t.Fatalf("LocalPods: %+v %v", local, err)
+	}
+	// The object's labels change: the overlay follows them, keeping the CNI addresses.
+	relabeled := pod("ns", "web", map[string]string{"app": "other"})
+	snap, _ = s.Overlay(snapshot(relabeled))
+	if got, _ := snap.Pods.Pods("ns").List(sel); len(got) != 0 {
+		t.Errorf("after relabel the selector still lists %+v", got)
+	}
+	// DEL forgets it.
+	s.forget("sb1")
+	if _, announced := s.Overlay(snapshot(obj)); len(announced) != 0 {
+		t.Errorf("after DEL: %+v", announced)
+	}
+}
+
+// A pod is programmed once a state holding it with all its addresses applied without failure of
+// the pod or of its namespace's objects; entries per routing mark count together.
+func TestAppliedReleasesWaiters(t *testing.T) {
+	s := NewStore()
+	a4, a6 := netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("fd00::5")
+	e := s.announce("sb1", pod("ns", "web", nil), []netip.Addr{a4, a6})
+	origin := dataplane.Origin{Kind: cluster.KindPod, Namespace: "ns", Name: "web"}
+	var st dataplane.State
+	s.Applied(&st, dataplane.Result{}) // a sync that began before the ADD
+	st.Classifier.Pods = []dataplane.Pod{{Origin: origin, IPs: []netip.Addr{a4}, Mark: 1}}
+	s.Applied(&st, dataplane.Result{}) // only one address
+	st.Classifier.Pods = append(st.Classifier.Pods, dataplane.Pod{Origin: origin, IPs: []netip.Addr{a6}})
+	fw := dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: "ns", Name: "default"}
+	s.Applied(&st, dataplane.Result{Failed: map[dataplane.Origin]error{fw: errors.New("boom")}})
+	select {
+	case <-e.done:
+		t.Fatal("programmed too early")
+	default:
+	}
+	if e.lastErr == nil {
+		t.Errorf("the namespace's failure is not recorded")
+	}
+	s.Applied(&st, dataplane.Result{})
+	select {
+	case <-e.done:
+	default:
+		t.Fatal("not programmed")
+	}
+	if err := s.check(podKey{"ns", "web"}, []netip.Addr{a4, a6}); err != nil {
+		t.Errorf("check: %v", err)
+	}
+	if err := s.check(podKey{"ns", "web"}, []netip.Addr{netip.MustParseAddr("10.0.0.6")}); err == nil {
+		t.Errorf("check of other addresses passed")
+	}
+}
