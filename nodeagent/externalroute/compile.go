@@ -128,6 +128,9 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 		part.Warnings = append(part.Warnings, warnings...)
 	}
 	slices.SortFunc(part.Routes, func(a, b Route) int { return a.PodIP.Compare(b.PodIP) })
+	if len(part.Routes) == 0 {
+		part.Routes = nil // equal inputs, equal (DeepEqual) parts
+	}
 	return part, nil
 }
 
