@@ -118,6 +118,7 @@ func (a *Aggregator) reconcile(ctx context.Context) {
 			func(manager string) error { return apply(ovnac.EgressQoSStatus(), manager) },
 			func(status string) error { return apply(ovnac.EgressQoSStatus().WithStatus(status), leaderManager) })
 	}
+	a.reconcileRoutes(ctx, nodes)
 }
 
 // settle removes the entries of nodes that are gone (applying nothing under a node's field

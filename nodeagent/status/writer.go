@@ -12,6 +12,7 @@ import (
 	"github.com/egressd/egressd/api/generated/clientset/versioned"
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/nodeagent/externalroute"
 	"github.com/egressd/egressd/watchers"
 )
 
@@ -23,8 +24,9 @@ type entryWriter func(ctx context.Context, w *Writer, o dataplane.Origin, failur
 
 // entryWriters are the kinds that get a per-node status entry.
 var entryWriters = map[dataplane.Kind]entryWriter{
-	cluster.KindEgressFirewall: writeFirewallEntry,
-	cluster.KindEgressQoS:      writeQoSEntry,
+	cluster.KindEgressFirewall:      writeFirewallEntry,
+	cluster.KindEgressQoS:           writeQoSEntry,
+	externalroute.KindExternalRoute: writeRouteEntry,
 }
 
 // Writer reports, for this node, what the last sync applied: one entry per object,

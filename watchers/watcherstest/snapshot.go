@@ -23,6 +23,7 @@ func Snapshot(objs ...runtime.Object) *watchers.Snapshot {
 	efs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
 	qos := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
 	eips := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	routes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	svcs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
 	namespaces := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	slices := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
@@ -38,6 +39,8 @@ func Snapshot(objs ...runtime.Object) *watchers.Snapshot {
 			_ = qos.Add(o)
 		case *ovnv1.EgressIP:
 			_ = eips.Add(o)
+		case *ovnv1.AdminPolicyBasedExternalRoute:
+			_ = routes.Add(o)
 		case *corev1.Service:
 			_ = svcs.Add(o)
 		case *corev1.Namespace:
@@ -49,7 +52,7 @@ func Snapshot(objs ...runtime.Object) *watchers.Snapshot {
 	return &watchers.Snapshot{
 		Pods: corelisters.NewPodLister(pods), PodIndex: pods, Nodes: corelisters.NewNodeLister(nodes),
 		EgressFirewalls: ovnlisters.NewEgressFirewallLister(efs), EgressQoSes: ovnlisters.NewEgressQoSLister(qos),
-		EgressIPs: ovnlisters.NewEgressIPLister(eips),
-		Services:  corelisters.NewServiceLister(svcs), Namespaces: corelisters.NewNamespaceLister(namespaces), EndpointSlices: discoverylisters.NewEndpointSliceLister(slices),
+		EgressIPs: ovnlisters.NewEgressIPLister(eips), ExternalRoutes: ovnlisters.NewAdminPolicyBasedExternalRouteLister(routes),
+		Services: corelisters.NewServiceLister(svcs), Namespaces: corelisters.NewNamespaceLister(namespaces), EndpointSlices: discoverylisters.NewEndpointSliceLister(slices),
 	}
 }
