@@ -8,6 +8,7 @@ import (
 	"github.com/egressd/egressd/nodeagent/egressfirewall"
 	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/nodeagent/egressqos"
+	"github.com/egressd/egressd/nodeagent/externalroute"
 )
 
 // parts are the features' compiled parts of the node state.
@@ -16,6 +17,7 @@ type parts struct {
 	firewall egressfirewall.Part
 	qos      egressqos.Part
 	egressIP egressip.Part
+	routes   externalroute.Part
 }
 
 // merge combines the parts into the node's desired state. It owns what crosses features: a
@@ -28,7 +30,7 @@ func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (datapl
 		Firewalls:       p.firewall.Firewalls,
 		QoS:             p.qos.QoS,
 	}}
-	paths := egressIPPaths(p.egressIP.Steer)
+	paths := steeredPaths(p.egressIP.Steer, p.routes.Routes)
 	slots := st.plan(paths, mask)
 	marks := map[netip.Addr]uint32{}
 	for _, path := range paths {
@@ -51,6 +53,10 @@ func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (datapl
 	for _, q := range p.qos.QoS {
 		objects[q.Origin] = q.Err
 	}
+	for _, r := range p.routes.Policies {
+		objects[r.Origin] = r.Err
+	}
+	s.BFD = bfdPeers(p.routes.Routes)
 	s.Addresses = p.egressIP.Addresses
 	s.Routing = steeringRoutes(paths, slots, mask)
 	s.Nftables.SteerMask = mask

@@ -71,6 +71,13 @@ func TestDesiredStateGolden(t *testing.T) {
 		// x1 on n1: IPv4 steered to n2 and n3 (ECMP), IPv6 SNATed here; x2 (on n2) SNATed here
 		// only over IPv6, which it does not have.
 		{"egressip", []runtime.Object{eip}},
+		// The pods of namespace a leave through two gateways (ECMP; one BFD gated), IPv4 and
+		// IPv6; x1's IPv4 takes its EgressIP's path instead (EgressIP wins, as upstream).
+		{"externalroute", []runtime.Object{&ovnv1.AdminPolicyBasedExternalRoute{ObjectMeta: metav1.ObjectMeta{Name: "gws"},
+			Spec: ovnv1.ExternalRouteSpec{
+				From: ovnv1.ExternalNetworkSource{NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}},
+				NextHops: ovnv1.ExternalNextHops{StaticHops: []*ovnv1.StaticHop{
+					{IP: "198.51.100.1", BFDEnabled: true}, {IP: "198.51.100.2"}, {IP: "2001:db8:1::1"}}}}}, eip}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			app := &recordingApplier{}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/egressip"
+	"github.com/egressd/egressd/nodeagent/externalroute"
 )
 
 // maxSteerSlots bounds the egress paths a node steers through at once: one routing table and
@@ -23,16 +24,49 @@ type path struct {
 	hops   []dataplane.Nexthop
 }
 
-// egressIPPaths are the steering of EgressIP: to the egress nodes, by direct routing.
-func egressIPPaths(steers []egressip.Steer) []path {
-	out := make([]path, 0, len(steers))
+// steeredPaths are the paths of the local pods' addresses: to the egress nodes of their
+// EgressIP, by direct routing, else through the gateways of their external route policy (BFD
+// gated where the hop asks for it). EgressIP wins, as in upstream's shared-gateway mode: its
+// reroute on the cluster router comes before the external route's static routes on the pod
+// node's gateway router, which only traffic leaving on that node meets; a pod whose egress IP
+// is on its own node still leaves through the gateways, SNATed to the egress IP.
+func steeredPaths(steers []egressip.Steer, routes []externalroute.Route) []path {
+	out := make([]path, 0, len(steers)+len(routes))
+	taken := map[netip.Addr]bool{}
 	for _, st := range steers {
 		p := path{origin: st.Origin, podIP: st.PodIP}
 		for _, via := range st.Via {
 			p.hops = append(p.hops, dataplane.Nexthop{Gateway: via})
 		}
 		out = append(out, p)
+		taken[st.PodIP] = true
 	}
+	for _, r := range routes {
+		if taken[r.PodIP] {
+			continue
+		}
+		p := path{origin: r.Origin, podIP: r.PodIP}
+		for _, gw := range r.Gateways {
+			p.hops = append(p.hops, dataplane.Nexthop{Gateway: gw.IP, BFD: gw.BFD})
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// bfdPeers are the gateways whose hops ask for BFD, one session each (default timers).
+func bfdPeers(routes []externalroute.Route) []dataplane.BFDPeer {
+	var out []dataplane.BFDPeer
+	seen := map[netip.Addr]bool{}
+	for _, r := range routes {
+		for _, gw := range r.Gateways {
+			if gw.BFD && !seen[gw.IP] {
+				seen[gw.IP] = true
+				out = append(out, dataplane.BFDPeer{Origin: r.Origin, Peer: gw.IP})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b dataplane.BFDPeer) int { return a.Peer.Compare(b.Peer) })
 	return out
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/egressd/egressd/nodeagent/egressfirewall"
 	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/nodeagent/egressqos"
+	"github.com/egressd/egressd/nodeagent/externalroute"
 	"github.com/egressd/egressd/watchers"
 )
 
@@ -83,7 +84,10 @@ type SyncLoop struct {
 	synced    atomic.Bool
 	firewalls egressfirewall.Compiler
 	egressIPs egressip.Compiler
-	steering  steering
+	// Routes compiles AdminPolicyBasedExternalRoutes (Routes.Legacy: the namespace and pod
+	// annotations of older OVN-Kubernetes too).
+	Routes   externalroute.Compiler
+	steering steering
 	recorded  map[egressip.Event]bool
 	// parts are the last parts each feature compiled; a feature whose compile fails keeps its
 	// previous part (fail closed: never an empty part because a lister failed).
@@ -197,6 +201,16 @@ func (l *SyncLoop) sync(ctx context.Context) {
 		p, err := l.egressIPs.Compile(in)
 		if err == nil {
 			l.parts.egressIP = p
+		}
+		return err
+	})
+	l.compile("externalroute", func() error {
+		p, err := l.Routes.Compile(in)
+		if err == nil {
+			l.parts.routes = p
+			for _, w := range p.Warnings {
+				l.Log.Debug("external gateway", "warning", w)
+			}
 		}
 		return err
 	})

@@ -15,6 +15,10 @@ var keptAnnotations = map[string]bool{
 	"k8s.v1.cni.cncf.io/network-status":          true, // external-route dynamic hops
 	"k8s.ovn.org/egressip-mark":                  true, // EgressIP mark
 	"k8s.ovn.org/egressip-owner-ref":             true, // CloudPrivateIPConfig owner
+	"k8s.ovn.org/routing-external-gws":           true, // legacy external gateways (namespace)
+	"k8s.ovn.org/routing-namespaces":             true, // legacy gateway pod
+	"k8s.ovn.org/routing-network":                true, // legacy gateway pod's network
+	"k8s.ovn.org/bfd-enabled":                    true, // legacy BFD (namespace, pod)
 }
 
 // trimMeta drops what no egressd feature reads: managed fields, owner references, finalizers,

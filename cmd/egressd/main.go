@@ -36,6 +36,7 @@ import (
 	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/nodeagent/cniserver"
 	"github.com/egressd/egressd/nodeagent/egressip"
+	"github.com/egressd/egressd/nodeagent/externalroute"
 	"github.com/egressd/egressd/nodeagent/reachability"
 	"github.com/egressd/egressd/nodeagent/status"
 	"github.com/egressd/egressd/watchers"
@@ -117,6 +118,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Log:             log.With("component", "sync"),
 		Debounce:        cfg.debounce,
 		MarkMask:        cfg.markMask,
+		Routes:          externalroute.Compiler{Legacy: cfg.legacyGateways},
 		Resync:          cfg.resync,
 	}
 
