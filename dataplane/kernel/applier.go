@@ -105,6 +105,11 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	if err != nil {
 		return fail(err)
 	}
+	if changed, err := routing.EnsureFlowHash(); err != nil {
+		log.Error("multipath routes will spread by address only, not per flow", "err", err)
+	} else if len(changed) > 0 {
+		log.Info("multipath routes spread per flow (5-tuple hash)", "sysctls", changed)
+	}
 	undo = append(undo, router.Close)
 	d := &Applier{classifier: c, attachers: []*tcx.Attacher{toPod, a}, nft: t, addresses: owned, routing: router, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
 	go func() {

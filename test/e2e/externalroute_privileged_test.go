@@ -1,0 +1,121 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/test/frr"
+	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/poll"
+	"github.com/egressd/egressd/test/privileged"
+)
+
+// gatewaysSeen sends flows from p to dst and returns the MACs the destination saw them come
+// from (which gateway forwarded each), and the sources it saw.
+func gatewaysSeen(t *testing.T, p *lab.Pod, dst string, flows int) (macs, sources map[string]int) {
+	t.Helper()
+	macs, sources = map[string]int{}, map[string]int{}
+	for range flows {
+		if r := p.UDP(dst, lab.ClientOptions{Timeout: quick}); r.Outcome == lab.OK {
+			macs[r.Seen.MAC]++
+			sources[r.Seen.Src.String()]++
+		}
+	}
+	return macs, sources
+}
+
+// TestPrivilegedExternalRoute: the pods of a targeted namespace reach a destination through
+// two static gateways, spread per flow over both, with their pod IPs (no masquerade), on both
+// CNI shapes; a gateway whose BFD session (FRR bfdd) goes down is left out at once and the
+// flows continue on the survivor; the status as upstream writes it; other namespaces are
+// untouched.
+func TestPrivilegedExternalRoute(t *testing.T) {
+	privileged.Require(t)
+	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true})
+	dst, err := l.AddExternal("dst", lab.ExternalOptions{}, "192.0.2.50")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gws []*lab.External
+	for _, name := range []string{"gw1", "gw2"} {
+		gw, err := l.AddExternal(name, lab.ExternalOptions{Forwarding: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := gw.NS.Script("ip route add 192.0.2.50/32 via " + dst.Fabric.String()); err != nil {
+			t.Fatal(err)
+		}
+		gws = append(gws, gw)
+	}
+	var peers strings.Builder
+	for _, n := range l.Nodes {
+		fmt.Fprintf(&peers, " peer %s local-address %s interface eth0\n !\n", n.IPv4, gws[0].Fabric)
+	}
+	f := frr.StartBFDD(t, gws[0].NS, "bfd\n"+peers.String()+"!\n")
+	mac := func(e *lab.External) string {
+		out := e.NS.MustRun(t, "ip", "-o", "link", "show", "eth0")
+		_, after, _ := strings.Cut(out, "link/ether ")
+		return strings.Fields(after)[0]
+	}
+	mac1, mac2 := mac(gws[0]), mac(gws[1])
+
+	ns, free := l.CP.Namespace(t), l.CP.Namespace(t)
+	pods := []*lab.Pod{addPod(t, l.Nodes[0], ns, "routed", lab.PodOptions{}), addPod(t, l.Nodes[1], ns, "bridged", lab.PodOptions{})}
+	other := addPod(t, l.Nodes[0], free, "other", lab.PodOptions{})
+	name := "gws-" + ns
+	applyAndWait(t, l, "", fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
+kind: AdminPolicyBasedExternalRoute
+metadata: {name: %s}
+spec:
+  from:
+    namespaceSelector:
+      matchLabels: {kubernetes.io/metadata.name: %s}
+  nextHops:
+    static:
+    - {ip: %q, bfdEnabled: true}
+    - {ip: %q}
+`, name, ns, gws[0].Fabric, gws[1].Fabric), "Success")
+	t.Cleanup(func() { _ = l.Kube.Delete(t.Context(), "k8s.ovn.org/v1", "AdminPolicyBasedExternalRoute", "", name) })
+	obj, err := l.Kube.Get(t.Context(), "k8s.ovn.org/v1", "AdminPolicyBasedExternalRoute", "", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, _, _ := unstructuredStrings(obj.Object, "status", "messages")
+	want := fmt.Sprintf("%s: configured external gateway IPs: %s,%s", l.Nodes[0].Name, gws[0].Fabric, gws[1].Fabric)
+	if !contains(msgs, want) {
+		t.Errorf("status.messages %q lack %q", msgs, want)
+	}
+
+	poll.Eventually(t, "BFD to gw1 Up (FRR's view)", 15*time.Second, func() error {
+		if s := f.PeerStatus(l.Nodes[0].IPv4.String()); s != "up" {
+			return fmt.Errorf("FRR sees node-0 %q", s)
+		}
+		return nil
+	})
+	for _, p := range pods {
+		poll.Eventually(t, p.Name+"'s flows spread over both gateways, with the pod IP", 15*time.Second, func() error {
+			macs, sources := gatewaysSeen(t, p, "192.0.2.50:80", 24)
+			if macs[mac1] == 0 || macs[mac2] == 0 || sources[p.IPv4.String()] != macs[mac1]+macs[mac2] {
+				return fmt.Errorf("gateways %v (gw1 %s, gw2 %s), sources %v", macs, mac1, mac2, sources)
+			}
+			return nil
+		})
+	}
+	if _, sources := gatewaysSeen(t, other, "192.0.2.50:80", 4); sources[l.Nodes[0].IPv4.String()] != 4 {
+		t.Errorf("a namespace the policy does not target: sources %v, want its node's address (masquerade)", sources)
+	}
+
+	// gw1 goes away (its link down): BFD takes it out, the flows continue on gw2 alone.
+	gws[0].NS.MustRun(t, "ip", "link", "set", "eth0", "down")
+	for _, p := range pods {
+		poll.Eventually(t, p.Name+"'s flows all on gw2", 5*time.Second, func() error {
+			macs, _ := gatewaysSeen(t, p, "192.0.2.50:80", 16)
+			if macs[mac2] != 16 {
+				return fmt.Errorf("of 16 flows: %v (gw2 %s)", macs, mac2)
+			}
+			return nil
+		})
+	}
+}
