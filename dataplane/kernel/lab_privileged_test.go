@@ -17,13 +17,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/kernel"
+	"github.com/egressd/egressd/dataplane/tcx"
 	"github.com/egressd/egressd/test/netns"
 )
 
@@ -410,27 +409,11 @@ func (l *lab) tcxPrograms(t *testing.T, ifname string) []string {
 	t.Helper()
 	var names []string
 	l.in(t, func() error {
-		ifi, err := net.InterfaceByName(ifname)
-		if err != nil {
-			return err
+		progs, err := tcx.Query(ifname)
+		for _, p := range progs {
+			names = append(names, p.Name)
 		}
-		res, err := link.QueryPrograms(link.QueryOptions{Target: ifi.Index, Attach: ebpf.AttachTCXIngress})
-		if err != nil {
-			return err
-		}
-		for _, p := range res.Programs {
-			prog, err := ebpf.NewProgramFromID(p.ID)
-			if err != nil {
-				return err
-			}
-			info, err := prog.Info()
-			prog.Close()
-			if err != nil {
-				return err
-			}
-			names = append(names, info.Name)
-		}
-		return nil
+		return err
 	})
 	return names
 }

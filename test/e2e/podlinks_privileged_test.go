@@ -14,13 +14,13 @@ import (
 	"github.com/egressd/egressd/test/privileged"
 )
 
-func egressdOn(t *testing.T, n *lab.Node, ifname string) []lab.TCXProgram {
+func egressdOn(t *testing.T, n *lab.Node, ifname string) []tcx.Program {
 	t.Helper()
 	progs, err := n.TCXIngress(ifname)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ours []lab.TCXProgram
+	var ours []tcx.Program
 	for _, p := range progs {
 		if p.Name == tcx.ProgramName {
 			ours = append(ours, p)

@@ -7,11 +7,10 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/egressd/egressd/dataplane/tcx"
 	"github.com/egressd/egressd/test/agent"
 	"github.com/egressd/egressd/test/netns"
 )
@@ -146,39 +145,12 @@ func (n *Node) Dial(ctx context.Context, network, addr string) (net.Conn, error)
 	return c, err
 }
 
-// TCXProgram is one program attached at tcx ingress of a node's interface.
-type TCXProgram struct {
-	Name   string
-	LinkID link.ID
-}
-
-// TCXIngress lists the programs at tcx ingress of one of the node's interfaces (Debian's
-// bpftool 7.1 cannot list tcx programs).
-func (n *Node) TCXIngress(ifname string) ([]TCXProgram, error) {
-	var out []TCXProgram
-	err := n.NS.Do(func() error {
-		ifi, err := net.InterfaceByName(ifname)
-		if err != nil {
-			return err
-		}
-		res, err := link.QueryPrograms(link.QueryOptions{Target: ifi.Index, Attach: ebpf.AttachTCXIngress})
-		if err != nil {
-			return err
-		}
-		for _, p := range res.Programs {
-			prog, err := ebpf.NewProgramFromID(p.ID)
-			if err != nil {
-				return err
-			}
-			info, err := prog.Info()
-			prog.Close()
-			if err != nil {
-				return err
-			}
-			id, _ := p.LinkID()
-			out = append(out, TCXProgram{Name: info.Name, LinkID: id})
-		}
-		return nil
+// TCXIngress lists the programs at tcx ingress of one of the node's interfaces.
+func (n *Node) TCXIngress(ifname string) ([]tcx.Program, error) {
+	var out []tcx.Program
+	err := n.NS.Do(func() (err error) {
+		out, err = tcx.Query(ifname)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("tcx programs on %s/%s: %w", n.Name, ifname, err)
