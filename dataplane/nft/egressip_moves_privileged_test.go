@@ -14,8 +14,8 @@ import (
 )
 
 // flowLab is a pod, a node with egressd's table, the CNI's masquerade and a stand-in for the
-// classifier's steering mark (pod address 10.244.0.6 and fd00:10:244::6: mark 0x10000, routed
-// to the external host), and the external host that records sources.
+// classifier's steering mark (mark: 0x10000, routed to the external host), and the external
+// host that records sources.
 type flowLab struct {
 	pod, node, ext *netns.NS
 	table          *nft.Table
@@ -37,6 +37,8 @@ func newFlowLab(t *testing.T) *flowLab {
 		l.node.Script(
 			"sysctl -qw net.ipv4.ip_forward=1", "sysctl -qw net.ipv6.conf.all.forwarding=1",
 			"sysctl -qw net.ipv4.conf.all.rp_filter=0", "sysctl -qw net.ipv4.conf.default.rp_filter=0",
+			// The egress IPv6 address is not the node's source address (the masquerade's).
+			"ip -6 addr change 2001:db8:0:1::100/128 dev ext0 preferred_lft 0",
 			"ip route add default via 192.0.2.2", "ip -6 route add default via 2001:db8:0:1::2",
 			"ip rule add fwmark 0x10000/0xff0000 table 100", "ip route add default via 192.0.2.2 table 100",
 			"ip -6 rule add fwmark 0x10000/0xff0000 table 100", "ip -6 route add default via 2001:db8:0:1::2 table 100",
@@ -46,8 +48,6 @@ func newFlowLab(t *testing.T) *flowLab {
 			"nft add rule inet cni post ip6 saddr fd00:10:244::/64 masquerade",
 			"nft add table inet classifier",
 			"nft add chain inet classifier pre { type filter hook prerouting priority raw ; }",
-			"nft add rule inet classifier pre ip saddr 10.244.0.6 meta mark set 0x10000",
-			"nft add rule inet classifier pre ip6 saddr fd00:10:244::6 meta mark set 0x10000",
 		),
 		l.ext.Script("sysctl -qw net.ipv4.conf.all.rp_filter=0", "sysctl -qw net.ipv4.conf.default.rp_filter=0",
 			"ip route add 10.244.0.0/16 via 192.0.2.1", "ip -6 route add fd00:10:244::/64 via 2001:db8:0:1::1"),
@@ -66,6 +66,19 @@ func newFlowLab(t *testing.T) *flowLab {
 	l.seen.serve(t, l.ext, "udp4", "0.0.0.0:7777")
 	l.seen.serve(t, l.ext, "udp6", "[::]:7777")
 	return l
+}
+
+// mark makes the stand-in classifier mark pod's packets for steering, or not.
+func (l *flowLab) mark(t *testing.T, pod netip.Addr, steer bool) {
+	t.Helper()
+	l.node.MustRun(t, "nft", "flush", "chain", "inet", "classifier", "pre")
+	if steer {
+		family := "ip"
+		if pod.Is6() {
+			family = "ip6"
+		}
+		l.node.MustRun(t, "nft", "add", "rule", "inet", "classifier", "pre", family, "saddr", pod.String(), "meta", "mark", "set", "0x10000")
+	}
 }
 
 func (l *flowLab) apply(t *testing.T, s *dataplane.NftablesState) {
@@ -136,6 +149,48 @@ func TestPrivilegedGuardStopsOtherNAT(t *testing.T) {
 			SNAT: []dataplane.SNAT{{Origin: eipO, Pod: c.pod, To: c.eip}}})
 		if got := l.send(t, f, 2*time.Second); got != c.eip {
 			t.Errorf("%s: the same flow once its SNAT is in place arrived from %v, want %s", c.pod, got, c.eip)
+		}
+	}
+	if t.Failed() {
+		t.Log(l.node.MustRun(t, "conntrack", "-L"))
+	}
+}
+
+// TestPrivilegedFlowsFollowNATChanges: a flow of a pod keeps one socket (one conntrack entry)
+// while the pod's NAT on the node changes as its egress IP moves: masqueraded by the CNI before
+// it is selected, SNATed to the egress IP when the node hosts it, steered with its own source
+// when another node does, SNATed again when it comes back. Every datagram leaves with the
+// source of the current state, not the one the flow started with.
+func TestPrivilegedFlowsFollowNATChanges(t *testing.T) {
+	privileged.Require(t)
+	l := newFlowLab(t)
+	for _, c := range []struct{ pod, dst, eip, node netip.Addr }{
+		{a("10.244.0.6"), dst4, a("192.0.2.100"), a("192.0.2.1")},
+		{a("fd00:10:244::6"), dst6, a("2001:db8:0:1::100"), a("2001:db8:0:1::1")},
+	} {
+		unselected := &dataplane.NftablesState{SteerMask: 0x00ff0000, Exempt: exempt}
+		here := &dataplane.NftablesState{SteerMask: 0x00ff0000, Exempt: exempt, Guarded: []netip.Addr{c.pod},
+			SNAT: []dataplane.SNAT{{Origin: eipO, Pod: c.pod, To: c.eip}}}
+		steered := &dataplane.NftablesState{SteerMask: 0x00ff0000, Exempt: exempt, Guarded: []netip.Addr{c.pod}, SteerNexthops: steerNHs}
+		l.apply(t, unselected)
+		f := l.flow(t, c.pod, c.dst)
+		for i, step := range []struct {
+			name  string
+			state *dataplane.NftablesState
+			steer bool
+			want  netip.Addr
+		}{
+			{"not selected: the CNI's masquerade", unselected, false, c.node},
+			{"selected, egress IP on this node", here, false, c.eip},
+			{"egress IP moved to another node: steered", steered, true, c.pod},
+			{"egress IP back on this node", here, false, c.eip},
+		} {
+			// In the order of the kernel Applier: the table, then the marks.
+			l.apply(t, step.state)
+			l.mark(t, c.pod, step.steer)
+			if got := l.send(t, f, 2*time.Second); got != step.want {
+				t.Errorf("%s, step %d (%s): the flow arrived from %v, want %s", c.pod, i, step.name, got, step.want)
+			}
 		}
 	}
 	if t.Failed() {

@@ -54,6 +54,7 @@ import (
 	"sync"
 
 	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/egressd/egressd/dataplane"
@@ -90,6 +91,10 @@ type Table struct {
 	denyCounts tally[dataplane.Origin]
 	snatCounts tally[netip.Addr]
 	leakCounts tally[string]
+	// ct deletes conntrack entries (conntrack.go), in the table's namespace; unflushed are the
+	// pod addresses whose entries are still to delete.
+	ct        *netlink.Handle
+	unflushed map[netip.Addr]bool
 }
 
 // New opens a netlink connection to nftables in the current network namespace; it stays there
@@ -99,8 +104,12 @@ func New() (*Table, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
+	ct, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
+	if err != nil {
+		return nil, fmt.Errorf("conntrack netlink socket: %w", err)
+	}
 	return &Table{conn: c, denyCounts: newTally[dataplane.Origin](), snatCounts: newTally[netip.Addr](),
-		leakCounts: newTally[string]()}, nil
+		leakCounts: newTally[string](), ct: ct, unflushed: map[netip.Addr]bool{}}, nil
 }
 
 // Cleanup removes the table (egressctl cleanup); no table is not an error.
