@@ -257,3 +257,23 @@ func hasAddress(t testing.TB, n *lab.Node, ip netip.Addr) bool {
 	}
 	return len(out) > 0
 }
+
+// dumpNodes logs what a failed scenario needs to be understood: each node's conntrack entries
+// of UDP flows, its egressd table's counters, rules and steering routes.
+func dumpNodes(t testing.TB, nodes ...*lab.Node) {
+	t.Helper()
+	for _, n := range nodes {
+		var b strings.Builder
+		for _, cmd := range [][]string{
+			{"conntrack", "-L", "-p", "udp"},
+			{"nft", "list", "table", "inet", "egressd"},
+			{"ip", "rule"},
+			{"ip", "route", "show", "table", "all", "type", "unicast"},
+			{"ip", "addr", "show", "dev", "eth0"},
+		} {
+			out, err := n.NS.Run(cmd[0], cmd[1:]...)
+			fmt.Fprintf(&b, "$ %s (%v)\n%s\n", strings.Join(cmd, " "), err, out)
+		}
+		t.Logf("%s:\n%s", n.Name, b.String())
+	}
+}

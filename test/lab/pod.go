@@ -364,3 +364,6 @@ func (s *Stream) Stop() (sent, answered int64) {
 	}
 	return s.Counts()
 }
+
+// LocalPort is the stream's source port in the pod (SNAT keeps it unless it collides).
+func (s *Stream) LocalPort() uint16 { return uint16(s.conn.LocalAddr().(*net.UDPAddr).Port) }
