@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -275,5 +276,14 @@ func dumpNodes(t testing.TB, nodes ...*lab.Node) {
 			fmt.Fprintf(&b, "$ %s (%v)\n%s\n", strings.Join(cmd, " "), err, out)
 		}
 		t.Logf("%s:\n%s", n.Name, b.String())
+	}
+}
+
+// setAssignable labels (value non-nil) or unlabels a node egress-assignable.
+func setAssignable(t testing.TB, l *lab.Lab, node string, value *string) {
+	t.Helper()
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{assignable: value}}})
+	if _, err := l.Client.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
