@@ -29,7 +29,11 @@
 //     connections initiated from outside (NodePort, LoadBalancer, direct) are never steered.
 //   - egressip_snat: SNAT to the egress IP by map egressip_snat4/6 (pod : egress IP), unless the
 //     destination is in the interval set egressip_exempt4/6 (cluster networks, node addresses);
-//     then an identity SNAT of steered packets (mark bits set), keeping their pod source.
+//     then an identity SNAT of steered packets (mark bits set), keeping their pod source;
+//     then drops, counted by egressip_leaks, a guarded pod's new connection to a non-exempt
+//     destination that got neither (before the CNI's masquerade could bind it to the node's
+//     address for the flow's life). A pod whose NAT here changes has its connections' conntrack
+//     entries deleted after the write (conntrack.go), so its flows are NATed afresh.
 //   - egressip_guard: counts what left SNATed per egress IP (set egressip_addrs4/6, a counter
 //     per element); sends steered packets to egressip_guard_steered; drops, counted by the
 //     named counter egressip_leaks, what a guarded pod (set egressip_guarded4/6) sends to a
