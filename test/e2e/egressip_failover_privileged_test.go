@@ -83,8 +83,20 @@ func TestPrivilegedEgressIPFailover(t *testing.T) {
 	e.stays(t, name, 3*time.Second, placed)
 	placed = map[*lab.Node]netip.Addr{n2: v4, n1: v6}
 	move("agent killed and health port blocked", v4, func() { blockHealth(t, n3, true) }, placed, n2)
-	if !hasAddress(t, n3, v4) {
-		t.Logf("note: %s (agent dead) no longer holds %s", n3.Name, v4)
+	if hasAddress(t, n3, v4) {
+		// The dead agent's node still holds the address (nothing removes it without an agent):
+		// a neighbour that resolves the IP afresh gets two answers. Which one it keeps is
+		// reported, not asserted (a known limit, as upstream's #6553).
+		wins := map[string]int{}
+		for range 5 {
+			e.web.NS.Run("ip", "neigh", "del", v4.String(), "dev", "eth0")
+			e.web.NS.Run("ping", "-c1", "-W1", v4.String())
+			n, _ := e.web.Neighbour(v4)
+			wins[n.Lladdr]++
+		}
+		t.Logf("%s (agent dead) still holds %s; 5 fresh resolutions by the web host: %v (%s is %s, %s is %s)",
+			n3.Name, v4, wins, n2.Name, mustMAC(t, n2), n3.Name, mustMAC(t, n3))
+		e.web.NS.Run("ip", "neigh", "replace", v4.String(), "lladdr", mustMAC(t, n2), "dev", "eth0", "nud", "stale")
 	}
 	// Recovery: the agent comes back and drops the address it kept while dead; nothing moves.
 	blockHealth(t, n3, false)
