@@ -193,6 +193,18 @@ func egressIPRules(mask uint32, sets map[string]*nftables.Set) map[string][][]ex
 			add(egressIPSNAT, marked(mask), nfproto(v4), one(addrField(v4, true, 1), &expr.NAT{Type: expr.NATTypeSourceNAT, Family: natFamily(v4), RegAddrMin: 1}))
 		}
 	}
+	for _, v4 := range both {
+		// ip saddr @egressip_guarded4 ip daddr != @egressip_exempt4 counter name egressip_leaks
+		// drop: a guarded pod's new connection that is neither SNATed to an egress IP nor
+		// steered goes no further, so that no later NAT (the CNI's masquerade to the node's
+		// address) takes it and sticks to the flow: the guard below sees the packet only after
+		// that NAT, with the node's address. Dropping its first packet leaves no conntrack entry,
+		// so the flow leaves with the egress IP as soon as its SNAT is there (an egress node that
+		// gets a remote pod's packets just before its SNAT element, a pod's node between its
+		// SNAT element and its steering mark).
+		add(egressIPSNAT, nfproto(v4), one(addrField(v4, true, 1), lookup(pick(v4, guarded4Set, guarded6Set), 1, false),
+			addrField(v4, false, 1), lookup(pick(v4, exempt4Set, exempt6Set), 1, true)), count(leaksCounter))
+	}
 	// Replies are never judged (nor counted) by the guard.
 	add(egressIPGuard, ctDirection(ctDirReply), ret)
 	for _, v4 := range both {

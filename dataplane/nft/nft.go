@@ -29,7 +29,11 @@
 //     connections initiated from outside (NodePort, LoadBalancer, direct) are never steered.
 //   - egressip_snat: SNAT to the egress IP by map egressip_snat4/6 (pod : egress IP), unless the
 //     destination is in the interval set egressip_exempt4/6 (cluster networks, node addresses);
-//     then an identity SNAT of steered packets (mark bits set), keeping their pod source.
+//     then an identity SNAT of steered packets (mark bits set), keeping their pod source;
+//     then drops, counted by egressip_leaks, a guarded pod's new connection to a non-exempt
+//     destination that got neither (before the CNI's masquerade could bind it to the node's
+//     address for the flow's life). A pod whose NAT here changes has its connections' conntrack
+//     entries deleted after the write (conntrack.go), so its flows are NATed afresh.
 //   - egressip_guard: counts what left SNATed per egress IP (set egressip_addrs4/6, a counter
 //     per element); sends steered packets to egressip_guard_steered; drops, counted by the
 //     named counter egressip_leaks, what a guarded pod (set egressip_guarded4/6) sends to a
@@ -54,6 +58,7 @@ import (
 	"sync"
 
 	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/egressd/egressd/dataplane"
@@ -90,6 +95,10 @@ type Table struct {
 	denyCounts tally[dataplane.Origin]
 	snatCounts tally[netip.Addr]
 	leakCounts tally[string]
+	// ct deletes conntrack entries (conntrack.go), in the table's namespace; unflushed are the
+	// pod addresses whose entries are still to delete.
+	ct        *netlink.Handle
+	unflushed map[netip.Addr]bool
 }
 
 // New opens a netlink connection to nftables in the current network namespace; it stays there
@@ -99,8 +108,12 @@ func New() (*Table, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
+	ct, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
+	if err != nil {
+		return nil, fmt.Errorf("conntrack netlink socket: %w", err)
+	}
 	return &Table{conn: c, denyCounts: newTally[dataplane.Origin](), snatCounts: newTally[netip.Addr](),
-		leakCounts: newTally[string]()}, nil
+		leakCounts: newTally[string](), ct: ct, unflushed: map[netip.Addr]bool{}}, nil
 }
 
 // Close releases the netlink connection; the table stays as programmed.

@@ -156,6 +156,7 @@ func TestPrivilegedTable(t *testing.T) {
 	// A set deleted (with the rule that uses it): repaired as well.
 	ns.MustRun(t, "nft", "flush", "chain", "inet", "egressd", "egressip_guard")
 	ns.MustRun(t, "nft", "flush", "chain", "inet", "egressd", "egressip_guard_steered")
+	ns.MustRun(t, "nft", "flush", "chain", "inet", "egressd", "egressip_snat")
 	ns.MustRun(t, "nft", "delete", "set", "inet", "egressd", "egressip_guarded4")
 	apply(st)
 	if got := list(); sortedElements(got) != sortedElements(want) {

@@ -55,7 +55,15 @@ func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 	if intact && maps.EqualFunc(want, t.written, func(a, b map[string]element) bool {
 		return maps.EqualFunc(a, b, func(x, y element) bool { return x.data == y.data })
 	}) {
+		t.flushOrFail(s, failed)
 		return orNil(failed)
+	}
+	// Pods whose NAT changes: their flows are NATed afresh once the table is written. Unknown
+	// before the first Apply (a restarted agent): flows then keep the NAT they have.
+	if t.written != nil {
+		for _, a := range natChanges(t.written, want) {
+			t.unflushed[a] = true
+		}
 	}
 	t.readCounters()
 	var err error
@@ -83,7 +91,20 @@ func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 	}
 	t.written, t.mask, t.denies = want, s.SteerMask, denies
 	t.relabel(rewrite)
+	t.flushOrFail(s, failed)
 	return orNil(failed)
+}
+
+// flushOrFail deletes the conntrack entries of the pods whose NAT changed; on error, the
+// EgressIPs with SNAT elements report it and the next Apply tries again.
+func (t *Table) flushOrFail(s *dataplane.NftablesState, failed map[dataplane.Origin]error) {
+	if err := t.flushFlows(s.Exempt); err != nil {
+		for _, n := range s.SNAT {
+			if failed[n.Origin] == nil {
+				failed[n.Origin] = err
+			}
+		}
+	}
 }
 
 func orNil(m map[dataplane.Origin]error) map[dataplane.Origin]error {

@@ -69,6 +69,13 @@ func (l *Lab) StartAgents(ctx context.Context) error {
 	return nil
 }
 
+// apiForwarder relays connections from inside a node to the API server; CutAPI cuts it.
+type apiForwarder struct {
+	mu    sync.Mutex
+	cut   bool
+	conns map[net.Conn]bool
+}
+
 // forwardAPI listens on apiForwardAddr inside the node and relays to the API server.
 func (n *Node) forwardAPI() error {
 	u, err := url.Parse(n.lab.CP.Server)
@@ -82,6 +89,8 @@ func (n *Node) forwardAPI() error {
 	}); err != nil {
 		return fmt.Errorf("API forwarder in %s: %w", n.Name, err)
 	}
+	f := &apiForwarder{conns: map[net.Conn]bool{}}
+	n.api = f
 	n.lab.onClose(func() { ln.Close() })
 	go func() {
 		for {
@@ -89,20 +98,68 @@ func (n *Node) forwardAPI() error {
 			if err != nil {
 				return
 			}
-			go relay(c, u.Host)
+			f.mu.Lock()
+			if f.cut {
+				f.mu.Unlock()
+				c.Close()
+				continue
+			}
+			f.conns[c] = true
+			f.mu.Unlock()
+			go func() {
+				relay(c, u.Host, f.track)
+				f.mu.Lock()
+				delete(f.conns, c)
+				f.mu.Unlock()
+			}()
 		}
 	}()
 	return nil
 }
 
+// CutAPI cuts the node off the API server (cut) or restores its access: while cut, the node's
+// connections to the API server are closed and new ones are closed at once, as when the node's
+// network is gone (the lab reaches the API server through a relay, not through the fabric, so
+// taking the fabric link down alone leaves the agent connected).
+func (n *Node) CutAPI(cut bool) {
+	f := n.api
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cut = cut
+	if cut {
+		for c := range f.conns {
+			c.Close()
+		}
+	}
+}
+
+// track registers the upstream side of a relayed connection, so that CutAPI closes it too.
+func (f *apiForwarder) track(up net.Conn) func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cut {
+		up.Close()
+	}
+	f.conns[up] = true
+	return func() {
+		f.mu.Lock()
+		delete(f.conns, up)
+		f.mu.Unlock()
+	}
+}
+
 // relay dials from the caller's (root) namespace: goroutines never run in a lab namespace.
-func relay(c net.Conn, target string) {
+func relay(c net.Conn, target string, track func(net.Conn) func()) {
 	defer c.Close()
 	up, err := net.DialTimeout("tcp", target, 5*time.Second)
 	if err != nil {
 		return
 	}
 	defer up.Close()
+	defer track(up)()
 	done := make(chan struct{}, 2)
 	go func() { _, _ = io.Copy(up, c); up.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
 	go func() { _, _ = io.Copy(c, up); c.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()

@@ -43,7 +43,7 @@ func (l *Lab) AddExternal(name string, o ExternalOptions, addrs ...string) (*Ext
 	if e.NS, err = l.newNS("x" + name); err != nil {
 		return nil, err
 	}
-	if err := l.attach(e.NS, name); err != nil {
+	if _, err := l.attach(e.NS, name); err != nil {
 		return nil, err
 	}
 	script := []string{

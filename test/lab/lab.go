@@ -210,17 +210,18 @@ func (l *Lab) build(ctx context.Context) error {
 	return nil
 }
 
-// attach connects a member namespace to the fabric bridge; its side of the link is eth0.
-func (l *Lab) attach(member *netns.NS, tag string) error {
+// attach connects a member namespace to the fabric bridge; its side of the link is eth0. It
+// returns the name of the bridge's port (in the fabric namespace).
+func (l *Lab) attach(member *netns.NS, tag string) (string, error) {
 	l.mu.Lock()
 	l.nsSeq++
 	port := fmt.Sprintf("p%d", l.nsSeq)
 	l.mu.Unlock()
 	if err := netns.Link(l.Fabric, port, member, "eth0"); err != nil {
-		return fmt.Errorf("attach %s to the fabric: %w", tag, err)
+		return "", fmt.Errorf("attach %s to the fabric: %w", tag, err)
 	}
 	_, err := l.Fabric.Run("ip", "link", "set", port, "master", "br0")
-	return err
+	return port, err
 }
 
 // Close stops agents and servers, deletes every namespace and the lab's files.

@@ -32,6 +32,10 @@ type Node struct {
 	// agentStarted: egressd was started on the node, so its plugin is in the node's CNI chain
 	// (the DaemonSet installs it), whether the agent still runs or not.
 	agentStarted bool
+	// fabricPort is the node's port on the fabric bridge (the other end of its eth0).
+	fabricPort string
+	// api is the node's API forwarder (see CutAPI).
+	api *apiForwarder
 }
 
 func (l *Lab) addNode(ctx context.Context, i int) (*Node, error) {
@@ -49,7 +53,7 @@ func (l *Lab) addNode(ctx context.Context, i int) (*Node, error) {
 	if n.NS, err = l.newNS(fmt.Sprintf("n%d", i)); err != nil {
 		return nil, err
 	}
-	if err := l.attach(n.NS, n.Name); err != nil {
+	if n.fabricPort, err = l.attach(n.NS, n.Name); err != nil {
 		return nil, err
 	}
 	script := []string{

@@ -51,6 +51,7 @@ type observer struct {
 	socks []int
 	lns   []net.Listener
 	pcs   []net.PacketConn
+	taps  map[*Capture]bool
 }
 
 func newObserver(host string) *observer {
@@ -137,9 +138,11 @@ func (o *observer) sniff(fd int) {
 			}
 			return
 		}
-		if ll, ok := from.(*unix.SockaddrLinklayer); !ok || ll.Pkttype != unix.PACKET_HOST {
-			continue // only what arrives for this host
+		ll, ok := from.(*unix.SockaddrLinklayer)
+		if !ok || ll.Pkttype != unix.PACKET_HOST && ll.Pkttype != unix.PACKET_OTHERHOST {
+			continue // only what arrives for this host, or for another on its link (captures)
 		}
+		at := time.Now()
 		if err := parser.DecodeLayers(buf[:n], &decoded); err != nil && len(decoded) < 3 {
 			continue
 		}
@@ -177,8 +180,13 @@ func (o *observer) sniff(fd int) {
 		}
 		ob.DSCP, ob.ECN = tos>>2, tos&3
 		o.mu.Lock()
-		o.flows[flowKey{ob.Proto, ob.Src, ob.SrcPort, ob.DstPort}] = ob
-		o.cond.Broadcast()
+		for c := range o.taps {
+			c.add(Captured{At: at, ForHost: ll.Pkttype == unix.PACKET_HOST, Observation: ob})
+		}
+		if ll.Pkttype == unix.PACKET_HOST {
+			o.flows[flowKey{ob.Proto, ob.Src, ob.SrcPort, ob.DstPort}] = ob
+			o.cond.Broadcast()
+		}
 		o.mu.Unlock()
 	}
 }

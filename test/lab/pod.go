@@ -345,3 +345,72 @@ func (p *Pod) FloodUDP(dst string, d time.Duration) (uint64, error) {
 	}
 	return sent, nil
 }
+
+// Stream is a UDP stream from a pod (see StreamUDP).
+type Stream struct {
+	conn     net.Conn
+	stop     chan struct{}
+	done     chan struct{}
+	sent     atomic.Int64
+	answered atomic.Int64
+}
+
+// StreamUDP sends a datagram from one socket of the pod (one flow: one source port) to dst
+// every interval until Stop, counting the servers' answers.
+func (p *Pod) StreamUDP(dst string, every time.Duration) (*Stream, error) {
+	s := &Stream{stop: make(chan struct{}), done: make(chan struct{})}
+	if err := p.NS.Do(func() error {
+		var err error
+		s.conn, err = net.Dial("udp", dst)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			if _, err := s.conn.Read(buf); err != nil {
+				if errors.Is(err, syscall.ECONNREFUSED) {
+					continue
+				}
+				return // closed by Stop
+			}
+			s.answered.Add(1)
+		}
+	}()
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for i := 0; ; i++ {
+			if _, err := s.conn.Write([]byte(fmt.Sprintf("%d\n", i))); err == nil {
+				s.sent.Add(1)
+			}
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s, nil
+}
+
+// Counts are the datagrams sent and answered so far.
+func (s *Stream) Counts() (sent, answered int64) { return s.sent.Load(), s.answered.Load() }
+
+// Stop ends the stream (answers in flight are not awaited) and returns the counts.
+func (s *Stream) Stop() (sent, answered int64) {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+		<-s.done
+		time.Sleep(100 * time.Millisecond) // the last answers
+		s.conn.Close()
+	}
+	return s.Counts()
+}
+
+// LocalPort is the stream's source port in the pod (SNAT keeps it unless it collides).
+func (s *Stream) LocalPort() uint16 { return uint16(s.conn.LocalAddr().(*net.UDPAddr).Port) }
