@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -40,7 +41,7 @@ func (e *LeaderElection) Run(ctx context.Context) error {
 	}
 	for ctx.Err() == nil { // a lost Lease ends RunOrDie: campaign again
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            lock,
+			Lock:            releaseGuard{lock},
 			LeaseDuration:   e.LeaseDuration,
 			RenewDeadline:   e.RenewDeadline,
 			RetryPeriod:     e.RetryPeriod,
@@ -71,4 +72,23 @@ func (e *LeaderElection) lead(ctx context.Context) {
 		wg.Go(func() { c(ctx) })
 	}
 	wg.Wait()
+}
+
+// releaseGuard refuses to release (write an empty holder into) a Lease that no longer names
+// this agent. client-go releases on every end of leadership, also after losing the Lease, and
+// judges from its last observed record: an agent cut off from the API server for longer than
+// the Lease, coming back, would otherwise clear the new leader's Lease and take it over.
+type releaseGuard struct{ resourcelock.Interface }
+
+func (g releaseGuard) Update(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
+	if rec.HolderIdentity == "" {
+		cur, _, err := g.Interface.Get(ctx)
+		if err != nil {
+			return fmt.Errorf("read the Lease before releasing it: %w", err)
+		}
+		if cur.HolderIdentity != g.Identity() {
+			return fmt.Errorf("not releasing the Lease: %q holds it now", cur.HolderIdentity)
+		}
+	}
+	return g.Interface.Update(ctx, rec)
 }
