@@ -17,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/egressd/egressd/dataplane/tcx"
@@ -206,7 +207,8 @@ func run(ctx context.Context, keep bool) (int, error) {
 	if err := demoEgressIP(ctx, l, c, pods); err != nil {
 		return c.failures, err
 	}
-	fmt.Println("    (AdminPolicyBasedExternalRoute, EgressService, EgressRouter and CloudPrivateIPConfig are accepted; their node programming lands with their issues)")
+	fmt.Println("    (EgressService, EgressRouter and CloudPrivateIPConfig are accepted; their node programming lands with their issues;")
+	fmt.Println("     AdminPolicyBasedExternalRoute works: see TestPrivilegedExternalRoute, with FRR gateways)")
 
 	if !keep {
 		step("tearing down")
@@ -257,8 +259,16 @@ spec:
 		return err
 	}
 	items := "unassigned"
-	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressIP", "", "demo-clients", "status.items[0].node", l.Nodes[1].Name, 20*time.Second); err == nil {
-		items = l.Nodes[1].Name + "=" + eip
+	for deadline := time.Now().Add(20 * time.Second); items == "unassigned" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		obj, err := l.Kube.Get(ctx, "k8s.ovn.org/v1", "EgressIP", "", "demo-clients")
+		if err != nil {
+			continue
+		}
+		list, _, _ := unstructured.NestedSlice(obj.Object, "status", "items")
+		if len(list) > 0 {
+			m, _ := list[0].(map[string]any)
+			items = fmt.Sprintf("%v=%v", m["node"], m["egressIP"])
+		}
 	}
 	c.check("status.items", l.Nodes[1].Name+"="+eip, items)
 	for _, p := range pods {
