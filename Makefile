@@ -7,7 +7,7 @@ IMAGE    ?= ghcr.io/egressd/egressd:$(VERSION)
 CLANG    ?= clang
 export EGRESSD_REQUIRE_PRIVILEGED ?= 0
 
-.PHONY: all build generate verify-generate deps controlplane-bin test test-unit bench-memory bench-bfd bench-firewall bench-cni demo demo-down \
+.PHONY: all build generate verify-generate deps controlplane-bin test test-unit bench-memory bench-bfd bench-firewall bench-cni bench-egressip demo demo-down \
         controlplane-up controlplane-down image clean
 
 all: build
@@ -44,8 +44,12 @@ bench-bfd: deps ## BFD: CPU of 200 sessions at 100ms x 3, detection time over 20
 bench-cni: deps controlplane-bin ## time egressd-cni adds to a pod's CNI ADD: p50/p99 over 200 pods
 	$(GO) test ./test/e2e -run '^$$' -bench 'PrivilegedCNIAdd' -benchtime 1x -timeout 20m -v
 
+bench-egressip: deps controlplane-bin ## EgressIP failover (link down, 20 trials; the leader case), programming of a new pod
+	$(GO) test ./test/e2e -run '^$$' -bench 'PrivilegedEgressIP' -benchtime 1x -timeout 30m -v
+
 bench-firewall: deps controlplane-bin ## classifier ns/packet; 8000-rule apply time; change latency with 1000 namespaces; UDP throughput ratio
-	$(GO) test ./dataplane/classifier -run '^$$' -bench Privileged -benchtime 2000000x
+	$(GO) test ./dataplane/classifier -run '^$$' -bench PrivilegedClassifier -benchtime 2000000x
+	$(GO) test ./dataplane/classifier -run '^$$' -bench PrivilegedApply -benchtime 20x
 	$(GO) test ./test/e2e -run '^$$' -bench 'Privileged(FirewallApply|Throughput)' -benchtime 1x -timeout 20m
 
 demo: deps ## egressd on its lab: expected vs observed per example (KEEP=1 leaves it up)
