@@ -42,6 +42,7 @@ type config struct {
 	dnsMinTTL        time.Duration
 	statusIgnore     labels.Selector
 	legacyGateways   bool
+	addressLifetime  time.Duration
 	aclLogRate       uint
 	verbosity        int
 	logFormat        string
@@ -116,6 +117,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.routing.TableBase, "route-table-base", c.routing.TableBase, "first routing table ID of egressd's reserved range")
 	fs.IntVar(&c.routing.TableCount, "route-table-count", c.routing.TableCount, "size of egressd's routing table range")
 	fs.Uint16Var(&c.healthPort, "egressip-health-port", reachability.DefaultPort, "port of the gRPC health service (Service_Egress_IP) the leader probes on every egress node, as upstream")
+	fs.DurationVar(&c.addressLifetime, "egress-address-lifetime", 30*time.Second, "valid lifetime of the egress addresses this node hosts, renewed while the agent runs: an agent gone longer loses them, as the leader then moves them (0: forever)")
 	fs.BoolVar(&c.legacyGateways, "external-gateway-annotations", false, "also honour the legacy external gateway annotations of older OVN-Kubernetes (k8s.ovn.org/routing-external-gws, routing-namespaces, routing-network, bfd-enabled), merged with AdminPolicyBasedExternalRoutes as upstream did")
 	ignore := fs.String("status-ignore-nodes", "", "label selector of nodes egressd does not run on: they are not waited for in the aggregate status of EgressFirewall and EgressQoS")
 	fs.StringVar(&c.cniSocket, "cni-socket", cniapi.DefaultSocket, "unix socket on which egressd's chained CNI plugin (egressd-cni) hands over new pods; \"\" disables")

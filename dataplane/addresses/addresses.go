@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/egressd/egressd/dataplane"
 )
@@ -29,6 +30,8 @@ const DefaultProtocol = 229
 // Addresses keeps the egress addresses of the node equal to the desired ones.
 type Addresses struct {
 	protocol uint8
+	// lifetime is the valid lifetime of the addresses, renewed by Renew; 0 is forever.
+	lifetime time.Duration
 
 	mu sync.Mutex
 	// owned are the addresses stamped with protocol, as last seen or changed.
@@ -37,15 +40,18 @@ type Addresses struct {
 	unannounced map[netip.Addr]bool
 }
 
-// New adopts the addresses stamped with protocol in the current network namespace as they are.
+// New adopts the addresses stamped with protocol in the current network namespace as they are;
+// it adds addresses valid for lifetime (0: forever), which Renew must extend: an agent that dies
+// with its node alive does not leave its egress addresses answering ARP after the cluster moved
+// them (upstream #6553).
 // They count as unannounced: the previous agent may have stopped between adding one and
 // announcing it, so the first Apply that still wants one announces it again (never removing it).
 // Protocol 0 is refused: it is what every address added without a protocol carries.
-func New(protocol uint8) (*Addresses, error) {
+func New(protocol uint8, lifetime time.Duration) (*Addresses, error) {
 	if protocol == 0 {
 		return nil, errors.New("address protocol 0 would claim every unstamped address")
 	}
-	a := &Addresses{protocol: protocol, owned: map[netip.Addr]bool{}, unannounced: map[netip.Addr]bool{}}
+	a := &Addresses{protocol: protocol, lifetime: lifetime, owned: map[netip.Addr]bool{}, unannounced: map[netip.Addr]bool{}}
 	kernel, err := dump()
 	if err != nil {
 		return nil, err
@@ -161,7 +167,7 @@ func (a *Addresses) ensure(ip netip.Addr, ifindex int, kernel []kaddr) error {
 		}
 	}
 	if !present {
-		if err := add(ip, ifindex, a.protocol); err != nil {
+		if err := add(ip, ifindex, a.protocol, a.lifetime); err != nil {
 			return fmt.Errorf("add %s to interface %d: %w", ip, ifindex, err)
 		}
 		a.owned[ip] = true
@@ -246,10 +252,30 @@ func (a *Addresses) Prune(want []dataplane.Address) error {
 	return errors.Join(errs...)
 }
 
+// Renew extends the lifetime of every address egressd owns (nothing when they live forever).
+func (a *Addresses) Renew() error {
+	if a.lifetime == 0 {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	kernel, err := dump()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, k := range kernel {
+		if k.proto == a.protocol {
+			errs = append(errs, renew(k, a.protocol, a.lifetime))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Cleanup removes every address stamped with protocol from the current network namespace
 // (egressctl cleanup). Protocol 0 is refused, as for New.
 func Cleanup(protocol uint8) error {
-	a, err := New(protocol)
+	a, err := New(protocol, 0)
 	if err != nil {
 		return err
 	}

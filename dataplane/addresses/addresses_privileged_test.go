@@ -74,7 +74,7 @@ func newLab(t *testing.T) *lab {
 func in(t *testing.T, ns *netns.NS, f func(a *Addresses) error) {
 	t.Helper()
 	err := ns.Do(func() error {
-		a, err := New(DefaultProtocol)
+		a, err := New(DefaultProtocol, 0)
 		if err != nil {
 			return err
 		}
@@ -218,7 +218,7 @@ func TestPrivilegedRestartAdoptsAndPrunes(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := add(other, eth0.Attrs().Index, 85); err != nil {
+		if err := add(other, eth0.Attrs().Index, 85, 0); err != nil {
 			return err
 		}
 		return apply(a, append(slices.Clone(want), stale))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
@@ -91,10 +92,19 @@ func parse(m []byte) (kaddr, bool) {
 }
 
 // add adds ip with host prefix length to interface ifindex: scope universe, valid and preferred
-// forever, stamped with proto, and for IPv6 without duplicate address detection (the address
-// must answer at once, and the cluster has made sure it is unique).
-func add(ip netip.Addr, ifindex int, proto uint8) error {
-	req := nl.NewNetlinkRequest(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK)
+// for lifetime (0: forever), stamped with proto, and for IPv6 without duplicate address
+// detection (the address must answer at once, and the cluster has made sure it is unique).
+func add(ip netip.Addr, ifindex int, proto uint8, lifetime time.Duration) error {
+	return newaddr(ip, ifindex, proto, lifetime, unix.NLM_F_CREATE|unix.NLM_F_EXCL)
+}
+
+// renew gives an existing address a fresh lifetime.
+func renew(k kaddr, proto uint8, lifetime time.Duration) error {
+	return newaddr(k.prefix.Addr(), k.ifindex, proto, lifetime, unix.NLM_F_REPLACE)
+}
+
+func newaddr(ip netip.Addr, ifindex int, proto uint8, lifetime time.Duration, flags int) error {
+	req := nl.NewNetlinkRequest(unix.RTM_NEWADDR, flags|unix.NLM_F_ACK)
 	msg := addrmsg(ip, ifindex)
 	msg.Scope = unix.RT_SCOPE_UNIVERSE
 	if ip.Is6() {
@@ -103,8 +113,12 @@ func add(ip netip.Addr, ifindex int, proto uint8) error {
 	req.AddData(msg)
 	req.AddData(nl.NewRtAttr(unix.IFA_LOCAL, ip.AsSlice()))
 	req.AddData(nl.NewRtAttr(unix.IFA_ADDRESS, ip.AsSlice()))
-	forever := nl.IfaCacheInfo{IfaCacheinfo: unix.IfaCacheinfo{Prefered: 0xffffffff, Valid: 0xffffffff}}
-	req.AddData(nl.NewRtAttr(unix.IFA_CACHEINFO, forever.Serialize()))
+	lft := uint32(0xffffffff) // forever
+	if lifetime > 0 {
+		lft = uint32(lifetime.Seconds())
+	}
+	info := nl.IfaCacheInfo{IfaCacheinfo: unix.IfaCacheinfo{Prefered: lft, Valid: lft}}
+	req.AddData(nl.NewRtAttr(unix.IFA_CACHEINFO, info.Serialize()))
 	req.AddData(nl.NewRtAttr(ifaProto, []byte{proto}))
 	_, err := req.Execute(unix.NETLINK_ROUTE, 0)
 	return err

@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
@@ -44,6 +45,9 @@ type Options struct {
 	PinRoot    string
 	Classifier classifier.Options
 	Routing    routing.Config
+	// AddressLifetime is how long an egress address outlives an agent that stopped renewing
+	// it (0: forever).
+	AddressLifetime time.Duration
 }
 
 // Applier programs the kernel of the network namespace the process runs in.
@@ -97,7 +101,7 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 		return fail(err)
 	}
 	undo = append(undo, func() { _ = t.Close() })
-	owned, err := addresses.New(addresses.DefaultProtocol)
+	owned, err := addresses.New(addresses.DefaultProtocol, o.AddressLifetime)
 	if err != nil {
 		return fail(err)
 	}
@@ -145,6 +149,9 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 			}
 		}
 	}()
+	if o.AddressLifetime > 0 {
+		go d.renewAddresses(o.AddressLifetime / 3)
+	}
 	log.Info("dataplane ready", "adoptedLinks", a.Attached(), "adoptedReplyLinks", toPod.Attached())
 	return d, nil
 }
@@ -237,5 +244,22 @@ func (d *Applier) Close() {
 	}
 	if err := d.nft.Close(); err != nil {
 		d.log.Error("close the nftables connection", "err", err)
+	}
+}
+
+// renewAddresses keeps the egress addresses alive while the agent runs: three renewals per
+// lifetime, so a missed one or two do not drop them.
+func (d *Applier) renewAddresses(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.done:
+			return
+		case <-t.C:
+			if err := d.addresses.Renew(); err != nil {
+				d.log.Error("renew the lifetime of egress addresses", "err", err)
+			}
+		}
 	}
 }
