@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -31,14 +33,15 @@ Usage:
   egressctl trace [--bpf-pin-root DIR] SRC DST [tcp|udp|sctp/PORT]
                                              what the classifier does with a new flow from
                                              pod address SRC: verdict, rule, DSCP
+  egressctl egressip                         egress IPs this node hosts, the pods it SNATs to
+                                             them, and egressd's routing (steering to egress
+                                             nodes, external gateways)
   egressctl cleanup [--bpf-pin-root DIR]     remove every kernel object egressd owns on this
                                              node (stop the agent first, or it re-creates them)
   egressctl version                          print the version
   egressctl help                             print this help
 
-Coming with the features that program routing:
-  egressctl routes           external gateway, EgressIP and EgressService routing state
-  egressctl bfd              BFD sessions to external gateways and their state
+Not yet: egressctl bfd (BFD sessions to external gateways; see the egressd_bfd_* metrics).
 `
 
 func main() {
@@ -55,6 +58,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "egressctl", version.String())
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, help)
+	case "egressip":
+		if err := egressIP(stdout); err != nil {
+			fmt.Fprintf(stderr, "egressctl egressip: %v\n", err)
+			return 1
+		}
 	case "cleanup", "firewall", "qos", "trace":
 		fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 		fs.SetOutput(stderr)
@@ -187,6 +195,43 @@ func trace(pinRoot string, args []string, out io.Writer) error {
 		fmt.Fprintln(out, "qos:      no EgressQoS rule: DSCP left as the pod set it")
 	} else {
 		fmt.Fprintf(out, "qos:      DSCP %d by rule %d: %s\n", tr.DSCP, tr.QoSRule, tr.QoSText)
+	}
+	return nil
+}
+
+// egressIP prints what this node does for EgressIP and external routes: hosted egress IPs, the
+// SNAT map, and egressd's rules and tables.
+func egressIP(out io.Writer) error {
+	hosted, err := addresses.Hosted(addresses.DefaultProtocol)
+	if err != nil {
+		return fmt.Errorf("egress addresses: %w", err)
+	}
+	fmt.Fprintln(out, "egress IPs hosted here:")
+	var lines []string
+	for p, ifindex := range hosted {
+		name := strconv.Itoa(ifindex)
+		if ifi, err := net.InterfaceByIndex(ifindex); err == nil {
+			name = ifi.Name
+		}
+		lines = append(lines, fmt.Sprintf("  %s on %s", p.Addr(), name))
+	}
+	slices.Sort(lines)
+	fmt.Fprintln(out, strings.Join(append(lines, ""), "\n"))
+	snat, err := nft.SNATEntries()
+	if err != nil {
+		return fmt.Errorf("SNAT map: %w", err)
+	}
+	fmt.Fprintln(out, "pods SNATed here (pod -> egress IP):")
+	for _, e := range snat {
+		fmt.Fprintf(out, "  %s -> %s\n", e.Pod, e.EgressIP)
+	}
+	routes, err := routing.Describe(routing.DefaultConfig())
+	if err != nil {
+		return fmt.Errorf("routing: %w", err)
+	}
+	fmt.Fprintln(out, "\nsteering (marked pod traffic to egress nodes or external gateways):")
+	for _, r := range routes {
+		fmt.Fprintln(out, "  "+r)
 	}
 	return nil
 }

@@ -281,3 +281,19 @@ func Cleanup(protocol uint8) error {
 	}
 	return a.Prune(nil)
 }
+
+// Hosted lists, for egressctl, the addresses stamped with protocol in the current network
+// namespace and the interface index each is on.
+func Hosted(protocol uint8) (map[netip.Prefix]int, error) {
+	kernel, err := dump()
+	if err != nil {
+		return nil, err
+	}
+	out := map[netip.Prefix]int{}
+	for _, k := range kernel {
+		if k.proto == protocol {
+			out[k.prefix] = k.ifindex
+		}
+	}
+	return out, nil
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,6 +138,15 @@ spec:
 	}
 	if r := sel0.TCP(lab.HostPort(n2.IPv4, 8080), lab.ClientOptions{Timeout: quick}); r.Outcome != lab.OK || r.Seen.Src != n0.IPv4 {
 		t.Errorf("pod to a node address: %s, want source %s (its node)", r, n0.IPv4)
+	}
+
+	// What egressctl shows on node-0: the IPv4 egress IP it hosts, both pods' IPv4 SNATed to it,
+	// and the IPv6 of sel0 steered by mark to node-1.
+	out := n0.NS.MustRun(t, egressctl(t), "egressip")
+	for _, want := range []string{eip4 + " on eth0", sel0.IPv4.String() + " -> " + eip4, sel1.IPv4.String() + " -> " + eip4, "ipv6 fwmark 0x10000/0xff0000 lookup 7101", "table 7101 ::/0 via " + n1.IPv6.String()} {
+		if !strings.Contains(out, want) {
+			t.Errorf("egressctl egressip on %s lacks %q:\n%s", n0.Name, want, out)
+		}
 	}
 
 	// The IPv4 egress node loses its label: the IP moves to the node without one, and the
