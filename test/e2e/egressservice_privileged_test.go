@@ -22,17 +22,18 @@ const lbIP4 = "172.18.0.210"
 // status.host and labels node 0; the external host (routing the LB IP to node 0, as the LB
 // provider's announcement would) sees the LB IP from the endpoints on node 0 and on the bridged
 // node 1 (steered to node 0, SNATed there); a pod that is no endpoint keeps its node IP;
-// deleting the EgressService restores the node IPs and removes the label.
+// node 0 going NotReady moves the service to node 2 (status, label, traffic); deleting the
+// EgressService restores the node IPs and removes the label.
 func TestPrivilegedEgressService(t *testing.T) {
 	privileged.Require(t)
 	l := lab.New(t, lab.Options{Nodes: 3, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true,
-		NodeLabels: map[int]map[string]string{0: {"egress-host": "yes"}}})
+		NodeLabels: map[int]map[string]string{0: {"egress-host": "yes"}, 2: {"egress-host": "yes"}}})
 	ctx := context.Background()
 	web, err := l.AddExternal("web", lab.ExternalOptions{}, "203.0.113.10")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n0, n1 := l.Nodes[0], l.Nodes[1]
+	n0, n1, n2 := l.Nodes[0], l.Nodes[1], l.Nodes[2]
 	// The LB provider's job (MetalLB on the labelled node): the LB IP reaches the host node.
 	if out, err := web.NS.Run("ip", "route", "add", lbIP4+"/32", "via", n0.IPv4.String()); err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -73,16 +74,7 @@ spec:
 	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressService", ns, "lb", "status.host", n0.Name, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	poll.Eventually(t, "node 0 labelled "+label, 10*time.Second, func() error {
-		n, err := l.Client.CoreV1().Nodes().Get(ctx, n0.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if _, ok := n.Labels[label]; !ok {
-			return fmt.Errorf("labels %v", n.Labels)
-		}
-		return nil
-	})
+	waitLabel(t, l, label, n0.Name)
 
 	lb := netip.MustParseAddr(lbIP4)
 	dst := "203.0.113.10:80"
@@ -90,18 +82,43 @@ spec:
 	eventuallySource(t, "endpoint on another node (bridged), steered to the host", ep1, dst, lb)
 	eventuallySource(t, "a pod that is no endpoint", plain1, dst, n1.IPv4)
 
+	// The host goes NotReady: the other selected node takes the service over.
+	if err := n0.SetReady(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressService", ns, "lb", "status.host", n2.Name, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitLabel(t, l, label, n2.Name)
+	if out, err := web.NS.Run("ip", "route", "replace", lbIP4+"/32", "via", n2.IPv4.String()); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	eventuallySource(t, "after the move, the old host's endpoint, steered to the new host", ep0, dst, lb)
+	eventuallySource(t, "after the move, the bridged node's endpoint", ep1, dst, lb)
+	if err := n0.SetReady(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+
 	if err := l.Kube.Delete(ctx, "k8s.ovn.org/v1", "EgressService", ns, "lb"); err != nil {
 		t.Fatal(err)
 	}
 	eventuallySource(t, "EgressService deleted, host node's endpoint", ep0, dst, n0.IPv4)
 	eventuallySource(t, "EgressService deleted, other node's endpoint", ep1, dst, n1.IPv4)
-	poll.Eventually(t, "label removed from node 0", 10*time.Second, func() error {
-		n, err := l.Client.CoreV1().Nodes().Get(ctx, n0.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if _, ok := n.Labels[label]; ok {
-			return fmt.Errorf("labels %v", n.Labels)
+	waitLabel(t, l, label, "")
+}
+
+// waitLabel waits until only node (none when "") carries label.
+func waitLabel(t *testing.T, l *lab.Lab, label, node string) {
+	t.Helper()
+	poll.Eventually(t, fmt.Sprintf("label %s on %q only", label, node), 10*time.Second, func() error {
+		for _, n := range l.Nodes {
+			obj, err := l.Client.CoreV1().Nodes().Get(context.Background(), n.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if _, ok := obj.Labels[label]; ok != (n.Name == node) {
+				return fmt.Errorf("node %s labels %v", n.Name, obj.Labels)
+			}
 		}
 		return nil
 	})
