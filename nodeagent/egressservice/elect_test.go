@@ -81,8 +81,8 @@ func TestRequestForETPLocal(t *testing.T) {
 type fakeProbes struct{ down map[string]bool }
 
 func (f *fakeProbes) Set(map[string]netip.AddrPort) {}
-func (f *fakeProbes) Reachable(n string) bool        { return !f.down[n] }
-func (f *fakeProbes) Changed() <-chan struct{}       { return nil }
+func (f *fakeProbes) Reachable(n string) bool       { return !f.down[n] }
+func (f *fakeProbes) Changed() <-chan struct{}      { return nil }
 
 func readyNode(name string, lbls map[string]string) *corev1.Node {
 	n := node(name, "192.0.2."+name[1:]+"/24", "")
