@@ -8,6 +8,7 @@ import (
 	"github.com/egressd/egressd/nodeagent/egressfirewall"
 	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/nodeagent/egressqos"
+	"github.com/egressd/egressd/nodeagent/egressservice"
 	"github.com/egressd/egressd/nodeagent/externalroute"
 )
 
@@ -18,6 +19,7 @@ type parts struct {
 	qos      egressqos.Part
 	egressIP egressip.Part
 	routes   externalroute.Part
+	service  egressservice.Part
 }
 
 // merge combines the parts into the node's desired state. It owns what crosses features: a
@@ -30,7 +32,8 @@ func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (datapl
 		Firewalls:       p.firewall.Firewalls,
 		QoS:             p.qos.QoS,
 	}}
-	paths := steeredPaths(p.egressIP.Steer, p.routes.Routes)
+	eip := withoutServed(p.egressIP, p.service.Served)
+	paths := steeredPaths(append(append([]egressip.Steer{}, p.service.Steer...), eip.Steer...), p.routes.Routes)
 	slots := st.plan(paths, mask)
 	marks := map[netip.Addr]uint32{}
 	for _, path := range paths {
@@ -60,9 +63,10 @@ func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (datapl
 	s.Addresses = p.egressIP.Addresses
 	s.Routing = steeringRoutes(paths, slots, mask)
 	s.Nftables.SteerMask = mask
-	s.Nftables.SNAT = p.egressIP.SNAT
-	s.Nftables.Exempt = p.egressIP.Exempt
-	s.Nftables.Guarded = p.egressIP.Guarded
+	s.Nftables.SNAT = append(slices.Clip(p.service.SNAT), eip.SNAT...)
+	s.Nftables.Exempt = union(p.egressIP.Exempt, p.service.Exempt, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	s.Classifier.SteerExempt = s.Nftables.Exempt
+	s.Nftables.Guarded = union(p.egressIP.Guarded, p.service.Guarded, netip.Addr.Compare)
 	for _, t := range s.Routing.Tables {
 		for _, r := range t.Routes {
 			for _, nh := range r.Nexthops {
@@ -93,4 +97,26 @@ func byMark(pod dataplane.Pod, marks map[netip.Addr]uint32) []dataplane.Pod {
 		out[i].IPs = append(out[i].IPs, ip)
 	}
 	return out
+}
+
+// withoutServed is EgressIP's part without the SNAT and steering of the pod addresses an
+// EgressService serves: EgressService wins (upstream's reroute priority 101 over EgressIP's 100).
+func withoutServed(p egressip.Part, served []netip.Addr) egressip.Part {
+	if len(served) == 0 {
+		return p
+	}
+	out := p
+	out.SNAT = slices.DeleteFunc(slices.Clone(p.SNAT), func(s dataplane.SNAT) bool { return slices.Contains(served, s.Pod) })
+	out.Steer = slices.DeleteFunc(slices.Clone(p.Steer), func(s egressip.Steer) bool { return slices.Contains(served, s.PodIP) })
+	return out
+}
+
+// union is the sorted union of two lists (the features' Exempt, Guarded).
+func union[T comparable](a, b []T, cmp func(T, T) int) []T {
+	if len(b) == 0 {
+		return a
+	}
+	out := append(slices.Clone(a), b...)
+	slices.SortFunc(out, cmp)
+	return slices.Compact(out)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/egressfirewall"
 	"github.com/egressd/egressd/nodeagent/egressip"
+	"github.com/egressd/egressd/nodeagent/egressservice"
 	"github.com/egressd/egressd/nodeagent/egressqos"
 	"github.com/egressd/egressd/nodeagent/externalroute"
 	"github.com/egressd/egressd/watchers"
@@ -201,6 +202,13 @@ func (l *SyncLoop) sync(ctx context.Context) {
 		p, err := l.egressIPs.Compile(in)
 		if err == nil {
 			l.parts.egressIP = p
+		}
+		return err
+	})
+	l.compile("egressservice", func() error {
+		p, err := egressservice.Compile(in)
+		if err == nil {
+			l.parts.service = p
 		}
 		return err
 	})

@@ -163,6 +163,12 @@ func statusOnly(old, new any) bool {
 	if !ok1 || !ok2 || !egressAPI(new) {
 		return false
 	}
+	// An EgressService's status.host is what every node programs from (the leader's election).
+	if o, ok := old.(*ovnv1.EgressService); ok {
+		if n, ok := new.(*ovnv1.EgressService); ok && o.Status.Host != n.Status.Host {
+			return false
+		}
+	}
 	return o.GetGeneration() == n.GetGeneration() && maps.Equal(o.GetLabels(), n.GetLabels()) &&
 		maps.Equal(o.GetAnnotations(), n.GetAnnotations())
 }

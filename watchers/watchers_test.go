@@ -64,3 +64,16 @@ func TestStatusOnlyUpdates(t *testing.T) {
 		t.Error("pending again without a new change")
 	}
 }
+
+// Nodes program EgressServices from status.host: its change counts as a spec change.
+func TestStatusOnlyEgressServiceHost(t *testing.T) {
+	es := func(host string) *ovnv1.EgressService {
+		return &ovnv1.EgressService{ObjectMeta: metav1.ObjectMeta{Generation: 1}, Status: ovnv1.EgressServiceStatus{Host: host}}
+	}
+	if statusOnly(es(""), es("n1")) {
+		t.Error("a new status.host counted as status only")
+	}
+	if !statusOnly(es("n1"), es("n1")) {
+		t.Error("an unchanged EgressService counted as a spec change")
+	}
+}

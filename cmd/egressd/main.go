@@ -36,6 +36,7 @@ import (
 	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/nodeagent/cniserver"
 	"github.com/egressd/egressd/nodeagent/egressip"
+	"github.com/egressd/egressd/nodeagent/egressservice"
 	"github.com/egressd/egressd/nodeagent/externalroute"
 	"github.com/egressd/egressd/nodeagent/reachability"
 	"github.com/egressd/egressd/nodeagent/status"
@@ -137,6 +138,13 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	egressIPs := &egressip.Controller{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true), Probes: prober,
 		HealthPort: cfg.healthPort, Recorder: recorder, Log: log.With("component", "egressip-controller")}
 
+	// EgressService host election: its own prober (Set replaces the probed nodes), same port.
+	serviceProber := reachability.NewProber(reachability.Config{})
+	defer serviceProber.Stop()
+	egressServices := &egressservice.Controller{Client: egress, Kube: kube, Snapshot: w.Snapshot(), Changed: w.Subscribe(true),
+		Networks: loop.ClusterNetworks, Probes: serviceProber, HealthPort: cfg.healthPort, Recorder: recorder,
+		Log: log.With("component", "egressservice-controller")}
+
 	// The CNI socket is served before the caches sync: a plugin's ADD waits for the first sync.
 	if cfg.cniSocket != "" {
 		store := cniserver.NewStore()
@@ -188,7 +196,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	wg.Go(func() { statusWriter.Run(ctx) })
 	elector := &nodeagent.LeaderElection{
 		Client: kube, Namespace: cfg.leaderElectionNS, Identity: cfg.nodeName,
-		Controllers: []nodeagent.Controller{aggregator.Run, egressIPs.Run},
+		Controllers: []nodeagent.Controller{aggregator.Run, egressIPs.Run, egressServices.Run},
 		Metrics:     metrics, Log: log.With("component", "leader-election"),
 		LeaseDuration: cfg.leaseDuration, RenewDeadline: cfg.renewDeadline, RetryPeriod: cfg.retryPeriod,
 	}

@@ -27,6 +27,7 @@ func Snapshot(objs ...runtime.Object) *watchers.Snapshot {
 	svcs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
 	namespaces := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	slices := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
+	egressServices := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
 	for _, o := range objs {
 		switch o.(type) {
 		case *corev1.Pod:
@@ -47,6 +48,8 @@ func Snapshot(objs ...runtime.Object) *watchers.Snapshot {
 			_ = namespaces.Add(o)
 		case *discoveryv1.EndpointSlice:
 			_ = slices.Add(o)
+		case *ovnv1.EgressService:
+			_ = egressServices.Add(o)
 		}
 	}
 	return &watchers.Snapshot{
@@ -54,5 +57,6 @@ func Snapshot(objs ...runtime.Object) *watchers.Snapshot {
 		EgressFirewalls: ovnlisters.NewEgressFirewallLister(efs), EgressQoSes: ovnlisters.NewEgressQoSLister(qos),
 		EgressIPs: ovnlisters.NewEgressIPLister(eips), ExternalRoutes: ovnlisters.NewAdminPolicyBasedExternalRouteLister(routes),
 		Services: corelisters.NewServiceLister(svcs), Namespaces: corelisters.NewNamespaceLister(namespaces), EndpointSlices: discoverylisters.NewEndpointSliceLister(slices),
+		EgressServices: ovnlisters.NewEgressServiceLister(egressServices),
 	}
 }

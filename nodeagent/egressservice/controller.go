@@ -1,0 +1,215 @@
+package egressservice
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/egressd/egressd/api/generated/clientset/versioned"
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/nodeagent/egressip"
+	"github.com/egressd/egressd/watchers"
+)
+
+// Controller is the leader's EgressService controller: it probes the candidate nodes (the
+// EgressIP health probes), elects a host per EgressService (Elect), writes status.host and
+// keeps the node labels `egress-service.k8s.ovn.org/<ns>-<name>` on the hosts only.
+type Controller struct {
+	Client   versioned.Interface
+	Kube     kubernetes.Interface
+	Snapshot *watchers.Snapshot
+	// Networks are the cluster networks (an endpoint outside them is host-networked).
+	Networks []netip.Prefix
+	// Changed signals API changes, status included.
+	Changed <-chan struct{}
+	// Probes is this controller's own prober (Set replaces the probed nodes).
+	Probes     egressip.Reachability
+	HealthPort uint16
+	Recorder   record.EventRecorder
+	Log        *slog.Logger
+
+	recorded map[string]string // namespace/name -> last reason recorded
+}
+
+// Run reconciles after every change, probe verdict and every 5 s (upstream's reachability
+// period), until ctx ends.
+func (c *Controller) Run(ctx context.Context) {
+	c.recorded = map[string]string{}
+	defer c.Probes.Set(nil)
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		if err := c.reconcile(ctx); err != nil {
+			c.Log.Error("egress services", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-c.Changed:
+		case <-c.Probes.Changed():
+		}
+	}
+}
+
+func (c *Controller) reconcile(ctx context.Context) error {
+	ess, err := c.Snapshot.EgressServices.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	apiNodes, err := c.Snapshot.Nodes.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	// Probe every Ready node with a primary address: candidates start reachable.
+	targets := map[string]netip.AddrPort{}
+	for _, n := range apiNodes {
+		if !nodeReady(n) {
+			continue
+		}
+		if p, err := egressip.ParsePrimaryIfAddr(n.Annotations[egressip.PrimaryIfAddrAnnotation]); err == nil {
+			a := p.V4.Addr()
+			if !a.IsValid() {
+				a = p.V6.Addr()
+			}
+			targets[n.Name] = netip.AddrPortFrom(a, c.HealthPort)
+		}
+	}
+	c.Probes.Set(targets)
+	candidates := make([]Candidate, 0, len(apiNodes))
+	for _, n := range apiNodes {
+		_, probed := targets[n.Name]
+		candidates = append(candidates, Candidate{Name: n.Name, Labels: n.Labels, Ready: nodeReady(n),
+			Reachable: probed && c.Probes.Reachable(n.Name)})
+	}
+	in := &cluster.Input{Snap: c.Snapshot, Networks: cluster.Networks(c.Snapshot, c.Networks)}
+	reqs := make([]Request, 0, len(ess))
+	byKey := map[string]*ovnv1.EgressService{}
+	for _, es := range ess {
+		byKey[es.Namespace+"/"+es.Name] = es
+		svc, err := c.Snapshot.Services.Services(es.Namespace).Get(es.Name)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		var eps []endpoint
+		if svc != nil && err == nil {
+			if eps, err = Endpoints(in, svc); err != nil {
+				return err
+			}
+		} else {
+			svc = nil
+		}
+		reqs = append(reqs, RequestFor(es, svc, eps))
+	}
+	results := Elect(reqs, candidates)
+	wanted := map[string]string{} // label -> node
+	var errs []error
+	for _, r := range results {
+		key := r.Namespace + "/" + r.Name
+		es := byKey[key]
+		if r.Host != NoHost && r.Host != NoSNATHost {
+			wanted[NodeLabel(r.Namespace, r.Name)] = r.Host
+		}
+		if r.Host != es.Status.Host {
+			// Labels of a moving service first leave the old host (below), then the status moves.
+			if err := c.writeHost(ctx, r.Namespace, r.Name, r.Host); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			c.Log.Info("egress service host", "object", "EgressService "+key, "host", r.Host, "previous", es.Status.Host, "reason", r.Reason)
+		}
+		c.event(es, r.Reason)
+	}
+	// Labels: only the elected host of each service carries its label.
+	for _, n := range apiNodes {
+		patch := map[string]any{}
+		for k := range n.Labels {
+			if strings.HasPrefix(k, LabelPrefix+"/") && wanted[k] != n.Name {
+				patch[k] = nil
+			}
+		}
+		for k, host := range wanted {
+			if host == n.Name {
+				if _, ok := n.Labels[k]; !ok {
+					patch[k] = ""
+				}
+			}
+		}
+		if len(patch) == 0 {
+			continue
+		}
+		b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": patch}})
+		if _, err := c.Kube.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, b, metav1.PatchOptions{FieldManager: "egressd-leader"}); err != nil {
+			errs = append(errs, fmt.Errorf("label node %s: %w", n.Name, err))
+		}
+	}
+	if len(errs) != 0 {
+		return fmt.Errorf("%v", errs)
+	}
+	return nil
+}
+
+// writeHost sets status.host (GET + UpdateStatus, as upstream: last writer wins, manual edits
+// are overridden); a missing object with host "" is fine.
+func (c *Controller) writeHost(ctx context.Context, namespace, name, host string) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		es, err := c.Client.K8sOVNV1().EgressServices(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if es.Status.Host == host {
+			return nil
+		}
+		es.Status.Host = host
+		_, err = c.Client.K8sOVNV1().EgressServices(namespace).UpdateStatus(ctx, es, metav1.UpdateOptions{FieldManager: "egressd-leader"})
+		return err
+	})
+	if apierrors.IsNotFound(err) && host == NoHost {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("EgressService %s/%s status.host=%q: %w", namespace, name, host, err)
+	}
+	return nil
+}
+
+// event records a Warning when a service wanting a host has none, once per reason.
+func (c *Controller) event(es *ovnv1.EgressService, reason string) {
+	key := es.Namespace + "/" + es.Name
+	if reason == "" || reason == ReasonNotAvailable || c.recorded[key] == reason {
+		c.recorded[key] = reason
+		return
+	}
+	c.recorded[key] = reason
+	msg := map[string]string{
+		ReasonNoEndpoints: "the Service has no cluster-networked endpoints: no node allocated",
+		ReasonNoNode:      "no Ready, reachable node matches the nodeSelector: no node allocated",
+		ReasonBadSelector: "invalid nodeSelector: no node allocated",
+	}[reason]
+	ref := &corev1.ObjectReference{Kind: "EgressService", APIVersion: ovnv1.SchemeGroupVersion.String(),
+		Namespace: es.Namespace, Name: es.Name, UID: es.UID, ResourceVersion: es.ResourceVersion}
+	c.Recorder.Event(ref, corev1.EventTypeWarning, reason, msg)
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -1,0 +1,140 @@
+package egressservice
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+
+	ovnfake "github.com/egressd/egressd/api/generated/clientset/versioned/fake"
+	"github.com/egressd/egressd/watchers/watcherstest"
+)
+
+func cand(name string, ready, reachable bool, lbls map[string]string) Candidate {
+	return Candidate{Name: name, Ready: ready, Reachable: reachable, Labels: lbls}
+}
+
+func req(name, current string, sel labels.Selector, epNodes ...string) Request {
+	return Request{Namespace: "a", Name: name, Current: current, Applicable: true, Selector: sel, EndpointNodes: epNodes}
+}
+
+func hosts(rs []Result) map[string]string {
+	out := map[string]string{}
+	for _, r := range rs {
+		out[r.Name] = r.Host + "|" + r.Reason
+	}
+	return out
+}
+
+func TestElect(t *testing.T) {
+	all := labels.Everything()
+	egress := labels.SelectorFromSet(labels.Set{"egress": "yes"})
+	nodes := []Candidate{cand("n1", true, true, map[string]string{"egress": "yes"}), cand("n2", true, true, nil),
+		cand("n3", false, true, map[string]string{"egress": "yes"}), cand("n4", true, false, map[string]string{"egress": "yes"})}
+	for _, tc := range []struct {
+		name string
+		reqs []Request
+		want map[string]string
+	}{
+		{"spread: a node with no allocation first", []Request{req("s1", "", all, "n1"), req("s2", "", all, "n1"), req("s3", "", all, "n1")},
+			map[string]string{"s1": "n1|", "s2": "n2|", "s3": "n1|"}},
+		{"current host kept, others avoid it", []Request{req("s1", "", all, "n1"), req("s2", "n1", all, "n1")},
+			map[string]string{"s1": "n2|", "s2": "n1|"}},
+		{"selector; NotReady and unreachable nodes excluded", []Request{req("s1", "", egress, "n1"), req("s2", "n3", egress, "n1"), req("s3", "n4", egress, "n1")},
+			map[string]string{"s1": "n1|", "s2": "n1|", "s3": "n1|"}},
+		{"no match", []Request{req("s1", "n1", labels.SelectorFromSet(labels.Set{"x": "y"}), "n1")},
+			map[string]string{"s1": "|" + ReasonNoNode}},
+		{"no endpoints", []Request{req("s1", "n1", all)}, map[string]string{"s1": "|" + ReasonNoEndpoints}},
+		{"not a LoadBalancer with an ingress IP", []Request{{Namespace: "a", Name: "s1", Current: "n1", Selector: all, EndpointNodes: []string{"n1"}}},
+			map[string]string{"s1": "|" + ReasonNotAvailable}},
+		{"Network: ALL", []Request{{Namespace: "a", Name: "s1", Network: true}}, map[string]string{"s1": "ALL|"}},
+	} {
+		if got := hosts(Elect(tc.reqs, nodes)); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// ETP=Local: only a node with a local endpoint may host.
+func TestRequestForETPLocal(t *testing.T) {
+	svc := lbService("a", "web", "172.18.0.210")
+	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	es := egressService("a", "web", "", "", "")
+	r := RequestFor(es, svc, []endpoint{{ip: netip.MustParseAddr("10.244.2.5"), node: "n2"}})
+	nodes := []Candidate{cand("n1", true, true, map[string]string{corev1.LabelHostname: "n1"}),
+		cand("n2", true, true, map[string]string{corev1.LabelHostname: "n2"})}
+	r2 := req("other", "", labels.Everything(), "n2") // loads n2 first
+	if got := hosts(Elect([]Request{r, r2}, nodes)); got["web"] != "n2|" {
+		t.Errorf("ETP=Local: %v, want web on n2 (its only endpoint node)", got)
+	}
+}
+
+type fakeProbes struct{ down map[string]bool }
+
+func (f *fakeProbes) Set(map[string]netip.AddrPort) {}
+func (f *fakeProbes) Reachable(n string) bool       { return !f.down[n] }
+func (f *fakeProbes) Changed() <-chan struct{}      { return nil }
+
+func readyNode(name string, lbls map[string]string) *corev1.Node {
+	n := node(name, "192.0.2."+name[1:]+"/24", "")
+	n.Labels = lbls
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+	return n
+}
+
+// The controller writes status.host, labels the host, removes stale labels, and moves the
+// service when its host becomes unreachable.
+func TestControllerReconcile(t *testing.T) {
+	es := egressService("a", "web", "", "", "")
+	n1 := readyNode("n1", map[string]string{NodeLabel("a", "gone"): ""})
+	n2 := readyNode("n2", nil)
+	objs := []runtime.Object{es, n1, n2, lbService("a", "web", "172.18.0.210"),
+		slice("a", "web", "web-1", discoveryv1.AddressTypeIPv4, [2]string{"n2", "10.244.2.5"})}
+	kube := kubefake.NewClientset(n1, n2)
+	ovn := ovnfake.NewSimpleClientset(es)
+	probes := &fakeProbes{down: map[string]bool{}}
+	c := &Controller{Client: ovn, Kube: kube, Snapshot: watcherstest.Snapshot(objs...), Networks: networks, Probes: probes,
+		Recorder: record.NewFakeRecorder(10), Log: slog.New(slog.DiscardHandler), recorded: map[string]string{}}
+	ctx := context.Background()
+	check := func(wantHost string) {
+		t.Helper()
+		got, _ := ovn.K8sOVNV1().EgressServices("a").Get(ctx, "web", metav1.GetOptions{})
+		if got.Status.Host != wantHost {
+			t.Errorf("status.host %q, want %q", got.Status.Host, wantHost)
+		}
+		for _, n := range []string{"n1", "n2"} {
+			kn, _ := kube.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+			var want map[string]string
+			if n == wantHost {
+				want = map[string]string{NodeLabel("a", "web"): ""}
+			}
+			if len(kn.Labels) != len(want) || (want != nil && !reflect.DeepEqual(kn.Labels, want)) {
+				t.Errorf("node %s labels %v, want %v", n, kn.Labels, want)
+			}
+		}
+	}
+	if err := c.reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("n1") // n1 and n2 both free: the first by name
+	// n1 unreachable: the service moves to n2 (the snapshot follows the API in the agent).
+	probes.down["n1"] = true
+	es = es.DeepCopy()
+	es.Status.Host = "n1"
+	n1 = n1.DeepCopy()
+	n1.Labels = map[string]string{NodeLabel("a", "web"): ""}
+	c.Snapshot = watcherstest.Snapshot(es, n1, n2, objs[3], objs[4])
+	if err := c.reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("n2")
+}

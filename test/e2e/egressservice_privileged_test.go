@@ -1,0 +1,125 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/poll"
+	"github.com/egressd/egressd/test/privileged"
+)
+
+const lbIP4 = "172.18.0.210"
+
+// TestPrivilegedEgressService: a LoadBalancer Service (its ingress IP set by the test, as an LB
+// provider would) with an EgressService whose nodeSelector picks node 0: the leader writes
+// status.host and labels node 0; the external host (routing the LB IP to node 0, as the LB
+// provider's announcement would) sees the LB IP from the endpoints on node 0 and on the bridged
+// node 1 (steered to node 0, SNATed there); a pod that is no endpoint keeps its node IP;
+// node 0 going NotReady moves the service to node 2 (status, label, traffic); deleting the
+// EgressService restores the node IPs and removes the label.
+func TestPrivilegedEgressService(t *testing.T) {
+	privileged.Require(t)
+	l := lab.New(t, lab.Options{Nodes: 3, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true,
+		NodeLabels: map[int]map[string]string{0: {"egress-host": "yes"}, 2: {"egress-host": "yes"}}})
+	ctx := context.Background()
+	web, err := l.AddExternal("web", lab.ExternalOptions{}, "203.0.113.10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n0, n1, n2 := l.Nodes[0], l.Nodes[1], l.Nodes[2]
+	// The LB provider's job (MetalLB on the labelled node): the LB IP reaches the host node.
+	if out, err := web.NS.Run("ip", "route", "add", lbIP4+"/32", "via", n0.IPv4.String()); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	ns := l.CP.Namespace(t)
+	sel := map[string]string{"app": "lb"}
+	ep0 := addPod(t, l.Nodes[0], ns, "ep0", lab.PodOptions{Labels: sel})
+	ep1 := addPod(t, l.Nodes[1], ns, "ep1", lab.PodOptions{Labels: sel})
+	plain1 := addPod(t, l.Nodes[1], ns, "plain1", lab.PodOptions{Labels: map[string]string{"app": "other"}})
+
+	apply(t, l, ns, `apiVersion: v1
+kind: Service
+metadata:
+  name: lb
+spec:
+  type: LoadBalancer
+  selector: {app: lb}
+  ports: [{port: 80, protocol: TCP}]
+`)
+	svc, err := l.Client.CoreV1().Services(ns).Get(ctx, "lb", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lbIP4}}
+	if _, err := l.Client.CoreV1().Services(ns).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, l, ns, `apiVersion: k8s.ovn.org/v1
+kind: EgressService
+metadata:
+  name: lb
+spec:
+  sourceIPBy: LoadBalancerIP
+  nodeSelector:
+    matchLabels: {egress-host: "yes"}
+`)
+	label := "egress-service.k8s.ovn.org/" + ns + "-lb"
+	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressService", ns, "lb", "status.host", n0.Name, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitLabel(t, l, label, n0.Name)
+
+	lb := netip.MustParseAddr(lbIP4)
+	dst := "203.0.113.10:80"
+	eventuallySource(t, "endpoint on the host node", ep0, dst, lb)
+	eventuallySource(t, "endpoint on another node (bridged), steered to the host", ep1, dst, lb)
+	eventuallySource(t, "a pod that is no endpoint", plain1, dst, n1.IPv4)
+
+	// The host goes NotReady: the other selected node takes the service over.
+	if err := n0.SetReady(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressService", ns, "lb", "status.host", n2.Name, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitLabel(t, l, label, n2.Name)
+	if out, err := web.NS.Run("ip", "route", "replace", lbIP4+"/32", "via", n2.IPv4.String()); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	eventuallySource(t, "after the move, the old host's endpoint, steered to the new host", ep0, dst, lb)
+	eventuallySource(t, "after the move, the bridged node's endpoint", ep1, dst, lb)
+	if err := n0.SetReady(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := l.Kube.Delete(ctx, "k8s.ovn.org/v1", "EgressService", ns, "lb"); err != nil {
+		t.Fatal(err)
+	}
+	eventuallySource(t, "EgressService deleted, host node's endpoint", ep0, dst, n0.IPv4)
+	eventuallySource(t, "EgressService deleted, other node's endpoint", ep1, dst, n1.IPv4)
+	waitLabel(t, l, label, "")
+}
+
+// waitLabel waits until only node (none when "") carries label.
+func waitLabel(t *testing.T, l *lab.Lab, label, node string) {
+	t.Helper()
+	poll.Eventually(t, fmt.Sprintf("label %s on %q only", label, node), 10*time.Second, func() error {
+		for _, n := range l.Nodes {
+			obj, err := l.Client.CoreV1().Nodes().Get(context.Background(), n.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if _, ok := obj.Labels[label]; ok != (n.Name == node) {
+				return fmt.Errorf("node %s labels %v", n.Name, obj.Labels)
+			}
+		}
+		return nil
+	})
+}
