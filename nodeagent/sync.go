@@ -22,8 +22,8 @@ import (
 	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/egressfirewall"
 	"github.com/egressd/egressd/nodeagent/egressip"
-	"github.com/egressd/egressd/nodeagent/egressservice"
 	"github.com/egressd/egressd/nodeagent/egressqos"
+	"github.com/egressd/egressd/nodeagent/egressservice"
 	"github.com/egressd/egressd/nodeagent/externalroute"
 	"github.com/egressd/egressd/watchers"
 )
@@ -89,7 +89,7 @@ type SyncLoop struct {
 	// annotations of older OVN-Kubernetes too).
 	Routes   externalroute.Compiler
 	steering steering
-	recorded  map[egressip.Event]bool
+	recorded map[egressip.Event]bool
 	// parts are the last parts each feature compiled; a feature whose compile fails keeps its
 	// previous part (fail closed: never an empty part because a lister failed).
 	parts parts
