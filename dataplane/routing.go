@@ -24,6 +24,9 @@ type RouteRule struct {
 	Src netip.Prefix
 	// Table is the offset inside egressd's table range.
 	Table int
+	// Network, when set, is the table to look up instead: a kernel table number, a name of
+	// /etc/iproute2/rt_tables, or a VRF device (its table) — EgressService's spec.network.
+	Network string
 }
 
 // RouteTable is one routing table of egressd (both families).

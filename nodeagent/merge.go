@@ -62,6 +62,12 @@ func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (datapl
 	s.BFD = bfdPeers(p.routes.Routes)
 	s.Addresses = p.egressIP.Addresses
 	s.Routing = steeringRoutes(paths, slots, mask)
+	// EgressService's networks come first (offset 0, before every steering slot), as upstream's
+	// rules at 5000 come before EgressIP's at 6000.
+	for _, r := range p.service.Rules {
+		s.Routing.Rules = append(s.Routing.Rules, dataplane.RouteRule{Origin: r.Origin, IPv6: r.Src.Is6(),
+			Src: netip.PrefixFrom(r.Src, r.Src.BitLen()), Network: r.Network})
+	}
 	s.Nftables.SteerMask = mask
 	s.Nftables.SNAT = append(slices.Clip(p.service.SNAT), eip.SNAT...)
 	s.Nftables.Exempt = union(p.egressIP.Exempt, p.service.Exempt, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })

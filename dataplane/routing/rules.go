@@ -29,7 +29,12 @@ func (c Config) wantRule(r dataplane.RouteRule) (ruleKey, error) {
 	if err != nil {
 		return ruleKey{}, err
 	}
-	table, err := c.table(r.Table)
+	var table uint32
+	if r.Network != "" {
+		table, err = networkTable(r.Network)
+	} else {
+		table, err = c.table(r.Table)
+	}
 	if err != nil {
 		return ruleKey{}, err
 	}

@@ -57,7 +57,7 @@ type Part struct {
 }
 
 // NetworkRule sends what leaves with source Src through the routing table Network (a table
-// number, a name of /etc/iproute2/rt_tables, or a VRF device: see ResolveTable).
+// number, a name of /etc/iproute2/rt_tables, or a VRF device: dataplane/routing resolves it).
 type NetworkRule struct {
 	Origin  dataplane.Origin
 	Src     netip.Addr

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,6 +82,31 @@ spec:
 	eventuallySource(t, "endpoint on the host node", ep0, dst, lb)
 	eventuallySource(t, "endpoint on another node (bridged), steered to the host", ep1, dst, lb)
 	eventuallySource(t, "a pod that is no endpoint", plain1, dst, n1.IPv4)
+
+	// spec.network: the endpoints' traffic takes routing table 100 of the host, whose default
+	// route here is a blackhole: the service cannot get out; without the network it can again.
+	n0.NS.MustRun(t, "ip", "route", "add", "blackhole", "default", "table", "100")
+	withNetwork := `apiVersion: k8s.ovn.org/v1
+kind: EgressService
+metadata:
+  name: lb
+spec:
+  sourceIPBy: LoadBalancerIP
+  network: "100"
+  nodeSelector:
+    matchLabels: {egress-host: "yes"}
+`
+	apply(t, l, ns, withNetwork)
+	for _, ep := range []*lab.Pod{ep0, ep1} {
+		poll.Eventually(t, ep.Name+" blackholed by the network's table", 10*time.Second, func() error {
+			if r := ep.TCP(dst, lab.ClientOptions{Timeout: quick}); r.Outcome != lab.Timeout {
+				return fmt.Errorf("%s", r)
+			}
+			return nil
+		})
+	}
+	apply(t, l, ns, strings.Replace(withNetwork, "  network: \"100\"\n", "", 1))
+	eventuallySource(t, "network removed, host node's endpoint", ep0, dst, lb)
 
 	// The host goes NotReady: the other selected node takes the service over.
 	if err := n0.SetReady(ctx, false); err != nil {
