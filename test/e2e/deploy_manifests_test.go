@@ -256,6 +256,8 @@ func TestDeployChartMatchesKustomize(t *testing.T) {
 			fields = [][]string{{"rules"}}
 		case "ClusterRoleBinding", "RoleBinding":
 			fields = [][]string{{"roleRef"}, {"subjects"}}
+		case "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+			fields = [][]string{{"spec"}}
 		case "DaemonSet":
 			fields = [][]string{{"spec", "selector"}, {"spec", "updateStrategy"}, {"spec", "template"}}
 		}
