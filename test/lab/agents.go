@@ -176,10 +176,14 @@ func (n *Node) StartAgent(ctx context.Context) error {
 	}
 	n.agentStarted = true
 	args := []string{"--cni-socket", n.CNISocket(), "--cluster-cidr", fmt.Sprintf("%s,%s", ClusterCIDRs[0], ClusterCIDRs[1]), "--service-cidr", fmt.Sprintf("%s,%s", ServiceCIDRs[0], ServiceCIDRs[1])}
+	wrap := n.lab.opts.AgentWrap
+	if wrap == nil {
+		wrap = DefaultAgentWrap
+	}
 	p, err := agent.Launch(agent.Options{
 		Binary: binPath, LogDir: n.lab.Dir, Node: n.Name, Kubeconfig: kubeconfig,
 		LeaderNamespace: n.lab.LeaderNamespace(), PinRoot: PinRoot(n.lab.ID, n.Name),
-		Wrap: []string{"nsenter", "--net=" + n.NS.Path()}, Dial: n.Dial,
+		Wrap: append([]string{"nsenter", "--net=" + n.NS.Path()}, wrap...), Dial: n.Dial,
 		Args: append(args, n.lab.opts.AgentArgs...),
 	})
 	if err != nil {

@@ -60,9 +60,15 @@ type Options struct {
 	Agents bool
 	// AgentArgs are extra egressd flags.
 	AgentArgs []string
+	// AgentWrap runs each agent through a command once in its node's namespace, e.g. setpriv
+	// restricting it to the DaemonSet's capabilities; default DefaultAgentWrap.
+	AgentWrap []string
 	// Log receives progress; default io.Discard.
 	Log io.Writer
 }
+
+// DefaultAgentWrap is the AgentWrap of labs whose Options set none.
+var DefaultAgentWrap []string
 
 // Lab is one running lab.
 type Lab struct {

@@ -1,0 +1,85 @@
+package e2e
+
+import (
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/privileged"
+)
+
+// daemonSetCapabilities are the capabilities deploy/daemonset.yaml adds to the agent, after
+// dropping all.
+func daemonSetCapabilities(t *testing.T) []string {
+	t.Helper()
+	ds := byKindName(kustomizeBase(t))["DaemonSet/egressd"]
+	containers, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
+	sc, _ := containers[0].(map[string]any)["securityContext"].(map[string]any)
+	if priv, _ := sc["privileged"].(bool); priv {
+		t.Fatal("the DaemonSet runs the agent privileged")
+	}
+	drop, _, _ := unstructured.NestedStringSlice(sc, "capabilities", "drop")
+	add, _, _ := unstructured.NestedStringSlice(sc, "capabilities", "add")
+	if fmt.Sprint(drop) != "[ALL]" || len(add) == 0 {
+		t.Fatalf("capabilities: drop %v, add %v; want drop [ALL] and some added", drop, add)
+	}
+	return add
+}
+
+// TestPrivilegedDeployCapabilities runs end-to-end scenarios with every agent restricted to the
+// capabilities the DaemonSet grants (setpriv: bounding and inheritable sets, no new privileges,
+// as the runtime does for a root container): EgressIP (nftables, bpf, routing, gratuitous
+// ARP/NA on failover), external gateways with BFD, EgressFirewall, EgressQoS.
+func TestPrivilegedDeployCapabilities(t *testing.T) {
+	privileged.Require(t)
+	caps := daemonSetCapabilities(t)
+	set := "-all"
+	for _, c := range caps {
+		set += ",+" + strings.ToLower(c)
+	}
+	wrap := []string{"setpriv", "--bounding-set=" + set, "--inh-caps=-all", "--no-new-privs", "--"}
+	// The wrapper leaves exactly those capabilities (SYS_ADMIN not among them).
+	bits := map[string]uint{"NET_ADMIN": 12, "NET_RAW": 13, "SYS_ADMIN": 21, "SYS_RESOURCE": 24, "PERFMON": 38, "BPF": 39}
+	var want uint64
+	for _, c := range caps {
+		b, ok := bits[c]
+		if !ok {
+			t.Fatalf("capability %s: add its bit to this test", c)
+		}
+		want |= 1 << b
+	}
+	if want&(1<<bits["SYS_ADMIN"]) != 0 {
+		t.Fatal("the DaemonSet grants SYS_ADMIN")
+	}
+	out, err := exec.Command(wrap[0], append(wrap[1:], "grep", "-E", "^Cap(Eff|Prm|Bnd)", "/proc/self/status")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %v\n%s", wrap, err, out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if got, err := strconv.ParseUint(f[1], 16, 64); err != nil || got != want {
+			t.Fatalf("under %v, %s = %s, want %016x", wrap, f[0], f[1], want)
+		}
+	}
+	t.Logf("agents run with %v (%016x)", caps, want)
+
+	lab.DefaultAgentWrap = wrap
+	t.Cleanup(func() { lab.DefaultAgentWrap = nil })
+	for _, s := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"EgressIP", TestPrivilegedEgressIP},
+		{"EgressIPFailover", TestPrivilegedEgressIPFailover},
+		{"ExternalRouteBFD", TestPrivilegedExternalRoute},
+		{"EgressFirewall", TestPrivilegedEgressFirewall},
+		{"EgressQoS", TestPrivilegedEgressQoS},
+	} {
+		t.Run(s.name, s.test)
+	}
+}

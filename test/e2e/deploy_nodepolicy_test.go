@@ -1,0 +1,126 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/egressd/egressd/test/controlplane"
+	"github.com/egressd/egressd/test/kube"
+	"github.com/egressd/egressd/test/poll"
+)
+
+// TestDeployNodePolicy: with deploy/node-policy.yaml installed, an agent (its ServiceAccount
+// with the node-name claim of its pod-bound token, and deploy/rbac.yaml) may publish its
+// annotations on its own Node, and nothing else: not on another Node, not other annotations,
+// not labels, not without the claim. Others (an admin) are not concerned.
+func TestDeployNodePolicy(t *testing.T) {
+	cp := controlplane.Shared(t)
+	ns := cp.Namespace(t)
+	admin := cp.Client(t)
+	ctx := context.Background()
+	user := "system:serviceaccount:" + ns + ":egressd"
+	cleanup, err := kube.GrantAgentRBAC(ctx, admin, "../../deploy/rbac.yaml", ns, user)
+	if cleanup != nil {
+		t.Cleanup(cleanup)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The policy as deployed, for this test's ServiceAccount and under names of its own.
+	raw, err := os.ReadFile(filepath.Join(deployDir, "node-policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.ReplaceAll(string(raw), "system:serviceaccount:egressd:egressd", user)
+	if doc == string(raw) {
+		t.Fatal("node-policy.yaml does not name the agent's ServiceAccount")
+	}
+	doc = strings.ReplaceAll(doc, "egressd-node-identity", "egressd-node-identity-"+ns)
+	k, err := kube.NewClient(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Apply(ctx, "", doc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = k.Delete(context.Background(), "admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding", "", "egressd-node-identity-"+ns)
+		_ = k.Delete(context.Background(), "admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", "", "egressd-node-identity-"+ns)
+	})
+
+	own, other := ns+"-a", ns+"-b"
+	for _, n := range []string{own, other} {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"role": "worker"},
+			Annotations: map[string]string{"example.com/keep": "1"}}}
+		if _, err := admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{}) })
+	}
+	agentOn := func(node string) kubernetes.Interface {
+		cfg := rest.CopyConfig(cp.Config)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: user,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}}
+		if node != "" {
+			cfg.Impersonate.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {node}}
+		}
+		c, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	patch := func(c kubernetes.Interface, node, p string) error {
+		_, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(p), metav1.PatchOptions{FieldManager: "egressd"})
+		return err
+	}
+	// What the agent patches (nodeagent/status/nodeannotations.go).
+	publish := `{"metadata":{"annotations":{"k8s.ovn.org/host-cidrs":"[\"172.18.0.2/16\"]","k8s.ovn.org/node-primary-ifaddr":"{\"ipv4\":\"172.18.0.2/16\"}"}}}`
+	agent := agentOn(own)
+
+	// The policy takes effect once the API server has compiled it.
+	poll.Eventually(t, "the agent of "+own+" is denied patching "+other, 20*time.Second, func() error {
+		err := patch(agent, other, publish)
+		if err == nil {
+			return fmt.Errorf("allowed")
+		}
+		if !strings.Contains(err.Error(), "only the Node its pod runs on") {
+			return err
+		}
+		return nil
+	})
+	if err := patch(agent, own, publish); err != nil {
+		t.Errorf("the agent publishing its annotations on its own Node: %v", err)
+	}
+	if err := patch(agent, own, `{"metadata":{"annotations":{"k8s.ovn.org/host-cidrs":null}}}`); err != nil {
+		t.Errorf("the agent removing its own annotation: %v", err)
+	}
+	for _, d := range []struct{ what, who, node, patch, want string }{
+		{"another annotation", own, own, `{"metadata":{"annotations":{"example.com/other":"x"}}}`, "only its own annotations"},
+		{"changing an annotation not its own", own, own, `{"metadata":{"annotations":{"example.com/keep":"2"}}}`, "only its own annotations"},
+		{"removing an annotation not its own", own, own, `{"metadata":{"annotations":{"example.com/keep":null}}}`, "only its own annotations"},
+		{"a label", own, own, `{"metadata":{"labels":{"k8s.ovn.org/egress-assignable":""}}}`, "labels or spec"},
+		{"the spec", own, own, `{"spec":{"unschedulable":true}}`, "labels or spec"},
+		{"without the node claim", "", own, publish, "only the Node its pod runs on"},
+	} {
+		err := patch(agentOn(d.who), d.node, d.patch)
+		if err == nil || !strings.Contains(err.Error(), d.want) {
+			t.Errorf("the agent patching %s (%s): %v, want denied (%s)", d.node, d.what, err, d.want)
+		}
+	}
+	if err := patch(admin, other, `{"metadata":{"labels":{"k8s.ovn.org/egress-assignable":""}}}`); err != nil {
+		t.Errorf("an admin labeling a node: %v", err)
+	}
+}
