@@ -141,7 +141,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	// EgressService host election: its own prober (Set replaces the probed nodes), same port.
 	serviceProber := reachability.NewProber(reachability.Config{})
 	defer serviceProber.Stop()
-	egressServices := &egressservice.Controller{Client: egress, Kube: kube, Snapshot: w.Snapshot(), Changed: w.Subscribe(true),
+	egressServices := &egressservice.Controller{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true),
 		Networks: loop.ClusterNetworks, Probes: serviceProber, HealthPort: cfg.healthPort, Recorder: recorder,
 		Log: log.With("component", "egressservice-controller")}
 

@@ -2,19 +2,15 @@ package egressservice
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
 
@@ -26,11 +22,10 @@ import (
 )
 
 // Controller is the leader's EgressService controller: it probes the candidate nodes (the
-// EgressIP health probes), elects a host per EgressService (Elect), writes status.host and
-// keeps the node labels `egress-service.k8s.ovn.org/<ns>-<name>` on the hosts only.
+// EgressIP health probes), elects a host per EgressService (Elect) and writes status.host. The
+// host's own agent labels its Node (nodeagent/status): agents change only their own Node.
 type Controller struct {
 	Client   versioned.Interface
-	Kube     kubernetes.Interface
 	Snapshot *watchers.Snapshot
 	// Networks are the cluster networks (an endpoint outside them is host-networked).
 	Networks []netip.Prefix
@@ -116,16 +111,11 @@ func (c *Controller) reconcile(ctx context.Context) error {
 		reqs = append(reqs, RequestFor(es, svc, eps))
 	}
 	results := Elect(reqs, candidates)
-	wanted := map[string]string{} // label -> node
 	var errs []error
 	for _, r := range results {
 		key := r.Namespace + "/" + r.Name
 		es := byKey[key]
-		if r.Host != NoHost && r.Host != NoSNATHost {
-			wanted[NodeLabel(r.Namespace, r.Name)] = r.Host
-		}
 		if r.Host != es.Status.Host {
-			// Labels of a moving service first leave the old host (below), then the status moves.
 			if err := c.writeHost(ctx, r.Namespace, r.Name, r.Host); err != nil {
 				errs = append(errs, err)
 				continue
@@ -133,29 +123,6 @@ func (c *Controller) reconcile(ctx context.Context) error {
 			c.Log.Info("egress service host", "object", "EgressService "+key, "host", r.Host, "previous", es.Status.Host, "reason", r.Reason)
 		}
 		c.event(es, r.Reason)
-	}
-	// Labels: only the elected host of each service carries its label.
-	for _, n := range apiNodes {
-		patch := map[string]any{}
-		for k := range n.Labels {
-			if strings.HasPrefix(k, LabelPrefix+"/") && wanted[k] != n.Name {
-				patch[k] = nil
-			}
-		}
-		for k, host := range wanted {
-			if host == n.Name {
-				if _, ok := n.Labels[k]; !ok {
-					patch[k] = ""
-				}
-			}
-		}
-		if len(patch) == 0 {
-			continue
-		}
-		b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": patch}})
-		if _, err := c.Kube.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, b, metav1.PatchOptions{FieldManager: "egressd-leader"}); err != nil {
-			errs = append(errs, fmt.Errorf("label node %s: %w", n.Name, err))
-		}
 	}
 	if len(errs) != 0 {
 		return fmt.Errorf("%v", errs)

@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
 	ovnfake "github.com/egressd/egressd/api/generated/clientset/versioned/fake"
@@ -91,18 +90,16 @@ func readyNode(name string, lbls map[string]string) *corev1.Node {
 	return n
 }
 
-// The controller writes status.host, labels the host, removes stale labels, and moves the
-// service when its host becomes unreachable.
+// The controller writes status.host, and moves the service when its host becomes unreachable.
 func TestControllerReconcile(t *testing.T) {
 	es := egressService("a", "web", "", "", "")
 	n1 := readyNode("n1", map[string]string{NodeLabel("a", "gone"): ""})
 	n2 := readyNode("n2", nil)
 	objs := []runtime.Object{es, n1, n2, lbService("a", "web", "172.18.0.210"),
 		slice("a", "web", "web-1", discoveryv1.AddressTypeIPv4, [2]string{"n2", "10.244.2.5"})}
-	kube := kubefake.NewClientset(n1, n2)
 	ovn := ovnfake.NewSimpleClientset(es)
 	probes := &fakeProbes{down: map[string]bool{}}
-	c := &Controller{Client: ovn, Kube: kube, Snapshot: watcherstest.Snapshot(objs...), Networks: networks, Probes: probes,
+	c := &Controller{Client: ovn, Snapshot: watcherstest.Snapshot(objs...), Networks: networks, Probes: probes,
 		Recorder: record.NewFakeRecorder(10), Log: slog.New(slog.DiscardHandler), recorded: map[string]string{}}
 	ctx := context.Background()
 	check := func(wantHost string) {
@@ -110,16 +107,6 @@ func TestControllerReconcile(t *testing.T) {
 		got, _ := ovn.K8sOVNV1().EgressServices("a").Get(ctx, "web", metav1.GetOptions{})
 		if got.Status.Host != wantHost {
 			t.Errorf("status.host %q, want %q", got.Status.Host, wantHost)
-		}
-		for _, n := range []string{"n1", "n2"} {
-			kn, _ := kube.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
-			var want map[string]string
-			if n == wantHost {
-				want = map[string]string{NodeLabel("a", "web"): ""}
-			}
-			if len(kn.Labels) != len(want) || (want != nil && !reflect.DeepEqual(kn.Labels, want)) {
-				t.Errorf("node %s labels %v, want %v", n, kn.Labels, want)
-			}
 		}
 	}
 	if err := c.reconcile(ctx); err != nil {

@@ -4,16 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"net/netip"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/egressip"
+	"github.com/egressd/egressd/nodeagent/egressservice"
 )
 
-// publishNodeAnnotations keeps the node facts other agents read on the agent's own Node, in
+// publishNodeAnnotations keeps the node facts other agents read on the agent's own Node (and
+// the EgressService host labels, see serviceLabels), in
 // upstream's keys and formats: k8s.ovn.org/host-cidrs (a JSON list of every host address with
 // its prefix length; nodeSelector rules and EgressIP conflicts read it) and
 // k8s.ovn.org/node-primary-ifaddr (the address and prefix of the interface holding the Node's
@@ -42,15 +46,49 @@ func (w *Writer) publishNodeAnnotations(ctx context.Context, cidrs []netip.Prefi
 	for k, v := range want {
 		changed = changed || node.Annotations[k] != v
 	}
+	labels := w.serviceLabels(node)
+	changed = changed || len(labels) > 0
 	if !changed {
 		return nil
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": want}})
+	meta := map[string]any{"annotations": want}
+	if len(labels) > 0 {
+		meta["labels"] = labels
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
 		return err
 	}
 	_, err = w.Kube.CoreV1().Nodes().Patch(ctx, w.Node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "egressd"})
 	return err
+}
+
+// serviceLabels are the changes that make the node carry upstream's label
+// egress-service.k8s.ovn.org/<namespace>-<name> for exactly the EgressServices it hosts
+// (status.host, the leader's election): "" to add, nil to remove. The host's own agent writes
+// them, so that agents change only their own Node.
+func (w *Writer) serviceLabels(node *corev1.Node) map[string]any {
+	want := map[string]bool{}
+	if w.Snapshot.EgressServices != nil {
+		ess, _ := w.Snapshot.EgressServices.List(labels.Everything())
+		for _, es := range ess {
+			if es.Status.Host == w.Node {
+				want[egressservice.NodeLabel(es.Namespace, es.Name)] = true
+			}
+		}
+	}
+	out := map[string]any{}
+	for k := range node.Labels {
+		if strings.HasPrefix(k, egressservice.LabelPrefix+"/") && !want[k] {
+			out[k] = nil
+		}
+	}
+	for k := range want {
+		if _, ok := node.Labels[k]; !ok {
+			out[k] = ""
+		}
+	}
+	return out
 }
 
 // primaryIfAddr is, per family, the host CIDR holding the Node's first internal IP.

@@ -107,12 +107,20 @@ func TestDeployNodePolicy(t *testing.T) {
 	if err := patch(agent, own, `{"metadata":{"annotations":{"k8s.ovn.org/host-cidrs":null}}}`); err != nil {
 		t.Errorf("the agent removing its own annotation: %v", err)
 	}
+	// The host of an EgressService labels itself (upstream's label), and unlabels itself.
+	if err := patch(agent, own, `{"metadata":{"labels":{"egress-service.k8s.ovn.org/app-web":""}}}`); err != nil {
+		t.Errorf("the agent labeling its own Node as an EgressService host: %v", err)
+	}
+	if err := patch(agent, own, `{"metadata":{"labels":{"egress-service.k8s.ovn.org/app-web":null}}}`); err != nil {
+		t.Errorf("the agent removing its own EgressService host label: %v", err)
+	}
 	for _, d := range []struct{ what, who, node, patch, want string }{
 		{"another annotation", own, own, `{"metadata":{"annotations":{"example.com/other":"x"}}}`, "only its own annotations"},
 		{"changing an annotation not its own", own, own, `{"metadata":{"annotations":{"example.com/keep":"2"}}}`, "only its own annotations"},
 		{"removing an annotation not its own", own, own, `{"metadata":{"annotations":{"example.com/keep":null}}}`, "only its own annotations"},
-		{"a label", own, own, `{"metadata":{"labels":{"k8s.ovn.org/egress-assignable":""}}}`, "labels or spec"},
-		{"the spec", own, own, `{"spec":{"unschedulable":true}}`, "labels or spec"},
+		{"a label", own, own, `{"metadata":{"labels":{"k8s.ovn.org/egress-assignable":""}}}`, "labels"},
+		{"the spec", own, own, `{"spec":{"unschedulable":true}}`, "labels"},
+		{"another node's EgressService label", own, other, `{"metadata":{"labels":{"egress-service.k8s.ovn.org/app-web":""}}}`, "only the Node its pod runs on"},
 		{"without the node claim", "", own, publish, "only the Node its pod runs on"},
 	} {
 		err := patch(agentOn(d.who), d.node, d.patch)

@@ -69,6 +69,11 @@ func TestDeployRBAC(t *testing.T) {
 		// The leader's EgressIP assignment (nodeagent/egressip/controller.go).
 		call{verb: "get", group: ovn, resource: "egressips", name: "eip"},
 		call{verb: "update", group: ovn, resource: "egressips", name: "eip"},
+		// The leader's EgressService host election (nodeagent/egressservice/controller.go).
+		call{verb: "get", group: ovn, resource: "egressservices", ns: "app", name: "s"},
+		call{verb: "update", group: ovn, resource: "egressservices", sub: "status", ns: "app", name: "s"},
+		// A pod the CNI plugin announces before the informer has it (nodeagent/cniserver).
+		call{verb: "get", resource: "pods", ns: "app", name: "p"},
 		// Status by server-side apply (nodeagent/status).
 		call{verb: "patch", group: ovn, resource: "egressfirewalls", sub: "status", ns: "app", name: "default"},
 		call{verb: "patch", group: ovn, resource: "egressqoses", sub: "status", ns: "app", name: "default"},
@@ -96,7 +101,7 @@ func TestDeployRBAC(t *testing.T) {
 		{verb: "delete", group: ovn, resource: "egressips", name: "eip"},
 		{verb: "create", group: ovn, resource: "egressips"},
 		{verb: "update", group: ovn, resource: "egressfirewalls", ns: "app", name: "default"},
-		{verb: "patch", group: ovn, resource: "egressservices", sub: "status", ns: "app", name: "s"},
+		{verb: "update", group: ovn, resource: "egressservices", ns: "app", name: "s"},
 		{verb: "patch", group: netop, resource: "egressrouters", sub: "status", ns: "app", name: "r"},
 		{verb: "create", group: cloud, resource: "cloudprivateipconfigs"},
 		{verb: "delete", group: cloud, resource: "cloudprivateipconfigs", name: "192.0.2.10"},
