@@ -32,6 +32,9 @@ type baseChain struct {
 var baseChains = []baseChain{
 	{"prerouting_mangle", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, *nftables.ChainPriorityMangle, egressIPPrerouting},
 	{"forward_filter", nftables.ChainTypeFilter, nftables.ChainHookForward, *nftables.ChainPriorityFilter, serviceBackendsChain},
+	// A backend on this node (a hostNetwork endpoint, the API server of a control-plane node):
+	// after DNAT the connection is delivered locally, not forwarded.
+	{"input_filter", nftables.ChainTypeFilter, nftables.ChainHookInput, *nftables.ChainPriorityFilter, serviceBackendsChain},
 	// Before the CNI's masquerade, which is at srcnat.
 	{"postrouting_srcnat", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, *nftables.ChainPriorityNATSource - 10, egressIPSNAT},
 	// After every NAT: the source address here is the one the packet leaves with.

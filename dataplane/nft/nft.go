@@ -11,6 +11,7 @@
 //
 //	prerouting_mangle   type filter hook prerouting  priority mangle        -> egressip_prerouting
 //	forward_filter      type filter hook forward     priority filter        -> fw_service_backends
+//	input_filter        type filter hook input       priority filter        -> fw_service_backends
 //	postrouting_srcnat  type nat    hook postrouting priority srcnat - 10   -> egressip_snat
 //	postrouting_guard   type filter hook postrouting priority srcnat + 200  -> egressip_guard
 //
@@ -24,7 +25,8 @@
 //
 //   - fw_service_backends: drops a local pod's DNATed traffic to a Service backend its
 //     EgressFirewall denies: set fw_backend_deny4/6 (pod . backend . l4proto . port), with a
-//     counter per element.
+//     counter per element. Both forward_filter (a backend elsewhere) and input_filter (a backend
+//     on this node: a hostNetwork endpoint, the API server on a control-plane node) jump here.
 //   - egressip_prerouting: clears the steering mark bits of reply packets, so that replies of
 //     connections initiated from outside (NodePort, LoadBalancer, direct) are never steered.
 //   - egressip_snat: SNAT to the egress IP by map egressip_snat4/6 (pod : egress IP), unless the
