@@ -48,9 +48,9 @@ func logFlags(l dataplane.ACLLog) uint8 {
 	return f
 }
 
-// ServeACLLog writes every firewall verdict the program logged as an ACL log line, the fields of
-// upstream's (name, verdict, severity, direction, then the packet), until Close. It returns
-// when the ring buffer is closed.
+// ServeACLLog writes every firewall verdict the program logged as an ACL log line in OVN's
+// format (dataplane.ACLLogEntry.Line) to the Options' ACLLog, until Close; log gets its errors.
+// It returns when the ring buffer is closed.
 func (c *Classifier) ServeACLLog(log *slog.Logger) error {
 	r, err := ringbuf.NewReader(c.objs.EgressdFwLog)
 	if err != nil {
@@ -67,6 +67,7 @@ func (c *Classifier) ServeACLLog(log *slog.Logger) error {
 			return fmt.Errorf("read %s: %w", c.objs.EgressdFwLog, err)
 		}
 		if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &e); err != nil {
+			log.Debug("undecodable ACL log record", "err", err)
 			continue
 		}
 		logging := c.logging.Load()
@@ -81,13 +82,18 @@ func (c *Classifier) ServeACLLog(log *slog.Logger) error {
 		if severity == "" || ns.namespace == "" {
 			continue // logged under an earlier annotation
 		}
-		src, dst := eventAddr(e.Family, e.Src), eventAddr(e.Family, e.Dst)
-		log.Info("acl_log",
-			"name", fmt.Sprintf("EF:%s:%d", ns.namespace, firewallPriority0-int(e.Rule)),
-			"verdict", verdict, "severity", severity, "direction", "to-lport",
-			"proto", dataplane.ProtocolName(e.Proto),
-			"src", netip.AddrPortFrom(src, e.Sport).String(), "dst", netip.AddrPortFrom(dst, e.Dport).String())
+		c.aclLog.Write(dataplane.ACLLogEntry{
+			Name:    ACLName(ns.namespace, int(e.Rule)),
+			Verdict: verdict, Severity: severity, Proto: e.Proto,
+			Src: eventAddr(e.Family, e.Src), Dst: eventAddr(e.Family, e.Dst), SrcPort: e.Sport, DstPort: e.Dport,
+		})
 	}
+}
+
+// ACLName is upstream's name of the ACL of a namespace's EgressFirewall rule (index rule):
+// EF:<namespace>:<priority>, the priority being 10000 - rule.
+func ACLName(namespace string, rule int) string {
+	return fmt.Sprintf("EF:%s:%d", namespace, firewallPriority0-rule)
 }
 
 func eventAddr(family uint8, b [16]byte) netip.Addr {
