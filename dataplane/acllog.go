@@ -10,6 +10,12 @@ import (
 	"time"
 )
 
+// ACLName is upstream's name of the ACL of a namespace's EgressFirewall rule (index rule):
+// EF:<namespace>:<priority>, the priority being 10000 - rule.
+func ACLName(namespace string, rule int) string {
+	return fmt.Sprintf("EF:%s:%d", namespace, 10000-rule)
+}
+
 // ACLLogEntry is one logged EgressFirewall verdict.
 type ACLLogEntry struct {
 	// Name is upstream's ACL name, EF:<namespace>:<priority>.

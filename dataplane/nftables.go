@@ -63,4 +63,7 @@ type BackendDeny struct {
 	Backend  netip.Addr
 	Protocol uint8
 	Port     uint16
+	// Log is the severity at which its drops are ACL-logged (the namespace's
+	// k8s.ovn.org/acl-logging deny level); "" does not log.
+	Log string
 }

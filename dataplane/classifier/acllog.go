@@ -22,9 +22,6 @@ const (
 	verdictPass  = 0 // VERDICT_*
 	verdictAllow = 1
 	verdictDeny  = 2
-	// firewallPriority0 is upstream's ACL priority of rule 0 (rule i is 10000 - i): ACL log
-	// lines name rules as upstream does, EF:<namespace>:<priority>.
-	firewallPriority0 = 10000
 )
 
 // aclLogging is what the log reader needs of the last Apply: per namespace id, its name and
@@ -83,17 +80,11 @@ func (c *Classifier) ServeACLLog(log *slog.Logger) error {
 			continue // logged under an earlier annotation
 		}
 		c.aclLog.Write(dataplane.ACLLogEntry{
-			Name:    ACLName(ns.namespace, int(e.Rule)),
+			Name:    dataplane.ACLName(ns.namespace, int(e.Rule)),
 			Verdict: verdict, Severity: severity, Proto: e.Proto,
 			Src: eventAddr(e.Family, e.Src), Dst: eventAddr(e.Family, e.Dst), SrcPort: e.Sport, DstPort: e.Dport,
 		})
 	}
-}
-
-// ACLName is upstream's name of the ACL of a namespace's EgressFirewall rule (index rule):
-// EF:<namespace>:<priority>, the priority being 10000 - rule.
-func ACLName(namespace string, rule int) string {
-	return fmt.Sprintf("EF:%s:%d", namespace, firewallPriority0-rule)
 }
 
 func eventAddr(family uint8, b [16]byte) netip.Addr {

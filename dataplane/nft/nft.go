@@ -25,7 +25,8 @@
 //
 //   - fw_service_backends: drops a local pod's DNATed traffic to a Service backend its
 //     EgressFirewall denies: set fw_backend_deny4/6 (pod . backend . l4proto . port), with a
-//     counter per element. Both forward_filter (a backend elsewhere) and input_filter (a backend
+//     counter per element (its drops are also ACL-logged from these counters when the
+//     namespace asks, acllog.go). Both forward_filter (a backend elsewhere) and input_filter (a backend
 //     on this node: a hostNetwork endpoint, the API server on a control-plane node) jump here.
 //   - egressip_prerouting: clears the steering mark bits of reply packets, so that replies of
 //     connections initiated from outside (NodePort, LoadBalancer, direct) are never steered.
@@ -97,6 +98,8 @@ type Table struct {
 	denyCounts tally[dataplane.Origin]
 	snatCounts tally[netip.Addr]
 	leakCounts tally[string]
+	// drops is what ServeACLLog has logged of the backend denies' counters.
+	drops dropLog
 	// ct deletes conntrack entries (conntrack.go), in the table's namespace; unflushed are the
 	// pod addresses whose entries are still to delete.
 	ct        *netlink.Handle
@@ -115,7 +118,7 @@ func New() (*Table, error) {
 		return nil, fmt.Errorf("conntrack netlink socket: %w", err)
 	}
 	return &Table{conn: c, denyCounts: newTally[dataplane.Origin](), snatCounts: newTally[netip.Addr](),
-		leakCounts: newTally[string](), ct: ct, unflushed: map[netip.Addr]bool{}}, nil
+		leakCounts: newTally[string](), drops: newDropLog(), ct: ct, unflushed: map[netip.Addr]bool{}}, nil
 }
 
 // Close releases the netlink connection; the table stays as programmed.

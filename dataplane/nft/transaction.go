@@ -55,6 +55,12 @@ func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 	if intact && maps.EqualFunc(want, t.written, func(a, b map[string]element) bool {
 		return maps.EqualFunc(a, b, func(x, y element) bool { return x.data == y.data })
 	}) {
+		for k, d := range denies { // what changed, if anything, is how drops are logged
+			if w, ok := t.denies[k]; ok {
+				w.Log = d.Log
+				t.denies[k] = w
+			}
+		}
 		t.flushOrFail(s, failed)
 		return orNil(failed)
 	}
@@ -89,8 +95,10 @@ func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 		}
 		return failed
 	}
+	prev := t.denies
 	t.written, t.mask, t.denies = want, s.SteerMask, denies
 	t.relabel(rewrite)
+	t.drops.track(prev, denies, rewrite)
 	t.flushOrFail(s, failed)
 	return orNil(failed)
 }

@@ -47,7 +47,7 @@ func serviceBackendDenies(in *cluster.Input, firewalls []dataplane.Firewall) ([]
 			origin.Rule = rule.Index
 			for _, pod := range pods[fw.Origin.Namespace] {
 				if pod.Is4() == b.addr.Is4() {
-					out = append(out, dataplane.BackendDeny{Origin: origin, Pod: pod, Backend: b.addr, Protocol: b.proto, Port: b.port})
+					out = append(out, dataplane.BackendDeny{Origin: origin, Pod: pod, Backend: b.addr, Protocol: b.proto, Port: b.port, Log: fw.Log.Deny})
 				}
 			}
 		}

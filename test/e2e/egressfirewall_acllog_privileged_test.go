@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/test/lab"
@@ -76,6 +79,48 @@ spec:
 	poll.Eventually(t, "a line per allowed connection", 5*time.Second, func() error {
 		if n := aclLogLines(agent.Log(), "EF:"+ns+":10000", "allow", "notice") - before; n != 3 {
 			return fmt.Errorf("%d allow lines for 3 connections", n)
+		}
+		return nil
+	})
+
+	// Drops after DNAT (nftables judges a Service's external backend) are logged too, from the
+	// deny element's counter: the backend's address and port, no source port.
+	kc := l.CP.Client(t)
+	svc, err := kc.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "ext"},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "ext", Labels: map[string]string{discoveryv1.LabelServiceName: "ext", discoveryv1.LabelManagedBy: "egressd-e2e"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"203.0.113.10"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](80), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Nodes[0].Nft(fmt.Sprintf(`table inet labproxy {
+	chain pre {
+		type nat hook prerouting priority dstnat; policy accept;
+		ip daddr %s tcp dport 80 dnat ip to 203.0.113.10:80
+	}
+}`, svc.Spec.ClusterIP)); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, "the backend's deny element", 10*time.Second, func() error {
+		out, err := l.Nodes[0].NS.Run("nft", "list", "set", "inet", "egressd", "fw_backend_deny4")
+		if err != nil || !strings.Contains(out, "203.0.113.10 . tcp . 80") {
+			return fmt.Errorf("not yet (%v):\n%s", err, out)
+		}
+		return nil
+	})
+	checkReach(t, "through the Service", []reach{{p, svc.Spec.ClusterIP + ":80", false, lab.Timeout}})
+	afterDNAT := `name="EF:` + ns + `:9999", verdict=drop, severity=alert, direction=to-lport: tcp,nw_src=` + p.IPv4.String() + `,nw_dst=203.0.113.10,tp_dst=80`
+	poll.Eventually(t, "the drop after DNAT logged", 5*time.Second, func() error {
+		if !strings.Contains(agent.Log(), afterDNAT) {
+			return fmt.Errorf("agent log lacks %q", afterDNAT)
 		}
 		return nil
 	})
