@@ -35,6 +35,11 @@ func fullState() *dataplane.NftablesState {
 			deny("a", 1, "10.244.0.5", "203.0.113.10", 17, 53),
 			deny("a", 2, "fd00:10:244::5", "2001:db8::10", 132, 9),
 		},
+		BackendDSCP: []dataplane.BackendDSCP{
+			{Origin: dataplane.Origin{Kind: "EgressQoS", Namespace: "a", Name: "default"}, Pod: a("10.244.0.5"), Backend: a("198.51.100.20"), Protocol: 6, Port: 443, DSCP: 46},
+			{Origin: dataplane.Origin{Kind: "EgressQoS", Namespace: "a", Name: "default", Rule: 1}, Pod: a("10.244.0.6"), Backend: a("198.51.100.20"), Protocol: 6, Port: 443, DSCP: 10},
+			{Origin: dataplane.Origin{Kind: "EgressQoS", Namespace: "a", Name: "default"}, Pod: a("fd00:10:244::5"), Backend: a("2001:db8::20"), Protocol: 17, Port: 53, DSCP: 46},
+		},
 		SteerMask: 0x00ff0000,
 		SNAT: []dataplane.SNAT{
 			{Origin: eip, Pod: a("10.244.0.5"), To: a("192.0.2.100")},
