@@ -88,6 +88,13 @@ type FromPodLogBudget struct {
 	Tokens     uint64
 }
 
+type FromPodLogBudgetKey struct {
+	_    structs.HostLayout
+	NsId uint32
+	Rule uint16
+	Pad  uint16
+}
+
 type FromPodLpmKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32

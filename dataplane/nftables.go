@@ -11,6 +11,13 @@ type NftablesState struct {
 	// KeepBackendDenies are the namespaces whose EgressFirewall failed to compile: their
 	// elements stay as they were (fail closed).
 	KeepBackendDenies []string
+	// BackendDSCP are the DSCP values EgressQoS gives local pods' traffic to Service backends
+	// outside the cluster networks, set after DNAT (upstream's to-lport QoS sees the backend;
+	// the classifier, before DNAT, sees the service address).
+	BackendDSCP []BackendDSCP
+	// KeepBackendDSCP are the namespaces whose EgressQoS failed to compile: their elements
+	// stay as they were.
+	KeepBackendDSCP []string
 
 	// EgressIP. The classifier stamps the bits of SteerMask in skb->mark on the packets of
 	// local pods that leave through another node (their egress node); policy routing sends them
@@ -63,4 +70,18 @@ type BackendDeny struct {
 	Backend  netip.Addr
 	Protocol uint8
 	Port     uint16
+	// Log is the severity at which its drops are ACL-logged (the namespace's
+	// k8s.ovn.org/acl-logging deny level); "" does not log.
+	Log string
+}
+
+// BackendDSCP sets the DSCP of what a local pod sends, through a Service's DNAT, to one backend
+// address, protocol and port.
+type BackendDSCP struct {
+	Origin   Origin // the EgressQoS; Rule is the index of the rule that marks
+	Pod      netip.Addr
+	Backend  netip.Addr
+	Protocol uint8
+	Port     uint16
+	DSCP     uint8
 }

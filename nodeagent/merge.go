@@ -53,8 +53,12 @@ func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (datapl
 			s.Nftables.KeepBackendDenies = append(s.Nftables.KeepBackendDenies, fw.Origin.Namespace)
 		}
 	}
+	s.Nftables.BackendDSCP = p.qos.BackendDSCP
 	for _, q := range p.qos.QoS {
 		objects[q.Origin] = q.Err
+		if q.Err != nil {
+			s.Nftables.KeepBackendDSCP = append(s.Nftables.KeepBackendDSCP, q.Origin.Namespace)
+		}
 	}
 	for _, r := range p.routes.Policies {
 		objects[r.Origin] = r.Err

@@ -10,7 +10,8 @@
 //      routing mark gets it in skb->mark (within the mark mask), unless its destination is
 //      exempt (cluster networks, node addresses);
 //   5. per-rule packet and byte counters in per-CPU maps (lib/maps.h); verdicts of namespaces
-//      that ask for ACL logging go to a ring buffer, rate-limited (lib/acllog.h).
+//      that ask for ACL logging go to a ring buffer (drops, and allows once per connection),
+//      rate-limited per rule (lib/acllog.h).
 //   6. later fragments follow the verdict of their datagram's first (lib/firewall.h).
 // And egressd_topod, on egress towards the pods, records what others initiate over protocols
 // conntrack's kfuncs cannot look up (ICMP echo, SCTP), for step 2 to tell replies.

@@ -22,9 +22,6 @@ const (
 	verdictPass  = 0 // VERDICT_*
 	verdictAllow = 1
 	verdictDeny  = 2
-	// firewallPriority0 is upstream's ACL priority of rule 0 (rule i is 10000 - i): ACL log
-	// lines name rules as upstream does, EF:<namespace>:<priority>.
-	firewallPriority0 = 10000
 )
 
 // aclLogging is what the log reader needs of the last Apply: per namespace id, its name and
@@ -48,9 +45,9 @@ func logFlags(l dataplane.ACLLog) uint8 {
 	return f
 }
 
-// ServeACLLog writes every firewall verdict the program logged as an ACL log line, the fields of
-// upstream's (name, verdict, severity, direction, then the packet), until Close. It returns
-// when the ring buffer is closed.
+// ServeACLLog writes every firewall verdict the program logged as an ACL log line in OVN's
+// format (dataplane.ACLLogEntry.Line) to the Options' ACLLog, until Close; log gets its errors.
+// It returns when the ring buffer is closed.
 func (c *Classifier) ServeACLLog(log *slog.Logger) error {
 	r, err := ringbuf.NewReader(c.objs.EgressdFwLog)
 	if err != nil {
@@ -67,6 +64,7 @@ func (c *Classifier) ServeACLLog(log *slog.Logger) error {
 			return fmt.Errorf("read %s: %w", c.objs.EgressdFwLog, err)
 		}
 		if err := binary.Read(bytes.NewReader(rec.RawSample), binary.NativeEndian, &e); err != nil {
+			log.Debug("undecodable ACL log record", "err", err)
 			continue
 		}
 		logging := c.logging.Load()
@@ -81,12 +79,11 @@ func (c *Classifier) ServeACLLog(log *slog.Logger) error {
 		if severity == "" || ns.namespace == "" {
 			continue // logged under an earlier annotation
 		}
-		src, dst := eventAddr(e.Family, e.Src), eventAddr(e.Family, e.Dst)
-		log.Info("acl_log",
-			"name", fmt.Sprintf("EF:%s:%d", ns.namespace, firewallPriority0-int(e.Rule)),
-			"verdict", verdict, "severity", severity, "direction", "to-lport",
-			"proto", dataplane.ProtocolName(e.Proto),
-			"src", netip.AddrPortFrom(src, e.Sport).String(), "dst", netip.AddrPortFrom(dst, e.Dport).String())
+		c.aclLog.Write(dataplane.ACLLogEntry{
+			Name:    dataplane.ACLName(ns.namespace, int(e.Rule)),
+			Verdict: verdict, Severity: severity, Proto: e.Proto,
+			Src: eventAddr(e.Family, e.Src), Dst: eventAddr(e.Family, e.Dst), SrcPort: e.Sport, DstPort: e.Dport,
+		})
 	}
 }
 

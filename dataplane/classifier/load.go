@@ -45,13 +45,17 @@ type Classifier struct {
 	fwTexts map[nsID]*writtenTexts
 	// markMask is the bits of skb->mark that pods' marks may occupy (the program's mark_mask).
 	markMask uint32
+	// aclLog is where ServeACLLog writes.
+	aclLog *dataplane.ACLLogWriter
 }
 
 // Options of Load.
 type Options struct {
-	// ACLLogRate is how many firewall verdicts per second and CPU may be logged (the
-	// acl-logging meter); 0 logs nothing.
+	// ACLLogRate is how many verdicts per second each firewall rule may log (the acl-logging
+	// meter, which OVN makes fair: a bucket per ACL); 0 logs nothing.
 	ACLLogRate uint32
+	// ACLLog is where ServeACLLog writes; nil is dataplane.StderrACLLog.
+	ACLLog *dataplane.ACLLogWriter
 	// MarkMask is the bits of skb->mark that pods' routing marks (dataplane.Pod.Mark) occupy;
 	// the program leaves the other bits as it finds them (the CNI's, kube-proxy's). Apply
 	// rejects a mark outside it. 0 means dataplane.DefaultMarkMask.
@@ -70,7 +74,10 @@ func Load(pinRoot string, o Options) (*Classifier, error) {
 	if o.MarkMask == 0 {
 		o.MarkMask = dataplane.DefaultMarkMask
 	}
-	c := &Classifier{markMask: o.MarkMask}
+	if o.ACLLog == nil {
+		o.ACLLog = dataplane.StderrACLLog
+	}
+	c := &Classifier{markMask: o.MarkMask, aclLog: o.ACLLog}
 	spec, err := bpf.LoadFromPod()
 	if err != nil {
 		return nil, fmt.Errorf("load classifier: %w", err)

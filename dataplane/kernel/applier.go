@@ -121,6 +121,11 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 			log.Error("ACL logging stopped", "err", err)
 		}
 	}()
+	aclLog := o.Classifier.ACLLog
+	if aclLog == nil {
+		aclLog = dataplane.StderrACLLog
+	}
+	go t.ServeACLLog(aclLog, o.Classifier.ACLLogRate, time.Second, d.done) // drops after DNAT
 	links := make(chan netlink.LinkUpdate, 64)
 	if err := netlink.LinkSubscribe(links, d.done); err != nil {
 		d.Close()

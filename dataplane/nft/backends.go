@@ -3,6 +3,7 @@ package nft
 import (
 	"encoding/binary"
 	"maps"
+	"net/netip"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -87,10 +88,16 @@ func backendRules(sets map[string]*nftables.Set) [][]expr.Any {
 
 // denyKey is the concatenation pod . backend . protocol . port, each field padded to 4 bytes.
 func denyKey(d dataplane.BackendDeny) []byte {
+	return backendKey(d.Pod, d.Backend, d.Protocol, d.Port)
+}
+
+// backendKey is the concatenation pod . backend . protocol . port, each field padded to 4
+// bytes (16 bytes for IPv4, 40 for IPv6).
+func backendKey(pod, backend netip.Addr, proto uint8, port uint16) []byte {
 	var k []byte
-	k = append(k, d.Pod.AsSlice()...)
-	k = append(k, d.Backend.AsSlice()...)
-	k = append(k, d.Protocol, 0, 0, 0)
-	k = binary.BigEndian.AppendUint16(k, d.Port)
+	k = append(k, pod.AsSlice()...)
+	k = append(k, backend.AsSlice()...)
+	k = append(k, proto, 0, 0, 0)
+	k = binary.BigEndian.AppendUint16(k, port)
 	return append(k, 0, 0)
 }

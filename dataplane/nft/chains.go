@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/google/nftables"
@@ -12,6 +13,7 @@ import (
 // Regular chains (see the package comment).
 const (
 	serviceBackendsChain = "fw_service_backends"
+	qosBackendsChain     = "qos_service_backends"
 	egressIPPrerouting   = "egressip_prerouting"
 	egressIPSNAT         = "egressip_snat"
 	egressIPGuard        = "egressip_guard"
@@ -31,7 +33,11 @@ type baseChain struct {
 // contract of the package comment).
 var baseChains = []baseChain{
 	{"prerouting_mangle", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, *nftables.ChainPriorityMangle, egressIPPrerouting},
+	{"forward_mangle", nftables.ChainTypeFilter, nftables.ChainHookForward, *nftables.ChainPriorityMangle, qosBackendsChain},
 	{"forward_filter", nftables.ChainTypeFilter, nftables.ChainHookForward, *nftables.ChainPriorityFilter, serviceBackendsChain},
+	// A backend on this node (a hostNetwork endpoint, the API server of a control-plane node):
+	// after DNAT the connection is delivered locally, not forwarded.
+	{"input_filter", nftables.ChainTypeFilter, nftables.ChainHookInput, *nftables.ChainPriorityFilter, serviceBackendsChain},
 	// Before the CNI's masquerade, which is at srcnat.
 	{"postrouting_srcnat", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, *nftables.ChainPriorityNATSource - 10, egressIPSNAT},
 	// After every NAT: the source address here is the one the packet leaves with.
@@ -39,16 +45,17 @@ var baseChains = []baseChain{
 }
 
 // regularChains are the features' chains, in the order they are created.
-var regularChains = []string{serviceBackendsChain, egressIPPrerouting, egressIPSNAT, egressIPGuardSteered, egressIPGuard}
+var regularChains = []string{serviceBackendsChain, qosBackendsChain, egressIPPrerouting, egressIPSNAT, egressIPGuardSteered, egressIPGuard}
 
 // setDefs are every set and map of the table.
-var setDefs = slices.Concat(backendSets, egressIPSets)
+var setDefs = slices.Concat(backendSets, qosSets, egressIPSets)
 
 // objects are the named counters of the table.
 var objects = []string{leaksCounter, misroutedCounter}
 
 // tableSize is the number of chains, sets and objects the table holds (the kernel's "use" of
-// the table), to notice that something was deleted behind egressd's back.
+// the table) besides the qos_dscp_<n> chains, to notice that something was deleted behind
+// egressd's back.
 var tableSize = uint32(len(baseChains) + len(regularChains) + len(setDefs) + len(objects))
 
 // writeTable queues, on the connection's batch, the whole table with the sets' elements: the
@@ -59,7 +66,8 @@ func writeTable(c *nftables.Conn, mask uint32, elems contents) error {
 	c.DelTable(table)
 	c.AddTable(table)
 	chains := map[string]*nftables.Chain{}
-	for _, name := range regularChains {
+	dscps := dscpChains(elems)
+	for _, name := range slices.Concat(regularChains, dscps) { // before the maps that jump to them
 		chains[name] = c.AddChain(&nftables.Chain{Name: name, Table: table})
 	}
 	accept := nftables.ChainPolicyAccept
@@ -79,7 +87,12 @@ func writeTable(c *nftables.Conn, mask uint32, elems contents) error {
 	for _, name := range objects {
 		c.AddObj(&nftables.CounterObj{Table: table, Name: name})
 	}
-	rules := map[string][][]expr.Any{serviceBackendsChain: backendRules(sets)}
+	rules := map[string][][]expr.Any{serviceBackendsChain: backendRules(sets), qosBackendsChain: qosRules(sets)}
+	for _, name := range dscps {
+		var d uint8
+		fmt.Sscanf(name, "qos_dscp_%d", &d)
+		rules[name] = dscpRules(d)
+	}
 	for name, rs := range egressIPRules(mask, sets) {
 		rules[name] = rs
 	}

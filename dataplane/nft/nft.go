@@ -10,7 +10,9 @@
 // chains, so that one feature's content never touches another's:
 //
 //	prerouting_mangle   type filter hook prerouting  priority mangle        -> egressip_prerouting
+//	forward_mangle      type filter hook forward     priority mangle        -> qos_service_backends
 //	forward_filter      type filter hook forward     priority filter        -> fw_service_backends
+//	input_filter        type filter hook input       priority filter        -> fw_service_backends
 //	postrouting_srcnat  type nat    hook postrouting priority srcnat - 10   -> egressip_snat
 //	postrouting_guard   type filter hook postrouting priority srcnat + 200  -> egressip_guard
 //
@@ -24,7 +26,14 @@
 //
 //   - fw_service_backends: drops a local pod's DNATed traffic to a Service backend its
 //     EgressFirewall denies: set fw_backend_deny4/6 (pod . backend . l4proto . port), with a
-//     counter per element.
+//     counter per element (its drops are also ACL-logged from these counters when the
+//     namespace asks, acllog.go). Both forward_filter (a backend elsewhere) and input_filter (a backend
+//     on this node: a hostNetwork endpoint, the API server on a control-plane node) jump here.
+//   - qos_service_backends: sets the DSCP EgressQoS gives a local pod's DNATed traffic to a
+//     Service backend (upstream's to-lport QoS sees the backend): verdict map
+//     qos_backend_dscp4/6 (pod . backend . l4proto . port : jump qos_dscp_<n>).
+//   - qos_dscp_<n>: ip dscp set n, ip6 dscp set n (ECN kept); one chain per DSCP value in use
+//     (a change of these values writes the table whole).
 //   - egressip_prerouting: clears the steering mark bits of reply packets, so that replies of
 //     connections initiated from outside (NodePort, LoadBalancer, direct) are never steered.
 //   - egressip_snat: SNAT to the egress IP by map egressip_snat4/6 (pod : egress IP), unless the
@@ -90,11 +99,16 @@ type Table struct {
 	// denies are the written backend denies by element key, with the EgressFirewall rule each
 	// came from (kept as they are for a namespace whose firewall failed to compile).
 	denies map[string]dataplane.BackendDeny
+	// dscp are the written backend DSCP elements by element key, with the EgressQoS rule each
+	// came from.
+	dscp map[string]dataplane.BackendDSCP
 	// Counter accumulators: they keep counts of removed or reset elements so that what the
 	// readers return never goes back.
 	denyCounts tally[dataplane.Origin]
 	snatCounts tally[netip.Addr]
 	leakCounts tally[string]
+	// drops is what ServeACLLog has logged of the backend denies' counters.
+	drops dropLog
 	// ct deletes conntrack entries (conntrack.go), in the table's namespace; unflushed are the
 	// pod addresses whose entries are still to delete.
 	ct        *netlink.Handle
@@ -113,7 +127,7 @@ func New() (*Table, error) {
 		return nil, fmt.Errorf("conntrack netlink socket: %w", err)
 	}
 	return &Table{conn: c, denyCounts: newTally[dataplane.Origin](), snatCounts: newTally[netip.Addr](),
-		leakCounts: newTally[string](), ct: ct, unflushed: map[netip.Addr]bool{}}, nil
+		leakCounts: newTally[string](), drops: newDropLog(), ct: ct, unflushed: map[netip.Addr]bool{}}, nil
 }
 
 // Close releases the netlink connection; the table stays as programmed.

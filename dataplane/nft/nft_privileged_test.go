@@ -35,6 +35,11 @@ func fullState() *dataplane.NftablesState {
 			deny("a", 1, "10.244.0.5", "203.0.113.10", 17, 53),
 			deny("a", 2, "fd00:10:244::5", "2001:db8::10", 132, 9),
 		},
+		BackendDSCP: []dataplane.BackendDSCP{
+			{Origin: dataplane.Origin{Kind: "EgressQoS", Namespace: "a", Name: "default"}, Pod: a("10.244.0.5"), Backend: a("198.51.100.20"), Protocol: 6, Port: 443, DSCP: 46},
+			{Origin: dataplane.Origin{Kind: "EgressQoS", Namespace: "a", Name: "default", Rule: 1}, Pod: a("10.244.0.6"), Backend: a("198.51.100.20"), Protocol: 6, Port: 443, DSCP: 10},
+			{Origin: dataplane.Origin{Kind: "EgressQoS", Namespace: "a", Name: "default"}, Pod: a("fd00:10:244::5"), Backend: a("2001:db8::20"), Protocol: 17, Port: 53, DSCP: 46},
+		},
 		SteerMask: 0x00ff0000,
 		SNAT: []dataplane.SNAT{
 			{Origin: eip, Pod: a("10.244.0.5"), To: a("192.0.2.100")},
@@ -251,4 +256,55 @@ func sendDNATed(t *testing.T, ns *netns.NS, pod, svc, backend string, n int) nft
 		t.Fatal(err)
 	}
 	return nft.Counters{Packets: uint64(n), Bytes: uint64(n * (20 + 8 + len(payload)))}
+}
+
+// TestPrivilegedTableBackendDSCP: backend DSCP elements are updated in place while the DSCP
+// values in use stay the same (no rewrite: the deny counters keep counting), and a new value
+// gets its chain.
+func TestPrivilegedTableBackendDSCP(t *testing.T) {
+	privileged.Require(t)
+	ns := netns.New(t, "nft")
+	var table *nft.Table
+	apply := func(s *dataplane.NftablesState) {
+		t.Helper()
+		if err := ns.Do(func() error {
+			if table == nil {
+				var err error
+				if table, err = nft.New(); err != nil {
+					return err
+				}
+			}
+			return errFailed(table.Apply(s))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func() string { t.Helper(); return ns.MustRun(t, "nft", "list", "table", "inet", "egressd") }
+	st := fullState()
+	apply(st)
+	sent := sendDNATed(t, ns, "10.244.0.5", "10.96.0.10:53", "203.0.113.10:53", 2)
+	counted := fmt.Sprintf("203.0.113.10 . udp . 53 counter packets %d", sent.Packets)
+	poll.Eventually(t, "the drops counted", 5*time.Second, func() error {
+		if out := list(); !strings.Contains(out, counted) {
+			return fmt.Errorf("no %q:\n%s", counted, out)
+		}
+		return nil
+	})
+	qos := dataplane.Origin{Kind: "EgressQoS", Namespace: "a", Name: "default"}
+	st.BackendDSCP = append(st.BackendDSCP, dataplane.BackendDSCP{Origin: qos, Pod: netip.MustParseAddr("10.244.0.7"),
+		Backend: netip.MustParseAddr("198.51.100.20"), Protocol: 17, Port: 53, DSCP: 10})
+	st.BackendDSCP[0].DSCP = 10 // 10.244.0.5: 46 -> 10; 46 is still used by the IPv6 element
+	apply(st)
+	out := list()
+	for _, want := range []string{counted, "10.244.0.7 . 198.51.100.20 . udp . 53 : jump qos_dscp_10", "10.244.0.5 . 198.51.100.20 . tcp . 443 : jump qos_dscp_10"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("after an update in place, no %q:\n%s", want, out)
+		}
+	}
+	st.BackendDSCP[2].DSCP = 0 // a new value: its chain appears, 46's goes
+	apply(st)
+	out = list()
+	if !strings.Contains(out, "chain qos_dscp_0 {") || strings.Contains(out, "qos_dscp_46") || !strings.Contains(out, ": jump qos_dscp_0") {
+		t.Errorf("after a change of the values in use:\n%s", out)
+	}
 }

@@ -47,14 +47,22 @@ func (c contents) elements(set string) []nftables.SetElement {
 func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	denies := t.wantDenies(s)
+	denies, dscp := t.wantDenies(s), t.wantDSCP(s)
 	want := contents{}
 	addDenies(want, denies)
+	addDSCP(want, dscp)
 	failed := addEgressIP(want, s)
-	intact := t.written != nil && t.mask == s.SteerMask && t.intact()
+	intact := t.written != nil && t.mask == s.SteerMask && slices.Equal(dscpChains(want), dscpChains(t.written)) && t.intact()
 	if intact && maps.EqualFunc(want, t.written, func(a, b map[string]element) bool {
 		return maps.EqualFunc(a, b, func(x, y element) bool { return x.data == y.data })
 	}) {
+		t.dscp = dscp              // the same elements; their rules may have moved
+		for k, d := range denies { // what changed, if anything, is how drops are logged
+			if w, ok := t.denies[k]; ok {
+				w.Log = d.Log
+				t.denies[k] = w
+			}
+		}
 		t.flushOrFail(s, failed)
 		return orNil(failed)
 	}
@@ -87,10 +95,17 @@ func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 		for _, n := range s.SNAT {
 			failed[n.Origin] = err
 		}
+		for _, d := range dscp {
+			o := d.Origin
+			o.Rule = 0
+			failed[o] = err
+		}
 		return failed
 	}
-	t.written, t.mask, t.denies = want, s.SteerMask, denies
+	prev := t.denies
+	t.written, t.mask, t.denies, t.dscp = want, s.SteerMask, denies, dscp
 	t.relabel(rewrite)
+	t.drops.track(prev, denies, rewrite)
 	t.flushOrFail(s, failed)
 	return orNil(failed)
 }
@@ -120,7 +135,8 @@ func orNil(m map[dataplane.Origin]error) map[dataplane.Origin]error {
 // Apply would rewrite the table and reset its element counters.
 func (t *Table) intact() bool {
 	got, err := t.conn.ListTableOfFamily(TableName, nftables.TableFamilyINet)
-	return err == nil && (got.Use == tableSize || bits.ReverseBytes32(got.Use) == tableSize)
+	size := tableSize + uint32(len(dscpChains(t.written)))
+	return err == nil && (got.Use == size || bits.ReverseBytes32(got.Use) == size)
 }
 
 // update deletes and adds the changed entries in one transaction.

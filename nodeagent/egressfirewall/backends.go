@@ -12,11 +12,11 @@ import (
 	"github.com/egressd/egressd/nodeagent/cluster"
 )
 
-// backend is one address, protocol and port a Service load-balances to.
-type backend struct {
-	addr  netip.Addr
-	proto uint8
-	port  uint16
+// Backend is one address, protocol and port a Service load-balances to.
+type Backend struct {
+	Addr  netip.Addr
+	Proto uint8
+	Port  uint16
 }
 
 // serviceBackendDenies judges Service backends outside the cluster networks by each local
@@ -25,7 +25,7 @@ type backend struct {
 // becomes an element the dataplane drops after DNAT. A firewall that failed to compile adds
 // nothing here; the dataplane keeps what it enforced (fail closed).
 func serviceBackendDenies(in *cluster.Input, firewalls []dataplane.Firewall) ([]dataplane.BackendDeny, error) {
-	backends, err := externalBackends(in)
+	backends, err := ExternalBackends(in)
 	if err != nil || len(backends) == 0 {
 		return nil, err
 	}
@@ -39,15 +39,15 @@ func serviceBackendDenies(in *cluster.Input, firewalls []dataplane.Firewall) ([]
 			continue
 		}
 		for _, b := range backends {
-			rule, ok := dataplane.FirstMatch(fw.Rules, b.addr, b.proto, b.port)
+			rule, ok := dataplane.FirstMatch(fw.Rules, b.Addr, b.Proto, b.Port)
 			if !ok || !rule.Deny {
 				continue
 			}
 			origin := fw.Origin
 			origin.Rule = rule.Index
 			for _, pod := range pods[fw.Origin.Namespace] {
-				if pod.Is4() == b.addr.Is4() {
-					out = append(out, dataplane.BackendDeny{Origin: origin, Pod: pod, Backend: b.addr, Protocol: b.proto, Port: b.port})
+				if pod.Is4() == b.Addr.Is4() {
+					out = append(out, dataplane.BackendDeny{Origin: origin, Pod: pod, Backend: b.Addr, Protocol: b.Proto, Port: b.Port, Log: fw.Log.Deny})
 				}
 			}
 		}
@@ -55,14 +55,15 @@ func serviceBackendDenies(in *cluster.Input, firewalls []dataplane.Firewall) ([]
 	return out, nil
 }
 
-// externalBackends are the ready endpoints outside the cluster networks of Services that have a
-// cluster IP (headless Services are not load-balanced), with their ports.
-func externalBackends(in *cluster.Input) ([]backend, error) {
+// ExternalBackends are the ready endpoints outside the cluster networks of Services that have a
+// cluster IP (headless Services are not load-balanced), with their ports, in order. EgressQoS
+// marks traffic to them after DNAT too.
+func ExternalBackends(in *cluster.Input) ([]Backend, error) {
 	all, err := in.Snap.EndpointSlices.List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
-	seen := map[backend]bool{}
+	seen := map[Backend]bool{}
 	for _, eps := range all {
 		name := eps.Labels[discoveryv1.LabelServiceName]
 		if name == "" || eps.AddressType == discoveryv1.AddressTypeFQDN {
@@ -90,20 +91,20 @@ func externalBackends(in *cluster.Input) ([]backend, error) {
 						proto = *port.Protocol
 					}
 					number, _ := dataplane.ProtocolNumber(string(proto))
-					seen[backend{addr: addr, proto: number, port: uint16(*port.Port)}] = true
+					seen[Backend{Addr: addr, Proto: number, Port: uint16(*port.Port)}] = true
 				}
 			}
 		}
 	}
-	out := make([]backend, 0, len(seen))
+	out := make([]Backend, 0, len(seen))
 	for b := range seen {
 		out = append(out, b)
 	}
 	sort.Slice(out, func(i, j int) bool {
-		if c := out[i].addr.Compare(out[j].addr); c != 0 {
+		if c := out[i].Addr.Compare(out[j].Addr); c != 0 {
 			return c < 0
 		}
-		return out[i].proto < out[j].proto || out[i].proto == out[j].proto && out[i].port < out[j].port
+		return out[i].Proto < out[j].Proto || out[i].Proto == out[j].Proto && out[i].Port < out[j].Port
 	})
 	return out, nil
 }

@@ -5,12 +5,14 @@ package egressqos
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/nodeagent/egressfirewall"
 )
 
 // maxRules is upstream's limit of rules per EgressQoS (SEMANTICS.md section 2.2).
@@ -23,6 +25,9 @@ type Part struct {
 	QoS []dataplane.QoS
 	// PodRules are, per local pod, the indices of its namespace's rules that select it.
 	PodRules map[dataplane.Origin][]int
+	// BackendDSCP mark local pods' traffic to Service backends outside the cluster networks,
+	// after DNAT.
+	BackendDSCP []dataplane.BackendDSCP
 }
 
 // Compile turns every EgressQoS into DSCP rules and records which rules select each local pod.
@@ -80,5 +85,48 @@ func Compile(in *cluster.Input) (Part, error) {
 			}
 		}
 	}
-	return part, nil
+	part.BackendDSCP, err = serviceBackendDSCP(in, part)
+	return part, err
+}
+
+// serviceBackendDSCP judges Service backends outside the cluster networks by the EgressQoS
+// rules that select each local pod, as OVN's to-lport QoS does after load balancing (it sees
+// the endpoint's address): the first rule, in order, whose destination holds the backend gives
+// the (pod, backend, protocol, port) its DSCP, which the dataplane sets after DNAT. The
+// classifier, before DNAT, only sees the Service's address.
+func serviceBackendDSCP(in *cluster.Input, part Part) ([]dataplane.BackendDSCP, error) {
+	backends, err := egressfirewall.ExternalBackends(in)
+	if err != nil || len(backends) == 0 {
+		return nil, err
+	}
+	rules := map[string]dataplane.QoS{}
+	for _, q := range part.QoS {
+		if q.Err == nil {
+			rules[q.Origin.Namespace] = q
+		}
+	}
+	var out []dataplane.BackendDSCP
+	for _, p := range in.Pods {
+		q, ok := rules[p.Origin.Namespace]
+		if !ok || len(part.PodRules[p.Origin]) == 0 {
+			continue
+		}
+		for _, b := range backends {
+			for _, j := range part.PodRules[p.Origin] { // in rule order
+				r := q.Rules[j]
+				if !slices.ContainsFunc(r.Prefixes, func(pfx netip.Prefix) bool { return pfx.Contains(b.Addr) }) {
+					continue
+				}
+				origin := q.Origin
+				origin.Rule = r.Index
+				for _, ip := range p.IPs {
+					if ip.Is4() == b.Addr.Is4() {
+						out = append(out, dataplane.BackendDSCP{Origin: origin, Pod: ip, Backend: b.Addr, Protocol: b.Proto, Port: b.Port, DSCP: r.DSCP})
+					}
+				}
+				break
+			}
+		}
+	}
+	return out, nil
 }

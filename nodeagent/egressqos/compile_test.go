@@ -2,13 +2,17 @@ package egressqos
 
 import (
 	"net/netip"
+	"reflect"
 	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/watchers/watcherstest"
 )
@@ -47,5 +51,53 @@ func TestCompileSelectsPods(t *testing.T) {
 	}
 	if r := part.QoS[0].Rules; r[0].Prefixes[0] != netip.MustParsePrefix(cidr) || len(r[1].Prefixes) != 2 || r[1].DSCP != 10 {
 		t.Errorf("rules %+v", r)
+	}
+}
+
+// TestCompileServiceBackends: a pod's traffic to a Service backend outside the cluster networks
+// gets the DSCP of the first of its rules whose destination holds the backend (what upstream's
+// to-lport QoS sees after load balancing); pod backends, pods no rule selects, and backends no
+// rule covers get nothing.
+func TestCompileServiceBackends(t *testing.T) {
+	voiceCIDR, otherCIDR := "203.0.113.0/24", "198.51.100.0/24"
+	q := &ovnv1.EgressQoS{ObjectMeta: metav1.ObjectMeta{Namespace: "q", Name: "default"}, Spec: ovnv1.EgressQoSSpec{Egress: []ovnv1.EgressQoSRule{
+		{DSCP: 46, DstCIDR: &voiceCIDR, PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "voice"}}},
+		{DSCP: 10, DstCIDR: &otherCIDR},
+		{DSCP: 20, DstCIDR: &voiceCIDR},
+	}}}
+	voice := pod("voice", "10.244.1.5")
+	voice.Namespace, voice.Labels = "q", map[string]string{"app": "voice"}
+	web := pod("web", "10.244.1.6")
+	web.Namespace = "q"
+	other := pod("other", "10.244.1.7") // namespace ns: no EgressQoS
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "s", Name: "ext"}, Spec: corev1.ServiceSpec{ClusterIPs: []string{"10.96.0.20"}}}
+	eps := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "s", Name: "ext", Labels: map[string]string{discoveryv1.LabelServiceName: "ext"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"203.0.113.10", "192.0.2.1", "10.244.2.9"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Port: ptr.To[int32](80), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	in := &cluster.Input{Snap: watcherstest.Snapshot(q, voice, web, other, svc, eps), Node: "n1",
+		Networks: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.96.0.0/16")}}
+	var err error
+	if in.Pods, err = cluster.LocalPods(in.Snap, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	part, err := Compile(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := func(rule int) dataplane.Origin {
+		return dataplane.Origin{Kind: "EgressQoS", Namespace: "q", Name: "default", Rule: rule}
+	}
+	backend := netip.MustParseAddr("203.0.113.10")
+	want := []dataplane.BackendDSCP{
+		{Origin: origin(0), Pod: netip.MustParseAddr("10.244.1.5"), Backend: backend, Protocol: 6, Port: 80, DSCP: 46},
+		{Origin: origin(2), Pod: netip.MustParseAddr("10.244.1.6"), Backend: backend, Protocol: 6, Port: 80, DSCP: 20},
+	}
+	got := slices.Clone(part.BackendDSCP)
+	slices.SortFunc(got, func(a, b dataplane.BackendDSCP) int { return a.Pod.Compare(b.Pod) })
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("backend DSCP:\n got %+v\nwant %+v", got, want)
 	}
 }

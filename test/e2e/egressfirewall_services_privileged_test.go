@@ -140,3 +140,107 @@ spec:
 		return nil
 	})
 }
+
+// TestPrivilegedEgressFirewallServiceBackendOnOwnNode: a Service whose endpoint is the pod's
+// own node (a hostNetwork server, the API server seen from a control-plane node) is judged by
+// that address after DNAT too. The connection is then delivered locally (the input hook), not
+// forwarded. Each node's kube-proxy stand-in DNATs the cluster IP to the node's own address, as
+// an internalTrafficPolicy: Local Service would; both CNI shapes. The Service's ports are the
+// backends' (the node's observer names a flow by the ports it sniffs before DNAT).
+func TestPrivilegedEgressFirewallServiceBackendOnOwnNode(t *testing.T) {
+	privileged.Require(t)
+	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true})
+	ctx := context.Background()
+	for _, n := range l.Nodes {
+		if err := n.Serve(8080, 8443); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ns, free := l.CP.Namespace(t), l.CP.Namespace(t)
+	a0, a1 := addPod(t, l.Nodes[0], ns, "a0", lab.PodOptions{}), addPod(t, l.Nodes[1], ns, "a1", lab.PodOptions{})
+	f0 := addPod(t, l.Nodes[0], free, "f0", lab.PodOptions{})
+
+	kc := l.CP.Client(t)
+	svc, err := kc.CoreV1().Services(free).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "host"},
+		Spec: corev1.ServiceSpec{
+			IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyRequireDualStack),
+			IPFamilies:     []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
+			Ports: []corev1.ServicePort{
+				{Name: "http", Port: 8080, Protocol: corev1.ProtocolTCP},
+				{Name: "https", Port: 8443, Protocol: corev1.ProtocolTCP},
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, family := range map[string]discoveryv1.AddressType{"host-4": discoveryv1.AddressTypeIPv4, "host-6": discoveryv1.AddressTypeIPv6} {
+		var eps []discoveryv1.Endpoint
+		for _, n := range l.Nodes {
+			addr := n.IPv4
+			if family == discoveryv1.AddressTypeIPv6 {
+				addr = n.IPv6
+			}
+			eps = append(eps, discoveryv1.Endpoint{Addresses: []string{addr.String()}, NodeName: ptr.To(n.Name), Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+		}
+		if _, err := kc.DiscoveryV1().EndpointSlices(free).Create(ctx, &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: "host", discoveryv1.LabelManagedBy: "egressd-e2e"}},
+			AddressType: family,
+			Endpoints:   eps,
+			Ports: []discoveryv1.EndpointPort{
+				{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)},
+				{Name: ptr.To("https"), Port: ptr.To[int32](8443), Protocol: ptr.To(corev1.ProtocolTCP)},
+			},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ip, ip6 := svc.Spec.ClusterIPs[0], svc.Spec.ClusterIPs[1]
+	for _, n := range l.Nodes { // kube-proxy with internalTrafficPolicy: Local: the node's own endpoint
+		if err := n.Nft(fmt.Sprintf(`table inet labproxy {
+	chain pre {
+		type nat hook prerouting priority dstnat; policy accept;
+		ip daddr %[1]s tcp dport 8080 dnat ip to %[3]s:8080
+		ip daddr %[1]s tcp dport 8443 dnat ip to %[3]s:8443
+		ip6 daddr %[2]s tcp dport 8080 dnat ip6 to [%[4]s]:8080
+		ip6 daddr %[2]s tcp dport 8443 dnat ip6 to [%[4]s]:8443
+	}
+}`, ip, ip6, n.IPv4, n.IPv6)); err != nil {
+			t.Fatalf("kube-proxy stand-in on %s: %v", n.Name, err)
+		}
+	}
+	svcHTTP, svcHTTPS := ip+":8080", ip+":8443"
+	svc6HTTP, svc6HTTPS := "["+ip6+"]:8080", "["+ip6+"]:8443"
+	checkReach(t, "no firewall", []reach{{a0, svcHTTP, false, lab.OK}, {a1, svcHTTP, false, lab.OK}, {a0, svc6HTTP, false, lab.OK}, {a1, svc6HTTP, false, lab.OK}})
+
+	applyFirewall(t, l, ns, `
+apiVersion: k8s.ovn.org/v1
+kind: EgressFirewall
+metadata: {name: default}
+spec:
+  egress:
+  - {type: Allow, to: {cidrSelector: 172.18.0.0/16}, ports: [{protocol: TCP, port: 8443}]}
+  - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}
+  - {type: Allow, to: {cidrSelector: "fc00:f853:ccd:e793::/64"}, ports: [{protocol: TCP, port: 8443}]}
+  - {type: Deny, to: {cidrSelector: "::/0"}}`)
+	// On the routed node only the table sees this traffic, on the input hook: its drops count
+	// for the deny rule.
+	series := `egressd_egressfirewall_rule_packets_total{action="Deny",namespace="` + ns + `",rule="1"}`
+	before, _ := l.Nodes[0].Agent.Sample(series)
+	checkReach(t, "enforced", []reach{{a0, svcHTTP, false, lab.Timeout}})
+	if after, err := l.Nodes[0].Agent.Sample(series); err != nil || after == "" || after == before {
+		t.Errorf("%s = %q before and %q after a dropped connection through the Service (%v)", series, before, after, err)
+	}
+	var cases []reach
+	for _, p := range []*lab.Pod{a0, a1} {
+		cases = append(cases,
+			reach{p, svcHTTP, false, lab.Timeout}, // backend <own node>:8080: denied
+			reach{p, svcHTTPS, false, lab.OK},     // backend <own node>:8443: allowed
+			reach{p, svc6HTTP, false, lab.Timeout},
+			reach{p, svc6HTTPS, false, lab.OK},
+		)
+	}
+	cases = append(cases, reach{f0, svcHTTP, false, lab.OK}, reach{f0, svc6HTTP, false, lab.OK}) // no firewall in its namespace
+	checkReach(t, "enforced", cases)
+}

@@ -209,3 +209,24 @@ static __always_inline int is_reply(struct __sk_buff *skb, struct packet *p)
 	}
 	return 0;
 }
+
+// starts_connection says whether p, which the firewall allows, opens a connection the pod
+// initiates, as conntrack would see it: a TCP SYN, a UDP packet conntrack has no entry for yet
+// (the classifier runs before the host's conntrack), an SCTP INIT. ICMP echo requests and
+// protocols conntrack tracks no further count each packet.
+static __always_inline int starts_connection(struct __sk_buff *skb, struct packet *p)
+{
+	if (p->frag == FRAG_LATER || !p->l4_off)
+		return p->frag != FRAG_LATER;
+	if (p->proto == IPPROTO_TCP)
+		return p->syn_only;
+	if (p->proto == IPPROTO_UDP)
+		return ct_dir(skb, p->proto, &p->src, &p->dst, p->sport, p->dport) < 0;
+	if (p->proto == IPPROTO_SCTP_)
+		return p->sctp_chunk == 1;
+	if (p->proto == IPPROTO_ICMP)
+		return p->icmp_type == ICMP_ECHO;
+	if (p->proto == IPPROTO_ICMPV6)
+		return p->icmp_type == ICMPV6_ECHO_REQUEST;
+	return 1;
+}

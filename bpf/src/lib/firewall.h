@@ -290,7 +290,8 @@ static __always_inline int firewall(struct __sk_buff *skb, struct packet *p, __u
 	if (v.verdict == VERDICT_PASS)
 		return TCX_NEXT;
 	count(&egressd_fw_stats, ns_id, v.rule, skb->len);
-	if (log & (v.verdict == VERDICT_DENY ? LOG_DENY : LOG_ALLOW))
+	// Every drop is logged; an allow only when it opens a connection (a line per connection).
+	if (v.verdict == VERDICT_DENY ? (log & LOG_DENY) : ((log & LOG_ALLOW) && starts_connection(skb, p)))
 		log_verdict(p, ns_id, v.rule, v.verdict);
 	return v.verdict == VERDICT_DENY ? TCX_DROP : TCX_NEXT;
 }
