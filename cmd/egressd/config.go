@@ -107,7 +107,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.retryPeriod, "leader-election-retry-period", 2*time.Second, "interval between leader election attempts")
 	fs.DurationVar(&c.debounce, "sync-debounce", 10*time.Millisecond, "quiet period that coalesces a burst of changes into one sync")
 	fs.DurationVar(&c.resync, "sync-period", 5*time.Minute, "period of the full re-sync that repairs drift of kernel state")
-	fs.UintVar(&c.aclLogRate, "acl-logging-rate-limit", classifier.DefaultACLLogRate, "EgressFirewall verdicts logged per second and CPU for namespaces annotated k8s.ovn.org/acl-logging; 0 logs none")
+	fs.UintVar(&c.aclLogRate, "acl-logging-rate-limit", classifier.DefaultACLLogRate, "EgressFirewall verdicts logged per second per rule for namespaces annotated k8s.ovn.org/acl-logging; 0 logs none")
 	fs.StringSliceVar(&c.dnsServers, "dns-server", defaultDNSServers(), "comma-separated ip:port of the DNS servers that resolve EgressFirewall dnsName rules, asked in order until one answers (default: the nameservers of /etc/resolv.conf)")
 	fs.DurationVar(&c.dnsMinTTL, "dns-min-ttl", 0, "refresh a dnsName no sooner than this, whatever its TTL, to protect the resolver (a TTL of 0 is refreshed every 5 s, as upstream)")
 	fs.Uint32Var(&c.markMask, "fwmark-mask", dataplane.DefaultMarkMask, "skb->mark bits egressd may set on steered packets (keep clear of the CNI's and kube-proxy's bits)")
