@@ -68,15 +68,8 @@ func backendRules(sets map[string]*nftables.Set) [][]expr.Any {
 		if v4 {
 			set, regs = sets[backendDeny4Set], 1
 		}
-		var r []expr.Any
-		r = append(r, nfproto(v4)...)
-		r = append(r, ctDirection(ctDirOriginal)...)
-		r = append(r, ctStatus(ctStatusDstNAT, false)...)
+		r := dnatedFlow(v4, regs)
 		r = append(r,
-			addrField(v4, true, 9),
-			addrField(v4, false, 9+regs),
-			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 9 + 2*regs},
-			&expr.Payload{DestRegister: 10 + 2*regs, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 			lookup(set, 9, false),
 			&expr.Counter{},
 			&expr.Verdict{Kind: expr.VerdictDrop},
@@ -100,4 +93,20 @@ func backendKey(pod, backend netip.Addr, proto uint8, port uint16) []byte {
 	k = append(k, proto, 0, 0, 0)
 	k = binary.BigEndian.AppendUint16(k, port)
 	return append(k, 0, 0)
+}
+
+// dnatedFlow matches the original direction of a DNATed connection of one family and loads
+// pod . backend . protocol . port into the registers from 9 (regs registers per address): the
+// key of the sets and maps judged after DNAT.
+func dnatedFlow(v4 bool, regs uint32) []expr.Any {
+	var r []expr.Any
+	r = append(r, nfproto(v4)...)
+	r = append(r, ctDirection(ctDirOriginal)...)
+	r = append(r, ctStatus(ctStatusDstNAT, false)...)
+	return append(r,
+		addrField(v4, true, 9),
+		addrField(v4, false, 9+regs),
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 9 + 2*regs},
+		&expr.Payload{DestRegister: 10 + 2*regs, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+	)
 }

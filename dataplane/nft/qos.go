@@ -92,15 +92,8 @@ func qosRules(sets map[string]*nftables.Set) [][]expr.Any {
 		if v4 {
 			set, regs = sets[backendDSCP4Set], 1
 		}
-		var r []expr.Any
-		r = append(r, nfproto(v4)...)
-		r = append(r, ctDirection(ctDirOriginal)...)
-		r = append(r, ctStatus(ctStatusDstNAT, false)...)
+		r := dnatedFlow(v4, regs)
 		r = append(r,
-			addrField(v4, true, 9),
-			addrField(v4, false, 9+regs),
-			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 9 + 2*regs},
-			&expr.Payload{DestRegister: 10 + 2*regs, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 			&expr.Lookup{SourceRegister: 9, SetName: set.Name, SetID: set.ID, DestRegister: 0, IsDestRegSet: true},
 		)
 		rules = append(rules, r)

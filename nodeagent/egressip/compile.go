@@ -68,21 +68,8 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 	if err != nil {
 		return part, err
 	}
-	primary := map[string]PrimaryIfAddr{}
-	part.Exempt = append(part.Exempt, in.Networks...)
-	for _, n := range nodes {
-		if p, err := ParsePrimaryIfAddr(n.Annotations[PrimaryIfAddrAnnotation]); err == nil {
-			primary[n.Name] = p
-			for _, a := range []netip.Prefix{p.V4, p.V6} {
-				if a.IsValid() {
-					part.Exempt = append(part.Exempt, netip.PrefixFrom(a.Addr(), a.Addr().BitLen()))
-				}
-			}
-		}
-		for _, a := range cluster.HostAddresses(n) {
-			part.Exempt = append(part.Exempt, netip.PrefixFrom(a, a.BitLen()))
-		}
-	}
+	var primary map[string]PrimaryIfAddr
+	primary, part.Exempt = NodeNetworks(in, nodes)
 	egress := map[string][]egressNode{}
 	for _, e := range eips {
 		for _, it := range e.Status.Items {
@@ -161,6 +148,29 @@ func (c *Compiler) addPod(part *Part, in *cluster.Input, pod *corev1.Pod, eip st
 				Pod: dataplane.Origin{Kind: cluster.KindPod, Namespace: pod.Namespace, Name: pod.Name}})
 		}
 	}
+}
+
+// NodeNetworks are, for the features that send pods out through a chosen node (EgressIP,
+// EgressService), every node's primary interface address, and the destinations they never
+// apply to: the cluster networks and every node address (pod to node traffic keeps its node IP
+// source, as upstream).
+func NodeNetworks(in *cluster.Input, nodes []*corev1.Node) (map[string]PrimaryIfAddr, []netip.Prefix) {
+	primary := map[string]PrimaryIfAddr{}
+	exempt := slices.Clone(in.Networks)
+	for _, n := range nodes {
+		if p, err := ParsePrimaryIfAddr(n.Annotations[PrimaryIfAddrAnnotation]); err == nil {
+			primary[n.Name] = p
+			for _, a := range []netip.Prefix{p.V4, p.V6} {
+				if a.IsValid() {
+					exempt = append(exempt, netip.PrefixFrom(a.Addr(), a.Addr().BitLen()))
+				}
+			}
+		}
+		for _, a := range cluster.HostAddresses(n) {
+			exempt = append(exempt, netip.PrefixFrom(a, a.BitLen()))
+		}
+	}
+	return primary, exempt
 }
 
 func origin(name string) dataplane.Origin { return dataplane.Origin{Kind: KindEgressIP, Name: name} }

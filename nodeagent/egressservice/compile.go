@@ -90,21 +90,8 @@ func Compile(in *cluster.Input) (Part, error) {
 	if err != nil {
 		return part, err
 	}
-	primary := map[string]egressip.PrimaryIfAddr{}
-	part.Exempt = append(part.Exempt, in.Networks...)
-	for _, n := range nodes {
-		if p, err := egressip.ParsePrimaryIfAddr(n.Annotations[egressip.PrimaryIfAddrAnnotation]); err == nil {
-			primary[n.Name] = p
-			for _, a := range []netip.Prefix{p.V4, p.V6} {
-				if a.IsValid() {
-					part.Exempt = append(part.Exempt, netip.PrefixFrom(a.Addr(), a.Addr().BitLen()))
-				}
-			}
-		}
-		for _, a := range cluster.HostAddresses(n) {
-			part.Exempt = append(part.Exempt, netip.PrefixFrom(a, a.BitLen()))
-		}
-	}
+	primary, exempt := egressip.NodeNetworks(in, nodes)
+	part.Exempt = append(part.Exempt, exempt...)
 	services, err := Services(in)
 	if err != nil {
 		return part, err
