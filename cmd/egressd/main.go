@@ -135,8 +135,10 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	prober := reachability.NewProber(reachability.Config{})
 	defer prober.Stop()
 	metrics.Registry.MustRegister(prober.Collectors()...)
+	eipMetrics := egressip.NewMetrics()
+	metrics.Registry.MustRegister(eipMetrics.Collectors()...)
 	egressIPs := &egressip.Controller{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true), Probes: prober,
-		HealthPort: cfg.healthPort, Recorder: recorder, Log: log.With("component", "egressip-controller")}
+		HealthPort: cfg.healthPort, Recorder: recorder, Log: log.With("component", "egressip-controller"), Metrics: eipMetrics}
 
 	// EgressService host election: its own prober (Set replaces the probed nodes), same port.
 	serviceProber := reachability.NewProber(reachability.Config{})

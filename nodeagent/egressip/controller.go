@@ -40,6 +40,8 @@ type Controller struct {
 	HealthPort uint16
 	Recorder   record.EventRecorder
 	Log        *slog.Logger
+	// Metrics, when set, follow the assignments this leader writes.
+	Metrics *Metrics
 
 	// recorded are the events already recorded, so a lasting problem is reported once per
 	// leadership rather than at every reconcile.
@@ -104,6 +106,13 @@ func (c *Controller) reconcile(ctx context.Context) bool {
 			continue
 		}
 		c.Log.Info("egress IPs assigned", "object", "EgressIP "+a.Name, "items", a.Items)
+		if c.Metrics != nil {
+			var old []ovnv1.EgressIPStatusItem
+			if e := find(eips, a.Name); e != nil {
+				old = e.Status.Items
+			}
+			c.Metrics.record(a.Name, old, a.Items)
+		}
 		again = again || a.Pending
 	}
 	for _, e := range plan.Events {
