@@ -8,9 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/egressd/egressd/test/lab"
 	"github.com/egressd/egressd/test/poll"
@@ -37,37 +35,8 @@ func TestPrivilegedEgressFirewallServiceBackends(t *testing.T) {
 	// A dual-stack Service without selector whose endpoints are the external host's ports 80
 	// and 443, over IPv4 and IPv6.
 	kc := l.CP.Client(t)
-	svc, err := kc.CoreV1().Services(free).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "ext"},
-		Spec: corev1.ServiceSpec{
-			IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyRequireDualStack),
-			IPFamilies:     []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
-			Ports: []corev1.ServicePort{
-				{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP},
-				{Name: "https", Port: 8443, Protocol: corev1.ProtocolTCP},
-			},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, ep := range map[string]struct {
-		family discoveryv1.AddressType
-		addr   string
-	}{"ext-4": {discoveryv1.AddressTypeIPv4, "203.0.113.10"}, "ext-6": {discoveryv1.AddressTypeIPv6, "2001:db8::10"}} {
-		if _, err := kc.DiscoveryV1().EndpointSlices(free).Create(ctx, &discoveryv1.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: "ext", discoveryv1.LabelManagedBy: "egressd-e2e"}},
-			AddressType: ep.family,
-			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ep.addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-			Ports: []discoveryv1.EndpointPort{
-				{Name: ptr.To("http"), Port: ptr.To[int32](80), Protocol: ptr.To(corev1.ProtocolTCP)},
-				{Name: ptr.To("https"), Port: ptr.To[int32](443), Protocol: ptr.To(corev1.ProtocolTCP)},
-			},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ip, ip6 := svc.Spec.ClusterIPs[0], svc.Spec.ClusterIPs[1]
+	ip, ip6 := selectorlessService(t, l, free, "ext", []backendPort{{"http", corev1.ProtocolTCP, 80, 80}, {"https", corev1.ProtocolTCP, 8443, 443}},
+		[]string{"203.0.113.10"}, []string{"2001:db8::10"})
 	for _, n := range l.Nodes { // what kube-proxy would program
 		script := fmt.Sprintf(`table inet labproxy {
 	chain pre {
@@ -150,7 +119,6 @@ spec:
 func TestPrivilegedEgressFirewallServiceBackendOnOwnNode(t *testing.T) {
 	privileged.Require(t)
 	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true})
-	ctx := context.Background()
 	for _, n := range l.Nodes {
 		if err := n.Serve(8080, 8443); err != nil {
 			t.Fatal(err)
@@ -160,43 +128,11 @@ func TestPrivilegedEgressFirewallServiceBackendOnOwnNode(t *testing.T) {
 	a0, a1 := addPod(t, l.Nodes[0], ns, "a0", lab.PodOptions{}), addPod(t, l.Nodes[1], ns, "a1", lab.PodOptions{})
 	f0 := addPod(t, l.Nodes[0], free, "f0", lab.PodOptions{})
 
-	kc := l.CP.Client(t)
-	svc, err := kc.CoreV1().Services(free).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "host"},
-		Spec: corev1.ServiceSpec{
-			IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyRequireDualStack),
-			IPFamilies:     []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
-			Ports: []corev1.ServicePort{
-				{Name: "http", Port: 8080, Protocol: corev1.ProtocolTCP},
-				{Name: "https", Port: 8443, Protocol: corev1.ProtocolTCP},
-			},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
+	var v4, v6 []string
+	for _, n := range l.Nodes {
+		v4, v6 = append(v4, n.IPv4.String()), append(v6, n.IPv6.String())
 	}
-	for name, family := range map[string]discoveryv1.AddressType{"host-4": discoveryv1.AddressTypeIPv4, "host-6": discoveryv1.AddressTypeIPv6} {
-		var eps []discoveryv1.Endpoint
-		for _, n := range l.Nodes {
-			addr := n.IPv4
-			if family == discoveryv1.AddressTypeIPv6 {
-				addr = n.IPv6
-			}
-			eps = append(eps, discoveryv1.Endpoint{Addresses: []string{addr.String()}, NodeName: ptr.To(n.Name), Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
-		}
-		if _, err := kc.DiscoveryV1().EndpointSlices(free).Create(ctx, &discoveryv1.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: "host", discoveryv1.LabelManagedBy: "egressd-e2e"}},
-			AddressType: family,
-			Endpoints:   eps,
-			Ports: []discoveryv1.EndpointPort{
-				{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)},
-				{Name: ptr.To("https"), Port: ptr.To[int32](8443), Protocol: ptr.To(corev1.ProtocolTCP)},
-			},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ip, ip6 := svc.Spec.ClusterIPs[0], svc.Spec.ClusterIPs[1]
+	ip, ip6 := selectorlessService(t, l, free, "host", []backendPort{{"http", corev1.ProtocolTCP, 8080, 8080}, {"https", corev1.ProtocolTCP, 8443, 8443}}, v4, v6)
 	for _, n := range l.Nodes { // kube-proxy with internalTrafficPolicy: Local: the node's own endpoint
 		if err := n.Nft(fmt.Sprintf(`table inet labproxy {
 	chain pre {

@@ -1,15 +1,11 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/egressd/egressd/test/lab"
 	"github.com/egressd/egressd/test/poll"
@@ -25,7 +21,6 @@ import (
 func TestPrivilegedEgressQoSServiceBackends(t *testing.T) {
 	privileged.Require(t)
 	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true})
-	ctx := context.Background()
 	if _, err := l.AddExternal("web", lab.ExternalOptions{}, "203.0.113.10", "2001:db8::10"); err != nil {
 		t.Fatal(err)
 	}
@@ -33,32 +28,7 @@ func TestPrivilegedEgressQoSServiceBackends(t *testing.T) {
 	p0, p1 := addPod(t, l.Nodes[0], ns, "p0", lab.PodOptions{}), addPod(t, l.Nodes[1], ns, "p1", lab.PodOptions{})
 	f0 := addPod(t, l.Nodes[0], free, "f0", lab.PodOptions{})
 
-	kc := l.CP.Client(t)
-	svc, err := kc.CoreV1().Services(free).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "ext"},
-		Spec: corev1.ServiceSpec{
-			IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyRequireDualStack),
-			IPFamilies:     []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
-			Ports:          []corev1.ServicePort{{Name: "dns", Port: 80, Protocol: corev1.ProtocolUDP}},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, ep := range map[string]struct {
-		family discoveryv1.AddressType
-		addr   string
-	}{"ext-4": {discoveryv1.AddressTypeIPv4, "203.0.113.10"}, "ext-6": {discoveryv1.AddressTypeIPv6, "2001:db8::10"}} {
-		if _, err := kc.DiscoveryV1().EndpointSlices(free).Create(ctx, &discoveryv1.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: "ext", discoveryv1.LabelManagedBy: "egressd-e2e"}},
-			AddressType: ep.family,
-			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ep.addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("dns"), Port: ptr.To[int32](80), Protocol: ptr.To(corev1.ProtocolUDP)}},
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ip, ip6 := svc.Spec.ClusterIPs[0], svc.Spec.ClusterIPs[1]
+	ip, ip6 := selectorlessService(t, l, free, "ext", []backendPort{{"dns", corev1.ProtocolUDP, 80, 80}}, []string{"203.0.113.10"}, []string{"2001:db8::10"})
 	for _, n := range l.Nodes { // what kube-proxy would program
 		if err := n.Nft(fmt.Sprintf(`table inet labproxy {
 	chain pre {

@@ -7,7 +7,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 
 	"github.com/egressd/egressd/test/agent"
 	"github.com/egressd/egressd/test/kube"
@@ -93,4 +97,51 @@ func addPod(t testing.TB, n *lab.Node, ns, name string, o lab.PodOptions) *lab.P
 		t.Fatal(err)
 	}
 	return p
+}
+
+// backendPort is a Service port and the port its backends serve it on.
+type backendPort struct {
+	name         string
+	proto        corev1.Protocol
+	port, target int32
+}
+
+// selectorlessService creates a dual-stack Service without selector whose EndpointSlices,
+// written by hand as for backends outside the cluster, list the addresses v4 and v6 on the
+// ports' targets; it returns the Service's IPv4 and IPv6 cluster IPs. Tests DNAT them as
+// kube-proxy would (the lab runs none).
+func selectorlessService(t *testing.T, l *lab.Lab, ns, name string, ports []backendPort, v4, v6 []string) (string, string) {
+	t.Helper()
+	ctx := context.Background()
+	kc := l.CP.Client(t)
+	spec := corev1.ServiceSpec{
+		IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyRequireDualStack),
+		IPFamilies:     []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
+	}
+	var epPorts []discoveryv1.EndpointPort
+	for _, p := range ports {
+		spec.Ports = append(spec.Ports, corev1.ServicePort{Name: p.name, Port: p.port, Protocol: p.proto})
+		epPorts = append(epPorts, discoveryv1.EndpointPort{Name: ptr.To(p.name), Port: ptr.To(p.target), Protocol: ptr.To(p.proto)})
+	}
+	svc, err := kc.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for family, addrs := range map[discoveryv1.AddressType][]string{discoveryv1.AddressTypeIPv4: v4, discoveryv1.AddressTypeIPv6: v6} {
+		var eps []discoveryv1.Endpoint
+		for _, a := range addrs {
+			eps = append(eps, discoveryv1.Endpoint{Addresses: []string{a}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+		}
+		slice := name + "-4"
+		if family == discoveryv1.AddressTypeIPv6 {
+			slice = name + "-6"
+		}
+		if _, err := kc.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: slice, Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "egressd-e2e"}},
+			AddressType: family, Endpoints: eps, Ports: epPorts,
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return svc.Spec.ClusterIPs[0], svc.Spec.ClusterIPs[1]
 }
