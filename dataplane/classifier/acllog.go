@@ -53,7 +53,13 @@ func (c *Classifier) ServeACLLog(log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("read %s: %w", c.objs.EgressdFwLog, err)
 	}
-	c.logReader.Store(r)
+	c.readerMu.Lock()
+	if c.closed {
+		c.readerMu.Unlock()
+		return r.Close()
+	}
+	c.logReader = r
+	c.readerMu.Unlock()
 	var e bpf.FromPodFwEvent
 	for {
 		rec, err := r.Read()

@@ -38,8 +38,12 @@ type Classifier struct {
 	// gen is the value of egressd_fw_gen.
 	gen uint32
 	// logging is read by ServeACLLog, concurrently with Apply.
-	logging   atomic.Pointer[aclLogging]
-	logReader atomic.Pointer[ringbuf.Reader]
+	logging atomic.Pointer[aclLogging]
+	// logReader is ServeACLLog's reader; closed says Close ran, so that a reader ServeACLLog
+	// opens after it (its goroutine started late) is closed at once, not leaked.
+	readerMu  sync.Mutex
+	logReader *ringbuf.Reader
+	closed    bool
 	// fwTexts are the rule texts of each namespace as written. They are written after the
 	// entries that enforce, which need not wait for them.
 	fwTexts map[nsID]*writtenTexts
@@ -179,7 +183,11 @@ func readMap[K comparable, V any](m *ebpf.Map, into map[K]V) error {
 
 // Close releases file descriptors; pinned maps and what uses them stay.
 func (c *Classifier) Close() {
-	if r := c.logReader.Load(); r != nil {
+	c.readerMu.Lock()
+	c.closed = true
+	r := c.logReader
+	c.readerMu.Unlock()
+	if r != nil {
 		r.Close()
 	}
 	c.objs.Close()
