@@ -19,6 +19,7 @@ import (
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/routing"
 	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
+	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/nodeagent/reachability"
 )
 
@@ -49,6 +50,7 @@ type config struct {
 	markMask         uint32
 	routing          routing.Config
 	healthPort       uint16
+	egressIPCloud    egressip.CloudMode
 	cniSocket        string
 }
 
@@ -119,16 +121,21 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.Uint16Var(&c.healthPort, "egressip-health-port", reachability.DefaultPort, "port of the gRPC health service (Service_Egress_IP) the leader probes on every egress node, as upstream")
 	fs.DurationVar(&c.addressLifetime, "egress-address-lifetime", 30*time.Second, "valid lifetime of the egress addresses this node hosts, renewed while the agent runs: an agent gone longer loses them, as the leader then moves them (0: forever)")
 	fs.BoolVar(&c.legacyGateways, "external-gateway-annotations", false, "also honour the legacy external gateway annotations of older OVN-Kubernetes (k8s.ovn.org/routing-external-gws, routing-namespaces, routing-network, bfd-enabled), merged with AdminPolicyBasedExternalRoutes as upstream did")
+	cloud := fs.String("egressip-cloud", "auto", "request egress IPs from the cloud through CloudPrivateIPConfigs (OpenShift's cloud-network-config-controller attaches them to the node's NIC) before using them: true, false, or auto (while any node carries the cloud.network.openshift.io/egress-ipconfig annotation)")
 	ignore := fs.String("status-ignore-nodes", "", "label selector of nodes egressd does not run on: they are not waited for in the aggregate status of EgressFirewall and EgressQoS")
 	fs.StringVar(&c.cniSocket, "cni-socket", cniapi.DefaultSocket, "unix socket on which egressd's chained CNI plugin (egressd-cni) hands over new pods; \"\" disables")
 	fs.IntVarP(&c.verbosity, "v", "v", 0, "log verbosity: 0 info, 1 debug, higher adds client-go detail")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or text")
 	fs.Usage = func() {} // an error is one line; the full usage only on --help
-	if err := fs.Parse(args); err != nil {
+	err := fs.Parse(args)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stderr, "Usage of egressd:\n%s", fs.FlagUsages())
 		}
 		return nil, err
+	}
+	if c.egressIPCloud, err = egressip.ParseCloudMode(*cloud); err != nil {
+		return nil, fmt.Errorf("--egressip-cloud: %w", err)
 	}
 	sel, err := labels.Parse(*ignore)
 	if err != nil {

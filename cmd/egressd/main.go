@@ -34,6 +34,7 @@ import (
 	"github.com/egressd/egressd/dataplane/kernel"
 	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/nodeagent"
+	"github.com/egressd/egressd/nodeagent/cloudprivateip"
 	"github.com/egressd/egressd/nodeagent/cniserver"
 	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/nodeagent/egressservice"
@@ -138,7 +139,8 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	eipMetrics := egressip.NewMetrics()
 	metrics.Registry.MustRegister(eipMetrics.Collectors()...)
 	egressIPs := &egressip.Controller{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true), Probes: prober,
-		HealthPort: cfg.healthPort, Recorder: recorder, Log: log.With("component", "egressip-controller"), Metrics: eipMetrics}
+		HealthPort: cfg.healthPort, Recorder: recorder, Log: log.With("component", "egressip-controller"), Metrics: eipMetrics,
+		Cloud: cfg.egressIPCloud, Requester: &cloudprivateip.Requester{Client: egress, Recorder: recorder, Log: log.With("component", "cloudprivateip")}}
 
 	// EgressService host election: its own prober (Set replaces the probed nodes), same port.
 	serviceProber := reachability.NewProber(reachability.Config{})

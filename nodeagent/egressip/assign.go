@@ -122,13 +122,14 @@ type allocator struct {
 	nodes    map[string]*Node
 	ordered  []*Node         // by name
 	load     map[string]int  // node -> egress IPs it hosts
+	loadV4   map[string]int  // node -> IPv4 egress IPs it hosts (cloud capacities are per family)
 	hosting  map[holder]bool // (object, node) pairs with an IP there
 	held     map[netip.Addr]holder
 	hostAddr map[netip.Addr]string // node address -> node
 }
 
 func newAllocator(nodes []Node) *allocator {
-	a := &allocator{nodes: map[string]*Node{}, load: map[string]int{}, hosting: map[holder]bool{},
+	a := &allocator{nodes: map[string]*Node{}, load: map[string]int{}, loadV4: map[string]int{}, hosting: map[holder]bool{},
 		held: map[netip.Addr]holder{}, hostAddr: map[netip.Addr]string{}}
 	for i := range nodes {
 		n := &nodes[i]
@@ -153,6 +154,9 @@ func newAllocator(nodes []Node) *allocator {
 func (a *allocator) take(ip netip.Addr, eip, node string) {
 	a.held[ip] = holder{eip, node}
 	a.load[node]++
+	if ip.Is4() {
+		a.loadV4[node]++
+	}
 	a.hosting[holder{eip, node}] = true
 }
 
@@ -262,11 +266,14 @@ func (a *allocator) place(name string, ips []netip.Addr, events *[]Event) ([]ovn
 			unassigned = append(unassigned, Unassigned{IP: ip.String(), Reason: ev.Reason, Message: ev.Message})
 			continue
 		}
-		node, busy := a.pick(name, ip, candidates)
+		node, busy, full := a.pick(name, ip, candidates)
 		if node == nil {
 			msg := "no assignable node has a network that contains it"
-			if busy {
+			switch {
+			case busy:
 				msg = "every assignable node that can host it already hosts another IP of this EgressIP"
+			case full:
+				msg = "every assignable node that can host it is at its cloud capacity"
 			}
 			unassigned = append(unassigned, Unassigned{IP: ip.String(), Reason: ReasonNoMatchingNodeFound, Message: msg})
 			continue
@@ -287,13 +294,14 @@ func (a *allocator) place(name string, ips []netip.Addr, events *[]Event) ([]ovn
 	return added, unassigned
 }
 
-// pick is the first candidate that can host ip and has no other IP of the object. When some
-// candidates host ip on a secondary network (not their primary one), only they are tried, as
-// upstream. busy reports that a node could host ip but already has an IP of the object.
-func (a *allocator) pick(name string, ip netip.Addr, candidates []*Node) (node *Node, busy bool) {
+// pick is the first candidate that can host ip, has no other IP of the object and, in cloud
+// mode, has capacity left. When some candidates host ip on a secondary network (not their
+// primary one; bare metal only), only they are tried, as upstream. busy reports that a node
+// could host ip but already has an IP of the object, full that one is at its capacity.
+func (a *allocator) pick(name string, ip netip.Addr, candidates []*Node) (node *Node, busy, full bool) {
 	var secondary []*Node
 	for _, n := range candidates {
-		if _, ok := n.secondaryNetwork(ip); ok && !n.inPrimary(ip) {
+		if _, ok := n.secondaryNetwork(ip); ok && n.Cloud == nil && !n.inPrimary(ip) {
 			secondary = append(secondary, n)
 		}
 	}
@@ -308,7 +316,11 @@ func (a *allocator) pick(name string, ip netip.Addr, candidates []*Node) (node *
 			busy = true
 			continue
 		}
-		return n, false
+		if n.Cloud != nil && !n.Cloud.fits(ip, a.loadV4[n.Name], a.load[n.Name]-a.loadV4[n.Name]) {
+			full = true
+			continue
+		}
+		return n, false, false
 	}
-	return nil, busy
+	return nil, busy, full
 }

@@ -35,6 +35,13 @@ func unlabeled(n *Node)   { n.Labeled = false }
 func notReady(n *Node)    { n.Ready = false }
 func unreachable(n *Node) { n.Reachable = false }
 
+// cloud puts the node in cloud mode with one IPv4 subnet and capacities (total, IPv4).
+func cloud(subnet string, total, v4 int) func(*Node) {
+	return func(n *Node) {
+		n.Cloud = &CloudConfig{V4: netip.MustParsePrefix(subnet), Capacity: Capacity{IP: total, IPv4: v4, IPv6: unlimited}}
+	}
+}
+
 func secondary(cidrs ...string) func(*Node) {
 	return func(n *Node) {
 		for _, c := range cidrs {
@@ -231,6 +238,32 @@ func TestAssign(t *testing.T) {
 			"a": {items: []string{"172.16.9.100@n3", "172.16.0.100@n1"}, changed: true, unassigned: []string{"169.254.0.100 NoMatchingNodeFound"}},
 		},
 		events: []string{"Warning a UnassignedRequest: Not all egress IPs for EgressIP: a could be assigned, please tag more nodes"},
+	}, {
+		name: "cloud: only the cloud subnet hosts IPs (not the primary nor secondary networks), within each node's capacity",
+		nodes: []Node{
+			n1.with(cloud("10.0.0.0/24", unlimited, 1)), // one IPv4 slot, taken below
+			n2.with(cloud("10.0.0.0/24", 1, unlimited)), // one slot in total
+			n3.with(cloud("10.0.0.0/24", unlimited, unlimited)),
+			node("n4", "172.16.0.4/16").with(secondary("10.0.0.4/24")).with(cloud("192.168.0.0/24", unlimited, unlimited)),
+		},
+		eips: []*ovnv1.EgressIP{
+			eip("held", 0, ips("10.0.0.50"), "10.0.0.50@n1"),
+			eip("a", 1, ips("10.0.0.100", "10.0.0.101", "10.0.0.102", "172.16.0.100")),
+		},
+		want: map[string]want{
+			"held": {items: []string{"10.0.0.50@n1"}},
+			// n1 and n2 are full after one IP each (n1 holds one, n2 takes one); n4's primary
+			// and secondary networks do not count in cloud mode.
+			"a": {items: []string{"10.0.0.100@n2", "10.0.0.101@n3"}, changed: true,
+				unassigned: []string{"10.0.0.102 NoMatchingNodeFound", "172.16.0.100 NoMatchingNodeFound"}},
+		},
+		events: []string{"Warning a UnassignedRequest: Not all egress IPs for EgressIP: a could be assigned, please tag more nodes"},
+	}, {
+		name:   "cloud: a node without the cloud's annotation is not assignable",
+		nodes:  []Node{n1.with(func(n *Node) { n.Cloud = &CloudConfig{} })},
+		eips:   []*ovnv1.EgressIP{eip("a", 0, ips("10.0.0.100"))},
+		want:   map[string]want{"a": {unassigned: []string{"10.0.0.100 NoMatchingNodeFound"}}},
+		events: []string{"Warning a NoMatchingNodeFound: no assignable nodes for EgressIP: a, please tag at least one node with label: k8s.ovn.org/egress-assignable"},
 	}, {
 		name:   "more IPs than nodes: one IP of an object per node",
 		nodes:  []Node{n1, n2},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/egressd/egressd/api/generated/clientset/versioned"
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/nodeagent/cloudprivateip"
 	"github.com/egressd/egressd/watchers"
 )
 
@@ -42,15 +43,60 @@ type Controller struct {
 	Log        *slog.Logger
 	// Metrics, when set, follow the assignments this leader writes.
 	Metrics *Metrics
+	// Cloud selects cloud mode (egress IPs requested from the cloud through
+	// CloudPrivateIPConfigs before they are used); CloudAuto turns it on while any node carries
+	// the cloud's egress-ipconfig annotation.
+	Cloud CloudMode
+	// Requester makes the CloudPrivateIPConfig requests in cloud mode.
+	Requester *cloudprivateip.Requester
 
 	// recorded are the events already recorded, so a lasting problem is reported once per
 	// leadership rather than at every reconcile.
 	recorded map[Event]bool
 }
 
+// CloudMode says whether egress IPs are requested from the cloud first.
+type CloudMode int
+
+const (
+	CloudAuto CloudMode = iota
+	CloudOff
+	CloudOn
+)
+
+// ParseCloudMode reads the flag value: auto, true or false.
+func ParseCloudMode(s string) (CloudMode, error) {
+	switch s {
+	case "auto":
+		return CloudAuto, nil
+	case "false":
+		return CloudOff, nil
+	case "true":
+		return CloudOn, nil
+	}
+	return CloudAuto, fmt.Errorf("cloud mode %q: want auto, true or false", s)
+}
+
+// cloud decides the mode for one reconcile.
+func (c *Controller) cloud(nodes []*corev1.Node) bool {
+	switch c.Cloud {
+	case CloudOn:
+		return true
+	case CloudOff:
+		return false
+	}
+	return slices.ContainsFunc(nodes, func(n *corev1.Node) bool {
+		_, ok := n.Annotations[CloudConfigAnnotation]
+		return ok
+	})
+}
+
 // Run reconciles after every change, probe result and every 30 s, until ctx ends.
 func (c *Controller) Run(ctx context.Context) {
 	c.recorded = map[Event]bool{}
+	if c.Requester != nil {
+		c.Requester.Reset()
+	}
 	defer c.Probes.Set(nil) // probing is the leader's; stop when leadership ends
 	tick := time.NewTicker(30 * time.Second)
 	defer tick.Stop()
@@ -80,10 +126,11 @@ func (c *Controller) reconcile(ctx context.Context) bool {
 	if err != nil {
 		return false
 	}
+	cloud := c.cloud(apiNodes)
 	targets := map[string]netip.AddrPort{}
 	nodes := make([]Node, 0, len(apiNodes))
 	for _, n := range apiNodes {
-		node, err := NodeFromAPI(n, c.Probes.Reachable(n.Name))
+		node, err := NodeFromAPI(n, c.Probes.Reachable(n.Name), cloud)
 		if err != nil {
 			c.Log.Debug("node egress IP configuration", "node", n.Name, "err", err)
 		}
@@ -95,7 +142,12 @@ func (c *Controller) reconcile(ctx context.Context) bool {
 		nodes = append(nodes, node)
 	}
 	c.Probes.Set(targets)
+	if cloud {
+		c.reconcileCloud(ctx, eips, nodes)
+		return false // the CloudPrivateIPConfigs' changes bring the next reconcile
+	}
 	plan := Assign(eips, nodes)
+	c.record(plan.Events, eips)
 	again := false
 	for _, a := range plan.Assignments {
 		if !a.Changed {
@@ -115,7 +167,49 @@ func (c *Controller) reconcile(ctx context.Context) bool {
 		}
 		again = again || a.Pending
 	}
-	for _, e := range plan.Events {
+	return again
+}
+
+// reconcileCloud runs the assignment over what the leader holds in the cloud (confirmed and
+// pending requests), publishes what the cloud confirmed, then makes the requests: status
+// first, so a node unwires an IP before the cloud is told to release or move it.
+func (c *Controller) reconcileCloud(ctx context.Context, eips []*ovnv1.EgressIP, nodes []Node) {
+	cpics, err := c.Snapshot.CloudPrivateIPConfigs.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	known := map[string]bool{}
+	for _, n := range nodes {
+		known[n.Name] = true
+	}
+	nodeExists := func(name string) bool { return known[name] }
+	plan := Assign(cloudprivateip.Held(eips, cpics), nodes)
+	c.record(plan.Events, eips)
+	for _, a := range plan.Assignments {
+		obj := find(eips, a.Name)
+		if obj == nil {
+			continue
+		}
+		cp := cloudprivateip.Reconcile(a.Name, a.Items, cpics, nodeExists)
+		c.Requester.Record(cp.Events)
+		if !slices.Equal(obj.Status.Items, cp.Status) && !(len(obj.Status.Items) == 0 && len(cp.Status) == 0) {
+			if err := c.writeStatus(ctx, a.Name, cp.Status); err != nil {
+				c.Log.Error("write EgressIP status", "object", "EgressIP "+a.Name, "err", err)
+				continue // no request may run before the status it follows is written
+			}
+			c.Log.Info("egress IPs assigned", "object", "EgressIP "+a.Name, "items", cp.Status)
+			if c.Metrics != nil {
+				c.Metrics.record(a.Name, obj.Status.Items, cp.Status)
+			}
+		}
+		c.Requester.Execute(ctx, cp.Ops)
+	}
+	c.Requester.Execute(ctx, cloudprivateip.Orphans(eips, cpics))
+}
+
+// record records the assignment's events not recorded yet in this leadership.
+func (c *Controller) record(events []Event, eips []*ovnv1.EgressIP) {
+	for _, e := range events {
 		if c.recorded[e] {
 			continue
 		}
@@ -126,7 +220,6 @@ func (c *Controller) reconcile(ctx context.Context) bool {
 		}
 		c.Recorder.Event(ref, e.Type, e.Reason, e.Message)
 	}
-	return again
 }
 
 // writeStatus replaces status.items (EgressIP has no status subresource: the main resource is

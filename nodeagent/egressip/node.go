@@ -114,12 +114,16 @@ type Node struct {
 	// Addresses are further addresses of the node (its status addresses) an egress IP must
 	// not equal.
 	Addresses []netip.Addr
+	// Cloud is set in cloud mode: only its subnets host egress IPs, within its capacity. A node
+	// without the cloud's annotation has an empty one and hosts nothing.
+	Cloud *CloudConfig
 }
 
-// NodeFromAPI reads a Node object; reachable comes from the leader's health probes. The Node
-// is usable even with an error: what could not be parsed is left empty (no primary
-// interface: the node hosts nothing; no host CIDRs: no secondary networks).
-func NodeFromAPI(n *corev1.Node, reachable bool) (Node, error) {
+// NodeFromAPI reads a Node object; reachable comes from the leader's health probes, cloud says
+// the cluster is in cloud mode. The Node is usable even with an error: what could not be parsed
+// is left empty (no primary interface or cloud configuration: the node hosts nothing; no host
+// CIDRs: no secondary networks).
+func NodeFromAPI(n *corev1.Node, reachable, cloud bool) (Node, error) {
 	out := Node{Name: n.Name, Reachable: reachable}
 	_, out.Labeled = n.Labels[AssignableLabel]
 	for _, c := range n.Status.Conditions {
@@ -139,6 +143,14 @@ func NodeFromAPI(n *corev1.Node, reachable bool) (Node, error) {
 		out.HostCIDRs = c
 		errs = append(errs, err)
 	}
+	if cloud {
+		out.Cloud = &CloudConfig{}
+		if v, ok := n.Annotations[CloudConfigAnnotation]; ok {
+			c, err := ParseCloudConfig(v)
+			*out.Cloud = c
+			errs = append(errs, err)
+		}
+	}
 	for _, a := range n.Status.Addresses {
 		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
 			continue
@@ -153,9 +165,13 @@ func NodeFromAPI(n *corev1.Node, reachable bool) (Node, error) {
 	return out, nil
 }
 
-// configured says whether the node has an egress IP configuration at all; upstream keeps such
-// nodes out of its allocator, so their status entries are invalid.
+// configured says whether the node has an egress IP configuration at all (in cloud mode, the
+// cloud's too); upstream keeps other nodes out of its allocator, so their status entries are
+// invalid.
 func (n *Node) configured() bool {
+	if n.Cloud != nil && !n.Cloud.V4.IsValid() && !n.Cloud.V6.IsValid() {
+		return false
+	}
 	return n.Primary.V4.IsValid() || n.Primary.V6.IsValid()
 }
 
@@ -185,8 +201,12 @@ func (n *Node) secondaryNetwork(ip netip.Addr) (netip.Prefix, bool) {
 	return best.Masked(), best.IsValid()
 }
 
-// canHost says whether some network of the node (primary first, then secondary) can host ip.
+// canHost says whether some network of the node (primary first, then secondary; in cloud mode
+// a cloud subnet) can host ip.
 func (n *Node) canHost(ip netip.Addr) bool {
+	if n.Cloud != nil {
+		return n.Cloud.contains(ip)
+	}
 	if n.inPrimary(ip) {
 		return true
 	}

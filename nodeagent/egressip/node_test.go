@@ -72,7 +72,7 @@ func TestNodeFromAPI(t *testing.T) {
 				{Type: corev1.NodeHostName, Address: "n1"}, {Type: corev1.NodeExternalIP, Address: "203.0.113.9"}},
 		},
 	}
-	got, err := NodeFromAPI(n, true)
+	got, err := NodeFromAPI(n, true, false)
 	want := Node{Name: "n1", Labeled: true, Ready: true, Reachable: true,
 		Primary:   PrimaryIfAddr{V4: netip.MustParsePrefix("10.0.0.2/24")},
 		HostCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.2/24"), netip.MustParsePrefix("172.16.0.9/16")},
@@ -88,7 +88,7 @@ func TestNodeFromAPI(t *testing.T) {
 	n.Labels = nil
 	n.Status.Conditions[1].Status = corev1.ConditionFalse
 	n.Annotations[PrimaryIfAddrAnnotation] = `{}`
-	got, err = NodeFromAPI(n, true)
+	got, err = NodeFromAPI(n, true, false)
 	if err == nil || got.Labeled || got.Ready || got.configured() || len(got.HostCIDRs) != 2 {
 		t.Errorf("NodeFromAPI = %+v, %v", got, err)
 	}
@@ -135,6 +135,67 @@ func TestNodeNetworks(t *testing.T) {
 		if n.inPrimary(ip) != tc.primary || got != tc.secondary || n.canHost(ip) != (tc.primary || tc.secondary != "") {
 			t.Errorf("%s: primary %v secondary %q canHost %v; want primary %v secondary %q",
 				tc.ip, n.inPrimary(ip), got, n.canHost(ip), tc.primary, tc.secondary)
+		}
+	}
+}
+
+func TestNodeFromAPICloud(t *testing.T) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{AssignableLabel: ""},
+		Annotations: map[string]string{
+			PrimaryIfAddrAnnotation: `{"ipv4":"10.0.128.5/18"}`,
+			// As the CNCC writes it on AWS: one entry, the ENI, its subnets, per-family capacity.
+			CloudConfigAnnotation: `[{"interface":"eni-0123","ifaddr":{"ipv4":"10.0.128.0/18","ipv6":"2600:1f18::/64"},"capacity":{"ipv4":14,"ipv6":15}}]`,
+		}},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	got, err := NodeFromAPI(n, true, true)
+	want := &CloudConfig{Interface: "eni-0123", V4: netip.MustParsePrefix("10.0.128.0/18"), V6: netip.MustParsePrefix("2600:1f18::/64"),
+		Capacity: Capacity{IP: unlimited, IPv4: 14, IPv6: 15}}
+	if err != nil || !reflect.DeepEqual(got.Cloud, want) || !got.assignable() {
+		t.Fatalf("NodeFromAPI(cloud) = %+v, %v; want cloud %+v, assignable", got.Cloud, err, want)
+	}
+	if !got.canHost(netip.MustParseAddr("10.0.130.9")) || got.canHost(netip.MustParseAddr("10.0.0.9")) {
+		t.Error("in cloud mode only the cloud subnets host egress IPs")
+	}
+	// Not in cloud mode, the annotation is not read.
+	if got, _ := NodeFromAPI(n, true, false); got.Cloud != nil {
+		t.Errorf("bare metal node has cloud config %+v", got.Cloud)
+	}
+	// In cloud mode, a node the CNCC has not annotated yet hosts nothing (upstream keeps it out
+	// of its allocator); a broken annotation likewise, with an error.
+	delete(n.Annotations, CloudConfigAnnotation)
+	if got, err := NodeFromAPI(n, true, true); err != nil || got.configured() {
+		t.Errorf("node without the cloud annotation: configured %v, err %v", got.configured(), err)
+	}
+	n.Annotations[CloudConfigAnnotation] = `[]`
+	if got, err := NodeFromAPI(n, true, true); err == nil || got.configured() {
+		t.Errorf("empty cloud annotation: configured %v, err %v", got.configured(), err)
+	}
+}
+
+func TestParseCloudConfig(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    CloudConfig
+		wantErr string
+	}{
+		{in: `[{"interface":"nic0","ifaddr":{"ipv4":"10.0.0.0/24"},"capacity":{"ip":3}}]`,
+			want: CloudConfig{Interface: "nic0", V4: netip.MustParsePrefix("10.0.0.0/24"), Capacity: Capacity{IP: 3, IPv4: unlimited, IPv6: unlimited}}},
+		{in: `[{"interface":"nic0","ifaddr":{"ipv4":"10.0.0.7/24"}}]`, // unmasked: the subnet counts
+			want: CloudConfig{Interface: "nic0", V4: netip.MustParsePrefix("10.0.0.0/24"), Capacity: Capacity{IP: unlimited, IPv4: unlimited, IPv6: unlimited}}},
+		{in: `[]`, wantErr: "empty annotation"},
+		{in: `{}`, wantErr: "failed to unmarshal"},
+		{in: `[{"ifaddr":{"ipv4":"fd00::/64"}}]`, wantErr: "not a subnet of its family"},
+		{in: `[{"ifaddr":{"ipv6":"nonsense"}}]`, wantErr: "nonsense"},
+	} {
+		got, err := ParseCloudConfig(tc.in)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("ParseCloudConfig(%s) error = %v, want %q", tc.in, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("ParseCloudConfig(%s) = %+v, %v; want %+v", tc.in, got, err, tc.want)
 		}
 	}
 }

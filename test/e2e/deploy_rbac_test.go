@@ -72,6 +72,11 @@ func TestDeployRBAC(t *testing.T) {
 		// The leader's EgressService host election (nodeagent/egressservice/controller.go).
 		call{verb: "get", group: ovn, resource: "egressservices", ns: "app", name: "s"},
 		call{verb: "update", group: ovn, resource: "egressservices", sub: "status", ns: "app", name: "s"},
+		// The leader's cloud requests, specs only (nodeagent/cloudprivateip/requester.go).
+		call{verb: "create", group: cloud, resource: "cloudprivateipconfigs"},
+		call{verb: "get", group: cloud, resource: "cloudprivateipconfigs", name: "192.0.2.10"},
+		call{verb: "update", group: cloud, resource: "cloudprivateipconfigs", name: "192.0.2.10"},
+		call{verb: "delete", group: cloud, resource: "cloudprivateipconfigs", name: "192.0.2.10"},
 		// A pod the CNI plugin announces before the informer has it (nodeagent/cniserver).
 		call{verb: "get", resource: "pods", ns: "app", name: "p"},
 		// Status by server-side apply (nodeagent/status).
@@ -103,8 +108,9 @@ func TestDeployRBAC(t *testing.T) {
 		{verb: "update", group: ovn, resource: "egressfirewalls", ns: "app", name: "default"},
 		{verb: "update", group: ovn, resource: "egressservices", ns: "app", name: "s"},
 		{verb: "patch", group: netop, resource: "egressrouters", sub: "status", ns: "app", name: "r"},
-		{verb: "create", group: cloud, resource: "cloudprivateipconfigs"},
-		{verb: "delete", group: cloud, resource: "cloudprivateipconfigs", name: "192.0.2.10"},
+		// The status is the cloud-network-config-controller's.
+		{verb: "update", group: cloud, resource: "cloudprivateipconfigs", sub: "status", name: "192.0.2.10"},
+		{verb: "patch", group: cloud, resource: "cloudprivateipconfigs", sub: "status", name: "192.0.2.10"},
 		{verb: "delete", resource: "events", ns: "app", name: "e"},
 		{verb: "update", group: "coordination.k8s.io", resource: "leases", ns: ns, name: "someone-else"},
 		{verb: "update", group: "coordination.k8s.io", resource: "leases", ns: "kube-system", name: nodeagent.LeaseName},

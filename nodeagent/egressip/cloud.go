@@ -1,0 +1,106 @@
+package egressip
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/netip"
+)
+
+// CloudConfigAnnotation is set on each node by OpenShift's cloud-network-config-controller: the
+// cloud NIC egress IPs are attached to, its subnets and how many more IPs the cloud lets it hold.
+// Its presence on a node is what "cloud mode" detects.
+const CloudConfigAnnotation = "cloud.network.openshift.io/egress-ipconfig"
+
+// unlimited is upstream's UnlimitedNodeCapacity: a capacity the annotation leaves out.
+const unlimited = math.MaxInt32
+
+// CloudConfig is a node's egress IP configuration in cloud mode: the cloud subnets that may
+// host egress IPs on it (instead of the primary and secondary host networks of bare metal) and
+// its capacities, in total and per family.
+type CloudConfig struct {
+	// Interface is the cloud's name of the NIC (e.g. an AWS ENI id), for messages only.
+	Interface string
+	V4, V6    netip.Prefix // masked
+	// Capacity caps the egress IPs the node hosts: in total and per family.
+	Capacity Capacity
+}
+
+// Capacity of a node for egress IPs; upstream's default for an absent field is unlimited.
+type Capacity struct {
+	IP, IPv4, IPv6 int
+}
+
+type cloudConfigJSON struct {
+	Interface string `json:"interface"`
+	IFAddr    struct {
+		IPv4 string `json:"ipv4,omitempty"`
+		IPv6 string `json:"ipv6,omitempty"`
+	} `json:"ifaddr"`
+	Capacity struct {
+		IP   *int `json:"ip,omitempty"`
+		IPv4 *int `json:"ipv4,omitempty"`
+		IPv6 *int `json:"ipv6,omitempty"`
+	} `json:"capacity"`
+}
+
+// ParseCloudConfig reads the annotation value as upstream's ParseCloudEgressIPConfig does: a
+// JSON list of which only the first entry counts.
+func ParseCloudConfig(s string) (CloudConfig, error) {
+	var list []cloudConfigJSON
+	if err := json.Unmarshal([]byte(s), &list); err != nil {
+		return CloudConfig{}, fmt.Errorf("failed to unmarshal annotation %s: %w", CloudConfigAnnotation, err)
+	}
+	if len(list) == 0 {
+		return CloudConfig{}, fmt.Errorf("empty annotation %s", CloudConfigAnnotation)
+	}
+	raw := list[0]
+	c := CloudConfig{Interface: raw.Interface, Capacity: Capacity{
+		IP: capacity(raw.Capacity.IP), IPv4: capacity(raw.Capacity.IPv4), IPv6: capacity(raw.Capacity.IPv6)}}
+	var err error
+	if c.V4, err = cloudSubnet(raw.IFAddr.IPv4, true); err != nil {
+		return CloudConfig{}, err
+	}
+	if c.V6, err = cloudSubnet(raw.IFAddr.IPv6, false); err != nil {
+		return CloudConfig{}, err
+	}
+	return c, nil
+}
+
+func capacity(p *int) int {
+	if p == nil {
+		return unlimited
+	}
+	return *p
+}
+
+func cloudSubnet(s string, v4 bool) (netip.Prefix, error) {
+	if s == "" {
+		return netip.Prefix{}, nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("annotation %s: %w", CloudConfigAnnotation, err)
+	}
+	if p.Addr().Is4() != v4 {
+		return netip.Prefix{}, fmt.Errorf("annotation %s: %s is not a subnet of its family", CloudConfigAnnotation, s)
+	}
+	return p.Masked(), nil
+}
+
+// contains says whether a cloud subnet of the node contains ip.
+func (c *CloudConfig) contains(ip netip.Addr) bool {
+	return c.V4.IsValid() && c.V4.Contains(ip) || c.V6.IsValid() && c.V6.Contains(ip)
+}
+
+// fits says whether the node may take one more egress IP of ip's family, given how many of
+// each family it hosts.
+func (c *CloudConfig) fits(ip netip.Addr, v4, v6 int) bool {
+	if v4+v6 >= c.Capacity.IP {
+		return false
+	}
+	if ip.Is4() {
+		return v4 < c.Capacity.IPv4
+	}
+	return v6 < c.Capacity.IPv6
+}
