@@ -1,48 +1,19 @@
 package bfd
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"net/netip"
 	"slices"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
-// ScrapeSessions reads the BFD sessions of a running agent from its metrics endpoint (url, the
-// agent's /metrics): the sessions live in the agent's process, and the kernel only shows their
+// SessionsFromMetrics reads the BFD sessions of a running agent from its scraped metrics (by
+// family name): the sessions live in the agent's process, and the kernel only shows their
 // effect (a gateway in or out of its nexthop group). Only the fields the metrics carry are set:
 // Key, State, DetectionTime, LastChange and Counters.
-func ScrapeSessions(ctx context.Context, url string) ([]SessionInfo, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scrape %s: %s", url, resp.Status)
-	}
-	return parseSessions(resp.Body)
-}
-
-// parseSessions gathers the per-session series of the text exposition format by peer and
-// interface.
-func parseSessions(r io.Reader) ([]SessionInfo, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := p.TextToMetricFamilies(r)
-	if err != nil {
-		return nil, fmt.Errorf("parse metrics: %w", err)
-	}
+func SessionsFromMetrics(families map[string]*dto.MetricFamily) ([]SessionInfo, error) {
 	byKey := map[Key]*SessionInfo{}
 	each := func(name string, f func(s *SessionInfo, labels map[string]string, value float64)) error {
 		for _, m := range families[name].GetMetric() {

@@ -1,17 +1,15 @@
 package bfd
 
 import (
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 )
 
-// ScrapeSessions reads back, through a real metrics endpoint, what the Manager's collector
-// exports: every session with its state, detection time and counters.
-func TestScrapeSessionsReadsTheCollector(t *testing.T) {
+// SessionsFromMetrics reads back what the Manager's collector exports: every session with its state, detection time and counters.
+func TestSessionsFromMetricsReadsTheCollector(t *testing.T) {
 	m, _ := startTestManager(t)
 	a, b := Config{Peer: peerA, Local: local, Interface: "eth1"}, Config{Peer: peerB, Local: local}
 	if errs := m.Sync([]Config{a, b}); len(errs) != 0 {
@@ -20,10 +18,15 @@ func TestScrapeSessionsReadsTheCollector(t *testing.T) {
 	bringUp(t, m, a, 3)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m.Collectors()...)
-	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	defer srv.Close()
-
-	got, err := ScrapeSessions(t.Context(), srv.URL)
+	gathered, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	families := map[string]*dto.MetricFamily{}
+	for _, f := range gathered {
+		families[f.GetName()] = f
+	}
+	got, err := SessionsFromMetrics(families)
 	if err != nil {
 		t.Fatal(err)
 	}

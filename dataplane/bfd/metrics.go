@@ -10,7 +10,7 @@ func (m *Manager) Collectors() []prometheus.Collector { return []prometheus.Coll
 
 type collector struct{ m *Manager }
 
-// Names of the per-session metrics, which egressctl reads back (ScrapeSessions).
+// Names of the per-session metrics, which egressctl reads back (SessionsFromMetrics).
 const (
 	metricState         = "egressd_bfd_session_state"
 	metricTransitions   = "egressd_bfd_state_transitions_total"

@@ -109,7 +109,8 @@ func (in *Inspector) names() (map[uint32]string, error) {
 
 // Trace is what the classifier does with one flow from a pod.
 type Trace struct {
-	// Namespace of the source pod; empty if the source is no local pod (packets pass untouched).
+	// Namespace of the source pod; empty if the source is no local pod (packets pass untouched;
+	// Exempt and SteerExempt still say what the destination is).
 	Namespace string
 	// Exempt: the destination is in the cluster or service networks (or link-scoped).
 	Exempt bool
@@ -138,6 +139,10 @@ type Trace struct {
 // traces a flow the pod initiates.
 func (in *Inspector) Trace(src, dst netip.Addr, proto uint8, port uint16) (Trace, error) {
 	tr := Trace{Verdict: "allow", Rule: -1, DSCP: -1, QoSRule: -1}
+	host := netip.PrefixFrom(dst, dst.BitLen())
+	var one uint8
+	tr.Exempt = in.maps["egressd_cluster"].Lookup(prefixKey(host), &one) == nil
+	tr.SteerExempt = in.maps["egressd_steer_exempt"].Lookup(prefixKey(host), &one) == nil
 	var pod bpf.FromPodPodInfo
 	if err := in.maps["egressd_pods"].Lookup(addrOf(src), &pod); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -153,9 +158,6 @@ func (in *Inspector) Trace(src, dst netip.Addr, proto uint8, port uint16) (Trace
 	if tr.Namespace == "" {
 		tr.Namespace = names[pod.QosClass]
 	}
-	host := netip.PrefixFrom(dst, dst.BitLen())
-	var one uint8
-	tr.Exempt = in.maps["egressd_cluster"].Lookup(prefixKey(host), &one) == nil
 	if pod.NsId != 0 && !tr.Exempt {
 		rules, err := in.firewallRules(nsID(pod.NsId))
 		if err != nil {
@@ -181,7 +183,6 @@ func (in *Inspector) Trace(src, dst netip.Addr, proto uint8, port uint16) (Trace
 			}
 		}
 	}
-	tr.SteerExempt = in.maps["egressd_steer_exempt"].Lookup(prefixKey(host), &one) == nil
 	if tr.Verdict != "deny" && !tr.SteerExempt {
 		tr.Mark = pod.Mark
 	}

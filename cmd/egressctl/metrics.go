@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// metricSteeredPaths is the agent's nodeagent.MetricSteeredPaths (egressctl stays clear of the
+// agent's Kubernetes dependencies; a test checks that both agree).
+const metricSteeredPaths = "egressd_steered_path_pod_addresses"
+
+// scrape reads the metrics of the agent serving them on address (host:port).
+func scrape(ctx context.Context, address string) (map[string]*dto.MetricFamily, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	url := "http://" + address + "/metrics"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("metrics address %q: %w", address, err)
+	}
+	req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	return families, nil
+}
+
+// steeredPaths names the object ("kind name") of each steering mark, from the agent's metrics.
+func steeredPaths(families map[string]*dto.MetricFamily) map[uint32]string {
+	out := map[uint32]string{}
+	for _, m := range families[metricSteeredPaths].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if mark, err := strconv.ParseUint(labels["mark"], 0, 32); err == nil {
+			out[uint32(mark)] = labels["kind"] + " " + labels["object"]
+		}
+	}
+	return out
+}
