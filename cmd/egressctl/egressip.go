@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -9,12 +10,10 @@ import (
 
 	"github.com/egressd/egressd/dataplane/addresses"
 	"github.com/egressd/egressd/dataplane/nft"
-	"github.com/egressd/egressd/dataplane/routing"
 )
 
 // egressIP prints what this node does for EgressIP: hosted egress IPs, the SNAT map, and
-// egressd's routing (egressctl routes adds the agent's BFD sessions and the objects of the
-// marks).
+// egressd's routing (egressctl routes adds the agent's BFD sessions).
 func egressIP(o options, out io.Writer) error {
 	hosted, err := addresses.Hosted(addresses.DefaultProtocol)
 	if err != nil {
@@ -41,10 +40,10 @@ func egressIP(o options, out io.Writer) error {
 	for _, e := range snat {
 		fmt.Fprintf(out, "  %s -> %s\n", e.Pod, e.EgressIP)
 	}
-	progr, err := routing.Inspect(o.routing)
+	r, err := readRoutes(context.Background(), o)
 	if err != nil {
 		return fmt.Errorf("routing: %w", err)
 	}
 	fmt.Fprintln(out, "\nsteering (marked pod traffic to egress nodes or external gateways):")
-	return printRouting(out, routesReport{programmed: progr})
+	return printRouting(out, r)
 }

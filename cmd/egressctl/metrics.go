@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -16,8 +17,14 @@ import (
 // agent's Kubernetes dependencies; a test checks that both agree).
 const metricSteeredPaths = "egressd_steered_path_pod_addresses"
 
-// scrape reads the metrics of the agent serving them on address (host:port).
+// errNoMetrics: --metrics-address 0 asked not to read the agent's metrics.
+var errNoMetrics = errors.New("not read (--metrics-address 0)")
+
+// scrape reads the metrics of the agent serving them on address (host:port; "0": none).
 func scrape(ctx context.Context, address string) (map[string]*dto.MetricFamily, error) {
+	if address == "0" {
+		return nil, errNoMetrics
+	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	url := "http://" + address + "/metrics"
@@ -42,16 +49,23 @@ func scrape(ctx context.Context, address string) (map[string]*dto.MetricFamily, 
 	return families, nil
 }
 
-// steeredPaths names the object ("kind name") of each steering mark, from the agent's metrics.
-func steeredPaths(families map[string]*dto.MetricFamily) map[uint32]string {
-	out := map[uint32]string{}
+// pathOf is the object whose steering path a mark selects.
+type pathOf struct {
+	kind, object string
+}
+
+func (p pathOf) String() string { return p.kind + " " + p.object }
+
+// steeredPaths are the objects of the steering marks, from the agent's metrics.
+func steeredPaths(families map[string]*dto.MetricFamily) map[uint32]pathOf {
+	out := map[uint32]pathOf{}
 	for _, m := range families[metricSteeredPaths].GetMetric() {
 		labels := map[string]string{}
 		for _, l := range m.GetLabel() {
 			labels[l.GetName()] = l.GetValue()
 		}
 		if mark, err := strconv.ParseUint(labels["mark"], 0, 32); err == nil {
-			out[uint32(mark)] = labels["kind"] + " " + labels["object"]
+			out[uint32(mark)] = pathOf{labels["kind"], labels["object"]}
 		}
 	}
 	return out

@@ -18,9 +18,9 @@ import (
 type routesReport struct {
 	programmed routing.Programmed
 	// sessions are the agent's BFD sessions and paths the objects by mark, when its metrics
-	// were read; metricsErr says why not (nil with no sessions: not asked).
+	// were read; metricsErr says why not.
 	sessions   []bfd.SessionInfo
-	paths      map[uint32]string
+	paths      map[uint32]pathOf
 	metricsErr error
 }
 
@@ -33,16 +33,13 @@ func routes(o options, out io.Writer) error {
 }
 
 // readRoutes reads egressd's routing in the current network namespace, and the agent's
-// metrics unless the address is "0". An agent that cannot be reached is reported, not fatal:
-// the kernel's view stands on its own (a gateway in a group is live).
+// metrics. An agent that cannot be reached is reported, not fatal: the kernel's view stands on
+// its own (a gateway in a group is live).
 func readRoutes(ctx context.Context, o options) (routesReport, error) {
 	var r routesReport
 	var err error
 	if r.programmed, err = routing.Inspect(o.routing); err != nil {
 		return r, err
-	}
-	if o.metricsAddress == "0" {
-		return r, nil
 	}
 	families, err := scrape(ctx, o.metricsAddress)
 	if err != nil {
@@ -63,10 +60,7 @@ func printRoutes(out io.Writer, r routesReport) error {
 	fmt.Fprintln(out)
 	switch {
 	case r.metricsErr != nil:
-		fmt.Fprintf(out, "BFD sessions: unknown: the agent's metrics cannot be read (%v); the groups above hold the live gateways\n", r.metricsErr)
-		return nil
-	case r.sessions == nil && r.paths == nil:
-		fmt.Fprintln(out, "BFD sessions: not read (--metrics-address 0); the groups above hold the live gateways")
+		fmt.Fprintf(out, "BFD sessions: the agent's metrics %v; the groups above hold the live gateways\n", r.metricsErr)
 		return nil
 	case len(r.sessions) == 0:
 		fmt.Fprintln(out, "BFD sessions: none")
@@ -92,7 +86,7 @@ func printRouting(out io.Writer, r routesReport) error {
 		if rule.Src.IsValid() {
 			from = rule.Src.String()
 		}
-		fmt.Fprintf(w, "%d\t%s\t%#x/%#x\t%s\t%d\t%s\n", rule.Priority, family(rule.IPv6), rule.Mark, rule.Mask, from, rule.Table, orDash(r.paths[rule.Mark]))
+		fmt.Fprintf(w, "%d\t%s\t%#x/%#x\t%s\t%d\t%s\n", rule.Priority, family(rule.IPv6), rule.Mark, rule.Mask, from, rule.Table, pathName(r.paths, rule.Mark))
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -157,9 +151,10 @@ func family(v6 bool) string {
 	return "ipv4"
 }
 
-func orDash(s string) string {
-	if s == "" {
-		return "-"
+// pathName is the object of a mark, "-" when unknown.
+func pathName(paths map[uint32]pathOf, mark uint32) string {
+	if p, ok := paths[mark]; ok {
+		return p.String()
 	}
-	return s
+	return "-"
 }

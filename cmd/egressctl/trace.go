@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,10 @@ import (
 	"github.com/egressd/egressd/dataplane/routing"
 )
 
+// kindExternalRoute is the kind of the objects whose paths end at external gateways (the
+// others' end at an egress node).
+const kindExternalRoute = "AdminPolicyBasedExternalRoute"
+
 // traced is what each facility of this node does with one new flow.
 type traced struct {
 	src, dst   netip.Addr
@@ -24,6 +29,8 @@ type traced struct {
 	routed bool
 	rule   routing.ProgrammedRule
 	route  *routing.ProgrammedRoute
+	// path is the object of the mark, from the agent's metrics; nil when unknown.
+	path *pathOf
 }
 
 func trace(o options, args []string, out io.Writer) error {
@@ -88,6 +95,13 @@ func traceFlow(o options, src, dst netip.Addr, proto uint8, port uint16) (traced
 			return t, fmt.Errorf("routing: %w", err)
 		}
 		t.rule, t.route, t.routed = progr.Select(src, dst, t.classifier.Mark)
+		// Best effort: without the agent's metrics the kernel's view is complete, only the
+		// object's name is missing.
+		if families, err := scrape(context.Background(), o.metricsAddress); err == nil {
+			if p, ok := steeredPaths(families)[t.classifier.Mark]; ok {
+				t.path = &p
+			}
+		}
 	}
 	return t, nil
 }
@@ -133,6 +147,9 @@ func routingStep(t traced) string {
 		return fmt.Sprintf("mark %#x: none of egressd's rules selects it: the node's own routing", tr.Mark)
 	}
 	head := fmt.Sprintf("mark %#x: rule %d -> table %d", tr.Mark, t.rule.Priority, t.rule.Table)
+	if t.path != nil {
+		head = fmt.Sprintf("mark %#x (%s): rule %d -> table %d", tr.Mark, t.path, t.rule.Priority, t.rule.Table)
+	}
 	switch r := t.route; {
 	case r == nil:
 		return head + " (not egressd's: the table of the pod's network)"
@@ -160,11 +177,16 @@ func egressStep(t traced) string {
 	case t.routed && t.route != nil && t.route.Blackhole:
 		return "none: dropped by egressd's routing (the path has no live gateway)"
 	case t.routed && t.route != nil:
-		if snat.IsValid() {
-			return source + ", next hop " + joinAddrs(t.route.Gateways)
+		hops := source + ", next hop " + joinAddrs(t.route.Gateways)
+		switch {
+		case snat.IsValid():
+			return hops
+		case t.path == nil:
+			return hops + " (an egress node, which SNATs it to its egress IP, or an external gateway)"
+		case t.path.kind == kindExternalRoute:
+			return hops + " (external gateways of " + t.path.String() + ": they see the pod address)"
 		}
-		return source + ", next hop " + joinAddrs(t.route.Gateways) +
-			" (an egress node, which SNATs it to its egress IP, or an external gateway)"
+		return hops + " (egress node of " + t.path.String() + ", which SNATs it to its egress IP)"
 	case t.routed:
 		return source + ", through table " + strconv.FormatUint(uint64(t.rule.Table), 10)
 	case snat.IsValid():

@@ -11,7 +11,7 @@ import (
 // Programmed is egressd's policy routing as the kernel holds it, for egressctl: whoever
 // programmed it, read back from the current network namespace.
 type Programmed struct {
-	// Rules are the rules in egressd's priority range, in the order the kernel consults them.
+	// Rules are the rules in egressd's priority range, by priority.
 	Rules []ProgrammedRule
 	// Routes are the routes stamped with egressd's protocol in its tables, by table and
 	// destination.
@@ -61,6 +61,8 @@ func Inspect(cfg Config) (Programmed, error) {
 	for _, o := range k.rules {
 		p.Rules = append(p.Rules, ProgrammedRule{Priority: o.key.priority, IPv6: o.key.v6, Mark: o.key.mark, Mask: o.key.mask, Src: o.key.src, Table: o.key.table})
 	}
+	// By priority, each family in the kernel's order (the order it consults them in).
+	slices.SortStableFunc(p.Rules, func(a, b ProgrammedRule) int { return cmp.Compare(a.Priority, b.Priority) })
 	used := map[uint32]bool{}
 	for key, rt := range k.routes {
 		pr := ProgrammedRoute{Table: key.table, Dst: key.dst, Blackhole: rt.typ == unix.RTN_BLACKHOLE, Src: rt.src}
