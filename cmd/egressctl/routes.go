@@ -86,7 +86,11 @@ func printRouting(out io.Writer, r routesReport) error {
 		if rule.Src.IsValid() {
 			from = rule.Src.String()
 		}
-		fmt.Fprintf(w, "%d\t%s\t%#x/%#x\t%s\t%d\t%s\n", rule.Priority, family(rule.IPv6), rule.Mark, rule.Mask, from, rule.Table, pathName(r.paths, rule.Mark))
+		fwmark := "-" // a rule by source (EgressService's network)
+		if rule.Mask != 0 {
+			fwmark = fmt.Sprintf("%#x/%#x", rule.Mark, rule.Mask)
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\n", rule.Priority, family(rule.IPv6), fwmark, from, rule.Table, pathName(r.paths, rule.Mark))
 	}
 	if err := w.Flush(); err != nil {
 		return err
