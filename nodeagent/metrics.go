@@ -23,8 +23,6 @@ type Metrics struct {
 	SteeredPaths *prometheus.GaugeVec
 }
 
-// MetricSteeredPaths is the name of Metrics.SteeredPaths.
-const MetricSteeredPaths = "egressd_steered_path_pod_addresses"
 
 // NewMetrics registers the agent's metrics and the Go and process collectors.
 func NewMetrics() *Metrics {
@@ -45,7 +43,7 @@ func NewMetrics() *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}),
 		SteeredPaths: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: MetricSteeredPaths,
+			Name: "egressd_steered_path_pod_addresses",
 			Help: "Local pod addresses steered through the path of an object (EgressIP, AdminPolicyBasedExternalRoute, EgressService), by the skb->mark that selects its ip rules and table.",
 		}, []string{"kind", "object", "mark"}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{

@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// metricSteeredPaths is the agent's nodeagent.MetricSteeredPaths (egressctl stays clear of the
-// agent's Kubernetes dependencies; a test checks that both agree).
+// metricSteeredPaths is the name of the agent's nodeagent.Metrics.SteeredPaths (egressctl stays
+// clear of the agent's Kubernetes dependencies; a test checks that both agree).
 const metricSteeredPaths = "egressd_steered_path_pod_addresses"
 
 // errNoMetrics: --metrics-address 0 asked not to read the agent's metrics.
