@@ -18,17 +18,19 @@ Usage:
                                              with the packets and bytes each one decided
   egressctl qos [--bpf-pin-root DIR]         EgressQoS rules programmed per namespace, with
                                              the packets each one marked
-  egressctl trace [--bpf-pin-root DIR] SRC DST [tcp|udp|sctp/PORT]
+  egressctl trace [--bpf-pin-root DIR] [--metrics-address HOST:PORT] SRC DST [tcp|udp|sctp/PORT]
                                              what this node does with a new flow from pod
                                              address SRC: verdict, rule, DSCP, the routing
-                                             mark and the gateways it may take, the source
-                                             address it leaves with
+                                             mark (and its object, from the agent's metrics),
+                                             the gateways it may take, the source address
+                                             it leaves with
   egressctl routes [--metrics-address HOST:PORT]
                                              egressd's policy routing: rules by mark, tables
                                              with their gateways (live ones in the group),
                                              gateways kept out, and the agent's BFD sessions
                                              with their counters (read from its metrics)
-  egressctl egressip                         egress IPs this node hosts, the pods it SNATs to
+  egressctl egressip [--metrics-address HOST:PORT]
+                                             egress IPs this node hosts, the pods it SNATs to
                                              them, and egressd's routing
   egressctl cleanup [--bpf-pin-root DIR]     remove every kernel object egressd owns on this
                                              node (stop the agent first, or it re-creates them)
