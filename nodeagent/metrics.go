@@ -23,7 +23,6 @@ type Metrics struct {
 	SteeredPaths *prometheus.GaugeVec
 }
 
-
 // NewMetrics registers the agent's metrics and the Go and process collectors.
 func NewMetrics() *Metrics {
 	m := &Metrics{
