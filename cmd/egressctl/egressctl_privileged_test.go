@@ -24,9 +24,12 @@ import (
 // 192.0.2.2 and SNATed here to its egress IP; pod b/pb (10.244.0.6) steered by the mark of
 // external route policy gws over gateways 192.0.2.2 and 192.0.2.4, and 192.0.2.3 whose BFD
 // session never comes up; 10.244.2.5 of another node, SNATed here; 10.244.2.7 of another node,
-// selected by an EgressIP but not served here (guarded).
+// selected by an EgressIP but not served here (guarded); pod c/pc (10.244.0.7), an endpoint of
+// EgressService svc whose network is table 100 (routed by source: the classifier has nothing
+// for it).
 var (
 	podA, podB  = netip.MustParseAddr("10.244.0.5"), netip.MustParseAddr("10.244.0.6")
+	podC        = netip.MustParseAddr("10.244.0.7")
 	remote      = netip.MustParseAddr("10.244.2.5")
 	guarded     = netip.MustParseAddr("10.244.2.7")
 	egressAddr  = netip.MustParseAddr("192.0.2.100")
@@ -48,6 +51,7 @@ func nodeState() *dataplane.State {
 			Pods: []dataplane.Pod{
 				{Origin: dataplane.Origin{Kind: "Pod", Namespace: "a", Name: "pa"}, IPs: []netip.Addr{podA}, QoSRules: []int{0}, Mark: markA},
 				{Origin: dataplane.Origin{Kind: "Pod", Namespace: "b", Name: "pb"}, IPs: []netip.Addr{podB}, Mark: markB},
+				{Origin: dataplane.Origin{Kind: "Pod", Namespace: "c", Name: "pc"}, IPs: []netip.Addr{podC}},
 			},
 			ClusterNetworks: cluster,
 			SteerExempt:     exempt,
@@ -74,6 +78,7 @@ func nodeState() *dataplane.State {
 				{Origin: eipOrigin, Priority: 1, Mark: markA, Mask: dataplane.DefaultMarkMask, Table: 1},
 				{Origin: eipOrigin, Priority: 1, IPv6: true, Mark: markA, Mask: dataplane.DefaultMarkMask, Table: 1},
 				{Origin: routeOrigin, Priority: 2, Mark: markB, Mask: dataplane.DefaultMarkMask, Table: 2},
+				{Origin: dataplane.Origin{Kind: "EgressService", Namespace: "c", Name: "svc"}, Src: netip.PrefixFrom(podC, 32), Network: "100"},
 			},
 			Tables: []dataplane.RouteTable{
 				{Origin: eipOrigin, ID: 1, Routes: []dataplane.Route{{Dst: anyV4, Via: &dataplane.Nexthop{Gateway: gw2}}, {Dst: anyV6, Blackhole: true}}},
@@ -103,10 +108,12 @@ func newNode(t *testing.T) *node {
 	pods, ext := netns.New(t, "pods"), netns.New(t, "ext")
 	netns.Veth(t, n.ns, "pod0", pods, "eth0")
 	netns.Veth(t, n.ns, "pod1", pods, "eth1")
+	netns.Veth(t, n.ns, "pod2", pods, "eth2")
 	netns.Veth(t, n.ns, "ext0", ext, "eth0")
 	n.ns.Addr(t, "ext0", "192.0.2.1/24")
 	ext.Addr(t, "eth0", gw2.String()+"/24")
-	if err := n.ns.Script("ip route add 10.244.0.5/32 dev pod0 scope link", "ip route add 10.244.0.6/32 dev pod1 scope link"); err != nil {
+	if err := n.ns.Script("ip route add 10.244.0.5/32 dev pod0 scope link", "ip route add 10.244.0.6/32 dev pod1 scope link",
+		"ip route add 10.244.0.7/32 dev pod2 scope link"); err != nil {
 		t.Fatal(err)
 	}
 	var a *kernel.Applier
@@ -169,7 +176,7 @@ egress:   source 192.0.2.100 (egress IP, SNATed on this node), next hop 192.0.2.
 		{podA.String(), "198.51.100.10", "", `source:   pod address 10.244.0.5 in namespace a
 firewall: deny by rule 0 of a: Deny to 198.51.100.10/32
 qos:      no EgressQoS rule: DSCP left as the pod set it
-routing:  no mark: the node's own routing
+routing:  not routed: dropped by the firewall
 egress:   none: dropped by the firewall
 `},
 		{podA.String(), "10.96.0.10", "tcp/53", `source:   pod address 10.244.0.5 in namespace a
@@ -187,16 +194,23 @@ egress:   source 10.244.0.6 (the pod address: egressd keeps it), next hop 192.0.
 		{podB.String(), "203.0.113.10", "udp/443", `source:   pod address 10.244.0.6 in namespace b
 firewall: deny by rule 1 of b: Deny to 0.0.0.0/0
 qos:      no EgressQoS rule: DSCP left as the pod set it
-routing:  no mark: the node's own routing
+routing:  not routed: dropped by the firewall
 egress:   none: dropped by the firewall
 `},
-		{remote.String(), "203.0.113.10", "", `source:   10.244.2.5 is not a local pod egressd knows: the classifier passes its packets untouched
+		{podC.String(), "203.0.113.10", "", `source:   10.244.0.7 is no pod the classifier knows (no firewall, QoS or mark): its packets pass it untouched
+routing:  source 10.244.0.7/32: rule 6100 -> table 100 (not egressd's: the table of the pod's network)
+egress:   source 10.244.0.7 (the pod address: egressd keeps it), through table 100
+`},
+		{remote.String(), "203.0.113.10", "", `source:   10.244.2.5 is no pod the classifier knows (no firewall, QoS or mark): its packets pass it untouched
+routing:  no mark: the node's own routing
 egress:   source 192.0.2.100 (egress IP, SNATed on this node), the node's own routing
 `},
-		{remote.String(), "10.244.1.9", "", `source:   10.244.2.5 is not a local pod egressd knows: the classifier passes its packets untouched
+		{remote.String(), "10.244.1.9", "", `source:   10.244.2.5 is no pod the classifier knows (no firewall, QoS or mark): its packets pass it untouched
+routing:  no mark: 10.244.1.9 is a cluster network or a node address (never steered)
 egress:   not steered nor SNATed: the node's own routing, source as the CNI makes it
 `},
-		{guarded.String(), "203.0.113.10", "", `source:   10.244.2.7 is not a local pod egressd knows: the classifier passes its packets untouched
+		{guarded.String(), "203.0.113.10", "", `source:   10.244.2.7 is no pod the classifier knows (no firewall, QoS or mark): its packets pass it untouched
+routing:  no mark: the node's own routing
 egress:   none: dropped by the EgressIP leak guard (a selected pod that is neither steered nor SNATed here)
 `},
 	} {
@@ -231,10 +245,11 @@ func TestPrivilegedRoutes(t *testing.T) {
 	n := newNode(t)
 	got := n.egressctl(t, "routes", "--metrics-address", n.metrics)
 	got = regexp.MustCompile(`nexthop group \d+`).ReplaceAllString(got, "nexthop group GROUP")
-	want := `RULE  FAMILY  FWMARK            FROM  TABLE  PATH OF
-6101  ipv4    0x10000/0xff0000  all   7101   EgressIP eip
-6101  ipv6    0x10000/0xff0000  all   7101   EgressIP eip
-6102  ipv4    0x20000/0xff0000  all   7102   AdminPolicyBasedExternalRoute gws
+	want := `RULE  FAMILY  FWMARK            FROM           TABLE  PATH OF
+6100  ipv4    -                 10.244.0.7/32  100    -
+6101  ipv4    0x10000/0xff0000  all            7101   EgressIP eip
+6101  ipv6    0x10000/0xff0000  all            7101   EgressIP eip
+6102  ipv4    0x20000/0xff0000  all            7102   AdminPolicyBasedExternalRoute gws
 
 TABLE  DESTINATION  ROUTE
 7101   0.0.0.0/0    via 192.0.2.2
@@ -251,7 +266,7 @@ BFD SESSION  STATE  DETECTION TIME  SENT  RECEIVED  TRANSITIONS  DETECTIONS
 
 	// Without the agent's metrics the kernel's view stands alone, and says so.
 	got = n.egressctl(t, "routes", "--metrics-address", "0")
-	if !strings.Contains(got, "6102  ipv4    0x20000/0xff0000  all   7102   -\n") ||
+	if !strings.Contains(got, "6102  ipv4    0x20000/0xff0000  all            7102   -\n") ||
 		!strings.Contains(got, "gateways kept out of their groups (BFD session not Up): 192.0.2.3\n") ||
 		!strings.HasSuffix(got, "BFD sessions: the agent's metrics not read (--metrics-address 0); the groups above hold the live gateways\n") {
 		t.Errorf("egressctl routes --metrics-address 0:\n%s", got)

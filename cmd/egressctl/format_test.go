@@ -47,14 +47,15 @@ func TestPrintTraceSteps(t *testing.T) {
 		{"no live gateway", traced{classifier: local, routed: true, rule: rule, route: &routing.ProgrammedRoute{Table: 7103, Dst: p("0.0.0.0/0"), Blackhole: true}},
 			"routing:  mark 0x30000: rule 6103 -> table 7103, 0.0.0.0/0: blackhole (no live gateway)\n" +
 				"egress:   none: dropped by egressd's routing (the path has no live gateway)\n", ""},
-		{"a network's table", traced{classifier: local, routed: true, rule: routing.ProgrammedRule{Priority: 6100, Table: 100}},
-			"routing:  mark 0x30000: rule 6100 -> table 100 (not egressd's: the table of the pod's network)\n" +
+		{"a network's table", traced{classifier: classifier.Trace{Namespace: "a", Verdict: "allow", Rule: -1, DSCP: -1}, routed: true,
+			rule: routing.ProgrammedRule{Priority: 6100, Src: p("10.244.0.5/32"), Table: 100}},
+			"routing:  source 10.244.0.5/32: rule 6100 -> table 100 (not egressd's: the table of the pod's network)\n" +
 				"egress:   source 10.244.0.5 (the pod address: egressd keeps it), through table 100\n", ""},
 		{"mark without a rule, guarded", traced{classifier: local, egress: nft.PodEgress{Guarded: true}},
 			"routing:  mark 0x30000: none of egressd's rules selects it: the node's own routing\n" +
 				"egress:   none: dropped by the EgressIP leak guard (a selected pod that is neither steered nor SNATed here)\n", ""},
 		{"logged deny", traced{classifier: classifier.Trace{Namespace: "a", Verdict: "deny", Rule: 3, RuleText: "Deny to 0.0.0.0/0", Logged: true, DSCP: -1}},
-			"routing:  no mark: the node's own routing\negress:   none: dropped by the firewall\n",
+			"routing:  not routed: dropped by the firewall\negress:   none: dropped by the firewall\n",
 			"firewall: deny by rule 3 of a (ACL-logged): Deny to 0.0.0.0/0\n"},
 		{"unmarked, untouched", traced{classifier: classifier.Trace{Namespace: "a", Verdict: "allow", Rule: 0, RuleText: "Allow to 203.0.113.0/24", DSCP: -1}},
 			"routing:  no mark: the node's own routing\negress:   source as the CNI makes it (egressd does not rewrite it), the node's own routing\n",

@@ -89,12 +89,15 @@ func traceFlow(o options, src, dst netip.Addr, proto uint8, port uint16) (traced
 	if t.egress, err = nft.EgressOf(src); err != nil {
 		return t, fmt.Errorf("EgressIP SNAT of %s: %w", src, err)
 	}
+	if t.classifier.Verdict == "deny" {
+		return t, nil
+	}
+	progr, err := routing.Inspect(o.routing)
+	if err != nil {
+		return t, fmt.Errorf("routing: %w", err)
+	}
+	t.rule, t.route, t.routed = progr.Select(src, dst, t.classifier.Mark)
 	if t.classifier.Mark != 0 {
-		progr, err := routing.Inspect(o.routing)
-		if err != nil {
-			return t, fmt.Errorf("routing: %w", err)
-		}
-		t.rule, t.route, t.routed = progr.Select(src, dst, t.classifier.Mark)
 		// Best effort: without the agent's metrics the kernel's view is complete, only the
 		// object's name is missing.
 		if families, err := scrape(context.Background(), o.metricsAddress); err == nil {
@@ -110,7 +113,7 @@ func traceFlow(o options, src, dst netip.Addr, proto uint8, port uint16) (traced
 func printTrace(out io.Writer, t traced) {
 	tr := t.classifier
 	if tr.Namespace == "" {
-		fmt.Fprintf(out, "source:   %s is not a local pod egressd knows: the classifier passes its packets untouched\n", t.src)
+		fmt.Fprintf(out, "source:   %s is no pod the classifier knows (no firewall, QoS or mark): its packets pass it untouched\n", t.src)
 	} else {
 		fmt.Fprintf(out, "source:   pod address %s in namespace %s\n", t.src, tr.Namespace)
 		switch {
@@ -130,26 +133,33 @@ func printTrace(out io.Writer, t traced) {
 		} else {
 			fmt.Fprintf(out, "qos:      DSCP %d by rule %d: %s\n", tr.DSCP, tr.QoSRule, tr.QoSText)
 		}
-		fmt.Fprintln(out, "routing:  "+routingStep(t))
 	}
+	fmt.Fprintln(out, "routing:  "+routingStep(t))
 	fmt.Fprintln(out, "egress:   "+egressStep(t))
 }
 
-// routingStep says where egressd's routing sends the flow by its mark.
+// routingStep says where egressd's routing sends the flow: by the classifier's mark, or by its
+// source (an EgressService's network).
 func routingStep(t traced) string {
 	tr := t.classifier
 	switch {
-	case tr.Mark == 0 && tr.SteerExempt:
+	case tr.Verdict == "deny":
+		return "not routed: dropped by the firewall"
+	case !t.routed && tr.Mark == 0 && tr.SteerExempt:
 		return "no mark: " + t.dst.String() + " is a cluster network or a node address (never steered)"
-	case tr.Mark == 0:
+	case !t.routed && tr.Mark == 0:
 		return "no mark: the node's own routing"
 	case !t.routed:
 		return fmt.Sprintf("mark %#x: none of egressd's rules selects it: the node's own routing", tr.Mark)
 	}
-	head := fmt.Sprintf("mark %#x: rule %d -> table %d", tr.Mark, t.rule.Priority, t.rule.Table)
-	if t.path != nil {
-		head = fmt.Sprintf("mark %#x (%s): rule %d -> table %d", tr.Mark, t.path, t.rule.Priority, t.rule.Table)
+	by := fmt.Sprintf("mark %#x", tr.Mark)
+	switch {
+	case tr.Mark == 0:
+		by = "source " + t.rule.Src.String()
+	case t.path != nil:
+		by += " (" + t.path.String() + ")"
 	}
+	head := fmt.Sprintf("%s: rule %d -> table %d", by, t.rule.Priority, t.rule.Table)
 	switch r := t.route; {
 	case r == nil:
 		return head + " (not egressd's: the table of the pod's network)"
