@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"net/netip"
+	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -57,9 +59,12 @@ func TestDesiredStateGolden(t *testing.T) {
 		pod("a", "x2", "n2", map[string]string{"app": "x"}, "10.244.2.5"),
 		pod("a", "web", "n1", map[string]string{"app": "web"}, "10.244.1.6"),
 	}
+	const pathsHelp = "# HELP egressd_steered_path_pod_addresses Local pod addresses steered through the path of an object (EgressIP, AdminPolicyBasedExternalRoute, EgressService), by the skb->mark that selects its ip rules and table.\n# TYPE egressd_steered_path_pod_addresses gauge\n"
 	for _, tc := range []struct {
 		name string
 		objs []runtime.Object
+		// paths is the expected SteeredPaths metric.
+		paths string
 	}{
 		{"firewall-qos", []runtime.Object{
 			&ovnv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "default", UID: "f"}, Spec: ovnv1.EgressFirewallSpec{Egress: []ovnv1.EgressFirewallRule{
@@ -67,17 +72,19 @@ func TestDesiredStateGolden(t *testing.T) {
 				{Type: "Deny", To: ovnv1.EgressFirewallDestination{CIDRSelector: "0.0.0.0/0"}}}}},
 			&ovnv1.EgressQoS{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "default"}, Spec: ovnv1.EgressQoSSpec{Egress: []ovnv1.EgressQoSRule{
 				{DSCP: 46, DstCIDR: &cidr, PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}}},
-		}},
+		}, ""},
 		// x1 on n1: IPv4 steered to n2 and n3 (ECMP), IPv6 SNATed here; x2 (on n2) SNATed here
 		// only over IPv6, which it does not have.
-		{"egressip", []runtime.Object{eip}},
+		{"egressip", []runtime.Object{eip}, pathsHelp + `egressd_steered_path_pod_addresses{kind="EgressIP",mark="0x10000",object="eip"} 1` + "\n"},
 		// The pods of namespace a leave through two gateways (ECMP; one BFD gated), IPv4 and
 		// IPv6; x1's IPv4 takes its EgressIP's path instead (EgressIP wins, as upstream).
 		{"externalroute", []runtime.Object{&ovnv1.AdminPolicyBasedExternalRoute{ObjectMeta: metav1.ObjectMeta{Name: "gws"},
 			Spec: ovnv1.ExternalRouteSpec{
 				From: ovnv1.ExternalNetworkSource{NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}},
 				NextHops: ovnv1.ExternalNextHops{StaticHops: []*ovnv1.StaticHop{
-					{IP: "198.51.100.1", BFDEnabled: true}, {IP: "198.51.100.2"}, {IP: "2001:db8:1::1"}}}}}, eip}},
+					{IP: "198.51.100.1", BFDEnabled: true}, {IP: "198.51.100.2"}, {IP: "2001:db8:1::1"}}}}}, eip},
+			pathsHelp + `egressd_steered_path_pod_addresses{kind="AdminPolicyBasedExternalRoute",mark="0x10000",object="gws"} 2` + "\n" +
+				`egressd_steered_path_pod_addresses{kind="EgressIP",mark="0x20000",object="eip"} 1` + "\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			app := &recordingApplier{}
@@ -87,6 +94,9 @@ func TestDesiredStateGolden(t *testing.T) {
 			l.Snapshot = watcherstest.Snapshot(append(append([]runtime.Object{}, common...), tc.objs...)...)
 			l.sync(context.Background())
 			golden.Assert(t, "testdata/"+tc.name+".golden", stateJSON(t, app.state()))
+			if err := testutil.CollectAndCompare(l.Metrics.SteeredPaths, strings.NewReader(tc.paths)); err != nil {
+				t.Error(err)
+			}
 		})
 	}
 }

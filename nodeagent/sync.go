@@ -229,6 +229,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 		mask = dataplane.DefaultMarkMask
 	}
 	state, objects := merge(networks, &l.parts, &l.steering, mask)
+	l.Metrics.observePaths(&state)
 
 	start := time.Now()
 	res := l.Applier.Apply(ctx, &state)

@@ -2,24 +2,12 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/netip"
 	"os"
-	"slices"
-	"strconv"
-	"strings"
-	"text/tabwriter"
 
-	"github.com/egressd/egressd/dataplane"
-	"github.com/egressd/egressd/dataplane/addresses"
-	"github.com/egressd/egressd/dataplane/classifier"
-	"github.com/egressd/egressd/dataplane/nft"
 	"github.com/egressd/egressd/dataplane/routing"
-	"github.com/egressd/egressd/dataplane/tcx"
 	"github.com/egressd/egressd/internal/version"
 )
 
@@ -30,22 +18,38 @@ Usage:
                                              with the packets and bytes each one decided
   egressctl qos [--bpf-pin-root DIR]         EgressQoS rules programmed per namespace, with
                                              the packets each one marked
-  egressctl trace [--bpf-pin-root DIR] SRC DST [tcp|udp|sctp/PORT]
-                                             what the classifier does with a new flow from
-                                             pod address SRC: verdict, rule, DSCP
-  egressctl egressip                         egress IPs this node hosts, the pods it SNATs to
-                                             them, and egressd's routing (steering to egress
-                                             nodes, external gateways)
+  egressctl trace [--bpf-pin-root DIR] [--metrics-address HOST:PORT] SRC DST [tcp|udp|sctp/PORT]
+                                             what this node does with a new flow from pod
+                                             address SRC: verdict, rule, DSCP, the routing
+                                             mark (and its object, from the agent's metrics),
+                                             the gateways it may take, the source address
+                                             it leaves with
+  egressctl routes [--metrics-address HOST:PORT]
+                                             egressd's policy routing: rules by mark, tables
+                                             with their gateways (live ones in the group),
+                                             gateways kept out, and the agent's BFD sessions
+                                             with their counters (read from its metrics)
+  egressctl egressip [--metrics-address HOST:PORT]
+                                             egress IPs this node hosts, the pods it SNATs to
+                                             them, and egressd's routing
   egressctl cleanup [--bpf-pin-root DIR]     remove every kernel object egressd owns on this
                                              node (stop the agent first, or it re-creates them)
   egressctl version                          print the version
   egressctl help                             print this help
 
-Not yet: egressctl bfd (BFD sessions to external gateways; see the egressd_bfd_* metrics).
+trace, routes, egressip and cleanup also take the agent's --rule-priority-base,
+--rule-priority-count, --route-table-base and --route-table-count when it sets them.
 `
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// options are the flags of the commands; each command reads those it needs.
+type options struct {
+	pinRoot        string
+	metricsAddress string
+	routing        routing.Config
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -53,185 +57,47 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, help)
 		return 2
 	}
-	switch args[0] {
+	cmd := args[0]
+	switch cmd {
 	case "version":
 		fmt.Fprintln(stdout, "egressctl", version.String())
+		return 0
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, help)
-	case "egressip":
-		if err := egressIP(stdout); err != nil {
-			fmt.Fprintf(stderr, "egressctl egressip: %v\n", err)
-			return 1
-		}
-	case "cleanup", "firewall", "qos", "trace":
-		fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
-		fs.SetOutput(stderr)
-		pinRoot := fs.String("bpf-pin-root", "/sys/fs/bpf/egressd", "the agent's --bpf-pin-root")
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
-		}
-		var err error
-		switch args[0] {
-		case "cleanup":
-			err = cleanup(*pinRoot, stdout)
-		case "firewall", "qos":
-			err = rules(*pinRoot, args[0] == "qos", stdout)
-		case "trace":
-			err = trace(*pinRoot, fs.Args(), stdout)
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "egressctl %s: %v\n", args[0], err)
-			return 1
-		}
-	default:
-		fmt.Fprintf(stderr, "egressctl: unknown command %q\n\n%s", args[0], help)
+		return 0
+	}
+	commands := map[string]func(o options, args []string, out io.Writer) error{
+		"cleanup":  func(o options, _ []string, out io.Writer) error { return cleanup(o, out) },
+		"firewall": func(o options, _ []string, out io.Writer) error { return rules(o.pinRoot, false, out) },
+		"qos":      func(o options, _ []string, out io.Writer) error { return rules(o.pinRoot, true, out) },
+		"trace":    trace,
+		"routes":   func(o options, _ []string, out io.Writer) error { return routes(o, out) },
+		"egressip": func(o options, _ []string, out io.Writer) error { return egressIP(o, out) },
+	}
+	command, ok := commands[cmd]
+	if !ok {
+		fmt.Fprintf(stderr, "egressctl: unknown command %q\n\n%s", cmd, help)
 		return 2
 	}
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := options{routing: routing.DefaultConfig()}
+	fs.StringVar(&o.pinRoot, "bpf-pin-root", "/sys/fs/bpf/egressd", "the agent's --bpf-pin-root")
+	fs.StringVar(&o.metricsAddress, "metrics-address", "127.0.0.1:9476", "host:port of the agent's metrics endpoint (its --metrics-bind-address), where its BFD sessions are read; \"0\" skips them")
+	fs.IntVar(&o.routing.RulePriorityBase, "rule-priority-base", o.routing.RulePriorityBase, "the agent's --rule-priority-base")
+	fs.IntVar(&o.routing.RulePriorityCount, "rule-priority-count", o.routing.RulePriorityCount, "the agent's --rule-priority-count")
+	fs.IntVar(&o.routing.TableBase, "route-table-base", o.routing.TableBase, "the agent's --route-table-base")
+	fs.IntVar(&o.routing.TableCount, "route-table-count", o.routing.TableCount, "the agent's --route-table-count")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	if cmd != "trace" && fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "egressctl %s: unexpected arguments %q\n", cmd, fs.Args())
+		return 2
+	}
+	if err := command(o, fs.Args(), stdout); err != nil {
+		fmt.Fprintf(stderr, "egressctl %s: %v\n", cmd, err)
+		return 1
+	}
 	return 0
-}
-
-// cleanup removes, per kernel facility, what egressd owns, then the pin root itself.
-func cleanup(pinRoot string, out io.Writer) error {
-	if err := tcx.Cleanup(pinRoot); err != nil {
-		return fmt.Errorf("detach classifier links under %s: %w", pinRoot, err)
-	}
-	fmt.Fprintf(out, "detached classifier links pinned under %s\n", tcx.LinksDir(pinRoot))
-	if err := classifier.Cleanup(pinRoot); err != nil {
-		return fmt.Errorf("remove classifier maps under %s: %w", pinRoot, err)
-	}
-	fmt.Fprintf(out, "removed classifier maps under %s\n", pinRoot)
-	if err := nft.Cleanup(); err != nil {
-		return fmt.Errorf("remove nftables table inet %s: %w", nft.TableName, err)
-	}
-	fmt.Fprintf(out, "removed nftables table inet %s\n", nft.TableName)
-	if err := addresses.Cleanup(addresses.DefaultProtocol); err != nil {
-		return fmt.Errorf("remove egress addresses (protocol %d): %w", addresses.DefaultProtocol, err)
-	}
-	fmt.Fprintf(out, "removed egress addresses stamped with protocol %d\n", addresses.DefaultProtocol)
-	if err := routing.Cleanup(routing.DefaultConfig()); err != nil {
-		return fmt.Errorf("remove egressd's ip rules, routes and nexthops: %w", err)
-	}
-	fmt.Fprintf(out, "removed egressd's ip rules, routes and nexthops (protocol %d)\n", routing.DefaultConfig().Protocol)
-	if err := os.Remove(pinRoot); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove %s: %w", pinRoot, err)
-	}
-	fmt.Fprintf(out, "removed %s\n", pinRoot)
-	return nil
-}
-
-func rules(pinRoot string, qos bool, out io.Writer) error {
-	in, err := classifier.Inspect(pinRoot)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	rs, err := in.Rules(qos)
-	if err != nil {
-		return err
-	}
-	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	counted := "PACKETS\tBYTES"
-	if qos {
-		counted = "MARKED PACKETS\t"
-	}
-	fmt.Fprintf(w, "NAMESPACE\tRULE\t%s\tSPEC\n", counted)
-	for _, r := range rs {
-		bytes := strconv.FormatUint(r.Counters.Bytes, 10)
-		if qos {
-			bytes = ""
-		}
-		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\n", r.Namespace, r.Index, r.Counters.Packets, bytes, r.Text)
-	}
-	return w.Flush()
-}
-
-func trace(pinRoot string, args []string, out io.Writer) error {
-	if len(args) < 2 || len(args) > 3 {
-		return errors.New("usage: egressctl trace SRC DST [tcp|udp|sctp/PORT]")
-	}
-	src, err := netip.ParseAddr(args[0])
-	if err != nil {
-		return fmt.Errorf("SRC %q: %w", args[0], err)
-	}
-	dst, err := netip.ParseAddr(args[1])
-	if err != nil {
-		return fmt.Errorf("DST %q: %w", args[1], err)
-	}
-	var proto uint8
-	var port uint16
-	if len(args) == 3 {
-		p, n, ok := strings.Cut(strings.ToLower(args[2]), "/")
-		num, perr := strconv.ParseUint(n, 10, 16)
-		var known bool
-		proto, known = dataplane.ProtocolNumber(p)
-		if !ok || !known || (proto != 6 && proto != 17 && proto != 132) || perr != nil || num == 0 {
-			return fmt.Errorf("%q is not tcp|udp|sctp/PORT", args[2])
-		}
-		port = uint16(num)
-	}
-	in, err := classifier.Inspect(pinRoot)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	tr, err := in.Trace(src, dst, proto, port)
-	if err != nil {
-		return err
-	}
-	if tr.Namespace == "" {
-		fmt.Fprintf(out, "%s is not a local pod egressd knows: its packets pass untouched\n", src)
-		return nil
-	}
-	fmt.Fprintf(out, "source:   pod address %s in namespace %s\n", src, tr.Namespace)
-	switch {
-	case tr.Exempt:
-		fmt.Fprintf(out, "firewall: not applied: %s is in the cluster or service networks\n", dst)
-	case tr.Rule < 0:
-		fmt.Fprintln(out, "firewall: allow (no rule matched)")
-	default:
-		fmt.Fprintf(out, "firewall: %s by rule %d of %s: %s\n", tr.Verdict, tr.Rule, tr.Namespace, tr.RuleText)
-	}
-	if tr.DSCP < 0 {
-		fmt.Fprintln(out, "qos:      no EgressQoS rule: DSCP left as the pod set it")
-	} else {
-		fmt.Fprintf(out, "qos:      DSCP %d by rule %d: %s\n", tr.DSCP, tr.QoSRule, tr.QoSText)
-	}
-	return nil
-}
-
-// egressIP prints what this node does for EgressIP and external routes: hosted egress IPs, the
-// SNAT map, and egressd's rules and tables.
-func egressIP(out io.Writer) error {
-	hosted, err := addresses.Hosted(addresses.DefaultProtocol)
-	if err != nil {
-		return fmt.Errorf("egress addresses: %w", err)
-	}
-	fmt.Fprintln(out, "egress IPs hosted here:")
-	var lines []string
-	for p, ifindex := range hosted {
-		name := strconv.Itoa(ifindex)
-		if ifi, err := net.InterfaceByIndex(ifindex); err == nil {
-			name = ifi.Name
-		}
-		lines = append(lines, fmt.Sprintf("  %s on %s", p.Addr(), name))
-	}
-	slices.Sort(lines)
-	fmt.Fprintln(out, strings.Join(append(lines, ""), "\n"))
-	snat, err := nft.SNATEntries()
-	if err != nil {
-		return fmt.Errorf("SNAT map: %w", err)
-	}
-	fmt.Fprintln(out, "pods SNATed here (pod -> egress IP):")
-	for _, e := range snat {
-		fmt.Fprintf(out, "  %s -> %s\n", e.Pod, e.EgressIP)
-	}
-	routes, err := routing.Describe(routing.DefaultConfig())
-	if err != nil {
-		return fmt.Errorf("routing: %w", err)
-	}
-	fmt.Fprintln(out, "\nsteering (marked pod traffic to egress nodes or external gateways):")
-	for _, r := range routes {
-		fmt.Fprintln(out, "  "+r)
-	}
-	return nil
 }

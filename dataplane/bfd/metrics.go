@@ -10,16 +10,27 @@ func (m *Manager) Collectors() []prometheus.Collector { return []prometheus.Coll
 
 type collector struct{ m *Manager }
 
+// Names of the per-session metrics, which egressctl reads back (SessionsFromMetrics).
+const (
+	metricState         = "egressd_bfd_session_state"
+	metricTransitions   = "egressd_bfd_state_transitions_total"
+	metricDetections    = "egressd_bfd_detection_events_total"
+	metricSent          = "egressd_bfd_packets_sent_total"
+	metricReceived      = "egressd_bfd_packets_received_total"
+	metricDetectionTime = "egressd_bfd_detection_time_seconds"
+	metricLastChange    = "egressd_bfd_last_state_change_timestamp_seconds"
+)
+
 var (
 	labels      = []string{"peer", "interface"}
 	descByState = prometheus.NewDesc("egressd_bfd_sessions", "BFD sessions in each state.", []string{"state"}, nil)
-	descState   = prometheus.NewDesc("egressd_bfd_session_state", "1 for the current state of each BFD session.", append(labels, "state"), nil)
-	descTrans   = prometheus.NewDesc("egressd_bfd_state_transitions_total", "State transitions of a BFD session.", labels, nil)
-	descDetect  = prometheus.NewDesc("egressd_bfd_detection_events_total", "Times a BFD session went Down because the peer fell silent for the detection time.", labels, nil)
-	descSent    = prometheus.NewDesc("egressd_bfd_packets_sent_total", "BFD control packets sent.", labels, nil)
-	descRecv    = prometheus.NewDesc("egressd_bfd_packets_received_total", "BFD control packets received and accepted.", labels, nil)
-	descDetTime = prometheus.NewDesc("egressd_bfd_detection_time_seconds", "Negotiated detection time of a BFD session.", labels, nil)
-	descChange  = prometheus.NewDesc("egressd_bfd_last_state_change_timestamp_seconds", "When a BFD session last changed state.", labels, nil)
+	descState   = prometheus.NewDesc(metricState, "1 for the current state of each BFD session.", append(labels, "state"), nil)
+	descTrans   = prometheus.NewDesc(metricTransitions, "State transitions of a BFD session.", labels, nil)
+	descDetect  = prometheus.NewDesc(metricDetections, "Times a BFD session went Down because the peer fell silent for the detection time.", labels, nil)
+	descSent    = prometheus.NewDesc(metricSent, "BFD control packets sent.", labels, nil)
+	descRecv    = prometheus.NewDesc(metricReceived, "BFD control packets received and accepted.", labels, nil)
+	descDetTime = prometheus.NewDesc(metricDetectionTime, "Negotiated detection time of a BFD session.", labels, nil)
+	descChange  = prometheus.NewDesc(metricLastChange, "When a BFD session last changed state.", labels, nil)
 	descDropped = prometheus.NewDesc("egressd_bfd_packets_dropped_total", "Received BFD packets discarded: malformed, wrong TTL, unknown session, or failing RFC 5880 checks.", []string{"reason"}, nil)
 	allStates   = []State{AdminDown, Down, Init, Up}
 )

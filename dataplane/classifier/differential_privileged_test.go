@@ -7,13 +7,15 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/dataplane/classifier"
 )
 
 // TestPrivilegedClassifierMatchesFirstMatch is the differential test of the program against the
 // reference evaluator dataplane.FirstMatch: random rule sets (nested v4 and v6 prefixes, rules
 // with and without ports, over TCP, UDP and SCTP, allow and deny) and random packets (TCP SYNs,
 // UDP, SCTP and ICMP to destinations among the prefixes); the program's verdict and the rule
-// whose counter the packet incremented must be FirstMatch's.
+// whose counter the packet incremented must be FirstMatch's, and so must the rule egressctl's
+// trace finds in the maps (FirstMatch over the rules read back from them).
 func TestPrivilegedClassifierMatchesFirstMatch(t *testing.T) {
 	c := load(t)
 	r := rand.New(rand.NewPCG(11, uint64(13)))
@@ -43,6 +45,11 @@ func TestPrivilegedClassifierMatchesFirstMatch(t *testing.T) {
 		b[15] = byte(r.IntN(4))
 		return netip.AddrFrom16(b)
 	}
+	in, err := classifier.Inspect(pinRoot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
 	packets, decided := 0, map[string]int{}
 	for round := range 150 {
 		var rules []dataplane.FirewallRule
@@ -104,6 +111,14 @@ func TestPrivilegedClassifierMatchesFirstMatch(t *testing.T) {
 				}
 			}
 			decided[name]++
+			tr, err := in.Trace(src, d, pt.Protocol, pt.Port)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tr.Rule != want || tr.Verdict != name && want >= 0 {
+				t.Fatalf("round %d: %s %s port %d: trace says %s by rule %d, FirstMatch %s by rule %d\nrules:\n%s",
+					round, proto, d, pt.Port, tr.Verdict, tr.Rule, name, want, dump(rules))
+			}
 			if verdict != wantVerdict || counted != want {
 				t.Fatalf("round %d: %s %s port %d: program says %#x by rule %d, FirstMatch %#x by rule %d\nrules:\n%s",
 					round, proto, d, pt.Port, verdict, counted, wantVerdict, want, dump(rules))

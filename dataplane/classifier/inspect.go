@@ -2,10 +2,12 @@ package classifier
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"sort"
 
 	"github.com/cilium/ebpf"
@@ -107,7 +109,8 @@ func (in *Inspector) names() (map[uint32]string, error) {
 
 // Trace is what the classifier does with one flow from a pod.
 type Trace struct {
-	// Namespace of the source pod; empty if the source is no local pod (packets pass untouched).
+	// Namespace of the source pod; empty if the source is no local pod (packets pass untouched;
+	// Exempt and SteerExempt still say what the destination is).
 	Namespace string
 	// Exempt: the destination is in the cluster or service networks (or link-scoped).
 	Exempt bool
@@ -122,6 +125,10 @@ type Trace struct {
 	DSCP    int
 	QoSRule int
 	QoSText string
+	// SteerExempt: the destination is a cluster network or a node address, to which no pod's
+	// traffic is steered nor SNATed to an egress IP (the agent gives the classifier and
+	// nftables the same exemptions).
+	SteerExempt bool
 	// Mark is the routing mark the classifier sets within the mark mask (0: none: the pod has
 	// none, the destination is exempt, or the packet is dropped).
 	Mark uint32
@@ -132,6 +139,10 @@ type Trace struct {
 // traces a flow the pod initiates.
 func (in *Inspector) Trace(src, dst netip.Addr, proto uint8, port uint16) (Trace, error) {
 	tr := Trace{Verdict: "allow", Rule: -1, DSCP: -1, QoSRule: -1}
+	host := netip.PrefixFrom(dst, dst.BitLen())
+	var one uint8
+	tr.Exempt = in.maps["egressd_cluster"].Lookup(prefixKey(host), &one) == nil
+	tr.SteerExempt = in.maps["egressd_steer_exempt"].Lookup(prefixKey(host), &one) == nil
 	var pod bpf.FromPodPodInfo
 	if err := in.maps["egressd_pods"].Lookup(addrOf(src), &pod); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -147,32 +158,19 @@ func (in *Inspector) Trace(src, dst netip.Addr, proto uint8, port uint16) (Trace
 	if tr.Namespace == "" {
 		tr.Namespace = names[pod.QosClass]
 	}
-	host := netip.PrefixFrom(dst, dst.BitLen())
-	var one uint8
-	tr.Exempt = in.maps["egressd_cluster"].Lookup(prefixKey(host), &one) == nil
 	if pod.NsId != 0 && !tr.Exempt {
-		var e bpf.FromPodFwEntry
-		if err := in.maps["egressd_fw"].Lookup(lpmKey(nsID(pod.NsId), host), &e); err == nil {
-			if e.Ports != 0 && port != 0 {
-				var pe bpf.FromPodFwEntry
-				pk := portKey(nsID(pod.NsId), PortPrefix{dataplane.Port{Protocol: proto, Port: port}, host})
-				if in.maps["egressd_fw_ports"].Lookup(pk, &pe) == nil && (e.Verdict == verdictPass || pe.Rule < e.Rule) {
-					e = pe
-				}
+		rules, err := in.firewallRules(nsID(pod.NsId))
+		if err != nil {
+			return tr, err
+		}
+		if r, ok := dataplane.FirstMatch(rules, dst, proto, port); ok {
+			tr.Rule, tr.RuleText = r.Index, r.Text
+			logged := pod.Log & logAllow
+			if r.Deny {
+				tr.Verdict = "deny"
+				logged = pod.Log & logDeny
 			}
-			if e.Verdict != verdictPass {
-				tr.Rule = int(e.Rule)
-				logged := pod.Log & logAllow
-				if e.Verdict == verdictDeny {
-					tr.Verdict = "deny"
-					logged = pod.Log & logDeny
-				}
-				tr.Logged = logged != 0
-				var t bpf.FromPodRuleText
-				if in.maps["egressd_fw_rules"].Lookup(bpf.FromPodStatKey{NsId: pod.NsId, Rule: uint32(e.Rule)}, &t) == nil {
-					tr.RuleText = cstr(t.S[:])
-				}
-			}
+			tr.Logged = logged != 0
 		}
 	}
 	if pod.QosClass != 0 {
@@ -185,8 +183,60 @@ func (in *Inspector) Trace(src, dst netip.Addr, proto uint8, port uint16) (Trace
 			}
 		}
 	}
-	if pod.Mark != 0 && tr.Verdict != "deny" && in.maps["egressd_steer_exempt"].Lookup(prefixKey(host), &one) != nil {
+	if tr.Verdict != "deny" && !tr.SteerExempt {
 		tr.Mark = pod.Mark
 	}
 	return tr, nil
+}
+
+// firewallRules reads a namespace's firewall back from egressd_fw and egressd_fw_ports as rules
+// for dataplane.FirstMatch: one per entry that decides, holding the entry's prefix (and its
+// protocol and port for a ports entry) under the index and verdict of the rule it names. An
+// entry names a rule that matches its prefix, and the entry of a matching rule's own prefix
+// names that rule or an earlier one, so the first match over these rules is the first match
+// over the namespace's rules.
+func (in *Inspector) firewallRules(id nsID) ([]dataplane.FirewallRule, error) {
+	var rules []dataplane.FirewallRule
+	add := func(e bpf.FromPodFwEntry, p netip.Prefix, ports []dataplane.Port) {
+		if e.Verdict == verdictPass {
+			return
+		}
+		r := dataplane.FirewallRule{Index: int(e.Rule), Deny: e.Verdict == verdictDeny, Prefixes: []netip.Prefix{p}, Ports: ports}
+		var t bpf.FromPodRuleText
+		if in.maps["egressd_fw_rules"].Lookup(statKey(id, r.Index), &t) == nil {
+			r.Text = cstr(t.S[:])
+		}
+		rules = append(rules, r)
+	}
+	var k bpf.FromPodLpmKey
+	var e bpf.FromPodFwEntry
+	it := in.maps["egressd_fw"].Iterate()
+	for it.Next(&k, &e) {
+		if nsID(lpmID(k)) == id {
+			add(e, keyPrefix(k.Id, k.Ip, int(k.Prefixlen)-32), nil)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read egressd_fw: %w", err)
+	}
+	var pk bpf.FromPodPortKey
+	it = in.maps["egressd_fw_ports"].Iterate()
+	for it.Next(&pk, &e) {
+		if nsID(pk.Id&^lpmIDv6) == id {
+			add(e, keyPrefix(pk.Id, pk.Ip, int(pk.Prefixlen)-64), []dataplane.Port{{Protocol: pk.Proto, Port: htons(pk.Port)}})
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read egressd_fw_ports: %w", err)
+	}
+	slices.SortStableFunc(rules, func(a, b dataplane.FirewallRule) int { return cmp.Compare(a.Index, b.Index) })
+	return rules, nil
+}
+
+// keyPrefix is the destination prefix of an LPM key of id (its family bit) and address.
+func keyPrefix(id uint32, ip [16]byte, bits int) netip.Prefix {
+	if id&lpmIDv6 != 0 {
+		return netip.PrefixFrom(netip.AddrFrom16(ip), bits)
+	}
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte(ip[:4])), bits)
 }

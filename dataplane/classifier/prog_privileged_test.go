@@ -50,7 +50,7 @@ func load(t testing.TB) *classifier.Classifier {
 func loadWith(t testing.TB, o classifier.Options) *classifier.Classifier {
 	t.Helper()
 	privileged.Require(t)
-	root := fmt.Sprintf("/sys/fs/bpf/egressd-test-classifier-%d", os.Getpid())
+	root := pinRoot()
 	c, err := classifier.Load(root, o)
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +58,9 @@ func loadWith(t testing.TB, o classifier.Options) *classifier.Classifier {
 	t.Cleanup(func() { c.Close(); os.RemoveAll(root) })
 	return c
 }
+
+// pinRoot is where load pins the classifier's maps.
+func pinRoot() string { return fmt.Sprintf("/sys/fs/bpf/egressd-test-classifier-%d", os.Getpid()) }
 
 // pkt builds an Ethernet frame from src to dst; proto "tcp" (a SYN), "tcp-ack", "tcp-synack",
 // "udp", "sctp", "icmp".

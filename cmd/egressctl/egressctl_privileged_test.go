@@ -1,0 +1,274 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/dataplane/kernel"
+	"github.com/egressd/egressd/nodeagent"
+	"github.com/egressd/egressd/test/netns"
+	"github.com/egressd/egressd/test/privileged"
+)
+
+// The node of these tests: pod a/pa (10.244.0.5) steered by the mark of EgressIP eip through
+// 192.0.2.2 and SNATed here to its egress IP; pod b/pb (10.244.0.6) steered by the mark of
+// external route policy gws over gateways 192.0.2.2 and 192.0.2.4, and 192.0.2.3 whose BFD
+// session never comes up; 10.244.2.5 of another node, SNATed here; 10.244.2.7 of another node,
+// selected by an EgressIP but not served here (guarded); pod c/pc (10.244.0.7), an endpoint of
+// EgressService svc whose network is table 100 (routed by source: the classifier has nothing
+// for it).
+var (
+	podA, podB  = netip.MustParseAddr("10.244.0.5"), netip.MustParseAddr("10.244.0.6")
+	podC        = netip.MustParseAddr("10.244.0.7")
+	remote      = netip.MustParseAddr("10.244.2.5")
+	guarded     = netip.MustParseAddr("10.244.2.7")
+	egressAddr  = netip.MustParseAddr("192.0.2.100")
+	gw2, gw3    = netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("192.0.2.3")
+	gw4         = netip.MustParseAddr("192.0.2.4")
+	eipOrigin   = dataplane.Origin{Kind: "EgressIP", Name: "eip"}
+	routeOrigin = dataplane.Origin{Kind: "AdminPolicyBasedExternalRoute", Name: "gws"}
+)
+
+const markA, markB = 0x10000, 0x20000
+
+func nodeState() *dataplane.State {
+	p := netip.MustParsePrefix
+	cluster := []netip.Prefix{p("10.244.0.0/16"), p("10.96.0.0/12")}
+	exempt := append(append([]netip.Prefix{}, cluster...), p("192.0.2.1/32"))
+	anyV4, anyV6 := p("0.0.0.0/0"), p("::/0")
+	return &dataplane.State{
+		Classifier: dataplane.ClassifierState{
+			Pods: []dataplane.Pod{
+				{Origin: dataplane.Origin{Kind: "Pod", Namespace: "a", Name: "pa"}, IPs: []netip.Addr{podA}, QoSRules: []int{0}, Mark: markA},
+				{Origin: dataplane.Origin{Kind: "Pod", Namespace: "b", Name: "pb"}, IPs: []netip.Addr{podB}, Mark: markB},
+				{Origin: dataplane.Origin{Kind: "Pod", Namespace: "c", Name: "pc"}, IPs: []netip.Addr{podC}},
+			},
+			ClusterNetworks: cluster,
+			SteerExempt:     exempt,
+			Firewalls: []dataplane.Firewall{
+				{Origin: dataplane.Origin{Kind: "EgressFirewall", Namespace: "a", Name: "default"}, Rules: []dataplane.FirewallRule{
+					{Index: 0, Deny: true, Prefixes: []netip.Prefix{p("198.51.100.10/32")}, Text: "Deny to 198.51.100.10/32"}}},
+				{Origin: dataplane.Origin{Kind: "EgressFirewall", Namespace: "b", Name: "default"}, Rules: []dataplane.FirewallRule{
+					{Index: 0, Prefixes: []netip.Prefix{p("203.0.113.0/24")}, Ports: []dataplane.Port{{Protocol: 6, Port: 443}}, Text: "Allow to 203.0.113.0/24 ports TCP/443"},
+					{Index: 1, Deny: true, Prefixes: []netip.Prefix{anyV4}, Text: "Deny to 0.0.0.0/0"}}},
+			},
+			QoS: []dataplane.QoS{{Origin: dataplane.Origin{Kind: "EgressQoS", Namespace: "a", Name: "default"}, Rules: []dataplane.QoSRule{
+				{Index: 0, DSCP: 10, Prefixes: []netip.Prefix{p("203.0.113.0/24")}, Text: "DSCP 10 to 203.0.113.0/24"}}}},
+		},
+		Nftables: dataplane.NftablesState{
+			SteerMask: dataplane.DefaultMarkMask,
+			SNAT:      []dataplane.SNAT{{Origin: eipOrigin, Pod: podA, To: egressAddr}, {Origin: eipOrigin, Pod: remote, To: egressAddr}},
+			Exempt:    exempt,
+			Guarded:   []netip.Addr{podA, remote, guarded},
+			SteerNexthops: []dataplane.SteerNexthop{{Mark: markA, Nexthop: gw2},
+				{Mark: markB, Nexthop: gw2}, {Mark: markB, Nexthop: gw3}, {Mark: markB, Nexthop: gw4}},
+		},
+		Routing: dataplane.RoutingState{
+			Rules: []dataplane.RouteRule{
+				{Origin: eipOrigin, Priority: 1, Mark: markA, Mask: dataplane.DefaultMarkMask, Table: 1},
+				{Origin: eipOrigin, Priority: 1, IPv6: true, Mark: markA, Mask: dataplane.DefaultMarkMask, Table: 1},
+				{Origin: routeOrigin, Priority: 2, Mark: markB, Mask: dataplane.DefaultMarkMask, Table: 2},
+				{Origin: dataplane.Origin{Kind: "EgressService", Namespace: "c", Name: "svc"}, Src: netip.PrefixFrom(podC, 32), Network: "100"},
+			},
+			Tables: []dataplane.RouteTable{
+				{Origin: eipOrigin, ID: 1, Routes: []dataplane.Route{{Dst: anyV4, Via: &dataplane.Nexthop{Gateway: gw2}}, {Dst: anyV6, Blackhole: true}}},
+				{Origin: routeOrigin, ID: 2, Routes: []dataplane.Route{{Dst: anyV4, Nexthops: []dataplane.Nexthop{{Gateway: gw2}, {Gateway: gw3, BFD: true}, {Gateway: gw4}}}}},
+			},
+		},
+		Addresses: []dataplane.Address{{Origin: eipOrigin, Addr: egressAddr}},
+		BFD:       []dataplane.BFDPeer{{Origin: routeOrigin, Peer: gw3}},
+	}
+}
+
+// node is a node namespace programmed with nodeState through the agent's Applier, its pods'
+// interfaces facing a pod namespace and its network (192.0.2.0/24) facing an external host.
+type node struct {
+	ns   *netns.NS
+	root string
+	// metrics is the address of an endpoint serving the Applier's collectors (BFD sessions)
+	// and the agent's steering paths, as the agent's does.
+	metrics string
+}
+
+func newNode(t *testing.T) *node {
+	t.Helper()
+	privileged.Require(t)
+	n := &node{ns: netns.New(t, "node"), root: fmt.Sprintf("/sys/fs/bpf/egressd-test-egressctl-%d", os.Getpid())}
+	t.Cleanup(func() { os.RemoveAll(n.root) })
+	pods, ext := netns.New(t, "pods"), netns.New(t, "ext")
+	netns.Veth(t, n.ns, "pod0", pods, "eth0")
+	netns.Veth(t, n.ns, "pod1", pods, "eth1")
+	netns.Veth(t, n.ns, "pod2", pods, "eth2")
+	netns.Veth(t, n.ns, "ext0", ext, "eth0")
+	n.ns.Addr(t, "ext0", "192.0.2.1/24")
+	ext.Addr(t, "eth0", gw2.String()+"/24")
+	if err := n.ns.Script("ip route add 10.244.0.5/32 dev pod0 scope link", "ip route add 10.244.0.6/32 dev pod1 scope link",
+		"ip route add 10.244.0.7/32 dev pod2 scope link"); err != nil {
+		t.Fatal(err)
+	}
+	var a *kernel.Applier
+	if err := n.ns.Do(func() (err error) {
+		a, err = kernel.New(kernel.Options{PinRoot: n.root}, slog.New(slog.DiscardHandler))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	if err := n.ns.Do(func() error {
+		if res := a.Apply(t.Context(), nodeState()); len(res.Failed) > 0 {
+			return fmt.Errorf("Apply failed: %v", res.Failed)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	m := nodeagent.NewMetrics()
+	m.Registry.MustRegister(a.Collectors()...)
+	m.SteeredPaths.WithLabelValues("EgressIP", "eip", "0x10000").Set(1)
+	m.SteeredPaths.WithLabelValues("AdminPolicyBasedExternalRoute", "gws", "0x20000").Set(1)
+	// In the host's namespace: net/http dials from a goroutine of its own, not the thread
+	// that runs egressctl inside the node's.
+	srv := httptest.NewServer(promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	t.Cleanup(srv.Close)
+	n.metrics = srv.Listener.Addr().String()
+	return n
+}
+
+// egressctl runs the command inside the node namespace and returns its output.
+func (n *node) egressctl(t *testing.T, args ...string) string {
+	t.Helper()
+	var out, errs bytes.Buffer
+	var code int
+	if err := n.ns.Do(func() error { code = run(args, &out, &errs); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if code != 0 {
+		t.Fatalf("egressctl %s: exit %d: %s", strings.Join(args, " "), code, errs.String())
+	}
+	return out.String()
+}
+
+// TestPrivilegedTrace programs a node through the agent's Applier and traces flows: the
+// firewall rule (first match, ports included) and DSCP, the mark's rule and table, the
+// gateways a flow may take (live group members only), and the source address it leaves with.
+func TestPrivilegedTrace(t *testing.T) {
+	n := newNode(t)
+	for _, c := range []struct {
+		src, dst, port string
+		want           string
+	}{
+		{podA.String(), "203.0.113.10", "udp/7777", `source:   pod address 10.244.0.5 in namespace a
+firewall: allow (no rule matched)
+qos:      DSCP 10 by rule 0: DSCP 10 to 203.0.113.0/24
+routing:  mark 0x10000: rule 6101 -> table 7101, 0.0.0.0/0: via 192.0.2.2
+egress:   source 192.0.2.100 (egress IP, SNATed on this node), next hop 192.0.2.2
+`},
+		{podA.String(), "198.51.100.10", "", `source:   pod address 10.244.0.5 in namespace a
+firewall: deny by rule 0 of a: Deny to 198.51.100.10/32
+qos:      no EgressQoS rule: DSCP left as the pod set it
+routing:  not routed: dropped by the firewall
+egress:   none: dropped by the firewall
+`},
+		{podA.String(), "10.96.0.10", "tcp/53", `source:   pod address 10.244.0.5 in namespace a
+firewall: not applied: 10.96.0.10 is in the cluster or service networks
+qos:      no EgressQoS rule: DSCP left as the pod set it
+routing:  no mark: 10.96.0.10 is a cluster network or a node address (never steered)
+egress:   not steered nor SNATed: the node's own routing, source as the CNI makes it
+`},
+		{podB.String(), "203.0.113.10", "tcp/443", `source:   pod address 10.244.0.6 in namespace b
+firewall: allow by rule 0 of b: Allow to 203.0.113.0/24 ports TCP/443
+qos:      no EgressQoS rule: DSCP left as the pod set it
+routing:  mark 0x20000: rule 6102 -> table 7102, 0.0.0.0/0: nexthop group GROUP, spread per flow over 192.0.2.2, 192.0.2.4
+egress:   source 10.244.0.6 (the pod address: egressd keeps it), next hop 192.0.2.2, 192.0.2.4 (an egress node, which SNATs it to its egress IP, or an external gateway)
+`},
+		{podB.String(), "203.0.113.10", "udp/443", `source:   pod address 10.244.0.6 in namespace b
+firewall: deny by rule 1 of b: Deny to 0.0.0.0/0
+qos:      no EgressQoS rule: DSCP left as the pod set it
+routing:  not routed: dropped by the firewall
+egress:   none: dropped by the firewall
+`},
+		{podC.String(), "203.0.113.10", "", `source:   10.244.0.7 is no pod the classifier knows (no firewall, QoS or mark): its packets pass it untouched
+routing:  source 10.244.0.7/32: rule 6100 -> table 100 (not egressd's: the table of the pod's network)
+egress:   source 10.244.0.7 (the pod address: egressd keeps it), through table 100
+`},
+		{remote.String(), "203.0.113.10", "", `source:   10.244.2.5 is no pod the classifier knows (no firewall, QoS or mark): its packets pass it untouched
+routing:  no mark: the node's own routing
+egress:   source 192.0.2.100 (egress IP, SNATed on this node), the node's own routing
+`},
+		{remote.String(), "10.244.1.9", "", `source:   10.244.2.5 is no pod the classifier knows (no firewall, QoS or mark): its packets pass it untouched
+routing:  no mark: 10.244.1.9 is a cluster network or a node address (never steered)
+egress:   not steered nor SNATed: the node's own routing, source as the CNI makes it
+`},
+		{guarded.String(), "203.0.113.10", "", `source:   10.244.2.7 is no pod the classifier knows (no firewall, QoS or mark): its packets pass it untouched
+routing:  no mark: the node's own routing
+egress:   none: dropped by the EgressIP leak guard (a selected pod that is neither steered nor SNATed here)
+`},
+	} {
+		args := []string{"trace", "--bpf-pin-root", n.root, "--metrics-address", "0", c.src, c.dst}
+		if c.port != "" {
+			args = append(args, c.port)
+		}
+		got := regexp.MustCompile(`nexthop group \d+`).ReplaceAllString(n.egressctl(t, args...), "nexthop group GROUP")
+		if got != c.want {
+			t.Errorf("egressctl %s:\n%s\nwant:\n%s", strings.Join(args[5:], " "), got, c.want)
+		}
+	}
+
+	// With the agent's metrics, the object of the mark says what the next hops are.
+	for _, c := range []struct{ src, want string }{
+		{podA.String(), "routing:  mark 0x10000 (EgressIP eip): rule 6101 -> table 7101, 0.0.0.0/0: via 192.0.2.2\n" +
+			"egress:   source 192.0.2.100 (egress IP, SNATed on this node), next hop 192.0.2.2\n"},
+		{podB.String(), "routing:  mark 0x20000 (AdminPolicyBasedExternalRoute gws): rule 6102 -> table 7102, 0.0.0.0/0: nexthop group GROUP, spread per flow over 192.0.2.2, 192.0.2.4\n" +
+			"egress:   source 10.244.0.6 (the pod address: egressd keeps it), next hop 192.0.2.2, 192.0.2.4 (external gateways of AdminPolicyBasedExternalRoute gws: they see the pod address)\n"},
+	} {
+		got := n.egressctl(t, "trace", "--bpf-pin-root", n.root, "--metrics-address", n.metrics, c.src, "203.0.113.10", "tcp/443")
+		if got = regexp.MustCompile(`nexthop group \d+`).ReplaceAllString(got, "nexthop group GROUP"); !strings.HasSuffix(got, c.want) {
+			t.Errorf("egressctl trace %s with the agent's metrics:\n%s\nwant it to end with:\n%s", c.src, got, c.want)
+		}
+	}
+}
+
+// TestPrivilegedRoutes lists the node's policy routing: the rules with the object of their
+// mark (from the agent's metrics), the tables with their live gateways and the BFD-gated
+// gateway kept out of its group, and the agent's BFD session to it.
+func TestPrivilegedRoutes(t *testing.T) {
+	n := newNode(t)
+	got := n.egressctl(t, "routes", "--metrics-address", n.metrics)
+	got = regexp.MustCompile(`nexthop group \d+`).ReplaceAllString(got, "nexthop group GROUP")
+	want := `RULE  FAMILY  FWMARK            FROM           TABLE  PATH OF
+6100  ipv4    -                 10.244.0.7/32  100    -
+6101  ipv4    0x10000/0xff0000  all            7101   EgressIP eip
+6101  ipv6    0x10000/0xff0000  all            7101   EgressIP eip
+6102  ipv4    0x20000/0xff0000  all            7102   AdminPolicyBasedExternalRoute gws
+
+TABLE  DESTINATION  ROUTE
+7101   0.0.0.0/0    via 192.0.2.2
+7101   ::/0         blackhole (no live gateway: dropped, never leaked)
+7102   0.0.0.0/0    nexthop group GROUP, per flow over 192.0.2.2, 192.0.2.4
+
+gateways kept out of their groups (BFD session not Up): 192.0.2.3 (BFD Down)
+
+BFD SESSION  STATE  DETECTION TIME  SENT  RECEIVED  TRANSITIONS  DETECTIONS
+192.0.2.3    Down`
+	if !strings.HasPrefix(got, want) {
+		t.Errorf("egressctl routes:\n%s\nwant it to start with:\n%s", got, want)
+	}
+
+	// Without the agent's metrics the kernel's view stands alone, and says so.
+	got = n.egressctl(t, "routes", "--metrics-address", "0")
+	if !strings.Contains(got, "6102  ipv4    0x20000/0xff0000  all            7102   -\n") ||
+		!strings.Contains(got, "gateways kept out of their groups (BFD session not Up): 192.0.2.3\n") ||
+		!strings.HasSuffix(got, "BFD sessions: the agent's metrics not read (--metrics-address 0); the groups above hold the live gateways\n") {
+		t.Errorf("egressctl routes --metrics-address 0:\n%s", got)
+	}
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// metricSteeredPaths is the name of the agent's nodeagent.Metrics.SteeredPaths (egressctl stays
+// clear of the agent's Kubernetes dependencies; a test checks that both agree).
+const metricSteeredPaths = "egressd_steered_path_pod_addresses"
+
+// errNoMetrics: --metrics-address 0 asked not to read the agent's metrics.
+var errNoMetrics = errors.New("not read (--metrics-address 0)")
+
+// scrape reads the metrics of the agent serving them on address (host:port; "0": none).
+func scrape(ctx context.Context, address string) (map[string]*dto.MetricFamily, error) {
+	if address == "0" {
+		return nil, errNoMetrics
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	url := "http://" + address + "/metrics"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, fmt.Errorf("metrics address %q: %w", address, err)
+	}
+	req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", url, err)
+	}
+	return families, nil
+}
+
+// pathOf is the object whose steering path a mark selects.
+type pathOf struct {
+	kind, object string
+}
+
+func (p pathOf) String() string { return p.kind + " " + p.object }
+
+// steeredPaths are the objects of the steering marks, from the agent's metrics.
+func steeredPaths(families map[string]*dto.MetricFamily) map[uint32]pathOf {
+	out := map[uint32]pathOf{}
+	for _, m := range families[metricSteeredPaths].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if mark, err := strconv.ParseUint(labels["mark"], 0, 32); err == nil {
+			out[uint32(mark)] = pathOf{labels["kind"], labels["object"]}
+		}
+	}
+	return out
+}

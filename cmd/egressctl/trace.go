@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/dataplane/classifier"
+	"github.com/egressd/egressd/dataplane/nft"
+	"github.com/egressd/egressd/dataplane/routing"
+)
+
+// kindExternalRoute is the kind of the objects whose paths end at external gateways (the
+// others' end at an egress node).
+const kindExternalRoute = "AdminPolicyBasedExternalRoute"
+
+// traced is what each facility of this node does with one new flow.
+type traced struct {
+	src, dst   netip.Addr
+	classifier classifier.Trace
+	egress     nft.PodEgress
+	// routed: one of egressd's rules matches the classifier's mark; rule is that rule and
+	// route the route of its table for dst (nil when the table is not egressd's).
+	routed bool
+	rule   routing.ProgrammedRule
+	route  *routing.ProgrammedRoute
+	// path is the object of the mark, from the agent's metrics; nil when unknown.
+	path *pathOf
+}
+
+func trace(o options, args []string, out io.Writer) error {
+	if len(args) < 2 || len(args) > 3 {
+		return errors.New("usage: egressctl trace SRC DST [tcp|udp|sctp/PORT]")
+	}
+	src, err := netip.ParseAddr(args[0])
+	if err != nil {
+		return fmt.Errorf("SRC %q: %w", args[0], err)
+	}
+	dst, err := netip.ParseAddr(args[1])
+	if err != nil {
+		return fmt.Errorf("DST %q: %w", args[1], err)
+	}
+	if src.Is4() != dst.Is4() {
+		return fmt.Errorf("SRC %s and DST %s are of different families", src, dst)
+	}
+	var proto uint8
+	var port uint16
+	if len(args) == 3 {
+		if proto, port, err = parsePort(args[2]); err != nil {
+			return err
+		}
+	}
+	t, err := traceFlow(o, src, dst, proto, port)
+	if err != nil {
+		return err
+	}
+	printTrace(out, t)
+	return nil
+}
+
+// parsePort reads tcp|udp|sctp/PORT.
+func parsePort(s string) (uint8, uint16, error) {
+	name, num, ok := strings.Cut(strings.ToLower(s), "/")
+	proto, known := dataplane.ProtocolNumber(name)
+	port, err := strconv.ParseUint(num, 10, 16)
+	if !ok || !known || (proto != 6 && proto != 17 && proto != 132) || err != nil || port == 0 {
+		return 0, 0, fmt.Errorf("%q is not tcp|udp|sctp/PORT", s)
+	}
+	return proto, uint16(port), nil
+}
+
+// traceFlow reads, in the current network namespace, what the classifier, nftables and
+// egressd's routing do with a new flow.
+func traceFlow(o options, src, dst netip.Addr, proto uint8, port uint16) (traced, error) {
+	t := traced{src: src, dst: dst}
+	in, err := classifier.Inspect(o.pinRoot)
+	if err != nil {
+		return t, err
+	}
+	defer in.Close()
+	if t.classifier, err = in.Trace(src, dst, proto, port); err != nil {
+		return t, fmt.Errorf("classifier: %w", err)
+	}
+	if t.egress, err = nft.EgressOf(src); err != nil {
+		return t, fmt.Errorf("EgressIP SNAT of %s: %w", src, err)
+	}
+	if t.classifier.Verdict == "deny" {
+		return t, nil
+	}
+	progr, err := routing.Inspect(o.routing)
+	if err != nil {
+		return t, fmt.Errorf("routing: %w", err)
+	}
+	t.rule, t.route, t.routed = progr.Select(src, dst, t.classifier.Mark)
+	if t.classifier.Mark != 0 {
+		// Best effort: without the agent's metrics the kernel's view is complete, only the
+		// object's name is missing.
+		if families, err := scrape(context.Background(), o.metricsAddress); err == nil {
+			if p, ok := steeredPaths(families)[t.classifier.Mark]; ok {
+				t.path = &p
+			}
+		}
+	}
+	return t, nil
+}
+
+// printTrace writes one line per step of the flow's way out, each starting with its step.
+func printTrace(out io.Writer, t traced) {
+	tr := t.classifier
+	if tr.Namespace == "" {
+		fmt.Fprintf(out, "source:   %s is no pod the classifier knows (no firewall, QoS or mark): its packets pass it untouched\n", t.src)
+	} else {
+		fmt.Fprintf(out, "source:   pod address %s in namespace %s\n", t.src, tr.Namespace)
+		switch {
+		case tr.Exempt:
+			fmt.Fprintf(out, "firewall: not applied: %s is in the cluster or service networks\n", t.dst)
+		case tr.Rule < 0:
+			fmt.Fprintln(out, "firewall: allow (no rule matched)")
+		default:
+			logged := ""
+			if tr.Logged {
+				logged = " (ACL-logged)"
+			}
+			fmt.Fprintf(out, "firewall: %s by rule %d of %s%s: %s\n", tr.Verdict, tr.Rule, tr.Namespace, logged, tr.RuleText)
+		}
+		if tr.DSCP < 0 {
+			fmt.Fprintln(out, "qos:      no EgressQoS rule: DSCP left as the pod set it")
+		} else {
+			fmt.Fprintf(out, "qos:      DSCP %d by rule %d: %s\n", tr.DSCP, tr.QoSRule, tr.QoSText)
+		}
+	}
+	fmt.Fprintln(out, "routing:  "+routingStep(t))
+	fmt.Fprintln(out, "egress:   "+egressStep(t))
+}
+
+// routingStep says where egressd's routing sends the flow: by the classifier's mark, or by its
+// source (an EgressService's network).
+func routingStep(t traced) string {
+	tr := t.classifier
+	switch {
+	case tr.Verdict == "deny":
+		return "not routed: dropped by the firewall"
+	case !t.routed && tr.Mark == 0 && tr.SteerExempt:
+		return "no mark: " + t.dst.String() + " is a cluster network or a node address (never steered)"
+	case !t.routed && tr.Mark == 0:
+		return "no mark: the node's own routing"
+	case !t.routed:
+		return fmt.Sprintf("mark %#x: none of egressd's rules selects it: the node's own routing", tr.Mark)
+	}
+	by := fmt.Sprintf("mark %#x", tr.Mark)
+	switch {
+	case tr.Mark == 0:
+		by = "source " + t.rule.Src.String()
+	case t.path != nil:
+		by += " (" + t.path.String() + ")"
+	}
+	head := fmt.Sprintf("%s: rule %d -> table %d", by, t.rule.Priority, t.rule.Table)
+	switch r := t.route; {
+	case r == nil:
+		return head + " (not egressd's: the table of the pod's network)"
+	case r.Blackhole:
+		return fmt.Sprintf("%s, %s: blackhole (no live gateway)", head, r.Dst)
+	case r.Group != 0:
+		return fmt.Sprintf("%s, %s: nexthop group %d, spread per flow over %s", head, r.Dst, r.Group, joinAddrs(r.Gateways))
+	}
+	return fmt.Sprintf("%s, %s: via %s", head, t.route.Dst, joinAddrs(t.route.Gateways))
+}
+
+// egressStep says with which source address, and towards which next hop, the flow leaves this
+// node, or why it does not.
+func egressStep(t traced) string {
+	tr, snat := t.classifier, t.egress.SNATTo
+	source := "source " + t.src.String() + " (the pod address: egressd keeps it)"
+	if snat.IsValid() {
+		source = "source " + snat.String() + " (egress IP, SNATed on this node)"
+	}
+	switch {
+	case tr.Verdict == "deny":
+		return "none: dropped by the firewall"
+	case tr.SteerExempt:
+		return "not steered nor SNATed: the node's own routing, source as the CNI makes it"
+	case t.routed && t.route != nil && t.route.Blackhole:
+		return "none: dropped by egressd's routing (the path has no live gateway)"
+	case t.routed && t.route != nil:
+		hops := source + ", next hop " + joinAddrs(t.route.Gateways)
+		switch {
+		case snat.IsValid():
+			return hops
+		case t.path == nil:
+			return hops + " (an egress node, which SNATs it to its egress IP, or an external gateway)"
+		case t.path.kind == kindExternalRoute:
+			return hops + " (external gateways of " + t.path.String() + ": they see the pod address)"
+		}
+		return hops + " (egress node of " + t.path.String() + ", which SNATs it to its egress IP)"
+	case t.routed:
+		return source + ", through table " + strconv.FormatUint(uint64(t.rule.Table), 10)
+	case snat.IsValid():
+		return source + ", the node's own routing"
+	case t.egress.Guarded:
+		return "none: dropped by the EgressIP leak guard (a selected pod that is neither steered nor SNATed here)"
+	}
+	return "source as the CNI makes it (egressd does not rewrite it), the node's own routing"
+}
+
+func joinAddrs(as []netip.Addr) string {
+	s := make([]string, len(as))
+	for i, a := range as {
+		s[i] = a.String()
+	}
+	return strings.Join(s, ", ")
+}
