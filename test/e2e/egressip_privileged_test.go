@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -143,8 +143,10 @@ spec:
 	// What egressctl shows on node-0: the IPv4 egress IP it hosts, both pods' IPv4 SNATed to it,
 	// and the IPv6 of sel0 steered by mark to node-1.
 	out := n0.NS.MustRun(t, egressctl(t), "egressip")
-	for _, want := range []string{eip4 + " on eth0", sel0.IPv4.String() + " -> " + eip4, sel1.IPv4.String() + " -> " + eip4, "ipv6 fwmark 0x10000/0xff0000 lookup 7101", "table 7101 ::/0 via " + n1.IPv6.String()} {
-		if !strings.Contains(out, want) {
+	for _, want := range []string{regexp.QuoteMeta(eip4 + " on eth0"), regexp.QuoteMeta(sel0.IPv4.String() + " -> " + eip4),
+		regexp.QuoteMeta(sel1.IPv4.String() + " -> " + eip4),
+		`\n6101\s+ipv6\s+0x10000/0xff0000\s+all\s+7101\s`, `\n7101\s+::/0\s+via ` + regexp.QuoteMeta(n1.IPv6.String())} {
+		if !regexp.MustCompile(want).MatchString(out) {
 			t.Errorf("egressctl egressip on %s lacks %q:\n%s", n0.Name, want, out)
 		}
 	}
