@@ -13,31 +13,47 @@ import (
 	"github.com/egressd/egressd/dataplane/tcx"
 )
 
-// cleanup removes, per kernel facility, what egressd owns, then the pin root itself.
-func cleanup(o options, out io.Writer) error {
-	if err := tcx.Cleanup(o.pinRoot); err != nil {
-		return fmt.Errorf("detach classifier links under %s: %w", o.pinRoot, err)
+// cleanupReport lists what cleanup removed, in order; a cleanup that failed lists what it
+// removed before the failure.
+type cleanupReport struct {
+	Removed []string `json:"removed"`
+}
+
+func (r cleanupReport) writeText(w io.Writer) error {
+	for _, s := range r.Removed {
+		if _, err := fmt.Fprintln(w, s); err != nil {
+			return err
+		}
 	}
-	fmt.Fprintf(out, "detached classifier links pinned under %s\n", tcx.LinksDir(o.pinRoot))
-	if err := classifier.Cleanup(o.pinRoot); err != nil {
-		return fmt.Errorf("remove classifier maps under %s: %w", o.pinRoot, err)
-	}
-	fmt.Fprintf(out, "removed classifier maps under %s\n", o.pinRoot)
-	if err := nft.Cleanup(); err != nil {
-		return fmt.Errorf("remove nftables table inet %s: %w", nft.TableName, err)
-	}
-	fmt.Fprintf(out, "removed nftables table inet %s\n", nft.TableName)
-	if err := addresses.Cleanup(addresses.DefaultProtocol); err != nil {
-		return fmt.Errorf("remove egress addresses (protocol %d): %w", addresses.DefaultProtocol, err)
-	}
-	fmt.Fprintf(out, "removed egress addresses stamped with protocol %d\n", addresses.DefaultProtocol)
-	if err := routing.Cleanup(o.routing); err != nil {
-		return fmt.Errorf("remove egressd's ip rules, routes and nexthops: %w", err)
-	}
-	fmt.Fprintf(out, "removed egressd's ip rules, routes and nexthops (protocol %d)\n", o.routing.Protocol)
-	if err := os.Remove(o.pinRoot); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove %s: %w", o.pinRoot, err)
-	}
-	fmt.Fprintf(out, "removed %s\n", o.pinRoot)
 	return nil
+}
+
+// cleanup removes, per kernel facility, what egressd owns, then the pin root itself.
+func cleanup(o options) (cleanupReport, error) {
+	r := cleanupReport{Removed: []string{}}
+	steps := []struct {
+		done   string
+		remove func() error
+	}{
+		{"detached classifier links pinned under " + tcx.LinksDir(o.pinRoot), func() error { return tcx.Cleanup(o.pinRoot) }},
+		{"removed classifier maps under " + o.pinRoot, func() error { return classifier.Cleanup(o.pinRoot) }},
+		{"removed nftables table inet " + nft.TableName, nft.Cleanup},
+		{fmt.Sprintf("removed egress addresses stamped with protocol %d", addresses.DefaultProtocol),
+			func() error { return addresses.Cleanup(addresses.DefaultProtocol) }},
+		{fmt.Sprintf("removed egressd's ip rules, routes and nexthops (protocol %d)", o.routing.Protocol),
+			func() error { return routing.Cleanup(o.routing) }},
+		{"removed " + o.pinRoot, func() error {
+			if err := os.Remove(o.pinRoot); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+			return nil
+		}},
+	}
+	for _, s := range steps {
+		if err := s.remove(); err != nil {
+			return r, fmt.Errorf("not %s: %w", s.done, err)
+		}
+		r.Removed = append(r.Removed, s.done)
+	}
+	return r, nil
 }

@@ -63,7 +63,9 @@ func TestPrintTraceSteps(t *testing.T) {
 	} {
 		c.t.src, c.t.dst = pod, dst
 		var out bytes.Buffer
-		printTrace(&out, c.t)
+		if err := newTraceReport(c.t).writeText(&out); err != nil {
+			t.Fatal(err)
+		}
 		got := out.String()
 		if !strings.HasSuffix(got, c.want) || !strings.Contains(got, c.firewall) {
 			t.Errorf("%s:\n%s\nwant it to end with:\n%s%s", c.name, got, c.firewall, c.want)
@@ -72,8 +74,7 @@ func TestPrintTraceSteps(t *testing.T) {
 }
 
 func TestPrintRoutes(t *testing.T) {
-	r := routesReport{
-		programmed: routing.Programmed{
+	programmed := routing.Programmed{
 			Rules: []routing.ProgrammedRule{
 				{Priority: 6100, Src: p("10.244.0.7/32"), Table: 100},
 				{Priority: 6101, Mark: 0x10000, Mask: 0xff0000, Table: 7101},
@@ -82,17 +83,17 @@ func TestPrintRoutes(t *testing.T) {
 				{Table: 7101, Dst: p("0.0.0.0/0"), Group: 71000002, Gateways: []netip.Addr{a("198.51.100.1"), a("198.51.100.2")}},
 				{Table: 7101, Dst: p("::/0"), Gateways: []netip.Addr{a("2001:db8::1")}, Src: a("2001:db8::100")},
 			},
-			Standby: []netip.Addr{a("198.51.100.3")},
-		},
-		paths: map[uint32]pathOf{0x10000: {kindExternalRoute, "gws"}},
-		sessions: []bfd.SessionInfo{
-			{Key: bfd.Key{Peer: a("198.51.100.1"), Interface: "eth1"}, State: bfd.Up, DetectionTime: 900 * time.Millisecond,
-				Counters: bfd.Counters{PacketsSent: 40, PacketsReceived: 38, Transitions: 1}},
-			{Key: bfd.Key{Peer: a("198.51.100.3")}, State: bfd.Down, Counters: bfd.Counters{PacketsSent: 12, Transitions: 2, Detections: 1}},
-		},
+		Standby: []netip.Addr{a("198.51.100.3")},
 	}
+	paths := map[uint32]pathOf{0x10000: {kindExternalRoute, "gws"}}
+	sessions := []bfd.SessionInfo{
+		{Key: bfd.Key{Peer: a("198.51.100.1"), Interface: "eth1"}, State: bfd.Up, DetectionTime: 900 * time.Millisecond,
+			Counters: bfd.Counters{PacketsSent: 40, PacketsReceived: 38, Transitions: 1}},
+		{Key: bfd.Key{Peer: a("198.51.100.3")}, State: bfd.Down, Counters: bfd.Counters{PacketsSent: 12, Transitions: 2, Detections: 1}},
+	}
+	r := routesReport{routingReport: newRoutingReport(programmed, paths, sessions), BFDSessions: newBFDSessions(sessions)}
 	var out bytes.Buffer
-	if err := printRoutes(&out, r); err != nil {
+	if err := r.writeText(&out); err != nil {
 		t.Fatal(err)
 	}
 	want := `RULE  FAMILY  FWMARK            FROM           TABLE  PATH OF
@@ -114,8 +115,8 @@ BFD SESSION        STATE  DETECTION TIME  SENT  RECEIVED  TRANSITIONS  DETECTION
 	}
 
 	out.Reset()
-	r.sessions, r.paths, r.metricsErr = nil, nil, errors.New("refused")
-	if err := printRoutes(&out, r); err != nil {
+	r = routesReport{routingReport: newRoutingReport(programmed, nil, nil), MetricsError: "refused"}
+	if err := r.writeText(&out); err != nil {
 		t.Fatal(err)
 	}
 	if got := out.String(); !strings.HasSuffix(got, "198.51.100.3\n\nBFD sessions: the agent's metrics refused; the groups above hold the live gateways\n") {
