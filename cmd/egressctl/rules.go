@@ -14,22 +14,22 @@ type rulesReport struct {
 	// Kind is EgressFirewall or EgressQoS.
 	Kind  string     `json:"kind"`
 	Rules []rulesRow `json:"rules"`
-	qos   bool
 }
 
-// rulesRow is one programmed rule; an EgressQoS rule counts the packets it marked, no bytes.
+// rulesRow is one programmed rule; an EgressQoS rule counts the packets it marked, no bytes
+// (nil).
 type rulesRow struct {
-	Namespace string `json:"namespace"`
-	Rule      int    `json:"rule"`
-	Packets   uint64 `json:"packets"`
-	Bytes     uint64 `json:"bytes,omitempty"`
-	Spec      string `json:"spec"`
+	Namespace string  `json:"namespace"`
+	Rule      int     `json:"rule"`
+	Packets   uint64  `json:"packets"`
+	Bytes     *uint64 `json:"bytes,omitempty"`
+	Spec      string  `json:"spec"`
 }
 
 // readRules reads the programmed EgressFirewall (qos false) or EgressQoS rules with their
 // counters.
 func readRules(pinRoot string, qos bool) (rulesReport, error) {
-	r := rulesReport{Kind: "EgressFirewall", Rules: []rulesRow{}, qos: qos}
+	r := rulesReport{Kind: "EgressFirewall", Rules: []rulesRow{}}
 	if qos {
 		r.Kind = "EgressQoS"
 	}
@@ -45,7 +45,7 @@ func readRules(pinRoot string, qos bool) (rulesReport, error) {
 	for _, rule := range rs {
 		row := rulesRow{Namespace: rule.Namespace, Rule: rule.Index, Packets: rule.Counters.Packets, Spec: rule.Text}
 		if !qos {
-			row.Bytes = rule.Counters.Bytes
+			row.Bytes = &rule.Counters.Bytes
 		}
 		r.Rules = append(r.Rules, row)
 	}
@@ -55,14 +55,14 @@ func readRules(pinRoot string, qos bool) (rulesReport, error) {
 func (r rulesReport) writeText(out io.Writer) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	counted := "PACKETS\tBYTES"
-	if r.qos {
+	if r.Kind == "EgressQoS" {
 		counted = "MARKED PACKETS\t"
 	}
 	fmt.Fprintf(w, "NAMESPACE\tRULE\t%s\tSPEC\n", counted)
 	for _, row := range r.Rules {
-		bytes := strconv.FormatUint(row.Bytes, 10)
-		if r.qos {
-			bytes = ""
+		bytes := ""
+		if row.Bytes != nil {
+			bytes = strconv.FormatUint(*row.Bytes, 10)
 		}
 		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\n", row.Namespace, row.Rule, row.Packets, bytes, row.Spec)
 	}
