@@ -12,10 +12,12 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
@@ -107,7 +109,6 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		return err
 	}
 	defer dp.Close()
-	metrics.Registry.MustRegister(dp.Collectors()...)
 	loop := &nodeagent.SyncLoop{
 		Node:            cfg.nodeName,
 		ClusterNetworks: append(append([]netip.Prefix{}, cfg.clusterCIDRs...), cfg.serviceCIDRs...),
@@ -135,9 +136,8 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Log: log.With("component", "status-aggregator")}
 	prober := reachability.NewProber(reachability.Config{})
 	defer prober.Stop()
-	metrics.Registry.MustRegister(prober.Collectors()...)
 	eipMetrics := egressip.NewMetrics()
-	metrics.Registry.MustRegister(eipMetrics.Collectors()...)
+	metrics.Registry.MustRegister(componentCollectors(dp, prober, eipMetrics)...)
 	egressIPs := &egressip.Controller{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true), Probes: prober,
 		HealthPort: cfg.healthPort, Recorder: recorder, Log: log.With("component", "egressip-controller"), Metrics: eipMetrics,
 		Cloud: cfg.egressIPCloud, Requester: &cloudprivateip.Requester{Client: egress, Recorder: recorder, Log: log.With("component", "cloudprivateip")}}
@@ -212,6 +212,13 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	<-ctx.Done()
 	log.Info("shutting down")
 	return nil
+}
+
+// componentCollectors are the metrics the agent registers besides nodeagent.Metrics' own: the
+// dataplane's, and those of the leader's EgressIP assignment and its reachability probes. The
+// metrics reference (docs/reference/metrics.md) is generated from the same list.
+func componentCollectors(dp *kernel.Applier, prober *reachability.Prober, eip *egressip.Metrics) []prometheus.Collector {
+	return slices.Concat(dp.Collectors(), prober.Collectors(), eip.Collectors())
 }
 
 // eventRecorder records Events (on the objects whose status says why they failed).
