@@ -44,10 +44,10 @@ type traceReport struct {
 	Namespace string `json:"namespace,omitempty"`
 	// Verdict is the firewall's, allow or deny; Firewall the rule that decided it (nil: no
 	// rule matched, or the destination is exempt).
-	Verdict  string     `json:"verdict"`
-	Firewall *ruleMatch `json:"firewall,omitempty"`
+	Verdict  string         `json:"verdict"`
+	Firewall *firewallMatch `json:"firewall,omitempty"`
 	// QoS is the EgressQoS rule that sets the DSCP, nil for none.
-	QoS *ruleMatch `json:"qos,omitempty"`
+	QoS *qosMatch `json:"qos,omitempty"`
 	// Mark is the routing mark the classifier sets, Path the object whose path it selects.
 	Mark uint32  `json:"mark,omitempty"`
 	Path *pathOf `json:"path,omitempty"`
@@ -60,12 +60,19 @@ type traceReport struct {
 	Steps  []traceStep `json:"steps"`
 }
 
-// ruleMatch is a rule of a namespace's EgressFirewall or EgressQoS.
-type ruleMatch struct {
+// firewallMatch is the rule of a namespace's EgressFirewall that decided; Logged: the verdict
+// is written as an ACL log line.
+type firewallMatch struct {
 	Rule   int    `json:"rule"`
 	Spec   string `json:"spec"`
-	Logged bool   `json:"logged,omitempty"`
-	DSCP   int    `json:"dscp,omitempty"`
+	Logged bool   `json:"logged"`
+}
+
+// qosMatch is the rule of a namespace's EgressQoS that sets the DSCP.
+type qosMatch struct {
+	Rule int    `json:"rule"`
+	Spec string `json:"spec"`
+	DSCP int    `json:"dscp"`
 }
 
 // traceStep is one step of the flow's way out and what happens there.
@@ -168,10 +175,10 @@ func newTraceReport(t traced) traceReport {
 	r := traceReport{Source: t.src, Destination: t.dst, Namespace: tr.Namespace, Verdict: tr.Verdict, Mark: tr.Mark,
 		Path: t.path, SNATTo: t.egress.SNATTo}
 	if tr.Namespace != "" && !tr.Exempt && tr.Rule >= 0 {
-		r.Firewall = &ruleMatch{Rule: tr.Rule, Spec: tr.RuleText, Logged: tr.Logged}
+		r.Firewall = &firewallMatch{Rule: tr.Rule, Spec: tr.RuleText, Logged: tr.Logged}
 	}
 	if tr.Namespace != "" && tr.DSCP >= 0 {
-		r.QoS = &ruleMatch{Rule: tr.QoSRule, Spec: tr.QoSText, DSCP: tr.DSCP}
+		r.QoS = &qosMatch{Rule: tr.QoSRule, Spec: tr.QoSText, DSCP: tr.DSCP}
 	}
 	if t.routed {
 		r.Rule = &routingRule{Priority: t.rule.Priority, Family: family(t.rule.IPv6), Mark: t.rule.Mark, Mask: t.rule.Mask,
