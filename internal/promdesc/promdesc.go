@@ -17,7 +17,7 @@ var types sync.Map // *prometheus.Desc -> prometheus.ValueType
 // Desc is a metric descriptor with its type.
 type Desc struct {
 	*prometheus.Desc
-	Type prometheus.ValueType
+	valueType prometheus.ValueType
 }
 
 // New declares the metric name of type t with the variable labels.
@@ -29,7 +29,7 @@ func New(name, help string, t prometheus.ValueType, labels ...string) Desc {
 
 // Sample is a sample of d, its label values in the order of d's labels.
 func (d Desc) Sample(v float64, labelValues ...string) prometheus.Metric {
-	return prometheus.MustNewConstMetric(d.Desc, d.Type, v, labelValues...)
+	return prometheus.MustNewConstMetric(d.Desc, d.valueType, v, labelValues...)
 }
 
 // TypeOf is the type d was declared with, false when New did not make it.
