@@ -201,6 +201,8 @@ func TestStatusFromTheAgentsMetrics(t *testing.T) {
 	m.Objects.WithLabelValues("EgressQoS", "applied").Set(1)
 	m.ObjectFailures.WithLabelValues("EgressFirewall", "b/default", "dnsName rule 2: no DNS answer").Set(1)
 	m.SteeredPaths.WithLabelValues("EgressIP", "eip", "0x10000").Set(2)
+	m.SyncErrors.WithLabelValues("egressfirewall").Add(3)
+	m.SyncErrors.WithLabelValues("apply").Add(1)
 	srv := httptest.NewServer(promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	defer srv.Close()
 	families, err := scrape(t.Context(), strings.TrimPrefix(srv.URL, "http://"))
@@ -221,6 +223,7 @@ func TestStatusFromTheAgentsMetrics(t *testing.T) {
 	want := `egressctl:          v1
 agent:              v2
 leader:             node-b
+sync errors:        apply 1, egressfirewall 3 since the agent started
 classifier:         3 EgressFirewall rules, 1 EgressQoS rules
 egress IPs hosted:  192.0.2.100 on eth0
 

@@ -22,6 +22,7 @@ const (
 	metricLeaderHolder  = "egressd_leader_holder"
 	metricObjects       = "egressd_objects"
 	metricObjectFailure = "egressd_object_failure"
+	metricSyncErrors    = "egressd_sync_errors_total"
 )
 
 // errNoMetrics: --metrics-address 0 asked not to read the agent's metrics.

@@ -25,6 +25,9 @@ type statusReport struct {
 	// Leader is the node whose agent holds the leader Lease, as this node's agent last saw it.
 	Leader     string `json:"leader,omitempty"`
 	LeaderHere bool   `json:"leaderHere"`
+	// SyncErrors are the agent's failed sync steps since it started, by feature (the compile
+	// of an API, or the apply), those without any left out.
+	SyncErrors []featureErrors `json:"syncErrors"`
 	// Objects are the API objects the agent's last sync programmed, by kind; Failing those it
 	// failed to program, with the reason.
 	Objects []objectCount   `json:"objects"`
@@ -37,6 +40,11 @@ type statusReport struct {
 	BFDSessions  []bfdSession    `json:"bfdSessions"`
 	EgressIPs    []hostedAddress `json:"egressIPs"`
 	Unread       []string        `json:"unread,omitempty"`
+}
+
+type featureErrors struct {
+	Feature string `json:"feature"`
+	Errors  int    `json:"errors"`
 }
 
 type objectCount struct {
@@ -58,7 +66,7 @@ type steeredPath struct {
 }
 
 func readStatus(o options) (statusReport, error) {
-	r := statusReport{EgressctlVersion: version.String(), Objects: []objectCount{}, Failing: []failingObject{},
+	r := statusReport{EgressctlVersion: version.String(), SyncErrors: []featureErrors{}, Objects: []objectCount{}, Failing: []failingObject{},
 		SteeredPaths: []steeredPath{}, BFDSessions: []bfdSession{}, EgressIPs: []hostedAddress{}}
 	unread := func(what string, err error) { r.Unread = append(r.Unread, fmt.Sprintf("%s: %v", what, err)) }
 	if families, err := scrape(context.Background(), o.metricsAddress); err != nil {
@@ -101,6 +109,12 @@ func (r *statusReport) fromMetrics(families map[string]*dto.MetricFamily) {
 	for _, s := range samples(families, metricLeader) {
 		r.LeaderHere = s.value == 1
 	}
+	for _, s := range samples(families, metricSyncErrors) {
+		if s.value > 0 {
+			r.SyncErrors = append(r.SyncErrors, featureErrors{Feature: s.labels["feature"], Errors: int(s.value)})
+		}
+	}
+	slices.SortFunc(r.SyncErrors, func(a, b featureErrors) int { return cmp.Compare(a.Feature, b.Feature) })
 	counts := map[string]*objectCount{}
 	for _, s := range samples(families, metricObjects) {
 		kind := s.labels["kind"]
@@ -149,6 +163,17 @@ func (r statusReport) writeText(out io.Writer) error {
 	fmt.Fprintf(w, "egressctl:\t%s\n", r.EgressctlVersion)
 	fmt.Fprintf(w, "agent:\t%s\n", agent)
 	fmt.Fprintf(w, "leader:\t%s\n", leader)
+	if r.AgentVersion != "" {
+		syncErrors := "none since the agent started"
+		if len(r.SyncErrors) > 0 {
+			e := make([]string, len(r.SyncErrors))
+			for i, f := range r.SyncErrors {
+				e[i] = fmt.Sprintf("%s %d", f.Feature, f.Errors)
+			}
+			syncErrors = strings.Join(e, ", ") + " since the agent started"
+		}
+		fmt.Fprintf(w, "sync errors:\t%s\n", syncErrors)
+	}
 	fmt.Fprintf(w, "classifier:\t%d EgressFirewall rules, %d EgressQoS rules\n", r.FirewallRules, r.QoSRules)
 	hosted := "none"
 	if len(r.EgressIPs) > 0 {
