@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 
 	"github.com/egressd/egressd/dataplane/addresses"
@@ -31,27 +32,37 @@ func (r cleanupReport) writeText(w io.Writer) error {
 // cleanup removes, per kernel facility, what egressd owns, then the pin root itself.
 func cleanup(o options) (cleanupReport, error) {
 	r := cleanupReport{Removed: []string{}}
+	// Each step: what it does (for its error), what it did (for the report), how.
 	steps := []struct {
-		done   string
-		remove func() error
+		do, done string
+		remove   func() error
 	}{
-		{"detached classifier links pinned under " + tcx.LinksDir(o.pinRoot), func() error { return tcx.Cleanup(o.pinRoot) }},
-		{"removed classifier maps under " + o.pinRoot, func() error { return classifier.Cleanup(o.pinRoot) }},
-		{"removed nftables table inet " + nft.TableName, nft.Cleanup},
-		{fmt.Sprintf("removed egress addresses stamped with protocol %d", addresses.DefaultProtocol),
+		{"detach classifier links under " + o.pinRoot, "detached classifier links pinned under " + tcx.LinksDir(o.pinRoot),
+			func() error { return tcx.Cleanup(o.pinRoot) }},
+		{"remove classifier maps under " + o.pinRoot, "removed classifier maps under " + o.pinRoot,
+			func() error { return classifier.Cleanup(o.pinRoot) }},
+		{"remove nftables table inet " + nft.TableName, "removed nftables table inet " + nft.TableName, nft.Cleanup},
+		{fmt.Sprintf("remove egress addresses (protocol %d)", addresses.DefaultProtocol),
+			fmt.Sprintf("removed egress addresses stamped with protocol %d", addresses.DefaultProtocol),
 			func() error { return addresses.Cleanup(addresses.DefaultProtocol) }},
-		{fmt.Sprintf("removed egressd's ip rules, routes and nexthops (protocol %d)", o.routing.Protocol),
+		{"remove egressd's ip rules, routes and nexthops",
+			fmt.Sprintf("removed egressd's ip rules, routes and nexthops (protocol %d)", o.routing.Protocol),
 			func() error { return routing.Cleanup(o.routing) }},
-		{"removed " + o.pinRoot, func() error {
-			if err := os.Remove(o.pinRoot); err != nil && !errors.Is(err, os.ErrNotExist) {
+		{"remove " + o.pinRoot, "removed " + o.pinRoot, func() error {
+			var pathErr *fs.PathError
+			switch err := os.Remove(o.pinRoot); {
+			case errors.Is(err, os.ErrNotExist):
+				return nil
+			case errors.As(err, &pathErr):
+				return pathErr.Err // the step names the path already
+			default:
 				return err
 			}
-			return nil
 		}},
 	}
 	for _, s := range steps {
 		if err := s.remove(); err != nil {
-			return r, fmt.Errorf("not %s: %w", s.done, err)
+			return r, fmt.Errorf("%s: %w", s.do, err)
 		}
 		r.Removed = append(r.Removed, s.done)
 	}

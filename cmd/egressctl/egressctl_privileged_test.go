@@ -375,3 +375,41 @@ func TestPrivilegedStatus(t *testing.T) {
 		t.Errorf("egressctl status --metrics-address 0:\n%s", got)
 	}
 }
+
+// cleanup removes egressd's objects step by step; when a step fails, its report lists the
+// steps done and the error names the one that failed.
+func TestPrivilegedCleanup(t *testing.T) {
+	n := newNode(t)
+	stranger := n.root + "/not-egressds" // a directory: bpffs holds no regular files
+	if err := os.Mkdir(stranger, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cleanup := func() (int, cleanupReport, string) {
+		var out, errs bytes.Buffer
+		var code int
+		if err := n.ns.Do(func() error {
+			code = run([]string{"cleanup", "-o", "json", "--bpf-pin-root", n.root}, &out, &errs)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var r cleanupReport
+		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+			t.Fatalf("egressctl cleanup -o json: %v\n%s", err, out.String())
+		}
+		return code, r, errs.String()
+	}
+	code, r, errs := cleanup()
+	if want := "egressctl cleanup: remove " + n.root + ": directory not empty\n"; code != 1 || len(r.Removed) != 5 || errs != want {
+		t.Errorf("cleanup with a stranger in the pin root: exit %d, removed %q, %q; want exit 1, 5 steps, %q", code, r.Removed, errs, want)
+	}
+	if out, err := n.ns.Run("nft", "list", "table", "inet", "egressd"); err == nil {
+		t.Errorf("after cleanup, the table is still there:\n%s", out)
+	}
+	if err := os.Remove(stranger); err != nil {
+		t.Fatal(err)
+	}
+	if code, r, errs = cleanup(); code != 0 || len(r.Removed) != 6 || r.Removed[5] != "removed "+n.root {
+		t.Errorf("cleanup: exit %d, removed %q, %s", code, r.Removed, errs)
+	}
+}

@@ -77,16 +77,16 @@ type report interface {
 
 // command reads one kind of report from the node.
 type command struct {
-	// args says whether the command takes arguments (only trace does).
-	args bool
-	read func(o options, args []string) (report, error)
+	// takesArgs: the command takes arguments (only trace does).
+	takesArgs bool
+	read      func(o options, args []string) (report, error)
 }
 
 var commands = map[string]command{
 	"status":   {read: func(o options, _ []string) (report, error) { return reading(readStatus(o)) }},
 	"firewall": {read: func(o options, _ []string) (report, error) { return reading(readRules(o.pinRoot, false)) }},
 	"qos":      {read: func(o options, _ []string) (report, error) { return reading(readRules(o.pinRoot, true)) }},
-	"trace":    {args: true, read: func(o options, args []string) (report, error) { return reading(trace(o, args)) }},
+	"trace":    {takesArgs: true, read: func(o options, args []string) (report, error) { return reading(trace(o, args)) }},
 	"routes":   {read: func(o options, _ []string) (report, error) { return reading(readRoutes(o)) }},
 	"egressip": {read: func(o options, _ []string) (report, error) { return reading(readEgressIP(o)) }},
 	// cleanup's report says what it removed also when it stops on an error.
@@ -139,7 +139,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case !ok:
 		fmt.Fprintf(stderr, "egressctl: unknown command %q\n\n%s", name, usage)
 		return 2
-	case !cmd.args && len(cmdArgs) > 0:
+	case !cmd.takesArgs && len(cmdArgs) > 0:
 		fmt.Fprintf(stderr, "egressctl %s: unexpected arguments %q\n", name, cmdArgs)
 		return 2
 	case !slices.Contains([]string{"text", "json"}, o.output):
