@@ -21,6 +21,10 @@ type Metrics struct {
 	// SteeredPaths names the object of each steering mark (egressctl routes reads it: the
 	// kernel's rules and tables know only the mark).
 	SteeredPaths *prometheus.GaugeVec
+	// OutsideNetworks counts local pod addresses outside the cluster networks: pod-to-pod traffic
+	// to them would be judged as leaving the cluster (a CNI whose IPAM is not the Nodes'
+	// podCIDRs needs --cluster-cidr).
+	OutsideNetworks prometheus.Gauge
 }
 
 // NewMetrics registers the agent's metrics and the Go and process collectors.
@@ -45,12 +49,16 @@ func NewMetrics() *Metrics {
 			Name: "egressd_steered_path_pod_addresses",
 			Help: "Local pod addresses steered through the path of an object (EgressIP, AdminPolicyBasedExternalRoute, EgressService), by the skb->mark that selects its ip rules and table.",
 		}, []string{"kind", "object", "mark"}),
+		OutsideNetworks: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "egressd_pod_addresses_outside_cluster_networks",
+			Help: "Local pod addresses outside the cluster networks (discovered from the Nodes' spec.podCIDRs unless --cluster-cidr is set); nonzero means the networks are wrong.",
+		}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "egressd_leader",
 			Help: "1 while this agent holds the leader Lease and runs the cluster controllers.",
 		}),
 	}
-	m.Registry.MustRegister(m.SyncDuration, m.SyncErrors, m.Leader, m.Latency, m.SteeredPaths,
+	m.Registry.MustRegister(m.SyncDuration, m.SyncErrors, m.Leader, m.Latency, m.SteeredPaths, m.OutsideNetworks,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -97,8 +97,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":9477", "host:port serving /healthz and /readyz")
 	fs.StringVar(&c.reachabilityAddr, "egress-health-bind-address", fmt.Sprintf(":%d", reachability.DefaultPort),
 		"host:port serving grpc.health.v1 Service_Egress_IP, probed by the leader to judge this node's reachability for EgressIP and EgressService (upstream's egressip-node-healthcheck-port); \"0\" disables, and the node is then unreachable for them")
-	fs.Var(&c.clusterCIDRs, "cluster-cidr", "comma-separated pod network CIDRs (one per IP family)")
-	fs.Var(&c.serviceCIDRs, "service-cidr", "comma-separated service network CIDRs (one per IP family)")
+	fs.Var(&c.clusterCIDRs, "cluster-cidr", "comma-separated pod network CIDRs, replacing those discovered from the Nodes' spec.podCIDRs (for a CNI with its own IPAM, e.g. Calico's IP pools)")
+	fs.Var(&c.serviceCIDRs, "service-cidr", "comma-separated service network CIDRs, added to those of the ServiceCIDR objects (for a cluster without them)")
 	defNS := os.Getenv("POD_NAMESPACE")
 	if defNS == "" {
 		defNS = "egressd"
@@ -172,19 +172,6 @@ func (c *config) validate() error {
 	if c.reachabilityAddr != "0" {
 		if err := checkHostPort(c.reachabilityAddr); err != nil {
 			bad("egress-health-bind-address", "%v", err)
-		}
-	}
-	for name, l := range map[string]prefixList{"cluster-cidr": c.clusterCIDRs, "service-cidr": c.serviceCIDRs} {
-		var v4, v6 int
-		for _, p := range l {
-			if p.Addr().Is4() {
-				v4++
-			} else {
-				v6++
-			}
-		}
-		if v4 > 1 || v6 > 1 {
-			bad(name, "at most one CIDR per IP family, got %s", l.String())
 		}
 	}
 	if c.leaderElectionNS == "" {

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/signal"
 	"sync"
@@ -35,6 +34,7 @@ import (
 	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/nodeagent/cloudprivateip"
+	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/cniserver"
 	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/nodeagent/egressservice"
@@ -109,20 +109,20 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	defer dp.Close()
 	metrics.Registry.MustRegister(dp.Collectors()...)
 	loop := &nodeagent.SyncLoop{
-		Node:            cfg.nodeName,
-		ClusterNetworks: append(append([]netip.Prefix{}, cfg.clusterCIDRs...), cfg.serviceCIDRs...),
-		Snapshot:        w.Snapshot(),
-		Changed:         w.Subscribe(false),
-		Triggers:        []<-chan struct{}{dp.Changed()},
-		PendingSince:    w.TakePending,
-		DNS:             dnsnames.New(ctx, cfg.dnsServers, cfg.dnsMinTTL, log.With("component", "dns")),
-		Applier:         dp,
-		Metrics:         metrics,
-		Log:             log.With("component", "sync"),
-		Debounce:        cfg.debounce,
-		MarkMask:        cfg.markMask,
-		Routes:          externalroute.Compiler{Legacy: cfg.legacyGateways},
-		Resync:          cfg.resync,
+		Node:         cfg.nodeName,
+		Networks:     cluster.NetworkFlags{Pods: cfg.clusterCIDRs, Services: cfg.serviceCIDRs},
+		Snapshot:     w.Snapshot(),
+		Changed:      w.Subscribe(false),
+		Triggers:     []<-chan struct{}{dp.Changed()},
+		PendingSince: w.TakePending,
+		DNS:          dnsnames.New(ctx, cfg.dnsServers, cfg.dnsMinTTL, log.With("component", "dns")),
+		Applier:      dp,
+		Metrics:      metrics,
+		Log:          log.With("component", "sync"),
+		Debounce:     cfg.debounce,
+		MarkMask:     cfg.markMask,
+		Routes:       externalroute.Compiler{Legacy: cfg.legacyGateways},
+		Resync:       cfg.resync,
 	}
 
 	recorder, stopEvents := eventRecorder(ctx, kube, cfg.nodeName)
@@ -146,7 +146,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	serviceProber := reachability.NewProber(reachability.Config{})
 	defer serviceProber.Stop()
 	egressServices := &egressservice.Controller{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true),
-		Networks: loop.ClusterNetworks, Probes: serviceProber, HealthPort: cfg.healthPort, Recorder: recorder,
+		Networks: loop.Networks, Probes: serviceProber, HealthPort: cfg.healthPort, Recorder: recorder,
 		Log: log.With("component", "egressservice-controller")}
 
 	// The CNI socket is served before the caches sync: a plugin's ADD waits for the first sync.

@@ -175,7 +175,9 @@ func (n *Node) StartAgent(ctx context.Context) error {
 		return err
 	}
 	n.agentStarted = true
-	args := []string{"--cni-socket", n.CNISocket(), "--cluster-cidr", fmt.Sprintf("%s,%s", ClusterCIDRs[0], ClusterCIDRs[1]), "--service-cidr", fmt.Sprintf("%s,%s", ServiceCIDRs[0], ServiceCIDRs[1])}
+	// No cluster networks on the command line: the agents discover them (the nodes' podCIDRs,
+	// the API server's ServiceCIDR), as in the shipped DaemonSet.
+	args := []string{"--cni-socket", n.CNISocket()}
 	wrap := n.lab.opts.AgentWrap
 	if wrap == nil {
 		wrap = DefaultAgentWrap
