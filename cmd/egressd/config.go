@@ -52,6 +52,10 @@ type config struct {
 	healthPort       uint16
 	egressIPCloud    egressip.CloudMode
 	cniSocket        string
+	cniBinary        string
+	cniBinDir        string
+	cniConfDir       string
+	cniFailOpen      bool
 }
 
 // prefixList is a comma-separated list of CIDRs, v4 and/or v6.
@@ -124,6 +128,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	cloud := fs.String("egressip-cloud", "auto", "request egress IPs from the cloud through CloudPrivateIPConfigs (OpenShift's cloud-network-config-controller attaches them to the node's NIC) before using them: true, false, or auto (while any node carries the cloud.network.openshift.io/egress-ipconfig annotation)")
 	ignore := fs.String("status-ignore-nodes", "", "label selector of nodes egressd does not run on: they are not waited for in the aggregate status of EgressFirewall and EgressQoS")
 	fs.StringVar(&c.cniSocket, "cni-socket", cniapi.DefaultSocket, "unix socket on which egressd's chained CNI plugin (egressd-cni) hands over new pods; \"\" disables")
+	fs.StringVar(&c.cniConfDir, "cni-conf-dir", "", "the host's CNI configuration directory: egressd-cni is appended to the primary network configuration there, and kept there (\"\": not installed, chain it by hand)")
+	fs.StringVar(&c.cniBinDir, "cni-bin-dir", "/opt/cni/bin", "the host's CNI plugin directory, where egressd-cni is installed (with --cni-conf-dir)")
+	fs.StringVar(&c.cniBinary, "cni-plugin-binary", defaultCNIBinary(), "the egressd-cni executable to install (with --cni-conf-dir)")
+	fs.BoolVar(&c.cniFailOpen, "cni-fail-open", false, "installed chain entry lets a pod start when egressd does not answer its CNI ADD in time, unprogrammed until egressd is back (default: fail closed, the runtime retries)")
 	fs.IntVarP(&c.verbosity, "v", "v", 0, "log verbosity: 0 info, 1 debug, higher adds client-go detail")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or text")
 	fs.Usage = func() {} // an error is one line; the full usage only on --help
@@ -191,6 +199,9 @@ func (c *config) validate() error {
 			bad("dns-server", "%q is not ip:port", server)
 		}
 	}
+	if c.cniConfDir != "" && c.cniSocket == "" {
+		bad("cni-conf-dir", "installing egressd-cni needs its socket (--cni-socket)")
+	}
 	if len(c.dnsServers) == 0 {
 		bad("dns-server", "at least one server")
 	}
@@ -235,4 +246,13 @@ func defaultDNSServers() []string {
 		return []string{"127.0.0.1:53"}
 	}
 	return out
+}
+
+// defaultCNIBinary is egressd-cni beside the running egressd (both are in the image).
+func defaultCNIBinary() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "egressd-cni"
+	}
+	return filepath.Join(filepath.Dir(exe), "egressd-cni")
 }

@@ -31,6 +31,7 @@ import (
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/kernel"
+	"github.com/egressd/egressd/internal/cniinstall"
 	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/nodeagent/cloudprivateip"
@@ -160,6 +161,16 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 			return err
 		}
 		defer cs.Close()
+		if cfg.cniConfDir != "" {
+			in := &cniinstall.Installer{Binary: cfg.cniBinary, BinDir: cfg.cniBinDir, ConfDir: cfg.cniConfDir,
+				Entry: map[string]any{"type": cniinstall.PluginType, "socket": cfg.cniSocket, "failOpen": cfg.cniFailOpen},
+				Log: log.With("component", "cni-install")}
+			go func() {
+				if err := in.Run(ctx); err != nil {
+					log.Error("egressd-cni not installed: new pods are programmed from the API only", "component", "cni-install", "err", err)
+				}
+			}()
+		}
 	}
 	servers, err := serve(cfg, metrics, loop, log)
 	if err != nil {
