@@ -42,18 +42,8 @@ func waitChained(t *testing.T, n *lab.Node, what string) {
 // moment only.
 func TestPrivilegedCNIInstalledByTheAgent(t *testing.T) {
 	privileged.Require(t)
-	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true, InstallCNI: true})
+	l, count, denied, open := sinkLab(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true, InstallCNI: true})
 	ctx := context.Background()
-	sink, err := l.AddExternal("sink", lab.ExternalOptions{}, "203.0.113.10")
-	if err != nil {
-		t.Fatal(err)
-	}
-	count, err := sink.CountUDP(9000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	denied, open := l.CP.Namespace(t), l.CP.Namespace(t)
-	applyFirewall(t, l, denied, denyAll)
 	const d = 300 * time.Millisecond
 	for _, n := range l.Nodes {
 		waitChained(t, n, "at start")
