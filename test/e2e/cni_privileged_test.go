@@ -46,6 +46,18 @@ func sinkLab(t *testing.T, o lab.Options) (l *lab.Lab, count func() uint64, deni
 	return l, count, denied, open
 }
 
+// settled waits until the sink's count stops moving (datagrams of an earlier flood still being
+// read) and returns it, so that a later difference counts only what came after.
+func settled(count func() uint64) uint64 {
+	last := count()
+	for stable := time.Now(); time.Since(stable) < 300*time.Millisecond; time.Sleep(50 * time.Millisecond) {
+		if c := count(); c != last {
+			last, stable = c, time.Now()
+		}
+	}
+	return last
+}
+
 // floodOnStart starts flooding UDP from the pod to dst the instant its CNI ADD returned, for d;
 // wait returns how many datagrams it sent.
 func floodOnStart(t *testing.T, dst string, d time.Duration) (func(*lab.Pod), func() uint64) {
