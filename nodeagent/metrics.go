@@ -30,6 +30,10 @@ type Metrics struct {
 	Objects        *prometheus.GaugeVec
 	ObjectFailures *prometheus.GaugeVec
 	buildInfo      *prometheus.GaugeVec
+	// OutsideNetworks counts local pod addresses outside the cluster networks: pod-to-pod traffic
+	// to them would be judged as leaving the cluster (a CNI whose IPAM is not the Nodes'
+	// podCIDRs needs --cluster-cidr).
+	OutsideNetworks prometheus.Gauge
 }
 
 // NewMetrics registers the agent's metrics and the Go and process collectors.
@@ -54,6 +58,10 @@ func NewMetrics() *Metrics {
 			Name: "egressd_steered_path_pod_addresses",
 			Help: "Local pod addresses steered through the path of an object (EgressIP, AdminPolicyBasedExternalRoute, EgressService), by the skb->mark that selects its ip rules and table.",
 		}, []string{"kind", "object", "mark"}),
+		OutsideNetworks: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "egressd_pod_addresses_outside_cluster_networks",
+			Help: "Local pod addresses outside the cluster networks (discovered from the Nodes' spec.podCIDRs unless --cluster-cidr is set); nonzero means the networks are wrong.",
+		}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "egressd_leader",
 			Help: "1 while this agent holds the leader Lease and runs the cluster controllers.",
@@ -85,7 +93,7 @@ func NewMetrics() *Metrics {
 // collectors); the metrics reference is generated from them.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.SyncDuration, m.SyncErrors, m.Leader, m.LeaderHolder, m.Latency, m.SteeredPaths,
-		m.Objects, m.ObjectFailures, m.buildInfo}
+		m.OutsideNetworks, m.Objects, m.ObjectFailures, m.buildInfo}
 }
 
 // observeObjects sets Objects and ObjectFailures from a sync's outcome: the objects compiled

@@ -90,7 +90,7 @@ func TestDesiredStateGolden(t *testing.T) {
 			app := &recordingApplier{}
 			l := newLoop(app, nil, 0)
 			l.Node = "n1"
-			l.ClusterNetworks = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/48")}
+			l.Networks.Pods = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/48")}
 			l.Snapshot = watcherstest.Snapshot(append(append([]runtime.Object{}, common...), tc.objs...)...)
 			l.sync(context.Background())
 			golden.Assert(t, "testdata/"+tc.name+".golden", stateJSON(t, app.state()))

@@ -52,9 +52,10 @@ type Announced interface {
 // SyncLoop recomputes the whole desired state after any change and applies it.
 type SyncLoop struct {
 	Node string
-	// ClusterNetworks (pod and service CIDRs) are never subject to EgressFirewall.
-	ClusterNetworks []netip.Prefix
-	Snapshot        *watchers.Snapshot
+	// Networks are the cluster networks of the command line; the rest is discovered
+	// (cluster.Networks). Cluster networks are never subject to EgressFirewall.
+	Networks cluster.NetworkFlags
+	Snapshot *watchers.Snapshot
 	// Changed signals API changes; a burst is coalesced by Debounce.
 	Changed <-chan struct{}
 	// Triggers signal other changes that need a sync at once: the kernel (links, addresses),
@@ -96,6 +97,8 @@ type SyncLoop struct {
 	// failing is the last error logged per object, so that a persistent failure is logged
 	// when it starts or changes, not at every sync.
 	failing map[dataplane.Origin]string
+	// outside is the last count of local pod addresses outside the cluster networks.
+	outside int
 	retry   backoff
 }
 
@@ -170,7 +173,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	if l.PendingSince != nil {
 		since = l.PendingSince()
 	}
-	networks := cluster.Networks(l.Snapshot, l.ClusterNetworks)
+	networks := cluster.Networks(l.Snapshot, l.Networks)
 	snap, announced := l.Snapshot, []*corev1.Pod(nil)
 	if l.Announced != nil {
 		snap, announced = l.Announced.Overlay(l.Snapshot)
@@ -184,6 +187,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 		return err
 	})
 	in.Pods = l.parts.pods
+	l.checkNetworks(in)
 	l.compile("egressfirewall", func() error {
 		p, err := l.firewalls.Compile(in)
 		if err == nil {
@@ -327,4 +331,25 @@ func (l *SyncLoop) recordEvents(events []egressip.Event) {
 		l.Recorder.Event(ref, e.Type, e.Reason, e.Message)
 	}
 	l.recorded = seen
+}
+
+// checkNetworks reports local pod addresses outside the cluster networks, once when their number
+// changes: discovery missed the CNI's pod networks.
+func (l *SyncLoop) checkNetworks(in *cluster.Input) {
+	outside := 0
+	var example string
+	for _, p := range in.Pods {
+		for _, ip := range p.IPs {
+			if !in.InNetworks(ip) {
+				outside++
+				example = fmt.Sprintf("pod %s/%s address %s", p.Origin.Namespace, p.Origin.Name, ip)
+			}
+		}
+	}
+	l.Metrics.OutsideNetworks.Set(float64(outside))
+	if outside != l.outside && outside > 0 {
+		l.Log.Warn("pod addresses outside the cluster networks: traffic to them is judged as leaving the cluster; set --cluster-cidr",
+			"addresses", outside, "example", example, "networks", in.Networks)
+	}
+	l.outside = outside
 }

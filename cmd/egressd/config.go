@@ -52,6 +52,10 @@ type config struct {
 	healthPort       uint16
 	egressIPCloud    egressip.CloudMode
 	cniSocket        string
+	cniBinary        string
+	cniBinDir        string
+	cniConfDir       string
+	cniFailOpen      bool
 }
 
 // prefixList is a comma-separated list of CIDRs, v4 and/or v6.
@@ -85,11 +89,11 @@ func (p *prefixList) Set(v string) error {
 	return nil
 }
 
-// environment gives the defaults of the flags that depend on the node: the pod's environment
-// and the node's resolver.
+// environment gives the defaults of the flags that depend on the node: the pod's environment,
+// the node's resolver, where egressd runs from.
 type environment struct {
-	nodeName, namespace string
-	dnsServers          []string
+	nodeName, namespace, cniBinary string
+	dnsServers                     []string
 }
 
 // nodeEnvironment is the environment the agent runs in.
@@ -98,7 +102,7 @@ func nodeEnvironment() environment {
 	if ns == "" {
 		ns = "egressd"
 	}
-	return environment{nodeName: os.Getenv("NODE_NAME"), namespace: ns, dnsServers: defaultDNSServers()}
+	return environment{nodeName: os.Getenv("NODE_NAME"), namespace: ns, cniBinary: defaultCNIBinary(), dnsServers: defaultDNSServers()}
 }
 
 // newFlagSet declares the agent's flags into c, with the node-dependent defaults of env; cloud
@@ -113,8 +117,8 @@ func newFlagSet(c *config, env environment) (fs *flag.FlagSet, cloud, ignore *st
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":9477", "host:port serving /healthz and /readyz")
 	fs.StringVar(&c.reachabilityAddr, "egress-health-bind-address", fmt.Sprintf(":%d", reachability.DefaultPort),
 		"host:port serving grpc.health.v1 Service_Egress_IP, probed by the leader to judge this node's reachability for EgressIP and EgressService (upstream's egressip-node-healthcheck-port); \"0\" disables, and the node is then unreachable for them")
-	fs.Var(&c.clusterCIDRs, "cluster-cidr", "comma-separated pod network CIDRs (one per IP family)")
-	fs.Var(&c.serviceCIDRs, "service-cidr", "comma-separated service network CIDRs (one per IP family)")
+	fs.Var(&c.clusterCIDRs, "cluster-cidr", "comma-separated pod network CIDRs, replacing those discovered from the Nodes' spec.podCIDRs (for a CNI with its own IPAM, e.g. Calico's IP pools)")
+	fs.Var(&c.serviceCIDRs, "service-cidr", "comma-separated service network CIDRs, added to those of the ServiceCIDR objects (for a cluster without them)")
 	fs.StringVar(&c.leaderElectionNS, "leader-election-namespace", env.namespace, "namespace of the leader election Lease (default $POD_NAMESPACE or egressd)")
 	fs.DurationVar(&c.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a Lease is valid without renewal")
 	fs.DurationVar(&c.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing before giving up leadership")
@@ -136,6 +140,10 @@ func newFlagSet(c *config, env environment) (fs *flag.FlagSet, cloud, ignore *st
 	cloud = fs.String("egressip-cloud", "auto", "request egress IPs from the cloud through CloudPrivateIPConfigs (OpenShift's cloud-network-config-controller attaches them to the node's NIC) before using them: true, false, or auto (while any node carries the cloud.network.openshift.io/egress-ipconfig annotation)")
 	ignore = fs.String("status-ignore-nodes", "", "label selector of nodes egressd does not run on: they are not waited for in the aggregate status of EgressFirewall and EgressQoS")
 	fs.StringVar(&c.cniSocket, "cni-socket", cniapi.DefaultSocket, "unix socket on which egressd's chained CNI plugin (egressd-cni) hands over new pods; \"\" disables")
+	fs.StringVar(&c.cniConfDir, "cni-conf-dir", "", "the host's CNI configuration directory: egressd-cni is appended to the primary network configuration there, and kept there (\"\": not installed, chain it by hand)")
+	fs.StringVar(&c.cniBinDir, "cni-bin-dir", "/opt/cni/bin", "the host's CNI plugin directory, where egressd-cni is installed (with --cni-conf-dir)")
+	fs.StringVar(&c.cniBinary, "cni-plugin-binary", env.cniBinary, "the egressd-cni executable to install (with --cni-conf-dir; default egressd-cni next to egressd)")
+	fs.BoolVar(&c.cniFailOpen, "cni-fail-open", false, "installed chain entry lets a pod start when egressd does not answer its CNI ADD in time, unprogrammed until egressd is back (default: fail closed, the runtime retries)")
 	fs.IntVarP(&c.verbosity, "v", "v", 0, "log verbosity: 0 info, 1 debug, higher adds client-go detail")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or text")
 	return fs, cloud, ignore
@@ -193,19 +201,6 @@ func (c *config) validate() error {
 			bad("egress-health-bind-address", "%v", err)
 		}
 	}
-	for name, l := range map[string]prefixList{"cluster-cidr": c.clusterCIDRs, "service-cidr": c.serviceCIDRs} {
-		var v4, v6 int
-		for _, p := range l {
-			if p.Addr().Is4() {
-				v4++
-			} else {
-				v6++
-			}
-		}
-		if v4 > 1 || v6 > 1 {
-			bad(name, "at most one CIDR per IP family, got %s", l.String())
-		}
-	}
 	if c.leaderElectionNS == "" {
 		bad("leader-election-namespace", "required")
 	}
@@ -222,6 +217,9 @@ func (c *config) validate() error {
 		if _, err := netip.ParseAddrPort(server); err != nil {
 			bad("dns-server", "%q is not ip:port", server)
 		}
+	}
+	if c.cniConfDir != "" && c.cniSocket == "" {
+		bad("cni-conf-dir", "installing egressd-cni needs its socket (--cni-socket)")
 	}
 	if len(c.dnsServers) == 0 {
 		bad("dns-server", "at least one server")
@@ -267,4 +265,13 @@ func defaultDNSServers() []string {
 		return []string{"127.0.0.1:53"}
 	}
 	return out
+}
+
+// defaultCNIBinary is egressd-cni beside the running egressd (both are in the image).
+func defaultCNIBinary() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "egressd-cni"
+	}
+	return filepath.Join(filepath.Dir(exe), "egressd-cni")
 }

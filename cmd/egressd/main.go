@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/signal"
 	"slices"
@@ -34,9 +33,11 @@ import (
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/kernel"
+	"github.com/egressd/egressd/internal/cniinstall"
 	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/nodeagent/cloudprivateip"
+	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/cniserver"
 	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/nodeagent/egressservice"
@@ -110,20 +111,20 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	}
 	defer dp.Close()
 	loop := &nodeagent.SyncLoop{
-		Node:            cfg.nodeName,
-		ClusterNetworks: append(append([]netip.Prefix{}, cfg.clusterCIDRs...), cfg.serviceCIDRs...),
-		Snapshot:        w.Snapshot(),
-		Changed:         w.Subscribe(false),
-		Triggers:        []<-chan struct{}{dp.Changed()},
-		PendingSince:    w.TakePending,
-		DNS:             dnsnames.New(ctx, cfg.dnsServers, cfg.dnsMinTTL, log.With("component", "dns")),
-		Applier:         dp,
-		Metrics:         metrics,
-		Log:             log.With("component", "sync"),
-		Debounce:        cfg.debounce,
-		MarkMask:        cfg.markMask,
-		Routes:          externalroute.Compiler{Legacy: cfg.legacyGateways},
-		Resync:          cfg.resync,
+		Node:         cfg.nodeName,
+		Networks:     cluster.NetworkFlags{Pods: cfg.clusterCIDRs, Services: cfg.serviceCIDRs},
+		Snapshot:     w.Snapshot(),
+		Changed:      w.Subscribe(false),
+		Triggers:     []<-chan struct{}{dp.Changed()},
+		PendingSince: w.TakePending,
+		DNS:          dnsnames.New(ctx, cfg.dnsServers, cfg.dnsMinTTL, log.With("component", "dns")),
+		Applier:      dp,
+		Metrics:      metrics,
+		Log:          log.With("component", "sync"),
+		Debounce:     cfg.debounce,
+		MarkMask:     cfg.markMask,
+		Routes:       externalroute.Compiler{Legacy: cfg.legacyGateways},
+		Resync:       cfg.resync,
 	}
 
 	recorder, stopEvents := eventRecorder(ctx, kube, cfg.nodeName)
@@ -146,7 +147,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	serviceProber := reachability.NewProber(reachability.Config{})
 	defer serviceProber.Stop()
 	egressServices := &egressservice.Controller{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true),
-		Networks: loop.ClusterNetworks, Probes: serviceProber, HealthPort: cfg.healthPort, Recorder: recorder,
+		Networks: loop.Networks, Probes: serviceProber, HealthPort: cfg.healthPort, Recorder: recorder,
 		Log: log.With("component", "egressservice-controller")}
 
 	// The CNI socket is served before the caches sync: a plugin's ADD waits for the first sync.
@@ -160,6 +161,16 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 			return err
 		}
 		defer cs.Close()
+		if cfg.cniConfDir != "" {
+			in := &cniinstall.Installer{Binary: cfg.cniBinary, BinDir: cfg.cniBinDir, ConfDir: cfg.cniConfDir,
+				Entry: map[string]any{"type": cniinstall.PluginType, "socket": cfg.cniSocket, "failOpen": cfg.cniFailOpen},
+				Log: log.With("component", "cni-install")}
+			go func() {
+				if err := in.Run(ctx); err != nil {
+					log.Error("egressd-cni not installed: new pods are programmed from the API only", "component", "cni-install", "err", err)
+				}
+			}()
+		}
 	}
 	servers, err := serve(cfg, metrics, loop, log)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"go4.org/netipx"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -65,21 +66,63 @@ func HostAddresses(n *corev1.Node) []netip.Addr {
 	return out
 }
 
-// Networks are the cluster networks: those of the flags, and the service networks the cluster
-// declares in ServiceCIDR objects (a cluster may add some after the agent started).
-func Networks(snap *watchers.Snapshot, flags []netip.Prefix) []netip.Prefix {
-	out := slices.Clone(flags)
-	if snap.ServiceCIDRs == nil {
-		return out
+// NetworkFlags are the cluster networks given on the command line.
+type NetworkFlags struct {
+	// Pods replace the discovered pod networks, for a CNI whose pod addresses do not come from
+	// the Nodes' spec.podCIDRs (Calico's or Cilium's own IPAM).
+	Pods []netip.Prefix
+	// Services are added to the service networks the ServiceCIDR objects declare.
+	Services []netip.Prefix
+}
+
+// Networks are the cluster networks: the pod networks (flags.Pods, else every Node's
+// spec.podCIDRs, aggregated) and the service networks (flags.Services and the ServiceCIDR
+// objects). Computed at every sync, so nodes and service ranges added later count.
+func Networks(snap *watchers.Snapshot, flags NetworkFlags) []netip.Prefix {
+	var b netipx.IPSetBuilder
+	pods := flags.Pods
+	if len(pods) == 0 {
+		pods = nodePodCIDRs(snap)
 	}
-	cidrs, err := snap.ServiceCIDRs.List(labels.Everything())
+	for _, p := range append(slices.Clone(pods), flags.Services...) {
+		b.AddPrefix(p.Masked())
+	}
+	if snap.ServiceCIDRs != nil {
+		if cidrs, err := snap.ServiceCIDRs.List(labels.Everything()); err == nil {
+			for _, c := range cidrs {
+				for _, s := range c.Spec.CIDRs {
+					if p, err := netip.ParsePrefix(s); err == nil {
+						b.AddPrefix(p.Masked())
+					}
+				}
+			}
+		}
+	}
+	set, err := b.IPSet()
+	if err != nil { // only on invalid prefixes, which were skipped
+		return nil
+	}
+	return set.Prefixes()
+}
+
+// nodePodCIDRs are the pod CIDRs the cluster gave its nodes.
+func nodePodCIDRs(snap *watchers.Snapshot) []netip.Prefix {
+	if snap.Nodes == nil {
+		return nil
+	}
+	nodes, err := snap.Nodes.List(labels.Everything())
 	if err != nil {
-		return out
+		return nil
 	}
-	for _, c := range cidrs {
-		for _, s := range c.Spec.CIDRs {
-			if p, err := netip.ParsePrefix(s); err == nil && !slices.Contains(out, p.Masked()) {
-				out = append(out, p.Masked())
+	var out []netip.Prefix
+	for _, n := range nodes {
+		cidrs := n.Spec.PodCIDRs
+		if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
+			cidrs = []string{n.Spec.PodCIDR}
+		}
+		for _, c := range cidrs {
+			if p, err := netip.ParsePrefix(c); err == nil {
+				out = append(out, p)
 			}
 		}
 	}

@@ -27,8 +27,9 @@ import (
 type Controller struct {
 	Client   versioned.Interface
 	Snapshot *watchers.Snapshot
-	// Networks are the cluster networks (an endpoint outside them is host-networked).
-	Networks []netip.Prefix
+	// Networks are the cluster networks of the command line (an endpoint outside the cluster
+	// networks is host-networked).
+	Networks cluster.NetworkFlags
 	// Changed signals API changes, status included.
 	Changed <-chan struct{}
 	// Probes is this controller's own prober (Set replaces the probed nodes).

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	ovnfake "github.com/egressd/egressd/api/generated/clientset/versioned/fake"
+	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/watchers/watcherstest"
 )
 
@@ -99,7 +100,7 @@ func TestControllerReconcile(t *testing.T) {
 		slice("a", "web", "web-1", discoveryv1.AddressTypeIPv4, [2]string{"n2", "10.244.2.5"})}
 	ovn := ovnfake.NewSimpleClientset(es)
 	probes := &fakeProbes{down: map[string]bool{}}
-	c := &Controller{Client: ovn, Snapshot: watcherstest.Snapshot(objs...), Networks: networks, Probes: probes,
+	c := &Controller{Client: ovn, Snapshot: watcherstest.Snapshot(objs...), Networks: cluster.NetworkFlags{Pods: networks}, Probes: probes,
 		Recorder: record.NewFakeRecorder(10), Log: slog.New(slog.DiscardHandler), recorded: map[string]string{}}
 	ctx := context.Background()
 	check := func(wantHost string) {

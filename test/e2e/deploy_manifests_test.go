@@ -207,7 +207,7 @@ func TestDeployManifestsDryRun(t *testing.T) {
 		}
 		c, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
 		args := fmt.Sprint(c[0].(map[string]any)["args"])
-		for _, want := range []string{"--fwmark-mask=0x0f000000", "--rule-priority-base=2000", "--rule-priority-count=100",
+		for _, want := range []string{"--cluster-cidr=10.0.0.0/16,fd00::/48", "--service-cidr=10.1.0.0/16", "--fwmark-mask=0x0f000000", "--rule-priority-base=2000", "--rule-priority-count=100",
 			"--route-table-base=3000", "--route-table-count=200", "--metrics-bind-address=:19476",
 			"--health-probe-bind-address=:19477", "--egress-health-bind-address=:19107", "--egressip-health-port=19107",
 			"--log-format=text", "--v=1", "--external-gateway-annotations"} {

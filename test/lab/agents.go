@@ -175,7 +175,16 @@ func (n *Node) StartAgent(ctx context.Context) error {
 		return err
 	}
 	n.agentStarted = true
-	args := []string{"--cni-socket", n.CNISocket(), "--cluster-cidr", fmt.Sprintf("%s,%s", ClusterCIDRs[0], ClusterCIDRs[1]), "--service-cidr", fmt.Sprintf("%s,%s", ServiceCIDRs[0], ServiceCIDRs[1])}
+	// No cluster networks on the command line: the agents discover them (the nodes' podCIDRs,
+	// the API server's ServiceCIDR), as in the shipped DaemonSet.
+	args := []string{"--cni-socket", n.CNISocket()}
+	if n.lab.opts.InstallCNI {
+		dir, err := egressdCNI()
+		if err != nil {
+			return err
+		}
+		args = append(args, "--cni-conf-dir", n.CNIConfDir(), "--cni-bin-dir", n.CNIBinDir(), "--cni-plugin-binary", filepath.Join(dir, "egressd-cni"))
+	}
 	wrap := n.lab.opts.AgentWrap
 	if wrap == nil {
 		wrap = DefaultAgentWrap

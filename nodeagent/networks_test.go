@@ -1,0 +1,44 @@
+package nodeagent
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/egressd/egressd/watchers/watcherstest"
+)
+
+// Without --cluster-cidr the pod networks come from the Nodes' spec.podCIDRs; a local pod
+// address outside them (a CNI with its own IPAM) is counted, so the operator sees the flag is
+// needed, and the flag fixes it.
+func TestPodAddressesOutsideClusterNetworks(t *testing.T) {
+	n1 := node("n1", `{"ipv4":"192.0.2.1/24"}`)
+	n1.Spec.PodCIDRs = []string{"10.244.1.0/24"}
+	objs := []runtime.Object{n1,
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "a"}},
+		pod("a", "in", "n1", nil, "10.244.1.5"),
+		pod("a", "calico", "n1", nil, "192.168.7.9", "10.244.1.6"),
+	}
+	for _, tc := range []struct {
+		name string
+		pods []netip.Prefix
+		want float64
+	}{
+		{"discovered from the node", nil, 1},
+		{"--cluster-cidr", []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("192.168.0.0/16")}, 0},
+	} {
+		l := newLoop(&recordingApplier{}, nil, 0)
+		l.Node = "n1"
+		l.Networks.Pods = tc.pods
+		l.Snapshot = watcherstest.Snapshot(objs...)
+		l.sync(context.Background())
+		if got := testutil.ToFloat64(l.Metrics.OutsideNetworks); got != tc.want {
+			t.Errorf("%s: %v pod addresses outside the cluster networks, want %v", tc.name, got, tc.want)
+		}
+	}
+}
