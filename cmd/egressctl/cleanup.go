@@ -6,12 +6,14 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 
 	"github.com/egressd/egressd/dataplane/addresses"
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/nft"
 	"github.com/egressd/egressd/dataplane/routing"
 	"github.com/egressd/egressd/dataplane/tcx"
+	"github.com/egressd/egressd/internal/cniinstall"
 )
 
 // cleanupReport lists what cleanup removed, in order; a cleanup that failed lists what it
@@ -29,14 +31,18 @@ func (r cleanupReport) writeText(w io.Writer) error {
 	return nil
 }
 
-// cleanup removes, per kernel facility, what egressd owns, then the pin root itself.
+// step is one removal of cleanup: what it does (for its error), what it did (for the report),
+// how.
+type step struct {
+	do, done string
+	remove   func() error
+}
+
+// cleanup removes egressd-cni from the node's CNI chain when asked, then, per kernel facility,
+// what egressd owns, then the pin root itself.
 func cleanup(o options) (cleanupReport, error) {
 	r := cleanupReport{Removed: []string{}}
-	// Each step: what it does (for its error), what it did (for the report), how.
-	steps := []struct {
-		do, done string
-		remove   func() error
-	}{
+	steps := []step{
 		{"detach classifier links under " + o.pinRoot, "detached classifier links pinned under " + tcx.LinksDir(o.pinRoot),
 			func() error { return tcx.Cleanup(o.pinRoot) }},
 		{"remove classifier maps under " + o.pinRoot, "removed classifier maps under " + o.pinRoot,
@@ -59,6 +65,12 @@ func cleanup(o options) (cleanupReport, error) {
 				return err
 			}
 		}},
+	}
+	if o.cniConfDir != "" {
+		// First, so that no new pod waits for an agent that is gone.
+		steps = slices.Insert(steps, 0, step{"remove egressd-cni from " + o.cniConfDir + " and " + o.cniBinDir,
+			"removed egressd-cni from the CNI configuration lists in " + o.cniConfDir + " and its binary from " + o.cniBinDir,
+			func() error { return cniinstall.Uninstall(o.cniBinDir, o.cniConfDir) }})
 	}
 	for _, s := range steps {
 		if err := s.remove(); err != nil {

@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -384,11 +386,11 @@ func TestPrivilegedCleanup(t *testing.T) {
 	if err := os.Mkdir(stranger, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	cleanup := func() (int, cleanupReport, string) {
+	cleanup := func(flags ...string) (int, cleanupReport, string) {
 		var out, errs bytes.Buffer
 		var code int
 		if err := n.ns.Do(func() error {
-			code = run([]string{"cleanup", "-o", "json", "--bpf-pin-root", n.root}, &out, &errs)
+			code = run(append([]string{"cleanup", "-o", "json", "--bpf-pin-root", n.root}, flags...), &out, &errs)
 			return nil
 		}); err != nil {
 			t.Fatal(err)
@@ -409,7 +411,24 @@ func TestPrivilegedCleanup(t *testing.T) {
 	if err := os.Remove(stranger); err != nil {
 		t.Fatal(err)
 	}
-	if code, r, errs = cleanup(); code != 0 || len(r.Removed) != 6 || r.Removed[5] != "removed "+n.root {
+	// egressd-cni installed by the agent leaves the node's CNI chain, and its binary the node.
+	confDir, binDir := t.TempDir(), t.TempDir()
+	conflist := filepath.Join(confDir, "10-ptp.conflist")
+	for file, content := range map[string]string{
+		conflist:                             `{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"ptp"},{"type":"egressd-cni","socket":"/run/egressd/cni.sock"}]}`,
+		filepath.Join(binDir, "egressd-cni"): "#!/bin/sh\n",
+	} {
+		if err := os.WriteFile(file, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, r, errs = cleanup("--cni-conf-dir", confDir, "--cni-bin-dir", binDir); code != 0 || len(r.Removed) != 7 || r.Removed[6] != "removed "+n.root {
 		t.Errorf("cleanup: exit %d, removed %q, %s", code, r.Removed, errs)
+	}
+	if b, err := os.ReadFile(conflist); err != nil || strings.Contains(string(b), "egressd-cni") || !strings.Contains(string(b), "ptp") {
+		t.Errorf("after cleanup, %s: %s (%v)", conflist, b, err)
+	}
+	if _, err := os.Stat(filepath.Join(binDir, "egressd-cni")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after cleanup, the egressd-cni binary: %v", err)
 	}
 }

@@ -53,6 +53,9 @@ type options struct {
 	routing        routing.Config
 	// output is how the report is printed: text (tables and lines) or json.
 	output string
+	// cniConfDir and cniBinDir are where the agent installed egressd-cni (its --cni-conf-dir,
+	// --cni-bin-dir); cleanup removes it from there. No conf dir: not installed.
+	cniConfDir, cniBinDir string
 }
 
 // newFlagSet declares egressctl's flags, shared by every command, into o.
@@ -67,6 +70,8 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.IntVar(&o.routing.RulePriorityCount, "rule-priority-count", o.routing.RulePriorityCount, "the agent's --rule-priority-count")
 	fs.IntVar(&o.routing.TableBase, "route-table-base", o.routing.TableBase, "the agent's --route-table-base")
 	fs.IntVar(&o.routing.TableCount, "route-table-count", o.routing.TableCount, "the agent's --route-table-count")
+	fs.StringVar(&o.cniConfDir, "cni-conf-dir", "", "the agent's --cni-conf-dir: cleanup removes egressd-cni from the CNI configuration lists there (\"\": egressd-cni was not installed)")
+	fs.StringVar(&o.cniBinDir, "cni-bin-dir", "/opt/cni/bin", "the agent's --cni-bin-dir: cleanup removes the egressd-cni binary there (with --cni-conf-dir)")
 	return fs
 }
 
