@@ -88,7 +88,7 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"status":   {read: func(o options, _ []string) (report, error) { return reading(readStatus(o)) }},
+	"status":   {read: func(o options, _ []string) (report, error) { return readStatus(o), nil }},
 	"firewall": {read: func(o options, _ []string) (report, error) { return reading(readRules(o.pinRoot, false)) }},
 	"qos":      {read: func(o options, _ []string) (report, error) { return reading(readRules(o.pinRoot, true)) }},
 	"trace":    {takesArgs: true, read: func(o options, args []string) (report, error) { return reading(trace(o, args)) }},

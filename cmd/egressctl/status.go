@@ -65,7 +65,7 @@ type steeredPath struct {
 	PodAddresses int    `json:"podAddresses"`
 }
 
-func readStatus(o options) (statusReport, error) {
+func readStatus(o options) statusReport {
 	r := statusReport{EgressctlVersion: version.String(), SyncErrors: []featureErrors{}, Objects: []objectCount{}, Failing: []failingObject{},
 		SteeredPaths: []steeredPath{}, BFDSessions: []bfdSession{}, EgressIPs: []hostedAddress{}}
 	unread := func(what string, err error) { r.Unread = append(r.Unread, fmt.Sprintf("%s: %v", what, err)) }
@@ -89,11 +89,12 @@ func readStatus(o options) (statusReport, error) {
 			*n = len(rules)
 		}
 	}
-	var err error
-	if r.EgressIPs, err = readHosted(); err != nil {
+	if hosted, err := readHosted(); err != nil {
 		unread("egress IPs", err)
+	} else {
+		r.EgressIPs = hosted
 	}
-	return r, nil
+	return r
 }
 
 // fromMetrics fills in what the agent exports about itself and its objects.
