@@ -169,6 +169,7 @@ func write(w io.Writer, r report, output string) error {
 	if output == "json" {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false) // "rule 6101 -> table 7101", not "-\u003e"
 		return enc.Encode(r)
 	}
 	return r.writeText(w)

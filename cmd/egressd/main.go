@@ -164,7 +164,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		if cfg.cniConfDir != "" {
 			in := &cniinstall.Installer{Binary: cfg.cniBinary, BinDir: cfg.cniBinDir, ConfDir: cfg.cniConfDir,
 				Entry: map[string]any{"type": cniinstall.PluginType, "socket": cfg.cniSocket, "failOpen": cfg.cniFailOpen},
-				Log: log.With("component", "cni-install")}
+				Log:   log.With("component", "cni-install")}
 			go func() {
 				if err := in.Run(ctx); err != nil {
 					log.Error("egressd-cni not installed: new pods are programmed from the API only", "component", "cni-install", "err", err)
