@@ -1,0 +1,113 @@
+package egressrouter
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	netopac "github.com/egressd/egressd/api/generated/applyconfiguration/networkoperator/v1"
+	"github.com/egressd/egressd/api/generated/clientset/versioned"
+	netopv1 "github.com/egressd/egressd/api/networkoperator/v1"
+)
+
+// Reasons of the configuring node's report.
+const (
+	ReasonConfigured    = "RouterConfigured"
+	ReasonConfigFailed  = "ConfigurationFailed"
+	ReasonPending       = "RouterPodPending"
+	reasonAsExpected    = "AsExpected"
+	reasonNotConfigured = "NotConfigured"
+)
+
+// Conditions are the three conditions of an EgressRouter at one moment.
+type Conditions struct {
+	Available, Progressing, Degraded netopv1.EgressRouterStatusCondition
+}
+
+func cond(t netopv1.EgressRouterStatusConditionType, ok bool, reason, message string) netopv1.EgressRouterStatusCondition {
+	s := netopv1.ConditionFalse
+	if ok {
+		s = netopv1.ConditionTrue
+	}
+	return netopv1.EgressRouterStatusCondition{Type: t, Status: s, Reason: reason, Message: message}
+}
+
+// ForPlacement are the conditions of the leader's decision (none when it keeps the pod: the
+// configuring node reported).
+func ForPlacement(p Placement) (Conditions, bool) {
+	switch {
+	case p.Create != "":
+		return Conditions{
+			Available:   cond(netopv1.EgressRouterAvailable, false, ReasonPending, "waiting for node "+p.Create+" to configure the router pod"),
+			Progressing: cond(netopv1.EgressRouterProgressing, true, p.Reason, p.Message),
+			Degraded:    cond(netopv1.EgressRouterDegraded, false, reasonAsExpected, ""),
+		}, true
+	case p.Keep == "" && p.Reason != "":
+		return Conditions{
+			Available:   cond(netopv1.EgressRouterAvailable, false, p.Reason, "no router pod: "+p.Message),
+			Progressing: cond(netopv1.EgressRouterProgressing, false, p.Reason, ""),
+			Degraded:    cond(netopv1.EgressRouterDegraded, true, p.Reason, p.Message),
+		}, true
+	}
+	return Conditions{}, false
+}
+
+// ForConfiguration are the conditions the configuring node reports: the router pod's
+// configuration succeeded (what it serves) or failed (why).
+func ForConfiguration(pod, node, served string, failure error) Conditions {
+	if failure != nil {
+		msg := fmt.Sprintf("router pod %s on node %s: %v", pod, node, failure)
+		return Conditions{
+			Available:   cond(netopv1.EgressRouterAvailable, false, ReasonConfigFailed, msg),
+			Progressing: cond(netopv1.EgressRouterProgressing, false, ReasonConfigFailed, "the node retries when the pod's sandbox is recreated"),
+			Degraded:    cond(netopv1.EgressRouterDegraded, true, ReasonConfigFailed, msg),
+		}
+	}
+	return Conditions{
+		Available:   cond(netopv1.EgressRouterAvailable, true, ReasonConfigured, fmt.Sprintf("router pod %s on node %s %s", pod, node, served)),
+		Progressing: cond(netopv1.EgressRouterProgressing, false, ReasonConfigured, ""),
+		Degraded:    cond(netopv1.EgressRouterDegraded, false, reasonAsExpected, ""),
+	}
+}
+
+// merge keeps each condition's lastTransitionTime unless its status flips, and reports whether
+// anything differs from the object's.
+func (c *Conditions) merge(current []netopv1.EgressRouterStatusCondition, now metav1.Time) bool {
+	changed := false
+	for _, want := range []*netopv1.EgressRouterStatusCondition{&c.Available, &c.Progressing, &c.Degraded} {
+		want.LastTransitionTime = now
+		found := false
+		for _, have := range current {
+			if have.Type != want.Type {
+				continue
+			}
+			found = true
+			if have.Status == want.Status {
+				want.LastTransitionTime = have.LastTransitionTime
+			}
+			changed = changed || have.Status != want.Status || have.Reason != want.Reason || have.Message != want.Message
+		}
+		changed = changed || !found
+	}
+	return changed
+}
+
+// write applies the conditions with server-side apply as manager, forcing: the writer of an
+// EgressRouter's conditions is whoever made the latest decision on it (the leader placing the
+// pod, then the node configuring it), and each writes all three, so they never mix.
+func (c Conditions) write(ctx context.Context, client versioned.Interface, er *netopv1.EgressRouter, manager string) error {
+	if !c.merge(er.Status.Conditions, metav1.Now()) {
+		return nil
+	}
+	var acs []*netopac.EgressRouterStatusConditionApplyConfiguration
+	for _, x := range []netopv1.EgressRouterStatusCondition{c.Available, c.Progressing, c.Degraded} {
+		acs = append(acs, netopac.EgressRouterStatusCondition().WithType(x.Type).WithStatus(x.Status).
+			WithReason(x.Reason).WithMessage(x.Message).WithLastTransitionTime(x.LastTransitionTime))
+	}
+	ac := netopac.EgressRouter(er.Name, er.Namespace).WithStatus(netopac.EgressRouterStatus().WithConditions(acs...))
+	if _, err := client.NetworkOperatorV1().EgressRouters(er.Namespace).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: manager, Force: true}); err != nil {
+		return fmt.Errorf("EgressRouter %s/%s status: %w", er.Namespace, er.Name, err)
+	}
+	return nil
+}
