@@ -141,7 +141,8 @@ func (p *Pod) addNetwork(ctx context.Context, obj *corev1.Pod, o PodOptions) err
 func (p *Pod) create(ctx context.Context, o PodOptions) (*corev1.Pod, error) {
 	c := p.Node.lab.Client.CoreV1().Pods(p.Namespace)
 	obj := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, Labels: o.Labels},
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, Labels: o.Labels,
+			Annotations: map[string]string{labPodAnnotation: "true"}},
 		Spec: corev1.PodSpec{
 			NodeName:   p.Node.Name,
 			Containers: []corev1.Container{{Name: "app", Image: "lab.invalid/pod"}},
