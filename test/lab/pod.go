@@ -222,6 +222,13 @@ func (p *Pod) UDP(dst string, o ...ClientOptions) Result { return call(p.NS, "ud
 // still send it, and the firewall judges the packet, not an association) and reports whether
 // the external host saw it arrive within timeout. Each call uses a fresh source port.
 func (p *Pod) SCTP(to *External, dst netip.AddrPort, timeout time.Duration) (bool, error) {
+	_, ok, err := p.SCTPSeen(to, dst, dst.Port(), timeout)
+	return ok, err
+}
+
+// SCTPSeen is SCTP for a packet that may arrive at another port (after DNAT): it returns what
+// the external host saw of it (its source after NAT) when it arrived at port within timeout.
+func (p *Pod) SCTPSeen(to *External, dst netip.AddrPort, port uint16, timeout time.Duration) (Observation, bool, error) {
 	sport := uint16(20000 + sctpPorts.Add(1)%40000)
 	err := p.NS.Do(func() error {
 		family, sa := unix.AF_INET6, unix.Sockaddr(&unix.SockaddrInet6{Addr: dst.Addr().As16()})
@@ -236,10 +243,10 @@ func (p *Pod) SCTP(to *External, dst netip.AddrPort, timeout time.Duration) (boo
 		return unix.Sendto(fd, sctpInit(sport, dst.Port()), 0, sa)
 	})
 	if err != nil {
-		return false, err
+		return Observation{}, false, err
 	}
-	_, ok := to.obs.seen("sctp", sport, dst.Port(), timeout)
-	return ok, nil
+	ob, ok := to.obs.seen("sctp", sport, port, timeout)
+	return ob, ok, nil
 }
 
 var sctpPorts atomic.Uint32
