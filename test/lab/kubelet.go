@@ -107,7 +107,7 @@ func (k *kubelet) observe(ctx context.Context, p *corev1.Pod, deleted bool) {
 	switch {
 	case (deleted || p.DeletionTimestamp != nil) && running:
 		r.cancel()
-	case !deleted && p.DeletionTimestamp == nil && !running && p.Status.Phase == "":
+	case !deleted && p.DeletionTimestamp == nil && !running && (p.Status.Phase == "" || p.Status.Phase == corev1.PodPending):
 		pctx, cancel := context.WithCancel(ctx)
 		r = &runningPod{cancel: cancel, done: make(chan struct{})}
 		k.pods[p.UID] = r

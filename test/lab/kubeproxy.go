@@ -139,17 +139,23 @@ func proxyTable(listServices func(labels.Selector) ([]*corev1.Service, error),
 				for i, b := range backends {
 					ep := fmt.Sprintf("%s_%d", svcChain, i)
 					vmap = append(vmap, fmt.Sprintf("%d : jump %s", i, ep))
-					chains = append(chains, fmt.Sprintf("chain %s { meta l4proto %s dnat %s to %s }", ep, proto, fam, b))
+					chains = append(chains, fmt.Sprintf("chain %s {\n\t\tmeta l4proto %s dnat %s to %s\n\t}", ep, proto, fam, b))
 				}
-				chains = append(chains, fmt.Sprintf("chain %s { numgen random mod %d vmap { %s } }", svcChain, len(backends), strings.Join(vmap, ", ")))
+				chains = append(chains, fmt.Sprintf("chain %s {\n\t\tnumgen random mod %d vmap { %s }\n\t}", svcChain, len(backends), strings.Join(vmap, ", ")))
 			}
 		}
 	}
 	return fmt.Sprintf(`table inet labproxy
 delete table inet labproxy
 table inet labproxy {
-	chain prerouting { type nat hook prerouting priority dstnat - 1; policy accept; jump services }
-	chain output { type nat hook output priority dstnat - 1; policy accept; jump services }
+	chain prerouting {
+		type nat hook prerouting priority -101; policy accept;
+		jump services
+	}
+	chain output {
+		type nat hook output priority -101; policy accept;
+		jump services
+	}
 	chain services {
 		%s
 	}
