@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,7 +86,7 @@ func newRouterLab(t *testing.T) *routerLab {
 	if err := r.gw.NS.Script(routes...); err != nil {
 		t.Fatal(err)
 	}
-	r.client = addPod(t, l.Nodes[2], r.ns, "client", lab.PodOptions{})
+	r.client = addPod(t, l.Nodes[0], r.ns, "client", lab.PodOptions{}) // the leader's node, never cut off
 	ports := []corev1.ServicePort{
 		{Name: "tcp80", Protocol: corev1.ProtocolTCP, Port: 80},
 		{Name: "udp80", Protocol: corev1.ProtocolUDP, Port: 80},
@@ -388,6 +389,37 @@ spec:
 		t.Fatal(err)
 	}
 
+	// Trials of a router node's death: n0, the leader, is NotReady so that it hosts no router
+	// (its own link must stay up to probe the others); the router's node loses its fabric link
+	// and gets it back, several times.
+	if err := n0.SetReady(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	pod = r.routerPod(t, pod.Name)
+	r.restored(t, "leader's node NotReady", time.Now())
+	var times []time.Duration
+	for i := range 5 {
+		node := r.node(pod.Spec.NodeName)
+		start := time.Now()
+		if err := node.SetFabricLink(false); err != nil {
+			t.Fatal(err)
+		}
+		pod = r.routerPod(t, pod.Name)
+		took := r.restored(t, fmt.Sprintf("trial %d", i), start)
+		times = append(times, took)
+		t.Logf("trial %d: %s lost its link, router recreated on %s and serving after %s", i, node.Name, pod.Spec.NodeName, took.Round(time.Millisecond))
+		if err := node.SetFabricLink(true); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond) // the leader's probes see the node answer again
+	}
+	slices.Sort(times)
+	t.Logf("router recreation after a node's link died, %d trials: min %s, median %s, max %s", len(times),
+		times[0].Round(time.Millisecond), times[len(times)/2].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond))
+	if err := n0.SetReady(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+
 	// 3. The spec loses its fallback: the pod is replaced; other IPv4 ports are rejected.
 	old := pod.Name
 	apply(t, r.Lab, r.ns, r.routerYAML("egress-router", false))
@@ -419,6 +451,15 @@ spec:
 	if res := r.client.TCP(lab.HostPort(r.svc4, 80), lab.ClientOptions{Timeout: time.Second}); res.Outcome == lab.OK {
 		t.Errorf("the Service still reaches %s after the router's deletion", res.Seen.Host)
 	}
+}
+
+func (r *routerLab) node(name string) *lab.Node {
+	for _, n := range r.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
 }
 
 // waitEvent waits for an event of reason on the EgressRouter egress-router whose message
