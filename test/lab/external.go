@@ -20,12 +20,13 @@ type External struct {
 	Name   string
 	NS     *netns.NS
 	Fabric netip.Addr // its v4 address on the fabric
-	// Fabric6 is its v6 address on the fabric.
-	Fabric6 netip.Addr
 	Addrs  []netip.Addr
 	obs    *observer
 	// closers are sockets the lab closes with the host.
 	closers []io.Closer
+
+	// Fabric6 is its v6 address on the fabric.
+	Fabric6 netip.Addr
 }
 
 // ExternalOptions of AddExternal.
