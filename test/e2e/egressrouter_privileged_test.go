@@ -276,7 +276,8 @@ func (r *routerLab) restored(t *testing.T, step string, start time.Time) time.Du
 // destination (TCP, UDP, SCTP; with and without targetPort; IPv4 and IPv6) from the router's
 // address; other IPv4 ports reach the fallback host, other IPv6 ports (no IPv6 fallback) are
 // rejected. The router's node turning NotReady, then another router node losing its fabric
-// link, each recreates the router on another node (time measured); a spec change without the
+// link, each recreates the router on another node (time measured, then five more trials); an
+// agent restart on the router's node changes nothing; a spec change without the
 // fallback replaces the pod and rejects other IPv4 ports; the conditions follow each step;
 // a router that no node can host, one whose macvlan fails and one with an invalid rule are
 // Degraded with the reason; deleting the EgressRouter removes the pod and everything in the
@@ -405,9 +406,11 @@ spec:
 			t.Fatal(err)
 		}
 		pod = r.routerPod(t, pod.Name)
+		running := time.Since(start)
 		took := r.restored(t, fmt.Sprintf("trial %d", i), start)
 		times = append(times, took)
-		t.Logf("trial %d: %s lost its link, router recreated on %s and serving after %s", i, node.Name, pod.Spec.NodeName, took.Round(time.Millisecond))
+		t.Logf("trial %d: %s lost its link, router pod running on %s after %s, serving after %s", i, node.Name, pod.Spec.NodeName,
+			running.Round(time.Millisecond), took.Round(time.Millisecond))
 		if err := node.SetFabricLink(true); err != nil {
 			t.Fatal(err)
 		}
@@ -418,6 +421,20 @@ spec:
 		times[0].Round(time.Millisecond), times[len(times)/2].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond))
 	if err := n0.SetReady(ctx, true); err != nil {
 		t.Fatal(err)
+	}
+
+	// The router's node's agent restarts: the router lives in the pod's namespace, so it keeps
+	// serving, and the leader keeps the pod (a restarting agent's kernel answers the probes).
+	node := r.node(pod.Spec.NodeName)
+	node.Agent.Kill()
+	if err := node.StartAgent(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.redirected("tcp", r.svc4, 80, r.dst1, 80, routerV4, time.Second); err != nil {
+		t.Errorf("after %s's agent restarted: %v", node.Name, err)
+	}
+	if p := r.routerPod(t, ""); p.UID != pod.UID {
+		t.Errorf("the router pod was replaced (%s on %s) when %s's agent restarted", p.Name, p.Spec.NodeName, node.Name)
 	}
 
 	// 3. The spec loses its fallback: the pod is replaced; other IPv4 ports are rejected.
