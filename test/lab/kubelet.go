@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 )
@@ -37,9 +39,11 @@ const kubeletRetry = time.Second
 const egressdImageBinary = "/usr/local/bin/egressd"
 
 type kubelet struct {
-	lab  *Lab
-	mu   sync.Mutex
-	pods map[types.UID]*runningPod
+	lab *Lab
+	// client is the stand-in's own, as kubelet has: not throttled by the tests' use of the lab's.
+	client kubernetes.Interface
+	mu     sync.Mutex
+	pods   map[types.UID]*runningPod
 }
 
 type runningPod struct {
@@ -49,9 +53,15 @@ type runningPod struct {
 
 // StartKubelet starts the kubelet stand-in of every lab node, until the lab closes.
 func (l *Lab) StartKubelet(ctx context.Context) error {
+	cfg := rest.CopyConfig(l.CP.Config)
+	cfg.QPS, cfg.Burst = 50, 100 // kubelet's defaults
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
-	k := &kubelet{lab: l, pods: map[types.UID]*runningPod{}}
-	f := informers.NewSharedInformerFactory(l.Client, 0)
+	k := &kubelet{lab: l, client: client, pods: map[types.UID]*runningPod{}}
+	f := informers.NewSharedInformerFactory(client, 0)
 	inf := f.Core().V1().Pods().Informer()
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { k.observe(ctx, o.(*corev1.Pod), false) },
@@ -215,22 +225,24 @@ func (k *kubelet) ready(ctx context.Context, p *Pod, obj *corev1.Pod) error {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	fresh, err := k.lab.Client.CoreV1().Pods(obj.Namespace).Get(ctx, obj.Name, metav1.GetOptions{})
+	fresh, err := k.client.CoreV1().Pods(obj.Namespace).Get(ctx, obj.Name, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
-	return p.setStatus(ctx, fresh)
+	fresh.Status = p.status()
+	_, err = k.client.CoreV1().Pods(obj.Namespace).UpdateStatus(ctx, fresh, metav1.UpdateOptions{})
+	return err
 }
 
 // confirmDeletion removes the object of a pod that never got a sandbox.
 func (k *kubelet) confirmDeletion(obj *corev1.Pod) {
-	_ = k.lab.Client.CoreV1().Pods(obj.Namespace).Delete(context.Background(), obj.Name,
+	_ = k.client.CoreV1().Pods(obj.Namespace).Delete(context.Background(), obj.Name,
 		metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0), Preconditions: &metav1.Preconditions{UID: &obj.UID}})
 }
 
 func (k *kubelet) event(obj *corev1.Pod, reason, message string) {
 	now := metav1.Now()
-	_, _ = k.lab.Client.CoreV1().Events(obj.Namespace).Create(context.Background(), &corev1.Event{
+	_, _ = k.client.CoreV1().Events(obj.Namespace).Create(context.Background(), &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{GenerateName: obj.Name + ".", Namespace: obj.Namespace},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: obj.Namespace, Name: obj.Name, UID: obj.UID},
 		Reason:         reason, Message: message, Type: corev1.EventTypeWarning,

@@ -163,8 +163,15 @@ func (p *Pod) create(ctx context.Context, o PodOptions) (*corev1.Pod, error) {
 
 // setStatus writes what kubelet reports of a started pod.
 func (p *Pod) setStatus(ctx context.Context, created *corev1.Pod) error {
+	created.Status = p.status()
+	_, err := p.Node.lab.Client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	return err
+}
+
+// status is what kubelet reports of the started pod: Running, Ready, its IPs.
+func (p *Pod) status() corev1.PodStatus {
 	now := metav1.Now()
-	created.Status = corev1.PodStatus{
+	return corev1.PodStatus{
 		Phase:  corev1.PodRunning,
 		HostIP: p.Node.IPv4.String(),
 		PodIP:  p.IPv4.String(),
@@ -176,8 +183,6 @@ func (p *Pod) setStatus(ctx context.Context, created *corev1.Pod) error {
 		},
 		StartTime: &now,
 	}
-	_, err := p.Node.lab.Client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{})
-	return err
 }
 
 // CheckNetwork runs the chain's CNI CHECK for the pod's sandbox, as a runtime does.
