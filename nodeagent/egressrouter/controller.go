@@ -49,7 +49,9 @@ type Controller struct {
 	Log      *slog.Logger
 
 	// created are pods this leader created, by EgressRouter UID, until the informer shows them.
-	created  map[types.UID]createdPod
+	created map[types.UID]createdPod
+	// refused are the EgressRouters whose last pod the API server refused.
+	refused  map[types.UID]bool
 	recorded map[types.UID]string // last warning reason recorded per EgressRouter
 }
 
@@ -60,7 +62,7 @@ type createdPod struct {
 
 // Run reconciles after every change, probe verdict and every 5 s, until ctx ends.
 func (c *Controller) Run(ctx context.Context) {
-	c.created, c.recorded = map[types.UID]createdPod{}, map[types.UID]string{}
+	c.created, c.refused, c.recorded = map[types.UID]createdPod{}, map[types.UID]bool{}, map[types.UID]string{}
 	defer c.Probes.Set(nil)
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
@@ -180,7 +182,8 @@ func nodeReady(n *corev1.Node) bool {
 
 // place carries out Place for one EgressRouter: conditions first (so that the configuring
 // node's report, which can only follow the pod's creation, is the last word), then deletions,
-// then the new pod.
+// then the new pod. After the API server refused a pod, retries write their conditions only
+// once one succeeds, so that the status does not flap between "created" and "refused".
 func (c *Controller) place(ctx context.Context, er *netopv1.EgressRouter, nodes []Candidate, pods []RouterPod, load map[string]int) error {
 	key := "EgressRouter " + er.Namespace + "/" + er.Name
 	cfg, compileErr := Compile(er, nil)
@@ -189,12 +192,13 @@ func (c *Controller) place(ctx context.Context, er *netopv1.EgressRouter, nodes 
 		first = cfg.Addresses[0]
 	}
 	p := Place(first, er.Spec.NetworkInterface.Macvlan.Master, SpecHash(&er.Spec), compileErr, nodes, pods, load)
-	if conds, ok := ForPlacement(p); ok {
-		if err := conds.write(ctx, c.Client, er, "egressd-leader"); err != nil {
+	retry := p.Create != "" && c.refused[er.UID]
+	if !retry {
+		delete(c.refused, er.UID)
+		if err := c.decided(ctx, er, p); err != nil {
 			return err
 		}
 	}
-	c.event(er, p)
 	var errs []error
 	for _, name := range p.Delete {
 		errs = append(errs, c.deletePod(ctx, er.Namespace, name, p.Reason))
@@ -204,12 +208,28 @@ func (c *Controller) place(ctx context.Context, er *netopv1.EgressRouter, nodes 
 	}
 	pod, err := c.Kube.CoreV1().Pods(er.Namespace).Create(ctx, Pod(er, p.Create, c.Image), metav1.CreateOptions{FieldManager: "egressd-leader"})
 	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("%s: create router pod on node %s: %w", key, p.Create, err))...)
+		// Admission (quota, pod security, policies) may refuse the pod: say so where the user looks.
+		c.refused[er.UID] = true
+		refused := Placement{Reason: ReasonPodRefused, Message: fmt.Sprintf("creating the router pod on node %s failed: %v", p.Create, err)}
+		return errors.Join(append(errs, fmt.Errorf("%s: create router pod on node %s: %w", key, p.Create, err), c.decided(ctx, er, refused))...)
 	}
 	c.created[er.UID] = createdPod{RouterPod{Name: pod.Name, Node: p.Create, SpecHash: pod.Annotations[SpecHashAnnotation]}, time.Now()}
 	load[p.Create]++
 	c.Log.Info("egress router pod created", "object", key, "pod", pod.Name, "node", p.Create, "reason", p.Reason)
+	if retry {
+		delete(c.refused, er.UID)
+		errs = append(errs, c.decided(ctx, er, p))
+	}
 	return errors.Join(errs...)
+}
+
+// decided writes the conditions of a decision and records its event.
+func (c *Controller) decided(ctx context.Context, er *netopv1.EgressRouter, p Placement) error {
+	c.event(er, p)
+	if conds, ok := ForPlacement(p); ok {
+		return conds.write(ctx, c.Client, er, "egressd-leader")
+	}
+	return nil
 }
 
 // deletePod deletes a router pod at once (grace period 0): a router on a dead node must not
@@ -234,7 +254,7 @@ func (c *Controller) event(er *netopv1.EgressRouter, p Placement) {
 	case p.Create != "":
 		c.recorded[er.UID] = ""
 		c.Recorder.Event(er, corev1.EventTypeNormal, p.Reason, p.Message)
-	case p.Keep == "" && p.Reason != "" && c.recorded[er.UID] != p.Reason:
+	case p.Keep == "" && p.Reason != "" && c.recorded[er.UID] != p.Reason: // no router: why
 		c.recorded[er.UID] = p.Reason
 		c.Recorder.Event(er, corev1.EventTypeWarning, p.Reason, p.Message)
 	}

@@ -30,6 +30,8 @@ const (
 	ReasonSpecChanged     = "SpecChanged"
 	ReasonNoNode          = "NoNodeForNetwork"
 	ReasonInvalidSpec     = "InvalidSpec"
+	// ReasonPodRefused: the API server refused the router pod (quota, pod security, policy).
+	ReasonPodRefused = "RouterPodRefused"
 )
 
 // Placement is what the leader does for one EgressRouter.

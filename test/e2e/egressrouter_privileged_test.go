@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -289,8 +290,8 @@ func (r *routerLab) restored(t *testing.T, step string, start time.Time) time.Du
 // link, each recreates the router on another node (time measured, then five more trials); an
 // agent restart on the router's node changes nothing; a spec change without the
 // fallback replaces the pod and rejects other IPv4 ports; the conditions follow each step;
-// a router that no node can host, one whose macvlan fails and one with an invalid rule are
-// Degraded with the reason; deleting the EgressRouter removes the pod and everything in the
+// a router that no node can host, one whose macvlan fails, one with an invalid rule and one
+// whose pod the namespace's quota refuses are Degraded with the reason; deleting the EgressRouter removes the pod and everything in the
 // nodes.
 func TestPrivilegedEgressRouter(t *testing.T) {
 	privileged.Require(t)
@@ -331,9 +332,42 @@ spec:
   redirect:
     redirectRules: [{destinationIP: "2001:db8::10", port: 80, protocol: TCP}]
 `)
+	// A namespace whose quota admits no pod (its status written here: the lab runs no quota
+	// controller, and admission enforces only what the status lists).
+	full := r.CP.Namespace(t)
+	none := corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}
+	q, err := r.kube.CoreV1().ResourceQuotas(full).Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "no-pods"},
+		Spec: corev1.ResourceQuotaSpec{Hard: none}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Status = corev1.ResourceQuotaStatus{Hard: none, Used: none}
+	if _, err := r.kube.CoreV1().ResourceQuotas(full).UpdateStatus(ctx, q, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, r.Lab, full, `apiVersion: network.operator.openshift.io/v1
+kind: EgressRouter
+metadata: {name: quota}
+spec:
+  mode: Redirect
+  networkInterface: {macvlan: {mode: Bridge}}
+  addresses: [{ip: 172.18.0.203/24}]
+  redirect: {fallbackIP: 172.18.0.1}
+`)
+	er := r.waitCondition(t, full, "quota", netopv1.EgressRouterDegraded, netopv1.ConditionTrue, "RouterPodRefused", "exceeded quota")
+	// The leader retries (every 5 s) without the status flapping through "created" (which would
+	// move the transition time).
+	since := condition(er, netopv1.EgressRouterDegraded).LastTransitionTime
+	time.Sleep(6 * time.Second)
+	if c := condition(r.get(t, full, "quota"), netopv1.EgressRouterDegraded); c.Reason != "RouterPodRefused" || !c.LastTransitionTime.Equal(&since) {
+		t.Errorf("a refused router's Degraded condition went from True since %s to %s %s since %s", since, c.Status, c.Reason, c.LastTransitionTime)
+	}
+	if err := r.egress.NetworkOperatorV1().EgressRouters(full).Delete(ctx, "quota", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	r.waitCondition(t, bad, "elsewhere", netopv1.EgressRouterDegraded, netopv1.ConditionTrue, "NoNodeForNetwork", "192.0.2.0/24")
 	r.waitCondition(t, bad, "nonic", netopv1.EgressRouterDegraded, netopv1.ConditionTrue, "ConfigurationFailed", "nosuchnic")
-	er := r.waitCondition(t, bad, "invalid", netopv1.EgressRouterDegraded, netopv1.ConditionTrue, "InvalidSpec", "2001:db8::10")
+	er = r.waitCondition(t, bad, "invalid", netopv1.EgressRouterDegraded, netopv1.ConditionTrue, "InvalidSpec", "2001:db8::10")
 	if c := condition(er, netopv1.EgressRouterAvailable); c.Status != netopv1.ConditionFalse {
 		t.Errorf("an invalid EgressRouter is Available=%s", c.Status)
 	}
