@@ -195,9 +195,12 @@ func (c *Controller) place(ctx context.Context, er *netopv1.EgressRouter, nodes 
 	retry := p.Create != "" && c.refused[er.UID]
 	if !retry {
 		delete(c.refused, er.UID)
-		if err := c.decided(ctx, er, p); err != nil {
+		if err := c.conditions(ctx, er, p); err != nil {
 			return err
 		}
+	}
+	if p.Create == "" {
+		c.event(er, p)
 	}
 	var errs []error
 	for _, name := range p.Delete {
@@ -211,21 +214,22 @@ func (c *Controller) place(ctx context.Context, er *netopv1.EgressRouter, nodes 
 		// Admission (quota, pod security, policies) may refuse the pod: say so where the user looks.
 		c.refused[er.UID] = true
 		refused := Placement{Reason: ReasonPodRefused, Message: fmt.Sprintf("creating the router pod on node %s failed: %v", p.Create, err)}
-		return errors.Join(append(errs, fmt.Errorf("%s: create router pod on node %s: %w", key, p.Create, err), c.decided(ctx, er, refused))...)
+		c.event(er, refused)
+		return errors.Join(append(errs, fmt.Errorf("%s: create router pod on node %s: %w", key, p.Create, err), c.conditions(ctx, er, refused))...)
 	}
 	c.created[er.UID] = createdPod{RouterPod{Name: pod.Name, Node: p.Create, SpecHash: pod.Annotations[SpecHashAnnotation]}, time.Now()}
 	load[p.Create]++
 	c.Log.Info("egress router pod created", "object", key, "pod", pod.Name, "node", p.Create, "reason", p.Reason)
+	c.event(er, p)
 	if retry {
 		delete(c.refused, er.UID)
-		errs = append(errs, c.decided(ctx, er, p))
+		errs = append(errs, c.conditions(ctx, er, p))
 	}
 	return errors.Join(errs...)
 }
 
-// decided writes the conditions of a decision and records its event.
-func (c *Controller) decided(ctx context.Context, er *netopv1.EgressRouter, p Placement) error {
-	c.event(er, p)
+// conditions writes the conditions of a decision.
+func (c *Controller) conditions(ctx context.Context, er *netopv1.EgressRouter, p Placement) error {
 	if conds, ok := ForPlacement(p); ok {
 		return conds.write(ctx, c.Client, er, "egressd-leader")
 	}
@@ -247,8 +251,8 @@ func (c *Controller) deletePod(ctx context.Context, namespace, name, why string)
 	return nil
 }
 
-// event records the leader's decisions: a Normal event per pod created, a Warning when there is
-// no router, once per reason.
+// event records the leader's decisions: a Normal event per pod created (once created), a Warning
+// when there is no router, once per reason.
 func (c *Controller) event(er *netopv1.EgressRouter, p Placement) {
 	switch {
 	case p.Create != "":

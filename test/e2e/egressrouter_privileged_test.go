@@ -355,12 +355,16 @@ spec:
   redirect: {fallbackIP: 172.18.0.1}
 `)
 	er := r.waitCondition(t, full, "quota", netopv1.EgressRouterDegraded, netopv1.ConditionTrue, "RouterPodRefused", "exceeded quota")
-	// The leader retries (every 5 s) without the status flapping through "created" (which would
-	// move the transition time).
+	// The leader retries (every 5 s) without claiming a pod it could not create: the status
+	// stays Degraded since the refusal, and no RouterPodCreated event.
 	since := condition(er, netopv1.EgressRouterDegraded).LastTransitionTime
 	time.Sleep(6 * time.Second)
 	if c := condition(r.get(t, full, "quota"), netopv1.EgressRouterDegraded); c.Reason != "RouterPodRefused" || !c.LastTransitionTime.Equal(&since) {
 		t.Errorf("a refused router's Degraded condition went from True since %s to %s %s since %s", since, c.Status, c.Reason, c.LastTransitionTime)
+	}
+	evs, err := r.kube.CoreV1().Events(full).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=quota,reason=RouterPodCreated"})
+	if err != nil || len(evs.Items) > 0 {
+		t.Errorf("RouterPodCreated events for a pod the quota refused: %d (%v)", len(evs.Items), err)
 	}
 	if err := r.egress.NetworkOperatorV1().EgressRouters(full).Delete(ctx, "quota", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
