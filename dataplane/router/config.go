@@ -18,8 +18,8 @@ import (
 // is net1 too, so upstream users find it where they expect it).
 const Interface = "net1"
 
-// TableName is the router's nftables table inside the pod's namespace.
-const TableName = "egressd_router"
+// tableName is the router's nftables table inside the pod's namespace.
+const tableName = "egressd_router"
 
 // Mode is a macvlan mode.
 type Mode string
@@ -64,8 +64,8 @@ type Config struct {
 	ClusterNetworks []netip.Prefix `json:"clusterNetworks,omitempty"`
 }
 
-// Source is the SNAT address of a family: the first address of that family.
-func (c *Config) Source(v4 bool) (netip.Addr, bool) {
+// source is the SNAT address of a family: the first address of that family.
+func (c *Config) source(v4 bool) (netip.Addr, bool) {
 	for _, p := range c.Addresses {
 		if p.Addr().Is4() == v4 {
 			return p.Addr(), true
@@ -90,17 +90,17 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("two gateways of one family (%s)", g)
 		}
 		seen[g.Is4()] = true
-		if _, ok := c.Source(g.Is4()); !ok {
+		if _, ok := c.source(g.Is4()); !ok {
 			return fmt.Errorf("gateway %s has no address of its family to leave from", g)
 		}
 	}
 	for _, r := range c.Rules {
-		if _, ok := c.Source(r.Destination.Addr().Is4()); !ok {
+		if _, ok := c.source(r.Destination.Addr().Is4()); !ok {
 			return fmt.Errorf("destination %s has no router address of its family", r.Destination.Addr())
 		}
 	}
 	if c.Fallback.IsValid() {
-		if _, ok := c.Source(c.Fallback.Is4()); !ok {
+		if _, ok := c.source(c.Fallback.Is4()); !ok {
 			return fmt.Errorf("fallback %s has no router address of its family", c.Fallback)
 		}
 	}

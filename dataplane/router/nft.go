@@ -36,7 +36,7 @@ func writeTable(c *Config, primary string) error {
 	if err != nil {
 		return err
 	}
-	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: TableName}
+	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: tableName}
 	conn.AddTable(t)
 	conn.DelTable(t)
 	conn.AddTable(t)
@@ -56,7 +56,7 @@ func writeTable(c *Config, primary string) error {
 	}
 	fromCluster := ifname(expr.MetaKeyIIFNAME, primary)
 	for _, v4 := range []bool{true, false} {
-		src, ok := c.Source(v4)
+		src, ok := c.source(v4)
 		if !ok {
 			continue
 		}

@@ -152,7 +152,7 @@ func configure(c *Config, primary string) error {
 		}
 	}
 	if err := writeTable(c, primary); err != nil {
-		return fmt.Errorf("nftables table %s: %w", TableName, err)
+		return fmt.Errorf("nftables table %s: %w", tableName, err)
 	}
 	ifi, err := net.InterfaceByName(Interface)
 	if err != nil {
@@ -168,7 +168,7 @@ func configure(c *Config, primary string) error {
 func forwarding(c *Config) error {
 	files := map[bool]string{true: "/proc/sys/net/ipv4/ip_forward", false: "/proc/sys/net/ipv6/conf/all/forwarding"}
 	for v4, f := range files {
-		if _, ok := c.Source(v4); !ok {
+		if _, ok := c.source(v4); !ok {
 			continue
 		}
 		if err := os.WriteFile(f, []byte("1"), 0o644); err != nil {

@@ -2,7 +2,7 @@
 // cluster-network-operator: per EgressRouter one router pod labelled app: egress-router-cni (so
 // the Services users wrote for upstream select it), placed by the leader (Controller) on a Ready,
 // reachable node on the router's network, and configured, when that node's CNI chain adds the
-// pod, from what this node's agent compiles (Node, Compile) into a dataplane/router.Config.
+// pod, from what this node's agent compiles (Node, compile) into a dataplane/router.Config.
 //
 // # Who touches the pod's network namespace, and why
 //
@@ -14,10 +14,11 @@
 // router pod's ADD the agent answers with the router's configuration, the plugin applies it
 // (dataplane/router) before the pod starts, and reports the outcome, which the agent writes
 // into the EgressRouter's status. A spec change therefore cannot be applied inside a running
-// pod: the leader replaces the pod (its spec hash annotation no longer matches), which costs a
-// few seconds of interruption. Passing the agent netlink sockets opened in the pod's namespace
-// (SCM_RIGHTS) would allow in-place changes without SYS_ADMIN, but needs netlink transports
-// over foreign sockets that neither vishvananda/netlink nor google/nftables offer.
+// pod: the leader replaces the pod (its spec hash annotation no longer matches), which
+// interrupts the router for as long as a new pod takes to start. Passing the agent netlink
+// sockets opened in the pod's namespace (SCM_RIGHTS) would allow in-place changes without
+// SYS_ADMIN, but needs netlink transports over foreign sockets that neither
+// vishvananda/netlink nor google/nftables offer.
 package egressrouter
 
 import (
@@ -32,13 +33,13 @@ import (
 	"github.com/egressd/egressd/dataplane/router"
 )
 
-// Compile turns an EgressRouter's spec into the router's configuration; clusterNetworks stay
+// compile turns an EgressRouter's spec into the router's configuration; clusterNetworks stay
 // routed via the pod's primary interface. Errors name the field and say what is wrong.
 //
 // Beyond upstream, which uses spec.addresses[0] only: every address is put on the macvlan, the
 // first of each family is the SNAT source of that family, and each family's first gateway is
 // its default route, so one router serves IPv4 and IPv6.
-func Compile(er *netopv1.EgressRouter, clusterNetworks []netip.Prefix) (*router.Config, error) {
+func compile(er *netopv1.EgressRouter, clusterNetworks []netip.Prefix) (*router.Config, error) {
 	s := &er.Spec
 	if s.Mode != "" && s.Mode != netopv1.EgressRouterModeRedirect {
 		return nil, fmt.Errorf("spec.mode %q: only Redirect is supported", s.Mode)
@@ -134,8 +135,8 @@ func compileRule(r netopv1.L4RedirectRule) (router.Rule, error) {
 	return router.Rule{Protocol: proto, Port: uint16(r.Port), Destination: netip.AddrPortFrom(dst.Unmap(), uint16(target))}, nil
 }
 
-// SpecHash identifies a spec: a router pod made for another spec is replaced.
-func SpecHash(spec *netopv1.EgressRouterSpec) string {
+// specHash identifies a spec: a router pod made for another spec is replaced.
+func specHash(spec *netopv1.EgressRouterSpec) string {
 	b, _ := json.Marshal(spec) // a struct of strings and numbers always marshals
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:8])

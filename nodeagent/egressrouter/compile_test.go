@@ -88,7 +88,7 @@ func TestCompile(t *testing.T) {
 		{name: "bad macvlan mode", er: spec(func(s *netopv1.EgressRouterSpec) { s.NetworkInterface.Macvlan.Mode = "Source" }), wantErr: `macvlan mode "Source"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := Compile(tc.er, cluster)
+			got, err := compile(tc.er, cluster)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
@@ -108,11 +108,11 @@ func TestCompile(t *testing.T) {
 func TestSpecHash(t *testing.T) {
 	a := &netopv1.EgressRouterSpec{Addresses: []netopv1.EgressRouterAddress{{IP: "192.0.2.99/24"}}}
 	b := a.DeepCopy()
-	if SpecHash(a) != SpecHash(b) {
+	if specHash(a) != specHash(b) {
 		t.Error("equal specs hash differently")
 	}
 	b.Redirect = &netopv1.RedirectConfig{FallbackIP: "192.0.2.1"}
-	if SpecHash(a) == SpecHash(b) {
+	if specHash(a) == specHash(b) {
 		t.Error("a changed spec keeps its hash: its pod would not be replaced")
 	}
 }

@@ -13,15 +13,14 @@ import (
 
 // Reasons of the configuring node's report.
 const (
-	ReasonConfigured    = "RouterConfigured"
-	ReasonConfigFailed  = "ConfigurationFailed"
-	ReasonPending       = "RouterPodPending"
-	reasonAsExpected    = "AsExpected"
-	reasonNotConfigured = "NotConfigured"
+	reasonConfigured   = "RouterConfigured"
+	reasonConfigFailed = "ConfigurationFailed"
+	reasonPending      = "RouterPodPending"
+	reasonAsExpected   = "AsExpected"
 )
 
-// Conditions are the three conditions of an EgressRouter at one moment.
-type Conditions struct {
+// conditionSet are the three conditions of an EgressRouter at one moment.
+type conditionSet struct {
 	Available, Progressing, Degraded netopv1.EgressRouterStatusCondition
 }
 
@@ -33,47 +32,47 @@ func cond(t netopv1.EgressRouterStatusConditionType, ok bool, reason, message st
 	return netopv1.EgressRouterStatusCondition{Type: t, Status: s, Reason: reason, Message: message}
 }
 
-// ForPlacement are the conditions of the leader's decision (none when it keeps the pod: the
+// forDecision are the conditions of the leader's decision (none when it keeps the pod: the
 // configuring node reported).
-func ForPlacement(p Placement) (Conditions, bool) {
+func forDecision(p decision) (conditionSet, bool) {
 	switch {
 	case p.Create != "":
-		return Conditions{
-			Available:   cond(netopv1.EgressRouterAvailable, false, ReasonPending, "waiting for node "+p.Create+" to configure the router pod"),
+		return conditionSet{
+			Available:   cond(netopv1.EgressRouterAvailable, false, reasonPending, "waiting for node "+p.Create+" to configure the router pod"),
 			Progressing: cond(netopv1.EgressRouterProgressing, true, p.Reason, p.Message),
 			Degraded:    cond(netopv1.EgressRouterDegraded, false, reasonAsExpected, ""),
 		}, true
 	case p.Keep == "" && p.Reason != "":
-		return Conditions{
+		return conditionSet{
 			Available:   cond(netopv1.EgressRouterAvailable, false, p.Reason, "no router pod: "+p.Message),
 			Progressing: cond(netopv1.EgressRouterProgressing, false, p.Reason, ""),
 			Degraded:    cond(netopv1.EgressRouterDegraded, true, p.Reason, p.Message),
 		}, true
 	}
-	return Conditions{}, false
+	return conditionSet{}, false
 }
 
-// ForConfiguration are the conditions the configuring node reports: the router pod's
+// forConfiguration are the conditions the configuring node reports: the router pod's
 // configuration succeeded (what it serves) or failed (why).
-func ForConfiguration(pod, node, served string, failure error) Conditions {
+func forConfiguration(pod, node, served string, failure error) conditionSet {
 	if failure != nil {
 		msg := fmt.Sprintf("router pod %s on node %s: %v", pod, node, failure)
-		return Conditions{
-			Available:   cond(netopv1.EgressRouterAvailable, false, ReasonConfigFailed, msg),
-			Progressing: cond(netopv1.EgressRouterProgressing, false, ReasonConfigFailed, "the node retries when the pod's sandbox is recreated"),
-			Degraded:    cond(netopv1.EgressRouterDegraded, true, ReasonConfigFailed, msg),
+		return conditionSet{
+			Available:   cond(netopv1.EgressRouterAvailable, false, reasonConfigFailed, msg),
+			Progressing: cond(netopv1.EgressRouterProgressing, false, reasonConfigFailed, "the node retries when the pod's sandbox is recreated"),
+			Degraded:    cond(netopv1.EgressRouterDegraded, true, reasonConfigFailed, msg),
 		}
 	}
-	return Conditions{
-		Available:   cond(netopv1.EgressRouterAvailable, true, ReasonConfigured, fmt.Sprintf("router pod %s on node %s %s", pod, node, served)),
-		Progressing: cond(netopv1.EgressRouterProgressing, false, ReasonConfigured, ""),
+	return conditionSet{
+		Available:   cond(netopv1.EgressRouterAvailable, true, reasonConfigured, fmt.Sprintf("router pod %s on node %s %s", pod, node, served)),
+		Progressing: cond(netopv1.EgressRouterProgressing, false, reasonConfigured, ""),
 		Degraded:    cond(netopv1.EgressRouterDegraded, false, reasonAsExpected, ""),
 	}
 }
 
 // merge keeps each condition's lastTransitionTime unless its status flips, and reports whether
 // anything differs from the object's.
-func (c *Conditions) merge(current []netopv1.EgressRouterStatusCondition, now metav1.Time) bool {
+func (c *conditionSet) merge(current []netopv1.EgressRouterStatusCondition, now metav1.Time) bool {
 	changed := false
 	for _, want := range []*netopv1.EgressRouterStatusCondition{&c.Available, &c.Progressing, &c.Degraded} {
 		want.LastTransitionTime = now
@@ -96,7 +95,7 @@ func (c *Conditions) merge(current []netopv1.EgressRouterStatusCondition, now me
 // write applies the conditions with server-side apply as manager, forcing: the writer of an
 // EgressRouter's conditions is whoever made the latest decision on it (the leader placing the
 // pod, then the node configuring it), and each writes all three, so they never mix.
-func (c Conditions) write(ctx context.Context, client versioned.Interface, er *netopv1.EgressRouter, manager string) error {
+func (c conditionSet) write(ctx context.Context, client versioned.Interface, er *netopv1.EgressRouter, manager string) error {
 	if !c.merge(er.Status.Conditions, metav1.Now()) {
 		return nil
 	}

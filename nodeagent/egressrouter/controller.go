@@ -31,7 +31,7 @@ const createdTTL = 30 * time.Second
 
 // Controller is the leader's EgressRouter controller: it probes the nodes (the EgressIP health
 // probes: a dead node is noticed in under a second, not after the 5-minute pod eviction an
-// operator's Deployment waits for), places one router pod per EgressRouter (Place), replaces a
+// operator's Deployment waits for), places one router pod per EgressRouter (decide), replaces a
 // pod whose node fails or whose spec changed, removes pods of deleted EgressRouters, and writes
 // the conditions of its decisions.
 type Controller struct {
@@ -56,7 +56,7 @@ type Controller struct {
 }
 
 type createdPod struct {
-	RouterPod
+	routerPod
 	at time.Time
 }
 
@@ -93,7 +93,7 @@ func (c *Controller) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	byOwner := map[types.UID][]RouterPod{}
+	byOwner := map[types.UID][]routerPod{}
 	load := map[string]int{}
 	live := map[types.UID]bool{}
 	for _, er := range ers {
@@ -109,7 +109,7 @@ func (c *Controller) reconcile(ctx context.Context) error {
 			errs = append(errs, c.deletePod(ctx, p.Namespace, p.Name, "its EgressRouter "+ref.Name+" is deleted"))
 			continue
 		}
-		byOwner[ref.UID] = append(byOwner[ref.UID], RouterPod{Name: p.Name, Node: p.Spec.NodeName, SpecHash: p.Annotations[SpecHashAnnotation]})
+		byOwner[ref.UID] = append(byOwner[ref.UID], routerPod{Name: p.Name, Node: p.Spec.NodeName, specHash: p.Annotations[specHashAnnotation]})
 		load[p.Spec.NodeName]++
 	}
 	for uid, cp := range c.created {
@@ -121,7 +121,7 @@ func (c *Controller) reconcile(ctx context.Context) error {
 		case !live[uid] || seen || time.Since(cp.at) > createdTTL:
 			delete(c.created, uid)
 		default:
-			byOwner[uid] = append(byOwner[uid], cp.RouterPod)
+			byOwner[uid] = append(byOwner[uid], cp.routerPod)
 			load[cp.Node]++
 		}
 	}
@@ -133,13 +133,13 @@ func (c *Controller) reconcile(ctx context.Context) error {
 
 // candidates are the nodes with their readiness, reachability and host CIDRs; the Ready ones
 // with a primary address are probed.
-func (c *Controller) candidates() ([]Candidate, error) {
+func (c *Controller) candidates() ([]candidate, error) {
 	apiNodes, err := c.Snapshot.Nodes.List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
 	targets := map[string]netip.AddrPort{}
-	out := make([]Candidate, 0, len(apiNodes))
+	out := make([]candidate, 0, len(apiNodes))
 	for _, n := range apiNodes {
 		ready := nodeReady(n)
 		if p, err := egressip.ParsePrimaryIfAddr(n.Annotations[egressip.PrimaryIfAddrAnnotation]); err == nil && ready {
@@ -149,7 +149,7 @@ func (c *Controller) candidates() ([]Candidate, error) {
 			}
 			targets[n.Name] = netip.AddrPortFrom(a, c.HealthPort)
 		}
-		out = append(out, Candidate{Name: n.Name, Ready: ready, HostCIDRs: hostCIDRs(n)})
+		out = append(out, candidate{Name: n.Name, Ready: ready, HostCIDRs: hostCIDRs(n)})
 	}
 	c.Probes.Set(targets)
 	for i := range out {
@@ -180,18 +180,18 @@ func nodeReady(n *corev1.Node) bool {
 	return false
 }
 
-// place carries out Place for one EgressRouter: conditions first (so that the configuring
-// node's report, which can only follow the pod's creation, is the last word), then deletions,
-// then the new pod. After the API server refused a pod, retries write their conditions only
+// place carries out the leader's decision for one EgressRouter: conditions first (so that the
+// configuring node's report, which can only follow the pod's creation, is the last word), then
+// deletions, then the new pod. After the API server refused a pod, retries write their conditions only
 // once one succeeds, so that the status does not flap between "created" and "refused".
-func (c *Controller) place(ctx context.Context, er *netopv1.EgressRouter, nodes []Candidate, pods []RouterPod, load map[string]int) error {
+func (c *Controller) place(ctx context.Context, er *netopv1.EgressRouter, nodes []candidate, pods []routerPod, load map[string]int) error {
 	key := "EgressRouter " + er.Namespace + "/" + er.Name
-	cfg, compileErr := Compile(er, nil)
+	cfg, compileErr := compile(er, nil)
 	var first netip.Prefix
 	if compileErr == nil {
 		first = cfg.Addresses[0]
 	}
-	p := Place(first, er.Spec.NetworkInterface.Macvlan.Master, SpecHash(&er.Spec), compileErr, nodes, pods, load)
+	p := decide(first, er.Spec.NetworkInterface.Macvlan.Master, specHash(&er.Spec), compileErr, nodes, pods, load)
 	retry := p.Create != "" && c.refused[er.UID]
 	if !retry {
 		delete(c.refused, er.UID)
@@ -209,15 +209,15 @@ func (c *Controller) place(ctx context.Context, er *netopv1.EgressRouter, nodes 
 	if p.Create == "" {
 		return errors.Join(errs...)
 	}
-	pod, err := c.Kube.CoreV1().Pods(er.Namespace).Create(ctx, Pod(er, p.Create, c.Image), metav1.CreateOptions{FieldManager: "egressd-leader"})
+	pod, err := c.Kube.CoreV1().Pods(er.Namespace).Create(ctx, newPod(er, p.Create, c.Image), metav1.CreateOptions{FieldManager: "egressd-leader"})
 	if err != nil {
 		// Admission (quota, pod security, policies) may refuse the pod: say so where the user looks.
 		c.refused[er.UID] = true
-		refused := Placement{Reason: ReasonPodRefused, Message: fmt.Sprintf("creating the router pod on node %s failed: %v", p.Create, err)}
+		refused := decision{Reason: reasonPodRefused, Message: fmt.Sprintf("creating the router pod on node %s failed: %v", p.Create, err)}
 		c.event(er, refused)
 		return errors.Join(append(errs, fmt.Errorf("%s: create router pod on node %s: %w", key, p.Create, err), c.conditions(ctx, er, refused))...)
 	}
-	c.created[er.UID] = createdPod{RouterPod{Name: pod.Name, Node: p.Create, SpecHash: pod.Annotations[SpecHashAnnotation]}, time.Now()}
+	c.created[er.UID] = createdPod{routerPod{Name: pod.Name, Node: p.Create, specHash: pod.Annotations[specHashAnnotation]}, time.Now()}
 	load[p.Create]++
 	c.Log.Info("egress router pod created", "object", key, "pod", pod.Name, "node", p.Create, "reason", p.Reason)
 	c.event(er, p)
@@ -229,8 +229,8 @@ func (c *Controller) place(ctx context.Context, er *netopv1.EgressRouter, nodes 
 }
 
 // conditions writes the conditions of a decision.
-func (c *Controller) conditions(ctx context.Context, er *netopv1.EgressRouter, p Placement) error {
-	if conds, ok := ForPlacement(p); ok {
+func (c *Controller) conditions(ctx context.Context, er *netopv1.EgressRouter, p decision) error {
+	if conds, ok := forDecision(p); ok {
 		return conds.write(ctx, c.Client, er, "egressd-leader")
 	}
 	return nil
@@ -253,7 +253,7 @@ func (c *Controller) deletePod(ctx context.Context, namespace, name, why string)
 
 // event records the leader's decisions: a Normal event per pod created (once created), a Warning
 // when there is no router, once per reason.
-func (c *Controller) event(er *netopv1.EgressRouter, p Placement) {
+func (c *Controller) event(er *netopv1.EgressRouter, p decision) {
 	switch {
 	case p.Create != "":
 		c.recorded[er.UID] = ""

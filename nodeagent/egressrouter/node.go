@@ -48,7 +48,7 @@ func (n *Node) Config(ctx context.Context, pod *corev1.Pod) (*router.Config, err
 	if err != nil {
 		return nil, fmt.Errorf("router pod %s/%s: EgressRouter %s: %w", pod.Namespace, pod.Name, ref.Name, err)
 	}
-	c, err := Compile(er, cluster.Networks(n.Snapshot, n.Networks))
+	c, err := compile(er, cluster.Networks(n.Snapshot, n.Networks))
 	if err != nil {
 		err = fmt.Errorf("EgressRouter %s/%s: %w", er.Namespace, er.Name, err)
 		n.report(ctx, er, pod, "", err)
@@ -73,7 +73,7 @@ func (n *Node) Configured(ctx context.Context, pod *corev1.Pod, master string, f
 func (n *Node) report(ctx context.Context, er *netopv1.EgressRouter, pod *corev1.Pod, master string, failure error) {
 	desc := ""
 	if failure == nil {
-		c, err := Compile(er, nil)
+		c, err := compile(er, nil)
 		if err != nil {
 			failure = err
 		} else {
@@ -82,11 +82,11 @@ func (n *Node) report(ctx context.Context, er *netopv1.EgressRouter, pod *corev1
 	}
 	if failure != nil {
 		n.Log.Error("egress router not configured", "object", "EgressRouter "+er.Namespace+"/"+er.Name, "pod", pod.Name, "err", failure)
-		n.Recorder.Eventf(er, corev1.EventTypeWarning, ReasonConfigFailed, "router pod %s on node %s: %v", pod.Name, n.Node, failure)
+		n.Recorder.Eventf(er, corev1.EventTypeWarning, reasonConfigFailed, "router pod %s on node %s: %v", pod.Name, n.Node, failure)
 	} else {
 		n.Log.Info("egress router configured", "object", "EgressRouter "+er.Namespace+"/"+er.Name, "pod", pod.Name, "master", master)
 	}
-	if err := ForConfiguration(pod.Name, n.Node, desc, failure).write(ctx, n.Client, er, "egressd-node-"+n.Node); err != nil {
+	if err := forConfiguration(pod.Name, n.Node, desc, failure).write(ctx, n.Client, er, "egressd-node-"+n.Node); err != nil {
 		n.Log.Error("egress router status", "err", err)
 	}
 }

@@ -16,19 +16,19 @@ const (
 	// AppLabel is upstream's label of router pods: users' Services select it.
 	AppLabel = "app"
 	AppValue = "egress-router-cni"
-	// SpecHashAnnotation is the SpecHash of the spec the pod was made for.
-	SpecHashAnnotation = "egressd.io/egress-router-spec"
+	// specHashAnnotation is the specHash of the spec the pod was made for.
+	specHashAnnotation = "egressd.io/egress-router-spec"
 )
 
 // DefaultImage is egressd's own image, which runs the router pod (egressd router-pod).
 const DefaultImage = "ghcr.io/egressd/egressd:latest"
 
-// Pod is the router pod of er on node: upstream's label, owned by er, bound to the node by the
+// newPod is the router pod of er on node: upstream's label, owned by er, bound to the node by the
 // leader (no scheduler involved: the leader knows which nodes are on the network). Its container
 // holds the network namespace the CNI plugin configured and reports the macvlan's health; it
 // runs as nobody, without capabilities or a service account token. It tolerates every taint:
 // the leader, not taint eviction, moves it when its node fails.
-func Pod(er *netopv1.EgressRouter, node, image string) *corev1.Pod {
+func newPod(er *netopv1.EgressRouter, node, image string) *corev1.Pod {
 	check := []string{"/usr/local/bin/egressd", "router-pod", "--check"}
 	for _, a := range er.Spec.Addresses {
 		check = append(check, "--address", a.IP)
@@ -38,7 +38,7 @@ func Pod(er *netopv1.EgressRouter, node, image string) *corev1.Pod {
 			GenerateName: strings.TrimSuffix(er.Name, "-") + "-",
 			Namespace:    er.Namespace,
 			Labels:       map[string]string{AppLabel: AppValue},
-			Annotations:  map[string]string{SpecHashAnnotation: SpecHash(&er.Spec)},
+			Annotations:  map[string]string{specHashAnnotation: specHash(&er.Spec)},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: netopv1.SchemeGroupVersion.String(), Kind: "EgressRouter",
 				Name: er.Name, UID: er.UID, Controller: ptr.To(true)}},
 		},
