@@ -485,10 +485,12 @@ spec:
 
 	// 3. The spec loses its fallback: the pod is replaced; other IPv4 ports are rejected.
 	old := pod.Name
+	stop := r.watchOutage()
 	apply(t, r.Lab, r.ns, r.routerYAML("egress-router", false))
 	pod = r.routerPod(t, old)
 	r.waitCondition(t, r.ns, "egress-router", netopv1.EgressRouterAvailable, netopv1.ConditionTrue, "RouterConfigured", "other ports are rejected")
 	r.restored(t, "spec changed", time.Now())
+	t.Logf("spec changed: router pod replaced, traffic interrupted for %s", stop().Round(time.Millisecond))
 	r.checkRedirects(t, "spec changed", false)
 	r.waitEvent(t, "SpecChanged", "spec changed")
 
@@ -513,6 +515,39 @@ spec:
 	})
 	if res := r.client.TCP(lab.HostPort(r.svc4, 80), lab.ClientOptions{Timeout: time.Second}); res.Outcome == lab.OK {
 		t.Errorf("the Service still reaches %s after the router's deletion", res.Seen.Host)
+	}
+}
+
+// watchOutage sends TCP 80 through the router every 50 ms (200 ms timeouts) until the returned
+// function is called, which returns the longest run of failures, from its first failed try to
+// the next success.
+func (r *routerLab) watchOutage() func() time.Duration {
+	done, result := make(chan struct{}), make(chan time.Duration)
+	go func() {
+		var longest time.Duration
+		var failing time.Time
+		for {
+			select {
+			case <-done:
+				result <- longest
+				return
+			default:
+			}
+			start := time.Now()
+			if err := r.redirected("tcp", r.svc4, 80, r.dst1, 80, routerV4, 200*time.Millisecond); err != nil {
+				if failing.IsZero() {
+					failing = start
+				}
+			} else if !failing.IsZero() {
+				longest = max(longest, start.Sub(failing))
+				failing = time.Time{}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	return func() time.Duration {
+		close(done)
+		return <-result
 	}
 }
 
