@@ -3,6 +3,7 @@ package egressrouter
 import (
 	"context"
 	"fmt"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -11,11 +12,12 @@ import (
 	netopv1 "github.com/egressd/egressd/api/networkoperator/v1"
 )
 
-// Reasons of the configuring node's report.
+// Reasons of the configuring node's report, and of the leader's about the pods it placed.
 const (
 	reasonConfigured   = "RouterConfigured"
 	reasonConfigFailed = "ConfigurationFailed"
 	reasonPending      = "RouterPodPending"
+	reasonUnready      = "RouterPodNotReady"
 	reasonAsExpected   = "AsExpected"
 )
 
@@ -67,6 +69,22 @@ func forConfiguration(pod, node, served string, failure error) conditionSet {
 		Available:   cond(netopv1.EgressRouterAvailable, true, reasonConfigured, fmt.Sprintf("router pod %s on node %s %s", pod, node, served)),
 		Progressing: cond(netopv1.EgressRouterProgressing, false, reasonConfigured, ""),
 		Degraded:    cond(netopv1.EgressRouterDegraded, false, reasonAsExpected, ""),
+	}
+}
+
+// unreadyAfter is how long a router pod may run unready before the leader reports it: its
+// readiness probe checks the macvlan, which the CNI ADD configures before the pod starts.
+const unreadyAfter = 30 * time.Second
+
+// forUnready are the conditions of a router pod that runs without its router: it was never
+// configured (the node's CNI chain lacks egressd-cni, so nothing asked the agent), or its
+// macvlan went away.
+func forUnready(pod, node string) conditionSet {
+	msg := fmt.Sprintf("router pod %s on node %s runs but its router is not there (its readiness probe fails): is egressd-cni in node %s's CNI chain? Deleting the pod makes a new one", pod, node, node)
+	return conditionSet{
+		Available:   cond(netopv1.EgressRouterAvailable, false, reasonUnready, msg),
+		Progressing: cond(netopv1.EgressRouterProgressing, false, reasonUnready, ""),
+		Degraded:    cond(netopv1.EgressRouterDegraded, true, reasonUnready, msg),
 	}
 }
 

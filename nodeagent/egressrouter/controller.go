@@ -109,7 +109,8 @@ func (c *Controller) reconcile(ctx context.Context) error {
 			errs = append(errs, c.deletePod(ctx, p.Namespace, p.Name, "its EgressRouter "+ref.Name+" is deleted"))
 			continue
 		}
-		byOwner[ref.UID] = append(byOwner[ref.UID], routerPod{Name: p.Name, Node: p.Spec.NodeName, specHash: p.Annotations[specHashAnnotation]})
+		byOwner[ref.UID] = append(byOwner[ref.UID], routerPod{Name: p.Name, Node: p.Spec.NodeName, specHash: p.Annotations[specHashAnnotation],
+			unready: p.Status.Phase == corev1.PodRunning && !podReady(p) && time.Since(p.CreationTimestamp.Time) > unreadyAfter})
 		load[p.Spec.NodeName]++
 	}
 	for uid, cp := range c.created {
@@ -202,6 +203,9 @@ func (c *Controller) place(ctx context.Context, er *netopv1.EgressRouter, nodes 
 	if p.Create == "" {
 		c.event(er, p)
 	}
+	if err := c.unready(ctx, er, p.Keep, pods); err != nil {
+		return err
+	}
 	var errs []error
 	for _, name := range p.Delete {
 		errs = append(errs, c.deletePod(ctx, er.Namespace, name, p.Reason))
@@ -234,6 +238,31 @@ func (c *Controller) conditions(ctx context.Context, er *netopv1.EgressRouter, p
 		return conds.write(ctx, c.Client, er, "egressd-leader")
 	}
 	return nil
+}
+
+// unready reports a kept pod that runs without its router (forUnready), once.
+func (c *Controller) unready(ctx context.Context, er *netopv1.EgressRouter, keep string, pods []routerPod) error {
+	for _, p := range pods {
+		if p.Name != keep || !p.unready {
+			continue
+		}
+		conds := forUnready(p.Name, p.Node)
+		if c.recorded[er.UID] != reasonUnready {
+			c.recorded[er.UID] = reasonUnready
+			c.Recorder.Event(er, corev1.EventTypeWarning, reasonUnready, conds.Degraded.Message)
+		}
+		return conds.write(ctx, c.Client, er, "egressd-leader")
+	}
+	return nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // deletePod deletes a router pod at once (grace period 0): a router on a dead node must not

@@ -21,6 +21,8 @@ type routerPod struct {
 	Name, Node string
 	// specHash is the spec the pod was made for.
 	specHash string
+	// unready: the pod has run without being ready for longer than unreadyAfter.
+	unready bool
 }
 
 // Reasons of the leader's decisions (the conditions' reasons).

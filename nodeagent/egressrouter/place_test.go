@@ -98,6 +98,8 @@ func TestConditions(t *testing.T) {
 			conds: forConfiguration("r1", "a", "serves", nil)},
 		{name: "configuration failed", want: [3]string{"False ConfigurationFailed", "False ConfigurationFailed", "True ConfigurationFailed"},
 			conds: forConfiguration("r1", "a", "", errors.New(`macvlan master "ens9": Link not found`))},
+		{name: "running without its router", want: [3]string{"False RouterPodNotReady", "False RouterPodNotReady", "True RouterPodNotReady"},
+			conds: forUnready("r1", "a")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := status(tc.conds); got != tc.want {
