@@ -20,6 +20,7 @@ import (
 	"github.com/egressd/egressd/api/generated/clientset/versioned"
 	netopv1 "github.com/egressd/egressd/api/networkoperator/v1"
 	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/netns"
 	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
 )
@@ -288,11 +289,12 @@ func (r *routerLab) restored(t *testing.T, step string, start time.Time) time.Du
 // address; other IPv4 ports reach the fallback host, other IPv6 ports (no IPv6 fallback) are
 // rejected. The router's node turning NotReady, then another router node losing its fabric
 // link, each recreates the router on another node (time measured, then five more trials); an
-// agent restart on the router's node changes nothing; a spec change without the
-// fallback replaces the pod and rejects other IPv4 ports; the conditions follow each step;
-// a router that no node can host, one whose macvlan fails, one with an invalid rule and one
-// whose pod the namespace's quota refuses are Degraded with the reason; deleting the EgressRouter removes the pod and everything in the
-// nodes.
+// agent restart on the router's node changes nothing; a spec change without the fallback
+// replaces the pod (traffic gap measured) and rejects other IPv4 ports; a router pod that loses
+// its macvlan is reported, and replaced once deleted; the conditions follow each step. Routers
+// that no node can host, whose macvlan fails, with an invalid rule, or whose pod the
+// namespace's quota refuses are Degraded with the reason. Deleting the EgressRouter removes the
+// pod and everything in the nodes.
 func TestPrivilegedEgressRouter(t *testing.T) {
 	privileged.Require(t)
 	ctx := context.Background()
@@ -494,6 +496,36 @@ spec:
 	r.checkRedirects(t, "spec changed", false)
 	r.waitEvent(t, "SpecChanged", "spec changed")
 
+	// The router's macvlan disappears: the pod's readiness probe fails, the Service stops sending
+	// to it, and the leader reports the router Degraded; deleting the pod, as the message
+	// advises, brings a configured one.
+	sandbox := r.sandboxOf(t)
+	if _, err := sandbox.Run("ip", "link", "del", "net1"); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, "the router pod unready", 20*time.Second, func() error {
+		p, err := r.kube.CoreV1().Pods(r.ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionFalse {
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %v", p.Status.Conditions)
+	})
+	if res := r.client.TCP(lab.HostPort(r.svc4, 80), lab.ClientOptions{Timeout: time.Second}); res.Outcome == lab.OK {
+		t.Errorf("the Service still sends to the unready router pod: %s", res)
+	}
+	r.waitCondition(t, r.ns, "egress-router", netopv1.EgressRouterDegraded, netopv1.ConditionTrue, "RouterPodNotReady", "is egressd-cni in node")
+	if err := r.kube.CoreV1().Pods(r.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod = r.routerPod(t, pod.Name)
+	r.waitCondition(t, r.ns, "egress-router", netopv1.EgressRouterAvailable, netopv1.ConditionTrue, "RouterConfigured", pod.Name)
+	r.restored(t, "pod replaced", time.Now())
+
 	// 4. Deleting the EgressRouter removes the pod, its sandbox and its macvlan.
 	if err := r.egress.NetworkOperatorV1().EgressRouters(r.ns).Delete(ctx, "egress-router", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -516,6 +548,30 @@ spec:
 	if res := r.client.TCP(lab.HostPort(r.svc4, 80), lab.ClientOptions{Timeout: time.Second}); res.Outcome == lab.OK {
 		t.Errorf("the Service still reaches %s after the router's deletion", res.Seen.Host)
 	}
+}
+
+// sandboxOf is the network namespace of the one router pod: the lab sandbox holding net1.
+func (r *routerLab) sandboxOf(t *testing.T) *netns.NS {
+	t.Helper()
+	out, err := r.Fabric.Run("ip", "netns", "list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []*netns.NS
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], "el"+r.ID+"-k") {
+			continue
+		}
+		ns := &netns.NS{Name: f[0]}
+		if _, err := ns.Run("ip", "link", "show", "net1"); err == nil {
+			found = append(found, ns)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d lab sandboxes hold net1", len(found))
+	}
+	return found[0]
 }
 
 // watchOutage sends TCP 80 through the router every 50 ms (200 ms timeouts) until the returned

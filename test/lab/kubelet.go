@@ -25,7 +25,8 @@ import (
 // CNI chain (a failed ADD is recorded as a FailedCreatePodSandBox event and retried with a new
 // sandbox, as kubelet does), the container's command when it is egressd's own (run from this
 // tree's binary as nobody, without capabilities, as the pod's securityContext asks), the
-// readiness probe when it is an exec of egressd, then the status (Running, IPs, Ready). A pod
+// readiness probe when it is an exec of egressd (first until it passes, then at its period),
+// and the status (Running, IPs, Ready as the probe says). A pod
 // being deleted is torn down (CNI DEL, the namespace) and its object removed, as kubelet
 // confirms a deletion.
 
@@ -148,9 +149,12 @@ func (k *kubelet) run(ctx context.Context, n *Node, obj *corev1.Pod) {
 	}
 	if p != nil && ctx.Err() == nil {
 		proc = k.start(p, obj)
-		if err := k.ready(ctx, p, obj); err != nil {
+		err := k.ready(ctx, p, obj)
+		if err != nil {
 			k.event(obj, "Unhealthy", err.Error())
+			_ = k.setStatus(ctx, p, obj, false) // running, not ready
 		}
+		k.probeEvery(ctx, p, obj, err == nil)
 	}
 	<-ctx.Done()
 	if proc != nil {
@@ -206,32 +210,78 @@ func (k *kubelet) start(p *Pod, obj *corev1.Pod) *exec.Cmd {
 	return cmd
 }
 
-// ready runs the exec readiness probe (when it is egressd's) until it passes, then writes the
-// pod's status: Running, its IPs, Ready.
+// probe runs the pod's exec readiness probe once when it is egressd's (nil: no probe to run).
+func (k *kubelet) probe(p *Pod, obj *corev1.Pod) error {
+	probe := obj.Spec.Containers[0].ReadinessProbe
+	if probe == nil || probe.Exec == nil || len(probe.Exec.Command) == 0 || probe.Exec.Command[0] != egressdImageBinary || binPath == "" {
+		return nil
+	}
+	cmd := p.NS.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--bounding-set=-all",
+		"--inh-caps=-all", "--no-new-privs", "--", binPath}, probe.Exec.Command[1:]...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("readiness probe failed: %v: %s", err, out)
+	}
+	return nil
+}
+
+// ready runs the readiness probe until it passes (for up to 10 s), then writes the pod's
+// status: Running, its IPs, Ready.
 func (k *kubelet) ready(ctx context.Context, p *Pod, obj *corev1.Pod) error {
-	if probe := obj.Spec.Containers[0].ReadinessProbe; probe != nil && probe.Exec != nil && len(probe.Exec.Command) > 0 &&
-		probe.Exec.Command[0] == egressdImageBinary && binPath != "" {
-		var out []byte
-		var err error
-		for deadline := time.Now().Add(10 * time.Second); ; {
-			cmd := p.NS.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--bounding-set=-all",
-				"--inh-caps=-all", "--no-new-privs", "--", binPath}, probe.Exec.Command[1:]...)...)
-			if out, err = cmd.CombinedOutput(); err == nil {
-				break
-			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				return fmt.Errorf("readiness probe failed: %v: %s", err, out)
-			}
-			time.Sleep(200 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		err := k.probe(p, obj)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return err
 		}
 	}
+	return k.setStatus(ctx, p, obj, true)
+}
+
+// setStatus writes the started pod's status, ready or not.
+func (k *kubelet) setStatus(ctx context.Context, p *Pod, obj *corev1.Pod, ready bool) error {
 	fresh, err := k.client.CoreV1().Pods(obj.Namespace).Get(ctx, obj.Name, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
 	fresh.Status = p.status()
+	if !ready {
+		for i, c := range fresh.Status.Conditions {
+			if c.Type == corev1.PodReady || c.Type == corev1.ContainersReady {
+				fresh.Status.Conditions[i].Status = corev1.ConditionFalse
+			}
+		}
+	}
 	_, err = k.client.CoreV1().Pods(obj.Namespace).UpdateStatus(ctx, fresh, metav1.UpdateOptions{})
 	return err
+}
+
+// probeEvery runs the readiness probe at its period until ctx ends, writing each change of
+// the pod's readiness.
+func (k *kubelet) probeEvery(ctx context.Context, p *Pod, obj *corev1.Pod, ready bool) {
+	probe := obj.Spec.Containers[0].ReadinessProbe
+	if probe == nil {
+		return
+	}
+	period := time.Duration(max(probe.PeriodSeconds, 1)) * time.Second
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(period):
+		}
+		err := k.probe(p, obj)
+		if (err == nil) == ready {
+			continue
+		}
+		if err != nil {
+			k.event(obj, "Unhealthy", err.Error())
+		}
+		if k.setStatus(ctx, p, obj, err == nil) == nil {
+			ready = err == nil
+		}
+	}
 }
 
 // confirmDeletion removes the object of a pod that never got a sandbox.
