@@ -72,8 +72,9 @@ func forConfiguration(pod, node, served string, failure error) conditionSet {
 	}
 }
 
-// unreadyAfter is how long a router pod may run unready before the leader reports it: its
-// readiness probe checks the macvlan, which the CNI ADD configures before the pod starts.
+// unreadyAfter is how old a running router pod may be and still be unready before the leader
+// reports it: its readiness probe checks the macvlan, which the CNI ADD configures before the
+// pod starts, so only a slow first probe excuses it.
 const unreadyAfter = 30 * time.Second
 
 // forUnready are the conditions of a router pod that runs without its router: it was never

@@ -21,7 +21,7 @@ type routerPod struct {
 	Name, Node string
 	// specHash is the spec the pod was made for.
 	specHash string
-	// unready: the pod has run without being ready for longer than unreadyAfter.
+	// unready: the pod runs, is not ready, and is older than unreadyAfter.
 	unready bool
 }
 
@@ -48,9 +48,9 @@ type decision struct {
 	Reason, Message string
 }
 
-// decide decides where the router runs. The network is the first address: a node is eligible when
-// it is Ready, its agent answers, and one of its host CIDRs contains that address (the node has
-// a NIC on the router's network: upstream's inference when macvlan.master is not set). With
+// decide decides where the router runs. The network is the first address: a node is eligible
+// when it is Ready, its agent answers, and one of its host CIDRs contains that address (the node
+// has a NIC on the router's network: upstream's inference when macvlan.master is not set). With
 // macvlan.master set and no node holding an address on that network (a NIC may carry none),
 // every Ready, reachable node is eligible and the master's presence is checked on the node.
 // A kept pod stays where it is (no move back when a better node returns); a new one goes to
