@@ -1,0 +1,612 @@
+// Package node runs a real Kubernetes node inside a lab node's network namespace: containerd
+// 2.x with Debian's runc and a real CNI chain, and a kubelet registered with the lab's control
+// plane, so that workloads (the DaemonSet of deploy/ among them) reach the node only through
+// the API server, as on a cluster.
+//
+// The node is a network namespace (the lab's) plus a mount namespace of its own, in which it
+// has a private /run (containerd's and runc's state, the pods' network namespaces,
+// /run/egressd), /var/log and bpffs at /sys/fs/bpf, and in which the kernel tunables the
+// kubelet insists on read as it wants them (the machine's stay untouched). Its processes live
+// in one cgroup subtree, egressd-node-<lab>-<node>, in every cgroup v1 hierarchy and the
+// unified one. Close kills every process of that subtree, which ends the mount namespace and
+// with it every mount; nothing stays on the machine.
+//
+// The machine mounts cgroup v1 controllers (a hybrid hierarchy): the kubelet runs with
+// failCgroupV1: false and the cgroupfs driver; containerd's runc shim uses cgroupfs too.
+package node
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/spawn"
+)
+
+// apiServiceAddr is the kubernetes Service (the first address of the service CIDR): pods of the
+// node reach the API server there, as in-cluster clients do, through the lab's relay (no
+// kube-proxy runs).
+const apiServiceAddr = "10.96.0.1:443"
+
+// apiNodeAddr is where the kubelet reaches the API server inside the node.
+const apiNodeAddr = "127.0.0.1:6443"
+
+// CNISocket is egressd-cni's socket as the DaemonSet mounts it (--cni-socket), inside the node.
+const CNISocket = "/run/egressd/cni.sock"
+
+// sysctls are the kernel tunables the kubelet checks and would set machine-wide
+// (protectKernelDefaults: false); the node's view of them is a file with the wanted value.
+var sysctls = map[string]string{
+	"vm/overcommit_memory": "1",
+	"vm/panic_on_oom":      "0",
+	"kernel/panic":         "10",
+	"kernel/panic_on_oops": "1",
+}
+
+// Options of Start.
+type Options struct {
+	// Lab and Node: the node must be one of the lab's Options.Kubelets.
+	Lab  *lab.Lab
+	Node *lab.Node
+	// Bins are the node's programs (Build).
+	Bins Binaries
+	// CNIPlugins are directories holding ptp, host-local and (with EgressdCNI) egressd-cni.
+	CNIPlugins []string
+	// EgressdCNI chains egressd's plugin after ptp, on the DaemonSet's socket (CNISocket): pods
+	// then start only while egressd runs on the node.
+	EgressdCNI bool
+	// PauseImage is the sandbox image; it must be imported (Import) before pods start.
+	PauseImage string
+	// Log receives progress; default io.Discard.
+	Log io.Writer
+}
+
+// Node is a running real node.
+type Node struct {
+	Name string
+	// Dir holds the node's state: containerd's, the kubelet's, pod logs, CNI configuration.
+	Dir string
+	// Socket is containerd's API socket.
+	Socket string
+	// Cgroup is the node's cgroup subtree (relative to each hierarchy's root).
+	Cgroup string
+
+	lab        *lab.Lab
+	ln         *lab.Node
+	opts       Options
+	containerd *daemon
+	kubelet    *daemon
+}
+
+// daemon is a started process of the node; exited is closed when it has exited.
+type daemon struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+func (d *daemon) done() bool {
+	select {
+	case <-d.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// Start runs containerd and the kubelet in the lab node and waits until the kubelet has
+// registered the Node and reports it Ready.
+func Start(ctx context.Context, opts Options) (*Node, error) {
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	if !opts.Node.Kubelet {
+		return nil, fmt.Errorf("node %s: not one of the lab's Options.Kubelets", opts.Node.Name)
+	}
+	Sweep(opts.Log)
+	n := &Node{
+		Name: opts.Node.Name, Dir: filepath.Join(opts.Lab.Dir, "kubelet-"+opts.Node.Name),
+		Cgroup: fmt.Sprintf("egressd-node-%s-%s", opts.Lab.ID, opts.Node.Name),
+		lab:    opts.Lab, ln: opts.Node, opts: opts,
+	}
+	n.Socket = filepath.Join(n.Dir, "containerd", "containerd.sock")
+	if err := n.start(ctx); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("real node %s: %w", n.Name, err)
+	}
+	return n, nil
+}
+
+func (n *Node) path(p ...string) string { return filepath.Join(append([]string{n.Dir}, p...)...) }
+
+func (n *Node) logf(format string, a ...any) { fmt.Fprintf(n.opts.Log, format+"\n", a...) }
+
+func (n *Node) start(ctx context.Context) error {
+	start := time.Now()
+	for _, d := range []string{"containerd/root", "containerd/state", "kubelet", "pod-logs", "cni/net.d", "cni/bin", "ipam", "sysctl"} {
+		if err := os.MkdirAll(n.path(d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := n.writeCNI(); err != nil {
+		return err
+	}
+	if err := n.writeContainerdConfig(); err != nil {
+		return err
+	}
+	for name, v := range sysctls {
+		if err := os.WriteFile(n.path("sysctl", strings.ReplaceAll(name, "/", "_")), []byte(v+"\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	if err := createCgroup(n.Cgroup); err != nil {
+		return err
+	}
+	// The API server, for the kubelet and for the node's pods (in-cluster clients).
+	if err := n.ln.NS.Script("ip addr add " + strings.Split(apiServiceAddr, ":")[0] + "/32 dev lo"); err != nil {
+		return err
+	}
+	for _, a := range []string{apiNodeAddr, apiServiceAddr} {
+		if err := n.ln.ForwardAPI(a); err != nil {
+			return err
+		}
+	}
+	if err := n.startContainerd(ctx); err != nil {
+		return err
+	}
+	if err := n.startKubelet(ctx); err != nil {
+		return err
+	}
+	n.logf("real node %s: containerd and kubelet up, Node Ready in %s", n.Name, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// writeCNI writes the node's conflist: ptp with host-local IPAM on the node's pod CIDRs, then
+// egressd's chained plugin if asked.
+func (n *Node) writeCNI() error {
+	for _, dir := range n.opts.CNIPlugins {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if err := os.Symlink(filepath.Join(dir, e.Name()), n.path("cni", "bin", e.Name())); err != nil && !os.IsExist(err) {
+				return err
+			}
+		}
+	}
+	plugins := []map[string]any{
+		{"type": "ptp", "ipMasq": false, "ipam": map[string]any{
+			"type": "host-local", "dataDir": n.path("ipam"),
+			"ranges": [][]map[string]string{
+				{{"subnet": n.ln.PodV4.String(), "gateway": n.ln.PodV4.Addr().Next().String()}},
+				{{"subnet": n.ln.PodV6.String(), "gateway": n.ln.PodV6.Addr().Next().String()}},
+			},
+			"routes": []map[string]string{{"dst": "0.0.0.0/0"}, {"dst": "::/0"}},
+		}},
+	}
+	if n.opts.EgressdCNI {
+		plugins = append(plugins, map[string]any{"type": "egressd-cni", "socket": CNISocket, "timeout": "10s"})
+	}
+	conf := map[string]any{"cniVersion": lab.CNIVersion, "name": "realnode", "plugins": plugins}
+	b, err := json.MarshalIndent(conf, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(n.path("cni", "net.d", "10-realnode.conflist"), b, 0o644)
+}
+
+func (n *Node) writeContainerdConfig() error {
+	cfg := fmt.Sprintf(`version = 3
+root = %[1]q
+state = %[2]q
+# Plugins that need what this machine lacks, or that the node does not use.
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile",
+  "io.containerd.snapshotter.v1.erofs", "io.containerd.differ.v1.erofs",
+  "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = %[3]q
+
+[ttrpc]
+  address = %[4]q
+
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = %[5]q
+
+[plugins.'io.containerd.cri.v1.runtime']
+  enable_selinux = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = [%[6]q]
+    conf_dir = %[7]q
+    max_conf_num = 1
+    use_internal_loopback = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = %[8]q
+        SystemdCgroup = false
+
+[plugins.'io.containerd.grpc.v1.cri']
+  disable_tcp_service = true
+
+[plugins.'io.containerd.internal.v1.opt']
+  path = %[9]q
+`, n.path("containerd", "root"), n.path("containerd", "state"), n.Socket, n.Socket+".ttrpc",
+		n.opts.PauseImage, n.path("cni", "bin"), n.path("cni", "net.d"), n.opts.Bins.Runc, n.path("containerd", "opt"))
+	return os.WriteFile(n.path("containerd", "config.toml"), []byte(cfg), 0o644)
+}
+
+// startContainerd starts the node's mount namespace with containerd as its first process.
+func (n *Node) startContainerd(ctx context.Context) error {
+	script := []string{"set -e", joinCgroup(n.Cgroup + "/runtime"),
+		"mount -t tmpfs -o mode=0755 node-run /run",
+		"mount -t tmpfs -o mode=0755 node-log /var/log",
+		// The DaemonSet mounts /sys/fs/bpf with HostToContainer propagation, which the CRI
+		// grants only from a shared or slave mount.
+		"mount -t bpf bpf /sys/fs/bpf", "mount --make-rshared /sys/fs/bpf"}
+	for name := range sysctls {
+		script = append(script, fmt.Sprintf("mount --bind %s /proc/sys/%s", n.path("sysctl", strings.ReplaceAll(name, "/", "_")), name))
+	}
+	script = append(script, fmt.Sprintf("exec %s --config %s", n.opts.Bins.Containerd, n.path("containerd", "config.toml")))
+	cmd := exec.Command("nsenter", "--net="+n.ln.NS.Path(), "unshare", "--mount", "--propagation", "slave",
+		"sh", "-c", strings.Join(script, "\n"))
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(n.opts.Bins.Shim)+":"+os.Getenv("PATH"))
+	var err error
+	if n.containerd, err = n.run(cmd, "containerd"); err != nil {
+		return err
+	}
+	n.logf("real node %s: containerd starting (pid %d)", n.Name, n.containerd.cmd.Process.Pid)
+	return waitFor(ctx, 30*time.Second, "containerd socket "+n.Socket, func() error {
+		if n.containerd.done() {
+			return errStop(fmt.Errorf("containerd exited:\n%s", n.LogTail("containerd", 30)))
+		}
+		_, err := os.Stat(n.Socket)
+		return err
+	})
+}
+
+// mountNS is the node's mount namespace (containerd's).
+func (n *Node) mountNS() string { return fmt.Sprintf("/proc/%d/ns/mnt", n.containerd.cmd.Process.Pid) }
+
+// RootPath is a path of the node's filesystem as seen from the machine (e.g. /sys/fs/bpf/x).
+func (n *Node) RootPath(p string) string {
+	return filepath.Join(fmt.Sprintf("/proc/%d/root", n.containerd.cmd.Process.Pid), p)
+}
+
+// Command runs a program inside the node: its network and mount namespaces (as a hostNetwork
+// pod with the node's paths sees them).
+func (n *Node) Command(name string, args ...string) *exec.Cmd {
+	return exec.Command("nsenter", append([]string{"--net=" + n.ln.NS.Path(), "--mount=" + n.mountNS(), name}, args...)...)
+}
+
+func (n *Node) startKubelet(ctx context.Context) error {
+	kubeconfig, err := n.lab.CP.KubeconfigAt("https://"+apiNodeAddr, "system:node:"+n.Name, "system:nodes")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(n.path("kubelet", "config.yaml"), []byte(n.kubeletConfig()), 0o644); err != nil {
+		return err
+	}
+	script := []string{"set -e", joinCgroup(n.Cgroup + "/runtime"),
+		fmt.Sprintf("exec nsenter --net=%s --mount=%s %s --config %s --kubeconfig %s --root-dir %s --hostname-override %s --node-ip %s,%s --v 2",
+			n.ln.NS.Path(), n.mountNS(), n.opts.Bins.Kubelet, n.path("kubelet", "config.yaml"), kubeconfig,
+			n.path("kubelet"), n.Name, n.ln.IPv4, n.ln.IPv6)}
+	if n.kubelet, err = n.run(exec.Command("sh", "-c", strings.Join(script, "\n")), "kubelet"); err != nil {
+		return err
+	}
+	n.logf("real node %s: kubelet starting (pid %d)", n.Name, n.kubelet.cmd.Process.Pid)
+	err = waitFor(ctx, 2*time.Minute, "Node "+n.Name+" Ready", func() error {
+		if n.kubelet.done() {
+			return errStop(fmt.Errorf("kubelet exited:\n%s", n.LogTail("kubelet", 40)))
+		}
+		obj, err := n.lab.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range obj.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				if c.Status != corev1.ConditionTrue {
+					return fmt.Errorf("%s: %s", c.Reason, c.Message)
+				}
+				return nil
+			}
+		}
+		return errors.New("no Ready condition yet")
+	})
+	if err != nil {
+		return fmt.Errorf("%w\nkubelet:\n%s", err, n.LogTail("kubelet", 40))
+	}
+	// No node IPAM controller runs: record the CIDRs the node's CNI hands out, as it would.
+	patch := fmt.Sprintf(`{"spec":{"podCIDR":%q,"podCIDRs":[%q,%q]}}`, n.ln.PodV4, n.ln.PodV4, n.ln.PodV6)
+	_, err = n.lab.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
+
+func (n *Node) kubeletConfig() string {
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# This machine mounts cgroup v1 controllers; kubelets >= 1.35 refuse them unless told.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: /%[1]s
+cgroupsPerQOS: true
+containerRuntimeEndpoint: unix://%[2]s
+address: %[3]s
+port: 10250
+readOnlyPort: 0
+healthzPort: 0
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+# The node's view of the tunables is what the kubelet wants (see sysctls); never write them.
+protectKernelDefaults: true
+failSwapOn: false
+resolvConf: ""
+podLogsDir: %[4]s
+# The machine's disk is shared with other work: never evict the lab's pods for it.
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+nodeStatusUpdateFrequency: 4s
+syncFrequency: 5s
+fileCheckFrequency: 5s
+`, n.Cgroup, n.Socket, n.ln.IPv4, n.path("pod-logs"))
+}
+
+// run starts a daemon of the node with its output in <dir>/<name>.log, killed with this process.
+func (n *Node) run(cmd *exec.Cmd, name string) (*daemon, error) {
+	logf, err := os.Create(n.path(name + ".log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := spawn.Start(cmd); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	d := &daemon{cmd: cmd, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(d.exited) }()
+	return d, nil
+}
+
+// LogTail returns the last lines of a daemon's log (containerd, kubelet).
+func (n *Node) LogTail(name string, lines int) string {
+	b, _ := os.ReadFile(n.path(name + ".log"))
+	l := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
+}
+
+// Close stops the kubelet, kills every process of the node (containerd, shims, containers),
+// removes its cgroups and its Node object. The mount namespace, and every mount in it, ends
+// with its last process.
+func (n *Node) Close() {
+	if n.kubelet != nil {
+		_ = n.kubelet.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-n.kubelet.exited:
+		case <-time.After(10 * time.Second):
+			_ = n.kubelet.cmd.Process.Kill()
+		}
+	}
+	if err := removeCgroup(n.Cgroup); err != nil {
+		n.logf("real node %s: %v", n.Name, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.lab.Client.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		n.logf("real node %s: delete Node: %v", n.Name, err)
+	}
+}
+
+// stopError ends waitFor at once.
+type stopError struct{ error }
+
+func errStop(err error) error { return stopError{err} }
+
+// waitFor polls check until it returns nil, a stopError, or d passes.
+func waitFor(ctx context.Context, d time.Duration, what string, check func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for {
+		err := check()
+		if err == nil {
+			return nil
+		}
+		var stop stopError
+		if errors.As(err, &stop) {
+			return stop.error
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: not after %s: %w", what, d, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// hierarchies are the mounted cgroup hierarchies (v1 controllers, named ones, the unified
+// one), by mount point.
+func hierarchies() ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		i := slices.Index(fields, "-")
+		if i < 0 || i+1 >= len(fields) || len(fields) < 5 {
+			continue
+		}
+		if fs := fields[i+1]; fs == "cgroup" || fs == "cgroup2" {
+			out = append(out, fields[4])
+		}
+	}
+	return out, s.Err()
+}
+
+// createCgroup creates <h>/<name>/runtime in every hierarchy (cpuset ones with their parent's
+// CPUs and memory nodes, without which no process may join).
+func createCgroup(name string) error {
+	hs, err := hierarchies()
+	if err != nil {
+		return err
+	}
+	for _, h := range hs {
+		for _, d := range []string{filepath.Join(h, name), filepath.Join(h, name, "runtime")} {
+			if err := os.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
+				return fmt.Errorf("create cgroup %s: %w", d, err)
+			}
+			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+				if b, err := os.ReadFile(filepath.Join(filepath.Dir(d), f)); err == nil {
+					if err := os.WriteFile(filepath.Join(d, f), b, 0o644); err != nil {
+						return fmt.Errorf("cgroup %s: %s: %w", d, f, err)
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// joinCgroup is a shell line moving the shell into <h>/<path> of every hierarchy.
+func joinCgroup(path string) string {
+	hs, _ := hierarchies()
+	var lines []string
+	for _, h := range hs {
+		lines = append(lines, fmt.Sprintf("echo $$ > %s", filepath.Join(h, path, "cgroup.procs")))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// removeCgroup kills every process of the subtree name, until none is left, and removes its
+// cgroups, deepest first, in every hierarchy.
+func removeCgroup(name string) error {
+	hs, err := hierarchies()
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		pids := cgroupPids(hs, name)
+		if len(pids) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s: processes %v survive SIGKILL", name, pids)
+		}
+		for _, p := range pids {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var errs []error
+	for _, h := range hs {
+		root := filepath.Join(h, name)
+		var dirs []string
+		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := retryRmdir(dirs[i]); err != nil {
+				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", dirs[i], err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// retryRmdir removes a cgroup; a cgroup whose last process just died may be busy a moment.
+func retryRmdir(d string) error {
+	var err error
+	for range 50 {
+		if err = syscall.Rmdir(d); err == nil || errors.Is(err, syscall.ENOENT) {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
+}
+
+func cgroupPids(hs []string, name string) []int {
+	seen := map[int]bool{}
+	for _, h := range hs {
+		_ = filepath.WalkDir(filepath.Join(h, name), func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil
+			}
+			b, _ := os.ReadFile(p)
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					seen[pid] = true
+				}
+			}
+			return nil
+		})
+	}
+	var out []int
+	for p := range seen {
+		out = append(out, p)
+	}
+	return out
+}
+
+// Sweep kills and removes the nodes of labs whose process is gone (a killed test run).
+func Sweep(log io.Writer) {
+	hs, err := hierarchies()
+	if err != nil || len(hs) == 0 {
+		return
+	}
+	seen := map[string]bool{}
+	for _, h := range hs {
+		dirs, _ := filepath.Glob(filepath.Join(h, "egressd-node-*"))
+		for _, d := range dirs {
+			seen[filepath.Base(d)] = true
+		}
+	}
+	for name := range seen {
+		id, _, _ := strings.Cut(strings.TrimPrefix(name, "egressd-node-"), "-")
+		b, err := os.ReadFile(filepath.Join(lab.StateRoot(), id, "owner.pid"))
+		if err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && syscall.Kill(pid, 0) == nil {
+				continue
+			}
+		}
+		fmt.Fprintf(log, "sweeping real node %s of a dead lab\n", name)
+		if err := removeCgroup(name); err != nil {
+			fmt.Fprintf(log, "sweep %s: %v\n", name, err)
+		}
+	}
+}
