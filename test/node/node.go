@@ -235,6 +235,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
 [plugins.'io.containerd.cri.v1.runtime']
   enable_selinux = false
+  # Root here lacks CAP_SYS_RESOURCE (not in the bounding set): no process may lower its
+  # oom_score_adj, so the CRI's -998 for sandboxes (and the kubelet's -997 for node-critical
+  # pods) are raised to containerd's own 0 instead of failing runc.
+  restrict_oom_score_adj = true
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = [%[6]q]
     conf_dir = %[7]q
@@ -364,6 +368,8 @@ authorization: {mode: AlwaysAllow}
 # The node's view of the tunables is what the kubelet wants (see sysctls); never write them.
 protectKernelDefaults: true
 failSwapOn: false
+# No CAP_SYS_RESOURCE here (see restrict_oom_score_adj): keep the kubelet's own score.
+oomScoreAdj: 0
 resolvConf: ""
 podLogsDir: %[4]s
 # The machine's disk is shared with other work: never evict the lab's pods for it.

@@ -70,7 +70,7 @@ func TestPrivilegedNodeRunsPod(t *testing.T) {
 	if _, err := l.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err = poll.Until(ctx, "pod default/stream running with an IP", 2*time.Minute, func() error {
+	err = poll.Until(ctx, "pod default/stream running with an IP", 40*time.Second, func() error {
 		p, err := l.Client.CoreV1().Pods("default").Get(ctx, "stream", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -80,6 +80,10 @@ func TestPrivilegedNodeRunsPod(t *testing.T) {
 		}
 		return nil
 	})
+	if err != nil && os.Getenv("REALNODE_KEEP") != "" {
+		t.Logf("keeping node %s: %v", n.Dir, err)
+		time.Sleep(10 * time.Minute)
+	}
 	if err != nil {
 		t.Fatalf("%v\nkubelet:\n%s\ncontainerd:\n%s", err, n.LogTail("kubelet", 30), n.LogTail("containerd", 30))
 	}
