@@ -616,3 +616,45 @@ func Sweep(log io.Writer) {
 		}
 	}
 }
+
+// Processes returns the pids of the node's processes (containers included) named comm.
+func (n *Node) Processes(comm string) []int {
+	hs, err := hierarchies()
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, p := range cgroupPids(hs, n.Cgroup) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p))
+		if err == nil && strings.TrimSpace(string(b)) == comm {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ContainerLog returns what a container of a pod on the node wrote (its current instance),
+// from the CRI log files the kubelet keeps, without the CRI's line prefixes.
+func (n *Node) ContainerLog(namespace, pod, container string) (string, error) {
+	files, _ := filepath.Glob(n.path("pod-logs", namespace+"_"+pod+"_*", container, "*.log"))
+	if len(files) == 0 {
+		return "", fmt.Errorf("no log of container %s of pod %s/%s on %s", container, namespace, pod, n.Name)
+	}
+	slices.Sort(files)
+	b, err := os.ReadFile(files[len(files)-1])
+	if err != nil {
+		return "", err
+	}
+	var out strings.Builder
+	for _, line := range strings.Split(string(b), "\n") {
+		// <time> <stream> <P|F> <content>
+		if f := strings.SplitN(line, " ", 4); len(f) == 4 {
+			out.WriteString(f[3])
+			if f[2] == "F" {
+				out.WriteByte('\n')
+			}
+		}
+	}
+	return out.String(), nil
+}
