@@ -111,7 +111,7 @@ func (d *daemon) done() bool {
 }
 
 // Start runs containerd and the kubelet in the lab node and waits until the kubelet has
-// registered the Node and reports it Ready.
+// registered the Node and, without EgressdCNI, reports it Ready.
 func Start(ctx context.Context, opts Options) (*Node, error) {
 	if opts.Log == nil {
 		opts.Log = io.Discard
@@ -173,7 +173,7 @@ func (n *Node) start(ctx context.Context) error {
 	if err := n.startKubelet(ctx); err != nil {
 		return err
 	}
-	n.logf("real node %s: containerd and kubelet up, Node Ready in %s", n.Name, time.Since(start).Round(time.Millisecond))
+	n.logf("real node %s: containerd and kubelet up, Node registered in %s", n.Name, time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -267,8 +267,10 @@ func (n *Node) startContainerd(ctx context.Context) error {
 	script := []string{"set -e", joinCgroup(n.Cgroup + "/runtime"),
 		"mount -t tmpfs -o mode=0755 node-run /run",
 		"mount -t tmpfs -o mode=0755 node-log /var/log",
-		// The DaemonSet mounts /sys/fs/bpf with HostToContainer propagation, which the CRI
-		// grants only from a shared or slave mount.
+		// The node's own bpffs, instead of the machine's (gone from this namespace: the CRI
+		// looks at the first mount on the path). The DaemonSet mounts it with HostToContainer
+		// propagation, which the CRI grants only from a shared or slave mount.
+		"umount /sys/fs/bpf 2>/dev/null || true",
 		"mount -t bpf bpf /sys/fs/bpf", "mount --make-rshared /sys/fs/bpf"}
 	for name := range sysctls {
 		script = append(script, fmt.Sprintf("mount --bind %s /proc/sys/%s", n.path("sysctl", strings.ReplaceAll(name, "/", "_")), name))
@@ -321,7 +323,25 @@ func (n *Node) startKubelet(ctx context.Context) error {
 		return err
 	}
 	n.logf("real node %s: kubelet starting (pid %d)", n.Name, n.kubelet.cmd.Process.Pid)
-	err = waitFor(ctx, 2*time.Minute, "Node "+n.Name+" Ready", func() error {
+	// With egressd-cni chained, the runtime's network is ready only once egressd answers
+	// (the plugin's STATUS): the Node stays NotReady until the DaemonSet's pod runs.
+	ready := !n.opts.EgressdCNI
+	if err := n.waitNode(ctx, ready); err != nil {
+		return err
+	}
+	// No node IPAM controller runs: record the CIDRs the node's CNI hands out, as it would.
+	patch := fmt.Sprintf(`{"spec":{"podCIDR":%q,"podCIDRs":[%q,%q]}}`, n.ln.PodV4, n.ln.PodV4, n.ln.PodV6)
+	_, err = n.lab.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
+
+// WaitReady waits until the kubelet reports the Node Ready.
+func (n *Node) WaitReady(ctx context.Context) error { return n.waitNode(ctx, true) }
+
+// waitNode waits until the kubelet has registered the Node and reported its Ready condition,
+// True if ready.
+func (n *Node) waitNode(ctx context.Context, ready bool) error {
+	err := waitFor(ctx, 2*time.Minute, "Node "+n.Name+" registered", func() error {
 		if n.kubelet.done() {
 			return errStop(fmt.Errorf("kubelet exited:\n%s", n.LogTail("kubelet", 40)))
 		}
@@ -331,8 +351,8 @@ func (n *Node) startKubelet(ctx context.Context) error {
 		}
 		for _, c := range obj.Status.Conditions {
 			if c.Type == corev1.NodeReady {
-				if c.Status != corev1.ConditionTrue {
-					return fmt.Errorf("%s: %s", c.Reason, c.Message)
+				if ready && c.Status != corev1.ConditionTrue {
+					return fmt.Errorf("not Ready: %s: %s", c.Reason, c.Message)
 				}
 				return nil
 			}
@@ -342,10 +362,7 @@ func (n *Node) startKubelet(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w\nkubelet:\n%s", err, n.LogTail("kubelet", 40))
 	}
-	// No node IPAM controller runs: record the CIDRs the node's CNI hands out, as it would.
-	patch := fmt.Sprintf(`{"spec":{"podCIDR":%q,"podCIDRs":[%q,%q]}}`, n.ln.PodV4, n.ln.PodV4, n.ln.PodV6)
-	_, err = n.lab.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
-	return err
+	return nil
 }
 
 func (n *Node) kubeletConfig() string {
