@@ -93,6 +93,8 @@ type Node struct {
 	opts       Options
 	containerd *daemon
 	kubelet    *daemon
+	// mountNSIno identifies the node's mount namespace, for Leftovers.
+	mountNSIno uint64
 }
 
 // daemon is a started process of the node; exited is closed when it has exited.
@@ -285,12 +287,54 @@ func (n *Node) startContainerd(ctx context.Context) error {
 	}
 	n.logf("real node %s: containerd starting (pid %d)", n.Name, n.containerd.cmd.Process.Pid)
 	return waitFor(ctx, 30*time.Second, "containerd socket "+n.Socket, func() error {
+		if n.mountNSIno == 0 {
+			if ino := nsIno(n.mountNS()); ino != nsIno("/proc/self/ns/mnt") {
+				n.mountNSIno = ino // unshare has made it
+			}
+		}
 		if n.containerd.done() {
 			return errStop(fmt.Errorf("containerd exited:\n%s", n.LogTail("containerd", 30)))
+		}
+		if n.mountNSIno == 0 {
+			return errors.New("no mount namespace yet")
 		}
 		_, err := os.Stat(n.Socket)
 		return err
 	})
+}
+
+// nsIno is the inode of a namespace file (0 if unreadable).
+func nsIno(path string) uint64 {
+	var st syscall.Stat_t
+	if syscall.Stat(path, &st) != nil {
+		return 0
+	}
+	return st.Ino
+}
+
+// Leftovers lists what remains of the node on the machine: processes in its mount namespace
+// or cgroups, cgroup directories. Empty after Close.
+func (n *Node) Leftovers() []string {
+	var out []string
+	procs, _ := filepath.Glob("/proc/[0-9]*/ns/mnt")
+	for _, p := range procs {
+		if n.mountNSIno != 0 && nsIno(p) == n.mountNSIno {
+			out = append(out, "process "+strings.Split(p, "/")[2]+" in the node's mount namespace")
+		}
+	}
+	hs, err := hierarchies()
+	if err != nil {
+		return append(out, err.Error())
+	}
+	for _, p := range cgroupPids(hs, n.Cgroup) {
+		out = append(out, fmt.Sprintf("process %d in cgroup %s", p, n.Cgroup))
+	}
+	for _, h := range hs {
+		if _, err := os.Stat(filepath.Join(h, n.Cgroup)); err == nil {
+			out = append(out, "cgroup "+filepath.Join(h, n.Cgroup))
+		}
+	}
+	return out
 }
 
 // mountNS is the node's mount namespace (containerd's).
