@@ -216,15 +216,20 @@ spec:
 	if end := stream.CreationTimestamp.Add(streamFor); rolled.After(end) {
 		t.Fatalf("the rolling update ended at %s, after the stream (until %s): it was not under traffic", rolled.Format(time.TimeOnly), end.Format(time.TimeOnly))
 	}
-	time.Sleep(time.Second) // the last datagrams in flight
 	a, d := sent[allowedIP], sent[deniedIP]
-	t.Logf("the stream pod sent %d datagrams to each host; the allowed host received %d, the denied one %d", a.sent, allowedGot(), deniedGot())
 	if a.failed != 0 || d.failed != 0 || a.sent < 1000 || d.sent < 1000 {
 		t.Fatalf("the stream pod sent %+v to the allowed host and %+v to the denied one: want >= 1000 each, no send error", a, d)
 	}
-	if got := allowedGot(); got != uint64(a.sent) {
-		t.Errorf("the allowed host received %d of the %d datagrams the pod sent: %d lost across the rolling update", got, a.sent, a.sent-int(got))
+	err = poll.Until(ctx, "the allowed host received every datagram", 3*time.Second, func() error {
+		if got := allowedGot(); got != uint64(a.sent) {
+			return fmt.Errorf("received %d of the %d the pod sent: %d lost across the rolling update", got, a.sent, a.sent-int(got))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
+	t.Logf("the stream pod sent %d datagrams to each host; the allowed host received %d, the denied one %d", a.sent, allowedGot(), deniedGot())
 	if got := deniedGot(); got != 0 {
 		t.Errorf("the denied host received %d of the %d datagrams the pod sent", got, d.sent)
 	}
