@@ -39,7 +39,7 @@ const (
 	// streamEvery and streamFor: the stream pod's pace and length, which must cover the rolling
 	// update.
 	streamEvery = 20 * time.Millisecond
-	streamFor   = 75 * time.Second
+	streamFor   = 30 * time.Second
 	// tenant is the namespace of the stream pod and of its EgressFirewall and EgressQoS.
 	tenant = "tenant"
 	// voiceDSCP is what the EgressQoS sets on the pod's traffic to the allowed host.

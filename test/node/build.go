@@ -21,10 +21,8 @@ type Binaries struct {
 	// version); the scheduler runs in the control plane (controlplane.Options.Scheduler).
 	Kubelet, Scheduler string
 	// Containerd, its runc shim and OCIImage (image archives, imports) come from
-	// test/tools/containerd.
+	// test/tools/containerd. runc is Debian's (hack/install-deps.sh installs it); Start finds it.
 	Containerd, Shim, OCIImage string
-	// Runc is Debian's (hack/install-deps.sh installs it).
-	Runc string
 }
 
 func toolsDir(name string) string {
@@ -35,10 +33,6 @@ func toolsDir(name string) string {
 // Build returns the node's binaries, building each module's on the first call for its go.mod,
 // go.sum and sources into controlplane.CacheDir() (cold: minutes; progress goes to log).
 func Build(log io.Writer) (Binaries, error) {
-	runc, err := exec.LookPath("runc")
-	if err != nil {
-		return Binaries{}, fmt.Errorf("runc not found (hack/install-deps.sh installs Debian's): %w", err)
-	}
 	k8s, err := cachedBuild(log, "node", nil, "k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes/cmd/kube-scheduler")
 	if err != nil {
 		return Binaries{}, err
@@ -50,7 +44,7 @@ func Build(log io.Writer) (Binaries, error) {
 	return Binaries{
 		Kubelet: filepath.Join(k8s, "kubelet"), Scheduler: filepath.Join(k8s, "kube-scheduler"),
 		Containerd: filepath.Join(ctrd, "containerd"), Shim: filepath.Join(ctrd, "containerd-shim-runc-v2"),
-		OCIImage: filepath.Join(ctrd, "ociimage"), Runc: runc,
+		OCIImage: filepath.Join(ctrd, "ociimage"),
 	}, nil
 }
 

@@ -91,6 +91,7 @@ type Node struct {
 	lab        *lab.Lab
 	ln         *lab.Node
 	opts       Options
+	runc       string
 	containerd *daemon
 	kubelet    *daemon
 	// mountNSIno identifies the node's mount namespace, for Leftovers.
@@ -121,11 +122,15 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 	if !opts.Node.Kubelet {
 		return nil, fmt.Errorf("node %s: not one of the lab's Options.Kubelets", opts.Node.Name)
 	}
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		return nil, fmt.Errorf("node %s: runc not found (hack/install-deps.sh installs Debian's): %w", opts.Node.Name, err)
+	}
 	Sweep(opts.Log)
 	n := &Node{
 		Name: opts.Node.Name, Dir: filepath.Join(opts.Lab.Dir, "kubelet-"+opts.Node.Name),
 		Cgroup: fmt.Sprintf("egressd-node-%s-%s", opts.Lab.ID, opts.Node.Name),
-		lab:    opts.Lab, ln: opts.Node, opts: opts,
+		lab:    opts.Lab, ln: opts.Node, opts: opts, runc: runc,
 	}
 	n.Socket = filepath.Join(n.Dir, "containerd", "containerd.sock")
 	if err := n.start(ctx); err != nil {
@@ -260,7 +265,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 [plugins.'io.containerd.internal.v1.opt']
   path = %[9]q
 `, n.path("containerd", "root"), n.path("containerd", "state"), n.Socket, n.Socket+".ttrpc",
-		n.opts.PauseImage, n.path("cni", "bin"), n.path("cni", "net.d"), n.opts.Bins.Runc, n.path("containerd", "opt"))
+		n.opts.PauseImage, n.path("cni", "bin"), n.path("cni", "net.d"), n.runc, n.path("containerd", "opt"))
 	return os.WriteFile(n.path("containerd", "config.toml"), []byte(cfg), 0o644)
 }
 

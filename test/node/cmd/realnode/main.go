@@ -24,7 +24,7 @@ func main() {
 	case "build":
 		var b node.Binaries
 		if b, err = node.Build(os.Stderr); err == nil {
-			fmt.Fprintf(os.Stderr, "real node binaries: %s, %s, %s\n", filepath.Dir(b.Kubelet), filepath.Dir(b.Containerd), b.Runc)
+			fmt.Fprintf(os.Stderr, "real node binaries: %s, %s\n", filepath.Dir(b.Kubelet), filepath.Dir(b.Containerd))
 		}
 	case "image-archive":
 		err = imageArchive(os.Args[2:])
