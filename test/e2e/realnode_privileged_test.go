@@ -130,6 +130,9 @@ func TestPrivilegedRealNode(t *testing.T) {
 			t.Logf("kubelet:\n%s\ncontainerd:\n%s", n.LogTail("kubelet", 40), n.LogTail("containerd", 20))
 		}
 		n.Close()
+		if left := n.Leftovers(); len(left) > 0 {
+			t.Errorf("after the node closed: %v", left)
+		}
 	})
 	if err := n.Import(append(labImages, v1)...); err != nil {
 		t.Fatal(err)

@@ -5,7 +5,7 @@
 //
 // The node is a network namespace (the lab's) plus a mount namespace of its own, in which it
 // has a private /run (containerd's and runc's state, the pods' network namespaces,
-// /run/egressd), /var/log and bpffs at /sys/fs/bpf, and in which the kernel tunables the
+// /run/egressd), /var/log, /var/lib and bpffs at /sys/fs/bpf, and in which the kernel tunables the
 // kubelet insists on read as it wants them (the machine's stay untouched). Its processes live
 // in one cgroup subtree, egressd-node-<lab>-<node>, in every cgroup v1 hierarchy and the
 // unified one. Close kills every process of that subtree, which ends the mount namespace and
@@ -96,7 +96,15 @@ type Node struct {
 	kubelet    *daemon
 	// mountNSIno identifies the node's mount namespace, for Leftovers.
 	mountNSIno uint64
+	// hostPathsBefore: which of hostDefaults existed on the machine before the node started.
+	hostPathsBefore map[string]bool
 }
+
+// hostDefaults are the machine's paths that the kubelet, containerd, runc and CNI plugins use
+// unless told otherwise: the node must leave them as it found them.
+var hostDefaults = []string{"/var/lib/kubelet", "/var/lib/containerd", "/var/lib/cni", "/var/log/pods",
+	"/var/log/containers", "/run/containerd", "/run/runc", "/run/egressd", "/etc/cni", "/opt/cni", "/etc/containerd",
+	"/sys/fs/bpf/egressd", "/etc/kubernetes"}
 
 // daemon is a started process of the node; exited is closed when it has exited.
 type daemon struct {
@@ -133,6 +141,11 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 		lab:    opts.Lab, ln: opts.Node, opts: opts, runc: runc,
 	}
 	n.Socket = filepath.Join(n.Dir, "containerd", "containerd.sock")
+	n.hostPathsBefore = map[string]bool{}
+	for _, p := range hostDefaults {
+		_, err := os.Lstat(p)
+		n.hostPathsBefore[p] = err == nil
+	}
 	if err := n.start(ctx); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("real node %s: %w", n.Name, err)
@@ -274,6 +287,9 @@ func (n *Node) startContainerd(ctx context.Context) error {
 	script := []string{"set -e", joinCgroup(n.Cgroup + "/runtime"),
 		"mount -t tmpfs -o mode=0755 node-run /run",
 		"mount -t tmpfs -o mode=0755 node-log /var/log",
+		// The kubelet's device-plugin directory and libcni's result cache (neither follows
+		// --root-dir or the CNI configuration) land in the node's own /var/lib.
+		"mount -t tmpfs -o mode=0755 node-lib /var/lib",
 		// The node's own bpffs, instead of the machine's (gone from this namespace: the CRI
 		// looks at the first mount on the path). The DaemonSet mounts it with HostToContainer
 		// propagation, which the CRI grants only from a shared or slave mount.
@@ -318,9 +334,15 @@ func nsIno(path string) uint64 {
 }
 
 // Leftovers lists what remains of the node on the machine: processes in its mount namespace
-// or cgroups, cgroup directories. Empty after Close.
+// or cgroups, cgroup directories, paths the node's programs use by default that did not exist
+// before. Empty after Close.
 func (n *Node) Leftovers() []string {
 	var out []string
+	for _, p := range hostDefaults {
+		if _, err := os.Lstat(p); err == nil && !n.hostPathsBefore[p] {
+			out = append(out, "path "+p)
+		}
+	}
 	procs, _ := filepath.Glob("/proc/[0-9]*/ns/mnt")
 	for _, p := range procs {
 		if n.mountNSIno != 0 && nsIno(p) == n.mountNSIno {
@@ -365,9 +387,9 @@ func (n *Node) startKubelet(ctx context.Context) error {
 		return err
 	}
 	script := []string{"set -e", joinCgroup(n.Cgroup + "/runtime"),
-		fmt.Sprintf("exec nsenter --net=%s --mount=%s %s --config %s --kubeconfig %s --root-dir %s --hostname-override %s --node-ip %s,%s --v 2",
+		fmt.Sprintf("exec nsenter --net=%s --mount=%s %s --config %s --kubeconfig %s --root-dir %s --cert-dir %s --hostname-override %s --node-ip %s,%s --v 2",
 			n.ln.NS.Path(), n.mountNS(), n.opts.Bins.Kubelet, n.path("kubelet", "config.yaml"), kubeconfig,
-			n.path("kubelet"), n.Name, n.ln.IPv4, n.ln.IPv6)}
+			n.path("kubelet"), n.path("kubelet", "pki"), n.Name, n.ln.IPv4, n.ln.IPv6)}
 	if n.kubelet, err = n.run(exec.Command("sh", "-c", strings.Join(script, "\n")), "kubelet"); err != nil {
 		return err
 	}
