@@ -16,9 +16,7 @@
 package node
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,7 +24,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -197,91 +194,6 @@ func (n *Node) start(ctx context.Context) error {
 	return nil
 }
 
-// writeCNI writes the node's conflist: ptp with host-local IPAM on the node's pod CIDRs, then
-// egressd's chained plugin if asked.
-func (n *Node) writeCNI() error {
-	for _, dir := range n.opts.CNIPlugins {
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			return err
-		}
-		for _, e := range entries {
-			if err := os.Symlink(filepath.Join(dir, e.Name()), n.path("cni", "bin", e.Name())); err != nil && !os.IsExist(err) {
-				return err
-			}
-		}
-	}
-	plugins := []map[string]any{
-		{"type": "ptp", "ipMasq": false, "ipam": map[string]any{
-			"type": "host-local", "dataDir": n.path("ipam"),
-			"ranges": [][]map[string]string{
-				{{"subnet": n.ln.PodV4.String(), "gateway": n.ln.PodV4.Addr().Next().String()}},
-				{{"subnet": n.ln.PodV6.String(), "gateway": n.ln.PodV6.Addr().Next().String()}},
-			},
-			"routes": []map[string]string{{"dst": "0.0.0.0/0"}, {"dst": "::/0"}},
-		}},
-	}
-	if n.opts.EgressdCNI {
-		plugins = append(plugins, map[string]any{"type": "egressd-cni", "socket": CNISocket, "timeout": "10s"})
-	}
-	conf := map[string]any{"cniVersion": lab.CNIVersion, "name": "realnode", "plugins": plugins}
-	b, err := json.MarshalIndent(conf, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(n.path("cni", "net.d", "10-realnode.conflist"), b, 0o644)
-}
-
-func (n *Node) writeContainerdConfig() error {
-	cfg := fmt.Sprintf(`version = 3
-root = %[1]q
-state = %[2]q
-# Plugins that need what this machine lacks, or that the node does not use.
-disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile",
-  "io.containerd.snapshotter.v1.erofs", "io.containerd.differ.v1.erofs",
-  "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
-
-[grpc]
-  address = %[3]q
-
-[ttrpc]
-  address = %[4]q
-
-[plugins.'io.containerd.cri.v1.images']
-  snapshotter = "overlayfs"
-  [plugins.'io.containerd.cri.v1.images'.pinned_images]
-    sandbox = %[5]q
-
-[plugins.'io.containerd.cri.v1.runtime']
-  enable_selinux = false
-  # Root here lacks CAP_SYS_RESOURCE (not in the bounding set): no process may lower its
-  # oom_score_adj, so the CRI's -998 for sandboxes (and the kubelet's -997 for node-critical
-  # pods) are raised to containerd's own 0 instead of failing runc.
-  restrict_oom_score_adj = true
-  [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = [%[6]q]
-    conf_dir = %[7]q
-    max_conf_num = 1
-    use_internal_loopback = true
-  [plugins.'io.containerd.cri.v1.runtime'.containerd]
-    default_runtime_name = "runc"
-    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-        BinaryName = %[8]q
-        SystemdCgroup = false
-
-[plugins.'io.containerd.grpc.v1.cri']
-  disable_tcp_service = true
-
-[plugins.'io.containerd.internal.v1.opt']
-  path = %[9]q
-`, n.path("containerd", "root"), n.path("containerd", "state"), n.Socket, n.Socket+".ttrpc",
-		n.opts.PauseImage, n.path("cni", "bin"), n.path("cni", "net.d"), n.runc, n.path("containerd", "opt"))
-	return os.WriteFile(n.path("containerd", "config.toml"), []byte(cfg), 0o644)
-}
-
 // startContainerd starts the node's mount namespace with containerd as its first process.
 func (n *Node) startContainerd(ctx context.Context) error {
 	script := []string{"set -e", joinCgroup(n.Cgroup + "/runtime"),
@@ -436,41 +348,6 @@ func (n *Node) waitNode(ctx context.Context, ready bool) error {
 	return nil
 }
 
-func (n *Node) kubeletConfig() string {
-	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-# This machine mounts cgroup v1 controllers; kubelets >= 1.35 refuse them unless told.
-failCgroupV1: false
-cgroupDriver: cgroupfs
-cgroupRoot: /%[1]s
-cgroupsPerQOS: true
-containerRuntimeEndpoint: unix://%[2]s
-address: %[3]s
-port: 10250
-readOnlyPort: 0
-healthzPort: 0
-authentication:
-  anonymous: {enabled: false}
-  webhook: {enabled: false}
-authorization: {mode: AlwaysAllow}
-# The node's view of the tunables is what the kubelet wants (see sysctls); never write them.
-protectKernelDefaults: true
-failSwapOn: false
-# No CAP_SYS_RESOURCE here (see restrict_oom_score_adj): keep the kubelet's own score.
-oomScoreAdj: 0
-resolvConf: ""
-podLogsDir: %[4]s
-# The machine's disk is shared with other work: never evict the lab's pods for it.
-evictionHard: {memory.available: "1Mi", nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%"}
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-serializeImagePulls: false
-nodeStatusUpdateFrequency: 4s
-syncFrequency: 5s
-fileCheckFrequency: 5s
-`, n.Cgroup, n.Socket, n.ln.IPv4, n.path("pod-logs"))
-}
-
 // run starts a daemon of the node with its output in <dir>/<name>.log, killed with this process.
 func (n *Node) run(cmd *exec.Cmd, name string) (*daemon, error) {
 	logf, err := os.Create(n.path(name + ".log"))
@@ -541,166 +418,6 @@ func waitFor(ctx context.Context, d time.Duration, what string, check func() err
 		case <-ctx.Done():
 			return fmt.Errorf("%s: not after %s: %w", what, d, err)
 		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// hierarchies are the mounted cgroup hierarchies (v1 controllers, named ones, the unified
-// one), by mount point.
-func hierarchies() ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []string
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		i := slices.Index(fields, "-")
-		if i < 0 || i+1 >= len(fields) || len(fields) < 5 {
-			continue
-		}
-		if fs := fields[i+1]; fs == "cgroup" || fs == "cgroup2" {
-			out = append(out, fields[4])
-		}
-	}
-	return out, s.Err()
-}
-
-// createCgroup creates <h>/<name>/runtime in every hierarchy (cpuset ones with their parent's
-// CPUs and memory nodes, without which no process may join).
-func createCgroup(name string) error {
-	hs, err := hierarchies()
-	if err != nil {
-		return err
-	}
-	for _, h := range hs {
-		for _, d := range []string{filepath.Join(h, name), filepath.Join(h, name, "runtime")} {
-			if err := os.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
-				return fmt.Errorf("create cgroup %s: %w", d, err)
-			}
-			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-				if b, err := os.ReadFile(filepath.Join(filepath.Dir(d), f)); err == nil {
-					if err := os.WriteFile(filepath.Join(d, f), b, 0o644); err != nil {
-						return fmt.Errorf("cgroup %s: %s: %w", d, f, err)
-					}
-				}
-			}
-		}
-	}
-	return nil
-}
-
-// joinCgroup is a shell line moving the shell into <h>/<path> of every hierarchy.
-func joinCgroup(path string) string {
-	hs, _ := hierarchies()
-	var lines []string
-	for _, h := range hs {
-		lines = append(lines, fmt.Sprintf("echo $$ > %s", filepath.Join(h, path, "cgroup.procs")))
-	}
-	return strings.Join(lines, "\n")
-}
-
-// removeCgroup kills every process of the subtree name, until none is left, and removes its
-// cgroups, deepest first, in every hierarchy.
-func removeCgroup(name string) error {
-	hs, err := hierarchies()
-	if err != nil {
-		return err
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		pids := cgroupPids(hs, name)
-		if len(pids) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("cgroup %s: processes %v survive SIGKILL", name, pids)
-		}
-		for _, p := range pids {
-			_ = syscall.Kill(p, syscall.SIGKILL)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	var errs []error
-	for _, h := range hs {
-		root := filepath.Join(h, name)
-		var dirs []string
-		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			if err := retryRmdir(dirs[i]); err != nil {
-				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", dirs[i], err))
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// retryRmdir removes a cgroup; a cgroup whose last process just died may be busy a moment.
-func retryRmdir(d string) error {
-	var err error
-	for range 50 {
-		if err = syscall.Rmdir(d); err == nil || errors.Is(err, syscall.ENOENT) {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return err
-}
-
-func cgroupPids(hs []string, name string) []int {
-	seen := map[int]bool{}
-	for _, h := range hs {
-		_ = filepath.WalkDir(filepath.Join(h, name), func(p string, d os.DirEntry, err error) error {
-			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
-				return nil
-			}
-			b, _ := os.ReadFile(p)
-			for _, f := range strings.Fields(string(b)) {
-				if pid, err := strconv.Atoi(f); err == nil {
-					seen[pid] = true
-				}
-			}
-			return nil
-		})
-	}
-	var out []int
-	for p := range seen {
-		out = append(out, p)
-	}
-	return out
-}
-
-// Sweep kills and removes the nodes of labs whose process is gone (a killed test run).
-func Sweep(log io.Writer) {
-	hs, err := hierarchies()
-	if err != nil || len(hs) == 0 {
-		return
-	}
-	seen := map[string]bool{}
-	for _, h := range hs {
-		dirs, _ := filepath.Glob(filepath.Join(h, "egressd-node-*"))
-		for _, d := range dirs {
-			seen[filepath.Base(d)] = true
-		}
-	}
-	for name := range seen {
-		id, _, _ := strings.Cut(strings.TrimPrefix(name, "egressd-node-"), "-")
-		b, err := os.ReadFile(filepath.Join(lab.StateRoot(), id, "owner.pid"))
-		if err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && syscall.Kill(pid, 0) == nil {
-				continue
-			}
-		}
-		fmt.Fprintf(log, "sweeping real node %s of a dead lab\n", name)
-		if err := removeCgroup(name); err != nil {
-			fmt.Fprintf(log, "sweep %s: %v\n", name, err)
 		}
 	}
 }
