@@ -354,7 +354,8 @@ func awaitAgent(ctx context.Context, t *testing.T, l *lab.Lab, n *node.Node, ref
 }
 
 // checkAgentSecurity checks the agent's pod as the API server has it and its process as the
-// kernel runs it: not privileged, exactly the DaemonSet's capabilities, no new privileges.
+// kernel runs it: not privileged, exactly the DaemonSet's capabilities, no new privileges, a
+// seccomp filter, a read-only root filesystem.
 func checkAgentSecurity(t *testing.T, n *node.Node, p *corev1.Pod) {
 	t.Helper()
 	sc := p.Spec.Containers[0].SecurityContext
@@ -390,7 +391,20 @@ func checkAgentSecurity(t *testing.T, n *node.Node, p *corev1.Pod) {
 		}
 	}
 	if fields["NoNewPrivs"] != "1" {
-		t.Errorf("egressd (pid %d) NoNewPrivs = %s, want 1", pids[0], fields["NoNewPrivs"])
+		t.Errorf("egressd (pid %d) NoNewPrivs = %s, want 1 (allowPrivilegeEscalation: false)", pids[0], fields["NoNewPrivs"])
+	}
+	if fields["Seccomp"] != "2" {
+		t.Errorf("egressd (pid %d) Seccomp = %s, want 2, a filter (seccompProfile RuntimeDefault)", pids[0], fields["Seccomp"])
+	}
+	mounts, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pids[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(mounts), "\n") {
+		// <id> <parent> <dev> <root> <mount point> <options> ...
+		if f := strings.Fields(line); len(f) > 5 && f[4] == "/" && !slices.Contains(strings.Split(f[5], ","), "ro") {
+			t.Errorf("egressd (pid %d): root filesystem mounted %s, want ro (readOnlyRootFilesystem)", pids[0], f[5])
+		}
 	}
 }
 
