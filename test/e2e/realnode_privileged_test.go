@@ -39,7 +39,7 @@ const (
 	// streamEvery and streamFor: the stream pod's pace and length, which must cover the rolling
 	// update.
 	streamEvery = 20 * time.Millisecond
-	streamFor   = 30 * time.Second
+	streamFor   = 45 * time.Second
 	// tenant is the namespace of the stream pod and of its EgressFirewall and EgressQoS.
 	tenant = "tenant"
 	// voiceDSCP is what the EgressQoS sets on the pod's traffic to the allowed host.
@@ -62,7 +62,8 @@ var (
 //     other, its EgressQoS marks DSCP 46;
 //   - a rolling update of the DaemonSet to another image, while the pod streams: every
 //     datagram to the allowed host arrives, with its DSCP, and none to the denied one;
-//   - deleting the deploy resources and `egressctl cleanup` leave the node as it was before.
+//   - deleting the deploy resources and `egressctl cleanup` leave the node as it was before
+//     (the kubelet's empty hostPath directory /run/egressd aside).
 func TestPrivilegedRealNode(t *testing.T) {
 	privileged.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
