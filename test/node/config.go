@@ -44,6 +44,9 @@ func (n *Node) writeCNI() error {
 	return os.WriteFile(n.path("cni", "net.d", "10-realnode.conflist"), b, 0o644)
 }
 
+// writeContainerdConfig writes containerd's configuration (version 3, containerd 2.x): all its
+// state under the node's directory, the CRI with Debian's runc (cgroupfs), the node's CNI
+// configuration and the lab's pause image.
 func (n *Node) writeContainerdConfig() error {
 	cfg := fmt.Sprintf(`version = 3
 root = %[1]q
@@ -94,6 +97,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 	return os.WriteFile(n.path("containerd", "config.toml"), []byte(cfg), 0o644)
 }
 
+// kubeletConfig is the kubelet's KubeletConfiguration for this machine and the lab.
 func (n *Node) kubeletConfig() string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
