@@ -7,7 +7,7 @@ IMAGE    ?= ghcr.io/egressd/egressd:$(VERSION)
 CLANG    ?= clang
 export EGRESSD_REQUIRE_PRIVILEGED ?= 0
 
-.PHONY: all build generate docs verify-generate deps controlplane-bin test test-unit bench-memory bench-bfd bench-firewall bench-cni bench-egressip demo demo-down \
+.PHONY: all build generate docs verify-generate deps controlplane-bin node-bin image-archive test test-unit bench-memory bench-bfd bench-firewall bench-cni bench-egressip demo demo-down \
         controlplane-up controlplane-down image clean
 
 all: build
@@ -33,7 +33,10 @@ deps: ## packages of MACHINE.md and bpffs (root only; no-op when present)
 controlplane-bin: ## build (or find cached) etcd, kube-apiserver, kube-controller-manager
 	$(GO) run ./test/controlplane/cmd/controlplane build
 
-test: deps controlplane-bin ## every tier: unit, bpf, dataplane, control plane, end to end; race detector on, agents included
+node-bin: ## build (or find cached) kubelet, kube-scheduler, containerd for the lab's real node (test/node)
+	$(GO) run ./test/node/cmd/realnode build
+
+test: deps controlplane-bin node-bin ## every tier: unit, bpf, dataplane, control plane, end to end; race detector on, agents included
 	set -o pipefail; EGRESSD_RACE=1 GORACE=halt_on_error=1 $(GO) test -race -json -count=1 -timeout 45m ./... 2>&1 | $(GO) run ./hack/testsummary
 
 test-unit: ## tests that need neither root nor a control plane
@@ -71,6 +74,9 @@ controlplane-down:
 
 image: ## container image (needs a Docker engine; none runs on the dev machines)
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
+image-archive: ## the same image as an OCI archive, built in Go without Docker: bin/egressd-image.oci.tar
+	$(GO) run ./test/node/cmd/realnode image-archive -o bin/egressd-image.oci.tar -ref $(IMAGE) -version $(VERSION)
 
 clean:
 	rm -rf bin

@@ -41,6 +41,11 @@ type Options struct {
 	Detached bool
 	// Log receives progress lines; default io.Discard.
 	Log io.Writer
+	// Scheduler, when set, is a kube-scheduler binary and the control plane serves real
+	// kubelets (test/node): the ServiceAccount admission plugin mounts pods' tokens, the
+	// DaemonSet controller runs, kube-scheduler places the DaemonSet's pods, and the Node
+	// authorizer admits kubelets.
+	Scheduler string
 }
 
 // ControlPlane is one running control plane.
@@ -109,7 +114,8 @@ func (cp *ControlPlane) start(ctx context.Context, bins Binaries, opts Options) 
 	etcdClient, etcdPeer, apiPort, kcmPort := ports[0], ports[1], ports[2], ports[3]
 	cp.Server = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
 
-	servingCert, servingKey, err := ca.issue("kube-apiserver", nil, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback})
+	// 10.96.0.1: the kubernetes Service, which pods of a real node reach (see test/node).
+	servingCert, servingKey, err := ca.issue("kube-apiserver", nil, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.IPv4(10, 96, 0, 1)})
 	if err != nil {
 		return err
 	}
@@ -143,7 +149,7 @@ func (cp *ControlPlane) start(ctx context.Context, bins Binaries, opts Options) 
 		return err
 	}
 	fmt.Fprintln(opts.Log, "starting kube-apiserver")
-	if err := cp.run(opts, "kube-apiserver", bins.APIServer,
+	apiArgs := []string{
 		"--etcd-servers", fmt.Sprintf("http://127.0.0.1:%d", etcdClient),
 		"--bind-address", "127.0.0.1",
 		"--advertise-address", "127.0.0.1",
@@ -157,19 +163,28 @@ func (cp *ControlPlane) start(ctx context.Context, bins Binaries, opts Options) 
 		"--service-account-key-file", cp.path("sa.key"),
 		"--service-account-signing-key-file", cp.path("sa.key"),
 		"--service-account-issuer", "https://kubernetes.default.svc",
-		"--authorization-mode", "RBAC",
 		"--service-cluster-ip-range", "10.96.0.0/16,fd00:10:96::/112",
 		"--allow-privileged",
-		// Lab pods have no service account tokens mounted: there is no kubelet.
-		"--disable-admission-plugins", "ServiceAccount",
 		"--storage-media-type", "application/json",
-		"--v", "1"); err != nil {
+		"--v", "1",
+	}
+	if opts.Scheduler == "" {
+		// Lab pods have no service account tokens mounted: there is no kubelet.
+		apiArgs = append(apiArgs, "--authorization-mode", "RBAC", "--disable-admission-plugins", "ServiceAccount")
+	} else {
+		apiArgs = append(apiArgs, "--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction")
+	}
+	if err := cp.run(opts, "kube-apiserver", bins.APIServer, apiArgs...); err != nil {
 		return err
 	}
 	if err := cp.waitReady(ctx, "kube-apiserver"); err != nil {
 		return err
 	}
 	fmt.Fprintln(opts.Log, "starting kube-controller-manager")
+	controllers := "endpointslice,endpointslicemirroring,namespace,garbagecollector,serviceaccount,serviceaccount-token"
+	if opts.Scheduler != "" {
+		controllers += ",daemonset,root-ca-cert-publisher"
+	}
 	// Only controllers the lab needs: nodes are played by the lab, so node lifecycle must not
 	// taint them for lack of a kubelet heartbeat.
 	if err := cp.run(opts, "kube-controller-manager", bins.ControllerManager,
@@ -179,11 +194,16 @@ func (cp *ControlPlane) start(ctx context.Context, bins Binaries, opts Options) 
 		"--bind-address", "127.0.0.1",
 		"--secure-port", strconv.Itoa(kcmPort),
 		"--leader-elect=false",
-		"--controllers", "endpointslice,endpointslicemirroring,namespace,garbagecollector,serviceaccount,serviceaccount-token",
+		"--controllers", controllers,
 		"--service-account-private-key-file", cp.path("sa.key"),
 		"--root-ca-file", cp.path("ca.crt"),
 		"--v", "1"); err != nil {
 		return err
+	}
+	if opts.Scheduler != "" {
+		if err := cp.startScheduler(opts); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintln(opts.Log, "installing CRDs")
 	if err := InstallCRDs(ctx, cp.Config, CRDDir()); err != nil {
@@ -197,6 +217,26 @@ func (cp *ControlPlane) start(ctx context.Context, bins Binaries, opts Options) 
 		}
 	}
 	return nil
+}
+
+func (cp *ControlPlane) startScheduler(opts Options) error {
+	fmt.Fprintln(opts.Log, "starting kube-scheduler")
+	cfg, err := cp.KubeconfigFor("system:kube-scheduler", "system:masters")
+	if err != nil {
+		return err
+	}
+	ports, err := FreePorts(1)
+	if err != nil {
+		return err
+	}
+	return cp.run(opts, "kube-scheduler", opts.Scheduler,
+		"--kubeconfig", cfg,
+		"--authentication-kubeconfig", cfg,
+		"--authorization-kubeconfig", cfg,
+		"--bind-address", "127.0.0.1",
+		"--secure-port", strconv.Itoa(ports[0]),
+		"--leader-elect=false",
+		"--v", "1")
 }
 
 func (cp *ControlPlane) path(name string) string { return filepath.Join(cp.Dir, name) }

@@ -59,7 +59,10 @@ func (l *Lab) StartAgents(ctx context.Context) error {
 		return binErr
 	}
 	for _, n := range l.Nodes {
-		if err := n.forwardAPI(); err != nil {
+		if n.Kubelet {
+			continue // its agent is the DaemonSet's pod
+		}
+		if err := n.ForwardAPI(apiForwardAddr); err != nil {
 			return err
 		}
 		if err := n.StartAgent(ctx); err != nil {
@@ -76,21 +79,24 @@ type apiForwarder struct {
 	conns map[net.Conn]bool
 }
 
-// forwardAPI listens on apiForwardAddr inside the node and relays to the API server.
-func (n *Node) forwardAPI() error {
+// ForwardAPI listens on addr inside the node and relays to the API server; CutAPI cuts all of
+// a node's forwarders.
+func (n *Node) ForwardAPI(addr string) error {
 	u, err := url.Parse(n.lab.CP.Server)
 	if err != nil {
 		return err
 	}
 	var ln net.Listener
 	if err := n.NS.Do(func() error {
-		ln, err = net.Listen("tcp", apiForwardAddr)
+		ln, err = net.Listen("tcp", addr)
 		return err
 	}); err != nil {
 		return fmt.Errorf("API forwarder in %s: %w", n.Name, err)
 	}
-	f := &apiForwarder{conns: map[net.Conn]bool{}}
-	n.api = f
+	if n.api == nil {
+		n.api = &apiForwarder{conns: map[net.Conn]bool{}}
+	}
+	f := n.api
 	n.lab.onClose(func() { ln.Close() })
 	go func() {
 		for {

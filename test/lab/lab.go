@@ -56,7 +56,10 @@ type Options struct {
 	NodeLabels map[int]map[string]string
 	// NodePrefix names nodes <prefix>node-<i> (labs sharing a control plane need distinct ones).
 	NodePrefix string
-	// Agents starts egressd on every node.
+	// Kubelets lists the indices of nodes that a real kubelet runs (test/node): the lab builds
+	// their namespace and network, the kubelet registers their Node object.
+	Kubelets []int
+	// Agents starts egressd on every node (but those of Kubelets).
 	Agents bool
 	// AgentArgs are extra egressd flags.
 	AgentArgs []string

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,6 +37,8 @@ type Node struct {
 	fabricPort string
 	// api is the node's API forwarder (see CutAPI).
 	api *apiForwarder
+	// Kubelet: a real kubelet runs the node (Options.Kubelets) and registered its Node.
+	Kubelet bool
 }
 
 func (l *Lab) addNode(ctx context.Context, i int) (*Node, error) {
@@ -49,6 +52,7 @@ func (l *Lab) addNode(ctx context.Context, i int) (*Node, error) {
 	if c, ok := l.opts.CNI[i]; ok {
 		n.CNI = c
 	}
+	n.Kubelet = slices.Contains(l.opts.Kubelets, i)
 	var err error
 	if n.NS, err = l.newNS(fmt.Sprintf("n%d", i)); err != nil {
 		return nil, err
@@ -86,6 +90,9 @@ func (l *Lab) addNode(ctx context.Context, i int) (*Node, error) {
 	cmd.Stdin = strings.NewReader(masq)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("masquerade on %s: %v: %s", n.Name, err, out)
+	}
+	if n.Kubelet {
+		return n, nil
 	}
 	if l.opts.InstallCNI {
 		if err := n.WritePrimaryCNI(); err != nil {
