@@ -16,6 +16,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/containernetworking/cni/libcni"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -23,7 +24,6 @@ import (
 
 	"github.com/egressd/egressd/dataplane/tcx"
 	"github.com/egressd/egressd/nodeagent"
-	"github.com/egressd/egressd/test/agent"
 	"github.com/egressd/egressd/test/controlplane"
 	"github.com/egressd/egressd/test/lab"
 	"github.com/egressd/egressd/test/node"
@@ -117,12 +117,9 @@ func TestPrivilegedRealNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cniDir := filepath.Join(dir, "egressd-cni")
-	if _, err := agent.BuildCommand(cniDir, "egressd-cni"); err != nil {
-		t.Fatal(err)
-	}
-	n, err := node.Start(ctx, node.Options{Lab: l, Node: l.Nodes[0], Bins: bins, CNIPlugins: []string{plugins, cniDir},
-		EgressdCNI: true, PauseImage: node.PauseRef, Log: log})
+	// The node's CNI directory holds only ptp's list: the DaemonSet installs egressd-cni.
+	n, err := node.Start(ctx, node.Options{Lab: l, Node: l.Nodes[0], Bins: bins, CNIPlugins: []string{plugins},
+		PauseImage: node.PauseRef, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,8 +138,9 @@ func TestPrivilegedRealNode(t *testing.T) {
 	before := nodeState(t, n, l.Nodes[0], "")
 
 	// kubectl apply -k deploy/
-	applyDeploy(ctx, t, l, v1.Ref)
+	applyDeploy(ctx, t, l, n, v1.Ref)
 	agentPod := awaitAgent(ctx, t, l, n, v1.Ref, "")
+	awaitChained(t, n, true)
 	t.Logf("egressd pod %s Ready on %s", agentPod.Name, n.Name)
 	checkAgentSecurity(t, n, agentPod)
 	// egressd-cni's STATUS answers once egressd serves its socket: the runtime's network, and
@@ -209,7 +207,7 @@ spec:
 		t.Fatal(err)
 	}
 	rollStart := time.Now()
-	applyDeploy(ctx, t, l, v2.Ref)
+	applyDeploy(ctx, t, l, n, v2.Ref)
 	newPod := awaitAgent(ctx, t, l, n, v2.Ref, agentPod.Name)
 	rolled := time.Now()
 	t.Logf("rolled to %s (pod %s) in %s", v2.Ref, newPod.Name, rolled.Sub(rollStart).Round(time.Millisecond))
@@ -243,18 +241,23 @@ spec:
 	checkDSCP(t, allowedCap, voiceDSCP)
 
 	// kubectl delete -k deploy/, then the documented cleanup on the node.
-	deleteDeploy(ctx, t, l, v2.Ref)
+	deleteDeploy(ctx, t, l, n, v2.Ref)
 	poll.Eventually(t, "no egressd process on the node", time.Minute, func() error {
 		if p := n.Processes("egressd"); len(p) > 0 {
 			return fmt.Errorf("egressd pids %v", p)
 		}
 		return nil
 	})
-	out, err := n.Command(filepath.Join(dir, "egressd-lab-2", "egressctl"), "cleanup").CombinedOutput()
+	// The agent leaves egressd-cni in the chain when it stops (an upgrade opens no window):
+	// the cleanup takes it out.
+	awaitChained(t, n, true)
+	out, err := n.Command(filepath.Join(dir, "egressd-lab-2", "egressctl"), "cleanup",
+		"--cni-conf-dir", n.CNIConfDir(), "--cni-bin-dir", n.CNIBinDir()).CombinedOutput()
 	if err != nil {
 		t.Fatalf("egressctl cleanup: %v\n%s", err, out)
 	}
 	t.Logf("egressctl cleanup: %s", strings.TrimSpace(string(out)))
+	awaitChained(t, n, false)
 	if after := nodeState(t, n, l.Nodes[0], hostLink); after != before {
 		t.Errorf("the node after delete and cleanup differs from before the deploy:\n--- before\n%s\n--- after\n%s", before, after)
 	}
@@ -271,7 +274,9 @@ var _ io.Writer = realNodeLog{}
 
 // deployObjects are the objects of deploy/'s kustomization with the DaemonSet's image set to
 // ref (what `kustomize edit set image` does).
-func deployObjects(t *testing.T, ref string) []*unstructured.Unstructured {
+// The DaemonSet's CNI hostPath volumes name the node's directories (the chart's cni.confDir
+// and cni.binDir do the same for a distribution whose CNI lives elsewhere).
+func deployObjects(t *testing.T, ref string, n *node.Node) []*unstructured.Unstructured {
 	t.Helper()
 	objs := kustomizeBase(t)
 	found := false
@@ -288,6 +293,21 @@ func deployObjects(t *testing.T, ref string) []*unstructured.Unstructured {
 		if err := unstructured.SetNestedSlice(o.Object, containers, "spec", "template", "spec", "containers"); err != nil {
 			t.Fatal(err)
 		}
+		volumes, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "volumes")
+		paths := map[string]string{"cni-conf": n.CNIConfDir(), "cni-bin": n.CNIBinDir()}
+		for _, v := range volumes {
+			m := v.(map[string]any)
+			if p, ok := paths[fmt.Sprint(m["name"])]; ok {
+				m["hostPath"].(map[string]any)["path"] = p
+				delete(paths, fmt.Sprint(m["name"]))
+			}
+		}
+		if len(paths) > 0 {
+			t.Fatalf("deploy/daemonset.yaml lacks the CNI volumes %v", paths)
+		}
+		if err := unstructured.SetNestedSlice(o.Object, volumes, "spec", "template", "spec", "volumes"); err != nil {
+			t.Fatal(err)
+		}
 		found = true
 	}
 	if !found {
@@ -296,10 +316,10 @@ func deployObjects(t *testing.T, ref string) []*unstructured.Unstructured {
 	return objs
 }
 
-func applyDeploy(ctx context.Context, t *testing.T, l *lab.Lab, ref string) {
+func applyDeploy(ctx context.Context, t *testing.T, l *lab.Lab, n *node.Node, ref string) {
 	t.Helper()
 	var docs []string
-	for _, o := range deployObjects(t, ref) {
+	for _, o := range deployObjects(t, ref, n) {
 		b, err := yaml.Marshal(o.Object)
 		if err != nil {
 			t.Fatal(err)
@@ -312,9 +332,9 @@ func applyDeploy(ctx context.Context, t *testing.T, l *lab.Lab, ref string) {
 }
 
 // deleteDeploy deletes deploy/'s objects, last first, as `kubectl delete -k` does.
-func deleteDeploy(ctx context.Context, t *testing.T, l *lab.Lab, ref string) {
+func deleteDeploy(ctx context.Context, t *testing.T, l *lab.Lab, n *node.Node, ref string) {
 	t.Helper()
-	objs := deployObjects(t, ref)
+	objs := deployObjects(t, ref, n)
 	for i := len(objs) - 1; i >= 0; i-- {
 		o := objs[i]
 		if err := l.Kube.Delete(ctx, o.GetAPIVersion(), o.GetKind(), o.GetNamespace(), o.GetName()); err != nil {
@@ -599,4 +619,23 @@ func nodeState(t *testing.T, n *node.Node, ln *lab.Node, skip string) string {
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+// awaitChained waits until the node's CNI list ends with egressd-cni (the agent installed it),
+// or, with want false, no longer has it (the cleanup removed it).
+func awaitChained(t *testing.T, n *node.Node, want bool) {
+	t.Helper()
+	file := filepath.Join(n.CNIConfDir(), "10-realnode.conflist")
+	poll.Eventually(t, fmt.Sprintf("egressd-cni chained %v in %s", want, file), 30*time.Second, func() error {
+		l, err := libcni.ConfListFromFile(file)
+		if err != nil {
+			return err
+		}
+		chained := len(l.Plugins) == 2 && l.Plugins[1].Network.Type == "egressd-cni"
+		_, binErr := os.Stat(filepath.Join(n.CNIBinDir(), "egressd-cni"))
+		if chained != want || (binErr == nil) != want {
+			return fmt.Errorf("%d plugins, last %s; binary: %v", len(l.Plugins), l.Plugins[len(l.Plugins)-1].Network.Type, binErr)
+		}
+		return nil
+	})
 }

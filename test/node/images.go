@@ -64,16 +64,18 @@ func BuildImage(ociimage, out, ref, entrypoint string, files map[string]string) 
 	return Image{Ref: ref, Archive: out}, nil
 }
 
-// EgressdImage builds the DaemonSet's image, as the Dockerfile does: static egressd and
-// egressctl (the documented cleanup) in /usr/local/bin, egressd the entrypoint.
+// EgressdImage builds the DaemonSet's image, as the Dockerfile does: static egressd, egressctl
+// (the documented cleanup) and egressd-cni (which the agent installs into the node's CNI chain)
+// in /usr/local/bin, egressd the entrypoint.
 func EgressdImage(log io.Writer, ociimage, dir, ref, version string) (Image, error) {
 	bin := filepath.Join(dir, "egressd-"+version)
-	if err := StaticBinaries(log, bin, version, "./cmd/egressd", "./cmd/egressctl"); err != nil {
+	if err := StaticBinaries(log, bin, version, "./cmd/egressd", "./cmd/egressctl", "./cmd/egressd-cni"); err != nil {
 		return Image{}, err
 	}
 	return BuildImage(ociimage, filepath.Join(dir, "egressd-"+version+".oci.tar"), ref, "/usr/local/bin/egressd", map[string]string{
-		"/usr/local/bin/egressd":   filepath.Join(bin, "egressd"),
-		"/usr/local/bin/egressctl": filepath.Join(bin, "egressctl"),
+		"/usr/local/bin/egressd":     filepath.Join(bin, "egressd"),
+		"/usr/local/bin/egressctl":   filepath.Join(bin, "egressctl"),
+		"/usr/local/bin/egressd-cni": filepath.Join(bin, "egressd-cni"),
 	})
 }
 

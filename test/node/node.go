@@ -150,6 +150,12 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 	return n, nil
 }
 
+// CNIConfDir and CNIBinDir are the node's CNI directories (containerd's conf_dir and bin_dirs):
+// what a DaemonSet mounts as the host's /etc/cni/net.d and /opt/cni/bin.
+func (n *Node) CNIConfDir() string { return n.path("cni", "net.d") }
+
+func (n *Node) CNIBinDir() string { return n.path("cni", "bin") }
+
 func (n *Node) path(p ...string) string { return filepath.Join(append([]string{n.Dir}, p...)...) }
 
 func (n *Node) logf(format string, a ...any) { fmt.Fprintf(n.opts.Log, format+"\n", a...) }
