@@ -6,11 +6,13 @@ import (
 	"io"
 	"os"
 
+	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/addresses"
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/nft"
 	"github.com/egressd/egressd/dataplane/routing"
 	"github.com/egressd/egressd/dataplane/tcx"
+	"github.com/egressd/egressd/dataplane/tunnel"
 )
 
 // cleanup removes, per kernel facility, what egressd owns, then the pin root itself.
@@ -35,6 +37,10 @@ func cleanup(o options, out io.Writer) error {
 		return fmt.Errorf("remove egressd's ip rules, routes and nexthops: %w", err)
 	}
 	fmt.Fprintf(out, "removed egressd's ip rules, routes and nexthops (protocol %d)\n", o.routing.Protocol)
+	if err := tunnel.Cleanup(); err != nil {
+		return fmt.Errorf("remove the tunnel device %s: %w", dataplane.TunnelDevice, err)
+	}
+	fmt.Fprintf(out, "removed the tunnel device %s\n", dataplane.TunnelDevice)
 	if err := os.Remove(o.pinRoot); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove %s: %w", o.pinRoot, err)
 	}
