@@ -29,7 +29,8 @@ type Part struct {
 	// node address (upstream: pod to node traffic keeps its node IP source).
 	Exempt []netip.Prefix
 	// Events are upstream's UndefinedRequest warnings for local pods several objects select.
-	Events []Event	// Primaries are every node's primary interface addresses, by node name (this node's
+	Events []Event
+	// Primaries are every node's primary interface addresses, by node name (this node's
 	// included): steering reaches an egress node directly or through the tunnel by them.
 	Primaries map[string]PrimaryIfAddr
 }
