@@ -79,8 +79,9 @@ func beyond(p egressip.PrimaryIfAddr, a netip.Addr) bool {
 }
 
 // hop is the next hop to the egress node whose primary address (of the steered family) is
-// via: direct, or the node's address onlink on the tunnel device. A node whose underlay
-// address is unknown (no primary address of the tunnel's family) is routed directly.
+// via: direct, or on the tunnel device (IPv4: the same address, onlink; IPv6: the link-local
+// gateway of the node's tunnel MAC). A node whose underlay address is unknown (no primary
+// address of the tunnel's family) is routed directly.
 func (u *underlay) hop(via netip.Addr) dataplane.Nexthop {
 	direct := dataplane.Nexthop{Gateway: via}
 	name, ok := u.nodes[via]
@@ -96,11 +97,15 @@ func (u *underlay) hop(via netip.Addr) dataplane.Nexthop {
 		p = &dataplane.TunnelPeer{Origin: dataplane.Origin{Kind: cluster.KindNode, Name: name}, Underlay: remote}
 		u.peers[name] = p
 	}
-	if !slices.Contains(p.Nexthops, via) {
-		p.Nexthops = append(p.Nexthops, via)
+	hop := dataplane.Nexthop{Gateway: via, Device: dataplane.TunnelDevice, Onlink: true}
+	if via.Is6() {
+		hop = dataplane.Nexthop{Gateway: dataplane.TunnelGateway6(remote), Device: dataplane.TunnelDevice}
+	}
+	if !slices.Contains(p.Nexthops, hop.Gateway) {
+		p.Nexthops = append(p.Nexthops, hop.Gateway)
 		slices.SortFunc(p.Nexthops, netip.Addr.Compare)
 	}
-	return dataplane.Nexthop{Gateway: via, Device: dataplane.TunnelDevice, Onlink: true}
+	return hop
 }
 
 // state is the tunnel this node needs: the device while it sends through it, or while it

@@ -26,6 +26,10 @@ func TestUnderlayHop(t *testing.T) {
 	tun := func(via string) dataplane.Nexthop {
 		return dataplane.Nexthop{Gateway: a(via), Device: dataplane.TunnelDevice, Onlink: true}
 	}
+	// IPv6 goes to the link-local gateway of the node's tunnel MAC, from its IPv4 underlay.
+	tun6 := func(underlay string) dataplane.Nexthop {
+		return dataplane.Nexthop{Gateway: dataplane.TunnelGateway6(a(underlay)), Device: dataplane.TunnelDevice}
+	}
 	direct := func(via string) dataplane.Nexthop { return dataplane.Nexthop{Gateway: a(via)} }
 	for _, tc := range []struct {
 		mode SteeringMode
@@ -35,10 +39,10 @@ func TestUnderlayHop(t *testing.T) {
 		{SteerAuto, "172.18.0.3", direct("172.18.0.3")},
 		{SteerAuto, "fc00::3", direct("fc00::3")},
 		{SteerAuto, "172.19.5.7", tun("172.19.5.7")},
-		{SteerAuto, "fc01::7", tun("fc01::7")},
+		{SteerAuto, "fc01::7", tun6("172.19.5.7")},
 		{"", "172.19.5.7", tun("172.19.5.7")}, // unset is auto
 		{SteerVXLAN, "172.18.0.3", tun("172.18.0.3")},
-		{SteerVXLAN, "fc00::3", tun("fc00::3")},
+		{SteerVXLAN, "fc00::3", tun6("172.18.0.3")},
 		{SteerDirect, "172.19.5.7", direct("172.19.5.7")},
 		// n4 has no IPv4 address to reach it by over n1's IPv4 underlay: direct.
 		{SteerVXLAN, "fc02::9", direct("fc02::9")},
@@ -64,7 +68,7 @@ func TestUnderlayState(t *testing.T) {
 		u.hop(a(via))
 	}
 	want := dataplane.TunnelState{Origin: node("n1"), Local: a("172.18.0.2"), Peers: []dataplane.TunnelPeer{
-		{Origin: node("n3"), Underlay: a("172.19.5.7"), Nexthops: []netip.Addr{a("172.19.5.7"), a("fc01::7")}}}}
+		{Origin: node("n3"), Underlay: a("172.19.5.7"), Nexthops: []netip.Addr{a("172.19.5.7"), dataplane.TunnelGateway6(a("172.19.5.7"))}}}}
 	if got := u.state(false); !reflect.DeepEqual(got, want) {
 		t.Errorf("auto, steering to n2 and n3:\n got %+v\nwant %+v", got, want)
 	}
@@ -122,15 +126,15 @@ func TestMergeVXLANSteering(t *testing.T) {
 		t.Fatalf("tables %+v, want one", s.Routing.Tables)
 	}
 	for _, r := range s.Routing.Tables[0].Routes {
-		if r.Via == nil || r.Via.Device != dataplane.TunnelDevice || !r.Via.Onlink {
-			t.Errorf("route %+v, want via the tunnel device, onlink", r)
+		if r.Via == nil || r.Via.Device != dataplane.TunnelDevice {
+			t.Errorf("route %+v, want via the tunnel device", r)
 		}
 	}
 	if s.Tunnel.Local != a("172.18.0.2") || len(s.Tunnel.Peers) != 1 {
 		t.Errorf("tunnel %+v, want local 172.18.0.2 and one peer", s.Tunnel)
 	}
 	mk := mark(1, dataplane.DefaultMarkMask)
-	want := []dataplane.SteerNexthop{{Mark: mk, Nexthop: a("172.19.5.7")}, {Mark: mk, Nexthop: a("fc01::7")}}
+	want := []dataplane.SteerNexthop{{Mark: mk, Nexthop: a("172.19.5.7")}, {Mark: mk, Nexthop: dataplane.TunnelGateway6(a("172.19.5.7"))}}
 	if !reflect.DeepEqual(s.Nftables.SteerNexthops, want) {
 		t.Errorf("guard nexthops %+v, want %+v", s.Nftables.SteerNexthops, want)
 	}

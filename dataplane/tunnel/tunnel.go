@@ -3,11 +3,12 @@
 // drops a packet with a pod's source (a routed fabric, a cloud's source/destination check).
 //
 // The device has its own VNI and UDP port (Config), learns nothing, and takes its MAC from the
-// node's underlay address (MAC), so a node knows every peer's MAC without exchanging anything:
-// per peer, one forwarding entry (the peer's MAC -> its underlay address) and one permanent
-// neighbour entry per next-hop address of the peer (address -> the peer's MAC). Routes then go
-// `via <peer address> dev egressd-vxlan onlink`. The egress node's own device decapsulates, and
-// the packet is forwarded and SNATed as one that arrived directly.
+// node's underlay address (dataplane.TunnelMAC), so a node knows every peer's MAC without
+// exchanging anything: per peer, one forwarding entry (the peer's MAC -> its underlay address)
+// and one permanent neighbour entry per next-hop address of the peer (address -> the peer's
+// MAC). Routes then go `via <peer's IPv4 address> dev egressd-vxlan onlink` and
+// `via <dataplane.TunnelGateway6> dev egressd-vxlan`. The egress node's own device
+// decapsulates, and the packet is forwarded and SNATed as one that arrived directly.
 //
 // What egressd owns is found in the kernel by the device's name: the device, and every
 // forwarding entry and permanent neighbour entry on it. A restarted agent adopts them as they
@@ -15,8 +16,7 @@
 package tunnel
 
 import (
-	"crypto/sha256"
-	"errors"
+		"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -84,19 +84,6 @@ func New(cfg Config) (*Tunnel, error) {
 // Close releases the netlink socket; the kernel objects stay.
 func (t *Tunnel) Close() { t.h.Close() }
 
-// MAC is the tunnel device's MAC address on the node with underlay address a, locally
-// administered: 02:e5 and the IPv4 address (one to one), or 06:e5 and the first four bytes of
-// the IPv6 address's SHA-256 (Apply reports two peers that share one).
-func MAC(a netip.Addr) net.HardwareAddr {
-	if a.Is4() {
-		b := a.As4()
-		return net.HardwareAddr{0x02, 0xe5, b[0], b[1], b[2], b[3]}
-	}
-	b := a.As16()
-	h := sha256.Sum256(b[:])
-	return net.HardwareAddr{0x06, 0xe5, h[0], h[1], h[2], h[3]}
-}
-
 // Apply makes the kernel hold everything s wants; a repeated Apply writes nothing. No Local
 // means no tunnel: nothing is installed (Prune removes the device).
 func (t *Tunnel) Apply(s *dataplane.TunnelState) map[dataplane.Origin]error {
@@ -124,7 +111,7 @@ func (t *Tunnel) Apply(s *dataplane.TunnelState) map[dataplane.Origin]error {
 			fail(p.Origin, fmt.Errorf("tunnel peer %s: not of the family of the local underlay address %s", p.Underlay, s.Local))
 			continue
 		}
-		mac := MAC(p.Underlay)
+		mac := dataplane.TunnelMAC(p.Underlay)
 		if other, ok := macs[mac.String()]; ok && other != p.Underlay {
 			fail(p.Origin, fmt.Errorf("tunnel peer %s: MAC %s is also %s's", p.Underlay, mac, other))
 			continue
@@ -171,7 +158,7 @@ func (t *Tunnel) Prune(s *dataplane.TunnelState) error {
 	fdb := map[fdbKey]bool{}
 	neigh := map[netip.Addr]string{}
 	for _, p := range s.Peers {
-		mac := MAC(p.Underlay).String()
+		mac := dataplane.TunnelMAC(p.Underlay).String()
 		fdb[fdbKey{mac, p.Underlay}] = true
 		for _, nh := range p.Nexthops {
 			neigh[nh] = mac
@@ -218,7 +205,7 @@ func Cleanup() error {
 // one whose identity (VNI, port, local address, learning) differs: a changed configuration or
 // a node whose address changed.
 func (t *Tunnel) device(local netip.Addr) (netlink.Link, error) {
-	mac := MAC(local)
+	mac := dataplane.TunnelMAC(local)
 	l, err := t.h.LinkByName(dataplane.TunnelDevice)
 	switch {
 	case errors.As(err, new(netlink.LinkNotFoundError)):
@@ -263,6 +250,9 @@ func (t *Tunnel) device(local netip.Addr) (netlink.Link, error) {
 			return nil, fmt.Errorf("set the MAC of %s to %s: %w", dataplane.TunnelDevice, mac, err)
 		}
 	}
+	if err := t.ensureFilterAddress(l); err != nil {
+		return nil, err
+	}
 	if err := reversePathLoose(); err != nil {
 		return nil, err
 	}
@@ -272,6 +262,28 @@ func (t *Tunnel) device(local netip.Addr) (netlink.Link, error) {
 		}
 	}
 	return l, nil
+}
+
+// filterAddress is the IPv4 address of the device (link scope, the same on every node, never
+// a source of anything routed): the kernel's reverse path filter, strict or loose, drops every
+// IPv4 packet that arrives on an interface without an address.
+var filterAddress = netip.MustParsePrefix("169.254.229.1/32")
+
+func (t *Tunnel) ensureFilterAddress(l netlink.Link) error {
+	addrs, err := t.h.AddrList(l, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("list the addresses of %s: %w", dataplane.TunnelDevice, err)
+	}
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == filterAddress.Addr() {
+			return nil
+		}
+	}
+	a := &netlink.Addr{IPNet: &net.IPNet{IP: filterAddress.Addr().AsSlice(), Mask: net.CIDRMask(32, 32)}, Scope: unix.RT_SCOPE_LINK}
+	if err := t.h.AddrAdd(l, a); err != nil {
+		return fmt.Errorf("add %s to %s: %w", filterAddress, dataplane.TunnelDevice, err)
+	}
+	return nil
 }
 
 // reversePathLoose makes IPv4 reverse path filtering on the device loose (2): a decapsulated
