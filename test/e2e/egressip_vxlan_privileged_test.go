@@ -1,0 +1,131 @@
+package e2e
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/privileged"
+)
+
+// routedFabric makes the lab's fabric behave as a routed fabric or a cloud's source check: a
+// frame carrying an IP packet whose source is a pod address and whose destination is outside
+// the pod networks is dropped (and counted); pod to pod traffic and everything else cross.
+// It returns a function that reads how many frames were dropped.
+func routedFabric(t *testing.T, l *lab.Lab) func() int {
+	t.Helper()
+	v4, v6 := lab.ClusterCIDRs[0], lab.ClusterCIDRs[1]
+	cmd := l.Fabric.Command("nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(fmt.Sprintf(`table bridge sourcecheck {
+ chain forward {
+  type filter hook forward priority 0
+  ip saddr %s ip daddr != %s counter drop
+  ip6 saddr %s ip6 daddr != %s counter drop
+ }
+}
+`, v4, v4, v6, v6))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("fabric source check: %v: %s", err, out)
+	}
+	counter := regexp.MustCompile(`counter packets (\d+)`)
+	return func() int {
+		n := 0
+		for _, m := range counter.FindAllStringSubmatch(l.Fabric.MustRun(t, "nft", "list", "table", "bridge", "sourcecheck"), -1) {
+			c, _ := strconv.Atoi(m[1])
+			n += c
+		}
+		return n
+	}
+}
+
+// TestPrivilegedEgressIPVXLAN: on a fabric that drops a packet with a pod source bound outside
+// the pod networks (where direct steering cannot work), agents with --egressip-steering=vxlan
+// carry a steered pod's traffic to its egress nodes through egressd's VXLAN tunnel: the web
+// host sees the egress IP (IPv4 and IPv6) from a selected pod on a node that hosts none; an
+// unselected pod keeps its node's IP and pod to pod keeps the pod IP; the IPv4 egress node
+// losing its label moves the IP and the traffic follows through the tunnel to the new node;
+// the web host never sees a pod source, and no pod-sourced packet bound outside even tries to
+// cross the fabric.
+func TestPrivilegedEgressIPVXLAN(t *testing.T) {
+	privileged.Require(t)
+	e := newEIPLab(t, 4, "--egressip-steering=vxlan")
+	dropped := routedFabric(t, e.Lab)
+	n0, n1, n2, n3 := e.Nodes[0], e.Nodes[1], e.Nodes[2], e.Nodes[3]
+	sel := lab.PodOptions{Labels: map[string]string{"app": "eip"}}
+	steered := addPod(t, n0, e.ns, "steered", sel)
+	plain := addPod(t, n0, e.ns, "plain", lab.PodOptions{Labels: map[string]string{"app": "other"}})
+	peer := addPod(t, n1, e.ns, "peer", lab.PodOptions{Labels: map[string]string{"app": "other"}})
+	if err := peer.Serve(8080); err != nil {
+		t.Fatal(err)
+	}
+	v4, v6 := netip.MustParseAddr(eip4), netip.MustParseAddr(eip6)
+	capture := e.web.Capture()
+	defer capture.Stop()
+	name := e.egressIP(t, "vxlan", "eip", v4, v6)
+	e.waitPlaced(t, name, 20*time.Second, map[*lab.Node]netip.Addr{n1: v4, n2: v6})
+	eventuallySource(t, "steered through the tunnel, IPv4", steered, webAddr(v4), v4)
+	eventuallySource(t, "steered through the tunnel, IPv6", steered, webAddr(v6), v6)
+
+	// The pod's node reaches both egress nodes through the tunnel: the device, a forwarding
+	// entry per egress node, the steering routes on the device.
+	link := n0.NS.MustRun(t, "ip", "-d", "link", "show", dataplane.TunnelDevice)
+	fdb := n0.NS.MustRun(t, "bridge", "fdb", "show", "dev", dataplane.TunnelDevice)
+	routes := n0.NS.MustRun(t, "ip", "route", "show", "table", "all", "proto", "229") + n0.NS.MustRun(t, "ip", "-6", "route", "show", "table", "all", "proto", "229")
+	for what, want := range map[string]string{
+		"device":                 "vxlan id 229 local " + n0.IPv4.String(),
+		"port":                   "dstport 4799",
+		"IPv4 egress node entry": "dst " + n1.IPv4.String() + " self permanent",
+		"IPv6 egress node entry": "dst " + n2.IPv4.String() + " self permanent",
+		"IPv4 route":             "via " + n1.IPv4.String() + " dev " + dataplane.TunnelDevice,
+		"IPv6 route":             "via " + dataplane.TunnelGateway6(n2.IPv4).String() + " dev " + dataplane.TunnelDevice,
+	} {
+		if !strings.Contains(link+fdb+routes, want) {
+			t.Errorf("%s on %s: no %q in:\n%s%s%s", what, n0.Name, want, link, fdb, routes)
+		}
+	}
+	for _, n := range []*lab.Node{n1, n2} {
+		if _, err := n.NS.Run("ip", "link", "show", dataplane.TunnelDevice); err != nil {
+			t.Errorf("egress node %s has no %s to decapsulate with: %v", n.Name, dataplane.TunnelDevice, err)
+		}
+	}
+
+	eventuallySource(t, "unselected pod", plain, webAddr(v4), n0.IPv4)
+	if r := steered.TCP(lab.HostPort(peer.IPv4, 8080), lab.ClientOptions{Timeout: quick}); r.Outcome != lab.OK || r.Seen.Src != steered.IPv4 {
+		t.Errorf("pod to pod: %s, want source %s", r, steered.IPv4)
+	}
+	if r := steered.TCP(lab.HostPort(peer.IPv6, 8080), lab.ClientOptions{Timeout: quick}); r.Outcome != lab.OK || r.Seen.Src != steered.IPv6 {
+		t.Errorf("pod to pod, IPv6: %s, want source %s", r, steered.IPv6)
+	}
+
+	// Failover: the IPv4 egress node loses its label; the IP goes to n3 (n2 hosts the IPv6
+	// one) and the steered traffic follows through the tunnel.
+	labelNode(t, e.Lab, n1.Name, nil)
+	e.waitPlaced(t, name, 20*time.Second, map[*lab.Node]netip.Addr{n3: v4, n2: v6})
+	eventuallySource(t, "after the move, IPv4", steered, webAddr(v4), v4)
+	eventuallySource(t, "after the move, IPv6", steered, webAddr(v6), v6)
+	if fdb := n0.NS.MustRun(t, "bridge", "fdb", "show", "dev", dataplane.TunnelDevice); !strings.Contains(fdb, "dst "+n3.IPv4.String()) || strings.Contains(fdb, "dst "+n1.IPv4.String()) {
+		t.Errorf("after the move, %s's forwarding entries should name %s and not %s:\n%s", n0.Name, n3.Name, n1.Name, fdb)
+	}
+
+	time.Sleep(200 * time.Millisecond) // the last packets in flight
+	capture.Stop()
+	leaks := capture.Count(func(c lab.Captured) bool { return c.ForHost && inCluster(c.Src) })
+	fromEIP := capture.Count(func(c lab.Captured) bool { return c.ForHost && (c.Src == v4 || c.Src == v6) })
+	t.Logf("the web host got %d packets with an egress IP and %d with a pod source; the fabric dropped %d pod-sourced frames bound outside",
+		fromEIP, leaks, dropped())
+	if fromEIP == 0 {
+		t.Errorf("the capture saw no packet from the egress IPs: it proves nothing")
+	}
+	if leaks > 0 {
+		t.Errorf("%d packets reached the web host with a pod source", leaks)
+	}
+	if n := dropped(); n > 0 {
+		t.Errorf("%d frames with a pod source bound outside the pod networks met the fabric: steered traffic left a node unencapsulated", n)
+	}
+}
