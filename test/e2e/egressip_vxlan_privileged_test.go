@@ -68,6 +68,13 @@ func TestPrivilegedEgressIPVXLAN(t *testing.T) {
 	capture := e.web.Capture()
 	defer capture.Stop()
 	name := e.egressIP(t, "vxlan", "eip", v4, v6)
+	t.Cleanup(func() { // before the EgressIP goes (cleanups run last first)
+		if t.Failed() {
+			dumpTunnel(t, n0, n1, n2, n3)
+			dumpNodes(t, n0, n1)
+			t.Logf("fabric:\n%s", e.Fabric.MustRun(t, "nft", "list", "table", "bridge", "sourcecheck"))
+		}
+	})
 	e.waitPlaced(t, name, 20*time.Second, map[*lab.Node]netip.Addr{n1: v4, n2: v6})
 	eventuallySource(t, "steered through the tunnel, IPv4", steered, webAddr(v4), v4)
 	eventuallySource(t, "steered through the tunnel, IPv6", steered, webAddr(v6), v6)
@@ -127,5 +134,25 @@ func TestPrivilegedEgressIPVXLAN(t *testing.T) {
 	}
 	if n := dropped(); n > 0 {
 		t.Errorf("%d frames with a pod source bound outside the pod networks met the fabric: steered traffic left a node unencapsulated", n)
+	}
+}
+
+// dumpTunnel logs what the nodes' tunnel devices hold and have carried.
+func dumpTunnel(t testing.TB, nodes ...*lab.Node) {
+	t.Helper()
+	for _, n := range nodes {
+		var b strings.Builder
+		for _, cmd := range [][]string{
+			{"ip", "-d", "-s", "link", "show", dataplane.TunnelDevice},
+			{"ip", "addr", "show", "dev", dataplane.TunnelDevice},
+			{"bridge", "fdb", "show", "dev", dataplane.TunnelDevice},
+			{"ip", "neigh", "show", "dev", dataplane.TunnelDevice},
+			{"ip", "-6", "route", "show", "table", "all", "proto", "229"},
+			{"sysctl", "net.ipv4.conf.all.rp_filter", "net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"},
+		} {
+			out, err := n.NS.Run(cmd[0], cmd[1:]...)
+			fmt.Fprintf(&b, "$ %s (%v)\n%s\n", strings.Join(cmd, " "), err, out)
+		}
+		t.Logf("%s:\n%s", n.Name, b.String())
 	}
 }
