@@ -18,7 +18,7 @@ import (
 // frame carrying an IP packet whose source is a pod address and whose destination is outside
 // the pod networks is dropped (and counted); pod to pod traffic and everything else cross.
 // It returns a function that reads how many frames were dropped.
-func routedFabric(t *testing.T, l *lab.Lab) func() int {
+func routedFabric(t testing.TB, l *lab.Lab) func() int {
 	t.Helper()
 	v4, v6 := lab.ClusterCIDRs[0], lab.ClusterCIDRs[1]
 	cmd := l.Fabric.Command("nft", "-f", "-")
@@ -155,4 +155,14 @@ func dumpTunnel(t testing.TB, nodes ...*lab.Node) {
 		}
 		t.Logf("%s:\n%s", n.Name, b.String())
 	}
+}
+
+// BenchmarkPrivilegedEgressIPFailoverVXLAN: BenchmarkPrivilegedEgressIPFailover with the
+// agents steering through the VXLAN tunnel across a fabric that drops pod sources, 10 trials.
+// Run with -benchtime 1x.
+func BenchmarkPrivilegedEgressIPFailoverVXLAN(b *testing.B) {
+	privileged.Require(b)
+	e := newEIPLab(b, 3, "--egressip-steering=vxlan")
+	routedFabric(b, e.Lab)
+	benchFailover(b, e, 10)
 }
