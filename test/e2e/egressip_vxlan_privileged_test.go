@@ -137,6 +137,20 @@ func TestPrivilegedEgressIPVXLAN(t *testing.T) {
 	}
 }
 
+// TestPrivilegedEgressIPVXLANNoLeakAcrossMoves: TestPrivilegedEgressIPNoLeakAcrossMoves (20
+// moves, a capture on the web host that must see no pod source) with the agents steering
+// through the VXLAN tunnel across a fabric that drops pod sources; the fabric must not even
+// meet a pod-sourced packet bound outside.
+func TestPrivilegedEgressIPVXLANNoLeakAcrossMoves(t *testing.T) {
+	privileged.Require(t)
+	e := newEIPLab(t, 4, "--egressip-steering=vxlan")
+	dropped := routedFabric(t, e.Lab)
+	noLeakAcrossMoves(t, e)
+	if n := dropped(); n > 0 {
+		t.Errorf("%d frames with a pod source bound outside the pod networks met the fabric", n)
+	}
+}
+
 // dumpTunnel logs what the nodes' tunnel devices hold and have carried.
 func dumpTunnel(t testing.TB, nodes ...*lab.Node) {
 	t.Helper()
