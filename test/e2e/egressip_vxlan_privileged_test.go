@@ -135,6 +135,17 @@ func TestPrivilegedEgressIPVXLAN(t *testing.T) {
 	if n := dropped(); n > 0 {
 		t.Errorf("%d frames with a pod source bound outside the pod networks met the fabric: steered traffic left a node unencapsulated", n)
 	}
+
+	// egressctl cleanup, the agent stopped, removes the tunnel device.
+	if _, err := n0.Agent.Terminate(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := n0.NS.Run(egressctl(t), "cleanup", "--bpf-pin-root", lab.PinRoot(e.ID, n0.Name)); err != nil {
+		t.Fatalf("egressctl cleanup: %v\n%s", err, out)
+	}
+	if out, err := n0.NS.Run("ip", "link", "show", dataplane.TunnelDevice); err == nil {
+		t.Errorf("after egressctl cleanup, %s still has the tunnel device:\n%s", n0.Name, out)
+	}
 }
 
 // TestPrivilegedEgressIPVXLANNoLeakAcrossMoves: TestPrivilegedEgressIPNoLeakAcrossMoves (20
