@@ -24,6 +24,8 @@ type pair struct {
 const (
 	podSrc4, podSrc6 = "10.99.0.1", "fd99::1"
 	dst4, dst6       = "203.0.113.9", "2001:db8:9::9"
+	// dst4ECMP is routed by an onlink nexthop object (as ECMP over egress nodes is).
+	dst4ECMP = "203.0.113.10"
 )
 
 func newPair(t *testing.T) *pair {
@@ -40,12 +42,12 @@ func newPair(t *testing.T) *pair {
 	p.a.Addr(t, "u0", "10.7.0.1/24", "fd07::1/64")
 	p.b.Addr(t, "u0", "10.7.0.2/24", "fd07::2/64")
 	p.a.Addr(t, "lo", podSrc4+"/32", podSrc6+"/128")
-	p.b.Addr(t, "lo", dst4+"/32", dst6+"/128")
+	p.b.Addr(t, "lo", dst4+"/32", dst4ECMP+"/32", dst6+"/128")
 	if err := p.b.Script("ip route add 10.99.0.0/16 via 10.7.0.1", "ip -6 route add fd99::/64 via fd07::1"); err != nil {
 		t.Fatal(err)
 	}
 	// a's main table routes b's destinations directly (what direct steering does).
-	if err := p.a.Script("ip route add "+dst4+" via 10.7.0.2", "ip -6 route add "+dst6+" via fd07::2"); err != nil {
+	if err := p.a.Script("ip route add "+dst4+" via 10.7.0.2", "ip route add "+dst4ECMP+" via 10.7.0.2", "ip -6 route add "+dst6+" via fd07::2"); err != nil {
 		t.Fatal(err)
 	}
 	cmd := p.b.Command("nft", "-f", "-")
@@ -80,8 +82,8 @@ func sender() *dataplane.TunnelState {
 }
 
 // steering routes a's packets marked steerMark (the classifier's mark in production) to b's
-// destinations through the tunnel: IPv4 by a single onlink gateway, IPv6 by a nexthop object
-// (a group, as ECMP over egress nodes is).
+// destinations through the tunnel: dst4 by a single onlink gateway, dst4ECMP and dst6 by
+// nexthop objects (groups, as ECMP over egress nodes is).
 func steering() *dataplane.RoutingState {
 	a, pf := netip.MustParseAddr, netip.MustParsePrefix
 	via4 := dataplane.Nexthop{Gateway: a("10.7.0.2"), Device: dataplane.TunnelDevice, Onlink: true}
@@ -93,6 +95,7 @@ func steering() *dataplane.RoutingState {
 		},
 		Tables: []dataplane.RouteTable{{Origin: eip, ID: 1, Routes: []dataplane.Route{
 			{Dst: pf(dst4 + "/32"), Via: &via4},
+			{Dst: pf(dst4ECMP + "/32"), Nexthops: []dataplane.Nexthop{via4}},
 			{Dst: pf(dst6 + "/128"), Nexthops: []dataplane.Nexthop{via6}},
 		}}},
 	}
@@ -138,12 +141,15 @@ func route(t *testing.T, ns *netns.NS, s *dataplane.RoutingState) {
 // steerMark selects the steering table.
 const steerMark = 0x10000
 
-// reaches reports whether a steered packet with a pod source of a reaches b's destination of
+// reaches reports whether a steered packet with a pod source of a reaches b's destinations of
 // each family (and its reply comes back).
 func (p *pair) reaches(t *testing.T) (v4, v6 bool) {
 	t.Helper()
 	mark := fmt.Sprint(steerMark)
 	_, err4 := p.a.Run("ping", "-c1", "-W1", "-m", mark, "-I", podSrc4, dst4)
+	if _, err := p.a.Run("ping", "-c1", "-W1", "-m", mark, "-I", podSrc4, dst4ECMP); err4 == nil {
+		err4 = err
+	}
 	_, err6 := p.a.Run("ping", "-6", "-c1", "-W1", "-m", mark, "-I", podSrc6, dst6)
 	return err4 == nil, err6 == nil
 }
@@ -187,6 +193,15 @@ func TestPrivilegedTunnel(t *testing.T) {
 	}
 	if v4, v6 := p.reaches(t); !v4 || !v6 {
 		t.Errorf("through the tunnel: pod sources reach b: v4 %v, v6 %v; want both", v4, v6)
+	}
+
+	// The routes through the tunnel, onlink where IPv4; a second routing Apply, by a restarted
+	// agent, keeps them as they are.
+	nexthops := p.a.MustRun(t, "ip", "nexthop")
+	expectContains(t, "a's nexthop objects", nexthops, "via 10.7.0.2 dev egressd-vxlan scope link proto 229 onlink", "via "+gw6.String()+" dev egressd-vxlan scope link proto 229")
+	route(t, p.a, steering())
+	if again := p.a.MustRun(t, "ip", "nexthop"); again != nexthops {
+		t.Errorf("routing re-apply changed the nexthop objects:\n%s\nwas:\n%s", again, nexthops)
 	}
 
 	// A second Apply, by a restarted agent, adopts everything as it is.
