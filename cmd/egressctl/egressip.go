@@ -8,12 +8,15 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/addresses"
 	"github.com/egressd/egressd/dataplane/nft"
+	"github.com/egressd/egressd/dataplane/tunnel"
 )
 
-// egressIP prints what this node does for EgressIP: hosted egress IPs, the SNAT map, and
-// egressd's routing (egressctl routes adds the agent's BFD sessions).
+// egressIP prints what this node does for EgressIP: hosted egress IPs, the SNAT map,
+// egressd's routing (egressctl routes adds the agent's BFD sessions), and the tunnel to egress
+// nodes.
 func egressIP(o options, out io.Writer) error {
 	hosted, err := addresses.Hosted(addresses.DefaultProtocol)
 	if err != nil {
@@ -45,5 +48,20 @@ func egressIP(o options, out io.Writer) error {
 		return fmt.Errorf("routing: %w", err)
 	}
 	fmt.Fprintln(out, "\nsteering (marked pod traffic to egress nodes or external gateways):")
-	return printRouting(out, r)
+	if err := printRouting(out, r); err != nil {
+		return err
+	}
+	tun, err := tunnel.Inspect()
+	if err != nil {
+		return fmt.Errorf("tunnel: %w", err)
+	}
+	if tun == nil {
+		fmt.Fprintf(out, "\ntunnel %s: none\n", dataplane.TunnelDevice)
+		return nil
+	}
+	fmt.Fprintf(out, "\ntunnel %s: vni %d port %d local %s mac %s\n", dataplane.TunnelDevice, tun.VNI, tun.Port, tun.Local, tun.MAC)
+	for _, p := range tun.Peers {
+		fmt.Fprintf(out, "  node %s (mac %s) next hops %v\n", p.Underlay, p.MAC, p.Nexthops)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package tunnel
 import (
 	"fmt"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -186,6 +187,15 @@ func TestPrivilegedTunnel(t *testing.T) {
 		"link/ether 02:e5:0a:07:00:01", "vxlan id 229 local 10.7.0.1", "dstport 4799", "nolearning",
 		"02:e5:0a:07:00:02 dst 10.7.0.2 self permanent",
 		"10.7.0.2 lladdr 02:e5:0a:07:00:02 PERMANENT", "fe80::e5:aff:fe07:2 lladdr 02:e5:0a:07:00:02 PERMANENT")
+	var info *Info
+	if err := p.a.Do(func() (err error) { info, err = Inspect(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	wantInfo := &Info{VNI: 229, Port: 4799, Local: netip.MustParseAddr("10.7.0.1"), MAC: "02:e5:0a:07:00:01",
+		Peers: []PeerInfo{{MAC: "02:e5:0a:07:00:02", Underlay: netip.MustParseAddr("10.7.0.2"), Nexthops: []netip.Addr{netip.MustParseAddr("10.7.0.2"), gw6}}}}
+	if !reflect.DeepEqual(info, wantInfo) {
+		t.Errorf("Inspect: %+v, want %+v", info, wantInfo)
+	}
 	expectContains(t, "b's tunnel", show(t, p.b), "link/ether 02:e5:0a:07:00:02", "vxlan id 229 local 10.7.0.2")
 	expectContains(t, "b's tunnel addresses", p.b.MustRun(t, "ip", "-4", "addr", "show", "dev", dataplane.TunnelDevice), "inet 169.254.229.1/32 scope link")
 	if rp := p.b.MustRun(t, "sysctl", "-n", "net.ipv4.conf."+dataplane.TunnelDevice+".rp_filter"); strings.TrimSpace(rp) != "2" {

@@ -96,6 +96,16 @@ func TestPrivilegedEgressIPVXLAN(t *testing.T) {
 			t.Errorf("%s on %s: no %q in:\n%s%s%s", what, n0.Name, want, link, fdb, routes)
 		}
 	}
+	ctl := n0.NS.MustRun(t, egressctl(t), "egressip")
+	for _, want := range []string{
+		fmt.Sprintf("tunnel %s: vni 229 port 4799 local %s mac 02:e5:", dataplane.TunnelDevice, n0.IPv4),
+		fmt.Sprintf("node %s (mac %s) next hops [%s]", n1.IPv4, dataplane.TunnelMAC(n1.IPv4), n1.IPv4),
+		fmt.Sprintf("node %s (mac %s) next hops [%s]", n2.IPv4, dataplane.TunnelMAC(n2.IPv4), dataplane.TunnelGateway6(n2.IPv4)),
+	} {
+		if !strings.Contains(ctl, want) {
+			t.Errorf("egressctl egressip on %s lacks %q:\n%s", n0.Name, want, ctl)
+		}
+	}
 	for _, n := range []*lab.Node{n1, n2} {
 		if _, err := n.NS.Run("ip", "link", "show", dataplane.TunnelDevice); err != nil {
 			t.Errorf("egress node %s has no %s to decapsulate with: %v", n.Name, dataplane.TunnelDevice, err)
