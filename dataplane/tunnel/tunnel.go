@@ -16,7 +16,7 @@
 package tunnel
 
 import (
-		"errors"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
