@@ -7,7 +7,7 @@ IMAGE    ?= ghcr.io/egressd/egressd:$(VERSION)
 CLANG    ?= clang
 export EGRESSD_REQUIRE_PRIVILEGED ?= 0
 
-.PHONY: all build generate verify-generate deps controlplane-bin test test-unit bench-memory bench-bfd bench-firewall bench-cni bench-egressip demo demo-down \
+.PHONY: all build generate docs verify-generate deps controlplane-bin test test-unit bench-memory bench-bfd bench-firewall bench-cni bench-egressip demo demo-down \
         controlplane-up controlplane-down image clean
 
 all: build
@@ -18,7 +18,11 @@ build: ## egressd and egressctl into bin/
 generate: ## deepcopy, clientset, listers, informers, CRDs from api/; bpf2go objects from bpf/src (CLANG=clang-N to pick a compiler)
 	CLANG=$(CLANG) hack/update-codegen.sh
 
-verify-generate: ## fails if the committed generated code is stale (BPF objects: byte for byte only with the recorded clang major, see bpf/doc.go; BPF_VERIFY_STRICT=1 fails otherwise)
+docs: ## docs/reference (flags of egressd and egressctl, metrics) from the code that declares them
+	$(GO) test ./cmd/egressd ./cmd/egressctl -run '^TestReferenceDocs$$' -count=1 -update
+
+verify-generate: ## fails if the committed generated code or docs/reference is stale (BPF objects: byte for byte only with the recorded clang major, see bpf/doc.go; BPF_VERIFY_STRICT=1 fails otherwise)
+	$(GO) test ./cmd/egressd ./cmd/egressctl -run '^TestReferenceDocs$$' -count=1
 	CLANG=$(CLANG) EGRESSD_VERIFY_BPF=1 hack/update-codegen.sh
 	@git add -N api deploy/crds bpf && git diff --exit-code --stat -- api deploy/crds bpf \
 	  || { echo "generated code is stale: run make generate and commit"; exit 1; }

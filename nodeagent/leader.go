@@ -53,7 +53,11 @@ func (e *LeaderElection) Run(ctx context.Context) error {
 					e.Metrics.Leader.Set(0)
 					e.Log.Info("stopped leading", "lease", e.Namespace+"/"+LeaseName)
 				},
-				OnNewLeader: func(id string) { e.Log.Info("leader", "identity", id) },
+				OnNewLeader: func(id string) {
+					e.Metrics.LeaderHolder.Reset()
+					e.Metrics.LeaderHolder.WithLabelValues(id).Set(1)
+					e.Log.Info("leader", "identity", id)
+				},
 			},
 		})
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/internal/version"
 )
 
 // Metrics are the agent's Prometheus metrics, on their own registry (no global state).
@@ -21,6 +22,14 @@ type Metrics struct {
 	// SteeredPaths names the object of each steering mark (egressctl routes reads it: the
 	// kernel's rules and tables know only the mark).
 	SteeredPaths *prometheus.GaugeVec
+	// LeaderHolder names the agent holding the leader Lease, as this one last observed it, so
+	// that egressctl status tells it from the node without access to the API server.
+	LeaderHolder *prometheus.GaugeVec
+	// Objects and ObjectFailures are what the last sync made of each API object on this node
+	// (egressctl status, alerts on objects not applied).
+	Objects        *prometheus.GaugeVec
+	ObjectFailures *prometheus.GaugeVec
+	buildInfo      *prometheus.GaugeVec
 	// OutsideNetworks counts local pod addresses outside the cluster networks: pod-to-pod traffic
 	// to them would be judged as leaving the cluster (a CNI whose IPAM is not the Nodes'
 	// podCIDRs needs --cluster-cidr).
@@ -57,11 +66,66 @@ func NewMetrics() *Metrics {
 			Name: "egressd_leader",
 			Help: "1 while this agent holds the leader Lease and runs the cluster controllers.",
 		}),
+		LeaderHolder: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "egressd_leader_holder",
+			Help: "1 for the node whose agent holds the leader Lease, as this agent last observed it.",
+		}, []string{"node"}),
+		Objects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "egressd_objects",
+			Help: "API objects the last sync programmed on this node, by kind and result (applied, failed).",
+		}, []string{"kind", "result"}),
+		ObjectFailures: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "egressd_object_failure",
+			Help: "1 per API object the last sync failed to program on this node, with the reason (the error its status carries).",
+		}, []string{"kind", "object", "reason"}),
+		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "egressd_build_info",
+			Help: "1, labelled with the version of this agent.",
+		}, []string{"version"}),
 	}
-	m.Registry.MustRegister(m.SyncDuration, m.SyncErrors, m.Leader, m.Latency, m.SteeredPaths, m.OutsideNetworks,
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.buildInfo.WithLabelValues(version.String()).Set(1)
+	m.Registry.MustRegister(m.Collectors()...)
+	m.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// Collectors are the agent's own metrics (NewMetrics registers them, with the Go and process
+// collectors); the metrics reference is generated from them.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.SyncDuration, m.SyncErrors, m.Leader, m.LeaderHolder, m.Latency, m.SteeredPaths,
+		m.OutsideNetworks, m.Objects, m.ObjectFailures, m.buildInfo}
+}
+
+// observeObjects sets Objects and ObjectFailures from a sync's outcome: the objects compiled
+// (with their compile or apply error) and the dataplane's failures of objects that have no
+// status of their own on this node (EgressIP, EgressService, pods).
+func (m *Metrics) observeObjects(objects, failed map[dataplane.Origin]error) {
+	m.Objects.Reset()
+	m.ObjectFailures.Reset()
+	count := func(o dataplane.Origin, err error) {
+		if err == nil {
+			m.Objects.WithLabelValues(string(o.Kind), "applied").Inc()
+			return
+		}
+		m.Objects.WithLabelValues(string(o.Kind), "failed").Inc()
+		m.ObjectFailures.WithLabelValues(string(o.Kind), objectName(o), err.Error()).Set(1)
+	}
+	for o, err := range objects {
+		count(o, err)
+	}
+	for o, err := range failed {
+		if _, reported := objects[o]; !reported {
+			count(o, err)
+		}
+	}
+}
+
+// objectName is namespace/name, or name for a cluster-scoped object.
+func objectName(o dataplane.Origin) string {
+	if o.Namespace != "" {
+		return o.Namespace + "/" + o.Name
+	}
+	return o.Name
 }
 
 // observePaths sets SteeredPaths from the state about to be applied: per table of a steering
@@ -80,10 +144,6 @@ func (m *Metrics) observePaths(s *dataplane.State) {
 				pods += len(p.IPs)
 			}
 		}
-		object := t.Origin.Name
-		if t.Origin.Namespace != "" {
-			object = t.Origin.Namespace + "/" + t.Origin.Name
-		}
-		m.SteeredPaths.WithLabelValues(string(t.Origin.Kind), object, fmt.Sprintf("%#x", mark)).Set(float64(pods))
+		m.SteeredPaths.WithLabelValues(string(t.Origin.Kind), objectName(t.Origin), fmt.Sprintf("%#x", mark)).Set(float64(pods))
 	}
 }

@@ -261,6 +261,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 		}
 	}
 	blamePods(objects, res.Failed)
+	l.Metrics.observeObjects(objects, res.Failed)
 	if l.Status != nil {
 		l.Status.Report(objects, res)
 	}

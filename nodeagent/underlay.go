@@ -25,14 +25,20 @@ const (
 	SteerVXLAN SteeringMode = "vxlan"
 )
 
-// ParseSteeringMode reads the --egressip-steering flag.
-func ParseSteeringMode(s string) (SteeringMode, error) {
-	switch m := SteeringMode(strings.ToLower(s)); m {
+// Set reads the --egressip-steering flag.
+func (m *SteeringMode) Set(s string) error {
+	switch v := SteeringMode(strings.ToLower(s)); v {
 	case SteerAuto, SteerDirect, SteerVXLAN:
-		return m, nil
+		*m = v
+		return nil
 	}
-	return "", fmt.Errorf("%q is not auto, direct or vxlan", s)
+	return fmt.Errorf("%q is not auto, direct or vxlan", s)
 }
+
+func (m *SteeringMode) String() string { return string(*m) }
+
+// Type names the flag's values in the usage.
+func (m *SteeringMode) Type() string { return "string" }
 
 // underlay decides, per egress node, how this node reaches it, and collects the tunnel peers
 // the chosen next hops need.

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"slices"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/addresses"
@@ -13,37 +15,71 @@ import (
 	"github.com/egressd/egressd/dataplane/routing"
 	"github.com/egressd/egressd/dataplane/tcx"
 	"github.com/egressd/egressd/dataplane/tunnel"
+	"github.com/egressd/egressd/internal/cniinstall"
 )
 
-// cleanup removes, per kernel facility, what egressd owns, then the pin root itself.
-func cleanup(o options, out io.Writer) error {
-	if err := tcx.Cleanup(o.pinRoot); err != nil {
-		return fmt.Errorf("detach classifier links under %s: %w", o.pinRoot, err)
+// cleanupReport lists what cleanup removed, in order; a cleanup that failed lists what it
+// removed before the failure.
+type cleanupReport struct {
+	Removed []string `json:"removed"`
+}
+
+func (r cleanupReport) writeText(w io.Writer) error {
+	for _, s := range r.Removed {
+		if _, err := fmt.Fprintln(w, s); err != nil {
+			return err
+		}
 	}
-	fmt.Fprintf(out, "detached classifier links pinned under %s\n", tcx.LinksDir(o.pinRoot))
-	if err := classifier.Cleanup(o.pinRoot); err != nil {
-		return fmt.Errorf("remove classifier maps under %s: %w", o.pinRoot, err)
-	}
-	fmt.Fprintf(out, "removed classifier maps under %s\n", o.pinRoot)
-	if err := nft.Cleanup(); err != nil {
-		return fmt.Errorf("remove nftables table inet %s: %w", nft.TableName, err)
-	}
-	fmt.Fprintf(out, "removed nftables table inet %s\n", nft.TableName)
-	if err := addresses.Cleanup(addresses.DefaultProtocol); err != nil {
-		return fmt.Errorf("remove egress addresses (protocol %d): %w", addresses.DefaultProtocol, err)
-	}
-	fmt.Fprintf(out, "removed egress addresses stamped with protocol %d\n", addresses.DefaultProtocol)
-	if err := routing.Cleanup(o.routing); err != nil {
-		return fmt.Errorf("remove egressd's ip rules, routes and nexthops: %w", err)
-	}
-	fmt.Fprintf(out, "removed egressd's ip rules, routes and nexthops (protocol %d)\n", o.routing.Protocol)
-	if err := tunnel.Cleanup(); err != nil {
-		return fmt.Errorf("remove the tunnel device %s: %w", dataplane.TunnelDevice, err)
-	}
-	fmt.Fprintf(out, "removed the tunnel device %s\n", dataplane.TunnelDevice)
-	if err := os.Remove(o.pinRoot); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove %s: %w", o.pinRoot, err)
-	}
-	fmt.Fprintf(out, "removed %s\n", o.pinRoot)
 	return nil
+}
+
+// step is one removal of cleanup: what it does (for its error), what it did (for the report),
+// how.
+type step struct {
+	do, done string
+	remove   func() error
+}
+
+// cleanup removes egressd-cni from the node's CNI chain when asked, then, per kernel facility,
+// what egressd owns, then the pin root itself.
+func cleanup(o options) (cleanupReport, error) {
+	r := cleanupReport{Removed: []string{}}
+	steps := []step{
+		{"detach classifier links under " + o.pinRoot, "detached classifier links pinned under " + tcx.LinksDir(o.pinRoot),
+			func() error { return tcx.Cleanup(o.pinRoot) }},
+		{"remove classifier maps under " + o.pinRoot, "removed classifier maps under " + o.pinRoot,
+			func() error { return classifier.Cleanup(o.pinRoot) }},
+		{"remove nftables table inet " + nft.TableName, "removed nftables table inet " + nft.TableName, nft.Cleanup},
+		{fmt.Sprintf("remove egress addresses (protocol %d)", addresses.DefaultProtocol),
+			fmt.Sprintf("removed egress addresses stamped with protocol %d", addresses.DefaultProtocol),
+			func() error { return addresses.Cleanup(addresses.DefaultProtocol) }},
+		{"remove egressd's ip rules, routes and nexthops",
+			fmt.Sprintf("removed egressd's ip rules, routes and nexthops (protocol %d)", o.routing.Protocol),
+			func() error { return routing.Cleanup(o.routing) }},
+		{"remove the tunnel device " + dataplane.TunnelDevice, "removed the tunnel device " + dataplane.TunnelDevice, tunnel.Cleanup},
+		{"remove " + o.pinRoot, "removed " + o.pinRoot, func() error {
+			var pathErr *fs.PathError
+			switch err := os.Remove(o.pinRoot); {
+			case errors.Is(err, os.ErrNotExist):
+				return nil
+			case errors.As(err, &pathErr):
+				return pathErr.Err // the step names the path already
+			default:
+				return err
+			}
+		}},
+	}
+	if o.cniConfDir != "" {
+		// First, so that no new pod waits for an agent that is gone.
+		steps = slices.Insert(steps, 0, step{"remove egressd-cni from " + o.cniConfDir + " and " + o.cniBinDir,
+			"removed egressd-cni from the CNI configuration lists in " + o.cniConfDir + " and its binary from " + o.cniBinDir,
+			func() error { return cniinstall.Uninstall(o.cniBinDir, o.cniConfDir) }})
+	}
+	for _, s := range steps {
+		if err := s.remove(); err != nil {
+			return r, fmt.Errorf("%s: %w", s.do, err)
+		}
+		r.Removed = append(r.Removed, s.done)
+	}
+	return r, nil
 }

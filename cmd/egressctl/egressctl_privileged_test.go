@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -270,5 +273,162 @@ BFD SESSION  STATE  DETECTION TIME  SENT  RECEIVED  TRANSITIONS  DETECTIONS
 		!strings.Contains(got, "gateways kept out of their groups (BFD session not Up): 192.0.2.3\n") ||
 		!strings.HasSuffix(got, "BFD sessions: the agent's metrics not read (--metrics-address 0); the groups above hold the live gateways\n") {
 		t.Errorf("egressctl routes --metrics-address 0:\n%s", got)
+	}
+}
+
+// Every command takes its flags before or after its name, and between its arguments.
+func TestPrivilegedFlagsAnyOrder(t *testing.T) {
+	n := newNode(t)
+	for _, orders := range [][][]string{
+		{{"--bpf-pin-root", n.root, "firewall"}, {"firewall", "--bpf-pin-root", n.root}},
+		{{"--bpf-pin-root=" + n.root, "qos"}, {"qos", "--bpf-pin-root=" + n.root}},
+		{{"--metrics-address", n.metrics, "routes"}, {"routes", "--metrics-address", n.metrics}},
+		{{"--metrics-address", "0", "-o", "json", "egressip"}, {"egressip", "-o", "json", "--metrics-address", "0"}},
+		{{"--bpf-pin-root", n.root, "--metrics-address", "0", "trace", podB.String(), "203.0.113.10", "tcp/443"},
+			{"trace", podB.String(), "--bpf-pin-root", n.root, "203.0.113.10", "--metrics-address", "0", "tcp/443"}},
+		{{"--bpf-pin-root", n.root, "--metrics-address", n.metrics, "-o", "json", "status"},
+			{"status", "--bpf-pin-root", n.root, "--metrics-address", n.metrics, "-o", "json"}},
+	} {
+		before, after := n.egressctl(t, orders[0]...), n.egressctl(t, orders[1]...)
+		// The two runs read the kernel at different times: only the counters may differ.
+		counters := regexp.MustCompile(`(?m)(  [0-9]+)+  `)
+		if counters.ReplaceAllString(before, "") != counters.ReplaceAllString(after, "") || !strings.Contains(before, "\n") {
+			t.Errorf("egressctl %s:\n%s\negressctl %s:\n%s", strings.Join(orders[0], " "), before, strings.Join(orders[1], " "), after)
+		}
+	}
+}
+
+// -o json prints the same report as the text, decodable into it, with stable field names.
+func TestPrivilegedJSON(t *testing.T) {
+	n := newNode(t)
+	decode := func(args ...string) map[string]any {
+		out := n.egressctl(t, append(args, "-o", "json", "--bpf-pin-root", n.root, "--metrics-address", n.metrics)...)
+		var m map[string]any
+		if err := json.Unmarshal([]byte(out), &m); err != nil {
+			t.Fatalf("egressctl %s -o json: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return m
+	}
+	jsonOf := func(v any) string {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	for _, c := range []struct {
+		args []string
+		key  string
+		want string
+	}{
+		{[]string{"firewall"}, "rules", `[{"bytes":0,"namespace":"a","packets":0,"rule":0,"spec":"Deny to 198.51.100.10/32"},` +
+			`{"bytes":0,"namespace":"b","packets":0,"rule":0,"spec":"Allow to 203.0.113.0/24 ports TCP/443"},` +
+			`{"bytes":0,"namespace":"b","packets":0,"rule":1,"spec":"Deny to 0.0.0.0/0"}]`},
+		{[]string{"qos"}, "rules", `[{"namespace":"a","packets":0,"rule":0,"spec":"DSCP 10 to 203.0.113.0/24"}]`},
+		{[]string{"egressip"}, "hosted", `[{"address":"192.0.2.100","interface":"ext0"}]`},
+		{[]string{"egressip"}, "snat", `[{"egressIP":"192.0.2.100","pod":"10.244.0.5"},{"egressIP":"192.0.2.100","pod":"10.244.2.5"}]`},
+		{[]string{"routes"}, "bfdSessions", `[{"detectionTime":"0s","detections":0,"packetsReceived":0,"packetsSent":PKTS,"peer":"192.0.2.3","state":"Down","transitions":0}]`},
+		{[]string{"trace", podA.String(), "203.0.113.10", "udp/7777"}, "route", `{"destination":"0.0.0.0/0","gateways":[{"address":"192.0.2.2"}],"table":7101}`},
+		{[]string{"trace", podA.String(), "203.0.113.10", "udp/7777"}, "qos", `{"dscp":10,"rule":0,"spec":"DSCP 10 to 203.0.113.0/24"}`},
+		{[]string{"trace", podA.String(), "203.0.113.10", "udp/7777"}, "path", `{"kind":"EgressIP","object":"eip"}`},
+		{[]string{"status"}, "egressIPs", `[{"address":"192.0.2.100","interface":"ext0"}]`},
+		{[]string{"status"}, "steeredPaths", `[{"kind":"EgressIP","mark":"0x10000","object":"eip","podAddresses":1},` +
+			`{"kind":"AdminPolicyBasedExternalRoute","mark":"0x20000","object":"gws","podAddresses":1}]`},
+	} {
+		got := jsonOf(decode(c.args...)[c.key])
+		got = regexp.MustCompile(`"packetsSent":\d+`).ReplaceAllString(got, `"packetsSent":PKTS`)
+		if got != c.want {
+			t.Errorf("egressctl %s -o json: %s is\n%s\nwant\n%s", strings.Join(c.args, " "), c.key, got, c.want)
+		}
+	}
+	// The text of trace is the JSON's steps, line by line.
+	tr := decode("trace", podB.String(), "203.0.113.10", "tcp/443")
+	text := n.egressctl(t, "trace", "--bpf-pin-root", n.root, "--metrics-address", n.metrics, podB.String(), "203.0.113.10", "tcp/443")
+	var lines []string
+	for _, s := range tr["steps"].([]any) {
+		step := s.(map[string]any)
+		lines = append(lines, fmt.Sprintf("%-10s%s", step["step"].(string)+":", step["text"]))
+	}
+	if joined := strings.Join(lines, "\n") + "\n"; joined != text {
+		t.Errorf("trace's JSON steps:\n%s\ntext:\n%s", joined, text)
+	}
+}
+
+// egressctl status: the agent's leader and objects from its metrics, the kernel's rules and
+// egress IPs, the BFD session.
+func TestPrivilegedStatus(t *testing.T) {
+	n := newNode(t)
+	got := n.egressctl(t, "status", "--bpf-pin-root", n.root, "--metrics-address", n.metrics)
+	for _, want := range []string{
+		"\nleader:             none seen yet\n",
+		"\nclassifier:         3 EgressFirewall rules, 1 EgressQoS rules\n",
+		"\negress IPs hosted:  192.0.2.100 on ext0\n",
+		"\nEgressIP eip                       0x10000  1\n",
+		"\n192.0.2.3    Down   0s",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("egressctl status lacks %q:\n%s", want, got)
+		}
+	}
+	// Without the agent, the kernel's part stands and the rest says why it is missing.
+	got = n.egressctl(t, "status", "--bpf-pin-root", n.root, "--metrics-address", "0")
+	if !strings.Contains(got, "agent:              unknown (metrics not read)\n") || !strings.Contains(got, "3 EgressFirewall rules") ||
+		!strings.HasSuffix(got, "\nnot read: the agent's metrics at 0: not read (--metrics-address 0)\n") {
+		t.Errorf("egressctl status --metrics-address 0:\n%s", got)
+	}
+}
+
+// cleanup removes egressd's objects step by step; when a step fails, its report lists the
+// steps done and the error names the one that failed.
+func TestPrivilegedCleanup(t *testing.T) {
+	n := newNode(t)
+	stranger := n.root + "/not-egressds" // a directory: bpffs holds no regular files
+	if err := os.Mkdir(stranger, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cleanup := func(flags ...string) (int, cleanupReport, string) {
+		var out, errs bytes.Buffer
+		var code int
+		if err := n.ns.Do(func() error {
+			code = run(append([]string{"cleanup", "-o", "json", "--bpf-pin-root", n.root}, flags...), &out, &errs)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var r cleanupReport
+		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+			t.Fatalf("egressctl cleanup -o json: %v\n%s", err, out.String())
+		}
+		return code, r, errs.String()
+	}
+	code, r, errs := cleanup()
+	if want := "egressctl cleanup: remove " + n.root + ": directory not empty\n"; code != 1 || len(r.Removed) != 6 || errs != want {
+		t.Errorf("cleanup with a stranger in the pin root: exit %d, removed %q, %q; want exit 1, 6 steps, %q", code, r.Removed, errs, want)
+	}
+	if out, err := n.ns.Run("nft", "list", "table", "inet", "egressd"); err == nil {
+		t.Errorf("after cleanup, the table is still there:\n%s", out)
+	}
+	if err := os.Remove(stranger); err != nil {
+		t.Fatal(err)
+	}
+	// egressd-cni installed by the agent leaves the node's CNI chain, and its binary the node.
+	confDir, binDir := t.TempDir(), t.TempDir()
+	conflist := filepath.Join(confDir, "10-ptp.conflist")
+	for file, content := range map[string]string{
+		conflist:                             `{"cniVersion":"1.0.0","name":"pods","plugins":[{"type":"ptp"},{"type":"egressd-cni","socket":"/run/egressd/cni.sock"}]}`,
+		filepath.Join(binDir, "egressd-cni"): "#!/bin/sh\n",
+	} {
+		if err := os.WriteFile(file, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, r, errs = cleanup("--cni-conf-dir", confDir, "--cni-bin-dir", binDir); code != 0 || len(r.Removed) != 8 || r.Removed[7] != "removed "+n.root {
+		t.Errorf("cleanup: exit %d, removed %q, %s", code, r.Removed, errs)
+	}
+	if b, err := os.ReadFile(conflist); err != nil || strings.Contains(string(b), "egressd-cni") || !strings.Contains(string(b), "ptp") {
+		t.Errorf("after cleanup, %s: %s (%v)", conflist, b, err)
+	}
+	if _, err := os.Stat(filepath.Join(binDir, "egressd-cni")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after cleanup, the egressd-cni binary: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"net/http/httptest"
 	"net/netip"
@@ -63,7 +64,9 @@ func TestPrintTraceSteps(t *testing.T) {
 	} {
 		c.t.src, c.t.dst = pod, dst
 		var out bytes.Buffer
-		printTrace(&out, c.t)
+		if err := newTraceReport(c.t).writeText(&out); err != nil {
+			t.Fatal(err)
+		}
 		got := out.String()
 		if !strings.HasSuffix(got, c.want) || !strings.Contains(got, c.firewall) {
 			t.Errorf("%s:\n%s\nwant it to end with:\n%s%s", c.name, got, c.firewall, c.want)
@@ -72,27 +75,26 @@ func TestPrintTraceSteps(t *testing.T) {
 }
 
 func TestPrintRoutes(t *testing.T) {
-	r := routesReport{
-		programmed: routing.Programmed{
-			Rules: []routing.ProgrammedRule{
-				{Priority: 6100, Src: p("10.244.0.7/32"), Table: 100},
-				{Priority: 6101, Mark: 0x10000, Mask: 0xff0000, Table: 7101},
-			},
-			Routes: []routing.ProgrammedRoute{
-				{Table: 7101, Dst: p("0.0.0.0/0"), Group: 71000002, Gateways: []netip.Addr{a("198.51.100.1"), a("198.51.100.2")}},
-				{Table: 7101, Dst: p("::/0"), Gateways: []netip.Addr{a("2001:db8::1")}, Src: a("2001:db8::100")},
-			},
-			Standby: []netip.Addr{a("198.51.100.3")},
+	programmed := routing.Programmed{
+		Rules: []routing.ProgrammedRule{
+			{Priority: 6100, Src: p("10.244.0.7/32"), Table: 100},
+			{Priority: 6101, Mark: 0x10000, Mask: 0xff0000, Table: 7101},
 		},
-		paths: map[uint32]pathOf{0x10000: {kindExternalRoute, "gws"}},
-		sessions: []bfd.SessionInfo{
-			{Key: bfd.Key{Peer: a("198.51.100.1"), Interface: "eth1"}, State: bfd.Up, DetectionTime: 900 * time.Millisecond,
-				Counters: bfd.Counters{PacketsSent: 40, PacketsReceived: 38, Transitions: 1}},
-			{Key: bfd.Key{Peer: a("198.51.100.3")}, State: bfd.Down, Counters: bfd.Counters{PacketsSent: 12, Transitions: 2, Detections: 1}},
+		Routes: []routing.ProgrammedRoute{
+			{Table: 7101, Dst: p("0.0.0.0/0"), Group: 71000002, Gateways: []netip.Addr{a("198.51.100.1"), a("198.51.100.2")}},
+			{Table: 7101, Dst: p("::/0"), Gateways: []netip.Addr{a("2001:db8::1")}, Src: a("2001:db8::100")},
 		},
+		Standby: []netip.Addr{a("198.51.100.3")},
 	}
+	paths := map[uint32]pathOf{0x10000: {kindExternalRoute, "gws"}}
+	sessions := []bfd.SessionInfo{
+		{Key: bfd.Key{Peer: a("198.51.100.1"), Interface: "eth1"}, State: bfd.Up, DetectionTime: 900 * time.Millisecond,
+			Counters: bfd.Counters{PacketsSent: 40, PacketsReceived: 38, Transitions: 1}},
+		{Key: bfd.Key{Peer: a("198.51.100.3")}, State: bfd.Down, Counters: bfd.Counters{PacketsSent: 12, Transitions: 2, Detections: 1}},
+	}
+	r := routesReport{routingReport: newRoutingReport(programmed, paths, sessions), BFDSessions: newBFDSessions(sessions)}
 	var out bytes.Buffer
-	if err := printRoutes(&out, r); err != nil {
+	if err := r.writeText(&out); err != nil {
 		t.Fatal(err)
 	}
 	want := `RULE  FAMILY  FWMARK            FROM           TABLE  PATH OF
@@ -114,8 +116,8 @@ BFD SESSION        STATE  DETECTION TIME  SENT  RECEIVED  TRANSITIONS  DETECTION
 	}
 
 	out.Reset()
-	r.sessions, r.paths, r.metricsErr = nil, nil, errors.New("refused")
-	if err := printRoutes(&out, r); err != nil {
+	r = routesReport{routingReport: newRoutingReport(programmed, nil, nil), MetricsError: "refused"}
+	if err := r.writeText(&out); err != nil {
 		t.Fatal(err)
 	}
 	if got := out.String(); !strings.HasSuffix(got, "198.51.100.3\n\nBFD sessions: the agent's metrics refused; the groups above hold the live gateways\n") {
@@ -148,6 +150,9 @@ func TestRunUsageErrors(t *testing.T) {
 		err  string
 	}{
 		{[]string{"nope"}, 2, `unknown command "nope"`},
+		{[]string{"--output", "yaml", "version"}, 2, `egressctl version: --output "yaml" is not text or json`},
+		{[]string{"--bogus", "firewall"}, 2, "unknown flag: --bogus"},
+		{[]string{"firewall", "--bpf-pin-root"}, 2, "flag needs an argument: --bpf-pin-root"},
 		{[]string{"routes", "extra"}, 2, `egressctl routes: unexpected arguments ["extra"]`},
 		{[]string{"trace", "10.244.0.5"}, 1, "usage: egressctl trace SRC DST [tcp|udp|sctp/PORT]"},
 		{[]string{"trace", "10.244.0.5", "2001:db8::1"}, 1, "of different families"},
@@ -162,5 +167,79 @@ func TestRunUsageErrors(t *testing.T) {
 	}
 	if proto, port, err := parsePort("SCTP/9"); proto != 132 || port != 9 || err != nil {
 		t.Errorf("parsePort(SCTP/9) = %d, %d, %v", proto, port, err)
+	}
+}
+
+// Flags are accepted before and after the command, in both spellings of --output.
+func TestRunFlagsBeforeAndAfterTheCommand(t *testing.T) {
+	for _, args := range [][]string{
+		{"version", "-o", "json"},
+		{"-o", "json", "version"},
+		{"--output=json", "version"},
+		{"--metrics-address", "0", "version", "--output", "json", "--bpf-pin-root", "/nowhere"},
+	} {
+		var out, errs bytes.Buffer
+		if code := run(args, &out, &errs); code != 0 {
+			t.Errorf("egressctl %s: exit %d: %s", strings.Join(args, " "), code, errs.String())
+			continue
+		}
+		var v versionReport
+		if err := json.Unmarshal(out.Bytes(), &v); err != nil || v.Version == "" {
+			t.Errorf("egressctl %s: %q is no version report (%v)", strings.Join(args, " "), out.String(), err)
+		}
+	}
+}
+
+// egressctl status reads the agent's version, the leader and its objects under the names and
+// labels the agent exports them with.
+func TestStatusFromTheAgentsMetrics(t *testing.T) {
+	m := nodeagent.NewMetrics()
+	m.Leader.Set(0)
+	m.LeaderHolder.WithLabelValues("node-b").Set(1)
+	m.Objects.WithLabelValues("EgressFirewall", "applied").Set(2)
+	m.Objects.WithLabelValues("EgressFirewall", "failed").Set(1)
+	m.Objects.WithLabelValues("EgressQoS", "applied").Set(1)
+	m.ObjectFailures.WithLabelValues("EgressFirewall", "b/default", "dnsName rule 2: no DNS answer").Set(1)
+	m.SteeredPaths.WithLabelValues("EgressIP", "eip", "0x10000").Set(2)
+	m.SyncErrors.WithLabelValues("egressfirewall").Add(3)
+	m.SyncErrors.WithLabelValues("apply").Add(1)
+	srv := httptest.NewServer(promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	families, err := scrape(t.Context(), strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := statusReport{EgressctlVersion: "v1", FirewallRules: 3, QoSRules: 1,
+		EgressIPs: []hostedAddress{{a("192.0.2.100"), "eth0"}}}
+	r.fromMetrics(families)
+	if r.AgentVersion == "" {
+		t.Errorf("no agent version in %s", metricBuildInfo)
+	}
+	r.AgentVersion = "v2"
+	var out bytes.Buffer
+	if err := r.writeText(&out); err != nil {
+		t.Fatal(err)
+	}
+	want := `egressctl:          v1
+agent:              v2
+leader:             node-b
+sync errors:        apply 1, egressfirewall 3 since the agent started
+classifier:         3 EgressFirewall rules, 1 EgressQoS rules
+egress IPs hosted:  192.0.2.100 on eth0
+
+KIND            APPLIED  FAILED
+EgressFirewall  2        1
+EgressQoS       1        0
+
+FAILING         OBJECT     REASON
+EgressFirewall  b/default  dnsName rule 2: no DNS answer
+
+STEERED PATH  MARK     LOCAL POD ADDRESSES
+EgressIP eip  0x10000  2
+
+BFD sessions: none
+`
+	if got := out.String(); got != want {
+		t.Errorf("status:\n%s\nwant:\n%s", got, want)
 	}
 }

@@ -13,9 +13,17 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// metricSteeredPaths is the name of the agent's nodeagent.Metrics.SteeredPaths (egressctl stays
-// clear of the agent's Kubernetes dependencies; a test checks that both agree).
-const metricSteeredPaths = "egressd_steered_path_pod_addresses"
+// Names of the agent's metrics egressctl reads, from nodeagent.Metrics (egressctl stays clear
+// of the agent's Kubernetes dependencies; a test checks that both agree).
+const (
+	metricSteeredPaths  = "egressd_steered_path_pod_addresses"
+	metricBuildInfo     = "egressd_build_info"
+	metricLeader        = "egressd_leader"
+	metricLeaderHolder  = "egressd_leader_holder"
+	metricObjects       = "egressd_objects"
+	metricObjectFailure = "egressd_object_failure"
+	metricSyncErrors    = "egressd_sync_errors_total"
+)
 
 // errNoMetrics: --metrics-address 0 asked not to read the agent's metrics.
 var errNoMetrics = errors.New("not read (--metrics-address 0)")
@@ -51,21 +59,45 @@ func scrape(ctx context.Context, address string) (map[string]*dto.MetricFamily, 
 
 // pathOf is the object whose steering path a mark selects.
 type pathOf struct {
-	kind, object string
+	Kind   string `json:"kind"`
+	Object string `json:"object"`
 }
 
-func (p pathOf) String() string { return p.kind + " " + p.object }
+func (p pathOf) String() string { return p.Kind + " " + p.Object }
+
+// sample is one series of a gauge, counter or untyped metric.
+type sample struct {
+	labels map[string]string
+	value  float64
+}
+
+// samples are the series of the metric name.
+func samples(families map[string]*dto.MetricFamily, name string) []sample {
+	var out []sample
+	for _, m := range families[name].GetMetric() {
+		s := sample{labels: map[string]string{}}
+		for _, l := range m.GetLabel() {
+			s.labels[l.GetName()] = l.GetValue()
+		}
+		switch {
+		case m.Gauge != nil:
+			s.value = m.GetGauge().GetValue()
+		case m.Counter != nil:
+			s.value = m.GetCounter().GetValue()
+		default:
+			s.value = m.GetUntyped().GetValue()
+		}
+		out = append(out, s)
+	}
+	return out
+}
 
 // steeredPaths are the objects of the steering marks, from the agent's metrics.
 func steeredPaths(families map[string]*dto.MetricFamily) map[uint32]pathOf {
 	out := map[uint32]pathOf{}
-	for _, m := range families[metricSteeredPaths].GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		if mark, err := strconv.ParseUint(labels["mark"], 0, 32); err == nil {
-			out[uint32(mark)] = pathOf{labels["kind"], labels["object"]}
+	for _, s := range samples(families, metricSteeredPaths) {
+		if mark, err := strconv.ParseUint(s.labels["mark"], 0, 32); err == nil {
+			out[uint32(mark)] = pathOf{s.labels["kind"], s.labels["object"]}
 		}
 	}
 	return out

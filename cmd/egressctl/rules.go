@@ -9,29 +9,62 @@ import (
 	"github.com/egressd/egressd/dataplane/classifier"
 )
 
-// rules prints the programmed EgressFirewall (qos false) or EgressQoS rules with their counters.
-func rules(pinRoot string, qos bool, out io.Writer) error {
+// rulesReport are the programmed EgressFirewall or EgressQoS rules with their counters.
+type rulesReport struct {
+	// Kind is EgressFirewall or EgressQoS.
+	Kind  string     `json:"kind"`
+	Rules []rulesRow `json:"rules"`
+}
+
+// rulesRow is one programmed rule; an EgressQoS rule counts the packets it marked, no bytes
+// (nil).
+type rulesRow struct {
+	Namespace string  `json:"namespace"`
+	Rule      int     `json:"rule"`
+	Packets   uint64  `json:"packets"`
+	Bytes     *uint64 `json:"bytes,omitempty"`
+	Spec      string  `json:"spec"`
+}
+
+// readRules reads the programmed EgressFirewall (qos false) or EgressQoS rules with their
+// counters.
+func readRules(pinRoot string, qos bool) (rulesReport, error) {
+	r := rulesReport{Kind: "EgressFirewall", Rules: []rulesRow{}}
+	if qos {
+		r.Kind = "EgressQoS"
+	}
 	in, err := classifier.Inspect(pinRoot)
 	if err != nil {
-		return err
+		return r, err
 	}
 	defer in.Close()
 	rs, err := in.Rules(qos)
 	if err != nil {
-		return err
+		return r, err
 	}
+	for _, rule := range rs {
+		row := rulesRow{Namespace: rule.Namespace, Rule: rule.Index, Packets: rule.Counters.Packets, Spec: rule.Text}
+		if !qos {
+			row.Bytes = &rule.Counters.Bytes
+		}
+		r.Rules = append(r.Rules, row)
+	}
+	return r, nil
+}
+
+func (r rulesReport) writeText(out io.Writer) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	counted := "PACKETS\tBYTES"
-	if qos {
+	if r.Kind == "EgressQoS" {
 		counted = "MARKED PACKETS\t"
 	}
 	fmt.Fprintf(w, "NAMESPACE\tRULE\t%s\tSPEC\n", counted)
-	for _, r := range rs {
-		bytes := strconv.FormatUint(r.Counters.Bytes, 10)
-		if qos {
-			bytes = ""
+	for _, row := range r.Rules {
+		bytes := ""
+		if row.Bytes != nil {
+			bytes = strconv.FormatUint(*row.Bytes, 10)
 		}
-		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\n", r.Namespace, r.Index, r.Counters.Packets, bytes, r.Text)
+		fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\n", row.Namespace, row.Rule, row.Packets, bytes, row.Spec)
 	}
 	return w.Flush()
 }

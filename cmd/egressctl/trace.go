@@ -33,34 +33,94 @@ type traced struct {
 	path *pathOf
 }
 
-func trace(o options, args []string, out io.Writer) error {
+// traceReport is what this node does with one new flow: the facts, and one sentence per
+// step of the flow's way out (source, firewall, qos, routing, egress) saying them.
+type traceReport struct {
+	Source      netip.Addr `json:"source"`
+	Destination netip.Addr `json:"destination"`
+	Protocol    string     `json:"protocol,omitempty"`
+	Port        uint16     `json:"port,omitempty"`
+	// Namespace of the source pod; empty when the classifier knows no pod of that address.
+	Namespace string `json:"namespace,omitempty"`
+	// Verdict is the firewall's, allow or deny; Firewall the rule that decided it (nil: no
+	// rule matched, or the destination is exempt).
+	Verdict  string         `json:"verdict"`
+	Firewall *firewallMatch `json:"firewall,omitempty"`
+	// QoS is the EgressQoS rule that sets the DSCP, nil for none.
+	QoS *qosMatch `json:"qos,omitempty"`
+	// Mark is the routing mark the classifier sets, Path the object whose path it selects.
+	Mark uint32  `json:"mark,omitempty"`
+	Path *pathOf `json:"path,omitempty"`
+	// Rule and Route are egressd's ip rule that selects the flow and its table's route for
+	// the destination (nil: none, or the table is not egressd's).
+	Rule  *routingRule  `json:"rule,omitempty"`
+	Route *routingRoute `json:"route,omitempty"`
+	// SNATTo is the egress IP this node SNATs the source to, when it does.
+	SNATTo netip.Addr  `json:"snatTo,omitzero"`
+	Steps  []traceStep `json:"steps"`
+}
+
+// firewallMatch is the rule of a namespace's EgressFirewall that decided; Logged: the verdict
+// is written as an ACL log line.
+type firewallMatch struct {
+	Rule   int    `json:"rule"`
+	Spec   string `json:"spec"`
+	Logged bool   `json:"logged"`
+}
+
+// qosMatch is the rule of a namespace's EgressQoS that sets the DSCP.
+type qosMatch struct {
+	Rule int    `json:"rule"`
+	Spec string `json:"spec"`
+	DSCP int    `json:"dscp"`
+}
+
+// traceStep is one step of the flow's way out and what happens there.
+type traceStep struct {
+	Step string `json:"step"`
+	Text string `json:"text"`
+}
+
+func (r traceReport) writeText(out io.Writer) error {
+	for _, s := range r.Steps {
+		if _, err := fmt.Fprintf(out, "%-10s%s\n", s.Step+":", s.Text); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func trace(o options, args []string) (traceReport, error) {
 	if len(args) < 2 || len(args) > 3 {
-		return errors.New("usage: egressctl trace SRC DST [tcp|udp|sctp/PORT]")
+		return traceReport{}, errors.New("usage: egressctl trace SRC DST [tcp|udp|sctp/PORT]")
 	}
 	src, err := netip.ParseAddr(args[0])
 	if err != nil {
-		return fmt.Errorf("SRC %q: %w", args[0], err)
+		return traceReport{}, fmt.Errorf("SRC %q: %w", args[0], err)
 	}
 	dst, err := netip.ParseAddr(args[1])
 	if err != nil {
-		return fmt.Errorf("DST %q: %w", args[1], err)
+		return traceReport{}, fmt.Errorf("DST %q: %w", args[1], err)
 	}
 	if src.Is4() != dst.Is4() {
-		return fmt.Errorf("SRC %s and DST %s are of different families", src, dst)
+		return traceReport{}, fmt.Errorf("SRC %s and DST %s are of different families", src, dst)
 	}
 	var proto uint8
 	var port uint16
 	if len(args) == 3 {
 		if proto, port, err = parsePort(args[2]); err != nil {
-			return err
+			return traceReport{}, err
 		}
 	}
 	t, err := traceFlow(o, src, dst, proto, port)
 	if err != nil {
-		return err
+		return traceReport{}, err
 	}
-	printTrace(out, t)
-	return nil
+	r := newTraceReport(t)
+	if len(args) == 3 {
+		r.Protocol, r.Port = strings.ToLower(strings.Split(args[2], "/")[0]), port
+	}
+	return r, nil
 }
 
 // parsePort reads tcp|udp|sctp/PORT.
@@ -109,33 +169,51 @@ func traceFlow(o options, src, dst netip.Addr, proto uint8, port uint16) (traced
 	return t, nil
 }
 
-// printTrace writes one line per step of the flow's way out, each starting with its step.
-func printTrace(out io.Writer, t traced) {
+// newTraceReport is the report of t, with a sentence per step.
+func newTraceReport(t traced) traceReport {
 	tr := t.classifier
+	r := traceReport{Source: t.src, Destination: t.dst, Namespace: tr.Namespace, Verdict: tr.Verdict, Mark: tr.Mark,
+		Path: t.path, SNATTo: t.egress.SNATTo}
+	if tr.Namespace != "" && !tr.Exempt && tr.Rule >= 0 {
+		r.Firewall = &firewallMatch{Rule: tr.Rule, Spec: tr.RuleText, Logged: tr.Logged}
+	}
+	if tr.Namespace != "" && tr.DSCP >= 0 {
+		r.QoS = &qosMatch{Rule: tr.QoSRule, Spec: tr.QoSText, DSCP: tr.DSCP}
+	}
+	if t.routed {
+		r.Rule = &routingRule{Priority: t.rule.Priority, Family: family(t.rule.IPv6), Mark: t.rule.Mark, Mask: t.rule.Mask,
+			From: t.rule.Src, Table: t.rule.Table, Path: t.path}
+		if rt := t.route; rt != nil {
+			r.Route = &routingRoute{Table: rt.Table, Destination: rt.Dst, Blackhole: rt.Blackhole, Group: rt.Group,
+				Gateways: gateways(rt.Gateways, nil), Source: rt.Src}
+		}
+	}
+	step := func(name, text string) { r.Steps = append(r.Steps, traceStep{name, text}) }
 	if tr.Namespace == "" {
-		fmt.Fprintf(out, "source:   %s is no pod the classifier knows (no firewall, QoS or mark): its packets pass it untouched\n", t.src)
+		step("source", t.src.String()+" is no pod the classifier knows (no firewall, QoS or mark): its packets pass it untouched")
 	} else {
-		fmt.Fprintf(out, "source:   pod address %s in namespace %s\n", t.src, tr.Namespace)
+		step("source", "pod address "+t.src.String()+" in namespace "+tr.Namespace)
 		switch {
 		case tr.Exempt:
-			fmt.Fprintf(out, "firewall: not applied: %s is in the cluster or service networks\n", t.dst)
+			step("firewall", "not applied: "+t.dst.String()+" is in the cluster or service networks")
 		case tr.Rule < 0:
-			fmt.Fprintln(out, "firewall: allow (no rule matched)")
+			step("firewall", "allow (no rule matched)")
 		default:
 			logged := ""
 			if tr.Logged {
 				logged = " (ACL-logged)"
 			}
-			fmt.Fprintf(out, "firewall: %s by rule %d of %s%s: %s\n", tr.Verdict, tr.Rule, tr.Namespace, logged, tr.RuleText)
+			step("firewall", fmt.Sprintf("%s by rule %d of %s%s: %s", tr.Verdict, tr.Rule, tr.Namespace, logged, tr.RuleText))
 		}
 		if tr.DSCP < 0 {
-			fmt.Fprintln(out, "qos:      no EgressQoS rule: DSCP left as the pod set it")
+			step("qos", "no EgressQoS rule: DSCP left as the pod set it")
 		} else {
-			fmt.Fprintf(out, "qos:      DSCP %d by rule %d: %s\n", tr.DSCP, tr.QoSRule, tr.QoSText)
+			step("qos", fmt.Sprintf("DSCP %d by rule %d: %s", tr.DSCP, tr.QoSRule, tr.QoSText))
 		}
 	}
-	fmt.Fprintln(out, "routing:  "+routingStep(t))
-	fmt.Fprintln(out, "egress:   "+egressStep(t))
+	step("routing", routingStep(t))
+	step("egress", egressStep(t))
+	return r
 }
 
 // routingStep says where egressd's routing sends the flow: by the classifier's mark, or by its
@@ -166,9 +244,9 @@ func routingStep(t traced) string {
 	case r.Blackhole:
 		return fmt.Sprintf("%s, %s: blackhole (no live gateway)", head, r.Dst)
 	case r.Group != 0:
-		return fmt.Sprintf("%s, %s: nexthop group %d, spread per flow over %s", head, r.Dst, r.Group, joinAddrs(r.Gateways))
+		return fmt.Sprintf("%s, %s: nexthop group %d, spread per flow over %s", head, r.Dst, r.Group, joinStrings(r.Gateways))
 	}
-	return fmt.Sprintf("%s, %s: via %s", head, t.route.Dst, joinAddrs(t.route.Gateways))
+	return fmt.Sprintf("%s, %s: via %s", head, t.route.Dst, joinStrings(t.route.Gateways))
 }
 
 // egressStep says with which source address, and towards which next hop, the flow leaves this
@@ -187,13 +265,13 @@ func egressStep(t traced) string {
 	case t.routed && t.route != nil && t.route.Blackhole:
 		return "none: dropped by egressd's routing (the path has no live gateway)"
 	case t.routed && t.route != nil:
-		hops := source + ", next hop " + joinAddrs(t.route.Gateways)
+		hops := source + ", next hop " + joinStrings(t.route.Gateways)
 		switch {
 		case snat.IsValid():
 			return hops
 		case t.path == nil:
 			return hops + " (an egress node, which SNATs it to its egress IP, or an external gateway)"
-		case t.path.kind == kindExternalRoute:
+		case t.path.Kind == kindExternalRoute:
 			return hops + " (external gateways of " + t.path.String() + ": they see the pod address)"
 		}
 		return hops + " (egress node of " + t.path.String() + ", which SNATs it to its egress IP)"
@@ -205,12 +283,4 @@ func egressStep(t traced) string {
 		return "none: dropped by the EgressIP leak guard (a selected pod that is neither steered nor SNATed here)"
 	}
 	return "source as the CNI makes it (egressd does not rewrite it), the node's own routing"
-}
-
-func joinAddrs(as []netip.Addr) string {
-	s := make([]string, len(as))
-	for i, a := range as {
-		s[i] = a.String()
-	}
-	return strings.Join(s, ", ")
 }

@@ -1,4 +1,4 @@
-// Command egressd-cni is egressd's chained CNI plugin (CNI spec 1.0 and 1.1). Listed after the
+// Command egressd-cni is egressd's chained CNI plugin (CNI spec 0.3.0 to 1.1). Listed after the
 // primary plugin in a conflist, on ADD it hands the new pod (namespace and name from CNI_ARGS,
 // sandbox, prevResult's addresses and interfaces) to the node's egressd over a unix socket and
 // returns only once egressd has programmed the pod (EgressFirewall, EgressQoS, EgressIP
@@ -66,7 +66,9 @@ type k8sArgs struct {
 
 func main() {
 	skel.PluginMainFuncs(skel.CNIFuncs{Add: cmdAdd, Del: cmdDel, Check: cmdCheck, GC: cmdGC, Status: cmdStatus},
-		cniversion.PluginSupports("1.0.0", "1.1.0"), "egressd-cni "+version.String()+": hands new pods to egressd before they run")
+		// 0.3.x and 0.4.0 too: many primary CNIs' conflists still say 0.3.1 (flannel, Calico),
+		// and a chained plugin runs at the list's version.
+		cniversion.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"), "egressd-cni "+version.String()+": hands new pods to egressd before they run")
 }
 
 func parseConf(stdin []byte, needPrev bool) (*netConf, error) {

@@ -164,7 +164,7 @@ func TestErrors(t *testing.T) {
 		{"ADD without the pod's name", "ADD", conf(a.socket, "", true), "K8S_POD_NAMESPACE=ns", types.ErrInvalidEnvironmentVariables},
 		{"ADD with a bad config", "ADD", `{"cniVersion":"1.1.0","name":"x","type":"egressd-cni",`, podArgs, types.ErrDecodingFailure},
 		{"ADD with a bad timeout", "ADD", conf(a.socket, `,"timeout":"soon"`, true), podArgs, types.ErrInvalidNetworkConfig},
-		{"ADD of an unsupported version", "ADD", strings.Replace(conf(a.socket, "", true), `"cniVersion":"1.1.0","name"`, `"cniVersion":"0.4.0","name"`, 1), podArgs, types.ErrIncompatibleCNIVersion},
+		{"ADD of an unsupported version", "ADD", strings.Replace(conf(a.socket, "", true), `"cniVersion":"1.1.0","name"`, `"cniVersion":"0.2.0","name"`, 1), podArgs, types.ErrIncompatibleCNIVersion},
 		{"ADD, egressd down: fail closed", "ADD", conf(gone, `,"timeout":"300ms"`, true), podArgs, types.ErrTryAgainLater},
 		{"ADD, egressd cannot program the pod", "ADD", conf(failing.socket, `,"timeout":"500ms"`, true), podArgs, 101},
 		{"CHECK, egressd down", "CHECK", conf(gone, `,"timeout":"300ms"`, true), podArgs, types.ErrTryAgainLater},
@@ -206,7 +206,32 @@ func TestFailOpenDelGCStatusVersion(t *testing.T) {
 		CNIVersion        string   `json:"cniVersion"`
 		SupportedVersions []string `json:"supportedVersions"`
 	}
-	if err := json.Unmarshal([]byte(out), &v); err != nil || strings.Join(v.SupportedVersions, ",") != "1.0.0,1.1.0" {
-		t.Errorf("VERSION: %s (%v), want 1.0.0 and 1.1.0", out, err)
+	if err := json.Unmarshal([]byte(out), &v); err != nil || strings.Join(v.SupportedVersions, ",") != "0.3.0,0.3.1,0.4.0,1.0.0,1.1.0" {
+		t.Errorf("VERSION: %s (%v), want 0.3.0 to 1.1.0", out, err)
+	}
+}
+
+// A conflist at 0.3.1 (flannel's, Calico's): ADD works and returns prevResult in that version.
+func TestAddAtAnOlderVersion(t *testing.T) {
+	a := startAgent(t, false)
+	prev031 := `{"cniVersion":"0.3.1","interfaces":[{"name":"veth1","mac":"ee:ee:ee:ee:ee:ee"},{"name":"eth0","mac":"0a:00:00:00:00:01","sandbox":"/run/netns/x"}],` +
+		`"ips":[{"version":"4","address":"10.244.0.5/24","gateway":"10.244.0.1","interface":1}]}`
+	c := `{"cniVersion":"0.3.1","name":"lab","type":"egressd-cni","socket":"` + a.socket + `","prevResult":` + prev031 + `}`
+	out, cerr := run(t, "ADD", c, podArgs)
+	if cerr != nil {
+		t.Fatalf("ADD at 0.3.1: %+v", cerr)
+	}
+	var res struct {
+		CNIVersion string `json:"cniVersion"`
+		IPs        []struct {
+			Version string `json:"version"`
+			Address string `json:"address"`
+		} `json:"ips"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.CNIVersion != "0.3.1" || len(res.IPs) != 1 || res.IPs[0].Version != "4" || res.IPs[0].Address != "10.244.0.5/24" {
+		t.Errorf("ADD at 0.3.1 returned %s (%v), want prevResult at 0.3.1", out, err)
+	}
+	if _, pods := a.store.Overlay(emptySnapshot()); len(pods) != 1 || pods[0].Status.PodIP != "10.244.0.5" {
+		t.Errorf("egressd was told of %d pods, want the pod with 10.244.0.5", len(pods))
 	}
 }

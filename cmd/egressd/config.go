@@ -56,6 +56,10 @@ type config struct {
 	steering         nodeagent.SteeringMode
 	tunnel           tunnel.Config
 	cniSocket        string
+	cniBinary        string
+	cniBinDir        string
+	cniConfDir       string
+	cniFailOpen      bool
 }
 
 // prefixList is a comma-separated list of CIDRs, v4 and/or v6.
@@ -89,13 +93,29 @@ func (p *prefixList) Set(v string) error {
 	return nil
 }
 
-func parseFlags(args []string, stderr io.Writer) (*config, error) {
-	c := &config{}
-	fs := flag.NewFlagSet("egressd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// environment gives the defaults of the flags that depend on the node: the pod's environment,
+// the node's resolver, where egressd runs from.
+type environment struct {
+	nodeName, namespace, cniBinary string
+	dnsServers                     []string
+}
+
+// nodeEnvironment is the environment the agent runs in.
+func nodeEnvironment() environment {
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = "egressd"
+	}
+	return environment{nodeName: os.Getenv("NODE_NAME"), namespace: ns, cniBinary: defaultCNIBinary(), dnsServers: defaultDNSServers()}
+}
+
+// newFlagSet declares the agent's flags into c, with the node-dependent defaults of env; cloud
+// and ignore receive the flags that parseFlags converts after parsing.
+func newFlagSet(c *config, env environment) (fs *flag.FlagSet, cloud, ignore *string) {
+	fs = flag.NewFlagSet("egressd", flag.ContinueOnError)
 	fs.SortFlags = false
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "path to a kubeconfig; empty uses the in-cluster configuration")
-	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of the Node this agent runs on (default $NODE_NAME)")
+	fs.StringVar(&c.nodeName, "node-name", env.nodeName, "name of the Node this agent runs on (default $NODE_NAME)")
 	fs.StringVar(&c.bpfPinRoot, "bpf-pin-root", "/sys/fs/bpf/egressd", "bpffs directory under which egressd pins its maps, programs and links")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":9476", "host:port serving Prometheus metrics on /metrics; \"0\" disables")
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":9477", "host:port serving /healthz and /readyz")
@@ -103,18 +123,14 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		"host:port serving grpc.health.v1 Service_Egress_IP, probed by the leader to judge this node's reachability for EgressIP and EgressService (upstream's egressip-node-healthcheck-port); \"0\" disables, and the node is then unreachable for them")
 	fs.Var(&c.clusterCIDRs, "cluster-cidr", "comma-separated pod network CIDRs, replacing those discovered from the Nodes' spec.podCIDRs (for a CNI with its own IPAM, e.g. Calico's IP pools)")
 	fs.Var(&c.serviceCIDRs, "service-cidr", "comma-separated service network CIDRs, added to those of the ServiceCIDR objects (for a cluster without them)")
-	defNS := os.Getenv("POD_NAMESPACE")
-	if defNS == "" {
-		defNS = "egressd"
-	}
-	fs.StringVar(&c.leaderElectionNS, "leader-election-namespace", defNS, "namespace of the leader election Lease (default $POD_NAMESPACE or egressd)")
+	fs.StringVar(&c.leaderElectionNS, "leader-election-namespace", env.namespace, "namespace of the leader election Lease (default $POD_NAMESPACE or egressd)")
 	fs.DurationVar(&c.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a Lease is valid without renewal")
 	fs.DurationVar(&c.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing before giving up leadership")
 	fs.DurationVar(&c.retryPeriod, "leader-election-retry-period", 2*time.Second, "interval between leader election attempts")
 	fs.DurationVar(&c.debounce, "sync-debounce", 10*time.Millisecond, "quiet period that coalesces a burst of changes into one sync")
 	fs.DurationVar(&c.resync, "sync-period", 5*time.Minute, "period of the full re-sync that repairs drift of kernel state")
 	fs.UintVar(&c.aclLogRate, "acl-logging-rate-limit", classifier.DefaultACLLogRate, "EgressFirewall verdicts logged per second per rule for namespaces annotated k8s.ovn.org/acl-logging; 0 logs none")
-	fs.StringSliceVar(&c.dnsServers, "dns-server", defaultDNSServers(), "comma-separated ip:port of the DNS servers that resolve EgressFirewall dnsName rules, asked in order until one answers (default: the nameservers of /etc/resolv.conf)")
+	fs.StringSliceVar(&c.dnsServers, "dns-server", env.dnsServers, "comma-separated ip:port of the DNS servers that resolve EgressFirewall dnsName rules, asked in order until one answers (default: the nameservers of /etc/resolv.conf)")
 	fs.DurationVar(&c.dnsMinTTL, "dns-min-ttl", 0, "refresh a dnsName no sooner than this, whatever its TTL, to protect the resolver (a TTL of 0 is refreshed every 5 s, as upstream)")
 	fs.Uint32Var(&c.markMask, "fwmark-mask", dataplane.DefaultMarkMask, "skb->mark bits egressd may set on steered packets (keep clear of the CNI's and kube-proxy's bits)")
 	c.routing = routing.DefaultConfig()
@@ -125,14 +141,26 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.Uint16Var(&c.healthPort, "egressip-health-port", reachability.DefaultPort, "port of the gRPC health service (Service_Egress_IP) the leader probes on every egress node, as upstream")
 	fs.DurationVar(&c.addressLifetime, "egress-address-lifetime", 30*time.Second, "valid lifetime of the egress addresses this node hosts, renewed while the agent runs: an agent gone longer loses them, as the leader then moves them (0: forever)")
 	fs.BoolVar(&c.legacyGateways, "external-gateway-annotations", false, "also honour the legacy external gateway annotations of older OVN-Kubernetes (k8s.ovn.org/routing-external-gws, routing-namespaces, routing-network, bfd-enabled), merged with AdminPolicyBasedExternalRoutes as upstream did")
-	cloud := fs.String("egressip-cloud", "auto", "request egress IPs from the cloud through CloudPrivateIPConfigs (OpenShift's cloud-network-config-controller attaches them to the node's NIC) before using them: true, false, or auto (while any node carries the cloud.network.openshift.io/egress-ipconfig annotation)")
-	steering := fs.String("egressip-steering", string(nodeagent.SteerAuto), "how steered traffic (EgressIP, EgressService) reaches the egress node, the same on every node: direct (routed with the pod's source), vxlan (through egressd's own VXLAN device "+dataplane.TunnelDevice+", for fabrics and clouds that drop a pod's source), or auto (direct to a node on this node's primary network, vxlan beyond it)")
+	cloud = fs.String("egressip-cloud", "auto", "request egress IPs from the cloud through CloudPrivateIPConfigs (OpenShift's cloud-network-config-controller attaches them to the node's NIC) before using them: true, false, or auto (while any node carries the cloud.network.openshift.io/egress-ipconfig annotation)")
+	c.steering = nodeagent.SteerAuto
+	fs.Var(&c.steering, "egressip-steering", "how steered traffic (EgressIP, EgressService) reaches the egress node, the same on every node: direct (routed with the pod's source), vxlan (through egressd's own VXLAN device "+dataplane.TunnelDevice+", for fabrics and clouds that drop a pod's source), or auto (direct to a node on this node's primary network, vxlan beyond it)")
 	fs.Uint32Var(&c.tunnel.VNI, "vxlan-vni", tunnel.DefaultVNI, "VNI of egressd's VXLAN tunnel, the same on every node")
 	fs.Uint16Var(&c.tunnel.Port, "vxlan-port", tunnel.DefaultPort, "UDP port of egressd's VXLAN tunnel, the same on every node (not flannel's or Cilium's 8472, nor Calico's 4789)")
-	ignore := fs.String("status-ignore-nodes", "", "label selector of nodes egressd does not run on: they are not waited for in the aggregate status of EgressFirewall and EgressQoS")
+	ignore = fs.String("status-ignore-nodes", "", "label selector of nodes egressd does not run on: they are not waited for in the aggregate status of EgressFirewall and EgressQoS")
 	fs.StringVar(&c.cniSocket, "cni-socket", cniapi.DefaultSocket, "unix socket on which egressd's chained CNI plugin (egressd-cni) hands over new pods; \"\" disables")
+	fs.StringVar(&c.cniConfDir, "cni-conf-dir", "", "the host's CNI configuration directory: egressd-cni is appended to the primary network configuration there, and kept there (\"\": not installed, chain it by hand)")
+	fs.StringVar(&c.cniBinDir, "cni-bin-dir", "/opt/cni/bin", "the host's CNI plugin directory, where egressd-cni is installed (with --cni-conf-dir)")
+	fs.StringVar(&c.cniBinary, "cni-plugin-binary", env.cniBinary, "the egressd-cni executable to install (with --cni-conf-dir; default egressd-cni next to egressd)")
+	fs.BoolVar(&c.cniFailOpen, "cni-fail-open", false, "installed chain entry lets a pod start when egressd does not answer its CNI ADD in time, unprogrammed until egressd is back (default: fail closed, the runtime retries)")
 	fs.IntVarP(&c.verbosity, "v", "v", 0, "log verbosity: 0 info, 1 debug, higher adds client-go detail")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or text")
+	return fs, cloud, ignore
+}
+
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	c := &config{}
+	fs, cloud, ignore := newFlagSet(c, nodeEnvironment())
+	fs.SetOutput(stderr)
 	fs.Usage = func() {} // an error is one line; the full usage only on --help
 	err := fs.Parse(args)
 	if err != nil {
@@ -143,9 +171,6 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	if c.egressIPCloud, err = egressip.ParseCloudMode(*cloud); err != nil {
 		return nil, fmt.Errorf("--egressip-cloud: %w", err)
-	}
-	if c.steering, err = nodeagent.ParseSteeringMode(*steering); err != nil {
-		return nil, fmt.Errorf("--egressip-steering: %w", err)
 	}
 	sel, err := labels.Parse(*ignore)
 	if err != nil {
@@ -201,6 +226,9 @@ func (c *config) validate() error {
 			bad("dns-server", "%q is not ip:port", server)
 		}
 	}
+	if c.cniConfDir != "" && c.cniSocket == "" {
+		bad("cni-conf-dir", "installing egressd-cni needs its socket (--cni-socket)")
+	}
 	if len(c.dnsServers) == 0 {
 		bad("dns-server", "at least one server")
 	}
@@ -251,4 +279,13 @@ func defaultDNSServers() []string {
 		return []string{"127.0.0.1:53"}
 	}
 	return out
+}
+
+// defaultCNIBinary is egressd-cni beside the running egressd (both are in the image).
+func defaultCNIBinary() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "egressd-cni"
+	}
+	return filepath.Join(filepath.Dir(exe), "egressd-cni")
 }

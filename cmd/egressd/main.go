@@ -11,10 +11,12 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +33,7 @@ import (
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/kernel"
+	"github.com/egressd/egressd/internal/cniinstall"
 	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/nodeagent/cloudprivateip"
@@ -107,7 +110,6 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		return err
 	}
 	defer dp.Close()
-	metrics.Registry.MustRegister(dp.Collectors()...)
 	loop := &nodeagent.SyncLoop{
 		Node:         cfg.nodeName,
 		Networks:     cluster.NetworkFlags{Pods: cfg.clusterCIDRs, Services: cfg.serviceCIDRs},
@@ -136,9 +138,8 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Log: log.With("component", "status-aggregator")}
 	prober := reachability.NewProber(reachability.Config{})
 	defer prober.Stop()
-	metrics.Registry.MustRegister(prober.Collectors()...)
 	eipMetrics := egressip.NewMetrics()
-	metrics.Registry.MustRegister(eipMetrics.Collectors()...)
+	metrics.Registry.MustRegister(componentCollectors(dp, prober, eipMetrics)...)
 	egressIPs := &egressip.Controller{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true), Probes: prober,
 		HealthPort: cfg.healthPort, Recorder: recorder, Log: log.With("component", "egressip-controller"), Metrics: eipMetrics,
 		Cloud: cfg.egressIPCloud, Requester: &cloudprivateip.Requester{Client: egress, Recorder: recorder, Log: log.With("component", "cloudprivateip")}}
@@ -161,6 +162,16 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 			return err
 		}
 		defer cs.Close()
+		if cfg.cniConfDir != "" {
+			in := &cniinstall.Installer{Binary: cfg.cniBinary, BinDir: cfg.cniBinDir, ConfDir: cfg.cniConfDir,
+				Entry: map[string]any{"type": cniinstall.PluginType, "socket": cfg.cniSocket, "failOpen": cfg.cniFailOpen},
+				Log:   log.With("component", "cni-install")}
+			go func() {
+				if err := in.Run(ctx); err != nil {
+					log.Error("egressd-cni not installed: new pods are programmed from the API only", "component", "cni-install", "err", err)
+				}
+			}()
+		}
 	}
 	servers, err := serve(cfg, metrics, loop, log)
 	if err != nil {
@@ -213,6 +224,13 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	<-ctx.Done()
 	log.Info("shutting down")
 	return nil
+}
+
+// componentCollectors are the metrics the agent registers besides nodeagent.Metrics' own: the
+// dataplane's, and those of the leader's EgressIP assignment and its reachability probes. The
+// metrics reference (docs/reference/metrics.md) is generated from the same list.
+func componentCollectors(dp *kernel.Applier, prober *reachability.Prober, eip *egressip.Metrics) []prometheus.Collector {
+	return slices.Concat(dp.Collectors(), prober.Collectors(), eip.Collectors())
 }
 
 // eventRecorder records Events (on the objects whose status says why they failed).

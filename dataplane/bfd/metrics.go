@@ -2,6 +2,8 @@ package bfd
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/egressd/egressd/internal/promdesc"
 )
 
 // Collectors are the Manager's Prometheus metrics, read at every scrape; the agent registers
@@ -22,23 +24,26 @@ const (
 )
 
 var (
-	labels      = []string{"peer", "interface"}
-	descByState = prometheus.NewDesc("egressd_bfd_sessions", "BFD sessions in each state.", []string{"state"}, nil)
-	descState   = prometheus.NewDesc(metricState, "1 for the current state of each BFD session.", append(labels, "state"), nil)
-	descTrans   = prometheus.NewDesc(metricTransitions, "State transitions of a BFD session.", labels, nil)
-	descDetect  = prometheus.NewDesc(metricDetections, "Times a BFD session went Down because the peer fell silent for the detection time.", labels, nil)
-	descSent    = prometheus.NewDesc(metricSent, "BFD control packets sent.", labels, nil)
-	descRecv    = prometheus.NewDesc(metricReceived, "BFD control packets received and accepted.", labels, nil)
-	descDetTime = prometheus.NewDesc(metricDetectionTime, "Negotiated detection time of a BFD session.", labels, nil)
-	descChange  = prometheus.NewDesc(metricLastChange, "When a BFD session last changed state.", labels, nil)
-	descDropped = prometheus.NewDesc("egressd_bfd_packets_dropped_total", "Received BFD packets discarded: malformed, wrong TTL, unknown session, or failing RFC 5880 checks.", []string{"reason"}, nil)
+	descByState = promdesc.New("egressd_bfd_sessions", "BFD sessions in each state.", prometheus.GaugeValue, "state")
+	descState   = promdesc.New(metricState, "1 for the current state of each BFD session.", prometheus.GaugeValue, "peer", "interface", "state")
+	descTrans   = promdesc.New(metricTransitions, "State transitions of a BFD session.", prometheus.CounterValue, "peer", "interface")
+	descDetect  = promdesc.New(metricDetections, "Times a BFD session went Down because the peer fell silent for the detection time.", prometheus.CounterValue, "peer", "interface")
+	descSent    = promdesc.New(metricSent, "BFD control packets sent.", prometheus.CounterValue, "peer", "interface")
+	descRecv    = promdesc.New(metricReceived, "BFD control packets received and accepted.", prometheus.CounterValue, "peer", "interface")
+	descDetTime = promdesc.New(metricDetectionTime, "Negotiated detection time of a BFD session.", prometheus.GaugeValue, "peer", "interface")
+	descChange  = promdesc.New(metricLastChange, "When a BFD session last changed state.", prometheus.GaugeValue, "peer", "interface")
+	descDropped = promdesc.New("egressd_bfd_packets_dropped_total", "Received BFD packets discarded: malformed, wrong TTL, unknown session, or failing RFC 5880 checks.", prometheus.CounterValue, "reason")
 	allStates   = []State{AdminDown, Down, Init, Up}
 )
 
 // Describe implements prometheus.Collector.
-func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descByState, descState, descTrans, descDetect, descSent, descRecv, descDetTime, descChange, descDropped} {
-		ch <- d
+func (c collector) Describe(ch chan<- *prometheus.Desc) { Describe(ch) }
+
+// Describe sends the descriptors of the Manager's metrics, also before any Manager exists (the
+// dataplane starts one with the first BFD session).
+func Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []promdesc.Desc{descByState, descState, descTrans, descDetect, descSent, descRecv, descDetTime, descChange, descDropped} {
+		ch <- d.Desc
 	}
 }
 
@@ -53,20 +58,20 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			if st == s.State {
 				v = 1
 			}
-			ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, v, append(l, st.String())...)
+			ch <- descState.Sample(v, append(l, st.String())...)
 		}
-		ch <- prometheus.MustNewConstMetric(descTrans, prometheus.CounterValue, float64(s.Counters.Transitions), l...)
-		ch <- prometheus.MustNewConstMetric(descDetect, prometheus.CounterValue, float64(s.Counters.Detections), l...)
-		ch <- prometheus.MustNewConstMetric(descSent, prometheus.CounterValue, float64(s.Counters.PacketsSent), l...)
-		ch <- prometheus.MustNewConstMetric(descRecv, prometheus.CounterValue, float64(s.Counters.PacketsReceived), l...)
-		ch <- prometheus.MustNewConstMetric(descDetTime, prometheus.GaugeValue, s.DetectionTime.Seconds(), l...)
-		ch <- prometheus.MustNewConstMetric(descChange, prometheus.GaugeValue, float64(s.LastChange.UnixNano())/1e9, l...)
+		ch <- descTrans.Sample(float64(s.Counters.Transitions), l...)
+		ch <- descDetect.Sample(float64(s.Counters.Detections), l...)
+		ch <- descSent.Sample(float64(s.Counters.PacketsSent), l...)
+		ch <- descRecv.Sample(float64(s.Counters.PacketsReceived), l...)
+		ch <- descDetTime.Sample(s.DetectionTime.Seconds(), l...)
+		ch <- descChange.Sample(float64(s.LastChange.UnixNano())/1e9, l...)
 	}
 	// Every state and reason, zeros included, so that alerts see a series from the start.
 	for _, st := range allStates {
-		ch <- prometheus.MustNewConstMetric(descByState, prometheus.GaugeValue, float64(byState[st]), st.String())
+		ch <- descByState.Sample(float64(byState[st]), st.String())
 	}
 	for reason, n := range c.m.dropCounts() {
-		ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(n), reason)
+		ch <- descDropped.Sample(float64(n), reason)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/egressd/egressd/internal/promdesc"
 )
 
 // Collector exposes the classifier's per-rule counters and policy sizes; the agent registers it.
@@ -21,12 +23,12 @@ func NewCollector(c *Classifier, moreFirewall func() map[RuleRef]Counters) *Coll
 }
 
 var (
-	descFwPackets = prometheus.NewDesc("egressd_egressfirewall_rule_packets_total", "Packets that matched an EgressFirewall rule on this node (the rule decided their fate).", []string{"namespace", "rule", "action"}, nil)
-	descFwBytes   = prometheus.NewDesc("egressd_egressfirewall_rule_bytes_total", "Bytes of packets that matched an EgressFirewall rule on this node.", []string{"namespace", "rule", "action"}, nil)
-	descQoSMarked = prometheus.NewDesc("egressd_egressqos_marked_packets_total", "Packets an EgressQoS rule marked (set the DSCP of) on this node.", []string{"namespace", "rule", "dscp"}, nil)
-	descFwFrags   = prometheus.NewDesc("egressd_egressfirewall_fragments_total", "Fragments of datagrams from pods under an EgressFirewall on this node, by what the firewall did: tracked (a first fragment, whose verdict the rest follow), followed (a later fragment judged by its first), unmatched (a later fragment whose first was not seen, judged by destination alone), dropped (a later fragment whose first was not seen, dropped since rules restricted to ports could decide it).", []string{"result"}, nil)
-	descFirewalls = prometheus.NewDesc("egressd_egressfirewalls", "EgressFirewalls programmed on this node.", nil, nil)
-	descFwRules   = prometheus.NewDesc("egressd_egressfirewall_rules", "EgressFirewall rules programmed on this node.", nil, nil)
+	descFwPackets = promdesc.New("egressd_egressfirewall_rule_packets_total", "Packets that matched an EgressFirewall rule on this node (the rule decided their fate).", prometheus.CounterValue, "namespace", "rule", "action")
+	descFwBytes   = promdesc.New("egressd_egressfirewall_rule_bytes_total", "Bytes of packets that matched an EgressFirewall rule on this node.", prometheus.CounterValue, "namespace", "rule", "action")
+	descQoSMarked = promdesc.New("egressd_egressqos_marked_packets_total", "Packets an EgressQoS rule marked (set the DSCP of) on this node.", prometheus.CounterValue, "namespace", "rule", "dscp")
+	descFwFrags   = promdesc.New("egressd_egressfirewall_fragments_total", "Fragments of datagrams from pods under an EgressFirewall on this node, by what the firewall did: tracked (a first fragment, whose verdict the rest follow), followed (a later fragment judged by its first), unmatched (a later fragment whose first was not seen, judged by destination alone), dropped (a later fragment whose first was not seen, dropped since rules restricted to ports could decide it).", prometheus.CounterValue, "result")
+	descFirewalls = promdesc.New("egressd_egressfirewalls", "EgressFirewalls programmed on this node.", prometheus.GaugeValue)
+	descFwRules   = promdesc.New("egressd_egressfirewall_rules", "EgressFirewall rules programmed on this node.", prometheus.GaugeValue)
 )
 
 // ruleInfo is what the metrics say about a rule besides its counters, as of the last Apply.
@@ -39,8 +41,8 @@ type ruleInfo struct {
 
 // Describe implements prometheus.Collector.
 func (m *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descFwPackets, descFwBytes, descQoSMarked, descFirewalls, descFwRules, descFwFrags} {
-		ch <- d
+	for _, d := range []promdesc.Desc{descFwPackets, descFwBytes, descQoSMarked, descFirewalls, descFwRules, descFwFrags} {
+		ch <- d.Desc
 	}
 }
 
@@ -50,8 +52,8 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 	info.mu.Lock()
 	actions, dscps, firewalls, rules := info.fwAction, info.qosDSCP, info.firewalls, len(info.fwAction)
 	info.mu.Unlock()
-	ch <- prometheus.MustNewConstMetric(descFirewalls, prometheus.GaugeValue, float64(firewalls))
-	ch <- prometheus.MustNewConstMetric(descFwRules, prometheus.GaugeValue, float64(rules))
+	ch <- descFirewalls.Sample(float64(firewalls))
+	ch <- descFwRules.Sample(float64(rules))
 	if fw, err := m.c.FirewallCounters(); err == nil {
 		if m.moreFirewall != nil {
 			for ref, v := range m.moreFirewall() {
@@ -65,13 +67,13 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 				continue // a rule that no longer exists
 			}
 			l := []string{ref.Namespace, strconv.Itoa(ref.Rule), action}
-			ch <- prometheus.MustNewConstMetric(descFwPackets, prometheus.CounterValue, float64(v.Packets), l...)
-			ch <- prometheus.MustNewConstMetric(descFwBytes, prometheus.CounterValue, float64(v.Bytes), l...)
+			ch <- descFwPackets.Sample(float64(v.Packets), l...)
+			ch <- descFwBytes.Sample(float64(v.Bytes), l...)
 		}
 	}
 	if f, err := m.c.FragmentCounters(); err == nil {
 		for result, v := range map[string]uint64{"tracked": f.Tracked, "followed": f.Followed, "unmatched": f.Unmatched, "dropped": f.Dropped} {
-			ch <- prometheus.MustNewConstMetric(descFwFrags, prometheus.CounterValue, float64(v), result)
+			ch <- descFwFrags.Sample(float64(v), result)
 		}
 	}
 	if q, err := m.c.QoSCounters(); err == nil {
@@ -80,7 +82,7 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 			if !ok {
 				continue
 			}
-			ch <- prometheus.MustNewConstMetric(descQoSMarked, prometheus.CounterValue, float64(v.Packets), ref.Namespace, strconv.Itoa(ref.Rule), strconv.Itoa(int(dscp)))
+			ch <- descQoSMarked.Sample(float64(v.Packets), ref.Namespace, strconv.Itoa(ref.Rule), strconv.Itoa(int(dscp)))
 		}
 	}
 }

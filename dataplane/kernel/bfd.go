@@ -95,11 +95,10 @@ func (d *Applier) startBFD() (*bfd.Manager, error) {
 	return m, nil
 }
 
-// bfdCollector exports the BFD metrics once sessions run (an unchecked collector: the series
-// exist only then).
+// bfdCollector exports the BFD metrics once sessions run (the series exist only then).
 type bfdCollector struct{ d *Applier }
 
-func (bfdCollector) Describe(chan<- *prometheus.Desc) {}
+func (bfdCollector) Describe(ch chan<- *prometheus.Desc) { bfd.Describe(ch) }
 
 func (c bfdCollector) Collect(ch chan<- prometheus.Metric) {
 	if m := c.d.bfdManager(); m != nil {

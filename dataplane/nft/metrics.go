@@ -1,15 +1,19 @@
 package nft
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/egressd/egressd/internal/promdesc"
+)
 
 var (
-	descSNATPackets = prometheus.NewDesc("egressd_egressip_snat_packets_total",
-		"Packets that left this node SNATed to an egress IP it hosts.", []string{"egress_ip"}, nil)
-	descSNATBytes = prometheus.NewDesc("egressd_egressip_snat_bytes_total",
-		"Bytes that left this node SNATed to an egress IP it hosts.", []string{"egress_ip"}, nil)
-	descLeakDrops = prometheus.NewDesc("egressd_egressip_leak_drops_total",
+	descSNATPackets = promdesc.New("egressd_egressip_snat_packets_total",
+		"Packets that left this node SNATed to an egress IP it hosts.", prometheus.CounterValue, "egress_ip")
+	descSNATBytes = promdesc.New("egressd_egressip_snat_bytes_total",
+		"Bytes that left this node SNATed to an egress IP it hosts.", prometheus.CounterValue, "egress_ip")
+	descLeakDrops = promdesc.New("egressd_egressip_leak_drops_total",
 		"Packets of pods served by an EgressIP that the leak guard dropped rather than let leave with the pod address: "+
-			"unsteered (not SNATed) or misrouted (steered, but towards no egress node of its path).", []string{"reason"}, nil)
+			"unsteered (not SNATed) or misrouted (steered, but towards no egress node of its path).", prometheus.CounterValue, "reason")
 )
 
 // collector exports the table's EgressIP counters.
@@ -19,17 +23,17 @@ type collector struct{ t *Table }
 func NewCollector(t *Table) prometheus.Collector { return collector{t} }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- descSNATPackets
-	ch <- descSNATBytes
-	ch <- descLeakDrops
+	ch <- descSNATPackets.Desc
+	ch <- descSNATBytes.Desc
+	ch <- descLeakDrops.Desc
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for ip, n := range c.t.EgressIPCounters() {
-		ch <- prometheus.MustNewConstMetric(descSNATPackets, prometheus.CounterValue, float64(n.Packets), ip.String())
-		ch <- prometheus.MustNewConstMetric(descSNATBytes, prometheus.CounterValue, float64(n.Bytes), ip.String())
+		ch <- descSNATPackets.Sample(float64(n.Packets), ip.String())
+		ch <- descSNATBytes.Sample(float64(n.Bytes), ip.String())
 	}
 	d := c.t.LeakDrops()
-	ch <- prometheus.MustNewConstMetric(descLeakDrops, prometheus.CounterValue, float64(d.Unsteered.Packets), "unsteered")
-	ch <- prometheus.MustNewConstMetric(descLeakDrops, prometheus.CounterValue, float64(d.Misrouted.Packets), "misrouted")
+	ch <- descLeakDrops.Sample(float64(d.Unsteered.Packets), "unsteered")
+	ch <- descLeakDrops.Sample(float64(d.Misrouted.Packets), "misrouted")
 }

@@ -74,18 +74,10 @@ func capacity(p *int) int {
 	return *p
 }
 
+// cloudSubnet is a cloud subnet of the annotation: its prefix, masked.
 func cloudSubnet(s string, v4 bool) (netip.Prefix, error) {
-	if s == "" {
-		return netip.Prefix{}, nil
-	}
-	p, err := netip.ParsePrefix(s)
-	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("annotation %s: %w", CloudConfigAnnotation, err)
-	}
-	if p.Addr().Is4() != v4 {
-		return netip.Prefix{}, fmt.Errorf("annotation %s: %s is not a subnet of its family", CloudConfigAnnotation, s)
-	}
-	return p.Masked(), nil
+	p, err := parseFamilyPrefix(s, v4, CloudConfigAnnotation)
+	return p.Masked(), err
 }
 
 // contains says whether a cloud subnet of the node contains ip.

@@ -44,25 +44,26 @@ func ParsePrimaryIfAddr(s string) (PrimaryIfAddr, error) {
 	}
 	var p PrimaryIfAddr
 	var err error
-	if p.V4, err = parseFamilyPrefix(raw.IPv4, true); err != nil {
+	if p.V4, err = parseFamilyPrefix(raw.IPv4, true, PrimaryIfAddrAnnotation); err != nil {
 		return PrimaryIfAddr{}, err
 	}
-	if p.V6, err = parseFamilyPrefix(raw.IPv6, false); err != nil {
+	if p.V6, err = parseFamilyPrefix(raw.IPv6, false, PrimaryIfAddrAnnotation); err != nil {
 		return PrimaryIfAddr{}, err
 	}
 	return p, nil
 }
 
-func parseFamilyPrefix(s string, v4 bool) (netip.Prefix, error) {
+// parseFamilyPrefix reads one family's prefix of an annotation; "" is none.
+func parseFamilyPrefix(s string, v4 bool, annotation string) (netip.Prefix, error) {
 	if s == "" {
 		return netip.Prefix{}, nil
 	}
 	p, err := netip.ParsePrefix(s)
 	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("annotation %s: %w", PrimaryIfAddrAnnotation, err)
+		return netip.Prefix{}, fmt.Errorf("annotation %s: %w", annotation, err)
 	}
 	if p.Addr().Is4() != v4 {
-		return netip.Prefix{}, fmt.Errorf("annotation %s: %s is not an address of its family", PrimaryIfAddrAnnotation, s)
+		return netip.Prefix{}, fmt.Errorf("annotation %s: %s is not an address of its family", annotation, s)
 	}
 	return p, nil
 }

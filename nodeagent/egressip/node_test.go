@@ -184,7 +184,7 @@ func TestParseCloudConfig(t *testing.T) {
 			want: CloudConfig{Interface: "nic0", V4: netip.MustParsePrefix("10.0.0.0/24"), Capacity: Capacity{IP: unlimited, IPv4: unlimited, IPv6: unlimited}}},
 		{in: `[]`, wantErr: "empty annotation"},
 		{in: `{}`, wantErr: "failed to unmarshal"},
-		{in: `[{"ifaddr":{"ipv4":"fd00::/64"}}]`, wantErr: "not a subnet of its family"},
+		{in: `[{"ifaddr":{"ipv4":"fd00::/64"}}]`, wantErr: "not an address of its family"},
 		{in: `[{"ifaddr":{"ipv6":"nonsense"}}]`, wantErr: "nonsense"},
 	} {
 		got, err := ParseCloudConfig(tc.in)

@@ -29,6 +29,35 @@ spec:
   - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}
   - {type: Deny, to: {cidrSelector: "::/0"}}`
 
+// sinkLab starts a lab with an external sink counting UDP datagrams to 203.0.113.10:9000, a
+// namespace under Deny 0.0.0.0/0 and an unrestricted one.
+func sinkLab(t *testing.T, o lab.Options) (l *lab.Lab, count func() uint64, denied, open string) {
+	t.Helper()
+	l = lab.New(t, o)
+	sink, err := l.AddExternal("sink", lab.ExternalOptions{}, "203.0.113.10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if count, err = sink.CountUDP(9000); err != nil {
+		t.Fatal(err)
+	}
+	denied, open = l.CP.Namespace(t), l.CP.Namespace(t)
+	applyFirewall(t, l, denied, denyAll)
+	return l, count, denied, open
+}
+
+// settled waits until the sink's count stops moving (datagrams of an earlier flood still being
+// read) and returns it, so that a later difference counts only what came after.
+func settled(count func() uint64) uint64 {
+	last := count()
+	for stable := time.Now(); time.Since(stable) < 300*time.Millisecond; time.Sleep(50 * time.Millisecond) {
+		if c := count(); c != last {
+			last, stable = c, time.Now()
+		}
+	}
+	return last
+}
+
 // floodOnStart starts flooding UDP from the pod to dst the instant its CNI ADD returned, for d;
 // wait returns how many datagrams it sent.
 func floodOnStart(t *testing.T, dst string, d time.Duration) (func(*lab.Pod), func() uint64) {
@@ -53,18 +82,8 @@ func floodOnStart(t *testing.T, dst string, d time.Duration) (func(*lab.Pod), fu
 // with what egressd holds; DEL and a second DEL succeed.
 func TestPrivilegedCNIFirstPacketDenied(t *testing.T) {
 	privileged.Require(t)
-	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true})
+	l, count, denied, open := sinkLab(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true})
 	ctx := context.Background()
-	sink, err := l.AddExternal("sink", lab.ExternalOptions{}, "203.0.113.10")
-	if err != nil {
-		t.Fatal(err)
-	}
-	count, err := sink.CountUDP(9000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	denied, open := l.CP.Namespace(t), l.CP.Namespace(t)
-	applyFirewall(t, l, denied, denyAll)
 	const d = 300 * time.Millisecond
 	for _, n := range l.Nodes {
 		// Under the firewall, through egressd-cni: nothing gets out.

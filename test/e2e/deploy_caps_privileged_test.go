@@ -34,7 +34,8 @@ func daemonSetCapabilities(t *testing.T) []string {
 // TestPrivilegedDeployCapabilities runs end-to-end scenarios with every agent restricted to the
 // capabilities the DaemonSet grants (setpriv: bounding and inheritable sets, no new privileges,
 // as the runtime does for a root container): EgressIP (nftables, bpf, routing, gratuitous
-// ARP/NA on failover), external gateways with BFD, EgressFirewall, EgressQoS.
+// ARP/NA on failover), external gateways with BFD, EgressFirewall, EgressQoS, installing
+// egressd-cni into the CNI directories (root without CAP_DAC_OVERRIDE).
 func TestPrivilegedDeployCapabilities(t *testing.T) {
 	privileged.Require(t)
 	caps := daemonSetCapabilities(t)
@@ -79,6 +80,7 @@ func TestPrivilegedDeployCapabilities(t *testing.T) {
 		{"ExternalRouteBFD", TestPrivilegedExternalRoute},
 		{"EgressFirewall", TestPrivilegedEgressFirewall},
 		{"EgressQoS", TestPrivilegedEgressQoS},
+		{"CNIInstalledByTheAgent", TestPrivilegedCNIInstalledByTheAgent},
 	} {
 		t.Run(s.name, s.test)
 	}

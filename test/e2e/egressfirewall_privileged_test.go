@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -145,6 +147,26 @@ spec:
 		if err != nil || !strings.Contains(out, want) {
 			t.Errorf("egressctl %s: %v\n%s\nwant %q", args, err, out, want)
 		}
+	}
+	// egressctl status on node-0: the agent's version, the leader, and the firewall applied.
+	out, err := l.Nodes[0].NS.Run(egressctl(t), "status", "-o", "json", "--bpf-pin-root", pin, "--metrics-address", l.Nodes[0].Agent.MetricsAddr)
+	type objects struct {
+		Kind    string `json:"kind"`
+		Applied int    `json:"applied"`
+	}
+	var status struct {
+		AgentVersion  string    `json:"agentVersion"`
+		Leader        string    `json:"leader"`
+		Objects       []objects `json:"objects"`
+		FirewallRules int       `json:"firewallRules"`
+	}
+	if err == nil {
+		err = json.Unmarshal([]byte(out), &status)
+	}
+	applied := slices.ContainsFunc(status.Objects, func(o objects) bool { return o.Kind == "EgressFirewall" && o.Applied > 0 })
+	if err != nil || status.AgentVersion == "" || !slices.ContainsFunc(l.Nodes, func(n *lab.Node) bool { return n.Name == status.Leader }) ||
+		!applied || status.FirewallRules == 0 {
+		t.Errorf("egressctl status -o json: %v\n%s", err, out)
 	}
 	// Inbound connections to a pod, and their replies, pass under deny-all.
 	if r := other.TCP(lab.HostPort(a0.IPv4, 8080), lab.ClientOptions{Timeout: quick}); r.Outcome != lab.OK {

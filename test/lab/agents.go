@@ -178,6 +178,13 @@ func (n *Node) StartAgent(ctx context.Context) error {
 	// No cluster networks on the command line: the agents discover them (the nodes' podCIDRs,
 	// the API server's ServiceCIDR), as in the shipped DaemonSet.
 	args := []string{"--cni-socket", n.CNISocket()}
+	if n.lab.opts.InstallCNI {
+		dir, err := egressdCNI()
+		if err != nil {
+			return err
+		}
+		args = append(args, "--cni-conf-dir", n.CNIConfDir(), "--cni-bin-dir", n.CNIBinDir(), "--cni-plugin-binary", filepath.Join(dir, "egressd-cni"))
+	}
 	wrap := n.lab.opts.AgentWrap
 	if wrap == nil {
 		wrap = DefaultAgentWrap

@@ -131,6 +131,18 @@ func (n *Node) CNISocket() string { return filepath.Join(n.lab.Dir, n.Name+".cni
 // conflist is the node's network configuration list: the primary plugin for its shape, then
 // egressd-cni when egressd runs on the node.
 func (n *Node) conflist(o PodOptions) (*libcni.NetworkConfigList, error) {
+	if n.lab.opts.InstallCNI {
+		files, err := libcni.ConfFiles(n.CNIConfDir(), []string{".conf", ".conflist"})
+		if err != nil || len(files) == 0 {
+			return nil, fmt.Errorf("no CNI configuration in %s: %v", n.CNIConfDir(), err)
+		}
+		return libcni.ConfListFromFile(files[0])
+	}
+	return n.conflistBuilt(o)
+}
+
+// conflistBuilt is the node's list as the lab writes it.
+func (n *Node) conflistBuilt(o PodOptions) (*libcni.NetworkConfigList, error) {
 	ipam := map[string]any{
 		"type":    "host-local",
 		"dataDir": filepath.Join(n.lab.Dir, "ipam"),
@@ -149,7 +161,7 @@ func (n *Node) conflist(o PodOptions) (*libcni.NetworkConfigList, error) {
 		primary = map[string]any{"type": "ptp", "ipMasq": false, "ipam": ipam}
 	}
 	plugins := []map[string]any{primary}
-	if n.agentStarted && !o.WithoutEgressdCNI {
+	if n.agentStarted && !o.WithoutEgressdCNI && !o.primaryOnly {
 		timeout := cniTimeout
 		if o.CNITimeout > 0 {
 			timeout = o.CNITimeout
@@ -172,7 +184,9 @@ func (n *Node) cniConfig(times map[string]time.Duration) (*libcni.CNIConfig, err
 		return nil, err
 	}
 	dirs := []string{plugins}
-	if n.agentStarted {
+	if n.lab.opts.InstallCNI {
+		dirs = append(dirs, n.CNIBinDir()) // what the agent installed, and only that
+	} else if n.agentStarted {
 		d, err := egressdCNI()
 		if err != nil {
 			return nil, err
@@ -213,4 +227,26 @@ func (e *nodeExec) ExecPlugin(ctx context.Context, path string, stdin []byte, en
 		e.mu.Unlock()
 	}
 	return out, err
+}
+
+// CNIConfDir and CNIBinDir are the node's CNI directories when the agents install egressd-cni
+// (Options.InstallCNI).
+func (n *Node) CNIConfDir() string { return filepath.Join(n.lab.Dir, n.Name, "net.d") }
+
+func (n *Node) CNIBinDir() string { return filepath.Join(n.lab.Dir, n.Name, "cnibin") }
+
+// WritePrimaryCNI writes the node's primary plugin's configuration list, as a CNI's own
+// installer does (at start, and again when it restarts or upgrades), and creates the plugin
+// directory.
+func (n *Node) WritePrimaryCNI() error {
+	l, err := n.conflistBuilt(PodOptions{primaryOnly: true})
+	if err != nil {
+		return err
+	}
+	for _, d := range []string{n.CNIConfDir(), n.CNIBinDir()} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(filepath.Join(n.CNIConfDir(), "10-lab.conflist"), l.Bytes, 0o644)
 }

@@ -60,6 +60,11 @@ type Options struct {
 	Agents bool
 	// AgentArgs are extra egressd flags.
 	AgentArgs []string
+	// InstallCNI gives each node a CNI configuration directory holding only its primary
+	// plugin's list and an empty plugin directory, and lets the agent install egressd-cni there
+	// (--cni-conf-dir); pods are then created from the first file of that directory, as
+	// containerd does.
+	InstallCNI bool
 	// AgentWrap runs each agent through a command once in its node's namespace, e.g. setpriv
 	// restricting it to the DaemonSet's capabilities; default DefaultAgentWrap.
 	AgentWrap []string

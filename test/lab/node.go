@@ -87,6 +87,11 @@ func (l *Lab) addNode(ctx context.Context, i int) (*Node, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("masquerade on %s: %v: %s", n.Name, err, out)
 	}
+	if l.opts.InstallCNI {
+		if err := n.WritePrimaryCNI(); err != nil {
+			return nil, err
+		}
+	}
 	if err := n.register(ctx); err != nil {
 		return nil, err
 	}

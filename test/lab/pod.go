@@ -54,6 +54,9 @@ type PodOptions struct {
 	CNITimeout time.Duration
 	// WithoutEgressdCNI leaves egressd-cni out of the chain (the pod is found from the API only).
 	WithoutEgressdCNI bool
+
+	// primaryOnly builds the list of the primary plugin alone (what a node's CNI installs).
+	primaryOnly bool
 	// Started, when set, runs in the pod's namespace the instant the CNI ADD returned, before
 	// the Pod object's status is written (a container that sends at once).
 	Started func(p *Pod)

@@ -1,0 +1,273 @@
+// Package cniinstall puts egressd-cni at the end of the node's primary CNI network
+// configuration, and keeps it there, as Istio's and Cilium's CNI installers do: the binary is
+// copied into the host's CNI bin directory and the entry appended to the configuration the
+// runtime uses (the first file of the configuration directory in name order). A primary CNI
+// that rewrites its file gets the entry appended again. Uninstall removes both.
+package cniinstall
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/fsnotify/fsnotify"
+)
+
+// PluginType is egressd-cni's "type" in a configuration list, and its binary's name.
+const PluginType = "egressd-cni"
+
+// Installer keeps egressd-cni in the node's CNI chain.
+type Installer struct {
+	// Binary is the egressd-cni executable to install (in the agent's image).
+	Binary string
+	// BinDir and ConfDir are the host's CNI directories (as mounted in the agent's container).
+	BinDir, ConfDir string
+	// Entry is egressd-cni's entry in the chain, e.g. {"type":"egressd-cni","socket":...}.
+	Entry map[string]any
+	Log   *slog.Logger
+}
+
+// Run installs the binary, then appends the entry to the primary configuration and keeps it
+// there until ctx ends: at every change of the configuration directory, and every minute.
+// It leaves the chain as it is when it returns: an agent restarting (an upgrade) must not open
+// a window in which pods start without policy; Uninstall is the uninstaller's step.
+func (in *Installer) Run(ctx context.Context) error {
+	if err := in.installBinary(); err != nil {
+		return err
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", in.ConfDir, err)
+	}
+	defer w.Close()
+	if err := w.Add(in.ConfDir); err != nil {
+		return fmt.Errorf("watch %s: %w", in.ConfDir, err)
+	}
+	tick := time.NewTicker(time.Minute)
+	defer tick.Stop()
+	var last string
+	for {
+		file, err := in.ensure()
+		switch {
+		case err != nil && err.Error() != last:
+			in.Log.Error("egressd-cni not chained", "dir", in.ConfDir, "err", err)
+			last = err.Error()
+		case err == nil && file != "":
+			in.Log.Info("egressd-cni chained", "file", file)
+			last = ""
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		case <-w.Events:
+			// A rewrite comes as several events: let it finish.
+			time.Sleep(100 * time.Millisecond)
+			drain(w.Events)
+		case err := <-w.Errors:
+			in.Log.Error("watching the CNI configuration directory", "dir", in.ConfDir, "err", err)
+		}
+	}
+}
+
+func drain(c <-chan fsnotify.Event) {
+	for {
+		select {
+		case <-c:
+		default:
+			return
+		}
+	}
+}
+
+// installBinary copies Binary into BinDir unless the same bytes are there already; the
+// rename makes the new file appear whole to a runtime executing the plugin meanwhile.
+func (in *Installer) installBinary() error {
+	src, err := os.ReadFile(in.Binary)
+	if err != nil {
+		return fmt.Errorf("egressd-cni binary: %w", err)
+	}
+	dst := filepath.Join(in.BinDir, PluginType)
+	if cur, err := os.ReadFile(dst); err == nil && bytes.Equal(cur, src) {
+		return nil
+	}
+	if err := writeAtomic(dst, src, 0o755); err != nil {
+		return fmt.Errorf("install egressd-cni into %s: %w", in.BinDir, err)
+	}
+	in.Log.Info("egressd-cni installed", "path", dst)
+	return nil
+}
+
+// ensure appends the entry to the primary configuration unless it is its last plugin already;
+// it returns the file it wrote, "" when nothing changed.
+func (in *Installer) ensure() (string, error) {
+	file, err := primary(in.ConfDir)
+	if err != nil {
+		return "", err
+	}
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
+	}
+	conf, err := asList(file, raw)
+	if err != nil {
+		return "", err
+	}
+	plugins, _ := conf["plugins"].([]any)
+	entry := normalize(in.Entry)
+	if n := len(plugins); n > 0 && reflect.DeepEqual(plugins[n-1], entry) && count(plugins) == 1 {
+		return "", nil
+	}
+	conf["plugins"] = append(without(plugins), entry)
+	out := file
+	if !isList(file) { // a single plugin's .conf: the chain needs a list
+		out = strings.TrimSuffix(file, filepath.Ext(file)) + ".conflist"
+	}
+	if err := writeJSON(out, conf); err != nil {
+		return "", err
+	}
+	if out != file {
+		if err := os.Remove(file); err != nil {
+			return "", fmt.Errorf("remove %s, now %s: %w", file, out, err)
+		}
+	}
+	return out, nil
+}
+
+// Uninstall removes egressd-cni from every configuration list of confDir and its binary from
+// binDir. Missing directories are fine: nothing was installed.
+func Uninstall(binDir, confDir string) error {
+	var errs []error
+	files, err := libcni.ConfFiles(confDir, []string{".conflist"})
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var conf map[string]any
+		if json.Unmarshal(raw, &conf) != nil {
+			continue // not ours to judge
+		}
+		plugins, _ := conf["plugins"].([]any)
+		if count(plugins) == 0 {
+			continue
+		}
+		conf["plugins"] = without(plugins)
+		errs = append(errs, writeJSON(f, conf))
+	}
+	if err := os.Remove(filepath.Join(binDir, PluginType)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// primary is the configuration the runtime uses: the first file in name order (libcni's and
+// containerd's rule).
+func primary(dir string) (string, error) {
+	files, err := libcni.ConfFiles(dir, []string{".conf", ".conflist", ".json"})
+	if err != nil {
+		return "", err
+	}
+	if len(files) == 0 {
+		return "", fmt.Errorf("no CNI configuration in %s yet (the primary CNI writes one)", dir)
+	}
+	return files[0], nil // ConfFiles sorts
+}
+
+func isList(file string) bool { return filepath.Ext(file) == ".conflist" }
+
+// asList reads a configuration as a list, a single plugin's becoming a list of one.
+func asList(file string, raw []byte) (map[string]any, error) {
+	var conf map[string]any
+	if err := json.Unmarshal(raw, &conf); err != nil {
+		return nil, fmt.Errorf("CNI configuration %s: %w", file, err)
+	}
+	if _, ok := conf["plugins"]; ok {
+		return conf, nil
+	}
+	if _, ok := conf["type"]; !ok {
+		return nil, fmt.Errorf("CNI configuration %s has neither plugins nor a type", file)
+	}
+	list := map[string]any{"cniVersion": conf["cniVersion"], "name": conf["name"]}
+	delete(conf, "cniVersion")
+	delete(conf, "name")
+	list["plugins"] = []any{conf}
+	return list, nil
+}
+
+// normalize gives the entry the shape it has once read back from JSON, to compare them.
+func normalize(entry map[string]any) any {
+	b, _ := json.Marshal(entry) // a map of plain values always marshals
+	var out any
+	_ = json.Unmarshal(b, &out)
+	return out
+}
+
+func isOurs(p any) bool {
+	m, _ := p.(map[string]any)
+	return m["type"] == PluginType
+}
+
+func count(plugins []any) int {
+	n := 0
+	for _, p := range plugins {
+		if isOurs(p) {
+			n++
+		}
+	}
+	return n
+}
+
+func without(plugins []any) []any {
+	out := make([]any, 0, len(plugins))
+	for _, p := range plugins {
+		if !isOurs(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func writeJSON(file string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeAtomic(file, append(b, '\n'), 0o644)
+}
+
+// writeAtomic writes through a temporary file in the same directory, named so that no runtime
+// reads it as a configuration, then renames it into place.
+func writeAtomic(file string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(file), ".egressd-*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename there is nothing to remove
+	if _, err := io.Copy(tmp, bytes.NewReader(data)); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), file)
+}

@@ -1,0 +1,181 @@
+package cniinstall
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+)
+
+const flannel = `{"cniVersion":"0.3.1","name":"cbr0","plugins":[{"type":"flannel","delegate":{"hairpinMode":true}},{"type":"portmap","capabilities":{"portMappings":true}}]}`
+
+func installer(t *testing.T) *Installer {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "src-egressd-cni")
+	if err := os.WriteFile(bin, []byte("#!/bin/true\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	in := &Installer{Binary: bin, BinDir: filepath.Join(dir, "bin"), ConfDir: filepath.Join(dir, "net.d"),
+		Entry: map[string]any{"type": PluginType, "socket": "/run/egressd/cni.sock"}, Log: slog.New(slog.DiscardHandler)}
+	for _, d := range []string{in.BinDir, in.ConfDir} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return in
+}
+
+func write(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// types reads a configuration list the way the runtime does and returns its plugins' types.
+func types(t *testing.T, file string) []string {
+	t.Helper()
+	l, err := libcni.ConfListFromFile(file)
+	if err != nil {
+		t.Fatalf("the runtime cannot read %s: %v", file, err)
+	}
+	var out []string
+	for _, p := range l.Plugins {
+		out = append(out, p.Network.Type)
+	}
+	return out
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestEnsureAppendsToThePrimaryList(t *testing.T) {
+	in := installer(t)
+	primaryFile := write(t, in.ConfDir, "10-flannel.conflist", flannel)
+	other := write(t, in.ConfDir, "99-other.conflist", `{"cniVersion":"1.0.0","name":"x","plugins":[{"type":"bridge"}]}`)
+	file, err := in.ensure()
+	if err != nil || file != primaryFile {
+		t.Fatalf("ensure = %q, %v; want %s", file, err, primaryFile)
+	}
+	if got := types(t, primaryFile); !equal(got, []string{"flannel", "portmap", PluginType}) {
+		t.Errorf("chain %v", got)
+	}
+	var conf map[string]any
+	raw, _ := os.ReadFile(primaryFile)
+	_ = json.Unmarshal(raw, &conf)
+	if conf["cniVersion"] != "0.3.1" || conf["name"] != "cbr0" {
+		t.Errorf("the list's version and name changed: %v", conf)
+	}
+	if got := types(t, other); !equal(got, []string{"bridge"}) {
+		t.Errorf("a file the runtime does not use was changed: %v", got)
+	}
+	// Idempotent.
+	if file, err := in.ensure(); err != nil || file != "" {
+		t.Errorf("second ensure = %q, %v; want no change", file, err)
+	}
+	// Not last, duplicated, or with another config: put back once, last, as configured.
+	write(t, in.ConfDir, "10-flannel.conflist", `{"cniVersion":"0.3.1","name":"cbr0","plugins":[{"type":"flannel"},{"type":"egressd-cni","socket":"/old"},{"type":"portmap"},{"type":"egressd-cni"}]}`)
+	if _, err := in.ensure(); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := libcni.ConfListFromFile(primaryFile)
+	if got := types(t, primaryFile); !equal(got, []string{"flannel", "portmap", PluginType}) || !json.Valid(l.Plugins[2].Bytes) ||
+		string(l.Plugins[2].Bytes) != `{"socket":"/run/egressd/cni.sock","type":"egressd-cni"}` {
+		t.Errorf("chain %v, entry %s", got, l.Plugins[len(l.Plugins)-1].Bytes)
+	}
+}
+
+func TestEnsureTurnsASinglePluginIntoAList(t *testing.T) {
+	in := installer(t)
+	conf := write(t, in.ConfDir, "10-calico.conf", `{"cniVersion":"0.3.1","name":"k8s-pod-network","type":"calico","ipam":{"type":"calico-ipam"}}`)
+	file, err := in.ensure()
+	want := filepath.Join(in.ConfDir, "10-calico.conflist")
+	if err != nil || file != want {
+		t.Fatalf("ensure = %q, %v; want %s", file, err, want)
+	}
+	if got := types(t, want); !equal(got, []string{"calico", PluginType}) {
+		t.Errorf("chain %v", got)
+	}
+	if _, err := os.Stat(conf); !os.IsNotExist(err) {
+		t.Errorf("the single plugin's file is still there (%v): the runtime would read it first", err)
+	}
+}
+
+func TestEnsureWithoutConfiguration(t *testing.T) {
+	in := installer(t)
+	if _, err := in.ensure(); err == nil {
+		t.Error("no primary configuration yet, and no error")
+	}
+	write(t, in.ConfDir, "10-broken.conflist", `{"plugins":`)
+	if _, err := in.ensure(); err == nil {
+		t.Error("a broken primary configuration, and no error")
+	}
+}
+
+// The primary CNI rewriting its file (an upgrade, a restart) drops the entry: it comes back.
+func TestRunKeepsTheEntryAndUninstallRemovesIt(t *testing.T) {
+	in := installer(t)
+	primaryFile := write(t, in.ConfDir, "10-flannel.conflist", flannel)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	waitChain := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			l, err := libcni.ConfListFromFile(primaryFile)
+			if err == nil && len(l.Plugins) == 3 && l.Plugins[2].Network.Type == PluginType {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: egressd-cni not chained in %s", what, primaryFile)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitChain("at start")
+	if b, err := os.ReadFile(filepath.Join(in.BinDir, PluginType)); err != nil || string(b) != "#!/bin/true\n" {
+		t.Errorf("binary %q, %v", b, err)
+	}
+	start := time.Now()
+	write(t, in.ConfDir, "10-flannel.conflist", flannel)
+	waitChain("after the primary CNI rewrote its file")
+	t.Logf("chained again %v after the rewrite", time.Since(start).Round(time.Millisecond))
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := types(t, primaryFile); !equal(got, []string{"flannel", "portmap", PluginType}) {
+		t.Errorf("the entry must stay when the agent stops (upgrade): %v", got)
+	}
+
+	if err := Uninstall(in.BinDir, in.ConfDir); err != nil {
+		t.Fatal(err)
+	}
+	if got := types(t, primaryFile); !equal(got, []string{"flannel", "portmap"}) {
+		t.Errorf("after Uninstall: %v", got)
+	}
+	if _, err := os.Stat(filepath.Join(in.BinDir, PluginType)); !os.IsNotExist(err) {
+		t.Errorf("binary left after Uninstall: %v", err)
+	}
+	if err := Uninstall(filepath.Join(in.BinDir, "none"), filepath.Join(in.ConfDir, "none")); err != nil {
+		t.Errorf("Uninstall of nothing: %v", err)
+	}
+}

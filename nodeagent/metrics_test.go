@@ -1,0 +1,66 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/egressd/egressd/dataplane"
+)
+
+// Objects count compiled objects by result; failures carry their reason, also those of
+// objects the dataplane failed that have no status of their own here.
+func TestObserveObjects(t *testing.T) {
+	m := NewMetrics()
+	fw := dataplane.Origin{Kind: "EgressFirewall", Namespace: "a", Name: "default"}
+	qos := dataplane.Origin{Kind: "EgressQoS", Namespace: "a", Name: "default"}
+	eip := dataplane.Origin{Kind: "EgressIP", Name: "eip"}
+	m.observeObjects(map[dataplane.Origin]error{fw: nil, qos: errors.New("bad dscp")},
+		map[dataplane.Origin]error{qos: errors.New("bad dscp"), eip: errors.New("address 192.0.2.100: no interface")})
+	want := `# HELP egressd_object_failure 1 per API object the last sync failed to program on this node, with the reason (the error its status carries).
+# TYPE egressd_object_failure gauge
+egressd_object_failure{kind="EgressIP",object="eip",reason="address 192.0.2.100: no interface"} 1
+egressd_object_failure{kind="EgressQoS",object="a/default",reason="bad dscp"} 1
+# HELP egressd_objects API objects the last sync programmed on this node, by kind and result (applied, failed).
+# TYPE egressd_objects gauge
+egressd_objects{kind="EgressFirewall",result="applied"} 1
+egressd_objects{kind="EgressIP",result="failed"} 1
+egressd_objects{kind="EgressQoS",result="failed"} 1
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), "egressd_objects", "egressd_object_failure"); err != nil {
+		t.Error(err)
+	}
+	// A later sync replaces them: nothing of the former failures remains.
+	m.observeObjects(map[dataplane.Origin]error{fw: nil}, nil)
+	if n := testutil.CollectAndCount(m.ObjectFailures); n != 0 {
+		t.Errorf("%d failures left after a sync without any", n)
+	}
+}
+
+// The holder of the Lease is exported as this agent observes it.
+func TestLeaderHolderMetric(t *testing.T) {
+	m := NewMetrics()
+	ctx, cancel := context.WithCancel(t.Context())
+	e := &LeaderElection{Client: fake.NewClientset(), Namespace: "egressd", Identity: "node-a", Metrics: m,
+		Log: slog.New(slog.DiscardHandler), LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
+	done := make(chan error)
+	go func() { done <- e.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	want := `# HELP egressd_leader_holder 1 for the node whose agent holds the leader Lease, as this agent last observed it.
+# TYPE egressd_leader_holder gauge
+egressd_leader_holder{node="node-a"} 1
+`
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if err = testutil.CollectAndCompare(m.LeaderHolder, strings.NewReader(want)); err == nil {
+			return
+		}
+	}
+	t.Errorf("egressd_leader_holder never named node-a alone: %v", err)
+}
