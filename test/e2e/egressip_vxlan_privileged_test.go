@@ -47,18 +47,28 @@ func routedFabric(t testing.TB, l *lab.Lab) func() int {
 // TestPrivilegedEgressIPVXLAN: on a fabric that drops a packet with a pod source bound outside
 // the pod networks (where direct steering cannot work), agents with --egressip-steering=vxlan
 // carry a steered pod's traffic to its egress nodes through egressd's VXLAN tunnel: the web
-// host sees the egress IP (IPv4 and IPv6) from a selected pod on a node that hosts none; an
-// unselected pod keeps its node's IP and pod to pod keeps the pod IP; the IPv4 egress node
-// losing its label moves the IP and the traffic follows through the tunnel to the new node;
-// the web host never sees a pod source, and no pod-sourced packet bound outside even tries to
-// cross the fabric.
+// host sees the egress IP (IPv4 and IPv6) from selected pods on nodes that host none (routed
+// and bridged CNI); an unselected pod keeps its node's IP and pod to pod keeps the pod IP; the
+// IPv4 egress node losing its label moves the IP and the traffic follows through the tunnel to
+// the new node; the web host never sees a pod source, and no pod-sourced packet bound outside
+// even tries to cross the fabric.
 func TestPrivilegedEgressIPVXLAN(t *testing.T) {
 	privileged.Require(t)
-	e := newEIPLab(t, 4, "--egressip-steering=vxlan")
+	// Node 0 never hosts egress IPs; node 3, bridged, takes the IPv4 one after the move.
+	l := lab.New(t, lab.Options{Nodes: 4, Agents: true, CNI: map[int]lab.CNI{3: lab.Bridged},
+		NodeLabels: map[int]map[string]string{1: {assignable: ""}, 2: {assignable: ""}, 3: {assignable: ""}},
+		AgentArgs:  []string{"--egressip-steering=vxlan"}})
+	web, err := l.AddExternal("web", lab.ExternalOptions{}, web4.String(), web6.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &eipLab{Lab: l, web: web, ns: l.CP.Namespace(t)}
+	labelNamespace(t, e)
 	dropped := routedFabric(t, e.Lab)
 	n0, n1, n2, n3 := e.Nodes[0], e.Nodes[1], e.Nodes[2], e.Nodes[3]
 	sel := lab.PodOptions{Labels: map[string]string{"app": "eip"}}
 	steered := addPod(t, n0, e.ns, "steered", sel)
+	bridged := addPod(t, n3, e.ns, "bridged", sel)
 	plain := addPod(t, n0, e.ns, "plain", lab.PodOptions{Labels: map[string]string{"app": "other"}})
 	peer := addPod(t, n1, e.ns, "peer", lab.PodOptions{Labels: map[string]string{"app": "other"}})
 	if err := peer.Serve(8080); err != nil {
@@ -78,6 +88,8 @@ func TestPrivilegedEgressIPVXLAN(t *testing.T) {
 	e.waitPlaced(t, name, 20*time.Second, map[*lab.Node]netip.Addr{n1: v4, n2: v6})
 	eventuallySource(t, "steered through the tunnel, IPv4", steered, webAddr(v4), v4)
 	eventuallySource(t, "steered through the tunnel, IPv6", steered, webAddr(v6), v6)
+	eventuallySource(t, "steered through the tunnel from the bridged node, IPv4", bridged, webAddr(v4), v4)
+	eventuallySource(t, "steered through the tunnel from the bridged node, IPv6", bridged, webAddr(v6), v6)
 
 	// The pod's node reaches both egress nodes through the tunnel: the device, a forwarding
 	// entry per egress node, the steering routes on the device.
@@ -126,6 +138,8 @@ func TestPrivilegedEgressIPVXLAN(t *testing.T) {
 	e.waitPlaced(t, name, 20*time.Second, map[*lab.Node]netip.Addr{n3: v4, n2: v6})
 	eventuallySource(t, "after the move, IPv4", steered, webAddr(v4), v4)
 	eventuallySource(t, "after the move, IPv6", steered, webAddr(v6), v6)
+	eventuallySource(t, "after the move, the bridged egress node's own pod, IPv4", bridged, webAddr(v4), v4)
+	eventuallySource(t, "after the move, from the bridged node through the tunnel, IPv6", bridged, webAddr(v6), v6)
 	if fdb := n0.NS.MustRun(t, "bridge", "fdb", "show", "dev", dataplane.TunnelDevice); !strings.Contains(fdb, "dst "+n3.IPv4.String()) || strings.Contains(fdb, "dst "+n1.IPv4.String()) {
 		t.Errorf("after the move, %s's forwarding entries should name %s and not %s:\n%s", n0.Name, n3.Name, n1.Name, fdb)
 	}
