@@ -201,9 +201,13 @@ func Cleanup() error {
 	return nil
 }
 
+// tosInherit copies the inner packet's DSCP (EgressQoS's) to the outer header, so that the
+// fabric's QoS sees it as it would see a directly routed packet.
+const tosInherit = 1
+
 // device returns the tunnel device for the underlay address local, creating it, or replacing
-// one whose identity (VNI, port, local address, learning) differs: a changed configuration or
-// a node whose address changed.
+// one whose identity (VNI, port, local address, learning, TOS) differs: a changed
+// configuration or a node whose address changed.
 func (t *Tunnel) device(local netip.Addr) (netlink.Link, error) {
 	mac := dataplane.TunnelMAC(local)
 	l, err := t.h.LinkByName(dataplane.TunnelDevice)
@@ -219,7 +223,7 @@ func (t *Tunnel) device(local netip.Addr) (netlink.Link, error) {
 			return nil, fmt.Errorf("%s exists and is a %s device, not egressd's VXLAN device", dataplane.TunnelDevice, l.Type())
 		}
 		local2, _ := netip.AddrFromSlice(vx.SrcAddr)
-		if vx.VxlanId != int(t.cfg.VNI) || vx.Port != int(t.cfg.Port) || local2.Unmap() != local || vx.Learning {
+		if vx.VxlanId != int(t.cfg.VNI) || vx.Port != int(t.cfg.Port) || local2.Unmap() != local || vx.Learning || vx.TOS != tosInherit {
 			if err := t.h.LinkDel(l); err != nil {
 				return nil, fmt.Errorf("replace %s (vni %d port %d local %s): %w", dataplane.TunnelDevice, vx.VxlanId, vx.Port, local2, err)
 			}
@@ -233,6 +237,7 @@ func (t *Tunnel) device(local netip.Addr) (netlink.Link, error) {
 			SrcAddr:   local.AsSlice(),
 			Port:      int(t.cfg.Port),
 			Learning:  false,
+			TOS:       tosInherit,
 		}
 		// On the interface of the underlay address: the kernel sizes the MTU from it.
 		if idx, err := t.underlayLink(local); err == nil {

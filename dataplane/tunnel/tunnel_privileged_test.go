@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -57,6 +58,7 @@ func newPair(t *testing.T) *pair {
   type filter hook prerouting priority -300
   iifname "u0" ip saddr 10.99.0.0/16 counter drop
   iifname "u0" ip6 saddr fd99::/64 counter drop
+  iifname "u0" udp dport 4799 ip dscp ef counter
  }
 }
 `)
@@ -184,7 +186,7 @@ func TestPrivilegedTunnel(t *testing.T) {
 	route(t, p.a, steering())
 	got := show(t, p.a)
 	expectContains(t, "a's tunnel", got,
-		"link/ether 02:e5:0a:07:00:01", "vxlan id 229 local 10.7.0.1", "dstport 4799", "nolearning",
+		"link/ether 02:e5:0a:07:00:01", "vxlan id 229 local 10.7.0.1", "dstport 4799", "nolearning", "tos inherit",
 		"02:e5:0a:07:00:02 dst 10.7.0.2 self permanent",
 		"10.7.0.2 lladdr 02:e5:0a:07:00:02 PERMANENT", "fe80::e5:aff:fe07:2 lladdr 02:e5:0a:07:00:02 PERMANENT")
 	var info *Info
@@ -203,6 +205,11 @@ func TestPrivilegedTunnel(t *testing.T) {
 	}
 	if v4, v6 := p.reaches(t); !v4 || !v6 {
 		t.Errorf("through the tunnel: pod sources reach b: v4 %v, v6 %v; want both", v4, v6)
+	}
+	// The inner packet's DSCP (EF) is the outer header's too.
+	p.a.MustRun(t, "ping", "-c1", "-W1", "-Q", "184", "-m", fmt.Sprint(steerMark), "-I", podSrc4, dst4)
+	if out := p.b.MustRun(t, "nft", "list", "table", "inet", "underlay"); !regexp.MustCompile(`dscp ef counter packets [1-9]`).MatchString(out) {
+		t.Errorf("no encapsulated packet with DSCP EF reached b:\n%s", out)
 	}
 
 	// The routes through the tunnel, onlink where IPv4; a second routing Apply, by a restarted
