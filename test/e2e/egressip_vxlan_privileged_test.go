@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -142,6 +144,30 @@ func TestPrivilegedEgressIPVXLAN(t *testing.T) {
 	eventuallySource(t, "after the move, from the bridged node through the tunnel, IPv6", bridged, webAddr(v6), v6)
 	if fdb := n0.NS.MustRun(t, "bridge", "fdb", "show", "dev", dataplane.TunnelDevice); !strings.Contains(fdb, "dst "+n3.IPv4.String()) || strings.Contains(fdb, "dst "+n1.IPv4.String()) {
 		t.Errorf("after the move, %s's forwarding entries should name %s and not %s:\n%s", n0.Name, n3.Name, n1.Name, fdb)
+	}
+
+	// The pod's agent is killed and restarted mid-stream: the tunnel stays as it is (the same
+	// device, adopted) and the stream goes on. A few datagrams may be lost around the new
+	// agent's first sync, as in direct mode (measured: up to 9 of 300 in either mode, often
+	// none): at most 200 ms of them.
+	index := strings.Fields(n0.NS.MustRun(t, "ip", "-o", "link", "show", dataplane.TunnelDevice))[0]
+	var sent, answered int
+	var wg sync.WaitGroup
+	wg.Go(func() { sent, answered, _ = steered.UDPStream(lab.HostPort(web4, lab.ServerPorts[1]), 300, 10*time.Millisecond) })
+	time.Sleep(500 * time.Millisecond)
+	n0.Agent.Kill()
+	time.Sleep(500 * time.Millisecond)
+	if err := n0.StartAgent(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	t.Logf("across the agent's restart: %d of %d datagrams answered", answered, sent)
+	if sent != 300 || sent-answered > 20 {
+		t.Errorf("across the agent's restart, the steered stream lost datagrams: %d of %d answered", answered, sent)
+	}
+	eventuallySource(t, "after the agent's restart, IPv6", steered, webAddr(v6), v6)
+	if now := strings.Fields(n0.NS.MustRun(t, "ip", "-o", "link", "show", dataplane.TunnelDevice))[0]; now != index {
+		t.Errorf("the restarted agent replaced the tunnel device (ifindex %s, was %s)", now, index)
 	}
 
 	time.Sleep(200 * time.Millisecond) // the last packets in flight
