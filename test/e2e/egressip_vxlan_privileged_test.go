@@ -233,11 +233,11 @@ func dumpTunnel(t testing.TB, nodes ...*lab.Node) {
 }
 
 // BenchmarkPrivilegedEgressIPFailoverVXLAN: BenchmarkPrivilegedEgressIPFailover with the
-// agents steering through the VXLAN tunnel across a fabric that drops pod sources, 10 trials.
+// agents steering through the VXLAN tunnel across a fabric that drops pod sources, 20 trials.
 // Run with -benchtime 1x.
 func BenchmarkPrivilegedEgressIPFailoverVXLAN(b *testing.B) {
 	privileged.Require(b)
 	e := newEIPLab(b, 3, "--egressip-steering=vxlan")
 	routedFabric(b, e.Lab)
-	benchFailover(b, e, 10)
+	benchFailover(b, e, 20)
 }
