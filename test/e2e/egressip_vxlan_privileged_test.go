@@ -126,6 +126,17 @@ func TestPrivilegedEgressIPVXLAN(t *testing.T) {
 		}
 	}
 
+	// Path MTU: the tunnel's is 50 bytes under the NIC's. A full-size packet that must not be
+	// fragmented gets "fragmentation needed" (1450) back from the pod's node, so TCP adapts
+	// rather than stalls; one the pod may fragment gets through.
+	mtu := regexp.MustCompile(`mtu ?= ?1450`)
+	if out, _ := steered.NS.Run("ping", "-c2", "-W1", "-M", "do", "-s", "1472", web4.String()); !mtu.MatchString(out) {
+		t.Errorf("a 1500-byte packet with DF through the tunnel: want fragmentation needed, mtu 1450:\n%s", out)
+	}
+	if out, err := steered.NS.Run("ping", "-c2", "-W1", "-M", "want", "-s", "1472", web4.String()); err != nil {
+		t.Errorf("a 1500-byte packet the pod may fragment does not get through the tunnel: %v\n%s", err, out)
+	}
+
 	eventuallySource(t, "unselected pod", plain, webAddr(v4), n0.IPv4)
 	if r := steered.TCP(lab.HostPort(peer.IPv4, 8080), lab.ClientOptions{Timeout: quick}); r.Outcome != lab.OK || r.Seen.Src != steered.IPv4 {
 		t.Errorf("pod to pod: %s, want source %s", r, steered.IPv4)
