@@ -4,8 +4,8 @@
 // nothing of Kubernetes: it receives plain values and returns per-object results.
 //
 // State has one section per kernel facility; each facility package (classifier, nft, routing,
-// addresses, bfd, tunnel) programs its own section, and the composite Applier (dataplane/kernel) runs
-// them in phases.
+// addresses, bfd, tunnel) programs its own section, and the composite Applier
+// (dataplane/kernel) runs them in phases.
 package dataplane
 
 import (

@@ -25,8 +25,9 @@ type path struct {
 }
 
 // steeredPaths are the paths of the local pods' addresses: to the egress nodes of their
-// EgressIP, by the next hop reach gives for each node's address, else through the gateways of their external route policy (BFD
-// gated where the hop asks for it). EgressIP wins, as in upstream's shared-gateway mode: its
+// EgressIP, by the next hop reach gives for each node's address (direct or through the
+// tunnel), else through the gateways of their external route policy (BFD gated where the hop
+// asks for it). EgressIP wins, as in upstream's shared-gateway mode: its
 // reroute on the cluster router comes before the external route's static routes on the pod
 // node's gateway router, which only traffic leaving on that node meets; a pod whose egress IP
 // is on its own node still leaves through the gateways, SNATed to the egress IP.
@@ -72,7 +73,7 @@ func bfdPeers(routes []externalroute.Route) []dataplane.BFDPeer {
 
 // steering allocates a slot to every path origin local pods are steered through: its mark, the
 // offset of its rules and its table. A path keeps its slot for as long
-// as it is used, so a pod's mark does not change under it. It reaches egress nodes as mode
+// as it is used, so a pod's mark does not change under it. Egress nodes are reached as mode
 // says ("" is auto).
 type steering struct {
 	mode  SteeringMode

@@ -46,7 +46,7 @@ type underlay struct {
 	mode  SteeringMode
 	node  string
 	local egressip.PrimaryIfAddr
-	// nodes are every other node with its primary addresses, by each of them.
+	// nodes are the names of the other nodes, by each of their primary addresses.
 	nodes     map[netip.Addr]string
 	primaries map[string]egressip.PrimaryIfAddr
 	peers     map[string]*dataplane.TunnelPeer
