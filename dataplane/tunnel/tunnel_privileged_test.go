@@ -263,3 +263,24 @@ func TestPrivilegedTunnel(t *testing.T) {
 		t.Errorf("device still there after Cleanup:\n%s", out)
 	}
 }
+
+// On IPv6-only nodes the tunnel runs over IPv6: the device's local address, the forwarding
+// entry's destination and the MACs (hashed) come from the IPv6 underlay.
+func TestPrivilegedTunnelIPv6Underlay(t *testing.T) {
+	p := newPair(t)
+	a := netip.MustParseAddr
+	local, peer := a("fd07::1"), a("fd07::2")
+	gw := dataplane.TunnelGateway6(peer)
+	apply(t, p.b, Config{}, &dataplane.TunnelState{Origin: nodeB, Local: peer})
+	apply(t, p.a, Config{}, &dataplane.TunnelState{Origin: nodeA, Local: local, Peers: []dataplane.TunnelPeer{
+		{Origin: nodeB, Underlay: peer, Nexthops: []netip.Addr{gw}}}})
+	s := steering()
+	s.Tables[0].Routes = []dataplane.Route{{Dst: netip.MustParsePrefix(dst6 + "/128"), Via: &dataplane.Nexthop{Gateway: gw, Device: dataplane.TunnelDevice}}}
+	route(t, p.a, s)
+	mac := dataplane.TunnelMAC(peer).String()
+	expectContains(t, "a's tunnel", show(t, p.a), "vxlan id 229 local fd07::1", "link/ether "+dataplane.TunnelMAC(local).String(),
+		mac+" dst fd07::2 self permanent", gw.String()+" lladdr "+mac+" PERMANENT")
+	if _, v6 := p.reaches(t); !v6 {
+		t.Errorf("through the IPv6 tunnel: the pod source does not reach b")
+	}
+}
