@@ -164,7 +164,9 @@ func TestPrivilegedEgressIPVXLAN(t *testing.T) {
 	index := strings.Fields(n0.NS.MustRun(t, "ip", "-o", "link", "show", dataplane.TunnelDevice))[0]
 	var sent, answered int
 	var wg sync.WaitGroup
-	wg.Go(func() { sent, answered, _ = steered.UDPStream(lab.HostPort(web4, lab.ServerPorts[1]), 300, 10*time.Millisecond) })
+	wg.Go(func() {
+		sent, answered, _ = steered.UDPStream(lab.HostPort(web4, lab.ServerPorts[1]), 300, 10*time.Millisecond)
+	})
 	time.Sleep(500 * time.Millisecond)
 	n0.Agent.Kill()
 	time.Sleep(500 * time.Millisecond)
