@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/test/lab"
 	"github.com/egressd/egressd/test/privileged"
@@ -253,4 +256,62 @@ func BenchmarkPrivilegedEgressIPFailoverVXLAN(b *testing.B) {
 	e := newEIPLab(b, 3, "--egressip-steering=vxlan")
 	routedFabric(b, e.Lab)
 	benchFailover(b, e, 20)
+}
+
+// TestPrivilegedEgressServiceVXLAN: EgressService's steering takes the tunnel too: on the
+// fabric that drops pod sources, with --egressip-steering=vxlan, an endpoint on another node
+// than the service's host leaves with the LB IP, and no pod-sourced packet meets the fabric.
+func TestPrivilegedEgressServiceVXLAN(t *testing.T) {
+	privileged.Require(t)
+	l := lab.New(t, lab.Options{Nodes: 2, Agents: true, AgentArgs: []string{"--egressip-steering=vxlan"},
+		NodeLabels: map[int]map[string]string{0: {"egress-host": "yes"}}})
+	ctx := context.Background()
+	web, err := l.AddExternal("web", lab.ExternalOptions{}, web4.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped := routedFabric(t, l)
+	n0 := l.Nodes[0]
+	// The LB provider's job: the LB IP reaches the host node.
+	if out, err := web.NS.Run("ip", "route", "add", lbIP4+"/32", "via", n0.IPv4.String()); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	ns := l.CP.Namespace(t)
+	ep1 := addPod(t, l.Nodes[1], ns, "ep1", lab.PodOptions{Labels: map[string]string{"app": "lb"}})
+	apply(t, l, ns, `apiVersion: v1
+kind: Service
+metadata:
+  name: lb
+spec:
+  type: LoadBalancer
+  selector: {app: lb}
+  ports: [{port: 80, protocol: TCP}]
+`)
+	svc, err := l.Client.CoreV1().Services(ns).Get(ctx, "lb", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lbIP4}}
+	if _, err := l.Client.CoreV1().Services(ns).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, l, ns, `apiVersion: k8s.ovn.org/v1
+kind: EgressService
+metadata:
+  name: lb
+spec:
+  sourceIPBy: LoadBalancerIP
+  nodeSelector:
+    matchLabels: {egress-host: "yes"}
+`)
+	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressService", ns, "lb", "status.host", n0.Name, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	eventuallySource(t, "endpoint on another node, steered to the host through the tunnel", ep1, lab.HostPort(web4, webPort), netip.MustParseAddr(lbIP4))
+	if fdb := l.Nodes[1].NS.MustRun(t, "bridge", "fdb", "show", "dev", dataplane.TunnelDevice); !strings.Contains(fdb, "dst "+n0.IPv4.String()) {
+		t.Errorf("%s's tunnel has no forwarding entry to the host %s:\n%s", l.Nodes[1].Name, n0.Name, fdb)
+	}
+	if n := dropped(); n > 0 {
+		t.Errorf("%d frames with a pod source bound outside the pod networks met the fabric", n)
+	}
 }
