@@ -19,6 +19,7 @@ var keptAnnotations = map[string]bool{
 	"k8s.ovn.org/routing-namespaces":             true, // legacy gateway pod
 	"k8s.ovn.org/routing-network":                true, // legacy gateway pod's network
 	"k8s.ovn.org/bfd-enabled":                    true, // legacy BFD (namespace, pod)
+	"egressd.io/egress-router-spec":              true, // the spec a router pod was made for
 }
 
 // trimMeta drops what no egressd feature reads: managed fields, owner references, finalizers,
@@ -82,9 +83,13 @@ func transform(obj any) (any, error) {
 }
 
 // trimPod keeps only what the features read: labels, node, host networking, IPs, phase and
-// readiness. A cached pod is a few hundred bytes instead of several kilobytes.
+// readiness, and the controlling EgressRouter of router pods. A cached pod is a few hundred bytes instead of several kilobytes.
 func trimPod(p *corev1.Pod) *corev1.Pod {
+	owner := metav1.GetControllerOf(p)
 	trimMeta(&p.ObjectMeta)
+	if owner != nil && owner.Kind == "EgressRouter" { // router pods: the leader places them per owner
+		p.OwnerReferences = []metav1.OwnerReference{*owner}
+	}
 	ready := corev1.ConditionFalse
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {

@@ -2,8 +2,9 @@
 // primary plugin in a conflist, on ADD it hands the new pod (namespace and name from CNI_ARGS,
 // sandbox, prevResult's addresses and interfaces) to the node's egressd over a unix socket and
 // returns only once egressd has programmed the pod (EgressFirewall, EgressQoS, EgressIP
-// steering), so the pod's first packet is already under policy; then it returns prevResult
-// unchanged. DEL tells egressd to forget the sandbox and always succeeds; CHECK asks egressd
+// steering), so the pod's first packet is already under policy; for an EgressRouter's router
+// pod, it then configures the router in the pod (macvlan, addresses, routes, nftables) from
+// egressd's answer; then it returns prevResult unchanged. DEL tells egressd to forget the sandbox and always succeeds; CHECK asks egressd
 // whether it holds the pod with prevResult's addresses; GC forwards the runtime's list of valid
 // sandboxes; STATUS reports whether egressd answers.
 //
@@ -31,6 +32,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	cniversion "github.com/containernetworking/cni/pkg/version"
 
+	"github.com/egressd/egressd/dataplane/router"
 	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
 )
@@ -143,6 +145,12 @@ func (u unreachable) Error() string { return "egressd does not answer: " + u.err
 
 // call sends one request to egressd, retrying while it does not answer, until the deadline.
 func call(ctx context.Context, socket, method, path string, body any) error {
+	_, err := exchange(ctx, socket, method, path, body)
+	return err
+}
+
+// exchange is call returning egressd's answer.
+func exchange(ctx context.Context, socket, method, path string, body any) (*cniapi.Response, error) {
 	client := &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
@@ -151,13 +159,13 @@ func call(ctx context.Context, socket, method, path string, body any) error {
 	}}
 	payload, err := json.Marshal(body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var lastErr error
 	for {
 		hreq, err := http.NewRequestWithContext(ctx, method, "http://egressd"+path, bytes.NewReader(payload))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		hreq.Header.Set("Content-Type", "application/json")
 		resp, err := client.Do(hreq)
@@ -165,19 +173,20 @@ func call(ctx context.Context, socket, method, path string, body any) error {
 			defer resp.Body.Close()
 			var r cniapi.Response
 			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			jerr := json.Unmarshal(b, &r)
 			if resp.StatusCode/100 == 2 {
-				return nil
+				return &r, nil
 			}
-			if jerr := json.Unmarshal(b, &r); jerr != nil || r.Error == "" {
-				return types.NewError(types.ErrInternal, "egressd-cni: egressd answered "+resp.Status, string(b))
+			if jerr != nil || r.Error == "" {
+				return nil, types.NewError(types.ErrInternal, "egressd-cni: egressd answered "+resp.Status, string(b))
 			}
-			return types.NewError(r.Code, "egressd-cni: "+r.Error, "")
+			return nil, types.NewError(r.Code, "egressd-cni: "+r.Error, "")
 		}
 		lastErr = err
 		// Not there (restarting), refused, or it hung up mid-call: try again until the deadline.
 		select {
 		case <-ctx.Done():
-			return unreachable{lastErr}
+			return nil, unreachable{lastErr}
 		case <-time.After(retryEvery):
 		}
 	}
@@ -213,10 +222,35 @@ func cmdAdd(args *skel.CmdArgs) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	if err := outcome(call(ctx, c.Socket, http.MethodPost, cniapi.PathAdd, req), c, "ADD"); err != nil {
+	resp, err := exchange(ctx, c.Socket, http.MethodPost, cniapi.PathAdd, req)
+	if err := outcome(err, c, "ADD"); err != nil {
 		return err
 	}
+	if resp != nil && resp.Router != nil {
+		if err := configureRouter(ctx, c, req, resp.Router); err != nil {
+			return err
+		}
+	}
 	return types.PrintResult(c.PrevResult, c.CNIVersion)
+}
+
+// configureRouter applies an EgressRouter's configuration in the pod's namespace (the agent
+// cannot enter it: it lacks CAP_SYS_ADMIN, which the runtime gives its plugins) and reports the
+// outcome to egressd, which writes it into the EgressRouter's status. A router that could not
+// be configured fails the ADD, whatever failOpen says: the pod would serve nothing.
+func configureRouter(ctx context.Context, c *netConf, req *cniapi.Request, rc *router.Config) error {
+	done, err := router.Apply(rc, req.Netns, req.IfName)
+	res := cniapi.RouterResult{ContainerID: req.ContainerID, Namespace: req.Namespace, Name: req.Name, Master: done.Master}
+	if err != nil {
+		res.Error = err.Error()
+	}
+	if rerr := call(ctx, c.Socket, http.MethodPost, cniapi.PathRouter, res); rerr != nil {
+		fmt.Fprintf(os.Stderr, "egressd-cni: report the egress router's configuration: %v\n", rerr)
+	}
+	if err != nil {
+		return types.NewError(cniapi.CodeProgramFailed, "egressd-cni: egress router", err.Error())
+	}
+	return nil
 }
 
 // cmdDel always succeeds once the config parses: a pod being torn down must not be held by

@@ -22,6 +22,7 @@ import (
 	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
 	"github.com/egressd/egressd/nodeagent/egressip"
+	"github.com/egressd/egressd/nodeagent/egressrouter"
 	"github.com/egressd/egressd/nodeagent/reachability"
 )
 
@@ -60,6 +61,7 @@ type config struct {
 	cniBinDir        string
 	cniConfDir       string
 	cniFailOpen      bool
+	routerImage      string
 }
 
 // prefixList is a comma-separated list of CIDRs, v4 and/or v6.
@@ -152,6 +154,7 @@ func newFlagSet(c *config, env environment) (fs *flag.FlagSet, cloud, ignore *st
 	fs.StringVar(&c.cniBinDir, "cni-bin-dir", "/opt/cni/bin", "the host's CNI plugin directory, where egressd-cni is installed (with --cni-conf-dir)")
 	fs.StringVar(&c.cniBinary, "cni-plugin-binary", env.cniBinary, "the egressd-cni executable to install (with --cni-conf-dir; default egressd-cni next to egressd)")
 	fs.BoolVar(&c.cniFailOpen, "cni-fail-open", false, "installed chain entry lets a pod start when egressd does not answer its CNI ADD in time, unprogrammed until egressd is back (default: fail closed, the runtime retries)")
+	fs.StringVar(&c.routerImage, "egress-router-image", egressrouter.DefaultImage, "image of the EgressRouter router pods the leader creates: egressd's own (they run \"egressd router-pod\")")
 	fs.IntVarP(&c.verbosity, "v", "v", 0, "log verbosity: 0 info, 1 debug, higher adds client-go detail")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or text")
 	return fs, cloud, ignore
@@ -240,6 +243,9 @@ func (c *config) validate() error {
 	}
 	if c.tunnel.Port == 0 {
 		bad("vxlan-port", "must not be 0")
+	}
+	if c.routerImage == "" {
+		bad("egress-router-image", "required")
 	}
 	if c.logFormat != "json" && c.logFormat != "text" {
 		bad("log-format", "%q is not json or text", c.logFormat)

@@ -31,6 +31,7 @@ import (
 
 	"github.com/egressd/egressd/api/generated/clientset/versioned"
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	netopv1 "github.com/egressd/egressd/api/networkoperator/v1"
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/kernel"
 	"github.com/egressd/egressd/internal/cniinstall"
@@ -40,6 +41,7 @@ import (
 	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/cniserver"
 	"github.com/egressd/egressd/nodeagent/egressip"
+	"github.com/egressd/egressd/nodeagent/egressrouter"
 	"github.com/egressd/egressd/nodeagent/egressservice"
 	"github.com/egressd/egressd/nodeagent/externalroute"
 	"github.com/egressd/egressd/nodeagent/reachability"
@@ -52,6 +54,9 @@ import (
 const shutdownBudget = 5 * time.Second
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "router-pod" {
+		os.Exit(routerPod(os.Args[2:], os.Stderr))
+	}
 	cfg, err := parseFlags(os.Args[1:], os.Stderr)
 	if err != nil {
 		if !errors.Is(err, pflag.ErrHelp) {
@@ -151,13 +156,23 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Networks: loop.Networks, Probes: serviceProber, HealthPort: cfg.healthPort, Recorder: recorder,
 		Log: log.With("component", "egressservice-controller")}
 
+	// EgressRouter: the leader places router pods (its own prober); the node side answers
+	// their CNI ADD with the router's configuration, which egressd-cni applies.
+	routerProber := reachability.NewProber(reachability.Config{})
+	defer routerProber.Stop()
+	egressRouters := &egressrouter.Controller{Client: egress, Kube: kube, Snapshot: w.Snapshot(), Changed: w.Subscribe(false),
+		Probes: routerProber, HealthPort: cfg.healthPort, Image: cfg.routerImage, Recorder: recorder,
+		Log: log.With("component", "egressrouter-controller")}
+
 	// The CNI socket is served before the caches sync: a plugin's ADD waits for the first sync.
 	if cfg.cniSocket != "" {
 		store := cniserver.NewStore()
 		loop.Announced = store
 		loop.Triggers = append(loop.Triggers, store.Changed())
 		cs := &cniserver.Server{Node: cfg.nodeName, Store: store, Pods: w.Snapshot().Pods, Kube: kube,
-			Synced: loop.Synced, Log: log.With("component", "cni")}
+			Synced: loop.Synced, Log: log.With("component", "cni"),
+			Routers: &egressrouter.Node{Node: cfg.nodeName, Snapshot: w.Snapshot(), Networks: loop.Networks,
+				Client: egress, Recorder: recorder, Log: log.With("component", "egressrouter")}}
 		if err := cs.Listen(cfg.cniSocket); err != nil {
 			return err
 		}
@@ -212,7 +227,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	wg.Go(func() { statusWriter.Run(ctx) })
 	elector := &nodeagent.LeaderElection{
 		Client: kube, Namespace: cfg.leaderElectionNS, Identity: cfg.nodeName,
-		Controllers: []nodeagent.Controller{aggregator.Run, egressIPs.Run, egressServices.Run},
+		Controllers: []nodeagent.Controller{aggregator.Run, egressIPs.Run, egressServices.Run, egressRouters.Run},
 		Metrics:     metrics, Log: log.With("component", "leader-election"),
 		LeaseDuration: cfg.leaseDuration, RenewDeadline: cfg.renewDeadline, RetryPeriod: cfg.retryPeriod,
 	}
@@ -238,6 +253,7 @@ func eventRecorder(ctx context.Context, kube kubernetes.Interface, node string) 
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = ovnv1.AddToScheme(scheme)
+	_ = netopv1.AddToScheme(scheme)
 	b := record.NewBroadcaster(record.WithContext(ctx))
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	return b.NewRecorder(scheme, corev1.EventSource{Component: "egressd", Host: node}), b.Shutdown

@@ -194,7 +194,7 @@ func announceOn(ifindex int, ip netip.Addr) error {
 	if err != nil {
 		return fmt.Errorf("announce %s: interface %d: %w", ip, ifindex, err)
 	}
-	return announce(ifi, ip)
+	return Announce(ifi, ip)
 }
 
 // Announce announces ip again on the interface that holds it (after a link came back up, or when

@@ -18,11 +18,11 @@ var allNodes = netip.MustParseAddr("ff02::1")
 // writeTimeout bounds a send on an interface whose queue does not drain.
 const writeTimeout = time.Second
 
-// announce tells the link that ip now lives behind ifi's MAC, so that neighbours and switches
+// Announce tells the link that ip now lives behind ifi's MAC, so that neighbours and switches
 // that cached another owner (the node the address moved from) switch at once instead of when
 // their entries expire. Interfaces without a MAC (tun, point-to-point) have no neighbours to
 // tell.
-func announce(ifi *net.Interface, ip netip.Addr) error {
+func Announce(ifi *net.Interface, ip netip.Addr) error {
 	if len(ifi.HardwareAddr) == 0 {
 		return nil
 	}

@@ -19,6 +19,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/egressd/egressd/dataplane/router"
 	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
 )
 
@@ -37,9 +38,18 @@ type Server struct {
 	Kube kubernetes.Interface
 	// Synced reports whether the agent finished its first sync (STATUS).
 	Synced func() bool
-	Log    *slog.Logger
+	// Routers, when set, configures EgressRouter pods (nodeagent/egressrouter.Node).
+	Routers Routers
+	Log     *slog.Logger
 
 	http *http.Server
+}
+
+// Routers compiles the configuration of a router pod (nil for other pods) and hears the
+// outcome of applying it.
+type Routers interface {
+	Config(ctx context.Context, pod *corev1.Pod) (*router.Config, error)
+	Configured(ctx context.Context, pod *corev1.Pod, master string, failure error)
 }
 
 // Listen binds the socket (replacing a stale one) and serves until Close.
@@ -64,6 +74,7 @@ func (s *Server) Listen(path string) error {
 	mux.HandleFunc("POST "+cniapi.PathCheck, s.check)
 	mux.HandleFunc("POST "+cniapi.PathGC, s.gc)
 	mux.HandleFunc("GET "+cniapi.PathStatus, s.status)
+	mux.HandleFunc("POST "+cniapi.PathRouter, s.routerResult)
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := s.http.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -148,11 +159,19 @@ func (s *Server) add(w http.ResponseWriter, r *http.Request) {
 		s.Log.Info("CNI ADD for a pod whose object has another UID; using the namespace only", "pod", req.Namespace+"/"+req.Name)
 		pod = bare(req.Namespace, req.Name, s.Node)
 	}
+	var rc *router.Config
+	if s.Routers != nil {
+		var err error
+		if rc, err = s.Routers.Config(ctx, pod); err != nil {
+			fail(w, http.StatusServiceUnavailable, cniapi.CodeProgramFailed, "egress router: %v", err)
+			return
+		}
+	}
 	e := s.Store.announce(req.ContainerID, pod, ips)
 	select {
 	case <-e.done:
 		s.Log.Debug("CNI ADD programmed", "pod", e.key.String(), "sandbox", req.ContainerID, "ips", ips, "took", time.Since(start))
-		reply(w, http.StatusOK, cniapi.Response{Programmed: e.programmed})
+		reply(w, http.StatusOK, cniapi.Response{Programmed: e.programmed, Router: rc})
 	case <-ctx.Done():
 		s.Store.mu.Lock()
 		lastErr := e.lastErr
@@ -221,6 +240,24 @@ func (s *Server) gc(w http.ResponseWriter, r *http.Request) {
 	if n := s.Store.keepOnly(req.Valid); n > 0 {
 		s.Log.Info("CNI GC forgot sandboxes", "count", n)
 	}
+	reply(w, http.StatusOK, cniapi.Response{})
+}
+
+// routerResult hears how a router pod's configuration went.
+func (s *Server) routerResult(w http.ResponseWriter, r *http.Request) {
+	var res cniapi.RouterResult
+	if !decode(w, r, &res) {
+		return
+	}
+	if s.Routers == nil || res.Namespace == "" || res.Name == "" {
+		fail(w, http.StatusBadRequest, cniapi.CodeInvalidEnv, "a router result needs the pod's namespace and name, and egressd serving routers")
+		return
+	}
+	var failure error
+	if res.Error != "" {
+		failure = errors.New(res.Error)
+	}
+	s.Routers.Configured(r.Context(), s.pod(r.Context(), res.Namespace, res.Name), res.Master, failure)
 	reply(w, http.StatusOK, cniapi.Response{})
 }
 

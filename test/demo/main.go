@@ -207,7 +207,11 @@ func run(ctx context.Context, keep bool) (int, error) {
 	if err := demoEgressIP(ctx, l, c, pods); err != nil {
 		return c.failures, err
 	}
-	fmt.Println("    (EgressService, EgressRouter and CloudPrivateIPConfig are accepted; their node programming lands with their issues;")
+	step("EgressRouter: the example degraded (its network is no lab node's), and a router on the fabric reached through a Service")
+	if err := demoEgressRouter(ctx, l, c, web); err != nil {
+		return c.failures, err
+	}
+	fmt.Println("    (EgressService and CloudPrivateIPConfig are accepted; their node programming lands with their issues;")
 	fmt.Println("     AdminPolicyBasedExternalRoute works: see TestPrivilegedExternalRoute, with FRR gateways)")
 
 	if !keep {
@@ -220,7 +224,7 @@ func run(ctx context.Context, keep bool) (int, error) {
 	fmt.Printf(`
 The demo keeps running; Ctrl-C here, or make demo-down from another shell, stops it.
   export KUBECONFIG=%s
-  kubectl get nodes,pods -A; kubectl get egressfirewall,egressqos,eip,apbexternalroute,egressservice -A
+  kubectl get nodes,pods -A; kubectl get egressfirewall,egressqos,eip,apbexternalroute,egressservice,egressrouter -A
   nsenter --net=%s curl -s http://%s/metrics | grep ^egressd_          # node-0's agent
   nsenter --net=%s nft list ruleset
   nsenter --net=%s bpftool prog show name %s

@@ -31,6 +31,16 @@ func daemonSetCapabilities(t *testing.T) []string {
 	return add
 }
 
+// daemonSetWrap runs an agent with exactly caps (setpriv: bounding and inheritable sets, no new
+// privileges, as the runtime does for a root container).
+func daemonSetWrap(caps []string) []string {
+	set := "-all"
+	for _, c := range caps {
+		set += ",+" + strings.ToLower(c)
+	}
+	return []string{"setpriv", "--bounding-set=" + set, "--inh-caps=-all", "--no-new-privs", "--"}
+}
+
 // TestPrivilegedDeployCapabilities runs end-to-end scenarios with every agent restricted to the
 // capabilities the DaemonSet grants (setpriv: bounding and inheritable sets, no new privileges,
 // as the runtime does for a root container): EgressIP (nftables, bpf, routing, gratuitous
@@ -39,11 +49,7 @@ func daemonSetCapabilities(t *testing.T) []string {
 func TestPrivilegedDeployCapabilities(t *testing.T) {
 	privileged.Require(t)
 	caps := daemonSetCapabilities(t)
-	set := "-all"
-	for _, c := range caps {
-		set += ",+" + strings.ToLower(c)
-	}
-	wrap := []string{"setpriv", "--bounding-set=" + set, "--inh-caps=-all", "--no-new-privs", "--"}
+	wrap := daemonSetWrap(caps)
 	// The wrapper leaves exactly those capabilities (SYS_ADMIN not among them).
 	bits := map[string]uint{"NET_ADMIN": 12, "NET_RAW": 13, "SYS_ADMIN": 21, "SYS_RESOURCE": 24, "PERFMON": 38, "BPF": 39}
 	var want uint64

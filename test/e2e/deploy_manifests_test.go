@@ -210,7 +210,8 @@ func TestDeployManifestsDryRun(t *testing.T) {
 		for _, want := range []string{"--cluster-cidr=10.0.0.0/16,fd00::/48", "--service-cidr=10.1.0.0/16", "--fwmark-mask=0x0f000000", "--rule-priority-base=2000", "--rule-priority-count=100",
 			"--route-table-base=3000", "--route-table-count=200", "--metrics-bind-address=:19476",
 			"--health-probe-bind-address=:19477", "--egress-health-bind-address=:19107", "--egressip-health-port=19107",
-			"--log-format=text", "--v=1", "--external-gateway-annotations"} {
+			"--log-format=text", "--v=1", "--external-gateway-annotations",
+			"--egress-router-image=registry.example/egressd:v1.2.3"} {
 			if !strings.Contains(args, want) {
 				t.Errorf("args %s lack %s", args, want)
 			}

@@ -79,6 +79,12 @@ func TestDeployRBAC(t *testing.T) {
 		call{verb: "delete", group: cloud, resource: "cloudprivateipconfigs", name: "192.0.2.10"},
 		// A pod the CNI plugin announces before the informer has it (nodeagent/cniserver).
 		call{verb: "get", resource: "pods", ns: "app", name: "p"},
+		// EgressRouter: router pods (the leader) and the conditions (leader and nodes)
+		// (nodeagent/egressrouter).
+		call{verb: "create", resource: "pods", ns: "app"},
+		call{verb: "delete", resource: "pods", ns: "app", name: "router-x"},
+		call{verb: "get", group: netop, resource: "egressrouters", ns: "app", name: "r"},
+		call{verb: "patch", group: netop, resource: "egressrouters", sub: "status", ns: "app", name: "r"},
 		// Status by server-side apply (nodeagent/status).
 		call{verb: "patch", group: ovn, resource: "egressfirewalls", sub: "status", ns: "app", name: "default"},
 		call{verb: "patch", group: ovn, resource: "egressqoses", sub: "status", ns: "app", name: "default"},
@@ -98,7 +104,8 @@ func TestDeployRBAC(t *testing.T) {
 		{verb: "update", resource: "nodes", name: "node-a"},
 		{verb: "patch", resource: "nodes", sub: "status", name: "node-a"},
 		{verb: "update", resource: "pods", ns: "app", name: "p"},
-		{verb: "create", resource: "pods", ns: "app"},
+		{verb: "patch", resource: "pods", ns: "app", name: "p"},
+		{verb: "update", resource: "pods", sub: "status", ns: "app", name: "p"},
 		{verb: "create", resource: "pods", sub: "exec", ns: "app", name: "p"},
 		{verb: "get", resource: "secrets", ns: "app", name: "s"},
 		{verb: "list", resource: "secrets", ns: ns},
@@ -107,10 +114,12 @@ func TestDeployRBAC(t *testing.T) {
 		{verb: "create", group: ovn, resource: "egressips"},
 		{verb: "update", group: ovn, resource: "egressfirewalls", ns: "app", name: "default"},
 		{verb: "update", group: ovn, resource: "egressservices", ns: "app", name: "s"},
-		{verb: "patch", group: netop, resource: "egressrouters", sub: "status", ns: "app", name: "r"},
 		// The status is the cloud-network-config-controller's.
 		{verb: "update", group: cloud, resource: "cloudprivateipconfigs", sub: "status", name: "192.0.2.10"},
 		{verb: "patch", group: cloud, resource: "cloudprivateipconfigs", sub: "status", name: "192.0.2.10"},
+		{verb: "update", group: netop, resource: "egressrouters", ns: "app", name: "r"},
+		{verb: "delete", group: netop, resource: "egressrouters", ns: "app", name: "r"},
+		{verb: "create", group: netop, resource: "egressrouters", ns: "app"},
 		{verb: "delete", resource: "events", ns: "app", name: "e"},
 		{verb: "update", group: "coordination.k8s.io", resource: "leases", ns: ns, name: "someone-else"},
 		{verb: "update", group: "coordination.k8s.io", resource: "leases", ns: "kube-system", name: nodeagent.LeaseName},

@@ -24,6 +24,9 @@ type External struct {
 	obs    *observer
 	// closers are sockets the lab closes with the host.
 	closers []io.Closer
+
+	// Fabric6 is its v6 address on the fabric.
+	Fabric6 netip.Addr
 }
 
 // ExternalOptions of AddExternal.
@@ -39,6 +42,7 @@ func (l *Lab) AddExternal(name string, o ExternalOptions, addrs ...string) (*Ext
 	l.mu.Unlock()
 	e := &External{Name: name, Fabric: netip.MustParseAddr(fmt.Sprintf(fabricV4, 100+j))}
 	fabric6 := netip.MustParseAddr(fmt.Sprintf(fabricV6, 0x100+j))
+	e.Fabric6 = fabric6
 	var err error
 	if e.NS, err = l.newNS("x" + name); err != nil {
 		return nil, err

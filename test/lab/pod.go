@@ -141,7 +141,8 @@ func (p *Pod) addNetwork(ctx context.Context, obj *corev1.Pod, o PodOptions) err
 func (p *Pod) create(ctx context.Context, o PodOptions) (*corev1.Pod, error) {
 	c := p.Node.lab.Client.CoreV1().Pods(p.Namespace)
 	obj := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, Labels: o.Labels},
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, Labels: o.Labels,
+			Annotations: map[string]string{labPodAnnotation: "true"}},
 		Spec: corev1.PodSpec{
 			NodeName:   p.Node.Name,
 			Containers: []corev1.Container{{Name: "app", Image: "lab.invalid/pod"}},
@@ -162,8 +163,15 @@ func (p *Pod) create(ctx context.Context, o PodOptions) (*corev1.Pod, error) {
 
 // setStatus writes what kubelet reports of a started pod.
 func (p *Pod) setStatus(ctx context.Context, created *corev1.Pod) error {
+	created.Status = p.status()
+	_, err := p.Node.lab.Client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	return err
+}
+
+// status is what kubelet reports of the started pod: Running, Ready, its IPs.
+func (p *Pod) status() corev1.PodStatus {
 	now := metav1.Now()
-	created.Status = corev1.PodStatus{
+	return corev1.PodStatus{
 		Phase:  corev1.PodRunning,
 		HostIP: p.Node.IPv4.String(),
 		PodIP:  p.IPv4.String(),
@@ -175,8 +183,6 @@ func (p *Pod) setStatus(ctx context.Context, created *corev1.Pod) error {
 		},
 		StartTime: &now,
 	}
-	_, err := p.Node.lab.Client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{})
-	return err
 }
 
 // CheckNetwork runs the chain's CNI CHECK for the pod's sandbox, as a runtime does.
@@ -221,6 +227,13 @@ func (p *Pod) UDP(dst string, o ...ClientOptions) Result { return call(p.NS, "ud
 // still send it, and the firewall judges the packet, not an association) and reports whether
 // the external host saw it arrive within timeout. Each call uses a fresh source port.
 func (p *Pod) SCTP(to *External, dst netip.AddrPort, timeout time.Duration) (bool, error) {
+	_, ok, err := p.SCTPSeen(to, dst, dst.Port(), timeout)
+	return ok, err
+}
+
+// SCTPSeen is SCTP for a packet that may arrive at another port (after DNAT): it returns what
+// the external host saw of it (its source after NAT) when it arrived at port within timeout.
+func (p *Pod) SCTPSeen(to *External, dst netip.AddrPort, port uint16, timeout time.Duration) (Observation, bool, error) {
 	sport := uint16(20000 + sctpPorts.Add(1)%40000)
 	err := p.NS.Do(func() error {
 		family, sa := unix.AF_INET6, unix.Sockaddr(&unix.SockaddrInet6{Addr: dst.Addr().As16()})
@@ -235,10 +248,10 @@ func (p *Pod) SCTP(to *External, dst netip.AddrPort, timeout time.Duration) (boo
 		return unix.Sendto(fd, sctpInit(sport, dst.Port()), 0, sa)
 	})
 	if err != nil {
-		return false, err
+		return Observation{}, false, err
 	}
-	_, ok := to.obs.seen("sctp", sport, dst.Port(), timeout)
-	return ok, nil
+	ob, ok := to.obs.seen("sctp", sport, port, timeout)
+	return ob, ok, nil
 }
 
 var sctpPorts atomic.Uint32

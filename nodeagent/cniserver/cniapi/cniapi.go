@@ -1,12 +1,16 @@
 // Package cniapi is the wire protocol between egressd's chained CNI plugin (cmd/egressd-cni) and
 // the agent (nodeagent/cniserver): HTTP/1.1 with JSON bodies over a unix socket on the host.
-// It imports nothing but the standard library, so the plugin binary stays small and fast.
+// It imports the standard library and dataplane/router's configuration only.
 //
 //	POST /v1/add    Request -> 200 Response once the pod is programmed, else an error status
 //	POST /v1/del    Request -> 200 (idempotent: an unknown sandbox is not an error)
 //	POST /v1/check  Request -> 200 if egressd holds the pod with these addresses, programmed
 //	POST /v1/gc     GCRequest -> 200 (forget every sandbox not listed)
 //	GET  /v1/status -> 200 once the agent has finished its first sync
+//	POST /v1/router RouterResult -> 200 (the outcome of applying Response.Router)
+//
+// The ADD of an EgressRouter's router pod is answered with the router's configuration: the
+// plugin, root in the pod's sandbox setup, applies it (dataplane/router) and reports the outcome.
 //
 // An error answer has a non-2xx status and a Response with Error set; Code is a CNI error code
 // the plugin returns as is.
@@ -15,6 +19,8 @@ package cniapi
 import (
 	"net/netip"
 	"time"
+
+	"github.com/egressd/egressd/dataplane/router"
 )
 
 // DefaultSocket is where the agent listens by default (egressd --cni-socket).
@@ -27,6 +33,7 @@ const (
 	PathCheck  = "/v1/check"
 	PathGC     = "/v1/gc"
 	PathStatus = "/v1/status"
+	PathRouter = "/v1/router"
 )
 
 // Request is one CNI call for one pod sandbox.
@@ -77,6 +84,19 @@ type Response struct {
 	Code  uint   `json:"code,omitempty"`
 	// Programmed is when the pod's state was applied (ADD, CHECK).
 	Programmed time.Time `json:"programmed,omitzero"`
+	// Router is set on the ADD of a router pod: the plugin configures it in the pod.
+	Router *router.Config `json:"router,omitempty"`
+}
+
+// RouterResult is the outcome of configuring a router pod.
+type RouterResult struct {
+	ContainerID string `json:"containerID"`
+	Namespace   string `json:"namespace"`
+	Name        string `json:"name"`
+	// Master is the node NIC the macvlan was put on.
+	Master string `json:"master,omitempty"`
+	// Error is why it failed; empty on success.
+	Error string `json:"error,omitempty"`
 }
 
 // CNI error codes used (https://www.cni.dev/docs/spec/#error).
