@@ -59,4 +59,7 @@ type Nexthop struct {
 	Device string
 	// BFD makes the member depend on the BFD session to Gateway (BFDPeer.Peer) being Up.
 	BFD bool
+	// Onlink takes Gateway as reachable on Device without a route to it: a tunnel peer, whose
+	// address is on no network of the tunnel device.
+	Onlink bool
 }

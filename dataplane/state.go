@@ -4,8 +4,8 @@
 // nothing of Kubernetes: it receives plain values and returns per-object results.
 //
 // State has one section per kernel facility; each facility package (classifier, nft, routing,
-// addresses, bfd) programs its own section, and the composite Applier (dataplane/kernel) runs
-// them in phases.
+// addresses, bfd, tunnel) programs its own section, and the composite Applier
+// (dataplane/kernel) runs them in phases.
 package dataplane
 
 import (
@@ -23,6 +23,9 @@ type State struct {
 	Addresses []Address
 	// BFD are the peers whose liveness gates nexthops of Routing.
 	BFD []BFDPeer
+	// Tunnel carries steered packets to egress nodes across an underlay that drops a pod's
+	// source (routed fabrics, clouds).
+	Tunnel TunnelState
 }
 
 // ClassifierState is what the tc classifier on pod-facing interfaces holds: the local pods with

@@ -33,7 +33,8 @@ func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (datapl
 		QoS:             p.qos.QoS,
 	}}
 	eip := withoutServed(p.egressIP, p.service.Served)
-	paths := steeredPaths(append(append([]egressip.Steer{}, p.service.Steer...), eip.Steer...), p.routes.Routes)
+	u := newUnderlay(st.mode, st.node, p.egressIP.Primaries)
+	paths := steeredPaths(append(append([]egressip.Steer{}, p.service.Steer...), eip.Steer...), p.routes.Routes, u.hop)
 	slots := st.plan(paths, mask)
 	marks := map[netip.Addr]uint32{}
 	for _, path := range paths {
@@ -74,6 +75,7 @@ func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (datapl
 	}
 	s.Nftables.SteerMask = mask
 	s.Nftables.SNAT = append(slices.Clip(p.service.SNAT), eip.SNAT...)
+	s.Tunnel = u.state(len(s.Nftables.SNAT) > 0)
 	s.Nftables.Exempt = union(p.egressIP.Exempt, p.service.Exempt, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	s.Classifier.SteerExempt = s.Nftables.Exempt
 	s.Nftables.Guarded = union(p.egressIP.Guarded, p.service.Guarded, netip.Addr.Compare)

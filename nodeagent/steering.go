@@ -25,18 +25,19 @@ type path struct {
 }
 
 // steeredPaths are the paths of the local pods' addresses: to the egress nodes of their
-// EgressIP, by direct routing, else through the gateways of their external route policy (BFD
-// gated where the hop asks for it). EgressIP wins, as in upstream's shared-gateway mode: its
+// EgressIP, by the next hop reach gives for each node's address (direct or through the
+// tunnel), else through the gateways of their external route policy (BFD gated where the hop
+// asks for it). EgressIP wins, as in upstream's shared-gateway mode: its
 // reroute on the cluster router comes before the external route's static routes on the pod
 // node's gateway router, which only traffic leaving on that node meets; a pod whose egress IP
 // is on its own node still leaves through the gateways, SNATed to the egress IP.
-func steeredPaths(steers []egressip.Steer, routes []externalroute.Route) []path {
+func steeredPaths(steers []egressip.Steer, routes []externalroute.Route, reach func(netip.Addr) dataplane.Nexthop) []path {
 	out := make([]path, 0, len(steers)+len(routes))
 	taken := map[netip.Addr]bool{}
 	for _, st := range steers {
 		p := path{origin: st.Origin, podIP: st.PodIP}
 		for _, via := range st.Via {
-			p.hops = append(p.hops, dataplane.Nexthop{Gateway: via})
+			p.hops = append(p.hops, reach(via))
 		}
 		out = append(out, p)
 		taken[st.PodIP] = true
@@ -72,8 +73,11 @@ func bfdPeers(routes []externalroute.Route) []dataplane.BFDPeer {
 
 // steering allocates a slot to every path origin local pods are steered through: its mark, the
 // offset of its rules and its table. A path keeps its slot for as long
-// as it is used, so a pod's mark does not change under it.
+// as it is used, so a pod's mark does not change under it. Egress nodes are reached as mode
+// says ("" is auto).
 type steering struct {
+	mode  SteeringMode
+	node  string // this node's name
 	slots map[dataplane.Origin]int
 }
 

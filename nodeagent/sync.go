@@ -77,6 +77,8 @@ type SyncLoop struct {
 
 	// MarkMask are the skb->mark bits egressd may use (dataplane.DefaultMarkMask when 0).
 	MarkMask uint32
+	// Steering is how steered traffic reaches egress nodes ("": auto).
+	Steering SteeringMode
 	// Recorder, when set, records the compile steps' events (EgressIP's UndefinedRequest).
 	Recorder EventRecorder
 	// Announced, when set, supplies pods announced before their Pod objects show them (the CNI
@@ -232,6 +234,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	if mask == 0 {
 		mask = dataplane.DefaultMarkMask
 	}
+	l.steering.mode, l.steering.node = l.Steering, l.Node
 	state, objects := merge(networks, &l.parts, &l.steering, mask)
 	l.Metrics.observePaths(&state)
 

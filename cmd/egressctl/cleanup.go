@@ -8,11 +8,13 @@ import (
 	"os"
 	"slices"
 
+	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/addresses"
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/nft"
 	"github.com/egressd/egressd/dataplane/routing"
 	"github.com/egressd/egressd/dataplane/tcx"
+	"github.com/egressd/egressd/dataplane/tunnel"
 	"github.com/egressd/egressd/internal/cniinstall"
 )
 
@@ -54,6 +56,7 @@ func cleanup(o options) (cleanupReport, error) {
 		{"remove egressd's ip rules, routes and nexthops",
 			fmt.Sprintf("removed egressd's ip rules, routes and nexthops (protocol %d)", o.routing.Protocol),
 			func() error { return routing.Cleanup(o.routing) }},
+		{"remove the tunnel device " + dataplane.TunnelDevice, "removed the tunnel device " + dataplane.TunnelDevice, tunnel.Cleanup},
 		{"remove " + o.pinRoot, "removed " + o.pinRoot, func() error {
 			var pathErr *fs.PathError
 			switch err := os.Remove(o.pinRoot); {

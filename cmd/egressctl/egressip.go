@@ -9,18 +9,53 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/addresses"
 	"github.com/egressd/egressd/dataplane/nft"
+	"github.com/egressd/egressd/dataplane/tunnel"
 )
 
 // egressIPReport is what this node does for EgressIP: the egress IPs it hosts, the pods it
-// SNATs to them, and egressd's routing (egressctl routes adds the agent's BFD sessions).
+// SNATs to them, egressd's routing (egressctl routes adds the agent's BFD sessions), and the
+// tunnel to egress nodes.
 type egressIPReport struct {
 	Hosted []hostedAddress `json:"hosted"`
 	SNAT   []snatEntry     `json:"snat"`
 	// Steering is egressd's routing: marked pod traffic to egress nodes or external gateways.
 	Steering     routingReport `json:"steering"`
 	MetricsError string        `json:"metricsError,omitempty"`
+	// Tunnel is egressd's VXLAN device; null when the node has none.
+	Tunnel *tunnelReport `json:"tunnel"`
+}
+
+// tunnelReport is egressd's VXLAN tunnel: its identity, and the egress nodes it reaches.
+type tunnelReport struct {
+	Device string       `json:"device"`
+	VNI    int          `json:"vni"`
+	Port   int          `json:"port"`
+	Local  netip.Addr   `json:"local"`
+	MAC    string       `json:"mac"`
+	Peers  []tunnelPeer `json:"peers"`
+}
+
+// tunnelPeer is one node the tunnel reaches: its underlay address, MAC, and the next hops
+// that resolve to it.
+type tunnelPeer struct {
+	Underlay netip.Addr   `json:"underlay"`
+	MAC      string       `json:"mac"`
+	Nexthops []netip.Addr `json:"nexthops"`
+}
+
+func readTunnel() (*tunnelReport, error) {
+	info, err := tunnel.Inspect()
+	if err != nil || info == nil {
+		return nil, err
+	}
+	r := &tunnelReport{Device: dataplane.TunnelDevice, VNI: info.VNI, Port: info.Port, Local: info.Local, MAC: info.MAC, Peers: []tunnelPeer{}}
+	for _, p := range info.Peers {
+		r.Peers = append(r.Peers, tunnelPeer{Underlay: p.Underlay, MAC: p.MAC, Nexthops: p.Nexthops})
+	}
+	return r, nil
 }
 
 // hostedAddress is an egress IP on one of this node's interfaces.
@@ -53,6 +88,9 @@ func readEgressIP(o options) (egressIPReport, error) {
 		return r, fmt.Errorf("routing: %w", err)
 	}
 	r.Steering, r.MetricsError = routes.routingReport, routes.MetricsError
+	if r.Tunnel, err = readTunnel(); err != nil {
+		return r, fmt.Errorf("tunnel: %w", err)
+	}
 	return r, nil
 }
 
@@ -86,5 +124,17 @@ func (r egressIPReport) writeText(out io.Writer) error {
 		fmt.Fprintf(out, "  %s -> %s\n", e.Pod, e.EgressIP)
 	}
 	fmt.Fprintln(out, "\nsteering (marked pod traffic to egress nodes or external gateways):")
-	return r.Steering.writeText(out)
+	if err := r.Steering.writeText(out); err != nil {
+		return err
+	}
+	if r.Tunnel == nil {
+		fmt.Fprintf(out, "\ntunnel %s: none\n", dataplane.TunnelDevice)
+		return nil
+	}
+	t := r.Tunnel
+	fmt.Fprintf(out, "\ntunnel %s: vni %d port %d local %s mac %s\n", t.Device, t.VNI, t.Port, t.Local, t.MAC)
+	for _, p := range t.Peers {
+		fmt.Fprintf(out, "  node %s (mac %s) next hops %v\n", p.Underlay, p.MAC, p.Nexthops)
+	}
+	return nil
 }

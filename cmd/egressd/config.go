@@ -18,6 +18,8 @@ import (
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/routing"
+	"github.com/egressd/egressd/dataplane/tunnel"
+	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
 	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/nodeagent/egressrouter"
@@ -52,6 +54,8 @@ type config struct {
 	routing          routing.Config
 	healthPort       uint16
 	egressIPCloud    egressip.CloudMode
+	steering         nodeagent.SteeringMode
+	tunnel           tunnel.Config
 	cniSocket        string
 	cniBinary        string
 	cniBinDir        string
@@ -140,6 +144,10 @@ func newFlagSet(c *config, env environment) (fs *flag.FlagSet, cloud, ignore *st
 	fs.DurationVar(&c.addressLifetime, "egress-address-lifetime", 30*time.Second, "valid lifetime of the egress addresses this node hosts, renewed while the agent runs: an agent gone longer loses them, as the leader then moves them (0: forever)")
 	fs.BoolVar(&c.legacyGateways, "external-gateway-annotations", false, "also honour the legacy external gateway annotations of older OVN-Kubernetes (k8s.ovn.org/routing-external-gws, routing-namespaces, routing-network, bfd-enabled), merged with AdminPolicyBasedExternalRoutes as upstream did")
 	cloud = fs.String("egressip-cloud", "auto", "request egress IPs from the cloud through CloudPrivateIPConfigs (OpenShift's cloud-network-config-controller attaches them to the node's NIC) before using them: true, false, or auto (while any node carries the cloud.network.openshift.io/egress-ipconfig annotation)")
+	c.steering = nodeagent.SteerAuto
+	fs.Var(&c.steering, "egressip-steering", "how steered traffic (EgressIP, EgressService) reaches the egress node, the same on every node: direct (routed with the pod's source), vxlan (through egressd's own VXLAN device "+dataplane.TunnelDevice+", for fabrics and clouds that drop a pod's source), or auto (direct to a node on this node's primary network, vxlan beyond it)")
+	fs.Uint32Var(&c.tunnel.VNI, "vxlan-vni", tunnel.DefaultVNI, "VNI of egressd's VXLAN tunnel, the same on every node")
+	fs.Uint16Var(&c.tunnel.Port, "vxlan-port", tunnel.DefaultPort, "UDP port of egressd's VXLAN tunnel, the same on every node (not flannel's or Cilium's 8472, nor Calico's 4789)")
 	ignore = fs.String("status-ignore-nodes", "", "label selector of nodes egressd does not run on: they are not waited for in the aggregate status of EgressFirewall and EgressQoS")
 	fs.StringVar(&c.cniSocket, "cni-socket", cniapi.DefaultSocket, "unix socket on which egressd's chained CNI plugin (egressd-cni) hands over new pods; \"\" disables")
 	fs.StringVar(&c.cniConfDir, "cni-conf-dir", "", "the host's CNI configuration directory: egressd-cni is appended to the primary network configuration there, and kept there (\"\": not installed, chain it by hand)")
@@ -229,6 +237,12 @@ func (c *config) validate() error {
 	}
 	if c.dnsMinTTL < 0 {
 		bad("dns-min-ttl", "%s is negative", c.dnsMinTTL)
+	}
+	if err := c.tunnel.Validate(); err != nil {
+		bad("vxlan-vni", "%v", err)
+	}
+	if c.tunnel.Port == 0 {
+		bad("vxlan-port", "must not be 0")
 	}
 	if c.routerImage == "" {
 		bad("egress-router-image", "required")

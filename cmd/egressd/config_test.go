@@ -4,6 +4,9 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/egressd/egressd/dataplane/tunnel"
+	"github.com/egressd/egressd/nodeagent"
 )
 
 func TestParseFlagsDefaults(t *testing.T) {
@@ -14,7 +17,8 @@ func TestParseFlagsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.nodeName != "node-a" || c.bpfPinRoot != "/sys/fs/bpf/egressd" || c.metricsAddr != ":9476" ||
-		c.leaderElectionNS != "egressd" || c.kubeconfig != "" || c.reachabilityAddr != ":9107" {
+		c.leaderElectionNS != "egressd" || c.kubeconfig != "" || c.reachabilityAddr != ":9107" ||
+		c.steering != nodeagent.SteerAuto || c.tunnel != (tunnel.Config{VNI: 229, Port: 4799}) {
 		t.Errorf("defaults: %+v", c)
 	}
 }
@@ -42,6 +46,9 @@ func TestParseFlagsErrorsNameTheFlag(t *testing.T) {
 		"--egress-health-bind-address":     {"--node-name=n", "--egress-health-bind-address=:9107x"},
 		"--leader-election-lease-duration": {"--node-name=n", "--leader-election-lease-duration=1s"},
 		"--log-format":                     {"--node-name=n", "--log-format=xml"},
+		"--egressip-steering":              {"--node-name=n", "--egressip-steering=gre"},
+		"--vxlan-vni":                      {"--node-name=n", "--vxlan-vni=16777216"},
+		"--vxlan-port":                     {"--node-name=n", "--vxlan-port=0"},
 	} {
 		_, err := parseFlags(args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), flag) {

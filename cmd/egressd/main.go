@@ -109,7 +109,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		return err
 	}
 	dp, err := kernel.New(kernel.Options{PinRoot: cfg.bpfPinRoot, Classifier: classifier.Options{ACLLogRate: uint32(cfg.aclLogRate), MarkMask: cfg.markMask}, Routing: cfg.routing,
-		AddressLifetime: cfg.addressLifetime},
+		Tunnel: cfg.tunnel, AddressLifetime: cfg.addressLifetime},
 		log.With("component", "dataplane"))
 	if err != nil {
 		return err
@@ -128,6 +128,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Log:          log.With("component", "sync"),
 		Debounce:     cfg.debounce,
 		MarkMask:     cfg.markMask,
+		Steering:     cfg.steering,
 		Routes:       externalroute.Compiler{Legacy: cfg.legacyGateways},
 		Resync:       cfg.resync,
 	}

@@ -9,14 +9,16 @@
 //  2. addresses: the egress IPs this node hosts, announced when added;
 //  3. BFD sessions to the gateways whose liveness gates nexthops (a session state change
 //     triggers a sync, so a gateway Down leaves its group at once);
-//  4. routing: the tables of the steered paths (groups of the live gateways), then the rules
+//  4. tunnel: egressd's VXLAN device and its entries per egress node, before the routes
+//     through it;
+//  5. routing: the tables of the steered paths (groups of the live gateways), then the rules
 //     that select them by mark;
-//  5. classifier maps: pod entries, firewall and QoS tables, before the interfaces that run the
+//  6. classifier maps: pod entries, firewall and QoS tables, before the interfaces that run the
 //     program are attached (a newly attached interface finds its pod's entries at once);
-//  6. attachment: the classifier on every pod-facing interface; interfaces that no longer face
+//  7. attachment: the classifier on every pod-facing interface; interfaces that no longer face
 //     a pod are detached last;
-//  7. removals of what the state no longer wants, in reverse: rules, routes and nexthops,
-//     then egress addresses assigned elsewhere now.
+//  8. removals of what the state no longer wants, in reverse: rules, routes and nexthops,
+//     then the tunnel's entries (or the device), then egress addresses assigned elsewhere now.
 package kernel
 
 import (
@@ -37,6 +39,7 @@ import (
 	"github.com/egressd/egressd/dataplane/nft"
 	"github.com/egressd/egressd/dataplane/routing"
 	"github.com/egressd/egressd/dataplane/tcx"
+	"github.com/egressd/egressd/dataplane/tunnel"
 )
 
 // Options of the kernel facilities.
@@ -45,6 +48,7 @@ type Options struct {
 	PinRoot    string
 	Classifier classifier.Options
 	Routing    routing.Config
+	Tunnel     tunnel.Config
 	// AddressLifetime is how long an egress address outlives an agent that stopped renewing
 	// it (0: forever).
 	AddressLifetime time.Duration
@@ -58,6 +62,7 @@ type Applier struct {
 	attachers []*tcx.Attacher
 	addresses *addresses.Addresses
 	routing   *routing.Router
+	tunnel    *tunnel.Tunnel
 	// bfd runs the sessions, started with the first peer: its UDP port (3784) stays free for
 	// a node's own BFD daemon until egressd needs it.
 	bfd     *bfd.Manager
@@ -115,7 +120,12 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 		log.Info("multipath routes spread per flow (5-tuple hash)", "sysctls", changed)
 	}
 	undo = append(undo, router.Close)
-	d := &Applier{classifier: c, attachers: []*tcx.Attacher{toPod, a}, nft: t, addresses: owned, routing: router, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
+	tun, err := tunnel.New(o.Tunnel)
+	if err != nil {
+		return fail(err)
+	}
+	undo = append(undo, tun.Close)
+	d := &Applier{classifier: c, attachers: []*tcx.Attacher{toPod, a}, nft: t, addresses: owned, routing: router, tunnel: tun, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
 	go func() {
 		if err := c.ServeACLLog(log); err != nil {
 			log.Error("ACL logging stopped", "err", err)
@@ -188,12 +198,16 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	fail(d.nft.Apply(&s.Nftables))
 	fail(d.addresses.Apply(s.Addresses))
 	fail(d.syncBFD(s.BFD))
+	fail(d.tunnel.Apply(&s.Tunnel))
 	fail(d.routing.Apply(&s.Routing, d.bfdUp()))
 	fail(d.classifier.Apply(&s.Classifier))
 	fail(d.attach(s.Classifier.Pods))
 	// Removals, in reverse.
 	if err := d.routing.Prune(&s.Routing); err != nil {
 		d.log.Error("remove routing egressd no longer wants", "err", err)
+	}
+	if err := d.tunnel.Prune(&s.Tunnel); err != nil {
+		d.log.Error("remove tunnel entries egressd no longer wants", "err", err)
 	}
 	if err := d.addresses.Prune(s.Addresses); err != nil {
 		d.log.Error("remove egress addresses no longer assigned here", "err", err)
@@ -244,6 +258,7 @@ func (d *Applier) Close() {
 	}
 	d.classifier.Close()
 	d.routing.Close()
+	d.tunnel.Close()
 	if m := d.bfdManager(); m != nil {
 		m.Close()
 	}

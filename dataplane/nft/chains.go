@@ -18,6 +18,7 @@ const (
 	egressIPSNAT         = "egressip_snat"
 	egressIPGuard        = "egressip_guard"
 	egressIPGuardSteered = "egressip_guard_steered"
+	postroutingGuard     = "postrouting_guard"
 )
 
 // baseChain is a base chain and the regular chain it jumps to.
@@ -41,7 +42,7 @@ var baseChains = []baseChain{
 	// Before the CNI's masquerade, which is at srcnat.
 	{"postrouting_srcnat", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, *nftables.ChainPriorityNATSource - 10, egressIPSNAT},
 	// After every NAT: the source address here is the one the packet leaves with.
-	{"postrouting_guard", nftables.ChainTypeFilter, nftables.ChainHookPostrouting, *nftables.ChainPriorityNATSource + 200, egressIPGuard},
+	{postroutingGuard, nftables.ChainTypeFilter, nftables.ChainHookPostrouting, *nftables.ChainPriorityNATSource + 200, egressIPGuard},
 }
 
 // regularChains are the features' chains, in the order they are created.
@@ -96,8 +97,8 @@ func writeTable(c *nftables.Conn, mask uint32, elems contents) error {
 	for name, rs := range egressIPRules(mask, sets) {
 		rules[name] = rs
 	}
-	for _, b := range baseChains {
-		rules[b.name] = [][]expr.Any{{&expr.Verdict{Kind: expr.VerdictJump, Chain: b.target}}}
+	for _, b := range baseChains { // the jump first, then what the features add after it
+		rules[b.name] = append([][]expr.Any{{&expr.Verdict{Kind: expr.VerdictJump, Chain: b.target}}}, rules[b.name]...)
 	}
 	for name, rs := range rules {
 		for _, r := range rs {

@@ -222,6 +222,13 @@ func egressIPRules(mask uint32, sets map[string]*nftables.Set) map[string][][]ex
 	if mask == 0 {
 		return rules
 	}
+	// oifname "egressd-vxlan" meta mark set meta mark & ~mask, once the guard let the packet
+	// through: the tunnel routes the encapsulated packet with the inner packet's mark, which
+	// would select the steering table again (a route loop) instead of the main table.
+	tunnel := make([]byte, unix.IFNAMSIZ)
+	copy(tunnel, dataplane.TunnelDevice)
+	add(postroutingGuard, one(&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: tunnel}),
+		markBits(^mask, 1), one(&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1}))
 	add(egressIPGuardSteered, one(&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1}, lookup(sets[steerDevicesSet], 1, false)), ret)
 	add(egressIPGuardSteered, nfproto(true), markBits(mask, 9), one(&expr.Rt{Register: 10, Key: expr.RtNexthop4}, lookup(sets[steerNexthops4Set], 9, false)), ret)
 	add(egressIPGuardSteered, nfproto(false), markBits(mask, 9), one(&expr.Rt{Register: 10, Key: expr.RtNexthop6}, lookup(sets[steerNexthops6Set], 9, false)), ret)

@@ -19,7 +19,10 @@
 // postrouting_srcnat runs before the CNI's masquerade (at srcnat): netfilter consults the NAT
 // chains of a hook only until one makes a binding, so a snat here, even to the packet's own
 // source, keeps a later masquerade from touching the connection. postrouting_guard runs after
-// every NAT chain and so sees the source address a packet will leave with.
+// every NAT chain and so sees the source address a packet will leave with; after its jump it
+// clears egressd's mark bits of what leaves through the tunnel device (dataplane.TunnelDevice):
+// the encapsulated packet is routed with the inner packet's mark, which would select the
+// steering table again.
 //
 // Regular chains and their sets (every set exists, possibly empty, as long as the table does;
 // "4"/"6" are the IPv4 and IPv6 twins):

@@ -78,7 +78,7 @@ func (r *Router) applyRoute(k *kernel, w wantedRoute, up func(netip.Addr) bool) 
 			want.typ = unix.RTN_BLACKHOLE
 			break
 		}
-		want.gw, want.oif = nh.Gateway, oif
+		want.gw, want.oif, want.onlink = nh.Gateway, oif, nh.Onlink
 	default:
 		var all, live []uint32
 		for _, nh := range w.route.Nexthops {
@@ -143,7 +143,7 @@ func (r *Router) member(k *kernel, family uint8, nh dataplane.Nexthop) (uint32, 
 	}
 	var found uint32
 	for id, o := range k.nexthops {
-		if o.proto == k.proto && o.group == nil && !o.other && o.family == family && o.gw == nh.Gateway && o.oif == oif && (found == 0 || id < found) {
+		if o.proto == k.proto && o.group == nil && !o.other && o.family == family && o.gw == nh.Gateway && o.oif == oif && o.onlink == nh.Onlink && (found == 0 || id < found) {
 			found = id
 		}
 	}
@@ -151,10 +151,10 @@ func (r *Router) member(k *kernel, family uint8, nh dataplane.Nexthop) (uint32, 
 		return found, nil
 	}
 	id := k.freeID(r.cfg.NexthopIDBase)
-	if err := r.nl.createMember(id, k.proto, family, nh.Gateway, oif); err != nil {
+	if err := r.nl.createMember(id, k.proto, family, nh.Gateway, oif, nh.Onlink); err != nil {
 		return 0, err
 	}
-	k.nexthops[id] = nexthop{id: id, proto: k.proto, family: family, gw: nh.Gateway, oif: oif}
+	k.nexthops[id] = nexthop{id: id, proto: k.proto, family: family, gw: nh.Gateway, oif: oif, onlink: nh.Onlink}
 	return id, nil
 }
 

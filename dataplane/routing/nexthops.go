@@ -28,6 +28,7 @@ type nexthop struct {
 	family uint8
 	gw     netip.Addr
 	oif    int
+	onlink bool
 	// group holds the member IDs (sorted) of a group; nil for a single nexthop.
 	group []uint32
 	// other marks what egressd never writes (blackhole, encap, fdb, weights, resilient
@@ -63,7 +64,7 @@ func parseNexthop(m []byte) (nexthop, error) {
 	if len(m) < sizeofNhmsg {
 		return nexthop{}, fmt.Errorf("short nexthop message (%d bytes)", len(m))
 	}
-	nh := nexthop{family: m[0], proto: m[2]}
+	nh := nexthop{family: m[0], proto: m[2], onlink: binary.NativeEndian.Uint32(m[4:])&unix.RTNH_F_ONLINK != 0}
 	attrs, err := nl.ParseRouteAttr(m[sizeofNhmsg:])
 	if err != nil {
 		return nexthop{}, fmt.Errorf("parse nexthop: %w", err)
@@ -94,13 +95,17 @@ func parseNexthop(m []byte) (nexthop, error) {
 	return nh, nil
 }
 
-// createMember creates the nexthop object id: gw (if valid) on device oif.
-func (c *rtnl) createMember(id uint32, proto, family uint8, gw netip.Addr, oif int) error {
+// createMember creates the nexthop object id: gw (if valid) on device oif, onlink or not.
+func (c *rtnl) createMember(id uint32, proto, family uint8, gw netip.Addr, oif int, onlink bool) error {
 	attrs := []*nl.RtAttr{nl.NewRtAttr(unix.NHA_ID, u32(id)), nl.NewRtAttr(unix.NHA_OIF, u32(uint32(oif)))}
 	if gw.IsValid() {
 		attrs = append(attrs, nl.NewRtAttr(unix.NHA_GATEWAY, gw.AsSlice()))
 	}
-	if err := c.write(unix.RTM_NEWNEXTHOP, unix.NLM_F_CREATE|unix.NLM_F_EXCL, nhmsg(family, proto), attrs...); err != nil {
+	h := nhmsg(family, proto)
+	if onlink {
+		binary.NativeEndian.PutUint32(h[4:], unix.RTNH_F_ONLINK)
+	}
+	if err := c.write(unix.RTM_NEWNEXTHOP, unix.NLM_F_CREATE|unix.NLM_F_EXCL, h, attrs...); err != nil {
 		return fmt.Errorf("nexthop id %d via %s dev #%d: %w", id, gw, oif, err)
 	}
 	return nil

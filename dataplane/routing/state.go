@@ -84,6 +84,8 @@ func checkRoute(rt dataplane.Route) error {
 		switch {
 		case !nh.Gateway.IsValid() && nh.Device == "":
 			return fmt.Errorf("route to %s: a nexthop has neither gateway nor device", rt.Dst)
+		case nh.Onlink && (nh.Device == "" || !nh.Gateway.IsValid()):
+			return fmt.Errorf("route to %s: an onlink nexthop needs a gateway and a device", rt.Dst)
 		case nh.Gateway.IsValid() && nh.Gateway.Is6() != rt.Dst.Addr().Is6():
 			return fmt.Errorf("route to %s: gateway %s is of the other family", rt.Dst, nh.Gateway)
 		}

@@ -49,6 +49,8 @@ type kroute struct {
 	oif   int
 	src   netip.Addr
 	nhid  uint32
+	// onlink: gw is on oif without a route to it (a tunnel peer).
+	onlink bool
 	// other marks what egressd never writes (multipath without a nexthop object, gateways of
 	// the other family): it never equals a wanted route, so Apply replaces it.
 	other bool
@@ -65,7 +67,7 @@ func (want kroute) same(have kroute) bool {
 	case want.nhid != 0 || have.nhid != 0:
 		return want.nhid == have.nhid // the kernel may also expand the group's members
 	}
-	return want.gw == have.gw && want.oif == have.oif
+	return want.gw == have.gw && want.oif == have.oif && want.onlink == have.onlink
 }
 
 func (k routeKey) rtmsg(proto, scope, typ uint8) header {
@@ -113,7 +115,7 @@ func parseRoute(m []byte) (kroute, error) {
 		return kroute{}, fmt.Errorf("short route message (%d bytes)", len(m))
 	}
 	fam, bits := m[0], int(m[1])
-	r := kroute{proto: m[5], typ: m[7], key: routeKey{table: uint32(m[4])}}
+	r := kroute{proto: m[5], typ: m[7], key: routeKey{table: uint32(m[4])}, onlink: binary.NativeEndian.Uint32(m[8:])&unix.RTNH_F_ONLINK != 0}
 	attrs, err := nl.ParseRouteAttr(m[sizeofRtmsg:])
 	if err != nil {
 		return kroute{}, fmt.Errorf("parse route: %w", err)
@@ -176,7 +178,11 @@ func (c *rtnl) writeRoute(r kroute, replace bool) error {
 	if r.typ == unix.RTN_UNICAST && r.nhid == 0 && !r.gw.IsValid() {
 		scope = unix.RT_SCOPE_LINK // a device without a gateway, as iproute2 adds it
 	}
-	err := c.write(unix.RTM_NEWROUTE, flags, r.key.rtmsg(r.proto, scope, r.typ), attrs...)
+	h := r.key.rtmsg(r.proto, scope, r.typ)
+	if r.onlink {
+		binary.NativeEndian.PutUint32(h[8:], unix.RTNH_F_ONLINK)
+	}
+	err := c.write(unix.RTM_NEWROUTE, flags, h, attrs...)
 	if errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("table %d already has a route to %s that egressd does not own", r.key.table, r.key.dst)
 	}

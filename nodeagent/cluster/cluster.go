@@ -21,6 +21,7 @@ const (
 	KindPod            dataplane.Kind = "Pod"
 	KindEgressFirewall dataplane.Kind = "EgressFirewall"
 	KindEgressQoS      dataplane.Kind = "EgressQoS"
+	KindNode           dataplane.Kind = "Node"
 )
 
 // HostCIDRsKey is upstream's Node annotation of every host address with its prefix length.

@@ -30,6 +30,9 @@ type Part struct {
 	Exempt []netip.Prefix
 	// Events are upstream's UndefinedRequest warnings for local pods several objects select.
 	Events []Event
+	// Primaries are every node's primary interface addresses, by node name (this node's
+	// included): steering reaches an egress node directly or through the tunnel by them.
+	Primaries map[string]PrimaryIfAddr
 }
 
 // Steer sends one family of a local pod's traffic through the egress nodes Via (per-flow ECMP
@@ -68,8 +71,8 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 	if err != nil {
 		return part, err
 	}
-	var primary map[string]PrimaryIfAddr
-	primary, part.Exempt = NodeNetworks(in, nodes)
+	part.Primaries, part.Exempt = NodeNetworks(in, nodes)
+	primary := part.Primaries
 	egress := map[string][]egressNode{}
 	for _, e := range eips {
 		for _, it := range e.Status.Items {

@@ -80,7 +80,12 @@ func failoverTrial(b *testing.B, e *eipLab, name string, ip netip.Addr, capture 
 // on the pod's node). Run with -benchtime 1x.
 func BenchmarkPrivilegedEgressIPFailover(b *testing.B) {
 	privileged.Require(b)
-	e := newEIPLab(b, 3)
+	benchFailover(b, newEIPLab(b, 3), 20)
+}
+
+// benchFailover runs trials failovers of an egress IP between nodes 1 and 2 of e, the leader
+// and the streaming pod on node 0.
+func benchFailover(b *testing.B, e *eipLab, trials int) {
 	n0 := e.Nodes[0]
 	if leader := e.leaderNode(b); leader != n0 {
 		b.Fatalf("the leader is %s, want %s", leader.Name, n0.Name)
@@ -102,7 +107,7 @@ func BenchmarkPrivilegedEgressIPFailover(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		var ds []time.Duration
-		for i := range 20 {
+		for i := range trials {
 			took, to := failoverTrial(b, e, name, v4, capture, webPort, false)
 			ds = append(ds, took)
 			b.Logf("trial %d: %s back through %s after %s", i, v4, to.Name, took.Round(time.Millisecond))

@@ -20,8 +20,13 @@ import (
 // arrives again with its egress IP from its current egress node.
 func TestPrivilegedEgressIPNoLeakAcrossMoves(t *testing.T) {
 	privileged.Require(t)
+	noLeakAcrossMoves(t, newEIPLab(t, 4))
+}
+
+// noLeakAcrossMoves is the scenario of TestPrivilegedEgressIPNoLeakAcrossMoves in the lab e of 4
+// nodes.
+func noLeakAcrossMoves(t *testing.T, e *eipLab) {
 	ctx := context.Background()
-	e := newEIPLab(t, 4)
 	n0, n1 := e.Nodes[0], e.Nodes[1]
 	if leader := e.leaderNode(t); leader != n0 {
 		t.Fatalf("the leader is %s; the scenario fails egress nodes and needs it on %s", leader.Name, n0.Name)
