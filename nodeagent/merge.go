@@ -33,7 +33,11 @@ func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (datapl
 		QoS:             p.qos.QoS,
 	}}
 	eip := withoutServed(p.egressIP, p.service.Served)
-	u := newUnderlay(st.mode, st.node, p.egressIP.Primaries)
+	mode := st.mode
+	if p.egressIP.Cloud && mode != SteerDirect { // auto (the zero value too)
+		mode = SteerVXLAN // a cloud drops a pod source on the wire even between VMs of one subnet
+	}
+	u := newUnderlay(mode, st.node, p.egressIP.Primaries)
 	paths := steeredPaths(append(append([]egressip.Steer{}, p.service.Steer...), eip.Steer...), p.routes.Routes, u.hop)
 	slots := st.plan(paths, mask)
 	marks := map[netip.Addr]uint32{}

@@ -59,6 +59,8 @@ func TestDesiredStateGolden(t *testing.T) {
 		pod("a", "x2", "n2", map[string]string{"app": "x"}, "10.244.2.5"),
 		pod("a", "web", "n1", map[string]string{"app": "web"}, "10.244.1.6"),
 	}
+	cloudNode := node("n4", `{"ipv4":"192.0.2.4/24"}`)
+	cloudNode.Annotations[egressip.CloudConfigAnnotation] = `[{"interface":"eni-4","ifaddr":{"ipv4":"192.0.2.0/24"},"capacity":{"ipv4":14}}]`
 	const pathsHelp = "# HELP egressd_steered_path_pod_addresses Local pod addresses steered through the path of an object (EgressIP, AdminPolicyBasedExternalRoute, EgressService), by the skb->mark that selects its ip rules and table.\n# TYPE egressd_steered_path_pod_addresses gauge\n"
 	for _, tc := range []struct {
 		name string
@@ -76,6 +78,9 @@ func TestDesiredStateGolden(t *testing.T) {
 		// x1 on n1: IPv4 steered to n2 and n3 (ECMP), IPv6 SNATed here; x2 (on n2) SNATed here
 		// only over IPv6, which it does not have.
 		{"egressip", []runtime.Object{eip}, pathsHelp + `egressd_steered_path_pod_addresses{kind="EgressIP",mark="0x10000",object="eip"} 1` + "\n"},
+		// The same in a cloud (a node carries the CNCC's annotation): steering takes the
+		// tunnel even to egress nodes of this node's subnet.
+		{"egressip-cloud", []runtime.Object{eip, cloudNode}, pathsHelp + `egressd_steered_path_pod_addresses{kind="EgressIP",mark="0x10000",object="eip"} 1` + "\n"},
 		// The pods of namespace a leave through two gateways (ECMP; one BFD gated), IPv4 and
 		// IPv6; x1's IPv4 takes its EgressIP's path instead (EgressIP wins, as upstream).
 		{"externalroute", []runtime.Object{&ovnv1.AdminPolicyBasedExternalRoute{ObjectMeta: metav1.ObjectMeta{Name: "gws"},

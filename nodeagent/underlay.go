@@ -17,7 +17,8 @@ type SteeringMode string
 
 const (
 	// SteerAuto routes directly to an egress node on this node's primary network, and through
-	// the tunnel to one beyond it (a packet with a pod source may not cross a router).
+	// the tunnel to one beyond it (a packet with a pod source may not cross a router); in a
+	// cloud (nodes carrying the cloud's egress-ipconfig annotation) always through the tunnel.
 	SteerAuto SteeringMode = "auto"
 	// SteerDirect always routes directly (one L2 network, or a fabric that routes pod sources).
 	SteerDirect SteeringMode = "direct"

@@ -33,6 +33,9 @@ type Part struct {
 	// Primaries are every node's primary interface addresses, by node name (this node's
 	// included): steering reaches an egress node directly or through the tunnel by them.
 	Primaries map[string]PrimaryIfAddr
+	// Cloud says some node carries the cloud's egress-ipconfig annotation: the nodes are VMs
+	// whose fabric checks source addresses even on one subnet.
+	Cloud bool
 }
 
 // Steer sends one family of a local pod's traffic through the egress nodes Via (per-flow ECMP
@@ -72,6 +75,10 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 		return part, err
 	}
 	part.Primaries, part.Exempt = NodeNetworks(in, nodes)
+	part.Cloud = slices.ContainsFunc(nodes, func(n *corev1.Node) bool {
+		_, ok := n.Annotations[CloudConfigAnnotation]
+		return ok
+	})
 	primary := part.Primaries
 	egress := map[string][]egressNode{}
 	for _, e := range eips {
