@@ -83,7 +83,8 @@ func run(ctx context.Context, keep bool) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if _, err := l.AddExternal("docs", lab.ExternalOptions{}, "192.0.2.10"); err != nil {
+	docs, err := l.AddExternal("docs", lab.ExternalOptions{}, "192.0.2.10")
+	if err != nil {
 		return 0, err
 	}
 	if _, err := l.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}, metav1.CreateOptions{}); err != nil {
@@ -211,8 +212,18 @@ func run(ctx context.Context, keep bool) (int, error) {
 	if err := demoEgressRouter(ctx, l, c, web); err != nil {
 		return c.failures, err
 	}
-	fmt.Println("    (EgressService and CloudPrivateIPConfig are accepted; their node programming lands with their issues;")
-	fmt.Println("     AdminPolicyBasedExternalRoute works: see TestPrivilegedExternalRoute, with FRR gateways)")
+	step("AdminPolicyBasedExternalRoute demo-routes: the pods of namespace demo-routes leave through a gateway host, with their pod IPs")
+	if err := demoExternalRoute(ctx, l, c, docs); err != nil {
+		return c.failures, err
+	}
+	step("EgressService demo-lb/lb: the endpoints of a LoadBalancer Service leave with its ingress IP, from the elected node")
+	if err := demoEgressService(ctx, l, c, web); err != nil {
+		return c.failures, err
+	}
+	step("CloudPrivateIPConfig: the nodes get the cloud's egress-ipconfig; egressd asks the cloud for 172.18.0.200 (the demo plays the CNCC)")
+	if err := demoCloud(ctx, l, c, pods); err != nil {
+		return c.failures, err
+	}
 
 	if !keep {
 		step("tearing down")
@@ -262,17 +273,9 @@ spec:
 `); err != nil {
 		return err
 	}
-	items := "unassigned"
-	for deadline := time.Now().Add(20 * time.Second); items == "unassigned" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		obj, err := l.Kube.Get(ctx, "k8s.ovn.org/v1", "EgressIP", "", "demo-clients")
-		if err != nil {
-			continue
-		}
-		list, _, _ := unstructured.NestedSlice(obj.Object, "status", "items")
-		if len(list) > 0 {
-			m, _ := list[0].(map[string]any)
-			items = fmt.Sprintf("%v=%v", m["node"], m["egressIP"])
-		}
+	items := "none"
+	for deadline := time.Now().Add(20 * time.Second); items == "none" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		items = egressIPItems(ctx, l, "demo-clients")
 	}
 	c.check("status.items", l.Nodes[1].Name+"="+eip, items)
 	for _, p := range pods {
@@ -285,4 +288,22 @@ spec:
 		c.check(fmt.Sprintf("%s (%s) -> 192.0.2.10:443 source", p.Name, p.Node.Name), "ok "+eip, fmt.Sprintf("%s %s", r.Outcome, r.Seen.Src))
 	}
 	return nil
+}
+
+// egressIPItems is an EgressIP's status.items as "node=ip" (comma-separated), or "none".
+func egressIPItems(ctx context.Context, l *lab.Lab, name string) string {
+	obj, err := l.Kube.Get(ctx, "k8s.ovn.org/v1", "EgressIP", "", name)
+	if err != nil {
+		return "none"
+	}
+	list, _, _ := unstructured.NestedSlice(obj.Object, "status", "items")
+	var out []string
+	for _, it := range list {
+		m, _ := it.(map[string]any)
+		out = append(out, fmt.Sprintf("%v=%v", m["node"], m["egressIP"]))
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ",")
 }
