@@ -130,18 +130,24 @@ func (c *Controller) reconcile(ctx context.Context) bool {
 	targets := map[string]netip.AddrPort{}
 	nodes := make([]Node, 0, len(apiNodes))
 	for _, n := range apiNodes {
-		node, err := NodeFromAPI(n, c.Probes.Reachable(n.Name), cloud)
+		node, err := NodeFromAPI(n, false, cloud)
 		if err != nil {
 			c.Log.Debug("node egress IP configuration", "node", n.Name, "err", err)
 		}
 		if node.Labeled {
-			if a := probeAddress(node.Primary); a.IsValid() {
+			if a := node.Primary.ProbeAddress(); a.IsValid() {
 				targets[n.Name] = netip.AddrPortFrom(a, c.HealthPort)
 			}
 		}
 		nodes = append(nodes, node)
 	}
+	// The probed nodes first, then their verdicts: a node just added to the probes counts as
+	// reachable until its probes say otherwise, so a new leader (whose prober starts empty)
+	// keeps the assignments it finds instead of clearing them all at its first reconcile.
 	c.Probes.Set(targets)
+	for i := range nodes {
+		nodes[i].Reachable = c.Probes.Reachable(nodes[i].Name)
+	}
 	if cloud {
 		c.reconcileCloud(ctx, eips, nodes)
 		return false // the CloudPrivateIPConfigs' changes bring the next reconcile
@@ -245,14 +251,6 @@ func (c *Controller) writeStatus(ctx context.Context, name string, items []ovnv1
 	})
 }
 
-// probeAddress is the address the leader probes a node's agent on: its primary IPv4 address,
-// else its primary IPv6 address.
-func probeAddress(p PrimaryIfAddr) netip.Addr {
-	if p.V4.IsValid() {
-		return p.V4.Addr()
-	}
-	return p.V6.Addr()
-}
 
 func find(eips []*ovnv1.EgressIP, name string) *ovnv1.EgressIP {
 	for _, e := range eips {

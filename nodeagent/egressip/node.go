@@ -81,6 +81,15 @@ func (p PrimaryIfAddr) Format() string {
 	return string(b)
 }
 
+// ProbeAddress is the address the leader probes a node's agent on: its primary IPv4 address,
+// else its primary IPv6 address.
+func (p PrimaryIfAddr) ProbeAddress() netip.Addr {
+	if p.V4.IsValid() {
+		return p.V4.Addr()
+	}
+	return p.V6.Addr()
+}
+
 // parseHostCIDRs reads the host-cidrs annotation value.
 func parseHostCIDRs(s string) ([]netip.Prefix, error) {
 	var list []string

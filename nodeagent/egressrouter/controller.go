@@ -144,11 +144,7 @@ func (c *Controller) candidates() ([]candidate, error) {
 	for _, n := range apiNodes {
 		ready := nodeReady(n)
 		if p, err := egressip.ParsePrimaryIfAddr(n.Annotations[egressip.PrimaryIfAddrAnnotation]); err == nil && ready {
-			a := p.V4.Addr()
-			if !a.IsValid() {
-				a = p.V6.Addr()
-			}
-			targets[n.Name] = netip.AddrPortFrom(a, c.HealthPort)
+			targets[n.Name] = netip.AddrPortFrom(p.ProbeAddress(), c.HealthPort)
 		}
 		out = append(out, candidate{Name: n.Name, Ready: ready, HostCIDRs: hostCIDRs(n)})
 	}

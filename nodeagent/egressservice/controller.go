@@ -78,11 +78,7 @@ func (c *Controller) reconcile(ctx context.Context) error {
 			continue
 		}
 		if p, err := egressip.ParsePrimaryIfAddr(n.Annotations[egressip.PrimaryIfAddrAnnotation]); err == nil {
-			a := p.V4.Addr()
-			if !a.IsValid() {
-				a = p.V6.Addr()
-			}
-			targets[n.Name] = netip.AddrPortFrom(a, c.HealthPort)
+			targets[n.Name] = netip.AddrPortFrom(p.ProbeAddress(), c.HealthPort)
 		}
 	}
 	c.Probes.Set(targets)

@@ -1,0 +1,68 @@
+package egressip
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
+
+	ovnfake "github.com/egressd/egressd/api/generated/clientset/versioned/fake"
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/watchers/watcherstest"
+)
+
+// proberLike behaves as reachability.Prober does: a node counts as reachable once it is among
+// the probed targets (a new target starts reachable, within its grace), and not before.
+type proberLike struct {
+	targets map[string]netip.AddrPort
+	down    map[string]bool
+}
+
+func (p *proberLike) Set(t map[string]netip.AddrPort) { p.targets = t }
+func (p *proberLike) Reachable(n string) bool {
+	_, ok := p.targets[n]
+	return ok && !p.down[n]
+}
+func (p *proberLike) Changed() <-chan struct{} { return nil }
+
+func assignableNode(name, primary string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{AssignableLabel: ""},
+		Annotations: map[string]string{PrimaryIfAddrAnnotation: `{"ipv4":"` + primary + `"}`}},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+}
+
+// A new leader's prober starts empty: its first reconcile must keep the assignments it finds
+// (no reassignment storm, no gap in the egress nodes' SNAT), and still move an IP off a node
+// its probes then find unreachable.
+func TestControllerNewLeaderKeepsAssignments(t *testing.T) {
+	e := eip("a", 0, ips("10.0.0.100", "10.0.0.101"), "10.0.0.100@n1", "10.0.0.101@n2")
+	objs := []runtime.Object{e, assignableNode("n1", "10.0.0.1/24"), assignableNode("n2", "10.0.0.2/24"), assignableNode("n3", "10.0.0.3/24")}
+	client := ovnfake.NewSimpleClientset(e)
+	probes := &proberLike{down: map[string]bool{}}
+	c := &Controller{Client: client, Snapshot: watcherstest.Snapshot(objs...), Probes: probes, HealthPort: 9107,
+		Recorder: record.NewFakeRecorder(10), Log: slog.New(slog.DiscardHandler), recorded: map[Event]bool{}}
+	ctx := context.Background()
+	c.reconcile(ctx)
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "update" {
+			t.Fatalf("a new leader's first reconcile wrote the EgressIP (%v): it cleared assignments it had no reason to", a)
+		}
+	}
+
+	probes.down["n1"] = true
+	c.reconcile(ctx)
+	got, err := client.K8sOVNV1().EgressIPs().Get(ctx, "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ovnv1.EgressIPStatusItem{{Node: "n2", EgressIP: "10.0.0.101"}, {Node: "n3", EgressIP: "10.0.0.100"}}
+	if !slices.Equal(got.Status.Items, want) {
+		t.Errorf("after n1 turned unreachable: %v, want %v", got.Status.Items, want)
+	}
+}
