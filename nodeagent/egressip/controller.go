@@ -251,7 +251,6 @@ func (c *Controller) writeStatus(ctx context.Context, name string, items []ovnv1
 	})
 }
 
-
 func find(eips []*ovnv1.EgressIP, name string) *ovnv1.EgressIP {
 	for _, e := range eips {
 		if e.Name == name {
