@@ -5,11 +5,13 @@ package nodeagent
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 
 	"log/slog"
 	"net/netip"
@@ -271,18 +273,59 @@ func (l *SyncLoop) sync(ctx context.Context) {
 }
 
 // blamePods reports what failed for a local pod (its interface not found, the classifier not
-// attached) in the status of the policies of its namespace: they are not in force for it.
+// attached) in the status of the policies of its namespace: they are not in force for it. The
+// pods are named in order, on one line with what else failed, as upstream prints several errors
+// ("[e1, e2]"): a status message is one line, and the same failures make the same message.
 func blamePods(objects, failed map[dataplane.Origin]error) {
-	for pod, err := range failed {
-		if pod.Kind != cluster.KindPod {
-			continue
-		}
-		for o := range objects {
-			if o.Namespace == pod.Namespace && (o.Kind == cluster.KindEgressFirewall || o.Kind == cluster.KindEgressQoS) {
-				objects[o] = errors.Join(objects[o], fmt.Errorf("pod %s: %w", pod.Name, err))
-			}
+	var pods []dataplane.Origin
+	for o := range failed {
+		if o.Kind == cluster.KindPod {
+			pods = append(pods, o)
 		}
 	}
+	if len(pods) == 0 {
+		return
+	}
+	slices.SortFunc(pods, func(a, b dataplane.Origin) int { return strings.Compare(a.Name, b.Name) })
+	for o := range objects {
+		if o.Kind != cluster.KindEgressFirewall && o.Kind != cluster.KindEgressQoS {
+			continue
+		}
+		errs := flatten(objects[o])
+		blamed := false
+		for _, pod := range pods {
+			if pod.Namespace != o.Namespace {
+				continue
+			}
+			blamed = true
+			for _, err := range flatten(failed[pod]) {
+				errs = append(errs, fmt.Errorf("pod %s: %w", pod.Name, err))
+			}
+		}
+		if blamed {
+			objects[o] = utilerrors.NewAggregate(errs)
+		}
+	}
+}
+
+// flatten lists the errors err holds: those joined (errors.Join) or aggregated, recursively.
+func flatten(err error) []error {
+	var inner []error
+	switch e := err.(type) {
+	case nil:
+		return nil
+	case utilerrors.Aggregate:
+		inner = e.Errors()
+	case interface{ Unwrap() []error }:
+		inner = e.Unwrap()
+	default:
+		return []error{err}
+	}
+	var out []error
+	for _, x := range inner {
+		out = append(out, flatten(x)...)
+	}
+	return out
 }
 
 // applyFailed reports whether the dataplane failed something that compiled: that is worth

@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -204,5 +205,30 @@ func TestSyncLoopBlamesPodFailuresOnPolicies(t *testing.T) {
 	}
 	if err := rep.objects[dataplane.Origin{Kind: "EgressFirewall", Namespace: "other", Name: "default"}]; err != nil {
 		t.Errorf("another namespace's firewall reported %v", err)
+	}
+}
+
+// Several pods' failures, and a pod's failures of both families, make one line in a stable
+// order (pods by name), after what the policy itself failed: a status message is one line, as
+// upstream's "[e1, e2]", and the same failures always make the same message.
+func TestBlamePodsOneLine(t *testing.T) {
+	ef := dataplane.Origin{Kind: "EgressFirewall", Namespace: "ns", Name: "default"}
+	qos := dataplane.Origin{Kind: "EgressQoS", Namespace: "ns", Name: "default"}
+	other := dataplane.Origin{Kind: "EgressFirewall", Namespace: "other", Name: "default"}
+	failed := map[dataplane.Origin]error{
+		{Kind: "Pod", Namespace: "ns", Name: "web"}: errors.Join(errors.New("no route to pod address 10.244.0.5"), errors.New("no route to pod address fd00::5")),
+		{Kind: "Pod", Namespace: "ns", Name: "api"}: errors.New("attach: busy"),
+	}
+	objects := map[dataplane.Origin]error{ef: errors.New("compile"), qos: nil, other: nil}
+	blamePods(objects, failed)
+	pods := "pod api: attach: busy, pod web: no route to pod address 10.244.0.5, pod web: no route to pod address fd00::5"
+	if got := fmt.Sprint(objects[ef]); got != "[compile, "+pods+"]" {
+		t.Errorf("firewall: %q", got)
+	}
+	if got := fmt.Sprint(objects[qos]); got != "["+pods+"]" {
+		t.Errorf("qos: %q", got)
+	}
+	if objects[other] != nil {
+		t.Errorf("another namespace: %v", objects[other])
 	}
 }

@@ -44,7 +44,8 @@ func benchPortRules(n int) []dataplane.FirewallRule {
 // or UDP datagram from a pod to an external address) for an empty program and for the
 // classifier with 1, 100 and 8000 rules in one namespace, 8000 rules one per port on one prefix
 // ("8000-port-rules": denied is to a port none names, allowed to the last port rule's), and
-// 1000 namespaces of 100 rules.
+// 1000 namespaces of 100 rules; "fragmented-udp" are the first and a later fragment of a denied
+// datagram larger than the MTU.
 func BenchmarkPrivilegedClassifier(b *testing.B) {
 	privileged.Require(b)
 	denied := pkt(b, podA, netip.MustParseAddr("203.0.113.1"), "tcp", 443, 0, false)
@@ -113,6 +114,20 @@ func BenchmarkPrivilegedClassifier(b *testing.B) {
 				b.Run("allowed", func(b *testing.B) { benchRun(b, c.Program, allowed) })
 				b.Run("allowed/first-packet", func(b *testing.B) { benchFirstPacket(b, c.Program, gen, allowed) })
 			}
+			// A UDP datagram larger than the MTU, to the denied destination: its first fragment
+			// is judged and its verdict remembered; a later one, without ports, follows it.
+			first := frame(podA, remote, 17, udp(40000, 443, 1472), &fragInfo{id: 7, more: true})
+			later := frame(podA, remote, 17, make([]byte, 1480), &fragInfo{id: 7, offset: 185})
+			if tc.portRules {
+				first = frame(podA, remote, 17, udp(40000, 7999, 1472), &fragInfo{id: 7, more: true})
+			}
+			for _, f := range [][]byte{first, later} {
+				if ret, _ := run(b, c, f); ret != tcxDrop {
+					b.Fatalf("fragment verdict %#x, want drop by the last rule", ret)
+				}
+			}
+			b.Run("fragmented-udp/first", func(b *testing.B) { benchRun(b, c.Program, first) })
+			b.Run("fragmented-udp/later", func(b *testing.B) { benchRun(b, c.Program, later) })
 		})
 	}
 }

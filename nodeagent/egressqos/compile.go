@@ -4,11 +4,13 @@ package egressqos
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
@@ -48,24 +50,33 @@ func Compile(in *cluster.Input) (Part, error) {
 			continue
 		}
 		selectors := make([]labels.Selector, len(q.Spec.Egress))
+		var errs []error
 		for i, r := range q.Spec.Egress {
 			rule := dataplane.QoSRule{Index: i, DSCP: uint8(r.DSCP), Prefixes: anyDestination,
 				Text: fmt.Sprintf("DSCP %d to any for pods %s", r.DSCP, metav1.FormatLabelSelector(&r.PodSelector))}
+			dst := "any"
+			var err error
 			if r.DstCIDR != nil {
-				p, err := netip.ParsePrefix(*r.DstCIDR)
-				if err != nil {
-					c.Err = fmt.Errorf("rule %d: invalid dstCIDR %q: %w", i, *r.DstCIDR, err)
-					break
+				dst = *r.DstCIDR
+				// net.ParseCIDR, as upstream: its error is the one in upstream's status.
+				if _, _, err = net.ParseCIDR(dst); err == nil {
+					var p netip.Prefix
+					p, err = netip.ParsePrefix(dst)
+					rule.Prefixes = []netip.Prefix{p.Masked()}
 				}
-				rule.Prefixes = []netip.Prefix{p.Masked()}
-				rule.Text = fmt.Sprintf("DSCP %d to %s for pods %s", r.DSCP, *r.DstCIDR, metav1.FormatLabelSelector(&r.PodSelector))
+				rule.Text = fmt.Sprintf("DSCP %d to %s for pods %s", r.DSCP, dst, metav1.FormatLabelSelector(&r.PodSelector))
 			}
-			if selectors[i], err = metav1.LabelSelectorAsSelector(&r.PodSelector); err != nil {
-				c.Err = fmt.Errorf("rule %d: invalid podSelector: %w", i, err)
-				break
+			if err == nil {
+				selectors[i], err = metav1.LabelSelectorAsSelector(&r.PodSelector)
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("cannot create egressqos Rule to destination %s for namespace %s: %w", dst, q.Namespace, err))
+				continue
 			}
 			c.Rules = append(c.Rules, rule)
 		}
+		// Upstream's message: every rule's error, several on one line as "[e1, e2]".
+		c.Err = utilerrors.NewAggregate(errs)
 		part.QoS = append(part.QoS, c)
 		if c.Err != nil {
 			continue

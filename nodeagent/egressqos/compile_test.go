@@ -101,3 +101,38 @@ func TestCompileServiceBackends(t *testing.T) {
 		t.Errorf("backend DSCP:\n got %+v\nwant %+v", got, want)
 	}
 }
+
+// TestCompileErrorsAsUpstream: what cannot be applied fails the whole object with upstream's
+// message per rule ("cannot create egressqos Rule to destination <dstCIDR or any> ..."),
+// several on one line; 1000 rules are accepted and 1001 refused, as upstream.
+func TestCompileErrorsAsUpstream(t *testing.T) {
+	bogus := metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Bogus"}}}
+	badCIDR := "1.2.3.4/42"
+	many := make([]ovnv1.EgressQoSRule, maxRules+1)
+	for _, tc := range []struct {
+		name  string
+		rules []ovnv1.EgressQoSRule
+		want  string
+	}{
+		{"invalid operator", []ovnv1.EgressQoSRule{{DSCP: 46, PodSelector: bogus}},
+			`cannot create egressqos Rule to destination any for namespace q: "Bogus" is not a valid label selector operator`},
+		{"two errors on one line", []ovnv1.EgressQoSRule{{DSCP: 46, PodSelector: bogus}, {DSCP: 10}, {DSCP: 12, DstCIDR: &badCIDR}},
+			`[cannot create egressqos Rule to destination any for namespace q: "Bogus" is not a valid label selector operator, ` +
+				`cannot create egressqos Rule to destination 1.2.3.4/42 for namespace q: invalid CIDR address: 1.2.3.4/42]`},
+		{"1000 rules", many[:maxRules], ""},
+		{"1001 rules", many, "cannot create EgressQoS with 1001 rules - maximum is 1000"},
+	} {
+		q := &ovnv1.EgressQoS{ObjectMeta: metav1.ObjectMeta{Namespace: "q", Name: "default"}, Spec: ovnv1.EgressQoSSpec{Egress: tc.rules}}
+		part, err := Compile(&cluster.Input{Snap: watcherstest.Snapshot(q), Node: "n1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		if e := part.QoS[0].Err; e != nil {
+			got = e.Error()
+		}
+		if got != tc.want {
+			t.Errorf("%s:\n got %q\nwant %q", tc.name, got, tc.want)
+		}
+	}
+}

@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,8 +14,8 @@ import (
 	"github.com/egressd/egressd/test/privileged"
 )
 
-// BenchmarkPrivilegedThroughput floods UDP (64-byte datagrams, 3 s per run) from a pod through
-// its lab node to an external sink and reports the rate that arrives, in one run: without
+// BenchmarkPrivilegedThroughput floods UDP (64-byte datagrams, runs of 1 s) from a pod through
+// its lab node to an external sink and reports the rate that arrives: without
 // egressd, with egressd enforcing an 8000-rule EgressFirewall whose last rule allows the flow,
 // and with the same 8000 rules as a linear nftables chain instead. Run with: make bench-firewall.
 func BenchmarkPrivilegedThroughput(b *testing.B) {
@@ -29,7 +32,7 @@ func BenchmarkPrivilegedThroughput(b *testing.B) {
 	}
 	ns := l.CP.Namespace(b)
 	p := addPod(b, l.Nodes[0], ns, "p", lab.PodOptions{})
-	const d = 3 * time.Second
+	const d = time.Second
 	rate := func(name string) float64 {
 		before := count()
 		sent, err := p.FloodUDP("203.0.113.10:9000", d)
@@ -43,29 +46,55 @@ func BenchmarkPrivilegedThroughput(b *testing.B) {
 		return r
 	}
 	rate("warm-up")
-	base := rate("no egressd")
 
-	// egressd with 8000 rules; the flow matches the last one (Allow).
+	// Rounds alternate a run without egressd and one with egressd enforcing 8000 rules whose
+	// last allows the flow (started, programmed; then stopped and cleaned up): the machine's
+	// speed drifts over tens of seconds by as much as the difference measured, and alternating
+	// exposes both to it alike. Each rate is the best of its rounds: the sender does all the
+	// forwarding work in its own system calls, so another process only ever lowers a run's rate.
 	node := l.Nodes[0]
-	if err := l.StartAgents(ctx); err != nil {
-		b.Fatal(err)
-	}
 	doc := firewallYAML(8000, "{type: Allow, to: {cidrSelector: 203.0.113.0/24}}")
-	if err := l.Kube.Apply(ctx, ns, doc); err != nil {
-		b.Fatal(err)
+	allowed := `egressd_egressfirewall_rule_packets_total{action="Allow",namespace="` + ns + `",rule="7999"}`
+	var base, withEgressd float64
+	var paired []float64 // each round's ratio, with egressd to without
+	for round := range 5 {
+		without := rate("no egressd")
+		base = max(base, without)
+		if round == 0 {
+			if err := l.StartAgents(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Kube.Apply(ctx, ns, doc); err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default", "status.status", fwApplied, 30*time.Second); err != nil {
+				b.Fatal(err)
+			}
+		} else if err := node.StartAgent(ctx); err != nil { // ready once its first sync programmed the rules
+			b.Fatal(err)
+		}
+		// Its start-up work (caches, leader election, status, the garbage of compiling 8000
+		// rules) would take the sender's core: the dataplane is measured once it is idle.
+		time.Sleep(3 * time.Second)
+		before, _ := node.Agent.Sample(allowed)
+		cpu := cpuTicks(b, node.Agent.Pid())
+		with := rate("egressd, 8000 rules")
+		withEgressd = max(withEgressd, with)
+		paired = append(paired, with/without)
+		b.Logf("the agent used %d ms of CPU during the run", (cpuTicks(b, node.Agent.Pid())-cpu)*10)
+		// The flood went through the classifier, and its last rule let it through.
+		if after, err := node.Agent.Sample(allowed); err != nil || after == "" || after == before {
+			b.Fatalf("%s: %q before the run, %q after (%v)", allowed, before, after, err)
+		}
+		if _, err := node.Agent.Terminate(5 * time.Second); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := node.NS.Run(egressctl(b), "cleanup", "--bpf-pin-root", lab.PinRoot(l.ID, node.Name)); err != nil {
+			b.Fatal(err)
+		}
 	}
-	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default", "status.status", fwApplied, 30*time.Second); err != nil {
-		b.Fatal(err)
-	}
-	withEgressd := rate("egressd, 8000 rules")
 
 	// The same rules as a linear nft chain on the node, egressd stopped and cleaned up.
-	if _, err := node.Agent.Terminate(5 * time.Second); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := node.NS.Run(egressctl(b), "cleanup", "--bpf-pin-root", lab.PinRoot(l.ID, node.Name)); err != nil {
-		b.Fatal(err)
-	}
 	var chain strings.Builder
 	chain.WriteString("table inet benchlinear {\n chain forward {\n  type filter hook forward priority 0; policy accept;\n")
 	for i := range 7999 {
@@ -84,5 +113,20 @@ func BenchmarkPrivilegedThroughput(b *testing.B) {
 	b.ReportMetric(withEgressd, "pps-egressd-8000-rules")
 	b.ReportMetric(linear, "pps-linear-nft-8000-rules")
 	b.ReportMetric(withEgressd/base, "ratio-egressd")
+	slices.Sort(paired)
+	b.ReportMetric(paired[len(paired)/2], "ratio-egressd-rounds-median")
 	b.ReportMetric(linear/base, "ratio-linear-nft")
+}
+
+// cpuTicks is the CPU time (user and system, in clock ticks of 10 ms) process pid has used.
+func cpuTicks(b *testing.B, pid int) int {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command's closing parenthesis; utime and stime are the 12th and 13th.
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	u, _ := strconv.Atoi(f[11])
+	s, _ := strconv.Atoi(f[12])
+	return u + s
 }

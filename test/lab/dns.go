@@ -21,8 +21,9 @@ type DNS struct {
 }
 
 type dnsRecord struct {
-	ttl uint32
-	ips []netip.Addr
+	ttl   uint32
+	ips   []netip.Addr
+	cname string // when set, the name is an alias of this one (FQDN)
 }
 
 // AddDNS adds an external host serving DNS (UDP and TCP 53) on addr.
@@ -66,6 +67,22 @@ func (d *DNS) Set(name string, ttl uint32, ips ...string) {
 	d.records[dns.CanonicalName(name)] = r
 }
 
+// SetCNAME makes name an alias of target with ttl seconds: answers hold the CNAME record, then
+// target's addresses with target's TTL.
+func (d *DNS) SetCNAME(name string, ttl uint32, target string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.records[dns.CanonicalName(name)] = dnsRecord{ttl: ttl, cname: dns.CanonicalName(target)}
+}
+
+// Stop shuts the server down: its host answers queries with ICMP port unreachable, as a
+// resolver whose daemon died.
+func (d *DNS) Stop() {
+	for _, s := range d.servers {
+		_ = s.Shutdown()
+	}
+}
+
 // Queries returns how many questions (any type) name got.
 func (d *DNS) Queries(name string) int {
 	d.mu.Lock()
@@ -83,11 +100,17 @@ func (d *DNS) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		name := strings.ToLower(q.Name)
 		d.queries[name]++
 		r, ok := d.records[name]
+		owner := q.Name
+		if ok && r.cname != "" {
+			m.Answer = append(m.Answer, &dns.CNAME{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: r.ttl}, Target: r.cname})
+			owner = r.cname
+			r, ok = d.records[r.cname]
+		}
 		if !ok {
 			m.Rcode = dns.RcodeNameError
 			continue
 		}
-		hdr := dns.RR_Header{Name: q.Name, Class: dns.ClassINET, Ttl: r.ttl}
+		hdr := dns.RR_Header{Name: owner, Class: dns.ClassINET, Ttl: r.ttl}
 		for _, ip := range r.ips {
 			switch {
 			case q.Qtype == dns.TypeA && ip.Is4():
