@@ -114,7 +114,7 @@ spec: {egress: [{type: Deny, to: {cidrSelector: 203.0.113.0/24}}, {type: Deny, t
 			if err := names(msg, n.Name); err != nil {
 				return fmt.Errorf("EgressFirewall: %w", err)
 			}
-			cond := condition(conds, "Ready-In-Zone-"+n.Name)
+			cond := unstructuredCondition(conds, "Ready-In-Zone-"+n.Name)
 			if cond["status"] != "False" || cond["reason"] != "SetupFailed" || !strings.HasPrefix(fmt.Sprint(cond["message"]), qosNotApplied+": ") {
 				return fmt.Errorf("EgressQoS condition of %s: %v", n.Name, cond)
 			}
@@ -153,8 +153,8 @@ spec: {egress: [{type: Deny, to: {cidrSelector: 203.0.113.0/24}}, {type: Deny, t
 	}
 }
 
-// condition returns the condition of type typ in conds (nil if absent).
-func condition(conds []any, typ string) map[string]any {
+// unstructuredCondition returns the condition of type typ in conds (nil if absent).
+func unstructuredCondition(conds []any, typ string) map[string]any {
 	for _, c := range conds {
 		if m, _ := c.(map[string]any); m["type"] == typ {
 			return m
