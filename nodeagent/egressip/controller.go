@@ -97,20 +97,28 @@ func (c *Controller) Run(ctx context.Context) {
 	if c.Requester != nil {
 		c.Requester.Reset()
 	}
-	defer c.Probes.Set(nil) // probing is the leader's; stop when leadership ends
-	tick := time.NewTicker(30 * time.Second)
+	// true: removals were written; place the additions at once.
+	ReconcileLoop(ctx, 30*time.Second, c.Changed, c.Probes, c.reconcile)
+}
+
+// ReconcileLoop is the loop of a leader's controller that probes nodes (EgressIP, EgressService,
+// EgressRouter): reconcile after every API change, probe verdict and period, until ctx ends,
+// at once again when reconcile says so. Probing is the leader's: the probes stop when it
+// returns.
+func ReconcileLoop(ctx context.Context, period time.Duration, changed <-chan struct{}, probes Reachability, reconcile func(context.Context) bool) {
+	defer probes.Set(nil)
+	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for {
-		again := c.reconcile(ctx)
-		if again {
-			continue // removals were written; place the additions now
+		if reconcile(ctx) {
+			continue
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-		case <-c.Changed:
-		case <-c.Probes.Changed():
+		case <-changed:
+		case <-probes.Changed():
 		}
 	}
 }

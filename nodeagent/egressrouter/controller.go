@@ -63,21 +63,12 @@ type createdPod struct {
 // Run reconciles after every change, probe verdict and every 5 s, until ctx ends.
 func (c *Controller) Run(ctx context.Context) {
 	c.created, c.refused, c.recorded = map[types.UID]createdPod{}, map[types.UID]bool{}, map[types.UID]string{}
-	defer c.Probes.Set(nil)
-	tick := time.NewTicker(5 * time.Second)
-	defer tick.Stop()
-	for {
+	egressip.ReconcileLoop(ctx, 5*time.Second, c.Changed, c.Probes, func(ctx context.Context) bool {
 		if err := c.reconcile(ctx); err != nil {
 			c.Log.Error("egress routers", "err", err)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		case <-c.Changed:
-		case <-c.Probes.Changed():
-		}
-	}
+		return false
+	})
 }
 
 func (c *Controller) reconcile(ctx context.Context) error {

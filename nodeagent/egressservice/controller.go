@@ -45,21 +45,12 @@ type Controller struct {
 // period), until ctx ends.
 func (c *Controller) Run(ctx context.Context) {
 	c.recorded = map[string]string{}
-	defer c.Probes.Set(nil)
-	tick := time.NewTicker(5 * time.Second)
-	defer tick.Stop()
-	for {
+	egressip.ReconcileLoop(ctx, 5*time.Second, c.Changed, c.Probes, func(ctx context.Context) bool {
 		if err := c.reconcile(ctx); err != nil {
 			c.Log.Error("egress services", "err", err)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		case <-c.Changed:
-		case <-c.Probes.Changed():
-		}
-	}
+		return false
+	})
 }
 
 func (c *Controller) reconcile(ctx context.Context) error {

@@ -51,10 +51,7 @@ func demoCloud(ctx context.Context, l *lab.Lab, c *checker, pods []*lab.Pod) err
 	if _, err := api.UpdateStatus(ctx, req, metav1.UpdateOptions{}); err != nil {
 		return err
 	}
-	items := "none"
-	for deadline := time.Now().Add(20 * time.Second); items == "none" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		items = egressIPItems(ctx, l, "demo-clients")
-	}
+	items := awaitItems(ctx, l, "demo-clients")
 	c.check("status.items once the cloud confirmed", l.Nodes[1].Name+"="+eip, items)
 	for _, p := range pods {
 		r := sourceSeen(p, "192.0.2.10:443", netip.MustParseAddr(eip))

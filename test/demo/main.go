@@ -273,10 +273,7 @@ spec:
 `); err != nil {
 		return err
 	}
-	items := "none"
-	for deadline := time.Now().Add(20 * time.Second); items == "none" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		items = egressIPItems(ctx, l, "demo-clients")
-	}
+	items := awaitItems(ctx, l, "demo-clients")
 	c.check("status.items", l.Nodes[1].Name+"="+eip, items)
 	for _, p := range pods {
 		var r lab.Result
@@ -288,6 +285,15 @@ spec:
 		c.check(fmt.Sprintf("%s (%s) -> 192.0.2.10:443 source", p.Name, p.Node.Name), "ok "+eip, fmt.Sprintf("%s %s", r.Outcome, r.Seen.Src))
 	}
 	return nil
+}
+
+// awaitItems waits up to 20 s for an EgressIP's status.items and returns them (egressIPItems).
+func awaitItems(ctx context.Context, l *lab.Lab, name string) string {
+	items := "none"
+	for deadline := time.Now().Add(20 * time.Second); items == "none" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		items = egressIPItems(ctx, l, name)
+	}
+	return items
 }
 
 // egressIPItems is an EgressIP's status.items as "node=ip" (comma-separated), or "none".

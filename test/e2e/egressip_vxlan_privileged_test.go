@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/test/lab"
 	"github.com/egressd/egressd/test/privileged"
@@ -277,32 +274,7 @@ func TestPrivilegedEgressServiceVXLAN(t *testing.T) {
 	}
 	ns := l.CP.Namespace(t)
 	ep1 := addPod(t, l.Nodes[1], ns, "ep1", lab.PodOptions{Labels: map[string]string{"app": "lb"}})
-	apply(t, l, ns, `apiVersion: v1
-kind: Service
-metadata:
-  name: lb
-spec:
-  type: LoadBalancer
-  selector: {app: lb}
-  ports: [{port: 80, protocol: TCP}]
-`)
-	svc, err := l.Client.CoreV1().Services(ns).Get(ctx, "lb", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lbIP4}}
-	if _, err := l.Client.CoreV1().Services(ns).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	apply(t, l, ns, `apiVersion: k8s.ovn.org/v1
-kind: EgressService
-metadata:
-  name: lb
-spec:
-  sourceIPBy: LoadBalancerIP
-  nodeSelector:
-    matchLabels: {egress-host: "yes"}
-`)
+	loadBalancerEgressService(t, l, ns)
 	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressService", ns, "lb", "status.host", n0.Name, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}

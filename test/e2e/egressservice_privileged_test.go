@@ -45,32 +45,7 @@ func TestPrivilegedEgressService(t *testing.T) {
 	ep1 := addPod(t, l.Nodes[1], ns, "ep1", lab.PodOptions{Labels: sel})
 	plain1 := addPod(t, l.Nodes[1], ns, "plain1", lab.PodOptions{Labels: map[string]string{"app": "other"}})
 
-	apply(t, l, ns, `apiVersion: v1
-kind: Service
-metadata:
-  name: lb
-spec:
-  type: LoadBalancer
-  selector: {app: lb}
-  ports: [{port: 80, protocol: TCP}]
-`)
-	svc, err := l.Client.CoreV1().Services(ns).Get(ctx, "lb", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lbIP4}}
-	if _, err := l.Client.CoreV1().Services(ns).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	apply(t, l, ns, `apiVersion: k8s.ovn.org/v1
-kind: EgressService
-metadata:
-  name: lb
-spec:
-  sourceIPBy: LoadBalancerIP
-  nodeSelector:
-    matchLabels: {egress-host: "yes"}
-`)
+	loadBalancerEgressService(t, l, ns)
 	label := "egress-service.k8s.ovn.org/" + ns + "-lb"
 	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressService", ns, "lb", "status.host", n0.Name, 30*time.Second); err != nil {
 		t.Fatal(err)
@@ -148,4 +123,38 @@ func waitLabel(t *testing.T, l *lab.Lab, label, node string) {
 		}
 		return nil
 	})
+}
+
+// loadBalancerEgressService creates the LoadBalancer Service ns/lb of the pods labelled app=lb,
+// gives it lbIP4 as its ingress (the LB provider's job), and its EgressService: source IP by
+// the LB IP, from a node labelled egress-host=yes.
+func loadBalancerEgressService(t *testing.T, l *lab.Lab, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	apply(t, l, ns, `apiVersion: v1
+kind: Service
+metadata:
+  name: lb
+spec:
+  type: LoadBalancer
+  selector: {app: lb}
+  ports: [{port: 80, protocol: TCP}]
+`)
+	svc, err := l.Client.CoreV1().Services(ns).Get(ctx, "lb", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lbIP4}}
+	if _, err := l.Client.CoreV1().Services(ns).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, l, ns, `apiVersion: k8s.ovn.org/v1
+kind: EgressService
+metadata:
+  name: lb
+spec:
+  sourceIPBy: LoadBalancerIP
+  nodeSelector:
+    matchLabels: {egress-host: "yes"}
+`)
 }
