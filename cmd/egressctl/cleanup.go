@@ -6,7 +6,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
+	"syscall"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/addresses"
@@ -16,6 +18,7 @@ import (
 	"github.com/egressd/egressd/dataplane/tcx"
 	"github.com/egressd/egressd/dataplane/tunnel"
 	"github.com/egressd/egressd/internal/cniinstall"
+	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
 )
 
 // cleanupReport lists what cleanup removed, in order; a cleanup that failed lists what it
@@ -57,6 +60,10 @@ func cleanup(o options) (cleanupReport, error) {
 			fmt.Sprintf("removed egressd's ip rules, routes and nexthops (protocol %d)", o.routing.Protocol),
 			func() error { return routing.Cleanup(o.routing) }},
 		{"remove the tunnel device " + dataplane.TunnelDevice, "removed the tunnel device " + dataplane.TunnelDevice, tunnel.Cleanup},
+		// The DaemonSet's hostPath of the CNI socket (DirectoryOrCreate: the kubelet makes it).
+		{"remove " + filepath.Dir(cniapi.DefaultSocket), "removed " + filepath.Dir(cniapi.DefaultSocket) + " (the agent's socket directory)", func() error {
+			return removeSocketDir(cniapi.DefaultSocket)
+		}},
 		{"remove " + o.pinRoot, "removed " + o.pinRoot, func() error {
 			var pathErr *fs.PathError
 			switch err := os.Remove(o.pinRoot); {
@@ -82,4 +89,17 @@ func cleanup(o options) (cleanupReport, error) {
 		r.Removed = append(r.Removed, s.done)
 	}
 	return r, nil
+}
+
+// removeSocketDir removes the agent's CNI socket (left by an agent that was killed) and its
+// directory, unless something else lives there.
+func removeSocketDir(socket string) error {
+	if err := os.Remove(socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	err := os.Remove(filepath.Dir(socket))
+	if err == nil || errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
+		return nil
+	}
+	return err
 }

@@ -402,8 +402,8 @@ func TestPrivilegedCleanup(t *testing.T) {
 		return code, r, errs.String()
 	}
 	code, r, errs := cleanup()
-	if want := "egressctl cleanup: remove " + n.root + ": directory not empty\n"; code != 1 || len(r.Removed) != 6 || errs != want {
-		t.Errorf("cleanup with a stranger in the pin root: exit %d, removed %q, %q; want exit 1, 6 steps, %q", code, r.Removed, errs, want)
+	if want := "egressctl cleanup: remove " + n.root + ": directory not empty\n"; code != 1 || len(r.Removed) != 7 || errs != want {
+		t.Errorf("cleanup with a stranger in the pin root: exit %d, removed %q, %q; want exit 1, 7 steps, %q", code, r.Removed, errs, want)
 	}
 	if out, err := n.ns.Run("nft", "list", "table", "inet", "egressd"); err == nil {
 		t.Errorf("after cleanup, the table is still there:\n%s", out)
@@ -422,7 +422,7 @@ func TestPrivilegedCleanup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if code, r, errs = cleanup("--cni-conf-dir", confDir, "--cni-bin-dir", binDir); code != 0 || len(r.Removed) != 8 || r.Removed[7] != "removed "+n.root {
+	if code, r, errs = cleanup("--cni-conf-dir", confDir, "--cni-bin-dir", binDir); code != 0 || len(r.Removed) != 9 || r.Removed[8] != "removed "+n.root {
 		t.Errorf("cleanup: exit %d, removed %q, %s", code, r.Removed, errs)
 	}
 	if b, err := os.ReadFile(conflist); err != nil || strings.Contains(string(b), "egressd-cni") || !strings.Contains(string(b), "ptp") {

@@ -51,7 +51,7 @@ var (
 //   - a rolling update of the DaemonSet to another image, while the pod streams: every
 //     datagram to the allowed host arrives, with its DSCP, and none to the denied one;
 //   - deleting the deploy resources and `egressctl cleanup` leave the node as it was before
-//     (the kubelet's empty hostPath directory /run/egressd aside).
+//     (the kubelet's hostPath directory /run/egressd included).
 func TestPrivilegedRealNode(t *testing.T) {
 	privileged.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)

@@ -147,11 +147,12 @@ func nodeState(t *testing.T, n *node.Node, ln *lab.Node, skip string) string {
 			b.WriteString(line + "\n")
 		}
 	}
-	// /run/egressd itself is the kubelet's (the DaemonSet's hostPath, DirectoryOrCreate).
+	// /run/egressd is the DaemonSet's hostPath (DirectoryOrCreate: the kubelet makes it);
+	// egressctl cleanup removes it.
 	for _, root := range []string{"/sys/fs/bpf", "/run/egressd"} {
 		fmt.Fprintf(&b, "# find %s\n", root)
 		_ = filepath.Walk(n.RootPath(root), func(p string, _ os.FileInfo, err error) error {
-			if err == nil && p != n.RootPath("/run/egressd") {
+			if err == nil {
 				rel, _ := filepath.Rel(n.RootPath("/"), p)
 				b.WriteString("/" + rel + "\n")
 			}
