@@ -53,6 +53,9 @@ type Controller struct {
 	// recorded are the events already recorded, so a lasting problem is reported once per
 	// leadership rather than at every reconcile.
 	recorded map[Event]bool
+	// lost is since when this leader has found each node unable to keep egress IPs (for the
+	// reassignment time).
+	lost map[string]time.Time
 }
 
 // CloudMode says whether egress IPs are requested from the cloud first.
@@ -93,7 +96,7 @@ func (c *Controller) cloud(nodes []*corev1.Node) bool {
 
 // Run reconciles after every change, probe result and every 30 s, until ctx ends.
 func (c *Controller) Run(ctx context.Context) {
-	c.recorded = map[Event]bool{}
+	c.recorded, c.lost = map[Event]bool{}, map[string]time.Time{}
 	if c.Requester != nil {
 		c.Requester.Reset()
 	}
@@ -156,6 +159,7 @@ func (c *Controller) reconcile(ctx context.Context) bool {
 	for i := range nodes {
 		nodes[i].Reachable = c.Probes.Reachable(nodes[i].Name)
 	}
+	c.trackLost(nodes, eips, time.Now())
 	if cloud {
 		c.reconcileCloud(ctx, eips, nodes)
 		return false // the CloudPrivateIPConfigs' changes bring the next reconcile
@@ -177,7 +181,7 @@ func (c *Controller) reconcile(ctx context.Context) bool {
 			if e := find(eips, a.Name); e != nil {
 				old = e.Status.Items
 			}
-			c.Metrics.record(a.Name, old, a.Items)
+			c.Metrics.record(a.Name, old, a.Items, c.lost, time.Now())
 		}
 		again = again || a.Pending
 	}
@@ -213,12 +217,37 @@ func (c *Controller) reconcileCloud(ctx context.Context, eips []*ovnv1.EgressIP,
 			}
 			c.Log.Info("egress IPs assigned", "object", "EgressIP "+a.Name, "items", cp.Status)
 			if c.Metrics != nil {
-				c.Metrics.record(a.Name, obj.Status.Items, cp.Status)
+				c.Metrics.record(a.Name, obj.Status.Items, cp.Status, c.lost, time.Now())
 			}
 		}
 		c.Requester.Execute(ctx, cp.Ops)
 	}
 	c.Requester.Execute(ctx, cloudprivateip.Orphans(eips, cpics))
+}
+
+// trackLost notes when each node that holds egress IPs (or is known) stops being able to keep
+// them: not assignable, or gone from the cluster while the status still names it.
+func (c *Controller) trackLost(nodes []Node, eips []*ovnv1.EgressIP, now time.Time) {
+	if c.lost == nil {
+		c.lost = map[string]time.Time{}
+	}
+	known := map[string]bool{}
+	for i := range nodes {
+		n := &nodes[i]
+		known[n.Name] = true
+		if n.assignable() {
+			delete(c.lost, n.Name)
+		} else if _, ok := c.lost[n.Name]; !ok {
+			c.lost[n.Name] = now
+		}
+	}
+	for _, e := range eips {
+		for _, it := range e.Status.Items {
+			if _, ok := c.lost[it.Node]; !ok && !known[it.Node] {
+				c.lost[it.Node] = now
+			}
+		}
+	}
 }
 
 // record records the assignment's events not recorded yet in this leadership.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -46,7 +47,7 @@ func TestControllerNewLeaderKeepsAssignments(t *testing.T) {
 	client := ovnfake.NewSimpleClientset(e)
 	probes := &proberLike{down: map[string]bool{}}
 	c := &Controller{Client: client, Snapshot: watcherstest.Snapshot(objs...), Probes: probes, HealthPort: 9107,
-		Recorder: record.NewFakeRecorder(10), Log: slog.New(slog.DiscardHandler), recorded: map[Event]bool{}}
+		Recorder: record.NewFakeRecorder(10), Log: slog.New(slog.DiscardHandler), recorded: map[Event]bool{}, Metrics: NewMetrics()}
 	ctx := context.Background()
 	c.reconcile(ctx)
 	for _, a := range client.Actions() {
@@ -64,5 +65,9 @@ func TestControllerNewLeaderKeepsAssignments(t *testing.T) {
 	want := []ovnv1.EgressIPStatusItem{{Node: "n2", EgressIP: "10.0.0.101"}, {Node: "n3", EgressIP: "10.0.0.100"}}
 	if !slices.Equal(got.Status.Items, want) {
 		t.Errorf("after n1 turned unreachable: %v, want %v", got.Status.Items, want)
+	}
+	var m dto.Metric
+	if err := c.Metrics.Reassignment.Write(&m); err != nil || m.GetHistogram().GetSampleCount() != 1 {
+		t.Errorf("reassignments observed: %v (%v), want the one move off n1", m.GetHistogram().GetSampleCount(), err)
 	}
 }

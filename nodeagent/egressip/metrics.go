@@ -1,6 +1,8 @@
 package egressip
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
@@ -13,6 +15,9 @@ type Metrics struct {
 	// Moves counts egress IPs the leader took off a node (unassignable, unreachable, NotReady,
 	// unlabelled) to place them again, by the node they left.
 	Moves *prometheus.CounterVec
+	// Reassignment is the time from the leader finding a node unable to keep its egress IPs to
+	// the status that places them on another node.
+	Reassignment prometheus.Histogram
 }
 
 // NewMetrics creates the metrics; register Collectors.
@@ -26,25 +31,37 @@ func NewMetrics() *Metrics {
 			Name: "egressd_egressip_moves_total",
 			Help: "Egress IPs the leader removed from a node's assignment (failovers and unassignments), by that node.",
 		}, []string{"node"}),
+		Reassignment: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "egressd_egressip_reassignment_seconds",
+			Help:    "Time from the leader finding a node unable to keep its egress IPs (NotReady, unreachable, unlabelled, gone) to writing the status that places them on another node; detection before that is the probes' (egressd_reachability_*).",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+		}),
 	}
 }
 
 // Collectors are the metrics to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Assigned, m.Moves}
+	return []prometheus.Collector{m.Assigned, m.Moves, m.Reassignment}
 }
 
-// record updates the metrics after an object's status went from old to items.
-func (m *Metrics) record(name string, old, items []ovnv1.EgressIPStatusItem) {
+// record updates the metrics after an object's status went from old to items at now; lost
+// says since when the leader has found each node unable to keep egress IPs.
+func (m *Metrics) record(name string, old, items []ovnv1.EgressIPStatusItem, lost map[string]time.Time, now time.Time) {
 	kept := map[ovnv1.EgressIPStatusItem]bool{}
+	placed := map[string]string{} // egress IP -> node
 	for _, it := range items {
 		kept[it] = true
+		placed[it.EgressIP] = it.Node
 		m.Assigned.WithLabelValues(name, it.Node, it.EgressIP).Set(1)
 	}
 	for _, it := range old {
-		if !kept[it] {
-			m.Moves.WithLabelValues(it.Node).Inc()
-			m.Assigned.DeleteLabelValues(name, it.Node, it.EgressIP)
+		if kept[it] {
+			continue
+		}
+		m.Moves.WithLabelValues(it.Node).Inc()
+		m.Assigned.DeleteLabelValues(name, it.Node, it.EgressIP)
+		if since, ok := lost[it.Node]; ok && placed[it.EgressIP] != "" {
+			m.Reassignment.Observe(now.Sub(since).Seconds())
 		}
 	}
 }
