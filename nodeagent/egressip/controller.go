@@ -100,6 +100,9 @@ func (c *Controller) Run(ctx context.Context) {
 	if c.Requester != nil {
 		c.Requester.Reset()
 	}
+	if c.Metrics != nil {
+		defer c.Metrics.forget()
+	}
 	// true: removals were written; place the additions at once.
 	ReconcileLoop(ctx, 30*time.Second, c.Changed, c.Probes, c.reconcile)
 }
@@ -166,6 +169,7 @@ func (c *Controller) reconcile(ctx context.Context) bool {
 	}
 	plan := Assign(eips, nodes)
 	c.record(plan.Events, eips)
+	c.observe(plan)
 	again := false
 	for _, a := range plan.Assignments {
 		if !a.Changed {
@@ -203,6 +207,7 @@ func (c *Controller) reconcileCloud(ctx context.Context, eips []*ovnv1.EgressIP,
 	nodeExists := func(name string) bool { return known[name] }
 	plan := Assign(cloudprivateip.Held(eips, cpics), nodes)
 	c.record(plan.Events, eips)
+	c.observe(plan)
 	for _, a := range plan.Assignments {
 		obj := find(eips, a.Name)
 		if obj == nil {
@@ -262,6 +267,13 @@ func (c *Controller) record(events []Event, eips []*ovnv1.EgressIP) {
 			ref.UID, ref.ResourceVersion = obj.UID, obj.ResourceVersion
 		}
 		c.Recorder.Event(ref, e.Type, e.Reason, e.Message)
+	}
+}
+
+// observe exports what plan left without a node.
+func (c *Controller) observe(plan Plan) {
+	if c.Metrics != nil {
+		c.Metrics.observeUnassigned(plan)
 	}
 }
 

@@ -18,6 +18,9 @@ type Metrics struct {
 	// Reassignment is the time from the leader finding a node unable to keep its egress IPs to
 	// the status that places them on another node.
 	Reassignment prometheus.Histogram
+	// Unassigned counts, per EgressIP and reason, the requested IPs the leader's last
+	// assignment left without a node (alerts: an EgressIP that silently does nothing).
+	Unassigned *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics; register Collectors.
@@ -36,12 +39,16 @@ func NewMetrics() *Metrics {
 			Help:    "Time from the leader finding a node unable to keep its egress IPs (NotReady, unreachable, unlabelled, gone) to writing the status that places them on another node; detection before that is the probes' (egressd_reachability_*).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
 		}),
+		Unassigned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "egressd_egressip_unassigned",
+			Help: "Requested egress IPs the leader's last assignment left without a node, by EgressIP object and reason (the Event reason: NoMatchingNodeFound, EgressIPConflict, InvalidEgressIP, ...); only the leader exports it.",
+		}, []string{"egressip", "reason"}),
 	}
 }
 
 // Collectors are the metrics to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Assigned, m.Moves, m.Reassignment}
+	return []prometheus.Collector{m.Assigned, m.Moves, m.Reassignment, m.Unassigned}
 }
 
 // record updates the metrics after an object's status went from old to items at now; lost
@@ -64,4 +71,21 @@ func (m *Metrics) record(name string, old, items []ovnv1.EgressIPStatusItem, los
 			m.Reassignment.Observe(now.Sub(since).Seconds())
 		}
 	}
+}
+
+// observeUnassigned replaces Unassigned with what plan left without a node.
+func (m *Metrics) observeUnassigned(plan Plan) {
+	m.Unassigned.Reset()
+	for _, a := range plan.Assignments {
+		for _, u := range a.Unassigned {
+			m.Unassigned.WithLabelValues(a.Name, u.Reason).Inc()
+		}
+	}
+}
+
+// forget drops what only the leader exports, once this agent stops leading: another agent
+// reports the assignment now.
+func (m *Metrics) forget() {
+	m.Assigned.Reset()
+	m.Unassigned.Reset()
 }

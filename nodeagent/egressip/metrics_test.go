@@ -41,3 +41,29 @@ func histogramSum(t *testing.T, m *Metrics) float64 {
 	}
 	return d.GetHistogram().GetSampleSum()
 }
+
+// The IPs a plan leaves without a node are counted by object and reason, the last plan only;
+// an agent that stops leading exports none.
+func TestMetricsCountUnassigned(t *testing.T) {
+	m := NewMetrics()
+	m.observeUnassigned(Plan{Assignments: []Assignment{
+		{Name: "a", Unassigned: []Unassigned{{IP: "192.0.2.1", Reason: ReasonNoMatchingNodeFound}, {IP: "192.0.2.2", Reason: ReasonNoMatchingNodeFound}}},
+		{Name: "b", Unassigned: []Unassigned{{IP: "192.0.2.3", Reason: ReasonEgressIPConflict}}},
+		{Name: "c", Items: []ovnv1.EgressIPStatusItem{{Node: "n1", EgressIP: "192.0.2.4"}}},
+	}})
+	if got := testutil.ToFloat64(m.Unassigned.WithLabelValues("a", ReasonNoMatchingNodeFound)); got != 2 {
+		t.Errorf("a unassigned = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(m.Unassigned.WithLabelValues("b", ReasonEgressIPConflict)); got != 1 {
+		t.Errorf("b unassigned = %v, want 1", got)
+	}
+	m.observeUnassigned(Plan{Assignments: []Assignment{{Name: "b", Unassigned: []Unassigned{{IP: "192.0.2.3", Reason: ReasonEgressIPConflict}}}}})
+	if n := testutil.CollectAndCount(m.Unassigned); n != 1 {
+		t.Errorf("%d unassigned series after a's IPs were placed, want 1", n)
+	}
+	m.record("c", nil, []ovnv1.EgressIPStatusItem{{Node: "n1", EgressIP: "192.0.2.4"}}, nil, time.Now())
+	m.forget()
+	if n := testutil.CollectAndCount(m.Unassigned) + testutil.CollectAndCount(m.Assigned); n != 0 {
+		t.Errorf("%d leader series after it stopped leading", n)
+	}
+}

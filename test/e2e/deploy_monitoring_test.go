@@ -3,7 +3,6 @@ package e2e
 import (
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -14,8 +13,8 @@ import (
 )
 
 // TestDeployMonitoring checks deploy/monitoring against the agent: every egressd_ metric an
-// alert uses is one the agent exports (by name in its source), the Service selects the agents'
-// pods on their metrics port, and the Service passes a server-side dry run. (The
+// alert uses is one the agent exports, with the labels it has (checkQuery), the Service
+// selects the agents' pods on their metrics port, and the Service passes a server-side dry run. (The
 // ServiceMonitor and PrometheusRule need the Prometheus Operator's CRDs, absent here.)
 func TestDeployMonitoring(t *testing.T) {
 	dir := filepath.Join(deployDir, "monitoring")
@@ -37,27 +36,9 @@ func TestDeployMonitoring(t *testing.T) {
 		t.Fatalf("want Service egressd-metrics, ServiceMonitor and PrometheusRule egressd, got %v", objs)
 	}
 
-	// The metric names the agent registers.
-	exported := map[string]bool{}
-	name := regexp.MustCompile(`"(egressd_[a-z0-9_]+)"`)
-	for _, root := range []string{"../../nodeagent", "../../dataplane"} {
-		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-				return err
-			}
-			src, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			for _, s := range name.FindAllStringSubmatch(string(src), -1) {
-				exported[s[1]] = true
-			}
-			return nil
-		})
-	}
+	exported := exportedMetrics(t)
 	groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
 	alerts := 0
-	used := regexp.MustCompile(`\begressd_[a-z0-9_]+`)
 	for _, g := range groups {
 		rules, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
 		for _, r := range rules {
@@ -68,10 +49,8 @@ func TestDeployMonitoring(t *testing.T) {
 				continue
 			}
 			alerts++
-			for _, metric := range used.FindAllString(expr, -1) {
-				if !exported[metric] {
-					t.Errorf("alert %s uses %s, which the agent does not export", r["alert"], metric)
-				}
+			for _, err := range checkQuery(expr, exported) {
+				t.Errorf("alert %s: %v", r["alert"], err)
 			}
 			if strings.Contains(expr, "up{") && !strings.Contains(expr, `job="egressd-metrics"`) {
 				t.Errorf("alert %s: up of another job than the Service's", r["alert"])

@@ -87,7 +87,7 @@ func BenchmarkPrivilegedEgressIPFailover(b *testing.B) {
 // and the streaming pod on node 0.
 func benchFailover(b *testing.B, e *eipLab, trials int) {
 	n0 := e.Nodes[0]
-	if leader := e.leaderNode(b); leader != n0 {
+	if leader := leaderNode(b, e.Lab); leader != n0 {
 		b.Fatalf("the leader is %s, want %s", leader.Name, n0.Name)
 	}
 	pod := addPod(b, n0, e.ns, "streamer", lab.PodOptions{Labels: map[string]string{"app": "eip"}})
@@ -158,7 +158,7 @@ func leaderTrial(b *testing.B, i int, timers [3]string) time.Duration {
 	ns := l.CP.Namespace(b)
 	e := &eipLab{Lab: l, web: web, ns: ns}
 	labelNamespace(b, e)
-	leader := e.leaderNode(b)
+	leader := leaderNode(b, e.Lab)
 	if leader != l.Nodes[0] {
 		b.Fatalf("the leader is %s, want %s", leader.Name, l.Nodes[0].Name)
 	}

@@ -23,7 +23,7 @@ func TestPrivilegedEgressIPFailover(t *testing.T) {
 	ctx := context.Background()
 	e := newEIPLab(t, 4)
 	n0, n1, n2, n3 := e.Nodes[0], e.Nodes[1], e.Nodes[2], e.Nodes[3]
-	if leader := e.leaderNode(t); leader != n0 {
+	if leader := leaderNode(t, e.Lab); leader != n0 {
 		t.Fatalf("the leader is %s; the scenario fails egress nodes and needs it on %s", leader.Name, n0.Name)
 	}
 	pod := addPod(t, n0, e.ns, "steered", lab.PodOptions{Labels: map[string]string{"app": "eip"}})

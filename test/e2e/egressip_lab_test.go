@@ -219,15 +219,16 @@ func inCluster(a netip.Addr) bool {
 }
 
 // leaderNode waits for a leader and returns its node.
-func (e *eipLab) leaderNode(t testing.TB) *lab.Node {
+func leaderNode(t testing.TB, l *lab.Lab) *lab.Node {
 	t.Helper()
 	var n *lab.Node
 	poll.Eventually(t, "a leader", 20*time.Second, func() error {
-		h := leaseHolder(context.Background(), e.Client, e.LeaderNamespace())
-		if n = e.node(h); n == nil {
-			return fmt.Errorf("holder %q", h)
+		h := leaseHolder(context.Background(), l.Client, l.LeaderNamespace())
+		if i := slices.IndexFunc(l.Nodes, func(n *lab.Node) bool { return n.Name == h }); i >= 0 {
+			n = l.Nodes[i]
+			return nil
 		}
-		return nil
+		return fmt.Errorf("holder %q", h)
 	})
 	return n
 }

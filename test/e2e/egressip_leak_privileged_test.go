@@ -28,7 +28,7 @@ func TestPrivilegedEgressIPNoLeakAcrossMoves(t *testing.T) {
 func noLeakAcrossMoves(t *testing.T, e *eipLab) {
 	ctx := context.Background()
 	n0, n1 := e.Nodes[0], e.Nodes[1]
-	if leader := e.leaderNode(t); leader != n0 {
+	if leader := leaderNode(t, e.Lab); leader != n0 {
 		t.Fatalf("the leader is %s; the scenario fails egress nodes and needs it on %s", leader.Name, n0.Name)
 	}
 	sel := lab.PodOptions{Labels: map[string]string{"app": "eip"}}

@@ -79,7 +79,8 @@ func labelNode(t *testing.T, l *lab.Lab, node string, value *string) {
 // node and on other nodes (steered with the pod IP intact, SNATed on the egress node), IPv4 and
 // IPv6, routed and bridged CNI shapes; unselected pods and pod-to-node traffic keep the node IP;
 // pod-to-pod keeps the pod IP; the status as upstream writes it; a move when the egress node
-// loses its label, with no packet leaving with a pod IP.
+// loses its label, with no packet leaving with a pod IP; an IP without any node left, counted
+// by the leader's metric.
 func TestPrivilegedEgressIP(t *testing.T) {
 	privileged.Require(t)
 	empty := ""
@@ -157,4 +158,17 @@ spec:
 	waitItems(t, l, name, n2.Name+"="+eip4, n1.Name+"="+eip6)
 	eventuallySource(t, "after the move, from the old egress node", sel0, web4, v4)
 	eventuallySource(t, "after the move, from the bridged node", sel1, web4, v4)
+
+	// No node is left for the IPv4 egress IP (node-1 hosts the object's IPv6 one): the status
+	// drops it, and the leader's metric, which the alert watches, says why.
+	labelNode(t, l, n2.Name, nil)
+	waitItems(t, l, name, n1.Name+"="+eip6)
+	leader := leaderNode(t, l)
+	series := fmt.Sprintf(`egressd_egressip_unassigned{egressip=%q,reason="NoMatchingNodeFound"}`, name)
+	poll.Eventually(t, "the leader counts the unassigned egress IP", 10*time.Second, func() error {
+		if v, err := leader.Agent.Sample(series); err != nil || v != "1" {
+			return fmt.Errorf("%s on %s = %q (%v)", series, leader.Name, v, err)
+		}
+		return nil
+	})
 }
