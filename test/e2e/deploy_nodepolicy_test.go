@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/egressd/egressd/test/controlplane"
 	"github.com/egressd/egressd/test/kube"
@@ -38,27 +36,14 @@ func TestDeployNodePolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The policy as deployed, for this test's ServiceAccount and under names of its own.
-	raw, err := os.ReadFile(filepath.Join(deployDir, "node-policy.yaml"))
+	// The policies as deployed, for this test's ServiceAccount and under names of their own.
+	uninstall, err := kube.InstallAgentPolicies(ctx, cp.Config, filepath.Join(deployDir, "node-policy.yaml"), user, ns)
+	if uninstall != nil {
+		t.Cleanup(uninstall)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc := strings.ReplaceAll(string(raw), "system:serviceaccount:egressd:egressd", user)
-	if doc == string(raw) {
-		t.Fatal("node-policy.yaml does not name the agent's ServiceAccount")
-	}
-	doc = strings.ReplaceAll(doc, "egressd-node-identity", "egressd-node-identity-"+ns)
-	k, err := kube.NewClient(cp.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := k.Apply(ctx, "", doc); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = k.Delete(context.Background(), "admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding", "", "egressd-node-identity-"+ns)
-		_ = k.Delete(context.Background(), "admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", "", "egressd-node-identity-"+ns)
-	})
 
 	own, other := ns+"-a", ns+"-b"
 	for _, n := range []string{own, other} {
@@ -70,13 +55,7 @@ func TestDeployNodePolicy(t *testing.T) {
 		t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{}) })
 	}
 	agentOn := func(node string) kubernetes.Interface {
-		cfg := rest.CopyConfig(cp.Config)
-		cfg.Impersonate = rest.ImpersonationConfig{UserName: user,
-			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}}
-		if node != "" {
-			cfg.Impersonate.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {node}}
-		}
-		c, err := kubernetes.NewForConfig(cfg)
+		c, err := kube.Impersonate(cp.Config, user, ns, node)
 		if err != nil {
 			t.Fatal(err)
 		}

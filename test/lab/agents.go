@@ -47,6 +47,16 @@ func (l *Lab) StartAgents(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The pod policy as shipped; not the node identity one: the agents' client certificates
+	// cannot carry the node-name claim of a pod-bound token (the real node's DaemonSet runs
+	// under both).
+	uninstall, err := kube.InstallAgentPolicies(ctx, l.CP.Config, filepath.Join(repoRoot(), "deploy", "router-pod-policy.yaml"), agentUser, l.ID)
+	if uninstall != nil {
+		l.onClose(uninstall)
+	}
+	if err != nil {
+		return err
+	}
 	binOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "egressd-lab-bin-")
 		if err != nil {
