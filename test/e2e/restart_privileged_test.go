@@ -2,9 +2,17 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/egressd/egressd/dataplane/tcx"
+	"github.com/egressd/egressd/test/lab"
 	"github.com/egressd/egressd/test/privileged"
 )
 
@@ -24,4 +32,99 @@ func TestPrivilegedAgentRestartKeepsEnforcing(t *testing.T) {
 		}
 		t.Logf("agent back and ready %s after restart", time.Since(start).Round(time.Millisecond))
 	})
+}
+
+// TestPrivilegedAgentUpgradeNewMapLayout: an upgrade whose maps changed layout, under traffic.
+// Between the old agent's end and the new one's start the pinned maps are replaced by maps of
+// another layout (what a new version meets): the new agent starts afresh with new maps, the
+// old program keeps enforcing with its own until the new maps are filled, then the new
+// program takes the same link. No allowed datagram is lost, no denied one passes.
+func TestPrivilegedAgentUpgradeNewMapLayout(t *testing.T) {
+	privileged.Require(t)
+	l, _, p := streamLab(t)
+	root := lab.PinRoot(l.ID, l.Nodes[0].Name)
+	var before ebpf.MapID
+	checkStreamsThrough(t, p, 400, 10*time.Millisecond, "across the upgrade", func() {
+		time.Sleep(500 * time.Millisecond)
+		l.Nodes[0].Agent.Kill()
+		before = replaceWithOtherLayout(t, filepath.Join(root, "egressd_pods"))
+		start := time.Now()
+		if err := l.Nodes[0].StartAgent(context.Background()); err != nil {
+			t.Error(err)
+			return
+		}
+		t.Logf("upgraded agent ready %s after start", time.Since(start).Round(time.Millisecond))
+	})
+	// The new agent made its own map, and its program, on the pod's link, uses it.
+	after := pinnedMapID(t, filepath.Join(root, "egressd_pods"))
+	if after == before {
+		t.Fatalf("egressd_pods is still map %d: the new agent did not start afresh", before)
+	}
+	ids := ingressLinkMaps(t, root)
+	if !slices.Contains(ids, after) {
+		t.Errorf("the pod's link runs a program with maps %v, not the new egressd_pods %d", ids, after)
+	}
+}
+
+// replaceWithOtherLayout pins, in place of the map pinned at path, a map of another layout, and
+// returns the replaced map's id.
+func replaceWithOtherLayout(t *testing.T, path string) ebpf.MapID {
+	t.Helper()
+	id := pinnedMapID(t, path)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 20, ValueSize: 4, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Pin(path); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func pinnedMapID(t *testing.T, path string) ebpf.MapID {
+	t.Helper()
+	m, err := ebpf.LoadPinnedMap(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	info, err := m.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := info.ID()
+	return id
+}
+
+// ingressLinkMaps returns the maps of the program on the first tcx ingress link pinned under root.
+func ingressLinkMaps(t *testing.T, root string) []ebpf.MapID {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(tcx.LinksDir(root), "tcx_ingress_*"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no ingress link pinned under %s (%v)", root, err)
+	}
+	l, err := link.LoadPinnedLink(paths[0], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	li, err := l.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := ebpf.NewProgramFromID(li.Program)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	info, err := prog.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := info.MapIDs()
+	return ids
 }
