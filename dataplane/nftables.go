@@ -39,6 +39,13 @@ type NftablesState struct {
 	// an unmarked packet from one of them to a non-exempt destination that still carries the
 	// pod address after every NAT is dropped rather than leaked.
 	Guarded []netip.Addr
+	// RemotePods are the pod networks of the other nodes (their spec.podCIDRs), set while some
+	// pod is served by an EgressIP or EgressService, when packets of other nodes' pods may be
+	// steered here. Such a packet that no SNAT took here, to a non-exempt destination, is from a
+	// pod this node does not know yet (younger than its view of the API): it is dropped, not
+	// masqueraded, since the CNI's NAT would bind the flow to this node's address for its life.
+	// Its sender's retransmission leaves with the egress IP once the pod is known.
+	RemotePods []netip.Prefix
 	// SteerNexthops are where a steered packet may leave towards: the egress node reached with
 	// its mark (the route's nexthop address). A steered packet leaving elsewhere with its pod
 	// source is dropped.

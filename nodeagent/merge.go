@@ -83,6 +83,9 @@ func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (datapl
 	s.Nftables.Exempt = union(p.egressIP.Exempt, p.service.Exempt, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	s.Classifier.SteerExempt = s.Nftables.Exempt
 	s.Nftables.Guarded = union(p.egressIP.Guarded, p.service.Guarded, netip.Addr.Compare)
+	if len(s.Nftables.Guarded) > 0 { // some pod's packets may be steered to this node
+		s.Nftables.RemotePods = p.egressIP.RemotePods
+	}
 	for _, t := range s.Routing.Tables {
 		for _, r := range t.Routes {
 			for _, nh := range r.Nexthops {

@@ -38,8 +38,9 @@ func pod(ns, name, node string, labels map[string]string, ips ...string) *corev1
 	return p
 }
 
-func node(name, primary string) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{egressip.PrimaryIfAddrAnnotation: primary}}}
+func node(name, primary string, podCIDRs ...string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{egressip.PrimaryIfAddrAnnotation: primary}},
+		Spec: corev1.NodeSpec{PodCIDRs: podCIDRs}}
 }
 
 // TestDesiredStateGolden: what one sync hands the dataplane for whole scenarios, through every
@@ -53,7 +54,8 @@ func TestDesiredStateGolden(t *testing.T) {
 	}, Status: ovnv1.EgressIPStatus{Items: []ovnv1.EgressIPStatusItem{
 		{Node: "n2", EgressIP: "192.0.2.100"}, {Node: "n3", EgressIP: "192.0.2.101"}, {Node: "n1", EgressIP: "2001:db8::100"}}}}
 	common := []runtime.Object{
-		node("n1", `{"ipv4":"192.0.2.1/24","ipv6":"2001:db8::1/64"}`), node("n2", `{"ipv4":"192.0.2.2/24"}`), node("n3", `{"ipv4":"192.0.2.3/24"}`),
+		node("n1", `{"ipv4":"192.0.2.1/24","ipv6":"2001:db8::1/64"}`, "10.244.1.0/24", "fd00:10:244:1::/64"),
+		node("n2", `{"ipv4":"192.0.2.2/24"}`, "10.244.2.0/24", "fd00:10:244:2::/64"), node("n3", `{"ipv4":"192.0.2.3/24"}`, "10.244.3.0/24"),
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"team": "a"}}},
 		pod("a", "x1", "n1", map[string]string{"app": "x"}, "10.244.1.5", "fd00:10:244:1::5"),
 		pod("a", "x2", "n2", map[string]string{"app": "x"}, "10.244.2.5"),

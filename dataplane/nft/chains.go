@@ -52,7 +52,7 @@ var regularChains = []string{serviceBackendsChain, qosBackendsChain, egressIPPre
 var setDefs = slices.Concat(backendSets, qosSets, egressIPSets)
 
 // objects are the named counters of the table.
-var objects = []string{leaksCounter, misroutedCounter}
+var objects = []string{leaksCounter, misroutedCounter, unknownCounter}
 
 // tableSize is the number of chains, sets and objects the table holds (the kernel's "use" of
 // the table) besides the qos_dscp_<n> chains, to notice that something was deleted behind

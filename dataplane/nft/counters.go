@@ -141,6 +141,8 @@ type LeakDrops struct {
 	Unsteered Counters
 	// Misrouted: steered packets about to leave towards no egress node of their mark.
 	Misrouted Counters
+	// Unknown: packets of other nodes' pods, steered here before this node knew the pod.
+	Unknown Counters
 }
 
 // LeakDrops are the leak guard's drops since the agent started.
@@ -149,5 +151,5 @@ func (t *Table) LeakDrops() LeakDrops {
 	defer t.mu.Unlock()
 	t.readCounters()
 	c := t.leakCounts.total()
-	return LeakDrops{Unsteered: c[leaksCounter], Misrouted: c[misroutedCounter]}
+	return LeakDrops{Unsteered: c[leaksCounter], Misrouted: c[misroutedCounter], Unknown: c[unknownCounter]}
 }

@@ -31,9 +31,12 @@ const (
 	steerNexthops4Set = "egressip_steer_nexthops4"
 	steerNexthops6Set = "egressip_steer_nexthops6"
 	steerDevicesSet   = "egressip_steer_devices"
+	remotePods4Set    = "egressip_remote_pods4"
+	remotePods6Set    = "egressip_remote_pods6"
 
 	leaksCounter     = "egressip_leaks"
 	misroutedCounter = "egressip_misrouted"
+	unknownCounter   = "egressip_unknown_pods"
 )
 
 var egressIPSets = []*nftables.Set{
@@ -45,6 +48,8 @@ var egressIPSets = []*nftables.Set{
 	{Table: table, Name: addrs6Set, Counter: true, KeyType: nftables.TypeIP6Addr},
 	{Table: table, Name: guarded4Set, KeyType: nftables.TypeIPAddr},
 	{Table: table, Name: guarded6Set, KeyType: nftables.TypeIP6Addr},
+	{Table: table, Name: remotePods4Set, Interval: true, KeyType: nftables.TypeIPAddr},
+	{Table: table, Name: remotePods6Set, Interval: true, KeyType: nftables.TypeIP6Addr},
 	{Table: table, Name: steerNexthops4Set, Concatenation: true,
 		KeyType: nftables.MustConcatSetType(nftables.TypeMark, nftables.TypeIPAddr)},
 	{Table: table, Name: steerNexthops6Set, Concatenation: true,
@@ -80,16 +85,8 @@ func addEgressIP(c contents, s *dataplane.NftablesState) map[dataplane.Origin]er
 			c.add(family(eip, addrs4Set, addrs6Set), string(eip.AsSlice()), "", nftables.SetElement{Key: eip.AsSlice()})
 		}
 	}
-	for _, r := range ranges(s.Exempt) {
-		name := family(r.from, exempt4Set, exempt6Set)
-		es := []nftables.SetElement{{Key: r.from.AsSlice()}}
-		end := ""
-		if next := r.to.Next(); next.IsValid() { // no end element: up to the last address
-			es = append(es, nftables.SetElement{Key: next.AsSlice(), IntervalEnd: true})
-			end = string(next.AsSlice())
-		}
-		c.add(name, string(r.from.AsSlice()), end, es...)
-	}
+	addRanges(c, s.Exempt, exempt4Set, exempt6Set)
+	addRanges(c, s.RemotePods, remotePods4Set, remotePods6Set)
 	for _, a := range s.Guarded {
 		a = a.Unmap()
 		if a.IsValid() {
@@ -111,6 +108,19 @@ func addEgressIP(c contents, s *dataplane.NftablesState) map[dataplane.Origin]er
 		}
 	}
 	return failed
+}
+
+// addRanges adds prefixes to the interval set of their family, v4 or v6.
+func addRanges(c contents, ps []netip.Prefix, v4, v6 string) {
+	for _, r := range ranges(ps) {
+		es := []nftables.SetElement{{Key: r.from.AsSlice()}}
+		end := ""
+		if next := r.to.Next(); next.IsValid() { // no end element: up to the last address
+			es = append(es, nftables.SetElement{Key: next.AsSlice(), IntervalEnd: true})
+			end = string(next.AsSlice())
+		}
+		c.add(family(r.from, v4, v6), string(r.from.AsSlice()), end, es...)
+	}
 }
 
 // addrRange is the inclusive range of addresses from..to.
@@ -204,6 +214,11 @@ func egressIPRules(mask uint32, sets map[string]*nftables.Set) map[string][][]ex
 		// SNAT element and its steering mark).
 		add(egressIPSNAT, nfproto(v4), one(addrField(v4, true, 1), lookup(pick(v4, guarded4Set, guarded6Set), 1, false),
 			addrField(v4, false, 1), lookup(pick(v4, exempt4Set, exempt6Set), 1, true)), count(leaksCounter))
+		// ip saddr @egressip_remote_pods4 ip daddr != @egressip_exempt4 counter name
+		// egressip_unknown_pods drop: another node's pod that no SNAT above took, steered here
+		// before this node learnt it (same reason: no NAT binding may stick to its flow).
+		add(egressIPSNAT, nfproto(v4), one(addrField(v4, true, 1), lookup(pick(v4, remotePods4Set, remotePods6Set), 1, false),
+			addrField(v4, false, 1), lookup(pick(v4, exempt4Set, exempt6Set), 1, true)), count(unknownCounter))
 	}
 	// Replies are never judged (nor counted) by the guard.
 	add(egressIPGuard, ctDirection(ctDirReply), ret)

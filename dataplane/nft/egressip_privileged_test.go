@@ -83,7 +83,7 @@ func TestPrivilegedEgressIPTraffic(t *testing.T) {
 	netns.Veth(t, pod, "eth0", node, "pod0")
 	netns.Veth(t, node, "ext0", ext, "eth0")
 	pod.Addr(t, "eth0", "10.244.0.5/24", "10.244.0.6/24", "10.244.0.7/24", "10.244.0.9/24", "10.245.0.8/32",
-		"fd00:10:244::5/64", "fd00:10:244::6/64", "fd00:10:244::8/64")
+		"10.246.0.3/32", "fd00:10:244::5/64", "fd00:10:244::6/64", "fd00:10:244::8/64", "fd00:10:246::3/128")
 	node.Addr(t, "pod0", "10.244.0.1/24", "fd00:10:244::1/64")
 	node.Addr(t, "ext0", "192.0.2.1/24", "192.0.2.100/32", "2001:db8:0:1::1/64", "2001:db8:0:1::100/128")
 	ext.Addr(t, "eth0", "192.0.2.2/24", "192.0.2.3/24", "2001:db8:0:1::2/64", "2001:db8:0:1::3/64")
@@ -93,7 +93,8 @@ func TestPrivilegedEgressIPTraffic(t *testing.T) {
 		node.Script(
 			"sysctl -qw net.ipv4.ip_forward=1", "sysctl -qw net.ipv6.conf.all.forwarding=1",
 			"sysctl -qw net.ipv4.conf.all.rp_filter=0", "sysctl -qw net.ipv4.conf.default.rp_filter=0",
-			"ip route add 10.245.0.8/32 dev pod0",
+			"ip route add 10.245.0.8/32 dev pod0", "ip route add 10.246.0.3/32 dev pod0",
+			"ip -6 route add fd00:10:246::3/128 dev pod0",
 			"ip route add default via 192.0.2.3", "ip -6 route add default via 2001:db8:0:1::3",
 			// Policy routing of the steering marks: 1 to the egress node (allowed), 2 elsewhere
 			// (not allowed), 3 nowhere (what a reply must never follow).
@@ -129,6 +130,8 @@ func TestPrivilegedEgressIPTraffic(t *testing.T) {
 			{Origin: eip, Pod: a("fd00:10:244::5"), To: a("2001:db8:0:1::100")}},
 		Exempt:  []netip.Prefix{p("10.244.0.0/16"), p("192.0.2.2/32"), p("fd00:10:244::/64"), p("2001:db8:0:1::2/128")},
 		Guarded: []netip.Addr{a("10.244.0.5"), a("10.244.0.6"), a("10.244.0.7"), a("10.244.0.9"), a("10.245.0.8"), a("fd00:10:244::5"), a("fd00:10:244::6"), a("fd00:10:244::8")},
+		// Another node's pod network, 10.246.0.0/16: its pods arrive here steered.
+		RemotePods: []netip.Prefix{p("10.246.0.0/16"), p("fd00:10:246::/64")},
 		SteerNexthops: []dataplane.SteerNexthop{{Mark: 0x10000, Nexthop: a("192.0.2.2")},
 			{Mark: 0x10000, Nexthop: a("2001:db8:0:1::2")}},
 	}
@@ -164,6 +167,8 @@ func TestPrivilegedEgressIPTraffic(t *testing.T) {
 		{"steered elsewhere: dropped", a("10.244.0.7"), dst4, netip.Addr{}},
 		{"guarded, not SNATed: dropped", a("10.245.0.8"), dst4, netip.Addr{}},
 		{"guarded, not SNATed: dropped, IPv6", a("fd00:10:244::8"), dst6, netip.Addr{}},
+		{"another node's pod, not known here: dropped, not masqueraded", a("10.246.0.3"), dst4, netip.Addr{}},
+		{"another node's pod, not known here: dropped, IPv6", a("fd00:10:246::3"), dst6, netip.Addr{}},
 		{"exempt destination: the CNI's masquerade", a("10.244.0.5"), a("192.0.2.2"), a("192.0.2.1")},
 		{"exempt destination: untouched, IPv6", a("fd00:10:244::5"), a("2001:db8:0:1::2"), a("fd00:10:244::5")},
 	} {

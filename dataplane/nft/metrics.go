@@ -13,7 +13,8 @@ var (
 		"Bytes that left this node SNATed to an egress IP it hosts.", prometheus.CounterValue, "egress_ip")
 	descLeakDrops = promdesc.New("egressd_egressip_leak_drops_total",
 		"Packets of pods served by an EgressIP that the leak guard dropped rather than let leave with the pod address: "+
-			"unsteered (not SNATed) or misrouted (steered, but towards no egress node of its path).", prometheus.CounterValue, "reason")
+			"unsteered (not SNATed), misrouted (steered, but towards no egress node of its path) or "+
+			"unknown_pod (another node's pod, steered here before this node learnt it from the API).", prometheus.CounterValue, "reason")
 )
 
 // collector exports the table's EgressIP counters.
@@ -36,4 +37,5 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	d := c.t.LeakDrops()
 	ch <- descLeakDrops.Sample(float64(d.Unsteered.Packets), "unsteered")
 	ch <- descLeakDrops.Sample(float64(d.Misrouted.Packets), "misrouted")
+	ch <- descLeakDrops.Sample(float64(d.Unknown.Packets), "unknown_pod")
 }

@@ -50,6 +50,8 @@ func fullState() *dataplane.NftablesState {
 			netip.MustParsePrefix("192.0.2.1/32"), netip.MustParsePrefix("192.0.2.2/32"),
 			netip.MustParsePrefix("fd00:10:244::/56"), netip.MustParsePrefix("2001:db8:0:1::1/128")},
 		Guarded: []netip.Addr{a("10.244.0.5"), a("10.244.0.6"), a("10.244.1.7"), a("fd00:10:244::5")},
+		RemotePods: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("10.244.2.0/24"),
+			netip.MustParsePrefix("fd00:10:244:0:1::/80")},
 		SteerNexthops: []dataplane.SteerNexthop{{Mark: 0x10000, Nexthop: a("192.0.2.2")},
 			{Mark: 0x10000, Nexthop: a("2001:db8:0:1::2")}},
 		SteerDevices: []string{"egressd-vx"},

@@ -182,5 +182,9 @@ func (t *Table) relabel(rewrite bool) {
 		}
 	}
 	t.snatCounts.relabel(addrs, rewrite)
-	t.leakCounts.relabel(map[string]string{leaksCounter: leaksCounter, misroutedCounter: misroutedCounter}, rewrite)
+	names := map[string]string{}
+	for _, o := range objects {
+		names[o] = o
+	}
+	t.leakCounts.relabel(names, rewrite)
 }

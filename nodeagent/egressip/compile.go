@@ -28,6 +28,9 @@ type Part struct {
 	// Exempt are the destinations EgressIP never applies to: the cluster networks and every
 	// node address (upstream: pod to node traffic keeps its node IP source).
 	Exempt []netip.Prefix
+	// RemotePods are the other nodes' pod networks (spec.podCIDRs): where the pods are whose
+	// packets may arrive steered here.
+	RemotePods []netip.Prefix
 	// Events are upstream's UndefinedRequest warnings for local pods several objects select.
 	Events []Event
 	// Primaries are every node's primary interface addresses, by node name (this node's
@@ -75,6 +78,7 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 		return part, err
 	}
 	part.Primaries, part.Exempt = NodeNetworks(in, nodes)
+	part.RemotePods = remotePodNetworks(in.Node, nodes)
 	part.Cloud = slices.ContainsFunc(nodes, func(n *corev1.Node) bool {
 		_, ok := n.Annotations[CloudConfigAnnotation]
 		return ok
@@ -118,6 +122,7 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 	slices.SortFunc(part.Exempt, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	part.Exempt = slices.Compact(part.Exempt)
 	slices.SortFunc(part.Guarded, netip.Addr.Compare)
+	slices.SortFunc(part.RemotePods, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	slices.SortFunc(part.SNAT, func(a, b dataplane.SNAT) int { return a.Pod.Compare(b.Pod) })
 	slices.SortFunc(part.Steer, func(a, b Steer) int { return a.PodIP.Compare(b.PodIP) })
 	slices.SortFunc(part.Addresses, func(a, b dataplane.Address) int { return a.Addr.Compare(b.Addr) })
@@ -181,6 +186,24 @@ func NodeNetworks(in *cluster.Input, nodes []*corev1.Node) (map[string]PrimaryIf
 		}
 	}
 	return primary, exempt
+}
+
+// remotePodNetworks are the spec.podCIDRs of every node but this one. (A CNI with its own IPAM
+// gives Nodes none: then steered packets of pods this node does not know yet are not
+// recognised, and leave as the CNI treats them.)
+func remotePodNetworks(self string, nodes []*corev1.Node) []netip.Prefix {
+	var out []netip.Prefix
+	for _, n := range nodes {
+		if n.Name == self {
+			continue
+		}
+		for _, c := range n.Spec.PodCIDRs {
+			if p, err := netip.ParsePrefix(c); err == nil {
+				out = append(out, p.Masked())
+			}
+		}
+	}
+	return out
 }
 
 func origin(name string) dataplane.Origin { return dataplane.Origin{Kind: KindEgressIP, Name: name} }
