@@ -83,7 +83,10 @@ func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (datapl
 	s.Nftables.Exempt = union(p.egressIP.Exempt, p.service.Exempt, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	s.Classifier.SteerExempt = s.Nftables.Exempt
 	s.Nftables.Guarded = union(p.egressIP.Guarded, p.service.Guarded, netip.Addr.Compare)
-	if len(s.Nftables.Guarded) > 0 { // some pod's packets may be steered to this node
+	// Some pod's packets may be steered to this node: other nodes' pods it does not know are
+	// dropped, unless this node is an external gateway of theirs (a host-network gateway pod),
+	// which forwards them by design.
+	if len(s.Nftables.Guarded) > 0 && !externalGateway(p.routes.Policies, p.egressIP.Primaries[st.node]) {
 		s.Nftables.RemotePods = p.egressIP.RemotePods
 	}
 	for _, t := range s.Routing.Tables {
@@ -97,6 +100,18 @@ func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (datapl
 		}
 	}
 	return s, objects
+}
+
+// externalGateway reports whether a policy names this node (its primary address) as a gateway.
+func externalGateway(policies []externalroute.Policy, self egressip.PrimaryIfAddr) bool {
+	for _, pol := range policies {
+		for _, gw := range pol.Gateways {
+			if gw == self.V4.Addr() || gw == self.V6.Addr() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // byMark gives a pod its steering mark. The classifier holds one entry per address, and a
