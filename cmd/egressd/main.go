@@ -44,6 +44,7 @@ import (
 	"github.com/egressd/egressd/nodeagent/egressrouter"
 	"github.com/egressd/egressd/nodeagent/egressservice"
 	"github.com/egressd/egressd/nodeagent/externalroute"
+	"github.com/egressd/egressd/nodeagent/podannounce"
 	"github.com/egressd/egressd/nodeagent/reachability"
 	"github.com/egressd/egressd/nodeagent/status"
 	"github.com/egressd/egressd/watchers"
@@ -144,7 +145,8 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	prober := reachability.NewProber(reachability.Config{})
 	defer prober.Stop()
 	eipMetrics := egressip.NewMetrics()
-	metrics.Registry.MustRegister(componentCollectors(dp, prober, eipMetrics)...)
+	announceMetrics := podannounce.NewMetrics()
+	metrics.Registry.MustRegister(componentCollectors(dp, prober, eipMetrics, announceMetrics)...)
 	egressIPs := &egressip.Controller{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true), Probes: prober,
 		HealthPort: cfg.healthPort, Recorder: recorder, Log: log.With("component", "egressip-controller"), Metrics: eipMetrics,
 		Cloud: cfg.egressIPCloud, Requester: &cloudprivateip.Requester{Client: egress, Recorder: recorder, Log: log.With("component", "cloudprivateip")}}
@@ -164,13 +166,18 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Probes: routerProber, HealthPort: cfg.healthPort, Image: cfg.routerImage, Recorder: recorder,
 		Log: log.With("component", "egressrouter-controller")}
 
+	// New pods announced by the CNI plugin (this node's) and by other nodes' agents (their pods
+	// this node is an egress node of), before their Pod objects show their addresses.
+	store := cniserver.NewStore()
+	loop.Announced = store
+	loop.Triggers = append(loop.Triggers, store.Changed())
+	announcer := &podannounce.Announcer{Node: cfg.nodeName, Port: cfg.healthPort, Metrics: announceMetrics,
+		Log: log.With("component", "pod-announce")}
+	defer announcer.Close()
 	// The CNI socket is served before the caches sync: a plugin's ADD waits for the first sync.
 	if cfg.cniSocket != "" {
-		store := cniserver.NewStore()
-		loop.Announced = store
-		loop.Triggers = append(loop.Triggers, store.Changed())
 		cs := &cniserver.Server{Node: cfg.nodeName, Store: store, Pods: w.Snapshot().Pods, Kube: kube,
-			Synced: loop.Synced, Log: log.With("component", "cni"),
+			Synced: loop.Synced, Peers: announcer, Log: log.With("component", "cni"),
 			Routers: &egressrouter.Node{Node: cfg.nodeName, Snapshot: w.Snapshot(), Networks: loop.Networks,
 				Client: egress, Recorder: recorder, Log: log.With("component", "egressrouter")}}
 		if err := cs.Listen(cfg.cniSocket); err != nil {
@@ -193,7 +200,9 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		return err
 	}
 	if cfg.reachabilityAddr != "0" {
-		rs := reachability.NewServer(cfg.reachabilityAddr)
+		receiver := &podannounce.Receiver{Snapshot: w.Snapshot(), Store: store, Metrics: announceMetrics,
+			Log: log.With("component", "pod-announce")}
+		rs := reachability.NewServer(cfg.reachabilityAddr, receiver.Register)
 		if err := rs.Start(); err != nil {
 			return err
 		}
@@ -242,10 +251,11 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 }
 
 // componentCollectors are the metrics the agent registers besides nodeagent.Metrics' own: the
-// dataplane's, and those of the leader's EgressIP assignment and its reachability probes. The
-// metrics reference (docs/reference/metrics.md) is generated from the same list.
-func componentCollectors(dp *kernel.Applier, prober *reachability.Prober, eip *egressip.Metrics) []prometheus.Collector {
-	return slices.Concat(dp.Collectors(), prober.Collectors(), eip.Collectors())
+// dataplane's, those of the leader's EgressIP assignment and its reachability probes, and the
+// pod announcements'. The metrics reference (docs/reference/metrics.md) is generated from the
+// same list.
+func componentCollectors(dp *kernel.Applier, prober *reachability.Prober, eip *egressip.Metrics, announce *podannounce.Metrics) []prometheus.Collector {
+	return slices.Concat(dp.Collectors(), prober.Collectors(), eip.Collectors(), announce.Collectors())
 }
 
 // eventRecorder records Events (on the objects whose status says why they failed).

@@ -9,6 +9,7 @@ import (
 	"github.com/egressd/egressd/internal/reference"
 	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/nodeagent/egressip"
+	"github.com/egressd/egressd/nodeagent/podannounce"
 	"github.com/egressd/egressd/nodeagent/reachability"
 )
 
@@ -27,7 +28,7 @@ func TestReferenceDocs(t *testing.T) {
 	// A zero Applier describes the dataplane's metrics without a kernel: its collectors read
 	// the kernel only when collected.
 	collectors := slices.Concat(nodeagent.NewMetrics().Collectors(),
-		componentCollectors(&kernel.Applier{}, reachability.NewProber(reachability.Config{}), egressip.NewMetrics()))
+		componentCollectors(&kernel.Applier{}, reachability.NewProber(reachability.Config{}), egressip.NewMetrics(), podannounce.NewMetrics()))
 	table, err := reference.Metrics(collectors)
 	if err != nil {
 		t.Fatal(err)

@@ -40,10 +40,22 @@ type Server struct {
 	Synced func() bool
 	// Routers, when set, configures EgressRouter pods (nodeagent/egressrouter.Node).
 	Routers Routers
-	Log     *slog.Logger
+	// Peers, when set, announces a new pod to its egress nodes' agents before the ADD returns.
+	Peers Peers
+	Log   *slog.Logger
 
 	http *http.Server
 }
+
+// Peers announces a new pod to the agents of the egress nodes it is steered to
+// (nodeagent/podannounce), so that they SNAT its first packet; it returns when all answered or
+// ctx ended.
+type Peers interface {
+	Announce(ctx context.Context, to []netip.Addr, namespace, name string, ips []netip.Addr)
+}
+
+// peerWait bounds the announcement of a new pod to its egress nodes.
+const peerWait = time.Second
 
 // Routers compiles the configuration of a router pod (nil for other pods) and hears the
 // outcome of applying it.
@@ -167,9 +179,14 @@ func (s *Server) add(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	e := s.Store.announce(req.ContainerID, pod, ips)
+	e := s.Store.announce(req.ContainerID, pod, ips, false)
 	select {
 	case <-e.done:
+		if s.Peers != nil && len(e.targets) > 0 {
+			pctx, cancel := context.WithTimeout(ctx, peerWait)
+			s.Peers.Announce(pctx, e.targets, e.key.namespace, e.key.name, ips)
+			cancel()
+		}
 		s.Log.Debug("CNI ADD programmed", "pod", e.key.String(), "sandbox", req.ContainerID, "ips", ips, "took", time.Since(start))
 		reply(w, http.StatusOK, cniapi.Response{Programmed: e.programmed, Router: rc})
 	case <-ctx.Done():

@@ -38,6 +38,10 @@ type entry struct {
 	done       chan struct{}
 	programmed time.Time
 	lastErr    error
+	// targets are the egress nodes the applied state steers the pod to (their addresses).
+	targets []netip.Addr
+	// remote: another node's pod, announced by that node's agent (remote.go).
+	remote remoteState
 }
 
 type podKey struct{ namespace, name string }
@@ -78,8 +82,9 @@ func (s *Store) signal() {
 	}
 }
 
-// announce records a sandbox (replacing an earlier ADD of the same sandbox) and returns it.
-func (s *Store) announce(id string, pod *corev1.Pod, ips []netip.Addr) *entry {
+// announce records a sandbox (replacing an earlier ADD of the same sandbox; remote: another
+// node's pod its agent announced) and returns it.
+func (s *Store) announce(id string, pod *corev1.Pod, ips []netip.Addr, remote bool) *entry {
 	pod = pod.DeepCopy()
 	pod.Status.PodIPs = nil
 	for _, ip := range ips {
@@ -88,7 +93,8 @@ func (s *Store) announce(id string, pod *corev1.Pod, ips []netip.Addr) *entry {
 	if len(ips) > 0 {
 		pod.Status.PodIP = ips[0].String()
 	}
-	e := &entry{id: id, key: podKey{pod.Namespace, pod.Name}, ips: ips, pod: pod, added: time.Now(), done: make(chan struct{})}
+	e := &entry{id: id, key: podKey{pod.Namespace, pod.Name}, ips: ips, pod: pod, added: time.Now(), done: make(chan struct{}),
+		remote: remoteState{announced: remote}}
 	s.mu.Lock()
 	s.byID[id] = e
 	s.mu.Unlock()
@@ -113,12 +119,13 @@ func (s *Store) forget(ids ...string) bool {
 	return known
 }
 
-// keepOnly drops every sandbox not in valid (CNI GC); it returns how many it dropped.
+// keepOnly drops every sandbox of this node not in valid (CNI GC); it returns how many it
+// dropped.
 func (s *Store) keepOnly(valid []string) int {
 	s.mu.Lock()
 	var drop []string
-	for id := range s.byID {
-		if !slices.Contains(valid, id) {
+	for id, e := range s.byID {
+		if !e.remote.announced && !slices.Contains(valid, id) {
 			drop = append(drop, id)
 		}
 	}
@@ -150,6 +157,7 @@ func (s *Store) Overlay(snap *watchers.Snapshot) (*watchers.Snapshot, []*corev1.
 	}
 	pods := map[podKey]*corev1.Pod{}
 	var list []*corev1.Pod
+	remotes := s.includeRemotes(snap, latest)
 	for k, e := range latest {
 		p := e.pod
 		if obj, err := snap.Pods.Pods(k.namespace).Get(k.name); err == nil && (e.pod.UID == "" || obj.UID == e.pod.UID) {
@@ -158,7 +166,9 @@ func (s *Store) Overlay(snap *watchers.Snapshot) (*watchers.Snapshot, []*corev1.
 			p.Status.PodIPs, p.Status.PodIP = e.pod.Status.PodIPs, e.pod.Status.PodIP
 		}
 		pods[k] = p
-		list = append(list, p)
+		if !remotes[k] {
+			list = append(list, p)
+		}
 	}
 	slices.SortFunc(list, func(a, b *corev1.Pod) int {
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
@@ -191,11 +201,16 @@ func (s *Store) Applied(state *dataplane.State, res dataplane.Result) {
 		}
 	}
 	now := time.Now()
+	targets, snat := steerTargets(state), snatted(state)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.last, s.lastAt = last, now
 	for _, e := range s.byID {
 		if !e.programmed.IsZero() {
+			continue
+		}
+		if e.remote.announced {
+			appliedRemote(e, snat, now)
 			continue
 		}
 		a, ok := last[e.key]
@@ -205,7 +220,7 @@ func (s *Store) Applied(state *dataplane.State, res dataplane.Result) {
 		case a.failed != nil:
 			e.lastErr = a.failed
 		default:
-			e.programmed, e.lastErr = now, nil
+			e.programmed, e.lastErr, e.targets = now, nil, targets[e.key]
 			close(e.done)
 		}
 	}

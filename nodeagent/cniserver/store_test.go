@@ -40,7 +40,7 @@ func TestOverlayMergesAnnouncedPods(t *testing.T) {
 	obj := pod("ns", "web", map[string]string{"app": "web"})
 	other := pod("ns", "db", nil, "10.0.0.9")
 	a4, a6 := netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("fd00::5")
-	s.announce("sb1", obj, []netip.Addr{a4, a6})
+	s.announce("sb1", obj, []netip.Addr{a4, a6}, false)
 	snap, announced := s.Overlay(snapshot(obj, other))
 	if len(announced) != 1 || len(announced[0].Status.PodIPs) != 2 {
 		t.Fatalf("announced %+v", announced)
@@ -76,7 +76,7 @@ func TestOverlayMergesAnnouncedPods(t *testing.T) {
 func TestAppliedReleasesWaiters(t *testing.T) {
 	s := NewStore()
 	a4, a6 := netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("fd00::5")
-	e := s.announce("sb1", pod("ns", "web", nil), []netip.Addr{a4, a6})
+	e := s.announce("sb1", pod("ns", "web", nil), []netip.Addr{a4, a6}, false)
 	origin := dataplane.Origin{Kind: cluster.KindPod, Namespace: "ns", Name: "web"}
 	var st dataplane.State
 	s.Applied(&st, dataplane.Result{}) // a sync that began before the ADD

@@ -21,7 +21,8 @@ const (
 // Server serves grpc.health.v1 with Service_Egress_IP SERVING, on the node's address. The agent
 // runs one; the leader's Prober (and upstream's cluster-manager) probe it.
 type Server struct {
-	addr string
+	addr     string
+	services []func(grpc.ServiceRegistrar)
 
 	mu     sync.Mutex
 	lis    net.Listener
@@ -31,9 +32,10 @@ type Server struct {
 }
 
 // NewServer returns a Server for addr, host:port as net.Listen takes it (an empty host is every
-// address of the node; port 0 picks a free port, see Addr).
-func NewServer(addr string) *Server {
-	return &Server{addr: addr}
+// address of the node; port 0 picks a free port, see Addr), which also serves the services that
+// register adds (the agents' own: nodeagent/podannounce).
+func NewServer(addr string, register ...func(grpc.ServiceRegistrar)) *Server {
+	return &Server{addr: addr, services: register}
 }
 
 // Start listens in the caller's network namespace and serves in the background. The listening
@@ -54,6 +56,9 @@ func (s *Server) Start() error {
 	s.health.SetServingStatus(serviceName, healthpb.HealthCheckResponse_SERVING)
 	s.grpc = grpc.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
+	for _, register := range s.services {
+		register(s.grpc)
+	}
 	s.done = make(chan struct{})
 	go func(g *grpc.Server, done chan struct{}) {
 		defer close(done)

@@ -143,11 +143,9 @@ func TestPrivilegedCNIFirstPacketDenied(t *testing.T) {
 }
 
 // TestPrivilegedCNIFirstPacketEgressIP: a pod selected by an EgressIP sends its first datagram
-// the instant its CNI ADD returns. On the egress node itself (bridged) it already leaves with the
-// egress IP. On another node (routed) it is already steered to the egress node; that node SNATs
-// it to the egress IP if it has learnt the pod from the API by then, else drops it (counted as
-// unknown_pod) rather than let the CNI's masquerade bind the flow to its own address: it never
-// leaves with another source, and the pod's next datagram leaves with the egress IP.
+// the instant its CNI ADD returns, and it leaves with the egress IP: on the egress node itself
+// (bridged), and from another node (routed), whose agent steers it and has announced the pod to
+// the egress node's agent before the ADD returned (nodeagent/podannounce).
 func TestPrivilegedCNIFirstPacketEgressIP(t *testing.T) {
 	privileged.Require(t)
 	empty := ""
@@ -184,22 +182,15 @@ spec:
 		if err != nil {
 			t.Fatal(err)
 		}
-		egressNode := n == l.Nodes[1]
-		switch {
-		case egressNode && (first.Outcome != lab.OK || first.Seen.Src != netip.MustParseAddr(eip4)):
-			t.Errorf("first datagram of %s (%s CNI, on the egress node): %s, want it to leave with %s", p.Name, n.CNI, first, eip4)
-		case first.Outcome == lab.OK && first.Seen.Src != netip.MustParseAddr(eip4):
-			t.Errorf("first datagram of %s (%s CNI): %s, want it to leave with %s or not at all", p.Name, n.CNI, first, eip4)
-		case first.Outcome != lab.OK:
-			// Dropped on the egress node, which did not know the pod yet: counted there.
-			if v, err := l.Nodes[1].Agent.Sample(`egressd_egressip_leak_drops_total{reason="unknown_pod"}`); err != nil || v == "" || v == "0" {
-				t.Errorf("first datagram of %s (%s CNI): %s, and the egress node counts no unknown_pod drop (%q, %v)", p.Name, n.CNI, first, v, err)
-			}
-			t.Logf("first datagram of %s (%s CNI): dropped on the egress node, which did not know the pod yet", p.Name, n.CNI)
-		default:
-			t.Logf("first datagram of %s (%s CNI, egress node %v): %s", p.Name, n.CNI, egressNode, first)
+		if first.Outcome != lab.OK || first.Seen.Src != netip.MustParseAddr(eip4) {
+			t.Errorf("first datagram of %s (%s CNI): %s, want it to leave with %s", p.Name, n.CNI, first, eip4)
+		} else {
+			t.Logf("first datagram of %s (%s CNI): %s; ADD %s", p.Name, n.CNI, first, p.CNIAdd.Round(time.Microsecond))
 		}
-		eventuallySource(t, "the next datagrams of "+p.Name, p, "203.0.113.10:80", netip.MustParseAddr(eip4))
+	}
+	series := `egressd_pod_announcements_total{direction="received",result="served"}`
+	if v, err := l.Nodes[1].Agent.Sample(series); err != nil || v == "" || v == "0" {
+		t.Errorf("egress node: %s = %q (%v), want the announcement of node-0's pod", series, v, err)
 	}
 }
 

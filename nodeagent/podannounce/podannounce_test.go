@@ -1,0 +1,85 @@
+package podannounce
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/egressd/egressd/nodeagent/reachability"
+	"github.com/egressd/egressd/watchers/watcherstest"
+)
+
+// fakeStore serves the addresses in snat.
+type fakeStore struct {
+	snat map[netip.Addr]bool
+	got  []netip.Addr
+}
+
+func (f *fakeStore) AnnounceRemote(_ context.Context, _ *corev1.Pod, ips []netip.Addr) (bool, error) {
+	f.got = ips
+	for _, ip := range ips {
+		if f.snat[ip] {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// An announcement over the agents' gRPC server: answered as the store decides when it matches
+// the receiver's view of the API (the pod on the announcing node, the call from that node's
+// address, the addresses in its pod network), refused otherwise, each counted.
+func TestAnnounce(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Spec: corev1.NodeSpec{PodCIDRs: []string{"10.244.1.0/24"}},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}}}
+	far := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "far"},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.9"}}}}
+	pod := func(name, node string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Spec: corev1.PodSpec{NodeName: node}}
+	}
+	store := &fakeStore{snat: map[netip.Addr]bool{netip.MustParseAddr("10.244.1.5"): true}}
+	metrics := NewMetrics()
+	r := &Receiver{Snapshot: watcherstest.Snapshot(node, far, pod("web", "a"), pod("db", "b"), pod("remote", "far")),
+		Store: store, Metrics: metrics, Log: slog.New(slog.DiscardHandler)}
+	srv := reachability.NewServer("127.0.0.1:0", r.Register)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	ann := &Announcer{Node: "a", Port: srv.Addr().Port(), Metrics: metrics, Log: slog.New(slog.DiscardHandler)}
+	defer ann.Close()
+	to := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+	a := netip.MustParseAddr
+
+	for _, c := range []struct {
+		what   string
+		node   string
+		name   string
+		ips    []netip.Addr
+		result string
+	}{
+		{"a pod this node SNATs", "a", "web", []netip.Addr{a("10.244.1.5")}, "served"},
+		{"a pod it does not", "a", "web", []netip.Addr{a("10.244.1.6")}, "not_served"},
+		{"a pod of another node", "a", "db", []netip.Addr{a("10.244.1.5")}, "denied"},
+		{"an address outside the node's pod network", "a", "web", []netip.Addr{a("10.244.2.5")}, "denied"},
+		{"from an address that is not the pod's node's", "far", "remote", []netip.Addr{a("10.244.1.5")}, "denied"},
+		{"an unknown pod", "a", "nope", []netip.Addr{a("10.244.1.5")}, "denied"},
+	} {
+		before := testutil.ToFloat64(metrics.announcements.WithLabelValues("received", c.result))
+		ann.Node = c.node
+		ann.Announce(context.Background(), to, "ns", c.name, c.ips)
+		if got := testutil.ToFloat64(metrics.announcements.WithLabelValues("received", c.result)) - before; got != 1 {
+			t.Errorf("%s: received %q counted %v times, want once", c.what, c.result, got)
+		}
+	}
+	if got := testutil.ToFloat64(metrics.announcements.WithLabelValues("sent", "served")); got != 1 {
+		t.Errorf("sent served = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(metrics.announcements.WithLabelValues("sent", "failed")); got != 4 {
+		t.Errorf("sent failed = %v, want the 4 refused", got)
+	}
+}
