@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -60,6 +61,7 @@ type Applier struct {
 	// attachers: the classifier at tcx ingress, its companion (replies the kfuncs cannot
 	// track: ICMP echo, SCTP) at tcx egress of the same interfaces.
 	attachers []*tcx.Attacher
+	facings   *facings
 	addresses *addresses.Addresses
 	routing   *routing.Router
 	tunnel    *tunnel.Tunnel
@@ -125,7 +127,12 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 		return fail(err)
 	}
 	undo = append(undo, tun.Close)
-	d := &Applier{classifier: c, attachers: []*tcx.Attacher{toPod, a}, nft: t, addresses: owned, routing: router, tunnel: tun, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
+	facings, err := newFacings()
+	if err != nil {
+		return fail(err)
+	}
+	d := &Applier{classifier: c, attachers: []*tcx.Attacher{toPod, a}, facings: facings, nft: t, addresses: owned, routing: router,
+		tunnel: tun, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
 	go func() {
 		if err := c.ServeACLLog(log); err != nil {
 			log.Error("ACL logging stopped", "err", err)
@@ -149,10 +156,11 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	go func() {
 		for {
 			select {
-			case _, ok := <-links:
+			case u, ok := <-links:
 				if !ok {
 					return
 				}
+				d.facings.forgetLink(int(u.Index))
 			case _, ok := <-addrs:
 				if !ok {
 					return
@@ -226,9 +234,11 @@ func (d *Applier) attach(pods []dataplane.Pod) map[dataplane.Origin]error {
 	failed := map[dataplane.Origin]error{}
 	want := map[string]int{}
 	owners := map[string][]dataplane.Origin{}
+	ips := map[netip.Addr]bool{}
 	for _, p := range pods {
 		for _, ip := range p.IPs {
-			name, idx, err := podFacing(ip)
+			ips[ip] = true
+			name, idx, err := d.facings.of(ip)
 			if err != nil {
 				failed[p.Origin] = err
 				continue
@@ -237,6 +247,7 @@ func (d *Applier) attach(pods []dataplane.Pod) map[dataplane.Origin]error {
 			owners[name] = append(owners[name], p.Origin)
 		}
 	}
+	d.facings.keepOnly(ips)
 	for _, at := range d.attachers {
 		for ifname, err := range at.Sync(want) {
 			for _, o := range owners[ifname] {
@@ -257,6 +268,7 @@ func (d *Applier) Close() {
 		at.Close()
 	}
 	d.classifier.Close()
+	d.facings.close()
 	d.routing.Close()
 	d.tunnel.Close()
 	if m := d.bfdManager(); m != nil {

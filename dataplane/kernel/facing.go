@@ -1,0 +1,85 @@
+package kernel
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+)
+
+// facings finds, and remembers, the host interface that faces each local pod address: the
+// interface of the directly connected route to it (a per-pod veth, or the bridge of a bridged
+// CNI). A lookup is a route and a link request to the kernel; made for every pod at every sync
+// (a CNI ADD waits for one) they were most of a sync's time with a few dozen pods. Which
+// interface faces an address changes only with the links (a pod's veth comes or goes, a
+// bridge is made again), which the link watcher reports: the addresses behind a link that
+// changed or went are looked up again.
+type facings struct {
+	mu     sync.Mutex
+	h      *netlink.Handle
+	byAddr map[netip.Addr]facing
+}
+
+type facing struct {
+	name  string
+	index int
+}
+
+func newFacings() (*facings, error) {
+	h, err := netlink.NewHandle()
+	if err != nil {
+		return nil, fmt.Errorf("netlink handle: %w", err)
+	}
+	return &facings{h: h, byAddr: map[netip.Addr]facing{}}, nil
+}
+
+// of returns the interface facing the pod address ip.
+func (f *facings) of(ip netip.Addr) (string, int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fc, ok := f.byAddr[ip]; ok {
+		return fc.name, fc.index, nil
+	}
+	routes, err := f.h.RouteGet(ip.AsSlice())
+	if err != nil || len(routes) == 0 {
+		return "", 0, fmt.Errorf("no route to pod address %s: %v", ip, err)
+	}
+	r := routes[0]
+	if r.Gw != nil {
+		return "", 0, fmt.Errorf("pod address %s is routed via %s, not on a local interface", ip, r.Gw)
+	}
+	l, err := f.h.LinkByIndex(r.LinkIndex)
+	if err != nil {
+		return "", 0, fmt.Errorf("interface %d facing pod %s: %w", r.LinkIndex, ip, err)
+	}
+	if l.Type() == "device" && l.Attrs().Name == "lo" {
+		return "", 0, fmt.Errorf("pod address %s is local to the node", ip)
+	}
+	f.byAddr[ip] = facing{l.Attrs().Name, l.Attrs().Index}
+	return l.Attrs().Name, l.Attrs().Index, nil
+}
+
+// keepOnly forgets the addresses of pods that are gone.
+func (f *facings) keepOnly(want map[netip.Addr]bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for ip := range f.byAddr {
+		if !want[ip] {
+			delete(f.byAddr, ip)
+		}
+	}
+}
+
+// forgetLink drops the addresses behind the link of index (it changed, was renamed or went).
+func (f *facings) forgetLink(index int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for ip, fc := range f.byAddr {
+		if fc.index == index {
+			delete(f.byAddr, ip)
+		}
+	}
+}
+
+func (f *facings) close() { f.h.Close() }
