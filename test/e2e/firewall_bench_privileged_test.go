@@ -102,47 +102,10 @@ func BenchmarkPrivilegedFirewallApply(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	bulkCore := kubernetes.NewForConfigOrDie(cfg)
 	start = time.Now()
-	var wg sync.WaitGroup
-	work := make(chan int)
-	for range 16 {
-		wg.Go(func() {
-			for i := range work {
-				name := fmt.Sprintf("bench-fw-%s-%04d", l.ID, i)
-				if _, err := bulkCore.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-					b.Error(err)
-					continue
-				}
-				if err := bulk.Apply(ctx, name, firewallYAML(10, "{type: Deny, to: {cidrSelector: 0.0.0.0/0}}")); err != nil {
-					b.Error(err)
-				}
-			}
-		})
-	}
-	for i := range 1000 {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
+	firewalledNamespaces(b, l, 1000, "bench-fw")
 	b.Logf("1000 namespaces with EgressFirewalls created in %s", time.Since(start).Round(time.Millisecond))
-	// Steady state: every firewall programmed and its status written (no status churn left).
-	egress := versioned.NewForConfigOrDie(cfg)
-	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
-		list, err := egress.K8sOVNV1().EgressFirewalls("").List(ctx, metav1.ListOptions{})
-		pending := 0
-		for _, ef := range list.Items {
-			if ef.Status.Status != fwApplied {
-				pending++
-			}
-		}
-		if err == nil && pending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d firewalls without status %q after 3 min (%v)", pending, fwApplied, err)
-		}
-	}
+	waitFirewallsApplied(b, l)
 	b.Logf("all firewalls applied on the node %s after creation", time.Since(start).Round(time.Second))
 
 	// One-rule changes of a 10-rule firewall in one more namespace, its pod probing.
@@ -213,4 +176,61 @@ func latencySum(b *testing.B, l *lab.Lab) (sum, count float64) {
 	fmt.Sscan(s, &sum)
 	fmt.Sscan(c, &count)
 	return sum, count
+}
+
+// firewalledNamespaces creates n namespaces named <prefix>-<lab>-<i>, each with a 10-rule
+// EgressFirewall, 16 at a time, without client-side throttling.
+func firewalledNamespaces(b *testing.B, l *lab.Lab, n int, prefix string) {
+	b.Helper()
+	ctx := context.Background()
+	cfg := rest.CopyConfig(l.CP.Config)
+	cfg.QPS, cfg.Burst = 1000, 2000
+	bulk, err := kube.NewClient(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bulkCore := kubernetes.NewForConfigOrDie(cfg)
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range 16 {
+		wg.Go(func() {
+			for i := range work {
+				name := fmt.Sprintf("%s-%s-%04d", prefix, l.ID, i)
+				if _, err := bulkCore.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+					b.Error(err)
+					continue
+				}
+				if err := bulk.Apply(ctx, name, firewallYAML(10, "{type: Deny, to: {cidrSelector: 0.0.0.0/0}}")); err != nil {
+					b.Error(err)
+				}
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+}
+
+// waitFirewallsApplied waits for the steady state: every firewall programmed and its status
+// written (no status churn left).
+func waitFirewallsApplied(b *testing.B, l *lab.Lab) {
+	b.Helper()
+	egress := versioned.NewForConfigOrDie(l.CP.Config)
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
+		list, err := egress.K8sOVNV1().EgressFirewalls("").List(context.Background(), metav1.ListOptions{})
+		pending := 0
+		for _, ef := range list.Items {
+			if ef.Status.Status != fwApplied {
+				pending++
+			}
+		}
+		if err == nil && pending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d firewalls without status %q after 3 min (%v)", pending, fwApplied, err)
+		}
+	}
 }
