@@ -262,6 +262,7 @@ func BenchmarkPrivilegedCNIAdd(b *testing.B) {
 		const pods = 200
 		var mu sync.Mutex
 		var plugin, chain, without []time.Duration
+		var added []*lab.Pod
 		work := make(chan int)
 		var wg sync.WaitGroup
 		for range 16 {
@@ -273,6 +274,7 @@ func BenchmarkPrivilegedCNIAdd(b *testing.B) {
 						continue
 					}
 					mu.Lock()
+					added = append(added, p)
 					plugin = append(plugin, p.CNIPlugins["egressd-cni ADD"])
 					chain = append(chain, p.CNIAdd)
 					without = append(without, p.CNIAdd-p.CNIPlugins["egressd-cni ADD"])
@@ -299,6 +301,11 @@ func BenchmarkPrivilegedCNIAdd(b *testing.B) {
 		b.ReportMetric(float64(q(plugin, .5).Microseconds())/1000, "plugin-p50-ms-"+unit)
 		b.ReportMetric(float64(q(plugin, .99).Microseconds())/1000, "plugin-p99-ms-"+unit)
 		b.ReportMetric(float64(q(chain, .99).Microseconds())/1000, "add-p99-ms-"+unit)
+		for _, p := range added { // the node's address range holds 254
+			if err := p.Delete(context.Background()); err != nil {
+				b.Error(err)
+			}
+		}
 	}
 	measure("empty node")
 	start := time.Now()
