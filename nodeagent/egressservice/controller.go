@@ -37,6 +37,8 @@ type Controller struct {
 	HealthPort uint16
 	Recorder   record.EventRecorder
 	Log        *slog.Logger
+	// Metrics, when set, count the services per host and the moves.
+	Metrics *Metrics
 
 	recorded map[string]string // namespace/name -> last reason recorded
 }
@@ -100,17 +102,27 @@ func (c *Controller) reconcile(ctx context.Context) error {
 	}
 	results := Elect(reqs, candidates)
 	var errs []error
+	hosts := make([]string, 0, len(results))
+	var moves [][2]string
 	for _, r := range results {
 		key := r.Namespace + "/" + r.Name
 		es := byKey[key]
+		host := es.Status.Host
 		if r.Host != es.Status.Host {
 			if err := c.writeHost(ctx, r.Namespace, r.Name, r.Host); err != nil {
 				errs = append(errs, err)
+				hosts = append(hosts, host)
 				continue
 			}
 			c.Log.Info("egress service host", "object", "EgressService "+key, "host", r.Host, "previous", es.Status.Host, "reason", r.Reason)
+			moves = append(moves, [2]string{es.Status.Host, r.Host})
+			host = r.Host
 		}
+		hosts = append(hosts, host)
 		c.event(es, r.Reason)
+	}
+	if c.Metrics != nil {
+		c.Metrics.record(hosts, moves)
 	}
 	if len(errs) != 0 {
 		return fmt.Errorf("%v", errs)
@@ -145,15 +157,17 @@ func (c *Controller) writeHost(ctx context.Context, namespace, name, host string
 // event records a Warning when a service wanting a host has none, once per reason.
 func (c *Controller) event(es *ovnv1.EgressService, reason string) {
 	key := es.Namespace + "/" + es.Name
-	if reason == "" || reason == ReasonNotAvailable || c.recorded[key] == reason {
+	if reason == "" || c.recorded[key] == reason {
 		c.recorded[key] = reason
 		return
 	}
 	c.recorded[key] = reason
 	msg := map[string]string{
-		ReasonNoEndpoints: "the Service has no cluster-networked endpoints: no node allocated",
-		ReasonNoNode:      "no Ready, reachable node matches the nodeSelector: no node allocated",
-		ReasonBadSelector: "invalid nodeSelector: no node allocated",
+		ReasonNoLoadBalancer: "no Service of the same name of type LoadBalancer: no node allocated",
+		ReasonNoIngressIP:    "the LoadBalancer Service has no ingress IP yet: no node allocated",
+		ReasonNoEndpoints:    "the Service has no cluster-networked endpoints: no node allocated",
+		ReasonNoNode:         "no Ready, reachable node matches the nodeSelector: no node allocated",
+		ReasonBadSelector:    "invalid nodeSelector: no node allocated",
 	}[reason]
 	ref := &corev1.ObjectReference{Kind: "EgressService", APIVersion: ovnv1.SchemeGroupVersion.String(),
 		Namespace: es.Namespace, Name: es.Name, UID: es.UID, ResourceVersion: es.ResourceVersion}

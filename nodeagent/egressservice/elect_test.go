@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	ovnfake "github.com/egressd/egressd/api/generated/clientset/versioned/fake"
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/watchers/watcherstest"
 )
@@ -24,7 +26,7 @@ func cand(name string, ready, reachable bool, lbls map[string]string) Candidate 
 }
 
 func req(name, current string, sel labels.Selector, epNodes ...string) Request {
-	return Request{Namespace: "a", Name: name, Current: current, Applicable: true, Selector: sel, EndpointNodes: epNodes}
+	return Request{Namespace: "a", Name: name, Current: current, Selector: sel, EndpointNodes: epNodes}
 }
 
 func hosts(rs []Result) map[string]string {
@@ -54,12 +56,31 @@ func TestElect(t *testing.T) {
 		{"no match", []Request{req("s1", "n1", labels.SelectorFromSet(labels.Set{"x": "y"}), "n1")},
 			map[string]string{"s1": "|" + ReasonNoNode}},
 		{"no endpoints", []Request{req("s1", "n1", all)}, map[string]string{"s1": "|" + ReasonNoEndpoints}},
-		{"not a LoadBalancer with an ingress IP", []Request{{Namespace: "a", Name: "s1", Current: "n1", Selector: all, EndpointNodes: []string{"n1"}}},
-			map[string]string{"s1": "|" + ReasonNotAvailable}},
+		{"not a LoadBalancer", []Request{{Namespace: "a", Name: "s1", Current: "n1", Selector: all, EndpointNodes: []string{"n1"}, Unusable: ReasonNoLoadBalancer}},
+			map[string]string{"s1": "|" + ReasonNoLoadBalancer}},
 		{"Network: ALL", []Request{{Namespace: "a", Name: "s1", Network: true}}, map[string]string{"s1": "ALL|"}},
+		{"Network without an ingress IP: none", []Request{{Namespace: "a", Name: "s1", Network: true, Unusable: ReasonNoIngressIP}},
+			map[string]string{"s1": "|" + ReasonNoIngressIP}},
 	} {
 		if got := hosts(Elect(tc.reqs, nodes)); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// The Service decides whether a host is wanted: missing or not a LoadBalancer, or without
+// an ingress IP, none (for sourceIPBy Network too, as upstream reconciles nothing then).
+func TestRequestForUnusable(t *testing.T) {
+	clusterIP := lbService("a", "web", "172.18.0.210")
+	clusterIP.Spec.Type = corev1.ServiceTypeClusterIP
+	for _, tc := range []struct {
+		svc  *corev1.Service
+		want string
+	}{{nil, ReasonNoLoadBalancer}, {clusterIP, ReasonNoLoadBalancer}, {lbService("a", "web"), ReasonNoIngressIP}, {lbService("a", "web", "172.18.0.210"), ""}} {
+		for _, by := range []ovnv1.SourceIPMode{"", ovnv1.SourceIPNetwork} {
+			if r := RequestFor(egressService("a", "web", "", by, ""), tc.svc, nil); r.Unusable != tc.want {
+				t.Errorf("%v, sourceIPBy %q: %q, want %q", tc.svc, by, r.Unusable, tc.want)
+			}
 		}
 	}
 }
@@ -125,4 +146,24 @@ func TestControllerReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("n2")
+}
+
+// The leader's metrics: services per host follow status.host; a move counts against the node
+// the service left, not a first election nor a sourceIPBy Network service.
+func TestMetricsFollowHosts(t *testing.T) {
+	m := NewMetrics()
+	m.record([]string{"n1", "n1", "ALL", ""}, [][2]string{{"", "n1"}, {"", "n1"}, {"", "ALL"}})
+	m.record([]string{"n2", "n1", "ALL", ""}, [][2]string{{"n1", "n2"}})
+	if got := testutil.ToFloat64(m.Hosted.WithLabelValues("n1")); got != 1 {
+		t.Errorf("hosted on n1 = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.Hosted.WithLabelValues("n2")); got != 1 {
+		t.Errorf("hosted on n2 = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.Moves.WithLabelValues("n1")); got != 1 {
+		t.Errorf("moves off n1 = %v, want 1", got)
+	}
+	if n := testutil.CollectAndCount(m.Moves); n != 1 {
+		t.Errorf("%d move series, want 1", n)
+	}
 }
