@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -92,7 +93,8 @@ func (w *labelWatch) check(t *testing.T, step string) {
 // TestPrivilegedEgressServiceMoves: ETP=Local puts the host on the node of the endpoint and
 // moves it with the endpoint; a nodeSelector change moves the host with exactly one node
 // labelled at any time while endpoints stream to the external host, which never sees a pod
-// address nor another source than the LB IP from them; no matching node leaves status.host
+// address nor another source than the LB IP from them (and an endpoint whose SNAT the host
+// lacks is dropped there, not leaked); no matching node leaves status.host
 // empty and the endpoints leave with the egress IP of the EgressIP that also selects them, or
 // without it their node IP; while the service has a host, they leave with the LB IP
 // (EgressService before EgressIP).
@@ -125,7 +127,7 @@ func TestPrivilegedEgressServiceMoves(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// nodeSelector: node 0 first. The endpoints are also selected by an EgressIP (on node 1).
+	// nodeSelector: node 0 first.
 	label := "egress-service.k8s.ovn.org/" + ns + "-lb"
 	setLabel := func(n *lab.Node, v *string) {
 		t.Helper()
@@ -141,12 +143,29 @@ func TestPrivilegedEgressServiceMoves(t *testing.T) {
 	setLabel(n0, &yes)
 	ep1 := addPod(t, n1, ns, "ep1", lab.PodOptions{Labels: map[string]string{"app": "lb"}})
 	ep2 := addPod(t, n2, ns, "ep2", lab.PodOptions{Labels: map[string]string{"app": "lb"}})
-	eip := netip.MustParseAddr(eip4)
-	name := e.egressIP(t, "svc", "lb", eip)
 	loadBalancerEgressService(t, l, ns)
 	waitHost(t, l, ns, "lb", n0.Name)
 	waitLabel(t, l, label, n0.Name)
 	routeLB(t, e.web, n0, lb4)
+	eventuallySource(t, "endpoint on another node", ep2, webAddr(web4), lb4)
+	// The window before the host's SNAT of an endpoint exists (its element taken out by hand):
+	// the endpoint's steered packets are dropped on the host rather than leave with the pod
+	// address or, masqueraded, with the host's.
+	n0.NS.MustRun(t, "nft", "delete", "element", "inet", "egressd", "egressip_snat4", "{", ep2.IPv4.String(), "}")
+	for _, r := range []lab.Result{ep2.TCP(webAddr(web4), lab.ClientOptions{Timeout: quick}), ep2.UDP(webAddr(web4), lab.ClientOptions{Timeout: quick})} {
+		if r.Outcome != lab.Timeout {
+			t.Errorf("%s without its SNAT on the host: %s, want dropped", ep2.Name, r)
+		}
+	}
+	if out := n0.NS.MustRun(t, "nft", "list", "counter", "inet", "egressd", "egressip_leaks"); strings.Contains(out, "packets 0 ") {
+		t.Errorf("the host's leak guard counted nothing:\n%s", out)
+	}
+	n0.NS.MustRun(t, "nft", "add", "element", "inet", "egressd", "egressip_snat4", "{", ep2.IPv4.String(), ":", lbIP4, "}")
+	eventuallySource(t, "SNAT back", ep2, webAddr(web4), lb4)
+
+	// An EgressIP (on node 1) selects the endpoints too: the EgressService wins.
+	eip := netip.MustParseAddr(eip4)
+	name := e.egressIP(t, "svc", "lb", eip)
 	e.waitPlaced(t, name, 20*time.Second, map[*lab.Node]netip.Addr{n1: eip})
 	eventuallySource(t, "EgressService before EgressIP", ep1, webAddr(web4), lb4)
 	eventuallySource(t, "EgressService before EgressIP, endpoint on another node", ep2, webAddr(web4), lb4)
