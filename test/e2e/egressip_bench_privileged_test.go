@@ -33,18 +33,14 @@ func spread(b *testing.B, name string, ds []time.Duration) (lo, med, hi time.Dur
 	return lo, med, hi
 }
 
-// failoverTrial takes the egress node of ip off the network (its fabric link; cut also cuts
-// it off the API server, as when the node's only network is gone) while the flow streams, and
-// returns the time until the web host sees the flow with ip again from another node. The node
-// is restored before it returns, and judged reachable again by leaderAfter's agent.
-func failoverTrial(b *testing.B, e *eipLab, name string, ip netip.Addr, capture *lab.Capture, port uint16, cut bool) (time.Duration, *lab.Node) {
+// failoverTrial takes from, the node that egresses ip, off the network (its fabric link; cut
+// also cuts it off the API server, as when the node's only network is gone) while the flow
+// streams, and returns the time until the web host sees the flow with ip again from another
+// node of l. The node is restored before it returns.
+func failoverTrial(b *testing.B, l *lab.Lab, from *lab.Node, ip netip.Addr, capture *lab.Capture, port uint16, cut bool) (time.Duration, *lab.Node) {
 	b.Helper()
-	from := e.node(e.nodeOf(b, name, ip))
-	if from == nil {
-		b.Fatalf("%s is not placed", ip)
-	}
 	others := map[string]*lab.Node{}
-	for _, n := range e.Nodes {
+	for _, n := range l.Nodes {
 		if n != from {
 			others[mustMAC(b, n)] = n
 		}
@@ -86,31 +82,42 @@ func BenchmarkPrivilegedEgressIPFailover(b *testing.B) {
 // benchFailover runs trials failovers of an egress IP between nodes 1 and 2 of e, the leader
 // and the streaming pod on node 0.
 func benchFailover(b *testing.B, e *eipLab, trials int) {
+	pod := addPod(b, e.Nodes[0], e.ns, "streamer", lab.PodOptions{Labels: map[string]string{"app": "eip"}})
+	v4 := netip.MustParseAddr(eip4)
+	name := e.egressIP(b, "bench", "eip", v4)
+	e.waitPlaced(b, name, 20*time.Second, map[*lab.Node]netip.Addr{e.Nodes[1]: v4})
+	failovers(b, e, pod, v4, trials, func() *lab.Node { return e.node(e.nodeOf(b, name, v4)) })
+}
+
+// failovers streams UDP from pod (on node 0, the leader's node) to the web host, which sees it
+// with src from the node egressOf names (1 or 2), and runs trials failovers: that node's link
+// goes down, until the stream arrives with src from another node; then it comes back.
+func failovers(b *testing.B, e *eipLab, pod *lab.Pod, src netip.Addr, trials int, egressOf func() *lab.Node) {
 	n0 := e.Nodes[0]
 	if leader := leaderNode(b, e.Lab); leader != n0 {
 		b.Fatalf("the leader is %s, want %s", leader.Name, n0.Name)
 	}
-	pod := addPod(b, n0, e.ns, "streamer", lab.PodOptions{Labels: map[string]string{"app": "eip"}})
-	v4 := netip.MustParseAddr(eip4)
-	name := e.egressIP(b, "bench", "eip", v4)
-	e.waitPlaced(b, name, 20*time.Second, map[*lab.Node]netip.Addr{e.Nodes[1]: v4})
 	capture := e.web.Capture()
 	defer capture.Stop()
-	s, err := pod.StreamUDP(webAddr(v4), 2*time.Millisecond)
+	s, err := pod.StreamUDP(webAddr(src), 2*time.Millisecond)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Stop()
-	if _, ok := capture.Await(time.Now(), 10*time.Second, func(c lab.Captured) bool { return c.ForHost && c.Src == v4 }); !ok {
-		b.Fatal("the stream does not arrive with the egress IP")
+	if _, ok := capture.Await(time.Now(), 10*time.Second, func(c lab.Captured) bool { return c.ForHost && c.Src == src }); !ok {
+		b.Fatalf("the stream does not arrive with %s", src)
 	}
 	b.ResetTimer()
 	for range b.N {
 		var ds []time.Duration
 		for i := range trials {
-			took, to := failoverTrial(b, e, name, v4, capture, webPort, false)
+			from := egressOf()
+			if from == nil {
+				b.Fatalf("%s is not placed", src)
+			}
+			took, to := failoverTrial(b, e.Lab, from, src, capture, webPort, false)
 			ds = append(ds, took)
-			b.Logf("trial %d: %s back through %s after %s", i, v4, to.Name, took.Round(time.Millisecond))
+			b.Logf("trial %d: %s back through %s after %s", i, src, to.Name, took.Round(time.Millisecond))
 			for _, n := range e.Nodes[1:] {
 				reachable(b, n0, n, true)
 			}
@@ -177,7 +184,7 @@ func leaderTrial(b *testing.B, i int, timers [3]string) time.Duration {
 	if _, ok := capture.Await(time.Now(), 10*time.Second, func(c lab.Captured) bool { return c.ForHost && c.Src == v4 }); !ok {
 		b.Fatal("the stream does not arrive with the egress IP")
 	}
-	took, to := failoverTrial(b, e, name, v4, capture, webPort, true)
+	took, to := failoverTrial(b, l, e.node(e.nodeOf(b, name, v4)), v4, capture, webPort, true)
 	b.Logf("trial %d: leader and egress node %s off the network; %s back through %s after %s", i, leader.Name, v4, to.Name, took.Round(time.Millisecond))
 	back := time.Now()
 	for time.Since(back) < 8*time.Second {

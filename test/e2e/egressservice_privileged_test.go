@@ -146,7 +146,7 @@ spec:
 }
 
 // waitHost waits until the EgressService ns/name has status.host want.
-func waitHost(t *testing.T, l *lab.Lab, ns, name, want string) {
+func waitHost(t testing.TB, l *lab.Lab, ns, name, want string) {
 	t.Helper()
 	if err := l.Kube.WaitField(context.Background(), "k8s.ovn.org/v1", "EgressService", ns, name, "status.host", want, 30*time.Second); err != nil {
 		t.Fatal(err)
@@ -206,7 +206,7 @@ spec:
 // loadBalancer creates the LoadBalancer Service ns/name of the pods labelled app=<name>, with
 // spec the extra lines of its spec (indented by two spaces), and gives it the ingress IPs (the
 // LB provider's job).
-func loadBalancer(t *testing.T, l *lab.Lab, ns, name, spec string, ingress ...string) {
+func loadBalancer(t testing.TB, l *lab.Lab, ns, name, spec string, ingress ...string) {
 	t.Helper()
 	ctx := context.Background()
 	apply(t, l, ns, fmt.Sprintf(`apiVersion: v1
