@@ -167,3 +167,32 @@ func TestMetricsFollowHosts(t *testing.T) {
 		t.Errorf("%d move series, want 1", n)
 	}
 }
+
+// A service that cannot get a host says why in a Warning event, once per reason.
+func TestControllerEvents(t *testing.T) {
+	es := egressService("a", "web", "", "", "")
+	rec := record.NewFakeRecorder(10)
+	c := &Controller{Client: ovnfake.NewSimpleClientset(es), Networks: cluster.NetworkFlags{Pods: networks}, Probes: &fakeProbes{},
+		Recorder: rec, Log: slog.New(slog.DiscardHandler), recorded: map[string]string{}}
+	ctx := context.Background()
+	for _, svc := range []*corev1.Service{nil, nil, lbService("a", "web")} {
+		objs := []runtime.Object{es, readyNode("n1", nil)}
+		if svc != nil {
+			objs = append(objs, svc)
+		}
+		c.Snapshot = watcherstest.Snapshot(objs...)
+		if err := c.reconcile(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(rec.Events)
+	var got []string
+	for e := range rec.Events {
+		got = append(got, e)
+	}
+	want := []string{"Warning NoLoadBalancer no Service of the same name of type LoadBalancer: no node allocated",
+		"Warning NoIngressIP the LoadBalancer Service has no ingress IP yet: no node allocated"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("events %q, want %q", got, want)
+	}
+}
