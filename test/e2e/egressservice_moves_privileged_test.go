@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
 )
 
@@ -94,7 +95,7 @@ func (w *labelWatch) check(t *testing.T, step string) {
 // moves it with the endpoint; a nodeSelector change moves the host with exactly one node
 // labelled at any time while endpoints stream to the external host, which never sees a pod
 // address nor another source than the LB IP from them (and an endpoint whose SNAT the host
-// lacks is dropped there, not leaked); no matching node leaves status.host
+// lacks is dropped there, not leaked), and the leader's metrics count the move; no matching node leaves status.host
 // empty and the endpoints leave with the egress IP of the EgressIP that also selects them, or
 // without it their node IP; while the service has a host, they leave with the LB IP
 // (EgressService before EgressIP).
@@ -204,6 +205,18 @@ func TestPrivilegedEgressServiceMoves(t *testing.T) {
 		}
 	}
 	labels.check(t, "nodeSelector move")
+	leader := leaderNode(t, l)
+	poll.Eventually(t, "the leader's metrics of the move", 10*time.Second, func() error {
+		for series, want := range map[string]string{
+			`egressd_egressservice_moves_total{node="` + n0.Name + `"}`: "1",
+			`egressd_egressservice_hosted{node="` + n1.Name + `"}`:      "1",
+		} {
+			if v, err := leader.Agent.Sample(series); err != nil || v != want {
+				return fmt.Errorf("%s = %q (%v), want %s", series, v, err, want)
+			}
+		}
+		return nil
+	})
 	if n := capture.Count(fromPod); n > 0 {
 		t.Errorf("%d packets left with a pod address during the move", n)
 	}
