@@ -91,14 +91,14 @@ func (w *labelWatch) check(t *testing.T, step string) {
 	}
 }
 
-// TestPrivilegedEgressServiceMoves: ETP=Local puts the host on the node of the endpoint and
-// moves it with the endpoint; a nodeSelector change moves the host with exactly one node
-// labelled at any time while endpoints stream to the external host, which never sees a pod
-// address nor another source than the LB IP from them (and an endpoint whose SNAT the host
-// lacks is dropped there, not leaked), and the leader's metrics count the move; no matching node leaves status.host
-// empty and the endpoints leave with the egress IP of the EgressIP that also selects them, or
-// without it their node IP; while the service has a host, they leave with the LB IP
-// (EgressService before EgressIP).
+// TestPrivilegedEgressServiceMoves: ETP=Local puts the host on the node of the endpoint and moves
+// it with the endpoint; a nodeSelector change moves the host with exactly one node labelled at any
+// time while endpoints stream to the external host, which never sees a pod address nor another
+// source than the LB IP from them (and an endpoint whose SNAT the host lacks is dropped there, not
+// leaked), and the leader's metrics count the move; no matching node leaves status.host empty and
+// the endpoints leave with the egress IP of the EgressIP that also selects them, or without it
+// their node IP; while the service has a host, they leave with the LB IP (EgressService before
+// EgressIP).
 func TestPrivilegedEgressServiceMoves(t *testing.T) {
 	privileged.Require(t)
 	e := newEIPLab(t, 3) // nodes 1 and 2 egress-assignable
