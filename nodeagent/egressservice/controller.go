@@ -109,13 +109,16 @@ func (c *Controller) reconcile(ctx context.Context) error {
 		es := byKey[key]
 		host := es.Status.Host
 		if r.Host != es.Status.Host {
-			if err := c.writeHost(ctx, es, r.Host); err != nil {
+			wrote, err := c.writeHost(ctx, es, r.Host)
+			if err != nil {
 				errs = append(errs, err)
 				hosts = append(hosts, host)
 				continue
 			}
-			c.Log.Info("egress service host", "object", "EgressService "+key, "host", r.Host, "previous", es.Status.Host, "reason", r.Reason)
-			moves = append(moves, [2]string{es.Status.Host, r.Host})
+			if wrote { // not when the cache was behind a write of ours
+				c.Log.Info("egress service host", "object", "EgressService "+key, "host", r.Host, "previous", es.Status.Host, "reason", r.Reason)
+				moves = append(moves, [2]string{es.Status.Host, r.Host})
+			}
 			host = r.Host
 		}
 		hosts = append(hosts, host)
@@ -133,10 +136,11 @@ func (c *Controller) reconcile(ctx context.Context) error {
 // writeHost sets status.host of es, as upstream's GET + UpdateStatus (last writer wins, manual
 // edits are overridden), but from the cached object: one request, not two, while the cache is
 // current (500 services elected at once cost the leader's API rate half the time); a conflict
-// reads the object again. A missing object with host "" is fine.
-func (c *Controller) writeHost(ctx context.Context, es *ovnv1.EgressService, host string) error {
+// reads the object again. wrote is false when the object already had host (the cache was
+// behind) or is gone with host "".
+func (c *Controller) writeHost(ctx context.Context, es *ovnv1.EgressService, host string) (wrote bool, err error) {
 	cur := es.DeepCopy()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if cur.Status.Host == host {
 			return nil
 		}
@@ -149,15 +153,16 @@ func (c *Controller) writeHost(ctx context.Context, es *ovnv1.EgressService, hos
 			}
 			cur = got
 		}
+		wrote = err == nil
 		return err
 	})
 	if apierrors.IsNotFound(err) && host == NoHost {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("EgressService %s/%s status.host=%q: %w", es.Namespace, es.Name, host, err)
+		return false, fmt.Errorf("EgressService %s/%s status.host=%q: %w", es.Namespace, es.Name, host, err)
 	}
-	return nil
+	return wrote, nil
 }
 
 // event records a Warning when a service wanting a host has none, once per reason.

@@ -2,6 +2,7 @@ package egressservice
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/netip"
 	"reflect"
@@ -10,9 +11,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
 	ovnfake "github.com/egressd/egressd/api/generated/clientset/versioned/fake"
@@ -194,5 +197,36 @@ func TestControllerEvents(t *testing.T) {
 		"Warning NoIngressIP the LoadBalancer Service has no ingress IP yet: no node allocated"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("events %q, want %q", got, want)
+	}
+}
+
+// A cache behind the leader's own write (status.host still the old host) is no second move.
+func TestControllerCacheBehind(t *testing.T) {
+	stale := egressService("a", "web", "n1", "", "")
+	stale.ResourceVersion = "1"
+	current := stale.DeepCopy()
+	current.Status.Host, current.ResourceVersion = "n2", "2"
+	ovn := ovnfake.NewSimpleClientset(current)
+	// The API server's optimistic concurrency, which the fake lacks.
+	ovn.PrependReactor("update", "egressservices", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.UpdateAction).GetObject().(*ovnv1.EgressService).ResourceVersion != current.ResourceVersion {
+			return true, nil, apierrors.NewConflict(ovnv1.Resource("egressservices"), "web", errors.New("stale"))
+		}
+		return false, nil, nil
+	})
+	objs := []runtime.Object{stale, readyNode("n1", nil), readyNode("n2", nil), lbService("a", "web", "172.18.0.210"),
+		slice("a", "web", "web-1", discoveryv1.AddressTypeIPv4, [2]string{"n2", "10.244.2.5"})}
+	m := NewMetrics()
+	c := &Controller{Client: ovn, Snapshot: watcherstest.Snapshot(objs...), Networks: cluster.NetworkFlags{Pods: networks},
+		Probes: &fakeProbes{down: map[string]bool{"n1": true}}, Recorder: record.NewFakeRecorder(10), Log: slog.New(slog.DiscardHandler),
+		recorded: map[string]string{}, Metrics: m}
+	if err := c.reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(m.Moves); n != 0 {
+		t.Errorf("%d move series, want none (the API object already had n2)", n)
+	}
+	if got := testutil.ToFloat64(m.Hosted.WithLabelValues("n2")); got != 1 {
+		t.Errorf("hosted on n2 = %v, want 1", got)
 	}
 }
