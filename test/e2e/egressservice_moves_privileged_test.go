@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -190,6 +191,12 @@ func TestPrivilegedEgressServiceMoves(t *testing.T) {
 	otherSource := func(c lab.Captured) bool {
 		return c.ForHost && c.Proto == "udp" && ports[c.DstPort] != nil && c.Src != lb4
 	}
+	// The leader's metrics, before and after the move: the control plane is shared with other
+	// labs whose EgressServices (being deleted with their namespace) name the same nodes.
+	leader := leaderNode(t, l)
+	movesOff0 := `egressd_egressservice_moves_total{node="` + n0.Name + `"}`
+	hostedOn1 := `egressd_egressservice_hosted{node="` + n1.Name + `"}`
+	before := map[string]float64{movesOff0: sample(t, leader, movesOff0), hostedOn1: sample(t, leader, hostedOn1)}
 	labels := watchLabel(t, l, label)
 	setLabel(n1, &yes)
 	setLabel(n0, nil)
@@ -205,14 +212,10 @@ func TestPrivilegedEgressServiceMoves(t *testing.T) {
 		}
 	}
 	labels.check(t, "nodeSelector move")
-	leader := leaderNode(t, l)
 	poll.Eventually(t, "the leader's metrics of the move", 10*time.Second, func() error {
-		for series, want := range map[string]string{
-			`egressd_egressservice_moves_total{node="` + n0.Name + `"}`: "1",
-			`egressd_egressservice_hosted{node="` + n1.Name + `"}`:      "1",
-		} {
-			if v, err := leader.Agent.Sample(series); err != nil || v != want {
-				return fmt.Errorf("%s = %q (%v), want %s", series, v, err, want)
+		for series, was := range before {
+			if v := sample(t, leader, series); v != was+1 {
+				return fmt.Errorf("%s = %v, want %v", series, v, was+1)
 			}
 		}
 		return nil
@@ -241,4 +244,21 @@ func TestPrivilegedEgressServiceMoves(t *testing.T) {
 	}
 	eventuallySource(t, "no host, no EgressIP", ep1, webAddr(web4), n1.IPv4)
 	eventuallySource(t, "no host, no EgressIP", ep2, webAddr(web4), n2.IPv4)
+}
+
+// sample reads a series of the node's agent's metrics; absent is 0.
+func sample(t *testing.T, n *lab.Node, series string) float64 {
+	t.Helper()
+	v, err := n.Agent.Sample(series)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v == "" {
+		return 0
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		t.Fatalf("%s = %q: %v", series, v, err)
+	}
+	return f
 }
