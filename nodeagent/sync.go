@@ -81,7 +81,8 @@ type SyncLoop struct {
 	MarkMask uint32
 	// Steering is how steered traffic reaches egress nodes ("": auto).
 	Steering SteeringMode
-	// Recorder, when set, records the compile steps' events (EgressIP's UndefinedRequest).
+	// Recorder, when set, records the compile steps' events (EgressIP's UndefinedRequest) and
+	// EgressServices this node failed to program.
 	Recorder EventRecorder
 	// Announced, when set, supplies pods announced before their Pod objects show them (the CNI
 	// plugin's ADD) and learns the outcome of every sync (nodeagent/cniserver.Store).
@@ -346,6 +347,7 @@ func (l *SyncLoop) logFailures(failed map[dataplane.Origin]error) {
 		failing[origin] = err.Error()
 		if l.failing[origin] != err.Error() {
 			l.Log.Error("apply failed", "object", origin.String(), "err", err)
+			l.recordServiceFailure(origin, err)
 		}
 	}
 	for origin := range l.failing {
@@ -377,6 +379,17 @@ func (l *SyncLoop) recordEvents(events []egressip.Event) {
 		l.Recorder.Event(ref, e.Type, e.Reason, e.Message)
 	}
 	l.recorded = seen
+}
+
+// recordServiceFailure records a Warning on an EgressService this node failed to program (a
+// network no routing table or VRF of this node is named by, an SNAT conflict): it has no status
+// field of its own to say so.
+func (l *SyncLoop) recordServiceFailure(o dataplane.Origin, err error) {
+	if l.Recorder == nil || o.Kind != egressservice.KindEgressService {
+		return
+	}
+	ref := &corev1.ObjectReference{Kind: "EgressService", APIVersion: ovnv1.SchemeGroupVersion.String(), Namespace: o.Namespace, Name: o.Name}
+	l.Recorder.Event(ref, corev1.EventTypeWarning, "EgressServiceNotApplied", fmt.Sprintf("%s: %v", l.Node, err))
 }
 
 // checkNetworks reports local pod addresses outside the cluster networks, once when their number

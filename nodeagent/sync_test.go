@@ -15,10 +15,12 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/record"
 
 	ovnlisters "github.com/egressd/egressd/api/generated/listers/k8sovn/v1"
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/egressservice"
 	"github.com/egressd/egressd/watchers/watcherstest"
 )
 
@@ -230,5 +232,28 @@ func TestBlamePodsOneLine(t *testing.T) {
 	}
 	if objects[other] != nil {
 		t.Errorf("another namespace: %v", objects[other])
+	}
+}
+
+// An EgressService this node fails to program (it has no status field) gets a Warning event
+// naming the node, once while it fails the same way.
+func TestSyncLoopRecordsServiceFailures(t *testing.T) {
+	o := egressservice.Origin("a", "web")
+	app := &recordingApplier{failFirst: 3, failing: o}
+	rec := record.NewFakeRecorder(10)
+	l := newLoop(app, make(chan struct{}), time.Millisecond)
+	l.Recorder = rec
+	run(t, l)
+	eventually(t, "the retries", func() bool { return app.n.Load() >= 4 })
+	select {
+	case e := <-rec.Events:
+		if want := "Warning EgressServiceNotApplied n: no route to pod address 10.244.0.5"; e != want {
+			t.Errorf("event %q, want %q", e, want)
+		}
+	default:
+		t.Fatal("no event")
+	}
+	if len(rec.Events) != 0 {
+		t.Errorf("%d more events for the same failure", len(rec.Events))
 	}
 }

@@ -144,9 +144,9 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Log: log.With("component", "status-aggregator")}
 	prober := reachability.NewProber(reachability.Config{})
 	defer prober.Stop()
-	eipMetrics := egressip.NewMetrics()
+	eipMetrics, serviceMetrics := egressip.NewMetrics(), egressservice.NewMetrics()
 	announceMetrics := podannounce.NewMetrics()
-	metrics.Registry.MustRegister(componentCollectors(dp, prober, eipMetrics, announceMetrics)...)
+	metrics.Registry.MustRegister(componentCollectors(dp, prober, eipMetrics, serviceMetrics, announceMetrics)...)
 	egressIPs := &egressip.Controller{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true), Probes: prober,
 		HealthPort: cfg.healthPort, Recorder: recorder, Log: log.With("component", "egressip-controller"), Metrics: eipMetrics,
 		Cloud: cfg.egressIPCloud, Requester: &cloudprivateip.Requester{Client: egress, Recorder: recorder, Log: log.With("component", "cloudprivateip")}}
@@ -156,7 +156,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	defer serviceProber.Stop()
 	egressServices := &egressservice.Controller{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true),
 		Networks: loop.Networks, Probes: serviceProber, HealthPort: cfg.healthPort, Recorder: recorder,
-		Log: log.With("component", "egressservice-controller")}
+		Log: log.With("component", "egressservice-controller"), Metrics: serviceMetrics}
 
 	// EgressRouter: the leader places router pods (its own prober); the node side answers
 	// their CNI ADD with the router's configuration, which egressd-cni applies.
@@ -251,11 +251,12 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 }
 
 // componentCollectors are the metrics the agent registers besides nodeagent.Metrics' own: the
-// dataplane's, those of the leader's EgressIP assignment and its reachability probes, and the
-// pod announcements'. The metrics reference (docs/reference/metrics.md) is generated from the
-// same list.
-func componentCollectors(dp *kernel.Applier, prober *reachability.Prober, eip *egressip.Metrics, announce *podannounce.Metrics) []prometheus.Collector {
-	return slices.Concat(dp.Collectors(), prober.Collectors(), eip.Collectors(), announce.Collectors())
+// dataplane's, those of the leader's EgressIP assignment, EgressService election and
+// reachability probes, and the pod announcements'. The metrics reference
+// (docs/reference/metrics.md) is generated from the same list.
+func componentCollectors(dp *kernel.Applier, prober *reachability.Prober, eip *egressip.Metrics, svc *egressservice.Metrics,
+	announce *podannounce.Metrics) []prometheus.Collector {
+	return slices.Concat(dp.Collectors(), prober.Collectors(), eip.Collectors(), svc.Collectors(), announce.Collectors())
 }
 
 // eventRecorder records Events (on the objects whose status says why they failed).

@@ -37,6 +37,8 @@ type Controller struct {
 	HealthPort uint16
 	Recorder   record.EventRecorder
 	Log        *slog.Logger
+	// Metrics, when set, count the services per host and the moves.
+	Metrics *Metrics
 
 	recorded map[string]string // namespace/name -> last reason recorded
 }
@@ -100,17 +102,30 @@ func (c *Controller) reconcile(ctx context.Context) error {
 	}
 	results := Elect(reqs, candidates)
 	var errs []error
+	hosts := make([]string, 0, len(results))
+	var moves [][2]string
 	for _, r := range results {
 		key := r.Namespace + "/" + r.Name
 		es := byKey[key]
+		host := es.Status.Host
 		if r.Host != es.Status.Host {
-			if err := c.writeHost(ctx, r.Namespace, r.Name, r.Host); err != nil {
+			wrote, err := c.writeHost(ctx, es, r.Host)
+			if err != nil {
 				errs = append(errs, err)
+				hosts = append(hosts, host)
 				continue
 			}
-			c.Log.Info("egress service host", "object", "EgressService "+key, "host", r.Host, "previous", es.Status.Host, "reason", r.Reason)
+			if wrote { // not when the cache was behind a write of ours
+				c.Log.Info("egress service host", "object", "EgressService "+key, "host", r.Host, "previous", es.Status.Host, "reason", r.Reason)
+				moves = append(moves, [2]string{es.Status.Host, r.Host})
+			}
+			host = r.Host
 		}
+		hosts = append(hosts, host)
 		c.event(es, r.Reason)
+	}
+	if c.Metrics != nil {
+		c.Metrics.record(hosts, moves)
 	}
 	if len(errs) != 0 {
 		return fmt.Errorf("%v", errs)
@@ -118,42 +133,52 @@ func (c *Controller) reconcile(ctx context.Context) error {
 	return nil
 }
 
-// writeHost sets status.host (GET + UpdateStatus, as upstream: last writer wins, manual edits
-// are overridden); a missing object with host "" is fine.
-func (c *Controller) writeHost(ctx context.Context, namespace, name, host string) error {
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		es, err := c.Client.K8sOVNV1().EgressServices(namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if es.Status.Host == host {
+// writeHost sets status.host of es, as upstream's GET + UpdateStatus (last writer wins, manual
+// edits are overridden), but from the cached object: one request, not two, while the cache is
+// current (500 services elected at once cost the leader's API rate half the time); a conflict
+// reads the object again. wrote is false when the object already had host (the cache was
+// behind) or is gone with host "".
+func (c *Controller) writeHost(ctx context.Context, es *ovnv1.EgressService, host string) (wrote bool, err error) {
+	cur := es.DeepCopy()
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if cur.Status.Host == host {
 			return nil
 		}
-		es.Status.Host = host
-		_, err = c.Client.K8sOVNV1().EgressServices(namespace).UpdateStatus(ctx, es, metav1.UpdateOptions{FieldManager: "egressd-leader"})
+		cur.Status.Host = host
+		_, err := c.Client.K8sOVNV1().EgressServices(es.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{FieldManager: "egressd-leader"})
+		if apierrors.IsConflict(err) {
+			got, gerr := c.Client.K8sOVNV1().EgressServices(es.Namespace).Get(ctx, es.Name, metav1.GetOptions{})
+			if gerr != nil {
+				return gerr
+			}
+			cur = got
+		}
+		wrote = err == nil
 		return err
 	})
 	if apierrors.IsNotFound(err) && host == NoHost {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("EgressService %s/%s status.host=%q: %w", namespace, name, host, err)
+		return false, fmt.Errorf("EgressService %s/%s status.host=%q: %w", es.Namespace, es.Name, host, err)
 	}
-	return nil
+	return wrote, nil
 }
 
 // event records a Warning when a service wanting a host has none, once per reason.
 func (c *Controller) event(es *ovnv1.EgressService, reason string) {
 	key := es.Namespace + "/" + es.Name
-	if reason == "" || reason == ReasonNotAvailable || c.recorded[key] == reason {
+	if reason == "" || c.recorded[key] == reason {
 		c.recorded[key] = reason
 		return
 	}
 	c.recorded[key] = reason
 	msg := map[string]string{
-		ReasonNoEndpoints: "the Service has no cluster-networked endpoints: no node allocated",
-		ReasonNoNode:      "no Ready, reachable node matches the nodeSelector: no node allocated",
-		ReasonBadSelector: "invalid nodeSelector: no node allocated",
+		ReasonNoLoadBalancer: "no Service of the same name of type LoadBalancer: no node allocated",
+		ReasonNoIngressIP:    "the LoadBalancer Service has no ingress IP yet: no node allocated",
+		ReasonNoEndpoints:    "the Service has no cluster-networked endpoints: no node allocated",
+		ReasonNoNode:         "no Ready, reachable node matches the nodeSelector: no node allocated",
+		ReasonBadSelector:    "invalid nodeSelector: no node allocated",
 	}[reason]
 	ref := &corev1.ObjectReference{Kind: "EgressService", APIVersion: ovnv1.SchemeGroupVersion.String(),
 		Namespace: es.Namespace, Name: es.Name, UID: es.UID, ResourceVersion: es.ResourceVersion}

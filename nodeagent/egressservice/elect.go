@@ -33,8 +33,9 @@ type Request struct {
 	Current string
 	// Network: sourceIPBy Network, host "ALL".
 	Network bool
-	// Applicable: its Service is a LoadBalancer with an ingress IP.
-	Applicable bool
+	// Unusable says why its Service cannot be used (ReasonNoLoadBalancer, ReasonNoIngressIP);
+	// "" for a LoadBalancer with an ingress IP.
+	Unusable string
 	// EndpointNodes are the nodes of its cluster-networked endpoints (none: not allocated).
 	EndpointNodes []string
 	// Selector is spec.nodeSelector, restricted to EndpointNodes for ETP=Local (nil: invalid).
@@ -51,14 +52,15 @@ type Result struct {
 
 // Election reasons (upstream logs them; egressd also records them as Warning events).
 const (
-	ReasonNoEndpoints  = "NoEndpoints"
-	ReasonNoNode       = "NoMatchingNodeFound"
-	ReasonBadSelector  = "InvalidNodeSelector"
-	ReasonNotAvailable = "NotApplicable"
+	ReasonNoLoadBalancer = "NoLoadBalancer"
+	ReasonNoIngressIP    = "NoIngressIP"
+	ReasonNoEndpoints    = "NoEndpoints"
+	ReasonNoNode         = "NoMatchingNodeFound"
+	ReasonBadSelector    = "InvalidNodeSelector"
 )
 
-// Elect places every request as upstream's cluster manager does: "ALL" for sourceIPBy Network;
-// "" without a LoadBalancer ingress IP or without cluster-networked endpoints; a current host that
+// Elect places every request as upstream's cluster manager does: "" without a LoadBalancer
+// ingress IP; "ALL" for sourceIPBy Network; "" without cluster-networked endpoints; a current host that
 // is Ready, reachable and still selected keeps its services; others go to an eligible node with no
 // allocation, else the least loaded one (ties by name). Requests are placed in namespace/name
 // order so the outcome does not depend on listing order.
@@ -79,10 +81,10 @@ func Elect(reqs []Request, nodes []Candidate) []Result {
 		r := &reqs[i]
 		out[i] = Result{Namespace: r.Namespace, Name: r.Name}
 		switch {
+		case r.Unusable != "":
+			out[i].Reason = r.Unusable
 		case r.Network:
 			out[i].Host = NoSNATHost
-		case !r.Applicable:
-			out[i].Reason = ReasonNotAvailable
 		case len(r.EndpointNodes) == 0:
 			out[i].Reason = ReasonNoEndpoints
 		case r.Selector == nil:
@@ -121,10 +123,14 @@ func Elect(reqs []Request, nodes []Candidate) []Result {
 func RequestFor(es *ovnv1.EgressService, svc *corev1.Service, eps []endpoint) Request {
 	r := Request{Namespace: es.Namespace, Name: es.Name, Current: es.Status.Host,
 		Network: es.Spec.SourceIPBy == ovnv1.SourceIPNetwork}
-	if svc == nil {
+	if svc == nil || svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		r.Unusable = ReasonNoLoadBalancer
 		return r
 	}
-	_, _, r.Applicable = LoadBalancerIPs(svc)
+	if _, _, ok := LoadBalancerIPs(svc); !ok {
+		r.Unusable = ReasonNoIngressIP
+		return r
+	}
 	for _, ep := range eps {
 		if ep.node != "" && !slices.Contains(r.EndpointNodes, ep.node) {
 			r.EndpointNodes = append(r.EndpointNodes, ep.node)

@@ -2,19 +2,24 @@ package egressservice
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/netip"
 	"reflect"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
 	ovnfake "github.com/egressd/egressd/api/generated/clientset/versioned/fake"
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/watchers/watcherstest"
 )
@@ -24,7 +29,7 @@ func cand(name string, ready, reachable bool, lbls map[string]string) Candidate 
 }
 
 func req(name, current string, sel labels.Selector, epNodes ...string) Request {
-	return Request{Namespace: "a", Name: name, Current: current, Applicable: true, Selector: sel, EndpointNodes: epNodes}
+	return Request{Namespace: "a", Name: name, Current: current, Selector: sel, EndpointNodes: epNodes}
 }
 
 func hosts(rs []Result) map[string]string {
@@ -54,12 +59,31 @@ func TestElect(t *testing.T) {
 		{"no match", []Request{req("s1", "n1", labels.SelectorFromSet(labels.Set{"x": "y"}), "n1")},
 			map[string]string{"s1": "|" + ReasonNoNode}},
 		{"no endpoints", []Request{req("s1", "n1", all)}, map[string]string{"s1": "|" + ReasonNoEndpoints}},
-		{"not a LoadBalancer with an ingress IP", []Request{{Namespace: "a", Name: "s1", Current: "n1", Selector: all, EndpointNodes: []string{"n1"}}},
-			map[string]string{"s1": "|" + ReasonNotAvailable}},
+		{"not a LoadBalancer", []Request{{Namespace: "a", Name: "s1", Current: "n1", Selector: all, EndpointNodes: []string{"n1"}, Unusable: ReasonNoLoadBalancer}},
+			map[string]string{"s1": "|" + ReasonNoLoadBalancer}},
 		{"Network: ALL", []Request{{Namespace: "a", Name: "s1", Network: true}}, map[string]string{"s1": "ALL|"}},
+		{"Network without an ingress IP: none", []Request{{Namespace: "a", Name: "s1", Network: true, Unusable: ReasonNoIngressIP}},
+			map[string]string{"s1": "|" + ReasonNoIngressIP}},
 	} {
 		if got := hosts(Elect(tc.reqs, nodes)); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// The Service decides whether a host is wanted: missing or not a LoadBalancer, or without
+// an ingress IP, none (for sourceIPBy Network too, as upstream reconciles nothing then).
+func TestRequestForUnusable(t *testing.T) {
+	clusterIP := lbService("a", "web", "172.18.0.210")
+	clusterIP.Spec.Type = corev1.ServiceTypeClusterIP
+	for _, tc := range []struct {
+		svc  *corev1.Service
+		want string
+	}{{nil, ReasonNoLoadBalancer}, {clusterIP, ReasonNoLoadBalancer}, {lbService("a", "web"), ReasonNoIngressIP}, {lbService("a", "web", "172.18.0.210"), ""}} {
+		for _, by := range []ovnv1.SourceIPMode{"", ovnv1.SourceIPNetwork} {
+			if r := RequestFor(egressService("a", "web", "", by, ""), tc.svc, nil); r.Unusable != tc.want {
+				t.Errorf("%v, sourceIPBy %q: %q, want %q", tc.svc, by, r.Unusable, tc.want)
+			}
 		}
 	}
 }
@@ -125,4 +149,84 @@ func TestControllerReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("n2")
+}
+
+// The leader's metrics: services per host follow status.host; a move counts against the node
+// the service left, not a first election nor a sourceIPBy Network service.
+func TestMetricsFollowHosts(t *testing.T) {
+	m := NewMetrics()
+	m.record([]string{"n1", "n1", "ALL", ""}, [][2]string{{"", "n1"}, {"", "n1"}, {"", "ALL"}})
+	m.record([]string{"n2", "n1", "ALL", ""}, [][2]string{{"n1", "n2"}})
+	if got := testutil.ToFloat64(m.Hosted.WithLabelValues("n1")); got != 1 {
+		t.Errorf("hosted on n1 = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.Hosted.WithLabelValues("n2")); got != 1 {
+		t.Errorf("hosted on n2 = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.Moves.WithLabelValues("n1")); got != 1 {
+		t.Errorf("moves off n1 = %v, want 1", got)
+	}
+	if n := testutil.CollectAndCount(m.Moves); n != 1 {
+		t.Errorf("%d move series, want 1", n)
+	}
+}
+
+// A service that cannot get a host says why in a Warning event, once per reason.
+func TestControllerEvents(t *testing.T) {
+	es := egressService("a", "web", "", "", "")
+	rec := record.NewFakeRecorder(10)
+	c := &Controller{Client: ovnfake.NewSimpleClientset(es), Networks: cluster.NetworkFlags{Pods: networks}, Probes: &fakeProbes{},
+		Recorder: rec, Log: slog.New(slog.DiscardHandler), recorded: map[string]string{}}
+	ctx := context.Background()
+	for _, svc := range []*corev1.Service{nil, nil, lbService("a", "web")} {
+		objs := []runtime.Object{es, readyNode("n1", nil)}
+		if svc != nil {
+			objs = append(objs, svc)
+		}
+		c.Snapshot = watcherstest.Snapshot(objs...)
+		if err := c.reconcile(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(rec.Events)
+	var got []string
+	for e := range rec.Events {
+		got = append(got, e)
+	}
+	want := []string{"Warning NoLoadBalancer no Service of the same name of type LoadBalancer: no node allocated",
+		"Warning NoIngressIP the LoadBalancer Service has no ingress IP yet: no node allocated"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("events %q, want %q", got, want)
+	}
+}
+
+// A cache behind the leader's own write (status.host still the old host) is no second move.
+func TestControllerCacheBehind(t *testing.T) {
+	stale := egressService("a", "web", "n1", "", "")
+	stale.ResourceVersion = "1"
+	current := stale.DeepCopy()
+	current.Status.Host, current.ResourceVersion = "n2", "2"
+	ovn := ovnfake.NewSimpleClientset(current)
+	// The API server's optimistic concurrency, which the fake lacks.
+	ovn.PrependReactor("update", "egressservices", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.(k8stesting.UpdateAction).GetObject().(*ovnv1.EgressService).ResourceVersion != current.ResourceVersion {
+			return true, nil, apierrors.NewConflict(ovnv1.Resource("egressservices"), "web", errors.New("stale"))
+		}
+		return false, nil, nil
+	})
+	objs := []runtime.Object{stale, readyNode("n1", nil), readyNode("n2", nil), lbService("a", "web", "172.18.0.210"),
+		slice("a", "web", "web-1", discoveryv1.AddressTypeIPv4, [2]string{"n2", "10.244.2.5"})}
+	m := NewMetrics()
+	c := &Controller{Client: ovn, Snapshot: watcherstest.Snapshot(objs...), Networks: cluster.NetworkFlags{Pods: networks},
+		Probes: &fakeProbes{down: map[string]bool{"n1": true}}, Recorder: record.NewFakeRecorder(10), Log: slog.New(slog.DiscardHandler),
+		recorded: map[string]string{}, Metrics: m}
+	if err := c.reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(m.Moves); n != 0 {
+		t.Errorf("%d move series, want none (the API object already had n2)", n)
+	}
+	if got := testutil.ToFloat64(m.Hosted.WithLabelValues("n2")); got != 1 {
+		t.Errorf("hosted on n2 = %v, want 1", got)
+	}
 }

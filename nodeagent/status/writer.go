@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -46,6 +47,9 @@ type Writer struct {
 
 	pending     chan report
 	pendingOnce sync.Once // Run and Report start concurrently
+	// labelWaits are the EgressService labels held back while another Node carries them, since
+	// when (serviceLabels).
+	labelWaits map[string]time.Time
 }
 
 // report is one sync's outcome: per-object failures and the node's host addresses.
@@ -57,6 +61,7 @@ type report struct {
 // Run writes reported statuses until ctx ends.
 func (w *Writer) Run(ctx context.Context) {
 	var last report
+	var again <-chan time.Time // a label held back is due
 	for {
 		var r report
 		select {
@@ -66,9 +71,16 @@ func (w *Writer) Run(ctx context.Context) {
 			last = r
 		case <-w.Changed:
 			r = last // entries already right are skipped
+		case <-again:
+			r = last
 		}
-		if err := w.publishNodeAnnotations(ctx, r.hostCIDRs); err != nil {
+		after, err := w.publishNodeAnnotations(ctx, r.hostCIDRs)
+		if err != nil {
 			w.Log.Error("publish node annotations", "node", w.Node, "err", err)
+		}
+		again = nil
+		if after > 0 {
+			again = time.After(after)
 		}
 		for origin, err := range r.objects {
 			if ctx.Err() != nil {

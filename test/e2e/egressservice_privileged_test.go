@@ -16,7 +16,10 @@ import (
 	"github.com/egressd/egressd/test/privileged"
 )
 
-const lbIP4 = "172.18.0.210"
+const (
+	lbIP4 = "172.18.0.210"
+	lbIP6 = "fc00:f853:ccd:e793::210"
+)
 
 // TestPrivilegedEgressService: a LoadBalancer Service (its ingress IP set by the test, as an LB
 // provider would) with an EgressService whose nodeSelector picks node 0: the leader writes
@@ -108,6 +111,64 @@ spec:
 	waitLabel(t, l, label, "")
 }
 
+// TestPrivilegedEgressServiceIPv6: a dual-stack LoadBalancer Service with an IPv4 and an IPv6
+// ingress IP: the external host sees the IPv6 LB IP (and the IPv4 one) from the endpoints on
+// the host node and on the other node.
+func TestPrivilegedEgressServiceIPv6(t *testing.T) {
+	privileged.Require(t)
+	l := lab.New(t, lab.Options{Nodes: 2, Agents: true, NodeLabels: map[int]map[string]string{0: {"egress-host": "yes"}}})
+	web, err := l.AddExternal("web", lab.ExternalOptions{}, web4.String(), web6.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n0 := l.Nodes[0]
+	lb4, lb6 := netip.MustParseAddr(lbIP4), netip.MustParseAddr(lbIP6)
+	routeLB(t, web, n0, lb4, lb6)
+	ns := l.CP.Namespace(t)
+	sel := lab.PodOptions{Labels: map[string]string{"app": "lb"}}
+	ep0 := addPod(t, n0, ns, "ep0", sel)
+	ep1 := addPod(t, l.Nodes[1], ns, "ep1", sel)
+	loadBalancer(t, l, ns, "lb", "  ipFamilyPolicy: RequireDualStack\n", lbIP4, lbIP6)
+	apply(t, l, ns, `apiVersion: k8s.ovn.org/v1
+kind: EgressService
+metadata:
+  name: lb
+spec:
+  sourceIPBy: LoadBalancerIP
+  nodeSelector:
+    matchLabels: {egress-host: "yes"}
+`)
+	waitHost(t, l, ns, "lb", n0.Name)
+	for _, ep := range []*lab.Pod{ep0, ep1} {
+		eventuallySource(t, "IPv6", ep, webAddr(web6), lb6)
+		eventuallySource(t, "IPv4", ep, webAddr(web4), lb4)
+	}
+}
+
+// waitHost waits until the EgressService ns/name has status.host want.
+func waitHost(t testing.TB, l *lab.Lab, ns, name, want string) {
+	t.Helper()
+	if err := l.Kube.WaitField(context.Background(), "k8s.ovn.org/v1", "EgressService", ns, name, "status.host", want, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitServiceEvent waits for a Warning event of reason on the EgressService ns/name.
+func waitServiceEvent(t *testing.T, l *lab.Lab, ns, name, reason string) {
+	t.Helper()
+	poll.Eventually(t, fmt.Sprintf("a %s event on EgressService %s/%s", reason, ns, name), 20*time.Second, func() error {
+		evs, err := l.Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=EgressService,involvedObject.name=" + name + ",reason=" + reason})
+		if err != nil {
+			return err
+		}
+		if len(evs.Items) == 0 {
+			return fmt.Errorf("none")
+		}
+		return nil
+	})
+}
+
 // waitLabel waits until only node (none when "") carries label.
 func waitLabel(t *testing.T, l *lab.Lab, label, node string) {
 	t.Helper()
@@ -130,24 +191,7 @@ func waitLabel(t *testing.T, l *lab.Lab, label, node string) {
 // the LB IP, from a node labelled egress-host=yes.
 func loadBalancerEgressService(t *testing.T, l *lab.Lab, ns string) {
 	t.Helper()
-	ctx := context.Background()
-	apply(t, l, ns, `apiVersion: v1
-kind: Service
-metadata:
-  name: lb
-spec:
-  type: LoadBalancer
-  selector: {app: lb}
-  ports: [{port: 80, protocol: TCP}]
-`)
-	svc, err := l.Client.CoreV1().Services(ns).Get(ctx, "lb", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lbIP4}}
-	if _, err := l.Client.CoreV1().Services(ns).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	loadBalancer(t, l, ns, "lb", "", lbIP4)
 	apply(t, l, ns, `apiVersion: k8s.ovn.org/v1
 kind: EgressService
 metadata:
@@ -157,4 +201,46 @@ spec:
   nodeSelector:
     matchLabels: {egress-host: "yes"}
 `)
+}
+
+// loadBalancer creates the LoadBalancer Service ns/name of the pods labelled app=<name>, with
+// spec the extra lines of its spec (indented by two spaces), and gives it the ingress IPs (the
+// LB provider's job).
+func loadBalancer(t testing.TB, l *lab.Lab, ns, name, spec string, ingress ...string) {
+	t.Helper()
+	ctx := context.Background()
+	apply(t, l, ns, fmt.Sprintf(`apiVersion: v1
+kind: Service
+metadata:
+  name: %s
+spec:
+  type: LoadBalancer
+  selector: {app: %s}
+  ports: [{port: 80, protocol: TCP}]
+%s`, name, name, spec))
+	svc, err := l.Client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ip := range ingress {
+		svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+	}
+	if _, err := l.Client.CoreV1().Services(ns).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// routeLB makes the external host reach the LB IPs through node (the LB provider's
+// announcement from the host node), so that replies find the endpoints.
+func routeLB(t *testing.T, ext *lab.External, n *lab.Node, lbs ...netip.Addr) {
+	t.Helper()
+	for _, lb := range lbs {
+		via := n.IPv4
+		if lb.Is6() {
+			via = n.IPv6
+		}
+		if out, err := ext.NS.Run("ip", "route", "replace", netip.PrefixFrom(lb, lb.BitLen()).String(), "via", via.String()); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+	}
 }

@@ -49,7 +49,7 @@ func egressctl(t testing.TB) string {
 }
 
 // apply creates or updates the objects of a YAML document in ns, as kubectl apply would.
-func apply(t *testing.T, l *lab.Lab, ns, doc string) {
+func apply(t testing.TB, l *lab.Lab, ns, doc string) {
 	t.Helper()
 	if err := l.Kube.Apply(context.Background(), ns, doc); err != nil {
 		t.Fatal(err)
