@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -111,16 +110,5 @@ func datagramsFollowFirst(t *testing.T, p *lab.Pod, web *lab.External, allowed, 
 // fragments reads the node's egressd_egressfirewall_fragments_total{result}.
 func fragments(t *testing.T, n *lab.Node, result string) float64 {
 	t.Helper()
-	v, err := n.Agent.Sample(`egressd_egressfirewall_fragments_total{result="` + result + `"}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v == "" {
-		return 0
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
+	return sample(t, n, `egressd_egressfirewall_fragments_total{result="`+result+`"}`)
 }

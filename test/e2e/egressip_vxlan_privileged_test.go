@@ -274,7 +274,7 @@ func TestPrivilegedEgressServiceVXLAN(t *testing.T) {
 	}
 	ns := l.CP.Namespace(t)
 	ep1 := addPod(t, l.Nodes[1], ns, "ep1", lab.PodOptions{Labels: map[string]string{"app": "lb"}})
-	loadBalancerEgressService(t, l, ns)
+	loadBalancerEgressService(t, l, ns, "", lbIP4)
 	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressService", ns, "lb", "status.host", n0.Name, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -145,7 +145,7 @@ func TestPrivilegedEgressServiceMoves(t *testing.T) {
 	setLabel(n0, &yes)
 	ep1 := addPod(t, n1, ns, "ep1", lab.PodOptions{Labels: map[string]string{"app": "lb"}})
 	ep2 := addPod(t, n2, ns, "ep2", lab.PodOptions{Labels: map[string]string{"app": "lb"}})
-	loadBalancerEgressService(t, l, ns)
+	loadBalancerEgressService(t, l, ns, "", lbIP4)
 	waitHost(t, l, ns, "lb", n0.Name)
 	waitLabel(t, l, label, n0.Name)
 	routeLB(t, e.web, n0, lb4)

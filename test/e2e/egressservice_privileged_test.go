@@ -48,7 +48,7 @@ func TestPrivilegedEgressService(t *testing.T) {
 	ep1 := addPod(t, l.Nodes[1], ns, "ep1", lab.PodOptions{Labels: sel})
 	plain1 := addPod(t, l.Nodes[1], ns, "plain1", lab.PodOptions{Labels: map[string]string{"app": "other"}})
 
-	loadBalancerEgressService(t, l, ns)
+	loadBalancerEgressService(t, l, ns, "", lbIP4)
 	label := "egress-service.k8s.ovn.org/" + ns + "-lb"
 	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressService", ns, "lb", "status.host", n0.Name, 30*time.Second); err != nil {
 		t.Fatal(err)
@@ -128,16 +128,7 @@ func TestPrivilegedEgressServiceIPv6(t *testing.T) {
 	sel := lab.PodOptions{Labels: map[string]string{"app": "lb"}}
 	ep0 := addPod(t, n0, ns, "ep0", sel)
 	ep1 := addPod(t, l.Nodes[1], ns, "ep1", sel)
-	loadBalancer(t, l, ns, "lb", "  ipFamilyPolicy: RequireDualStack\n", lbIP4, lbIP6)
-	apply(t, l, ns, `apiVersion: k8s.ovn.org/v1
-kind: EgressService
-metadata:
-  name: lb
-spec:
-  sourceIPBy: LoadBalancerIP
-  nodeSelector:
-    matchLabels: {egress-host: "yes"}
-`)
+	loadBalancerEgressService(t, l, ns, "  ipFamilyPolicy: RequireDualStack\n", lbIP4, lbIP6)
 	waitHost(t, l, ns, "lb", n0.Name)
 	for _, ep := range []*lab.Pod{ep0, ep1} {
 		eventuallySource(t, "IPv6", ep, webAddr(web6), lb6)
@@ -186,12 +177,12 @@ func waitLabel(t *testing.T, l *lab.Lab, label, node string) {
 	})
 }
 
-// loadBalancerEgressService creates the LoadBalancer Service ns/lb of the pods labelled app=lb,
-// gives it lbIP4 as its ingress (the LB provider's job), and its EgressService: source IP by
-// the LB IP, from a node labelled egress-host=yes.
-func loadBalancerEgressService(t *testing.T, l *lab.Lab, ns string) {
+// loadBalancerEgressService creates the LoadBalancer Service ns/lb of the pods labelled app=lb
+// (spec holds more lines of its spec), gives it ingress (the LB provider's job), and its
+// EgressService: source IP by the LB IP, from a node labelled egress-host=yes.
+func loadBalancerEgressService(t *testing.T, l *lab.Lab, ns, spec string, ingress ...string) {
 	t.Helper()
-	loadBalancer(t, l, ns, "lb", "", lbIP4)
+	loadBalancer(t, l, ns, "lb", spec, ingress...)
 	apply(t, l, ns, `apiVersion: k8s.ovn.org/v1
 kind: EgressService
 metadata:
