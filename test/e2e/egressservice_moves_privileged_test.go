@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -244,21 +243,4 @@ func TestPrivilegedEgressServiceMoves(t *testing.T) {
 	}
 	eventuallySource(t, "no host, no EgressIP", ep1, webAddr(web4), n1.IPv4)
 	eventuallySource(t, "no host, no EgressIP", ep2, webAddr(web4), n2.IPv4)
-}
-
-// sample reads a series of the node's agent's metrics; absent is 0.
-func sample(t *testing.T, n *lab.Node, series string) float64 {
-	t.Helper()
-	v, err := n.Agent.Sample(series)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v == "" {
-		return 0
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		t.Fatalf("%s = %q: %v", series, v, err)
-	}
-	return f
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -144,4 +145,21 @@ func selectorlessService(t *testing.T, l *lab.Lab, ns, name string, ports []back
 		}
 	}
 	return svc.Spec.ClusterIPs[0], svc.Spec.ClusterIPs[1]
+}
+
+// sample reads a series of the node's agent's metrics; absent is 0.
+func sample(t testing.TB, n *lab.Node, series string) float64 {
+	t.Helper()
+	v, err := n.Agent.Sample(series)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v == "" {
+		return 0
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		t.Fatalf("%s = %q: %v", series, v, err)
+	}
+	return f
 }

@@ -32,19 +32,7 @@ func BenchmarkPrivilegedThroughput(b *testing.B) {
 	}
 	ns := l.CP.Namespace(b)
 	p := addPod(b, l.Nodes[0], ns, "p", lab.PodOptions{})
-	const d = time.Second
-	rate := func(name string) float64 {
-		before := count()
-		sent, err := p.FloodUDP("203.0.113.10:9000", d)
-		if err != nil {
-			b.Fatal(err)
-		}
-		time.Sleep(200 * time.Millisecond) // the last packets drain
-		got := count() - before
-		r := float64(got) / d.Seconds()
-		b.Logf("%-22s sent %8d, received %8d: %.0f packets/s", name, sent, got, r)
-		return r
-	}
+	rate := func(name string) float64 { return floodRate(b, p, "203.0.113.10:9000", count, name) }
 	rate("warm-up")
 
 	// Rounds alternate a run without egressd and one with egressd enforcing 8000 rules whose
@@ -116,6 +104,23 @@ func BenchmarkPrivilegedThroughput(b *testing.B) {
 	slices.Sort(paired)
 	b.ReportMetric(paired[len(paired)/2], "ratio-egressd-rounds-median")
 	b.ReportMetric(linear/base, "ratio-linear-nft")
+}
+
+// floodRate floods UDP (64-byte datagrams) from p to dst for a second and returns the rate at
+// which the sink counted them (what names the run in the log).
+func floodRate(b *testing.B, p *lab.Pod, dst string, count func() uint64, what string) float64 {
+	b.Helper()
+	const d = time.Second
+	before := count()
+	sent, err := p.FloodUDP(dst, d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the last packets drain
+	got := count() - before
+	r := float64(got) / d.Seconds()
+	b.Logf("%-22s sent %8d, received %8d: %.0f packets/s", what, sent, got, r)
+	return r
 }
 
 // cpuTicks is the CPU time (user and system, in clock ticks of 10 ms) process pid has used.
