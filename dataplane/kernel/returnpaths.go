@@ -20,23 +20,26 @@ func (d *Applier) returnPaths(paths []dataplane.ReturnPath, up func(netip.Addr) 
 	macs := neighbours()
 	watched := map[netip.Addr]string{}
 	var out []dataplane.ReturnPath
+	var unresolved []netip.Addr
 	for _, p := range paths {
 		gw := p.Gateway.Unmap()
 		mac := macs[gw]
 		watched[gw] = mac.String()
-		if p.BFD && !up(p.Gateway) {
-			continue
+		switch {
+		case p.BFD && !up(p.Gateway):
+		case mac == nil:
+			unresolved = append(unresolved, gw)
+		default:
+			p.MAC = mac
+			out = append(out, p)
 		}
-		if mac == nil {
-			resolve(gw)
-			continue
-		}
-		p.MAC = mac
-		out = append(out, p)
 	}
 	d.neighMu.Lock()
 	d.gatewayMACs = watched
 	d.neighMu.Unlock()
+	for _, gw := range unresolved { // once watched: the answer may come at once
+		resolve(gw)
+	}
 	return out
 }
 
