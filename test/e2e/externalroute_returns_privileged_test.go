@@ -215,6 +215,15 @@ spec:
 		}
 		return nil
 	})
+	// At least gw1's connections' entries were deleted (a restarted agent also flushes entries
+	// whose mark is no longer a live gateway's, none here), and one gateway went.
+	for series, least := range map[string]int{
+		"egressd_externalroute_conntrack_deleted_total": len(byGateway["gw1"]), "egressd_externalroute_gateway_removals_total": 1} {
+		v, err := l.Nodes[0].Agent.Sample(series)
+		if n, _ := strconv.Atoi(v); err != nil || n < least {
+			t.Errorf("%s = %q (%v), want >= %d", series, v, err, least)
+		}
+	}
 	before := make([]int64, len(streams))
 	for i, s := range streams {
 		_, before[i] = s.Counts()
