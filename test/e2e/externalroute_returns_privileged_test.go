@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"regexp"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressd/egressd/dataplane/addresses"
 	"github.com/egressd/egressd/test/lab"
 	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
@@ -252,4 +254,86 @@ spec:
 			t.Errorf("port %d: request through gw2, reply through %q", rt.port, rt.reply)
 		}
 	}
+}
+
+// TestPrivilegedExternalRouteGatewayMAC: a gateway that changes its MAC (as a gateway that
+// migrates does) and announces it with a gratuitous ARP keeps receiving the pods' traffic at
+// its new MAC, and the connections it brings keep returning through it.
+func TestPrivilegedExternalRouteGatewayMAC(t *testing.T) {
+	privileged.Require(t)
+	l := lab.New(t, lab.Options{Nodes: 1, Agents: true})
+	dst, err := l.AddExternal("dst", lab.ExternalOptions{}, "192.0.2.50")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gws []*lab.External
+	for _, name := range []string{"gw1", "gw2"} {
+		gw, err := l.AddExternal(name, lab.ExternalOptions{Forwarding: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := gw.NS.Script("ip route add 192.0.2.50/32 via " + dst.Fabric.String()); err != nil {
+			t.Fatal(err)
+		}
+		gws = append(gws, gw)
+	}
+	client := clientBehindGateways(t, l, gws)
+	ns := l.CP.Namespace(t)
+	pod := addPod(t, l.Nodes[0], ns, "server", lab.PodOptions{})
+	if err := pod.Serve(8080); err != nil {
+		t.Fatal(err)
+	}
+	server := netip.AddrPortFrom(pod.IPv4, 8080)
+	name := "gws-" + ns
+	applyAndWait(t, l, "", fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
+kind: AdminPolicyBasedExternalRoute
+metadata: {name: %s}
+spec:
+  from:
+    namespaceSelector:
+      matchLabels: {kubernetes.io/metadata.name: %s}
+  nextHops:
+    static:
+    - {ip: %q}
+    - {ip: %q}
+`, name, ns, gws[0].Fabric, gws[1].Fabric), "Success")
+	t.Cleanup(func() { _ = l.Kube.Delete(t.Context(), "k8s.ovn.org/v1", "AdminPolicyBasedExternalRoute", "", name) })
+	mac := func(e *lab.External) string {
+		return strings.Fields(strings.SplitN(e.NS.MustRun(t, "ip", "-o", "link", "show", "eth0"), "link/ether ", 2)[1])[0]
+	}
+	// Both directions use each gateway at the MAC it has.
+	works := func(mac1 string) func() error {
+		return func() error {
+			macs, _ := gatewaysSeen(t, pod, "192.0.2.50:80", 24)
+			if macs[mac1] == 0 || macs[mac(gws[1])] == 0 || macs[mac1]+macs[mac(gws[1])] != 24 {
+				return fmt.Errorf("the pod's flows reached the destination from %v (gw1 %s)", macs, mac1)
+			}
+			used := map[string]int{}
+			for _, rt := range roundTrips(t, client, server, gws, 12) {
+				if rt.request == "" || rt.reply != rt.request {
+					return fmt.Errorf("port %d: request through %q, reply through %q", rt.port, rt.request, rt.reply)
+				}
+				used[rt.request]++
+			}
+			if used["gw1"] == 0 {
+				return fmt.Errorf("the client's connections came through %v only", used)
+			}
+			return nil
+		}
+	}
+	old := mac(gws[0])
+	poll.Eventually(t, "both gateways used, both ways", 15*time.Second, works(old))
+
+	const moved = "02:00:00:00:be:ef"
+	gws[0].NS.MustRun(t, "ip", "link", "set", "eth0", "address", moved)
+	if err := gws[0].NS.Do(func() error {
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		return addresses.Announce(ifi, gws[0].Fabric)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, "gw1 used at its new MAC, both ways, after its gratuitous ARP", 5*time.Second, works(moved))
 }
