@@ -88,6 +88,13 @@ func roundTrips(t *testing.T, client *lab.External, dst netip.AddrPort, gws []*l
 	return out
 }
 
+// linkMAC is the MAC of an external host's link.
+func linkMAC(t *testing.T, e *lab.External) string {
+	t.Helper()
+	_, after, _ := strings.Cut(e.NS.MustRun(t, "ip", "-o", "link", "show", "eth0"), "link/ether ")
+	return strings.Fields(after)[0]
+}
+
 var (
 	ctMark  = regexp.MustCompile(`\bmark=(\d+)`)
 	ctSport = regexp.MustCompile(`\bsport=(\d+)`)
@@ -232,7 +239,7 @@ spec:
 	}
 	capture := dst.Capture()
 	defer capture.Stop()
-	gw2MAC := strings.Fields(strings.SplitN(gws[1].NS.MustRun(t, "ip", "-o", "link", "show", "eth0"), "link/ether ", 2)[1])[0]
+	gw2MAC := linkMAC(t, gws[1])
 	since := time.Now()
 	poll.Eventually(t, "every long-lived flow of the pod answered through gw2", 5*time.Second, func() error {
 		for i, s := range streams {
@@ -298,14 +305,11 @@ spec:
     - {ip: %q}
 `, name, ns, gws[0].Fabric, gws[1].Fabric), "Success")
 	t.Cleanup(func() { _ = l.Kube.Delete(t.Context(), "k8s.ovn.org/v1", "AdminPolicyBasedExternalRoute", "", name) })
-	mac := func(e *lab.External) string {
-		return strings.Fields(strings.SplitN(e.NS.MustRun(t, "ip", "-o", "link", "show", "eth0"), "link/ether ", 2)[1])[0]
-	}
 	// Both directions use each gateway at the MAC it has.
 	works := func(mac1 string) func() error {
 		return func() error {
 			macs, _ := gatewaysSeen(t, pod, "192.0.2.50:80", 24)
-			if macs[mac1] == 0 || macs[mac(gws[1])] == 0 || macs[mac1]+macs[mac(gws[1])] != 24 {
+			if macs[mac1] == 0 || macs[linkMAC(t, gws[1])] == 0 || macs[mac1]+macs[linkMAC(t, gws[1])] != 24 {
 				return fmt.Errorf("the pod's flows reached the destination from %v (gw1 %s)", macs, mac1)
 			}
 			used := map[string]int{}
@@ -321,7 +325,7 @@ spec:
 			return nil
 		}
 	}
-	old := mac(gws[0])
+	old := linkMAC(t, gws[0])
 	poll.Eventually(t, "both gateways used, both ways", 15*time.Second, works(old))
 
 	const moved = "02:00:00:00:be:ef"
