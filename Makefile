@@ -7,7 +7,7 @@ IMAGE    ?= ghcr.io/egressd/egressd:$(VERSION)
 CLANG    ?= clang
 export EGRESSD_REQUIRE_PRIVILEGED ?= 0
 
-.PHONY: all build generate docs verify-generate deps controlplane-bin node-bin image-archive test test-unit bench-memory bench-bfd bench-firewall bench-cni bench-egressip demo demo-down \
+.PHONY: all build generate docs verify-generate deps controlplane-bin node-bin image-archive test test-unit bench-memory bench-bfd bench-firewall bench-cni bench-egressip bench-externalroute demo demo-down \
         controlplane-up controlplane-down image clean
 
 all: build
@@ -53,6 +53,9 @@ bench-cni: deps controlplane-bin ## time egressd-cni adds to a pod's CNI ADD: p5
 
 bench-egressip: deps controlplane-bin ## EgressIP failover (link down, 20 trials; the leader case), programming of a new pod
 	$(GO) test ./test/e2e -run '^$$' -bench 'PrivilegedEgressIP' -benchtime 1x -timeout 30m -v
+
+bench-externalroute: deps controlplane-bin ## external gateways: failover (BFD 300ms and 100ms x 3, 20 trials), programming (100 namespaces x 10 pods, 8 gateways)
+	$(GO) test ./test/e2e -run '^$$' -bench 'PrivilegedExternalRoute' -benchtime 1x -timeout 30m -v
 
 bench-firewall: deps controlplane-bin ## classifier ns/packet; 8000-rule apply time; change latency with 1000 namespaces; UDP throughput ratio
 	$(GO) test ./dataplane/classifier -run '^$$' -bench PrivilegedClassifier -benchtime 2000000x
