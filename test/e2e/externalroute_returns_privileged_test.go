@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/dataplane/addresses"
+	"github.com/egressd/egressd/test/frr"
 	"github.com/egressd/egressd/test/lab"
 	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
@@ -123,7 +124,8 @@ func ctMarks(t *testing.T, n *lab.Node, src, dst netip.Addr) map[uint16]uint32 {
 // back through the gateway they came through (upstream's ecmp_symmetric_reply), UDP and TCP.
 // When a gateway leaves the policy, the node's conntrack entries of exactly the connections it
 // brought are deleted, those of the other gateway stay, and the pod's own long-lived flows that
-// were on it continue through the survivor.
+// were on it continue through the survivor; when the survivor's BFD session goes down, its
+// connections' entries go too.
 func TestPrivilegedExternalRouteReturnPaths(t *testing.T) {
 	privileged.Require(t)
 	l := lab.New(t, lab.Options{Nodes: 1, Agents: true})
@@ -143,6 +145,8 @@ func TestPrivilegedExternalRouteReturnPaths(t *testing.T) {
 		gws = append(gws, gw)
 	}
 	client := clientBehindGateways(t, l, gws)
+	peer := fmt.Sprintf("peer %s local-address %s interface eth0", l.Nodes[0].IPv4, gws[1].Fabric)
+	f := frr.StartBFDD(t, gws[1].NS, "bfd\n "+peer+"\n !\n!\n")
 
 	ns := l.CP.Namespace(t)
 	pod := addPod(t, l.Nodes[0], ns, "server", lab.PodOptions{})
@@ -163,7 +167,7 @@ spec:
     static:
 `, name, ns)
 		for _, h := range hops {
-			doc += fmt.Sprintf("    - {ip: %q}\n", h.Fabric)
+			doc += fmt.Sprintf("    - {ip: %q, bfdEnabled: %t}\n", h.Fabric, h == gws[1])
 		}
 		return doc
 	}
@@ -261,6 +265,23 @@ spec:
 			t.Errorf("port %d: request through gw2, reply through %q", rt.port, rt.reply)
 		}
 	}
+
+	// gw2's BFD session goes down (FRR shuts the peer): the entries of its connections go too.
+	var gw2Mark uint32
+	for _, m := range byGateway["gw2"] {
+		gw2Mark = m
+	}
+	if err := f.Configure(peer, "shutdown"); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, "the entries of gw2's connections deleted after its BFD session went down", 5*time.Second, func() error {
+		for port, m := range ctMarks(t, l.Nodes[0], client.Addrs[0], pod.IPv4) {
+			if m == gw2Mark {
+				return fmt.Errorf("the entry of port %d still carries gw2's mark %#x", port, m)
+			}
+		}
+		return nil
+	})
 }
 
 // TestPrivilegedExternalRouteGatewayMAC: a gateway that changes its MAC (as a gateway that
