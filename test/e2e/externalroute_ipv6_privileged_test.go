@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -17,8 +18,9 @@ import (
 // TestPrivilegedExternalRouteIPv6Dynamic: a policy with an IPv6 static hop and a dynamic hop (a
 // gateway pod whose k8s.v1.cni.cncf.io/network-status names its IPv4 and IPv6 addresses on the
 // attachment) spreads a dual-stack pod's IPv6 flows over both gateways with its pod IPv6, and
-// its IPv4 flows through the one gateway of that family; the gateway pod no longer selected
-// takes its hop away.
+// its IPv4 flows through the one gateway of that family; an outside client's IPv6 connections
+// through the gateways get their replies through the gateway each came through; the gateway pod
+// no longer selected takes its hop away.
 func TestPrivilegedExternalRouteIPv6Dynamic(t *testing.T) {
 	privileged.Require(t)
 	ctx := context.Background()
@@ -49,7 +51,11 @@ func TestPrivilegedExternalRouteIPv6Dynamic(t *testing.T) {
 	if _, err := l.Client.CoreV1().Pods(gwNS).Patch(ctx, "gateway", types.MergePatchType, []byte(status), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod := addPod(t, l.Nodes[0], ns, "client", lab.PodOptions{})
+	pod := addPod(t, l.Nodes[0], ns, "server", lab.PodOptions{})
+	if err := pod.Serve(8080); err != nil {
+		t.Fatal(err)
+	}
+	client := clientBehindGateways(t, l, gws, true)
 	name := "gws-" + ns
 	applyAndWait(t, l, "", fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
 kind: AdminPolicyBasedExternalRoute
@@ -77,6 +83,22 @@ spec:
 		macs, sources = gatewaysSeen(t, pod, v4, 8)
 		if macs[mac2] != 8 || sources[pod.IPv4.String()] != 8 {
 			return fmt.Errorf("IPv4: gateways %v (gw2 %s), sources %v", macs, mac2, sources)
+		}
+		return nil
+	})
+
+	// An outside client's IPv6 connections through both gateways return through the gateway
+	// each came through.
+	poll.Eventually(t, "every IPv6 reply back through the gateway its request came through", 15*time.Second, func() error {
+		used := map[string]int{}
+		for _, rt := range roundTrips(t, client, netip.AddrPortFrom(pod.IPv6, 8080), gws, 12) {
+			if rt.request == "" || rt.reply != rt.request {
+				return fmt.Errorf("port %d: request through %q, reply through %q", rt.port, rt.request, rt.reply)
+			}
+			used[rt.request]++
+		}
+		if used["gw1"] == 0 || used["gw2"] == 0 {
+			return fmt.Errorf("the client's connections came through %v only", used)
 		}
 		return nil
 	})

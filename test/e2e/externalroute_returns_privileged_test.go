@@ -17,25 +17,32 @@ import (
 	"github.com/egressd/egressd/test/privileged"
 )
 
-// clientBehindGateways adds an outside client (203.0.113.10) that reaches node-0's pods through
-// the gateways, spreading its flows over them (per 5-tuple), and that the gateways route back to.
-func clientBehindGateways(t *testing.T, l *lab.Lab, gws []*lab.External) *lab.External {
+// clientBehindGateways adds an outside client (203.0.113.10, or 2001:db8::10 with v6) that
+// reaches node-0's pods of that family through the gateways, spreading its flows over them (per
+// 5-tuple), and that the gateways route back to.
+func clientBehindGateways(t *testing.T, l *lab.Lab, gws []*lab.External, v6 bool) *lab.External {
 	t.Helper()
-	client, err := l.AddExternal("client", lab.ExternalOptions{}, "203.0.113.10")
+	addr, ip, pods, fabric := "203.0.113.10", "ip", l.Nodes[0].PodV4.String(), func(e *lab.External) netip.Addr { return e.Fabric }
+	if v6 {
+		addr, ip, pods, fabric = "2001:db8::10", "ip -6", l.Nodes[0].PodV6.String(), func(e *lab.External) netip.Addr { return e.Fabric6 }
+	}
+	client, err := l.AddExternal("client", lab.ExternalOptions{}, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	route := fmt.Sprintf("ip route replace %s src 203.0.113.10", l.Nodes[0].PodV4)
+	route := fmt.Sprintf("%s route replace %s src %s", ip, pods, addr)
 	for _, gw := range gws {
-		route += " nexthop via " + gw.Fabric.String()
+		route += " nexthop via " + fabric(gw).String()
 		// A gateway sends back out of the link it received on: no ICMP redirect may tell the
 		// client or the node to go around it.
 		if err := gw.NS.Script("sysctl -qw net.ipv4.conf.all.send_redirects=0 net.ipv4.conf.eth0.send_redirects=0",
-			"ip route add 203.0.113.10/32 via "+client.Fabric.String()); err != nil {
+			fmt.Sprintf("%s route add %s via %s", ip, addr, fabric(client))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := client.NS.Script("sysctl -qw net.ipv4.fib_multipath_hash_policy=1", route); err != nil {
+	// IPv6 has no send_redirects: the client ignores them instead.
+	if err := client.NS.Script("sysctl -qw net.ipv4.fib_multipath_hash_policy=1 net.ipv6.fib_multipath_hash_policy=1",
+		"sysctl -qw net.ipv6.conf.all.accept_redirects=0 net.ipv6.conf.eth0.accept_redirects=0", route); err != nil {
 		t.Fatal(err)
 	}
 	return client
@@ -144,7 +151,7 @@ func TestPrivilegedExternalRouteReturnPaths(t *testing.T) {
 		}
 		gws = append(gws, gw)
 	}
-	client := clientBehindGateways(t, l, gws)
+	client := clientBehindGateways(t, l, gws, false)
 	peer := fmt.Sprintf("peer %s local-address %s interface eth0", l.Nodes[0].IPv4, gws[1].Fabric)
 	f := frr.StartBFDD(t, gws[1].NS, "bfd\n "+peer+"\n !\n!\n")
 
@@ -305,7 +312,7 @@ func TestPrivilegedExternalRouteGatewayMAC(t *testing.T) {
 		}
 		gws = append(gws, gw)
 	}
-	client := clientBehindGateways(t, l, gws)
+	client := clientBehindGateways(t, l, gws, false)
 	ns := l.CP.Namespace(t)
 	pod := addPod(t, l.Nodes[0], ns, "server", lab.PodOptions{})
 	if err := pod.Serve(8080); err != nil {
