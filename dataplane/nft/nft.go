@@ -117,10 +117,10 @@ type Table struct {
 	// pod addresses whose entries are still to delete.
 	ct        *netlink.Handle
 	unflushed map[netip.Addr]bool
-	// returns are the marks of the return paths whose connections' entries were last flushed
-	// (returnpaths.go); nil until the first flush. gatewaysGone and flushedFlows count the
-	// return paths that went and their entries deleted.
-	returns      map[uint32]bool
+	// returns are the gateways of the return paths by mark as of the last flush of their
+	// connections' entries (returnpaths.go); nil until the first flush. gatewaysGone and
+	// flushedFlows count the return paths that went and their entries deleted.
+	returns      map[uint32]netip.Addr
 	gatewaysGone atomic.Uint64
 	flushedFlows atomic.Uint64
 }

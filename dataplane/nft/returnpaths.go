@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -98,11 +99,14 @@ func returnChains(c contents) []string {
 	return slices.Sorted(maps.Keys(in))
 }
 
-// liveMarks are the marks of the return paths the contents hold.
-func liveMarks(c contents) map[uint32]bool {
-	out := map[uint32]bool{}
-	for k := range c[extrouteMarksSet] {
-		out[binary.NativeEndian.Uint32([]byte(k))] = true
+// liveReturns are the gateways of the return paths s asks for that addReturnPaths programs,
+// by mark.
+func liveReturns(s *dataplane.NftablesState) map[uint32]netip.Addr {
+	out := map[uint32]netip.Addr{}
+	for _, r := range s.ReturnPaths {
+		if m := r.Mark & s.SteerMask; m != 0 && m == r.Mark && len(r.MAC) == 6 {
+			out[m] = r.Gateway.Unmap()
+		}
 	}
 	return out
 }
@@ -149,17 +153,17 @@ func extrouteRules(mask uint32, sets map[string]*nftables.Set) [][]expr.Any {
 func returnRules(chain string, mask uint32) [][]expr.Any {
 	var m uint32
 	fmt.Sscanf(strings.TrimPrefix(chain, extrouteReturnPrefix), "%08x", &m)
-	set := func(key expr.MetaKey, ct bool) []expr.Any {
+	set := func(ct bool) []expr.Any {
 		keep := &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(^mask),
 			Xor: binaryutil.NativeEndian.PutUint32(m & mask)}
 		if ct {
 			return []expr.Any{&expr.Ct{Register: 1, Key: expr.CtKeyMARK}, keep, &expr.Ct{Register: 1, Key: expr.CtKeyMARK, SourceRegister: true}}
 		}
-		return []expr.Any{&expr.Meta{Register: 1, Key: key}, keep, &expr.Meta{Register: 1, Key: key, SourceRegister: true}}
+		return []expr.Any{&expr.Meta{Register: 1, Key: expr.MetaKeyMARK}, keep, &expr.Meta{Register: 1, Key: expr.MetaKeyMARK, SourceRegister: true}}
 	}
 	return [][]expr.Any{
-		slices.Concat(ctDirection(ctDirOriginal), set(expr.MetaKeyMARK, true)),
-		slices.Concat(ctDirection(ctDirReply), set(expr.MetaKeyMARK, false)),
+		slices.Concat(ctDirection(ctDirOriginal), set(true)),
+		slices.Concat(ctDirection(ctDirReply), set(false)),
 	}
 }
 
@@ -179,16 +183,24 @@ func (f gatewayFlows) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
 }
 
 // flushGateways deletes the conntrack entries of the connections whose return path went since
-// the last successful flush (t.returns; nil: unknown), and counts them.
-func (t *Table) flushGateways(mask uint32) error {
-	live := liveMarks(t.written)
-	var gone []uint32
-	for m := range t.returns {
-		if !live[m] {
-			gone = append(gone, m)
+// the last successful flush (t.returns; nil: unknown), or whose mark now names another gateway,
+// and counts them.
+func (t *Table) flushGateways(s *dataplane.NftablesState) error {
+	live := liveReturns(s)
+	keep := map[uint32]bool{}
+	for m, gw := range live {
+		keep[m] = true
+		if old, ok := t.returns[m]; ok && old != gw {
+			keep[m] = false // the mark's slot went to another gateway in one sync
 		}
 	}
-	if mask == 0 || t.returns != nil && len(gone) == 0 {
+	gone := 0
+	for m := range t.returns {
+		if !keep[m] {
+			gone++
+		}
+	}
+	if s.SteerMask == 0 || t.returns != nil && gone == 0 {
 		t.returns = live
 		return nil
 	}
@@ -197,7 +209,7 @@ func (t *Table) flushGateways(mask uint32) error {
 	}
 	// At the first Apply (t.returns nil) what a predecessor programmed is unknown: every
 	// entry whose mark is not live now goes.
-	f := gatewayFlows{mask: mask, live: live}
+	f := gatewayFlows{mask: s.SteerMask, live: keep}
 	var errs []error
 	var deleted uint
 	for _, family := range []netlink.InetFamily{unix.AF_INET, unix.AF_INET6} {
@@ -211,7 +223,7 @@ func (t *Table) flushGateways(mask uint32) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("delete the conntrack entries of connections through gone gateways: %w", err)
 	}
-	t.gatewaysGone.Add(uint64(len(gone)))
+	t.gatewaysGone.Add(uint64(gone))
 	t.returns = live
 	return nil
 }

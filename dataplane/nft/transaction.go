@@ -123,7 +123,7 @@ func (t *Table) flushOrFail(s *dataplane.NftablesState, failed map[dataplane.Ori
 			}
 		}
 	}
-	if err := t.flushGateways(s.SteerMask); err != nil {
+	if err := t.flushGateways(s); err != nil {
 		for _, r := range s.ReturnPaths {
 			failed[r.Origin] = errors.Join(failed[r.Origin], err)
 		}
