@@ -43,7 +43,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	d := c.t.LeakDrops()
 	ch <- descLeakDrops.Sample(float64(d.Unsteered.Packets), "unsteered")
 	ch <- descLeakDrops.Sample(float64(d.Misrouted.Packets), "misrouted")
-	gone, entries := c.t.GatewayFlushes()
+	gone, entries := c.t.gatewayFlushes()
 	ch <- descGatewaysGone.Sample(float64(gone))
 	ch <- descGatewayFlows.Sample(float64(entries))
 }

@@ -84,9 +84,9 @@ func addReturnPaths(c contents, s *dataplane.NftablesState) {
 // dynamicChains are the chains the contents' verdict maps jump to.
 func dynamicChains(c contents) []string { return slices.Concat(dscpChains(c), returnChains(c)) }
 
-// GatewayFlushes returns how many return paths went (gateways removed, BFD sessions no longer
+// gatewayFlushes returns how many return paths went (gateways removed, BFD sessions no longer
 // Up) and how many conntrack entries of their connections were deleted, since New.
-func (t *Table) GatewayFlushes() (gone, entries uint64) {
+func (t *Table) gatewayFlushes() (gone, entries uint64) {
 	return t.gatewaysGone.Load(), t.flushedFlows.Load()
 }
 
