@@ -7,7 +7,7 @@ IMAGE    ?= ghcr.io/egressd/egressd:$(VERSION)
 CLANG    ?= clang
 export EGRESSD_REQUIRE_PRIVILEGED ?= 0
 
-.PHONY: all build generate docs verify-generate deps controlplane-bin node-bin image-archive test test-unit bench-memory bench-bfd bench-firewall bench-cni bench-egressip bench-egressservice demo demo-down \
+.PHONY: all build generate docs verify-generate deps controlplane-bin node-bin image-archive test test-unit bench-memory bench-bfd bench-firewall bench-cni bench-egressip bench-egressservice bench-externalroute demo demo-down \
         controlplane-up controlplane-down image clean
 
 all: build
@@ -56,6 +56,9 @@ bench-egressip: deps controlplane-bin ## EgressIP failover (link down, 20 trials
 
 bench-egressservice: deps controlplane-bin ## EgressService host failover (link down, 20 trials); 500 EgressServices x 10 endpoints: create -> hosts elected, SNAT programmed
 	$(GO) test ./test/e2e -run '^$$' -bench 'PrivilegedEgressService' -benchtime 1x -timeout 30m -v
+
+bench-externalroute: deps controlplane-bin ## external gateways: failover (BFD 300ms and 100ms x 3, 20 trials), programming (100 namespaces x 10 pods, 8 gateways)
+	$(GO) test ./test/e2e -run '^$$' -bench 'PrivilegedExternalRoute' -benchtime 1x -timeout 30m -v
 
 bench-firewall: deps controlplane-bin ## classifier ns/packet; 8000-rule apply time; change latency with 1000 namespaces; UDP throughput ratio
 	$(GO) test ./dataplane/classifier -run '^$$' -bench PrivilegedClassifier -benchtime 2000000x

@@ -1,6 +1,9 @@
 package dataplane
 
-import "net/netip"
+import (
+	"net"
+	"net/netip"
+)
 
 // NftablesState is what the table inet egressd holds.
 type NftablesState struct {
@@ -53,6 +56,26 @@ type NftablesState struct {
 	// SteerDevices are interfaces a steered packet may always leave through (egressd's tunnel to
 	// the egress nodes).
 	SteerDevices []string
+	// ReturnPaths send the replies of connections that a gateway forwards to local pods back
+	// through that gateway (upstream's ecmp_symmetric_reply), by its Mark under SteerMask.
+	ReturnPaths []ReturnPath
+}
+
+// ReturnPath is one external gateway's return path: a new connection that arrives from the
+// gateway's MAC for one of Pods gets Mark in its conntrack mark, and its reply packets get Mark
+// in skb->mark, which policy routing sends back through the gateway. When the path goes (the
+// gateway is no longer wanted, or its BFD session is not Up) the conntrack entries carrying
+// Mark are deleted, so those connections are tracked afresh.
+type ReturnPath struct {
+	Origin  Origin
+	Gateway netip.Addr
+	// BFD makes the path depend on the BFD session to Gateway being Up.
+	BFD  bool
+	Mark uint32
+	Pods []netip.Addr // of Gateway's family
+	// MAC is Gateway's link-layer address: the kernel Applier fills it from the node's
+	// neighbour table (callers leave it empty); a path without one is not programmed.
+	MAC net.HardwareAddr
 }
 
 // SNAT rewrites the source of a pod's packets to an egress IP of the same family.

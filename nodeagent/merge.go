@@ -39,7 +39,8 @@ func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (datapl
 	}
 	u := newUnderlay(mode, st.node, p.egressIP.Primaries)
 	paths := steeredPaths(append(append([]egressip.Steer{}, p.service.Steer...), eip.Steer...), p.routes.Routes, u.hop)
-	slots := st.plan(paths, mask)
+	returns := returnPaths(paths)
+	slots := st.plan(append(slices.Clip(paths), returns...), mask)
 	marks := map[netip.Addr]uint32{}
 	for _, path := range paths {
 		if slot, ok := slots[path.origin]; ok {
@@ -70,7 +71,8 @@ func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (datapl
 	}
 	s.BFD = bfdPeers(p.routes.Routes)
 	s.Addresses = p.egressIP.Addresses
-	s.Routing = steeringRoutes(paths, slots, mask)
+	s.Routing = steeringRoutes(append(slices.Clip(paths), returns...), slots, mask)
+	s.Nftables.ReturnPaths = returnPathState(returns, slots, mask)
 	// EgressService's networks come first (offset 0, before every steering slot), as upstream's
 	// rules at 5000 come before EgressIP's at 6000.
 	for _, r := range p.service.Rules {

@@ -56,7 +56,7 @@ func NewMetrics() *Metrics {
 		}),
 		SteeredPaths: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "egressd_steered_path_pod_addresses",
-			Help: "Local pod addresses steered through the path of an object (EgressIP, AdminPolicyBasedExternalRoute, EgressService), by the skb->mark that selects its ip rules and table.",
+			Help: "Local pod addresses steered through the path of an object (EgressIP, AdminPolicyBasedExternalRoute, EgressService), by the skb->mark that selects its ip rules and table; kind ExternalGateway is a gateway's return path, whose mark only the replies of connections it brought carry (0 pod addresses).",
 		}, []string{"kind", "object", "mark"}),
 		OutsideNetworks: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "egressd_pod_addresses_outside_cluster_networks",

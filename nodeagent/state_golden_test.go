@@ -63,7 +63,7 @@ func TestDesiredStateGolden(t *testing.T) {
 	}
 	cloudNode := node("n4", `{"ipv4":"192.0.2.4/24"}`)
 	cloudNode.Annotations[egressip.CloudConfigAnnotation] = `[{"interface":"eni-4","ifaddr":{"ipv4":"192.0.2.0/24"},"capacity":{"ipv4":14}}]`
-	const pathsHelp = "# HELP egressd_steered_path_pod_addresses Local pod addresses steered through the path of an object (EgressIP, AdminPolicyBasedExternalRoute, EgressService), by the skb->mark that selects its ip rules and table.\n# TYPE egressd_steered_path_pod_addresses gauge\n"
+	const pathsHelp = "# HELP egressd_steered_path_pod_addresses Local pod addresses steered through the path of an object (EgressIP, AdminPolicyBasedExternalRoute, EgressService), by the skb->mark that selects its ip rules and table; kind ExternalGateway is a gateway's return path, whose mark only the replies of connections it brought carry (0 pod addresses).\n# TYPE egressd_steered_path_pod_addresses gauge\n"
 	for _, tc := range []struct {
 		name string
 		objs []runtime.Object
@@ -91,7 +91,10 @@ func TestDesiredStateGolden(t *testing.T) {
 				NextHops: ovnv1.ExternalNextHops{StaticHops: []*ovnv1.StaticHop{
 					{IP: "198.51.100.1", BFDEnabled: true}, {IP: "198.51.100.2"}, {IP: "2001:db8:1::1"}}}}}, eip},
 			pathsHelp + `egressd_steered_path_pod_addresses{kind="AdminPolicyBasedExternalRoute",mark="0x10000",object="gws"} 2` + "\n" +
-				`egressd_steered_path_pod_addresses{kind="EgressIP",mark="0x20000",object="eip"} 1` + "\n"},
+				`egressd_steered_path_pod_addresses{kind="EgressIP",mark="0x20000",object="eip"} 1` + "\n" +
+				`egressd_steered_path_pod_addresses{kind="ExternalGateway",mark="0x30000",object="198.51.100.1"} 0` + "\n" +
+				`egressd_steered_path_pod_addresses{kind="ExternalGateway",mark="0x40000",object="198.51.100.2"} 0` + "\n" +
+				`egressd_steered_path_pod_addresses{kind="ExternalGateway",mark="0x50000",object="2001:db8:1::1"} 0` + "\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			app := &recordingApplier{}

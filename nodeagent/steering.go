@@ -55,6 +55,61 @@ func steeredPaths(steers []egressip.Steer, routes []externalroute.Route, reach f
 	return out
 }
 
+// kindGateway is the kind of the slots of gateways' return paths, one per gateway address.
+const kindGateway dataplane.Kind = "ExternalGateway"
+
+// returnPaths are the return paths of the external routes' gateways: for each gateway, one
+// path per local pod address it serves, to itself alone. They get a slot (a mark, a rule and a
+// table through the gateway) like any path, but no pod carries their mark: nftables gives it to
+// the replies of connections that arrived from the gateway (upstream's ecmp_symmetric_reply).
+func returnPaths(paths []path) []path {
+	bfd := map[netip.Addr]bool{}
+	for _, p := range paths {
+		if p.origin.Kind == externalroute.KindExternalRoute {
+			for _, h := range p.hops {
+				bfd[h.Gateway] = bfd[h.Gateway] || h.BFD
+			}
+		}
+	}
+	var out []path
+	for _, p := range paths {
+		if p.origin.Kind != externalroute.KindExternalRoute {
+			continue
+		}
+		for _, h := range p.hops {
+			out = append(out, path{origin: dataplane.Origin{Kind: kindGateway, Name: h.Gateway.String()}, podIP: p.podIP,
+				hops: []dataplane.Nexthop{{Gateway: h.Gateway, BFD: bfd[h.Gateway]}}})
+		}
+	}
+	return out
+}
+
+// returnPathState is the nftables side of the return paths that got a slot.
+func returnPathState(returns []path, slots map[dataplane.Origin]int, mask uint32) []dataplane.ReturnPath {
+	var out []dataplane.ReturnPath
+	index := map[dataplane.Origin]int{}
+	for _, p := range returns {
+		slot, ok := slots[p.origin]
+		if !ok {
+			continue
+		}
+		i, seen := index[p.origin]
+		if !seen {
+			i = len(out)
+			index[p.origin] = i
+			out = append(out, dataplane.ReturnPath{Origin: p.origin, Gateway: p.hops[0].Gateway, BFD: p.hops[0].BFD, Mark: mark(slot, mask)})
+		}
+		if !slices.Contains(out[i].Pods, p.podIP) {
+			out[i].Pods = append(out[i].Pods, p.podIP)
+		}
+	}
+	for i := range out {
+		slices.SortFunc(out[i].Pods, netip.Addr.Compare)
+	}
+	slices.SortFunc(out, func(a, b dataplane.ReturnPath) int { return a.Gateway.Compare(b.Gateway) })
+	return out
+}
+
 // bfdPeers are the gateways whose hops ask for BFD, one session each (default timers).
 func bfdPeers(routes []externalroute.Route) []dataplane.BFDPeer {
 	var out []dataplane.BFDPeer

@@ -93,9 +93,12 @@ type SyncLoop struct {
 	egressIPs egressip.Compiler
 	// Routes compiles AdminPolicyBasedExternalRoutes (Routes.Legacy: the namespace and pod
 	// annotations of older OVN-Kubernetes too).
-	Routes   externalroute.Compiler
-	steering steering
-	recorded map[egressip.Event]bool
+	Routes externalroute.Compiler
+	// GatewayBFD holds the timers of the BFD sessions to external gateways (MinTx, MinRx,
+	// Multiplier; zero: the dataplane's defaults).
+	GatewayBFD dataplane.BFDPeer
+	steering   steering
+	recorded   map[egressip.Event]bool
 	// parts are the last parts each feature compiled; a feature whose compile fails keeps its
 	// previous part (fail closed: never an empty part because a lister failed).
 	parts parts
@@ -239,6 +242,9 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	}
 	l.steering.mode, l.steering.node = l.Steering, l.Node
 	state, objects := merge(networks, &l.parts, &l.steering, mask)
+	for i := range state.BFD {
+		state.BFD[i].MinTx, state.BFD[i].MinRx, state.BFD[i].Multiplier = l.GatewayBFD.MinTx, l.GatewayBFD.MinRx, l.GatewayBFD.Multiplier
+	}
 	l.Metrics.observePaths(&state)
 
 	start := time.Now()

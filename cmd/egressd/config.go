@@ -46,6 +46,8 @@ type config struct {
 	dnsMinTTL        time.Duration
 	statusIgnore     labels.Selector
 	legacyGateways   bool
+	gatewayBFD       time.Duration
+	gatewayBFDMult   uint8
 	addressLifetime  time.Duration
 	aclLogRate       uint
 	verbosity        int
@@ -142,6 +144,8 @@ func newFlagSet(c *config, env environment) (fs *flag.FlagSet, cloud, ignore *st
 	fs.IntVar(&c.routing.TableCount, "route-table-count", c.routing.TableCount, "size of egressd's routing table range")
 	fs.Uint16Var(&c.healthPort, "egressip-health-port", reachability.DefaultPort, "port of the gRPC health service (Service_Egress_IP) the leader probes on every egress node, as upstream")
 	fs.DurationVar(&c.addressLifetime, "egress-address-lifetime", 30*time.Second, "valid lifetime of the egress addresses this node hosts, renewed while the agent runs: an agent gone longer loses them, as the leader then moves them (0: forever)")
+	fs.DurationVar(&c.gatewayBFD, "external-gateway-bfd-interval", 300*time.Millisecond, "desired transmit and required receive interval of the BFD sessions to external gateways (bfdEnabled hops): a gateway is taken out once its detection multiplier times the slower of this and its own transmit interval passed without its packets")
+	fs.Uint8Var(&c.gatewayBFDMult, "external-gateway-bfd-multiplier", 3, "BFD detection multiplier this node announces to external gateways (how many of its intervals a gateway waits before it takes this node for down)")
 	fs.BoolVar(&c.legacyGateways, "external-gateway-annotations", false, "also honour the legacy external gateway annotations of older OVN-Kubernetes (k8s.ovn.org/routing-external-gws, routing-namespaces, routing-network, bfd-enabled), merged with AdminPolicyBasedExternalRoutes as upstream did")
 	cloud = fs.String("egressip-cloud", "auto", "request egress IPs from the cloud through CloudPrivateIPConfigs (OpenShift's cloud-network-config-controller attaches them to the node's NIC) before using them: true, false, or auto (while any node carries the cloud.network.openshift.io/egress-ipconfig annotation)")
 	c.steering = nodeagent.SteerAuto

@@ -32,6 +32,7 @@ import (
 	"github.com/egressd/egressd/api/generated/clientset/versioned"
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	netopv1 "github.com/egressd/egressd/api/networkoperator/v1"
+	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/kernel"
 	"github.com/egressd/egressd/internal/cniinstall"
@@ -131,6 +132,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		MarkMask:     cfg.markMask,
 		Steering:     cfg.steering,
 		Routes:       externalroute.Compiler{Legacy: cfg.legacyGateways},
+		GatewayBFD:   dataplane.BFDPeer{MinTx: cfg.gatewayBFD, MinRx: cfg.gatewayBFD, Multiplier: cfg.gatewayBFDMult},
 		Resync:       cfg.resync,
 	}
 

@@ -67,16 +67,20 @@ type Applier struct {
 	tunnel    *tunnel.Tunnel
 	// bfd runs the sessions, started with the first peer: its UDP port (3784) stays free for
 	// a node's own BFD daemon until egressd needs it.
-	bfd     *bfd.Manager
-	bfdMu   sync.Mutex // metrics scrapes read bfd while Apply may start it
-	nft     *nft.Table
-	changed chan struct{}
-	done    chan struct{}
-	log     *slog.Logger
+	bfd   *bfd.Manager
+	bfdMu sync.Mutex // metrics scrapes read bfd while Apply may start it
+	nft   *nft.Table
+	// gatewayMACs are the return paths' gateways with the MAC last given to nftables ("" for
+	// none): a neighbour update that changes one triggers a sync.
+	gatewayMACs map[netip.Addr]string
+	neighMu     sync.Mutex
+	changed     chan struct{}
+	done        chan struct{}
+	log         *slog.Logger
 }
 
 // New adopts what a previous agent left under pinRoot (so that enforcement continues without a
-// gap) and starts watching link changes.
+// gap) and starts watching link, address and (external gateways') neighbour changes.
 func New(o Options, log *slog.Logger) (*Applier, error) {
 	// undo releases, in reverse, what was opened before a step failed.
 	var undo []func()
@@ -153,6 +157,11 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 		d.Close()
 		return nil, fmt.Errorf("subscribe to address changes: %w", err)
 	}
+	neighs := make(chan netlink.NeighUpdate, 64)
+	if err := netlink.NeighSubscribe(neighs, d.done); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("subscribe to neighbour changes: %w", err)
+	}
 	go func() {
 		for {
 			select {
@@ -164,6 +173,13 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 			case _, ok := <-addrs:
 				if !ok {
 					return
+				}
+			case u, ok := <-neighs:
+				if !ok {
+					return
+				}
+				if !d.neighbourChanged(u) {
+					continue
 				}
 			}
 			select {
@@ -203,7 +219,9 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 			res.Failed[o] = errors.Join(res.Failed[o], err)
 		}
 	}
-	fail(d.nft.Apply(&s.Nftables))
+	nftState := s.Nftables
+	nftState.ReturnPaths = d.returnPaths(s.Nftables.ReturnPaths, d.bfdUp())
+	fail(d.nft.Apply(&nftState))
 	fail(d.addresses.Apply(s.Addresses))
 	fail(d.syncBFD(s.BFD))
 	fail(d.tunnel.Apply(&s.Tunnel))

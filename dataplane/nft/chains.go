@@ -21,41 +21,41 @@ const (
 	postroutingGuard     = "postrouting_guard"
 )
 
-// baseChain is a base chain and the regular chain it jumps to.
+// baseChain is a base chain and the regular chains it jumps to, in order.
 type baseChain struct {
-	name   string
-	typ    nftables.ChainType
-	hook   *nftables.ChainHook
-	prio   nftables.ChainPriority
-	target string
+	name    string
+	typ     nftables.ChainType
+	hook    *nftables.ChainHook
+	prio    nftables.ChainPriority
+	targets []string
 }
 
 // baseChains are the hooks egressd uses, at priorities relative to the standard ones (the
 // contract of the package comment).
 var baseChains = []baseChain{
-	{"prerouting_mangle", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, *nftables.ChainPriorityMangle, egressIPPrerouting},
-	{"forward_mangle", nftables.ChainTypeFilter, nftables.ChainHookForward, *nftables.ChainPriorityMangle, qosBackendsChain},
-	{"forward_filter", nftables.ChainTypeFilter, nftables.ChainHookForward, *nftables.ChainPriorityFilter, serviceBackendsChain},
+	{"prerouting_mangle", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, *nftables.ChainPriorityMangle, []string{egressIPPrerouting, extroutePrerouting}},
+	{"forward_mangle", nftables.ChainTypeFilter, nftables.ChainHookForward, *nftables.ChainPriorityMangle, []string{qosBackendsChain}},
+	{"forward_filter", nftables.ChainTypeFilter, nftables.ChainHookForward, *nftables.ChainPriorityFilter, []string{serviceBackendsChain}},
 	// A backend on this node (a hostNetwork endpoint, the API server of a control-plane node):
 	// after DNAT the connection is delivered locally, not forwarded.
-	{"input_filter", nftables.ChainTypeFilter, nftables.ChainHookInput, *nftables.ChainPriorityFilter, serviceBackendsChain},
+	{"input_filter", nftables.ChainTypeFilter, nftables.ChainHookInput, *nftables.ChainPriorityFilter, []string{serviceBackendsChain}},
 	// Before the CNI's masquerade, which is at srcnat.
-	{"postrouting_srcnat", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, *nftables.ChainPriorityNATSource - 10, egressIPSNAT},
+	{"postrouting_srcnat", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, *nftables.ChainPriorityNATSource - 10, []string{egressIPSNAT}},
 	// After every NAT: the source address here is the one the packet leaves with.
-	{postroutingGuard, nftables.ChainTypeFilter, nftables.ChainHookPostrouting, *nftables.ChainPriorityNATSource + 200, egressIPGuard},
+	{postroutingGuard, nftables.ChainTypeFilter, nftables.ChainHookPostrouting, *nftables.ChainPriorityNATSource + 200, []string{egressIPGuard}},
 }
 
 // regularChains are the features' chains, in the order they are created.
-var regularChains = []string{serviceBackendsChain, qosBackendsChain, egressIPPrerouting, egressIPSNAT, egressIPGuardSteered, egressIPGuard}
+var regularChains = []string{serviceBackendsChain, qosBackendsChain, egressIPPrerouting, egressIPSNAT, egressIPGuardSteered, egressIPGuard, extroutePrerouting}
 
 // setDefs are every set and map of the table.
-var setDefs = slices.Concat(backendSets, qosSets, egressIPSets)
+var setDefs = slices.Concat(backendSets, qosSets, egressIPSets, extrouteSets)
 
 // objects are the named counters of the table.
 var objects = []string{leaksCounter, misroutedCounter, unknownCounter}
 
 // tableSize is the number of chains, sets and objects the table holds (the kernel's "use" of
-// the table) besides the qos_dscp_<n> chains, to notice that something was deleted behind
+// the table) besides the qos_dscp_<n> and extroute_return_<mark> chains, to notice that something was deleted behind
 // egressd's back.
 var tableSize = uint32(len(baseChains) + len(regularChains) + len(setDefs) + len(objects))
 
@@ -67,8 +67,8 @@ func writeTable(c *nftables.Conn, mask uint32, elems contents) error {
 	c.DelTable(table)
 	c.AddTable(table)
 	chains := map[string]*nftables.Chain{}
-	dscps := dscpChains(elems)
-	for _, name := range slices.Concat(regularChains, dscps) { // before the maps that jump to them
+	dscps, returns := dscpChains(elems), returnChains(elems)
+	for _, name := range slices.Concat(regularChains, dscps, returns) { // before the maps that jump to them
 		chains[name] = c.AddChain(&nftables.Chain{Name: name, Table: table})
 	}
 	accept := nftables.ChainPolicyAccept
@@ -97,8 +97,16 @@ func writeTable(c *nftables.Conn, mask uint32, elems contents) error {
 	for name, rs := range egressIPRules(mask, sets) {
 		rules[name] = rs
 	}
-	for _, b := range baseChains { // the jump first, then what the features add after it
-		rules[b.name] = append([][]expr.Any{{&expr.Verdict{Kind: expr.VerdictJump, Chain: b.target}}}, rules[b.name]...)
+	rules[extroutePrerouting] = extrouteRules(mask, sets)
+	for _, name := range returns {
+		rules[name] = returnRules(name, mask)
+	}
+	for _, b := range baseChains { // the jumps first, then what the features add after them
+		var jumps [][]expr.Any
+		for _, target := range b.targets {
+			jumps = append(jumps, []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: target}})
+		}
+		rules[b.name] = append(jumps, rules[b.name]...)
 	}
 	for name, rs := range rules {
 		for _, r := range rs {

@@ -11,13 +11,18 @@ var (
 		"Packets that left this node SNATed to an egress IP it hosts.", prometheus.CounterValue, "egress_ip")
 	descSNATBytes = promdesc.New("egressd_egressip_snat_bytes_total",
 		"Bytes that left this node SNATed to an egress IP it hosts.", prometheus.CounterValue, "egress_ip")
+	descGatewaysGone = promdesc.New("egressd_externalroute_gateway_removals_total",
+		"External gateways whose return path went from this node (removed from their policies, or their BFD session no longer Up): "+
+			"the conntrack entries of the connections they brought to local pods were deleted.", prometheus.CounterValue)
+	descGatewayFlows = promdesc.New("egressd_externalroute_conntrack_deleted_total",
+		"Conntrack entries deleted because the external gateway their connection came through went.", prometheus.CounterValue)
 	descLeakDrops = promdesc.New("egressd_egressip_leak_drops_total",
 		"Packets of pods served by an EgressIP that the leak guard dropped rather than let leave with the pod address: "+
 			"unsteered (not SNATed), misrouted (steered, but towards no egress node of its path) or "+
 			"unknown_pod (another node's pod, steered here before this node learnt it from the API).", prometheus.CounterValue, "reason")
 )
 
-// collector exports the table's EgressIP counters.
+// collector exports the table's EgressIP counters and its external gateways' flushes.
 type collector struct{ t *Table }
 
 // NewCollector is the Prometheus collector of the table's EgressIP counters.
@@ -27,6 +32,8 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descSNATPackets.Desc
 	ch <- descSNATBytes.Desc
 	ch <- descLeakDrops.Desc
+	ch <- descGatewaysGone.Desc
+	ch <- descGatewayFlows.Desc
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
@@ -38,4 +45,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- descLeakDrops.Sample(float64(d.Unsteered.Packets), "unsteered")
 	ch <- descLeakDrops.Sample(float64(d.Misrouted.Packets), "misrouted")
 	ch <- descLeakDrops.Sample(float64(d.Unknown.Packets), "unknown_pod")
+	gone, entries := c.t.gatewayFlushes()
+	ch <- descGatewaysGone.Sample(float64(gone))
+	ch <- descGatewayFlows.Sample(float64(entries))
 }

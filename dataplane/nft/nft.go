@@ -68,6 +68,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
@@ -116,6 +117,12 @@ type Table struct {
 	// pod addresses whose entries are still to delete.
 	ct        *netlink.Handle
 	unflushed map[netip.Addr]bool
+	// returns are the gateways of the return paths by mark as of the last flush of their
+	// connections' entries (returnpaths.go); nil until the first flush. gatewaysGone and
+	// flushedFlows count the return paths that went and their entries deleted.
+	returns      map[uint32]netip.Addr
+	gatewaysGone atomic.Uint64
+	flushedFlows atomic.Uint64
 }
 
 // New opens a netlink connection to nftables in the current network namespace; it stays there

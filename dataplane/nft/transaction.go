@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math/bits"
@@ -52,7 +53,8 @@ func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 	addDenies(want, denies)
 	addDSCP(want, dscp)
 	failed := addEgressIP(want, s)
-	intact := t.written != nil && t.mask == s.SteerMask && slices.Equal(dscpChains(want), dscpChains(t.written)) && t.intact()
+	addReturnPaths(want, s)
+	intact := t.written != nil && t.mask == s.SteerMask && slices.Equal(dynamicChains(want), dynamicChains(t.written)) && t.intact()
 	if intact && maps.EqualFunc(want, t.written, func(a, b map[string]element) bool {
 		return maps.EqualFunc(a, b, func(x, y element) bool { return x.data == y.data })
 	}) {
@@ -110,14 +112,20 @@ func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 	return orNil(failed)
 }
 
-// flushOrFail deletes the conntrack entries of the pods whose NAT changed; on error, the
-// EgressIPs with SNAT elements report it and the next Apply tries again.
+// flushOrFail deletes the conntrack entries of the pods whose NAT changed and of the
+// connections whose return path went; on error, the EgressIPs with SNAT elements (the return
+// paths) report it and the next Apply tries again.
 func (t *Table) flushOrFail(s *dataplane.NftablesState, failed map[dataplane.Origin]error) {
 	if err := t.flushFlows(s.Exempt); err != nil {
 		for _, n := range s.SNAT {
 			if failed[n.Origin] == nil {
 				failed[n.Origin] = err
 			}
+		}
+	}
+	if err := t.flushGateways(s); err != nil {
+		for _, r := range s.ReturnPaths {
+			failed[r.Origin] = errors.Join(failed[r.Origin], err)
 		}
 	}
 }
@@ -135,7 +143,7 @@ func orNil(m map[dataplane.Origin]error) map[dataplane.Origin]error {
 // Apply would rewrite the table and reset its element counters.
 func (t *Table) intact() bool {
 	got, err := t.conn.ListTableOfFamily(TableName, nftables.TableFamilyINet)
-	size := tableSize + uint32(len(dscpChains(t.written)))
+	size := tableSize + uint32(len(dynamicChains(t.written)))
 	return err == nil && (got.Use == size || bits.ReverseBytes32(got.Use) == size)
 }
 

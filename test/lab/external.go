@@ -124,6 +124,12 @@ func (e *External) TCP(dst string, o ...ClientOptions) Result {
 	return call(e.NS, "tcp", dst, first(o))
 }
 
+// UDP sends a datagram from the host to dst (e.g. a pod serving with Serve) and returns what
+// the server saw.
+func (e *External) UDP(dst string, o ...ClientOptions) Result {
+	return call(e.NS, "udp", dst, first(o))
+}
+
 // CountUDP counts the datagrams the host receives on port (on its first address), without
 // answering: the sink of throughput measurements. The returned function reads the count.
 func (e *External) CountUDP(port uint16) (func() uint64, error) {

@@ -1,0 +1,101 @@
+package kernel
+
+import (
+	"net"
+	"net/netip"
+	"slices"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/egressd/egressd/dataplane"
+)
+
+// returnPaths are the external gateways' return paths nftables gets: a BFD-gated one only while
+// its session is Up, each with its gateway's MAC from the neighbour table (a connection is told
+// to come from a gateway by its source MAC). A gateway not resolved yet is asked for (the kernel
+// resolves it) and left out; the neighbour event of its answer, as that of a gateway whose MAC
+// changes (a gratuitous ARP or unsolicited NA of a moved gateway), triggers a sync.
+func (d *Applier) returnPaths(paths []dataplane.ReturnPath, up func(netip.Addr) bool) []dataplane.ReturnPath {
+	macs := neighbours()
+	watched := map[netip.Addr]string{}
+	var out []dataplane.ReturnPath
+	var unresolved []netip.Addr
+	for _, p := range paths {
+		gw := p.Gateway.Unmap()
+		mac := macs[gw]
+		watched[gw] = mac.String()
+		switch {
+		case p.BFD && !up(p.Gateway):
+		case mac == nil:
+			unresolved = append(unresolved, gw)
+		default:
+			p.MAC = mac
+			out = append(out, p)
+		}
+	}
+	d.neighMu.Lock()
+	d.gatewayMACs = watched
+	d.neighMu.Unlock()
+	for _, gw := range unresolved { // once watched: the answer may come at once
+		resolve(gw)
+	}
+	return out
+}
+
+// neighbourChanged tells whether a neighbour update concerns a gateway of a return path whose
+// MAC is not the one last programmed.
+func (d *Applier) neighbourChanged(u netlink.NeighUpdate) bool {
+	ip, ok := netip.AddrFromSlice(u.IP)
+	if !ok {
+		return false
+	}
+	d.neighMu.Lock()
+	defer d.neighMu.Unlock()
+	programmed, watched := d.gatewayMACs[ip.Unmap()]
+	if !watched {
+		return false
+	}
+	var mac net.HardwareAddr
+	if u.Type == unix.RTM_NEWNEIGH && usable(u.State) {
+		mac = u.HardwareAddr
+	}
+	return mac.String() != programmed
+}
+
+// neighbours are the node's resolved neighbours' MACs by address.
+func neighbours() map[netip.Addr]net.HardwareAddr {
+	out := map[netip.Addr]net.HardwareAddr{}
+	for _, family := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		ns, err := netlink.NeighList(0, family)
+		if err != nil {
+			continue // the paths of the family stay unresolved; the next sync tries again
+		}
+		for _, n := range ns {
+			ip, ok := netip.AddrFromSlice(n.IP)
+			if ok && usable(n.State) && len(n.HardwareAddr) == 6 {
+				out[ip.Unmap()] = slices.Clone(n.HardwareAddr)
+			}
+		}
+	}
+	return out
+}
+
+// usable are the neighbour states with a link-layer address the kernel uses.
+func usable(state int) bool {
+	return state&(netlink.NUD_REACHABLE|netlink.NUD_STALE|netlink.NUD_DELAY|netlink.NUD_PROBE|netlink.NUD_PERMANENT) != 0
+}
+
+// resolve asks the kernel to resolve gw on the interface it routes it through (NTF_USE: the
+// kernel sends the ARP request or neighbour solicitation, as for a packet to it).
+func resolve(gw netip.Addr) {
+	routes, err := netlink.RouteGet(gw.AsSlice())
+	if err != nil || len(routes) == 0 || routes[0].Gw != nil {
+		return // not on a link of this node: nothing to resolve here
+	}
+	family := netlink.FAMILY_V4
+	if gw.Is6() {
+		family = netlink.FAMILY_V6
+	}
+	_ = netlink.NeighSet(&netlink.Neigh{LinkIndex: routes[0].LinkIndex, Family: family, IP: gw.AsSlice(), Flags: netlink.NTF_USE})
+}

@@ -1,0 +1,371 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/dataplane/addresses"
+	"github.com/egressd/egressd/test/frr"
+	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/poll"
+	"github.com/egressd/egressd/test/privileged"
+)
+
+// clientBehindGateways adds an outside client (203.0.113.10, or 2001:db8::10 with v6) that
+// reaches node-0's pods of that family through the gateways, spreading its flows over them (per
+// 5-tuple), and that the gateways route back to.
+func clientBehindGateways(t *testing.T, l *lab.Lab, gws []*lab.External, v6 bool) *lab.External {
+	t.Helper()
+	addr, ip, pods, fabric := "203.0.113.10", "ip", l.Nodes[0].PodV4.String(), func(e *lab.External) netip.Addr { return e.Fabric }
+	if v6 {
+		addr, ip, pods, fabric = "2001:db8::10", "ip -6", l.Nodes[0].PodV6.String(), func(e *lab.External) netip.Addr { return e.Fabric6 }
+	}
+	client, err := l.AddExternal("client", lab.ExternalOptions{}, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := fmt.Sprintf("%s route replace %s src %s", ip, pods, addr)
+	for _, gw := range gws {
+		route += " nexthop via " + fabric(gw).String()
+		// A gateway sends back out of the link it received on: no ICMP redirect may tell the
+		// client or the node to go around it.
+		if err := gw.NS.Script("sysctl -qw net.ipv4.conf.all.send_redirects=0 net.ipv4.conf.eth0.send_redirects=0",
+			fmt.Sprintf("%s route add %s via %s", ip, addr, fabric(client))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// IPv6 has no send_redirects: the client ignores them instead.
+	if err := client.NS.Script("sysctl -qw net.ipv4.fib_multipath_hash_policy=1 net.ipv6.fib_multipath_hash_policy=1",
+		"sysctl -qw net.ipv6.conf.all.accept_redirects=0 net.ipv6.conf.eth0.accept_redirects=0", route); err != nil {
+		t.Fatal(err)
+	}
+	return client
+}
+
+// roundTrip is one connection of the client to the pod: the gateway its request came through
+// and the one its reply went back through ("" for none: straight from the node).
+type roundTrip struct {
+	port           uint16 // the client's source port
+	request, reply string // gateway names
+}
+
+// roundTrips opens n UDP and n TCP connections from the client to dst and tells, from what the
+// gateways' links received, which gateway carried each direction.
+func roundTrips(t *testing.T, client *lab.External, dst netip.AddrPort, gws []*lab.External, n int) []roundTrip {
+	t.Helper()
+	captures := make([]*lab.Capture, len(gws))
+	for i, gw := range gws {
+		captures[i] = gw.Capture()
+	}
+	var ports []uint16
+	for i := range 2 * n {
+		call := client.UDP
+		if i%2 == 1 {
+			call = client.TCP
+		}
+		if r := call(dst.String(), lab.ClientOptions{Timeout: quick}); r.Outcome == lab.OK {
+			ports = append(ports, r.Seen.SrcPort)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the last packets through the captures
+	var out []roundTrip
+	for _, port := range ports {
+		rt := roundTrip{port: port}
+		for i, c := range captures {
+			if c.Count(func(p lab.Captured) bool { return p.ForHost && p.SrcPort == port && p.Dst == dst.Addr() }) > 0 {
+				rt.request = gws[i].Name
+			}
+			if c.Count(func(p lab.Captured) bool { return p.ForHost && p.DstPort == port && p.Src == dst.Addr() }) > 0 {
+				rt.reply = gws[i].Name
+			}
+		}
+		out = append(out, rt)
+	}
+	for _, c := range captures {
+		c.Stop()
+	}
+	if len(out) < n {
+		t.Fatalf("only %d of %d connections from the client to the pod succeeded", len(out), 2*n)
+	}
+	return out
+}
+
+// linkMAC is the MAC of an external host's link.
+func linkMAC(t *testing.T, e *lab.External) string {
+	t.Helper()
+	_, after, _ := strings.Cut(e.NS.MustRun(t, "ip", "-o", "link", "show", "eth0"), "link/ether ")
+	return strings.Fields(after)[0]
+}
+
+var (
+	ctMark  = regexp.MustCompile(`\bmark=(\d+)`)
+	ctSport = regexp.MustCompile(`\bsport=(\d+)`)
+)
+
+// ctMarks are node's conntrack entries of connections from src to dst: the mark of each, by
+// the client's source port.
+func ctMarks(t *testing.T, n *lab.Node, src, dst netip.Addr) map[uint16]uint32 {
+	t.Helper()
+	out := n.NS.MustRun(t, "conntrack", "-L", "-s", src.String(), "-d", dst.String())
+	marks := map[uint16]uint32{}
+	for _, line := range strings.Split(out, "\n") {
+		m, p := ctMark.FindStringSubmatch(line), ctSport.FindStringSubmatch(line)
+		if m == nil || p == nil {
+			continue
+		}
+		mark, _ := strconv.ParseUint(m[1], 10, 32)
+		port, _ := strconv.ParseUint(p[1], 10, 16)
+		marks[uint16(port)] = uint32(mark)
+	}
+	return marks
+}
+
+// TestPrivilegedExternalRouteReturnPaths: connections that an outside client makes to a pod
+// of a targeted namespace through the policy's gateways (spread over both) get their replies
+// back through the gateway they came through (upstream's ecmp_symmetric_reply), UDP and TCP.
+// When a gateway leaves the policy, the node's conntrack entries of exactly the connections it
+// brought are deleted, those of the other gateway stay, and the pod's own long-lived flows that
+// were on it continue through the survivor; when the survivor's BFD session goes down, its
+// connections' entries go too.
+func TestPrivilegedExternalRouteReturnPaths(t *testing.T) {
+	privileged.Require(t)
+	l := lab.New(t, lab.Options{Nodes: 1, Agents: true})
+	dst, err := l.AddExternal("dst", lab.ExternalOptions{}, "192.0.2.50")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gws []*lab.External
+	for _, name := range []string{"gw1", "gw2"} {
+		gw, err := l.AddExternal(name, lab.ExternalOptions{Forwarding: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := gw.NS.Script("ip route add 192.0.2.50/32 via " + dst.Fabric.String()); err != nil {
+			t.Fatal(err)
+		}
+		gws = append(gws, gw)
+	}
+	client := clientBehindGateways(t, l, gws, false)
+	peer := fmt.Sprintf("peer %s local-address %s interface eth0", l.Nodes[0].IPv4, gws[1].Fabric)
+	f := frr.StartBFDD(t, gws[1].NS, "bfd\n "+peer+"\n !\n!\n")
+
+	ns := l.CP.Namespace(t)
+	pod := addPod(t, l.Nodes[0], ns, "server", lab.PodOptions{})
+	if err := pod.Serve(8080); err != nil {
+		t.Fatal(err)
+	}
+	server := netip.AddrPortFrom(pod.IPv4, 8080)
+	name := "gws-" + ns
+	policy := func(hops ...*lab.External) string {
+		doc := fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
+kind: AdminPolicyBasedExternalRoute
+metadata: {name: %s}
+spec:
+  from:
+    namespaceSelector:
+      matchLabels: {kubernetes.io/metadata.name: %s}
+  nextHops:
+    static:
+`, name, ns)
+		for _, h := range hops {
+			doc += fmt.Sprintf("    - {ip: %q, bfdEnabled: %t}\n", h.Fabric, h == gws[1])
+		}
+		return doc
+	}
+	applyAndWait(t, l, "", policy(gws...), "Success")
+	t.Cleanup(func() { _ = l.Kube.Delete(t.Context(), "k8s.ovn.org/v1", "AdminPolicyBasedExternalRoute", "", name) })
+
+	var trips []roundTrip
+	poll.Eventually(t, "every reply back through the gateway its request came through, both gateways used", 15*time.Second, func() error {
+		trips = roundTrips(t, client, server, gws, 12)
+		used := map[string]int{}
+		for _, rt := range trips {
+			if rt.request == "" || rt.reply != rt.request {
+				return fmt.Errorf("port %d: request through %q, reply through %q (of %d connections)", rt.port, rt.request, rt.reply, len(trips))
+			}
+			used[rt.request]++
+		}
+		if used["gw1"] == 0 || used["gw2"] == 0 {
+			return fmt.Errorf("the client's connections came through %v only", used)
+		}
+		return nil
+	})
+
+	// The node's entries of these connections carry the mark of their gateway.
+	marks := ctMarks(t, l.Nodes[0], client.Addrs[0], pod.IPv4)
+	byGateway := map[string]map[uint16]uint32{"gw1": {}, "gw2": {}}
+	for _, rt := range trips {
+		m, ok := marks[rt.port]
+		if !ok || m == 0 {
+			t.Fatalf("no marked conntrack entry of the client's port %d (entries %v)", rt.port, marks)
+		}
+		byGateway[rt.request][rt.port] = m
+	}
+
+	// The pod's own long-lived flows, spread over both gateways.
+	var streams []*lab.Stream
+	for range 6 {
+		s, err := pod.StreamUDP("192.0.2.50:80", 20*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Stop() })
+		streams = append(streams, s)
+	}
+
+	// gw1 leaves the policy.
+	applyAndWait(t, l, "", policy(gws[1]), "Success")
+	poll.Eventually(t, "the entries of gw1's connections deleted, gw2's kept", 5*time.Second, func() error {
+		now := ctMarks(t, l.Nodes[0], client.Addrs[0], pod.IPv4)
+		for port := range byGateway["gw1"] {
+			if _, ok := now[port]; ok {
+				return fmt.Errorf("the entry of port %d (through gw1) is still there", port)
+			}
+		}
+		for port, m := range byGateway["gw2"] {
+			if now[port] != m {
+				return fmt.Errorf("the entry of port %d (through gw2, mark %#x) is gone or changed: %#x", port, m, now[port])
+			}
+		}
+		return nil
+	})
+	// At least gw1's connections' entries were deleted (a restarted agent also flushes entries
+	// whose mark is no longer a live gateway's, none here), and one gateway went.
+	for series, least := range map[string]int{
+		"egressd_externalroute_conntrack_deleted_total": len(byGateway["gw1"]), "egressd_externalroute_gateway_removals_total": 1} {
+		v, err := l.Nodes[0].Agent.Sample(series)
+		if n, _ := strconv.Atoi(v); err != nil || n < least {
+			t.Errorf("%s = %q (%v), want >= %d", series, v, err, least)
+		}
+	}
+	before := make([]int64, len(streams))
+	for i, s := range streams {
+		_, before[i] = s.Counts()
+	}
+	capture := dst.Capture()
+	defer capture.Stop()
+	gw2MAC := linkMAC(t, gws[1])
+	since := time.Now()
+	poll.Eventually(t, "every long-lived flow of the pod answered through gw2", 5*time.Second, func() error {
+		for i, s := range streams {
+			if _, answered := s.Counts(); answered < before[i]+10 {
+				return fmt.Errorf("stream %d: %d answers since gw1 left", i, answered-before[i])
+			}
+			port := s.LocalPort()
+			if n := capture.Count(func(p lab.Captured) bool {
+				return p.At.After(since) && p.SrcPort == port && p.MAC != gw2MAC
+			}); n > 0 {
+				return fmt.Errorf("stream %d: %d packets at the destination not through gw2", i, n)
+			}
+		}
+		return nil
+	})
+	// The client's connections that come through gw2 still return through it.
+	for _, rt := range roundTrips(t, client, server, gws, 12) {
+		if rt.request == "gw2" && rt.reply != "gw2" {
+			t.Errorf("port %d: request through gw2, reply through %q", rt.port, rt.reply)
+		}
+	}
+
+	// gw2's BFD session goes down (FRR shuts the peer): the entries of its connections go too.
+	var gw2Mark uint32
+	for _, m := range byGateway["gw2"] {
+		gw2Mark = m
+	}
+	if err := f.Configure(peer, "shutdown"); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, "the entries of gw2's connections deleted after its BFD session went down", 5*time.Second, func() error {
+		for port, m := range ctMarks(t, l.Nodes[0], client.Addrs[0], pod.IPv4) {
+			if m == gw2Mark {
+				return fmt.Errorf("the entry of port %d still carries gw2's mark %#x", port, m)
+			}
+		}
+		return nil
+	})
+}
+
+// TestPrivilegedExternalRouteGatewayMAC: a gateway that changes its MAC (as a gateway that
+// migrates does) and announces it with a gratuitous ARP keeps receiving the pods' traffic at
+// its new MAC, and the connections it brings keep returning through it.
+func TestPrivilegedExternalRouteGatewayMAC(t *testing.T) {
+	privileged.Require(t)
+	l := lab.New(t, lab.Options{Nodes: 1, Agents: true})
+	dst, err := l.AddExternal("dst", lab.ExternalOptions{}, "192.0.2.50")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gws []*lab.External
+	for _, name := range []string{"gw1", "gw2"} {
+		gw, err := l.AddExternal(name, lab.ExternalOptions{Forwarding: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := gw.NS.Script("ip route add 192.0.2.50/32 via " + dst.Fabric.String()); err != nil {
+			t.Fatal(err)
+		}
+		gws = append(gws, gw)
+	}
+	client := clientBehindGateways(t, l, gws, false)
+	ns := l.CP.Namespace(t)
+	pod := addPod(t, l.Nodes[0], ns, "server", lab.PodOptions{})
+	if err := pod.Serve(8080); err != nil {
+		t.Fatal(err)
+	}
+	server := netip.AddrPortFrom(pod.IPv4, 8080)
+	name := "gws-" + ns
+	applyAndWait(t, l, "", fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
+kind: AdminPolicyBasedExternalRoute
+metadata: {name: %s}
+spec:
+  from:
+    namespaceSelector:
+      matchLabels: {kubernetes.io/metadata.name: %s}
+  nextHops:
+    static:
+    - {ip: %q}
+    - {ip: %q}
+`, name, ns, gws[0].Fabric, gws[1].Fabric), "Success")
+	t.Cleanup(func() { _ = l.Kube.Delete(t.Context(), "k8s.ovn.org/v1", "AdminPolicyBasedExternalRoute", "", name) })
+	// Both directions use each gateway at the MAC it has.
+	works := func(mac1 string) func() error {
+		return func() error {
+			macs, _ := gatewaysSeen(t, pod, "192.0.2.50:80", 24)
+			if macs[mac1] == 0 || macs[linkMAC(t, gws[1])] == 0 || macs[mac1]+macs[linkMAC(t, gws[1])] != 24 {
+				return fmt.Errorf("the pod's flows reached the destination from %v (gw1 %s)", macs, mac1)
+			}
+			used := map[string]int{}
+			for _, rt := range roundTrips(t, client, server, gws, 12) {
+				if rt.request == "" || rt.reply != rt.request {
+					return fmt.Errorf("port %d: request through %q, reply through %q", rt.port, rt.request, rt.reply)
+				}
+				used[rt.request]++
+			}
+			if used["gw1"] == 0 {
+				return fmt.Errorf("the client's connections came through %v only", used)
+			}
+			return nil
+		}
+	}
+	old := linkMAC(t, gws[0])
+	poll.Eventually(t, "both gateways used, both ways", 15*time.Second, works(old))
+
+	const moved = "02:00:00:00:be:ef"
+	gws[0].NS.MustRun(t, "ip", "link", "set", "eth0", "address", moved)
+	if err := gws[0].NS.Do(func() error {
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		return addresses.Announce(ifi, gws[0].Fabric)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, "gw1 used at its new MAC, both ways, after its gratuitous ARP", 5*time.Second, works(moved))
+}
