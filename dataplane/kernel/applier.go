@@ -32,6 +32,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/addresses"
@@ -157,6 +158,23 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 		d.Close()
 		return nil, fmt.Errorf("subscribe to address changes: %w", err)
 	}
+	// Routes of the main table say which interface faces a pod address: a change under a pod
+	// address triggers a sync.
+	routes := make(chan netlink.RouteUpdate, 256)
+	if err := netlink.RouteSubscribe(routes, d.done); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("subscribe to route changes: %w", err)
+	}
+	go func() {
+		for u := range routes {
+			if u.Table == unix.RT_TABLE_MAIN && d.facings.forgetRoute(u.Dst) {
+				select {
+				case d.changed <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
 	neighs := make(chan netlink.NeighUpdate, 64)
 	if err := netlink.NeighSubscribe(neighs, d.done); err != nil {
 		d.Close()

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"sync"
 
@@ -13,8 +14,9 @@ import (
 // CNI). A lookup is a route and a link request to the kernel; made for every pod at every sync
 // (a CNI ADD waits for one) they were most of a sync's time with a few dozen pods. Which
 // interface faces an address changes only with the links (a pod's veth comes or goes, a
-// bridge is made again), which the link watcher reports: the addresses behind a link that
-// changed or went are looked up again.
+// bridge is made again) and with the main table's routes, which the watchers report: the
+// addresses behind a link that changed or went, or under a route that changed, are looked up
+// again.
 type facings struct {
 	mu     sync.Mutex
 	h      *netlink.Handle
@@ -58,6 +60,21 @@ func (f *facings) of(ip netip.Addr) (string, int, error) {
 	}
 	f.byAddr[ip] = facing{l.Attrs().Name, l.Attrs().Index}
 	return l.Attrs().Name, l.Attrs().Index, nil
+}
+
+// forgetRoute drops the addresses under dst, a route of the main table that changed (nil: the
+// default route, which may now carry any of them); it reports whether it dropped one.
+func (f *facings) forgetRoute(dst *net.IPNet) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	dropped := false
+	for ip := range f.byAddr {
+		if dst == nil || dst.Contains(ip.AsSlice()) {
+			delete(f.byAddr, ip)
+			dropped = true
+		}
+	}
+	return dropped
 }
 
 // keepOnly forgets the addresses of pods that are gone.

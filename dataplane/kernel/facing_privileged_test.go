@@ -1,6 +1,7 @@
 package kernel_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -9,9 +10,10 @@ import (
 )
 
 // TestPrivilegedApplierPodMovesInterface: the interface facing a pod address is remembered
-// between syncs, and looked up again when its link goes: a pod whose address comes back behind
-// a new veth (a pod recreated with the same address) gets the classifier there, once the link
-// watcher has told the Applier.
+// between syncs, and looked up again when its link goes or its route changes: a pod whose
+// address comes back behind a new veth (a pod recreated with the same address) gets the
+// classifier there; a pod address routed elsewhere fails the pod, each once the watchers have
+// told the Applier (which asks for a sync).
 func TestPrivilegedApplierPodMovesInterface(t *testing.T) {
 	privileged.Require(t)
 	l := newLab(t)
@@ -33,5 +35,21 @@ func TestPrivilegedApplierPodMovesInterface(t *testing.T) {
 	l.mustApply(t, a, fullState())
 	if got := l.tcxPrograms(t, "pod1"); len(got) == 0 {
 		t.Errorf("no classifier on pod1, the interface now facing %s", podIP)
+	}
+
+	// Only the route changes: the pod's address is routed via the external host.
+	time.Sleep(100 * time.Millisecond) // the new veth's events, then none pending
+	select {
+	case <-a.Changed():
+	default:
+	}
+	l.node.MustRun(t, "ip", "route", "replace", podIP.String()+"/32", "via", extIP.String())
+	select {
+	case <-a.Changed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the Applier heard of no route change")
+	}
+	if err := l.apply(t, a, fullState()).Failed[podOrigin]; err == nil || !strings.Contains(err.Error(), "routed via") {
+		t.Errorf("pod routed away: %v, want its failure", err)
 	}
 }
