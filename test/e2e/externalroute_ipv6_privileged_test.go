@@ -25,22 +25,7 @@ func TestPrivilegedExternalRouteIPv6Dynamic(t *testing.T) {
 	privileged.Require(t)
 	ctx := context.Background()
 	l := lab.New(t, lab.Options{Nodes: 1, Agents: true})
-	dst, err := l.AddExternal("dst", lab.ExternalOptions{}, "192.0.2.50", "2001:db8::50")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var gws []*lab.External
-	for _, name := range []string{"gw1", "gw2"} {
-		gw, err := l.AddExternal(name, lab.ExternalOptions{Forwarding: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := gw.NS.Script("ip route add 192.0.2.50/32 via "+dst.Fabric.String(),
-			"ip -6 route add 2001:db8::50/128 via "+dst.Fabric6.String()); err != nil {
-			t.Fatal(err)
-		}
-		gws = append(gws, gw)
-	}
+	_, gws := gatewaysTo(t, l, true)
 	mac1, mac2 := linkMAC(t, gws[0]), linkMAC(t, gws[1])
 
 	// The gateway pod: its attachment "foo" holds gw2's addresses (as Multus reports them).

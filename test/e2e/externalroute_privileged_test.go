@@ -34,21 +34,7 @@ func gatewaysSeen(t *testing.T, p *lab.Pod, dst string, flows int) (macs, source
 func TestPrivilegedExternalRoute(t *testing.T) {
 	privileged.Require(t)
 	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true})
-	dst, err := l.AddExternal("dst", lab.ExternalOptions{}, "192.0.2.50")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var gws []*lab.External
-	for _, name := range []string{"gw1", "gw2"} {
-		gw, err := l.AddExternal(name, lab.ExternalOptions{Forwarding: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := gw.NS.Script("ip route add 192.0.2.50/32 via " + dst.Fabric.String()); err != nil {
-			t.Fatal(err)
-		}
-		gws = append(gws, gw)
-	}
+	_, gws := gatewaysTo(t, l, false)
 	var peers strings.Builder
 	for _, n := range l.Nodes {
 		fmt.Fprintf(&peers, " peer %s local-address %s interface eth0\n !\n", n.IPv4, gws[0].Fabric)
@@ -118,4 +104,34 @@ spec:
 			return nil
 		})
 	}
+}
+
+// gatewaysTo adds the destination host dst (192.0.2.50, and 2001:db8::50 with v6) and two
+// forwarding hosts gw1 and gw2 routing to it: a policy's external gateways.
+func gatewaysTo(t *testing.T, l *lab.Lab, v6 bool) (*lab.External, []*lab.External) {
+	t.Helper()
+	addrs := []string{"192.0.2.50"}
+	if v6 {
+		addrs = append(addrs, "2001:db8::50")
+	}
+	dst, err := l.AddExternal("dst", lab.ExternalOptions{}, addrs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gws []*lab.External
+	for _, name := range []string{"gw1", "gw2"} {
+		gw, err := l.AddExternal(name, lab.ExternalOptions{Forwarding: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		script := []string{"ip route add 192.0.2.50/32 via " + dst.Fabric.String()}
+		if v6 {
+			script = append(script, "ip -6 route add 2001:db8::50/128 via "+dst.Fabric6.String())
+		}
+		if err := gw.NS.Script(script...); err != nil {
+			t.Fatal(err)
+		}
+		gws = append(gws, gw)
+	}
+	return dst, gws
 }

@@ -136,21 +136,7 @@ func ctMarks(t *testing.T, n *lab.Node, src, dst netip.Addr) map[uint16]uint32 {
 func TestPrivilegedExternalRouteReturnPaths(t *testing.T) {
 	privileged.Require(t)
 	l := lab.New(t, lab.Options{Nodes: 1, Agents: true})
-	dst, err := l.AddExternal("dst", lab.ExternalOptions{}, "192.0.2.50")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var gws []*lab.External
-	for _, name := range []string{"gw1", "gw2"} {
-		gw, err := l.AddExternal(name, lab.ExternalOptions{Forwarding: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := gw.NS.Script("ip route add 192.0.2.50/32 via " + dst.Fabric.String()); err != nil {
-			t.Fatal(err)
-		}
-		gws = append(gws, gw)
-	}
+	dst, gws := gatewaysTo(t, l, false)
 	client := clientBehindGateways(t, l, gws, false)
 	peer := fmt.Sprintf("peer %s local-address %s interface eth0", l.Nodes[0].IPv4, gws[1].Fabric)
 	f := frr.StartBFDD(t, gws[1].NS, "bfd\n "+peer+"\n !\n!\n")
@@ -297,21 +283,7 @@ spec:
 func TestPrivilegedExternalRouteGatewayMAC(t *testing.T) {
 	privileged.Require(t)
 	l := lab.New(t, lab.Options{Nodes: 1, Agents: true})
-	dst, err := l.AddExternal("dst", lab.ExternalOptions{}, "192.0.2.50")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var gws []*lab.External
-	for _, name := range []string{"gw1", "gw2"} {
-		gw, err := l.AddExternal(name, lab.ExternalOptions{Forwarding: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := gw.NS.Script("ip route add 192.0.2.50/32 via " + dst.Fabric.String()); err != nil {
-			t.Fatal(err)
-		}
-		gws = append(gws, gw)
-	}
+	_, gws := gatewaysTo(t, l, false)
 	client := clientBehindGateways(t, l, gws, false)
 	ns := l.CP.Namespace(t)
 	pod := addPod(t, l.Nodes[0], ns, "server", lab.PodOptions{})
