@@ -41,23 +41,13 @@ func TestPrivilegedExternalRouteIPv6Dynamic(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := clientBehindGateways(t, l, gws, true)
-	name := "gws-" + ns
-	applyAndWait(t, l, "", fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
-kind: AdminPolicyBasedExternalRoute
-metadata: {name: %s}
-spec:
-  from:
-    namespaceSelector:
-      matchLabels: {kubernetes.io/metadata.name: %s}
-  nextHops:
-    static:
+	gatewayPolicy(t, l, ns, fmt.Sprintf(`    static:
     - {ip: %q}
     dynamic:
     - podSelector: {matchLabels: {app: gw}}
       namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %s}}
       networkAttachmentName: foo
-`, name, ns, gws[0].Fabric6, gwNS), "Success")
-	t.Cleanup(func() { _ = l.Kube.Delete(t.Context(), "k8s.ovn.org/v1", "AdminPolicyBasedExternalRoute", "", name) })
+`, gws[0].Fabric6, gwNS))
 
 	const v6, v4 = "[2001:db8::50]:80", "192.0.2.50:80"
 	poll.Eventually(t, "IPv6 flows over both gateways with the pod IPv6, IPv4 flows through gw2", 15*time.Second, func() error {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -50,20 +51,10 @@ func TestPrivilegedExternalRoute(t *testing.T) {
 	ns, free := l.CP.Namespace(t), l.CP.Namespace(t)
 	pods := []*lab.Pod{addPod(t, l.Nodes[0], ns, "routed", lab.PodOptions{}), addPod(t, l.Nodes[1], ns, "bridged", lab.PodOptions{})}
 	other := addPod(t, l.Nodes[0], free, "other", lab.PodOptions{})
-	name := "gws-" + ns
-	applyAndWait(t, l, "", fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
-kind: AdminPolicyBasedExternalRoute
-metadata: {name: %s}
-spec:
-  from:
-    namespaceSelector:
-      matchLabels: {kubernetes.io/metadata.name: %s}
-  nextHops:
-    static:
+	name := gatewayPolicy(t, l, ns, fmt.Sprintf(`    static:
     - {ip: %q, bfdEnabled: true}
     - {ip: %q}
-`, name, ns, gws[0].Fabric, gws[1].Fabric), "Success")
-	t.Cleanup(func() { _ = l.Kube.Delete(t.Context(), "k8s.ovn.org/v1", "AdminPolicyBasedExternalRoute", "", name) })
+`, gws[0].Fabric, gws[1].Fabric))
 	obj, err := l.Kube.Get(t.Context(), "k8s.ovn.org/v1", "AdminPolicyBasedExternalRoute", "", name)
 	if err != nil {
 		t.Fatal(err)
@@ -134,4 +125,24 @@ func gatewaysTo(t *testing.T, l *lab.Lab, v6 bool) (*lab.External, []*lab.Extern
 		gws = append(gws, gw)
 	}
 	return dst, gws
+}
+
+// gatewayPolicy creates the AdminPolicyBasedExternalRoute gws-<ns> of namespace ns with the
+// nextHops lines hops, waits for its Success, deletes it when the test ends, and returns its name.
+func gatewayPolicy(t *testing.T, l *lab.Lab, ns, hops string) string {
+	t.Helper()
+	name := "gws-" + ns
+	applyAndWait(t, l, "", fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
+kind: AdminPolicyBasedExternalRoute
+metadata: {name: %s}
+spec:
+  from:
+    namespaceSelector:
+      matchLabels: {kubernetes.io/metadata.name: %s}
+  nextHops:
+%s`, name, ns, hops), "Success")
+	t.Cleanup(func() {
+		_ = l.Kube.Delete(context.Background(), "k8s.ovn.org/v1", "AdminPolicyBasedExternalRoute", "", name)
+	})
+	return name
 }

@@ -291,20 +291,10 @@ func TestPrivilegedExternalRouteGatewayMAC(t *testing.T) {
 		t.Fatal(err)
 	}
 	server := netip.AddrPortFrom(pod.IPv4, 8080)
-	name := "gws-" + ns
-	applyAndWait(t, l, "", fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
-kind: AdminPolicyBasedExternalRoute
-metadata: {name: %s}
-spec:
-  from:
-    namespaceSelector:
-      matchLabels: {kubernetes.io/metadata.name: %s}
-  nextHops:
-    static:
+	gatewayPolicy(t, l, ns, fmt.Sprintf(`    static:
     - {ip: %q}
     - {ip: %q}
-`, name, ns, gws[0].Fabric, gws[1].Fabric), "Success")
-	t.Cleanup(func() { _ = l.Kube.Delete(t.Context(), "k8s.ovn.org/v1", "AdminPolicyBasedExternalRoute", "", name) })
+`, gws[0].Fabric, gws[1].Fabric))
 	// Both directions use each gateway at the MAC it has.
 	works := func(mac1 string) func() error {
 		return func() error {
