@@ -56,9 +56,7 @@ func main() {
 				fmt.Printf("%-4s %s (%.1fs)\n", strings.ToUpper(e.Action), e.Package, e.Elapsed)
 				if e.Action == "fail" {
 					pkgFailed = true
-					if b := output[key]; b != nil {
-						fmt.Print(b.String())
-					}
+					printUnfinished(output, e.Package)
 				}
 				continue
 			}
@@ -89,5 +87,25 @@ func main() {
 	}
 	if len(failed) > 0 || len(badSkips) > 0 || pkgFailed {
 		os.Exit(1)
+	}
+}
+
+// printUnfinished prints the package's own output and that of its tests that never reported a
+// result: a binary that dies mid-test (a panic in a goroutine, the race detector's
+// halt_on_error, a timeout) leaves its cause in the output of whichever test was running.
+func printUnfinished(output map[string]*strings.Builder, pkg string) {
+	var keys []string
+	for key := range output {
+		if strings.HasPrefix(key, pkg+" ") {
+			keys = append(keys, key)
+		}
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		if key != pkg+" " {
+			fmt.Printf("--- UNFINISHED %s\n", key)
+		}
+		fmt.Print(output[key].String())
+		delete(output, key)
 	}
 }
