@@ -73,19 +73,29 @@ func roundTrips(t *testing.T, client *lab.External, dst netip.AddrPort, gws []*l
 			ports = append(ports, r.Seen.SrcPort)
 		}
 	}
-	time.Sleep(100 * time.Millisecond) // the last packets through the captures
-	var out []roundTrip
-	for _, port := range ports {
-		rt := roundTrip{port: port}
-		for i, c := range captures {
-			if c.Count(func(p lab.Captured) bool { return p.ForHost && p.SrcPort == port && p.Dst == dst.Addr() }) > 0 {
-				rt.request = gws[i].Name
+	// The captures read the gateways' links asynchronously: wait until each connection's two
+	// directions were seen somewhere (a reply that bypassed every gateway is never seen).
+	classify := func() (out []roundTrip, complete bool) {
+		complete = true
+		for _, port := range ports {
+			rt := roundTrip{port: port}
+			for i, c := range captures {
+				if c.Count(func(p lab.Captured) bool { return p.ForHost && p.SrcPort == port && p.Dst == dst.Addr() }) > 0 {
+					rt.request = gws[i].Name
+				}
+				if c.Count(func(p lab.Captured) bool { return p.ForHost && p.DstPort == port && p.Src == dst.Addr() }) > 0 {
+					rt.reply = gws[i].Name
+				}
 			}
-			if c.Count(func(p lab.Captured) bool { return p.ForHost && p.DstPort == port && p.Src == dst.Addr() }) > 0 {
-				rt.reply = gws[i].Name
-			}
+			complete = complete && rt.request != "" && rt.reply != ""
+			out = append(out, rt)
 		}
-		out = append(out, rt)
+		return out, complete
+	}
+	out, complete := classify()
+	for deadline := time.Now().Add(2 * time.Second); !complete && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		out, complete = classify()
 	}
 	for _, c := range captures {
 		c.Stop()

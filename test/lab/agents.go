@@ -190,7 +190,7 @@ func (n *Node) StartAgent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.agentStarted = true
+	n.agentStarted.Store(true)
 	// No cluster networks on the command line: the agents discover them (the nodes' podCIDRs,
 	// the API server's ServiceCIDR), as in the shipped DaemonSet.
 	args := []string{"--cni-socket", n.CNISocket()}

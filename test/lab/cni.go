@@ -161,7 +161,7 @@ func (n *Node) conflistBuilt(o PodOptions) (*libcni.NetworkConfigList, error) {
 		primary = map[string]any{"type": "ptp", "ipMasq": false, "ipam": ipam}
 	}
 	plugins := []map[string]any{primary}
-	if n.agentStarted && !o.WithoutEgressdCNI && !o.primaryOnly {
+	if n.agentStarted.Load() && !o.WithoutEgressdCNI && !o.primaryOnly {
 		timeout := cniTimeout
 		if o.CNITimeout > 0 {
 			timeout = o.CNITimeout
@@ -186,7 +186,7 @@ func (n *Node) cniConfig(times map[string]time.Duration) (*libcni.CNIConfig, err
 	dirs := []string{plugins}
 	if n.lab.opts.InstallCNI {
 		dirs = append(dirs, n.CNIBinDir()) // what the agent installed, and only that
-	} else if n.agentStarted {
+	} else if n.agentStarted.Load() {
 		d, err := egressdCNI()
 		if err != nil {
 			return nil, err

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,7 +33,7 @@ type Node struct {
 	podSeq int
 	// agentStarted: egressd was started on the node, so its plugin is in the node's CNI chain
 	// (the DaemonSet installs it), whether the agent still runs or not.
-	agentStarted bool
+	agentStarted atomic.Bool
 	// fabricPort is the node's port on the fabric bridge (the other end of its eth0).
 	fabricPort string
 	// api is the node's API forwarder (see CutAPI).
