@@ -31,6 +31,7 @@ type config struct {
 	kubeconfig       string
 	nodeName         string
 	bpfPinRoot       string
+	profiling        bool
 	metricsAddr      string
 	healthAddr       string
 	reachabilityAddr string
@@ -122,6 +123,7 @@ func newFlagSet(c *config, env environment) (fs *flag.FlagSet, cloud, ignore *st
 	fs.StringVar(&c.nodeName, "node-name", env.nodeName, "name of the Node this agent runs on (default $NODE_NAME)")
 	fs.StringVar(&c.bpfPinRoot, "bpf-pin-root", "/sys/fs/bpf/egressd", "bpffs directory under which egressd pins its maps, programs and links")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":9476", "host:port serving Prometheus metrics on /metrics; \"0\" disables")
+	fs.BoolVar(&c.profiling, "profiling", false, "also serve Go's runtime profiles (pprof) at /debug/pprof/ on the metrics address, for diagnosing CPU and memory use")
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":9477", "host:port serving /healthz and /readyz")
 	fs.StringVar(&c.reachabilityAddr, "egress-health-bind-address", fmt.Sprintf(":%d", reachability.DefaultPort),
 		"host:port serving grpc.health.v1 Service_Egress_IP, probed by the leader to judge this node's reachability for EgressIP and EgressService (upstream's egressip-node-healthcheck-port); \"0\" disables, and the node is then unreachable for them")
@@ -207,6 +209,8 @@ func (c *config) validate() error {
 		if err := checkHostPort(c.metricsAddr); err != nil {
 			bad("metrics-bind-address", "%v", err)
 		}
+	} else if c.profiling {
+		bad("profiling", "needs the metrics address (--metrics-bind-address is \"0\")")
 	}
 	if err := checkHostPort(c.healthAddr); err != nil {
 		bad("health-probe-bind-address", "%v", err)

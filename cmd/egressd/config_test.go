@@ -49,6 +49,7 @@ func TestParseFlagsErrorsNameTheFlag(t *testing.T) {
 		"--egressip-steering":              {"--node-name=n", "--egressip-steering=gre"},
 		"--vxlan-vni":                      {"--node-name=n", "--vxlan-vni=16777216"},
 		"--vxlan-port":                     {"--node-name=n", "--vxlan-port=0"},
+		"--profiling":                      {"--node-name=n", "--profiling", "--metrics-bind-address=0"},
 	} {
 		_, err := parseFlags(args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), flag) {

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"testing"
+
+	"github.com/egressd/egressd/nodeagent"
+)
+
+// The runtime profiles are served on the metrics address, and only with --profiling.
+func TestServeProfiling(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, profiling := range []bool{false, true} {
+		cfg := &config{metricsAddr: freeAddr(t), healthAddr: freeAddr(t), profiling: profiling}
+		servers, err := serve(cfg, nodeagent.NewMetrics(), &nodeagent.SyncLoop{}, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]int{cfg.metricsAddr: http.StatusNotFound, cfg.healthAddr: http.StatusNotFound}
+		if profiling {
+			want[cfg.metricsAddr] = http.StatusOK
+		}
+		for addr, code := range want {
+			resp, err := http.Get("http://" + addr + "/debug/pprof/goroutine?debug=1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != code {
+				t.Errorf("profiling=%t: /debug/pprof/goroutine on %s: %s, want %d", profiling, addr, resp.Status, code)
+			}
+		}
+		for _, s := range servers {
+			s.Close()
+		}
+	}
+}
+
+// freeAddr is a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
