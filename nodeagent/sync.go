@@ -113,8 +113,8 @@ type SyncLoop struct {
 // Synced reports whether the first sync has finished (readiness).
 func (l *SyncLoop) Synced() bool { return l.synced.Load() }
 
-// Run syncs once, then after every debounced change, trigger, retry or resync period, until
-// ctx ends.
+// Run syncs once, then after every debounced change, trigger (which cuts a debounce short),
+// retry or resync period, until ctx ends.
 func (l *SyncLoop) Run(ctx context.Context) {
 	resync := time.NewTicker(l.Resync)
 	defer resync.Stop()
@@ -128,11 +128,20 @@ func (l *SyncLoop) Run(ctx context.Context) {
 		case <-triggered:
 		case <-l.retry.after():
 		case <-l.Changed:
-			select { // let a burst of events settle
+			// Let a burst of API events settle, unless something needs a sync at once (a pod
+			// whose CNI ADD waits for it): the sync reads the latest state either way.
+			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(l.Debounce):
+			case <-triggered:
 			}
+		}
+		// The informers signal a change after their caches hold it: this sync covers any
+		// change signalled so far, which need not cost a debounced sync of its own.
+		select {
+		case <-l.Changed:
+		default:
 		}
 	}
 }

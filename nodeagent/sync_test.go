@@ -257,3 +257,22 @@ func TestSyncLoopRecordsServiceFailures(t *testing.T) {
 		t.Errorf("%d more events for the same failure", len(rec.Events))
 	}
 }
+
+// A trigger (a pod whose CNI ADD waits) does not wait out the debounce of an API change that
+// came just before it.
+func TestSyncLoopTriggerCutsDebounce(t *testing.T) {
+	changed, trigger := make(chan struct{}, 1), make(chan struct{}, 1)
+	app := &recordingApplier{}
+	l := newLoop(app, changed, time.Hour)
+	l.Triggers = []<-chan struct{}{trigger}
+	run(t, l)
+	eventually(t, "the first sync", l.Synced)
+	changed <- struct{}{}
+	time.Sleep(10 * time.Millisecond) // the loop is in the debounce
+	trigger <- struct{}{}
+	eventually(t, "a sync for the trigger, within the hour's debounce", func() bool { return app.n.Load() == 2 })
+	time.Sleep(50 * time.Millisecond) // the change was covered by that sync: no more
+	if n := app.n.Load(); n != 2 {
+		t.Errorf("%d syncs, want 2 (the first, and one for the change and the trigger)", n)
+	}
+}

@@ -149,7 +149,8 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	defer prober.Stop()
 	eipMetrics, serviceMetrics := egressip.NewMetrics(), egressservice.NewMetrics()
 	announceMetrics := podannounce.NewMetrics()
-	metrics.Registry.MustRegister(componentCollectors(dp, prober, eipMetrics, serviceMetrics, announceMetrics)...)
+	cniMetrics := cniserver.NewMetrics()
+	metrics.Registry.MustRegister(componentCollectors(dp, prober, eipMetrics, serviceMetrics, announceMetrics, cniMetrics)...)
 	egressIPs := &egressip.Controller{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true), Probes: prober,
 		HealthPort: cfg.healthPort, Recorder: recorder, Log: log.With("component", "egressip-controller"), Metrics: eipMetrics,
 		Cloud: cfg.egressIPCloud, Requester: &cloudprivateip.Requester{Client: egress, Recorder: recorder, Log: log.With("component", "cloudprivateip")}}
@@ -180,7 +181,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	// The CNI socket is served before the caches sync: a plugin's ADD waits for the first sync.
 	if cfg.cniSocket != "" {
 		cs := &cniserver.Server{Node: cfg.nodeName, Store: store, Pods: w.Snapshot().Pods, Kube: kube,
-			Synced: loop.Synced, Peers: announcer, Log: log.With("component", "cni"),
+			Synced: loop.Synced, Peers: announcer, Metrics: cniMetrics, Log: log.With("component", "cni"),
 			Routers: &egressrouter.Node{Node: cfg.nodeName, Snapshot: w.Snapshot(), Networks: loop.Networks,
 				Client: egress, Recorder: recorder, Log: log.With("component", "egressrouter")}}
 		if err := cs.Listen(cfg.cniSocket); err != nil {
@@ -255,11 +256,11 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 
 // componentCollectors are the metrics the agent registers besides nodeagent.Metrics' own: the
 // dataplane's, those of the leader's EgressIP assignment, EgressService election and
-// reachability probes, and the pod announcements'. The metrics reference
+// reachability probes, the pod announcements' and the CNI plugin's calls'. The metrics reference
 // (docs/reference/metrics.md) is generated from the same list.
 func componentCollectors(dp *kernel.Applier, prober *reachability.Prober, eip *egressip.Metrics, svc *egressservice.Metrics,
-	announce *podannounce.Metrics) []prometheus.Collector {
-	return slices.Concat(dp.Collectors(), prober.Collectors(), eip.Collectors(), svc.Collectors(), announce.Collectors())
+	announce *podannounce.Metrics, cni *cniserver.Metrics) []prometheus.Collector {
+	return slices.Concat(dp.Collectors(), prober.Collectors(), eip.Collectors(), svc.Collectors(), announce.Collectors(), cni.Collectors())
 }
 
 // eventRecorder records Events (on the objects whose status says why they failed).

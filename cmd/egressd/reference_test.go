@@ -8,6 +8,7 @@ import (
 	"github.com/egressd/egressd/internal/golden"
 	"github.com/egressd/egressd/internal/reference"
 	"github.com/egressd/egressd/nodeagent"
+	"github.com/egressd/egressd/nodeagent/cniserver"
 	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/nodeagent/egressservice"
 	"github.com/egressd/egressd/nodeagent/podannounce"
@@ -30,7 +31,7 @@ func TestReferenceDocs(t *testing.T) {
 	// the kernel only when collected.
 	collectors := slices.Concat(nodeagent.NewMetrics().Collectors(),
 		componentCollectors(&kernel.Applier{}, reachability.NewProber(reachability.Config{}), egressip.NewMetrics(), egressservice.NewMetrics(),
-			podannounce.NewMetrics()))
+			podannounce.NewMetrics(), cniserver.NewMetrics()))
 	table, err := reference.Metrics(collectors)
 	if err != nil {
 		t.Fatal(err)

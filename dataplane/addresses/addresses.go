@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -38,6 +39,8 @@ type Addresses struct {
 	owned map[netip.Addr]bool
 	// unannounced were added but their announcement failed: retried on the next Apply.
 	unannounced map[netip.Addr]bool
+	// others are the node's addresses egressd did not stamp, as last listed.
+	others []netip.Prefix
 }
 
 // New adopts the addresses stamped with protocol in the current network namespace as they are;
@@ -63,23 +66,26 @@ func New(protocol uint8, lifetime time.Duration) (*Addresses, error) {
 	return a, nil
 }
 
-// see records the stamped addresses of a kernel listing.
+// see records the stamped addresses of a kernel listing, and the others.
 func (a *Addresses) see(kernel []kaddr) {
 	clear(a.owned)
+	a.others = a.others[:0]
 	for _, k := range kernel {
 		if k.proto == a.protocol {
 			a.owned[k.prefix.Addr()] = true
+		} else {
+			a.others = append(a.others, k.prefix)
 		}
 	}
 }
 
-// Owns says whether ip is one of egressd's addresses (as of the last New, Apply, Prune): the
-// node's published host addresses (k8s.ovn.org/host-cidrs) must leave them out, or an egress
-// IP would count as the node's own and follow no assignment.
-func (a *Addresses) Owns(ip netip.Addr) bool {
+// Others are the node's own addresses, those egressd did not add (as of the last New, Apply,
+// Prune, Announce): the addresses it publishes as the node's (k8s.ovn.org/host-cidrs) come from
+// them, without another listing of the kernel's addresses.
+func (a *Addresses) Others() []netip.Prefix {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.owned[ip.Unmap()]
+	return slices.Clone(a.others)
 }
 
 // Apply adds every wanted address that is missing, on its interface (Address.Interface, or
@@ -91,6 +97,9 @@ func (a *Addresses) Apply(want []dataplane.Address) map[dataplane.Origin]error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	failed := map[dataplane.Origin]error{}
+	if len(want) == 0 && len(a.owned) == 0 {
+		return failed // nothing to add or move (most nodes host no egress address): no listing
+	}
 	kernel, err := dump()
 	if err != nil {
 		for _, w := range want {

@@ -256,11 +256,8 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	if err := d.addresses.Prune(s.Addresses); err != nil {
 		d.log.Error("remove egress addresses no longer assigned here", "err", err)
 	}
-	hosts, err := hostCIDRs(s.Classifier.ClusterNetworks, d.addresses.Owns)
-	if err != nil {
-		d.log.Error("read host addresses", "err", err)
-	}
-	res.HostCIDRs = hosts
+	// The addresses as Prune listed them, after this Apply's changes.
+	res.HostCIDRs = hostCIDRs(s.Classifier.ClusterNetworks, d.addresses.Others())
 	return res
 }
 

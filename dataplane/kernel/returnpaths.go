@@ -17,7 +17,10 @@ import (
 // resolves it) and left out; the neighbour event of its answer, as that of a gateway whose MAC
 // changes (a gratuitous ARP or unsolicited NA of a moved gateway), triggers a sync.
 func (d *Applier) returnPaths(paths []dataplane.ReturnPath, up func(netip.Addr) bool) []dataplane.ReturnPath {
-	macs := neighbours()
+	var macs map[netip.Addr]net.HardwareAddr
+	if len(paths) > 0 { // the neighbour table is only read for gateways: a node has many neighbours
+		macs = neighbours()
+	}
 	watched := map[netip.Addr]string{}
 	var out []dataplane.ReturnPath
 	var unresolved []netip.Addr

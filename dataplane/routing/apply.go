@@ -23,6 +23,9 @@ func (r *Router) Apply(s *dataplane.RoutingState, up func(peer netip.Addr) bool)
 		up = func(netip.Addr) bool { return true }
 	}
 	rules, routes, errs := r.cfg.wanted(s)
+	if len(rules) == 0 && len(routes) == 0 && r.empty {
+		return errs
+	}
 	fail := func(o dataplane.Origin, err error) { errs[o] = errors.Join(errs[o], err) }
 	k, err := r.read()
 	if err != nil {
@@ -34,6 +37,7 @@ func (r *Router) Apply(s *dataplane.RoutingState, up func(peer netip.Addr) bool)
 		}
 		return errs
 	}
+	r.empty = r.empty && len(rules) == 0 && len(routes) == 0
 	// Tables before the rules that select them: a rule that selects a table still empty would
 	// send marked traffic on to the main table.
 	for _, w := range routes {

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/test/privileged"
 )
 
@@ -164,4 +165,54 @@ id 71000005 group 71000003 proto 229`, "nexthop")
 	clear(down)
 	apply()
 	expectTestState(t, l) // same group IDs as before: replaced in place
+}
+
+// A node that steers nothing lists nothing: pods coming and going change the main table all
+// the time, which makes every dump of it retry. Once a state is removed, nothing more is read
+// until something is wanted again; a new router on a namespace holding egressd's objects reads
+// them and removes them.
+func TestPrivilegedNothingWantedReadsNothing(t *testing.T) {
+	privileged.Require(t)
+	l := newLab(t)
+	r := l.router(t)
+	empty := &dataplane.RoutingState{}
+	for range 2 {
+		if errs := r.Apply(empty, nil); len(errs) != 0 {
+			t.Fatal(errs)
+		}
+		if err := r.Prune(empty); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r.reads != 1 { // New's
+		t.Errorf("a router that owns and wants nothing read the kernel %d times, want once (at New)", r.reads)
+	}
+	if errs := r.Apply(testState(), nil); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	// A restarted agent that no longer wants any of it.
+	r2 := l.router(t)
+	if errs := r2.Apply(empty, nil); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	if err := r2.Prune(empty); err != nil {
+		t.Fatal(err)
+	}
+	expectIP(t, l, "", "nexthop")
+	expectIP(t, l, "", "route", "show", "table", "7101")
+	reads := r2.reads
+	if errs := r2.Apply(empty, nil); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	if err := r2.Prune(empty); err != nil {
+		t.Fatal(err)
+	}
+	if r2.reads != reads {
+		t.Errorf("after removing everything, a sync that wants nothing read the kernel %d times, want 0", r2.reads-reads)
+	}
+	// The first router wants its state again: it reads, and reinstalls it.
+	if errs := r.Apply(testState(), nil); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	expectTestState(t, l)
 }

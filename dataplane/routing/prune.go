@@ -16,6 +16,9 @@ func (r *Router) Prune(s *dataplane.RoutingState) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rules, routes, _ := r.cfg.wanted(s)
+	if len(rules) == 0 && len(routes) == 0 && r.empty {
+		return nil
+	}
 	k, err := r.read()
 	if err != nil {
 		return err
@@ -79,5 +82,7 @@ func (r *Router) Prune(s *dataplane.RoutingState) error {
 			}
 		}
 	}
-	return errors.Join(errs...)
+	err = errors.Join(errs...)
+	r.empty = err == nil && len(rules) == 0 && len(routes) == 0
+	return err
 }

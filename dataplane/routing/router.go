@@ -13,6 +13,8 @@ package routing
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/vishvananda/netlink"
@@ -35,6 +37,12 @@ type Router struct {
 	// members are the nexthop objects of each ECMP route, live or not: Prune keeps those of
 	// members whose BFD session is down, ready for when it comes back.
 	members map[routeKey][]uint32
+	// empty: the last read found nothing of egressd's (nor was anything added since), so a
+	// state that wants nothing needs no read (the dumps of a node that steers nothing, which pods
+	// coming and going interrupt and make retry).
+	empty bool
+	// reads counts the listings of the kernel's state (tests assert when there is none).
+	reads int
 }
 
 // New opens the network namespace of the calling thread and adopts what egressd owns there.
@@ -96,6 +104,7 @@ type kernel struct {
 }
 
 func (r *Router) read() (*kernel, error) {
+	r.reads++
 	k := &kernel{proto: uint8(r.cfg.Protocol), routes: map[routeKey]kroute{}}
 	var err error
 	if k.rules, err = r.readRules(); err != nil {
@@ -115,6 +124,8 @@ func (r *Router) read() (*kernel, error) {
 	if k.nexthops, err = r.nl.readNexthops(); err != nil {
 		return nil, err
 	}
+	r.empty = len(k.rules) == 0 && len(k.routes) == 0 && len(k.extra) == 0 &&
+		!slices.ContainsFunc(slices.Collect(maps.Keys(k.nexthops)), func(id uint32) bool { _, ok := k.owned(id); return ok })
 	return k, nil
 }
 

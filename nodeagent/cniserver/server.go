@@ -42,7 +42,9 @@ type Server struct {
 	Routers Routers
 	// Peers, when set, announces a new pod to its egress nodes' agents before the ADD returns.
 	Peers Peers
-	Log   *slog.Logger
+	// Metrics, when set, times the ADDs.
+	Metrics *Metrics
+	Log     *slog.Logger
 
 	http *http.Server
 }
@@ -187,6 +189,7 @@ func (s *Server) add(w http.ResponseWriter, r *http.Request) {
 			s.Peers.Announce(pctx, e.targets, e.key.namespace, e.key.name, ips)
 			cancel()
 		}
+		s.Metrics.added("programmed", time.Since(start))
 		s.Log.Debug("CNI ADD programmed", "pod", e.key.String(), "sandbox", req.ContainerID, "ips", ips, "took", time.Since(start))
 		reply(w, http.StatusOK, cniapi.Response{Programmed: e.programmed, Router: rc})
 	case <-ctx.Done():
@@ -198,6 +201,7 @@ func (s *Server) add(w http.ResponseWriter, r *http.Request) {
 		} else {
 			fail(w, http.StatusServiceUnavailable, cniapi.CodeTryAgainLater, "egressd did not program pod %s within %s", e.key, wait)
 		}
+		s.Metrics.added("failed", time.Since(start))
 		s.Log.Error("CNI ADD not programmed in time", "pod", e.key.String(), "sandbox", req.ContainerID, "wait", wait, "err", lastErr)
 	}
 }
