@@ -45,6 +45,32 @@ var baseChains = []baseChain{
 	{postroutingGuard, nftables.ChainTypeFilter, nftables.ChainHookPostrouting, *nftables.ChainPriorityNATSource + 200, []string{egressIPGuard}},
 }
 
+// activeTargets are the base chains' jump targets whose features have elements: every rule of
+// a hook costs every packet that passes it, so a node pays only for the features it uses (a
+// node without EgressIP, steering or Service backends to judge passes its hooks without a rule).
+// A pod steered anywhere (an EgressIP, a gateway, an EgressService) has elements in the steering
+// sets, which keep the guard that drops it rather than leak it.
+func activeTargets(c contents) []string {
+	has := func(sets ...string) bool {
+		return slices.ContainsFunc(sets, func(s string) bool { return len(c[s]) > 0 })
+	}
+	var out []string
+	if has(backendDeny4Set, backendDeny6Set) {
+		out = append(out, serviceBackendsChain)
+	}
+	if has(backendDSCP4Set, backendDSCP6Set) {
+		out = append(out, qosBackendsChain)
+	}
+	if has(snat4Set, snat6Set, addrs4Set, addrs6Set, guarded4Set, guarded6Set, remotePods4Set, remotePods6Set,
+		steerNexthops4Set, steerNexthops6Set, steerDevicesSet, extrouteGateways4Set, extrouteGateways6Set, extrouteMarksSet) {
+		out = append(out, egressIPPrerouting, egressIPSNAT, egressIPGuard)
+	}
+	if has(extrouteGateways4Set, extrouteGateways6Set, extrouteMarksSet) {
+		out = append(out, extroutePrerouting)
+	}
+	return out
+}
+
 // regularChains are the features' chains, in the order they are created.
 var regularChains = []string{serviceBackendsChain, qosBackendsChain, egressIPPrerouting, egressIPSNAT, egressIPGuardSteered, egressIPGuard, extroutePrerouting}
 
@@ -101,9 +127,13 @@ func writeTable(c *nftables.Conn, mask uint32, elems contents) error {
 	for _, name := range returns {
 		rules[name] = returnRules(name, mask)
 	}
+	active := activeTargets(elems)
 	for _, b := range baseChains { // the jumps first, then what the features add after them
 		var jumps [][]expr.Any
 		for _, target := range b.targets {
+			if !slices.Contains(active, target) {
+				continue
+			}
 			jumps = append(jumps, []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: target}})
 		}
 		rules[b.name] = append(jumps, rules[b.name]...)

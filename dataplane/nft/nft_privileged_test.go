@@ -310,3 +310,61 @@ func TestPrivilegedTableBackendDSCP(t *testing.T) {
 		t.Errorf("after a change of the values in use:\n%s", out)
 	}
 }
+
+// TestPrivilegedTableJumpsOnlyToFeaturesInUse: a node that uses none of the table's features
+// passes its hooks without a rule (each rule costs every forwarded packet); one Service backend
+// denied turns on that feature's chain only, and it drops; the state emptied again turns it off.
+func TestPrivilegedTableJumpsOnlyToFeaturesInUse(t *testing.T) {
+	privileged.Require(t)
+	ns := netns.New(t, "nftidle")
+	var table *nft.Table
+	apply := func(s *dataplane.NftablesState) string {
+		t.Helper()
+		if err := ns.Do(func() error {
+			if table == nil {
+				var err error
+				if table, err = nft.New(); err != nil {
+					return err
+				}
+			}
+			return errFailed(table.Apply(s))
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return ns.MustRun(t, "nft", "list", "table", "inet", "egressd")
+	}
+	jumps := func(list string) []string {
+		var out []string
+		for _, line := range strings.Split(list, "\n") {
+			if j, ok := strings.CutPrefix(strings.TrimSpace(line), "jump "); ok {
+				out = append(out, j)
+			}
+		}
+		return out
+	}
+	idle := &dataplane.NftablesState{SteerMask: 0x00ff0000, Exempt: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}
+	if j := jumps(apply(idle)); len(j) != 0 {
+		t.Errorf("an idle node's hooks jump to %v, want no jump", j)
+	}
+	denied := *idle
+	denied.BackendDenies = []dataplane.BackendDeny{deny("a", 1, "10.244.0.5", "203.0.113.10", 17, 53)}
+	if j := jumps(apply(&denied)); !slices.Equal(j, []string{"fw_service_backends", "fw_service_backends"}) {
+		t.Errorf("with a Service backend denied, the hooks jump to %v, want fw_service_backends from forward and input", j)
+	}
+	if sent := sendDNATed(t, ns, "10.244.0.5", "10.96.0.10:53", "203.0.113.10:53", 3); sent.Packets == 0 {
+		t.Fatal("nothing sent")
+	}
+	poll.Eventually(t, "the denied backend's datagrams dropped and counted", 5*time.Second, func() error {
+		var c map[dataplane.Origin]nft.Counters
+		if err := ns.Do(func() error { c = table.Counters(); return nil }); err != nil {
+			return err
+		}
+		if c[denied.BackendDenies[0].Origin].Packets == 0 {
+			return fmt.Errorf("counters %s", byRule(c))
+		}
+		return nil
+	})
+	if j := jumps(apply(idle)); len(j) != 0 {
+		t.Errorf("idle again, the hooks jump to %v, want no jump", j)
+	}
+}

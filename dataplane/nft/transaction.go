@@ -54,7 +54,8 @@ func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 	addDSCP(want, dscp)
 	failed := addEgressIP(want, s)
 	addReturnPaths(want, s)
-	intact := t.written != nil && t.mask == s.SteerMask && slices.Equal(dynamicChains(want), dynamicChains(t.written)) && t.intact()
+	intact := t.written != nil && t.mask == s.SteerMask && slices.Equal(dynamicChains(want), dynamicChains(t.written)) &&
+		slices.Equal(activeTargets(want), activeTargets(t.written)) && t.intact()
 	if intact && maps.EqualFunc(want, t.written, func(a, b map[string]element) bool {
 		return maps.EqualFunc(a, b, func(x, y element) bool { return x.data == y.data })
 	}) {
