@@ -67,31 +67,7 @@ func fullState() *dataplane.NftablesState {
 func TestPrivilegedTable(t *testing.T) {
 	privileged.Require(t)
 	ns := netns.New(t, "nft")
-	var table *nft.Table
-	apply := func(s *dataplane.NftablesState) {
-		t.Helper()
-		if err := ns.Do(func() error {
-			if table == nil {
-				var err error
-				if table, err = nft.New(); err != nil { // its netlink socket stays in ns
-					return err
-				}
-			}
-			return errFailed(table.Apply(s))
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// counters reads the table's counters in ns: the table's netlink connection talks to the
-	// namespace where it was created, so they are read there, like everything else.
-	counters := func() (c map[dataplane.Origin]nft.Counters) {
-		t.Helper()
-		if err := ns.Do(func() error { c = table.Counters(); return nil }); err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	list := func() string { t.Helper(); return ns.MustRun(t, "nft", "list", "table", "inet", "egressd") }
+	apply, counters, list := tableIn(t, ns)
 	st := fullState()
 	apply(st)
 	golden.Assert(t, "testdata/table.golden", sortedElements(list()))
@@ -184,6 +160,36 @@ func TestPrivilegedTable(t *testing.T) {
 	}
 }
 
+// tableIn returns how to apply a state to egressd's table in ns (the table is created on first
+// use, its netlink socket staying in ns), read its counters (in ns, where its connection talks)
+// and list it.
+func tableIn(t *testing.T, ns *netns.NS) (apply func(*dataplane.NftablesState), counters func() map[dataplane.Origin]nft.Counters, list func() string) {
+	var table *nft.Table
+	apply = func(s *dataplane.NftablesState) {
+		t.Helper()
+		if err := ns.Do(func() error {
+			if table == nil {
+				var err error
+				if table, err = nft.New(); err != nil {
+					return err
+				}
+			}
+			return errFailed(table.Apply(s))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counters = func() (c map[dataplane.Origin]nft.Counters) {
+		t.Helper()
+		if err := ns.Do(func() error { c = table.Counters(); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	list = func() string { t.Helper(); return ns.MustRun(t, "nft", "list", "table", "inet", "egressd") }
+	return apply, counters, list
+}
+
 func errFailed(failed map[dataplane.Origin]error) error {
 	var errs []error
 	for o, err := range failed {
@@ -266,22 +272,7 @@ func sendDNATed(t *testing.T, ns *netns.NS, pod, svc, backend string, n int) nft
 func TestPrivilegedTableBackendDSCP(t *testing.T) {
 	privileged.Require(t)
 	ns := netns.New(t, "nft")
-	var table *nft.Table
-	apply := func(s *dataplane.NftablesState) {
-		t.Helper()
-		if err := ns.Do(func() error {
-			if table == nil {
-				var err error
-				if table, err = nft.New(); err != nil {
-					return err
-				}
-			}
-			return errFailed(table.Apply(s))
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	list := func() string { t.Helper(); return ns.MustRun(t, "nft", "list", "table", "inet", "egressd") }
+	apply, _, list := tableIn(t, ns)
 	st := fullState()
 	apply(st)
 	sent := sendDNATed(t, ns, "10.244.0.5", "10.96.0.10:53", "203.0.113.10:53", 2)
@@ -317,25 +308,11 @@ func TestPrivilegedTableBackendDSCP(t *testing.T) {
 func TestPrivilegedTableJumpsOnlyToFeaturesInUse(t *testing.T) {
 	privileged.Require(t)
 	ns := netns.New(t, "nftidle")
-	var table *nft.Table
-	apply := func(s *dataplane.NftablesState) string {
-		t.Helper()
-		if err := ns.Do(func() error {
-			if table == nil {
-				var err error
-				if table, err = nft.New(); err != nil {
-					return err
-				}
-			}
-			return errFailed(table.Apply(s))
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return ns.MustRun(t, "nft", "list", "table", "inet", "egressd")
-	}
-	jumps := func(list string) []string {
+	apply, counters, list := tableIn(t, ns)
+	jumps := func(st *dataplane.NftablesState) []string {
+		apply(st)
 		var out []string
-		for _, line := range strings.Split(list, "\n") {
+		for _, line := range strings.Split(list(), "\n") {
 			if j, ok := strings.CutPrefix(strings.TrimSpace(line), "jump "); ok {
 				out = append(out, j)
 			}
@@ -343,28 +320,24 @@ func TestPrivilegedTableJumpsOnlyToFeaturesInUse(t *testing.T) {
 		return out
 	}
 	idle := &dataplane.NftablesState{SteerMask: 0x00ff0000, Exempt: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}
-	if j := jumps(apply(idle)); len(j) != 0 {
+	if j := jumps(idle); len(j) != 0 {
 		t.Errorf("an idle node's hooks jump to %v, want no jump", j)
 	}
 	denied := *idle
 	denied.BackendDenies = []dataplane.BackendDeny{deny("a", 1, "10.244.0.5", "203.0.113.10", 17, 53)}
-	if j := jumps(apply(&denied)); !slices.Equal(j, []string{"fw_service_backends", "fw_service_backends"}) {
+	if j := jumps(&denied); !slices.Equal(j, []string{"fw_service_backends", "fw_service_backends"}) {
 		t.Errorf("with a Service backend denied, the hooks jump to %v, want fw_service_backends from forward and input", j)
 	}
 	if sent := sendDNATed(t, ns, "10.244.0.5", "10.96.0.10:53", "203.0.113.10:53", 3); sent.Packets == 0 {
 		t.Fatal("nothing sent")
 	}
 	poll.Eventually(t, "the denied backend's datagrams dropped and counted", 5*time.Second, func() error {
-		var c map[dataplane.Origin]nft.Counters
-		if err := ns.Do(func() error { c = table.Counters(); return nil }); err != nil {
-			return err
-		}
-		if c[denied.BackendDenies[0].Origin].Packets == 0 {
+		if c := counters(); c[denied.BackendDenies[0].Origin].Packets == 0 {
 			return fmt.Errorf("counters %s", byRule(c))
 		}
 		return nil
 	})
-	if j := jumps(apply(idle)); len(j) != 0 {
+	if j := jumps(idle); len(j) != 0 {
 		t.Errorf("idle again, the hooks jump to %v, want no jump", j)
 	}
 }
