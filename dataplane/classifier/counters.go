@@ -88,7 +88,8 @@ func (c *Classifier) FragmentCounters() (FragmentStats, error) {
 func (c *Classifier) recordRules(s *dataplane.ClassifierState, failed map[dataplane.Origin]error) {
 	c.info.mu.Lock()
 	defer c.info.mu.Unlock()
-	actions, dscps := map[RuleRef]string{}, map[RuleRef]uint8{}
+	// Sized as last time: rebuilt every sync, grown from empty they would rehash many times.
+	actions, dscps := make(map[RuleRef]string, len(c.info.fwAction)), make(map[RuleRef]uint8, len(c.info.qosDSCP))
 	keepNS := map[string]bool{}
 	firewalls := 0
 	for _, fw := range s.Firewalls {

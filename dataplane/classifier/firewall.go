@@ -42,7 +42,8 @@ type firewalls struct {
 // firewallsOf computes the wanted firewall sets, reusing c's written sets where the rules are
 // unchanged or failed (fail closed); failures go to failed.
 func (c *Classifier) firewallsOf(fws []dataplane.Firewall, a *ids, failed map[dataplane.Origin]error) firewalls {
-	out := firewalls{ids: map[string]nsID{}, sets: map[nsID]*fwSet{}, log: map[string]uint8{}, logging: aclLogging{}}
+	n := len(fws)
+	out := firewalls{ids: make(map[string]nsID, n), sets: make(map[nsID]*fwSet, n), log: make(map[string]uint8, n), logging: make(aclLogging, n)}
 	for _, fw := range sortedFirewalls(fws) {
 		id := a.namespace(fw.Origin.Namespace)
 		out.ids[fw.Origin.Namespace] = id
