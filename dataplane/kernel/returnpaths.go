@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"slices"
@@ -17,16 +18,27 @@ import (
 // resolves it) and left out; the neighbour event of its answer, as that of a gateway whose MAC
 // changes (a gratuitous ARP or unsolicited NA of a moved gateway), triggers a sync.
 func (d *Applier) returnPaths(paths []dataplane.ReturnPath, up func(netip.Addr) bool) []dataplane.ReturnPath {
+	// The neighbour table is read only for gateways: a node has many neighbours. unread: by
+	// family (IPv4: true), the table could not be read.
 	var macs map[netip.Addr]net.HardwareAddr
-	if len(paths) > 0 { // the neighbour table is only read for gateways: a node has many neighbours
-		macs = neighbours()
+	unread := map[bool]bool{}
+	if len(paths) > 0 {
+		macs, unread = neighbours()
 	}
+	d.neighMu.Lock()
+	programmed := d.gatewayMACs
+	d.neighMu.Unlock()
 	watched := map[netip.Addr]string{}
 	var out []dataplane.ReturnPath
 	var unresolved []netip.Addr
 	for _, p := range paths {
 		gw := p.Gateway.Unmap()
 		mac := macs[gw]
+		if unread[gw.Is4()] && programmed[gw] != "" {
+			// A listing that failed is no news: a gateway keeps its MAC (losing its return
+			// path would delete the conntrack entries of its connections).
+			mac, _ = net.ParseMAC(programmed[gw])
+		}
 		watched[gw] = mac.String()
 		switch {
 		case p.BFD && !up(p.Gateway):
@@ -66,13 +78,18 @@ func (d *Applier) neighbourChanged(u netlink.NeighUpdate) bool {
 	return mac.String() != programmed
 }
 
-// neighbours are the node's resolved neighbours' MACs by address.
-func neighbours() map[netip.Addr]net.HardwareAddr {
-	out := map[netip.Addr]net.HardwareAddr{}
+// neighbours are the node's resolved neighbours' MACs by address, and the families (IPv4:
+// true) whose table could not be read.
+func neighbours() (map[netip.Addr]net.HardwareAddr, map[bool]bool) {
+	out, unread := map[netip.Addr]net.HardwareAddr{}, map[bool]bool{}
 	for _, family := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
 		ns, err := netlink.NeighList(0, family)
+		for try := 0; errors.Is(err, netlink.ErrDumpInterrupted) && try < 5; try++ {
+			ns, err = netlink.NeighList(0, family) // neighbours changed during the dump
+		}
 		if err != nil {
-			continue // the paths of the family stay unresolved; the next sync tries again
+			unread[family == netlink.FAMILY_V4] = true
+			continue
 		}
 		for _, n := range ns {
 			ip, ok := netip.AddrFromSlice(n.IP)
@@ -81,7 +98,7 @@ func neighbours() map[netip.Addr]net.HardwareAddr {
 			}
 		}
 	}
-	return out
+	return out, unread
 }
 
 // usable are the neighbour states with a link-layer address the kernel uses.

@@ -177,9 +177,13 @@ spec:
 	applyAndWait(t, l, "", policy(gws...), "Success")
 	t.Cleanup(func() { _ = l.Kube.Delete(t.Context(), "k8s.ovn.org/v1", "AdminPolicyBasedExternalRoute", "", name) })
 
-	var trips []roundTrip
-	poll.Eventually(t, "every reply back through the gateway its request came through, both gateways used", 15*time.Second, func() error {
-		trips = roundTrips(t, client, server, gws, 12)
+	// Every reply goes back through the gateway its request came through, and the node's
+	// entries of these connections carry the mark of their gateway (a reply may take the right
+	// gateway by the node's default route alone while the return paths are not programmed yet:
+	// gw2's after its BFD session came up, each after its MAC was resolved).
+	var byGateway map[string]map[uint16]uint32
+	poll.Eventually(t, "every reply back through the gateway its request came through, both gateways used, each connection marked", 15*time.Second, func() error {
+		trips := roundTrips(t, client, server, gws, 12)
 		used := map[string]int{}
 		for _, rt := range trips {
 			if rt.request == "" || rt.reply != rt.request {
@@ -190,19 +194,17 @@ spec:
 		if used["gw1"] == 0 || used["gw2"] == 0 {
 			return fmt.Errorf("the client's connections came through %v only", used)
 		}
+		marks := ctMarks(t, l.Nodes[0], client.Addrs[0], pod.IPv4)
+		byGateway = map[string]map[uint16]uint32{"gw1": {}, "gw2": {}}
+		for _, rt := range trips {
+			m, ok := marks[rt.port]
+			if !ok || m == 0 {
+				return fmt.Errorf("no marked conntrack entry of the client's port %d (entries %v)", rt.port, marks)
+			}
+			byGateway[rt.request][rt.port] = m
+		}
 		return nil
 	})
-
-	// The node's entries of these connections carry the mark of their gateway.
-	marks := ctMarks(t, l.Nodes[0], client.Addrs[0], pod.IPv4)
-	byGateway := map[string]map[uint16]uint32{"gw1": {}, "gw2": {}}
-	for _, rt := range trips {
-		m, ok := marks[rt.port]
-		if !ok || m == 0 {
-			t.Fatalf("no marked conntrack entry of the client's port %d (entries %v)", rt.port, marks)
-		}
-		byGateway[rt.request][rt.port] = m
-	}
 
 	// The pod's own long-lived flows, spread over both gateways.
 	var streams []*lab.Stream
