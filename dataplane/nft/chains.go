@@ -45,9 +45,9 @@ var baseChains = []baseChain{
 	{postroutingGuard, nftables.ChainTypeFilter, nftables.ChainHookPostrouting, *nftables.ChainPriorityNATSource + 200, []string{egressIPGuard}},
 }
 
-// activeTargets are the base chains' jump targets whose features have elements: every rule of
-// a hook costs every packet that passes it, so a node pays only for the features it uses (a
-// node without EgressIP, steering or Service backends to judge passes its hooks without a rule).
+// activeTargets are the base chains' jump targets whose features have elements: every chain and
+// rule of a hook costs every packet that passes it, so a node pays only for the features it
+// uses (a node without EgressIP, steering or Service backends to judge has no base chain).
 // A pod steered anywhere (an EgressIP, a gateway, an EgressService) has elements in the steering
 // sets, which keep the guard that drops it rather than leak it.
 func activeTargets(c contents) []string {
@@ -81,9 +81,21 @@ var setDefs = slices.Concat(backendSets, qosSets, egressIPSets, extrouteSets)
 var objects = []string{leaksCounter, misroutedCounter, unknownCounter}
 
 // tableSize is the number of chains, sets and objects the table holds (the kernel's "use" of
-// the table) besides the qos_dscp_<n> and extroute_return_<mark> chains, to notice that something was deleted behind
-// egressd's back.
-var tableSize = uint32(len(baseChains) + len(regularChains) + len(setDefs) + len(objects))
+// the table) besides the base chains in use and the qos_dscp_<n> and extroute_return_<mark>
+// chains, to notice that something was deleted behind egressd's back.
+var tableSize = uint32(len(regularChains) + len(setDefs) + len(objects))
+
+// usedBaseChains are the base chains with a jump target in active: a hook without a chain costs
+// nothing, one with an empty chain still costs every packet that passes it.
+func usedBaseChains(active []string) []baseChain {
+	var out []baseChain
+	for _, b := range baseChains {
+		if slices.ContainsFunc(b.targets, func(t string) bool { return slices.Contains(active, t) }) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
 
 // writeTable queues, on the connection's batch, the whole table with the sets' elements: the
 // table is deleted and added again in the same transaction, which succeeds whether or not it
@@ -98,7 +110,9 @@ func writeTable(c *nftables.Conn, mask uint32, elems contents) error {
 		chains[name] = c.AddChain(&nftables.Chain{Name: name, Table: table})
 	}
 	accept := nftables.ChainPolicyAccept
-	for _, b := range baseChains {
+	active := activeTargets(elems)
+	used := usedBaseChains(active)
+	for _, b := range used {
 		prio := b.prio
 		chains[b.name] = c.AddChain(&nftables.Chain{Name: b.name, Table: table, Type: b.typ, Hooknum: b.hook,
 			Priority: &prio, Policy: &accept})
@@ -127,8 +141,7 @@ func writeTable(c *nftables.Conn, mask uint32, elems contents) error {
 	for _, name := range returns {
 		rules[name] = returnRules(name, mask)
 	}
-	active := activeTargets(elems)
-	for _, b := range baseChains { // the jumps first, then what the features add after them
+	for _, b := range used { // the jumps first, then what the features add after them
 		var jumps [][]expr.Any
 		for _, target := range b.targets {
 			if !slices.Contains(active, target) {
@@ -139,6 +152,9 @@ func writeTable(c *nftables.Conn, mask uint32, elems contents) error {
 		rules[b.name] = append(jumps, rules[b.name]...)
 	}
 	for name, rs := range rules {
+		if chains[name] == nil {
+			continue // a base chain not in use: its feature's rules are not needed either
+		}
 		for _, r := range rs {
 			c.AddRule(&nftables.Rule{Table: table, Chain: chains[name], Exprs: r})
 		}

@@ -7,7 +7,10 @@
 //
 // Base chains, one per hook and purpose, are named <hook>_<standard priority name>, sit at a
 // priority relative to the standard one, and hold nothing but jumps to the features' regular
-// chains, so that one feature's content never touches another's:
+// chains, so that one feature's content never touches another's. A base chain, and each jump,
+// exists only while its feature has elements on the node: every chain on a hook costs every
+// packet that passes it, so a node without EgressIP, steering, or Service backends to judge
+// has none.
 //
 //	prerouting_mangle   type filter hook prerouting  priority mangle        -> egressip_prerouting
 //	forward_mangle      type filter hook forward     priority mangle        -> qos_service_backends

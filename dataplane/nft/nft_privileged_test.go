@@ -119,10 +119,10 @@ func TestPrivilegedTable(t *testing.T) {
 	if out := list(); !strings.Contains(out, "2001:db8::10 . sctp . 9") {
 		t.Errorf("an invalid firewall's elements went:\n%s", out)
 	}
-	// Empty: the table and its chains stay, with empty sets.
+	// Empty: the table and its regular chains stay, with empty sets; no hook has a chain.
 	apply(&dataplane.NftablesState{})
-	if out := list(); strings.Contains(out, "elements") || !strings.Contains(out, "chain postrouting_guard") {
-		t.Errorf("an empty state should leave the table with empty sets:\n%s", out)
+	if out := list(); strings.Contains(out, "elements") || !strings.Contains(out, "chain egressip_guard") || strings.Contains(out, " hook ") {
+		t.Errorf("an empty state should leave the table with empty sets and no base chain:\n%s", out)
 	}
 	if got := counters(); !maps.Equal(got, wantCounts) {
 		t.Errorf("with the elements gone, counters %s, want %s (they never go back)", byRule(got), byRule(wantCounts))
@@ -303,30 +303,36 @@ func TestPrivilegedTableBackendDSCP(t *testing.T) {
 }
 
 // TestPrivilegedTableJumpsOnlyToFeaturesInUse: a node that uses none of the table's features
-// passes its hooks without a rule (each rule costs every forwarded packet); one Service backend
-// denied turns on that feature's chain only, and it drops; the state emptied again turns it off.
+// has no chain on a hook (each costs every forwarded packet); one Service backend denied adds
+// the base chains that jump to that feature's chain only, and it drops; the state emptied again
+// removes them.
 func TestPrivilegedTableJumpsOnlyToFeaturesInUse(t *testing.T) {
 	privileged.Require(t)
 	ns := netns.New(t, "nftidle")
 	apply, counters, list := tableIn(t, ns)
+	// jumps are the hooks' chains and their jumps, in the order listed.
 	jumps := func(st *dataplane.NftablesState) []string {
 		apply(st)
 		var out []string
 		for _, line := range strings.Split(list(), "\n") {
-			if j, ok := strings.CutPrefix(strings.TrimSpace(line), "jump "); ok {
+			line = strings.TrimSpace(line)
+			if j, ok := strings.CutPrefix(line, "jump "); ok {
 				out = append(out, j)
+			}
+			if strings.HasPrefix(line, "type ") && strings.Contains(line, " hook ") {
+				out = append(out, "hook "+strings.Fields(line)[3])
 			}
 		}
 		return out
 	}
 	idle := &dataplane.NftablesState{SteerMask: 0x00ff0000, Exempt: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}
 	if j := jumps(idle); len(j) != 0 {
-		t.Errorf("an idle node's hooks jump to %v, want no jump", j)
+		t.Errorf("an idle node's hooks have %v, want no chain", j)
 	}
 	denied := *idle
 	denied.BackendDenies = []dataplane.BackendDeny{deny("a", 1, "10.244.0.5", "203.0.113.10", 17, 53)}
-	if j := jumps(&denied); !slices.Equal(j, []string{"fw_service_backends", "fw_service_backends"}) {
-		t.Errorf("with a Service backend denied, the hooks jump to %v, want fw_service_backends from forward and input", j)
+	if j := jumps(&denied); !slices.Equal(j, []string{"hook forward", "fw_service_backends", "hook input", "fw_service_backends"}) {
+		t.Errorf("with a Service backend denied, the hooks' chains are %v, want a chain at forward and one at input, each jumping to fw_service_backends", j)
 	}
 	if sent := sendDNATed(t, ns, "10.244.0.5", "10.96.0.10:53", "203.0.113.10:53", 3); sent.Packets == 0 {
 		t.Fatal("nothing sent")
@@ -338,6 +344,6 @@ func TestPrivilegedTableJumpsOnlyToFeaturesInUse(t *testing.T) {
 		return nil
 	})
 	if j := jumps(idle); len(j) != 0 {
-		t.Errorf("idle again, the hooks jump to %v, want no jump", j)
+		t.Errorf("idle again, the hooks have %v, want no chain", j)
 	}
 }

@@ -144,7 +144,7 @@ func orNil(m map[dataplane.Origin]error) map[dataplane.Origin]error {
 // Apply would rewrite the table and reset its element counters.
 func (t *Table) intact() bool {
 	got, err := t.conn.ListTableOfFamily(TableName, nftables.TableFamilyINet)
-	size := tableSize + uint32(len(dynamicChains(t.written)))
+	size := tableSize + uint32(len(usedBaseChains(activeTargets(t.written)))+len(dynamicChains(t.written)))
 	return err == nil && (got.Use == size || bits.ReverseBytes32(got.Use) == size)
 }
 
