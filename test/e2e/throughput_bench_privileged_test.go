@@ -38,8 +38,9 @@ func BenchmarkPrivilegedThroughput(b *testing.B) {
 	// Rounds alternate a run without egressd and one with egressd enforcing 8000 rules whose
 	// last allows the flow (started, programmed; then stopped and cleaned up): the machine's
 	// speed drifts over tens of seconds by as much as the difference measured, and alternating
-	// exposes both to it alike. Each rate is the best of its rounds: the sender does all the
-	// forwarding work in its own system calls, so another process only ever lowers a run's rate.
+	// exposes both to it alike. Reported: the best rate of each kind (the sender does all the
+	// forwarding work in its own system calls, so another process only ever lowers a run's
+	// rate), the median of the rounds' ratios, the ratio of the medians, and the noise floor.
 	node := l.Nodes[0]
 	doc := firewallYAML(8000, "{type: Allow, to: {cidrSelector: 203.0.113.0/24}}")
 	allowed := `egressd_egressfirewall_rule_packets_total{action="Allow",namespace="` + ns + `",rule="7999"}`
