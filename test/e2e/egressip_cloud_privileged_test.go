@@ -98,8 +98,11 @@ func (c *cncc) release(name string) {
 	if _, err := api.Update(ctx, obj, metav1.UpdateOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
+	// Gone, or already made again by egressd (a request for a new node follows the release at
+	// once, sometimes before a first look): a new object has a new UID.
 	poll.Eventually(c.t, "CloudPrivateIPConfig "+name+" gone", 10*time.Second, func() error {
-		if _, err := api.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		now, err := api.Get(ctx, name, metav1.GetOptions{})
+		if err == nil && now.UID == obj.UID || err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("still there (%v)", err)
 		}
 		return nil
