@@ -24,48 +24,51 @@ import (
 	"github.com/egressd/egressd/test/spawn"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+// built holds, per command name, the result of its one build in this process.
+var built sync.Map // name -> *build
 
-// Build builds cmd/egressd into dir and returns the binary's path.
-func Build(dir string) (string, error) { return BuildCommand(dir, "egressd") }
-
-// BuildCommand builds cmd/<name> of this repository into dir and returns the binary's path.
-// With EGRESSD_RACE=1 (make test) it is built with the race detector: the agents the tests run
-// then report data races (GORACE=halt_on_error=1 makes one fail the test).
-func BuildCommand(dir, name string) (string, error) {
-	_, file, _, _ := runtime.Caller(0)
-	bin := filepath.Join(dir, name)
-	args := []string{"build", "-o", bin}
-	if os.Getenv("EGRESSD_RACE") == "1" {
-		args = append(args, "-race")
-	}
-	cmd := exec.Command("go", append(args, "./cmd/"+name)...)
-	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/%s: %v\n%s", name, err, out)
-	}
-	return bin, nil
+type build struct {
+	once sync.Once
+	path string
+	err  error
 }
 
-// Binary builds cmd/egressd once per test binary and returns its path.
-func Binary(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "egressd-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath, buildErr = Build(dir)
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+// Command returns the path of cmd/<name> of this repository, built once per test process. The
+// binaries go to one directory of the build cache (controlplane.CacheDir()/bin, per race
+// setting), replaced by rename: test processes that run at once each link their own and none
+// changes a file another one runs, and repeated runs leave nothing behind in /tmp. With
+// EGRESSD_RACE=1 (make test) it is built with the race detector: the agents the tests run then
+// report data races (GORACE=halt_on_error=1 makes one fail the test).
+func Command(name string) (string, error) {
+	v, _ := built.LoadOrStore(name, &build{})
+	b := v.(*build)
+	b.once.Do(func() { b.path, b.err = buildCommand(name) })
+	return b.path, b.err
+}
+
+func buildCommand(name string) (string, error) {
+	_, file, _, _ := runtime.Caller(0)
+	variant, args := "plain", []string{"build"}
+	if os.Getenv("EGRESSD_RACE") == "1" {
+		variant, args = "race", append(args, "-race")
 	}
-	return binPath
+	dir := filepath.Join(controlplane.CacheDir(), "bin", variant)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, name)
+	tmp := fmt.Sprintf("%s.%d.tmp", bin, os.Getpid())
+	cmd := exec.Command("go", append(args, "-o", tmp, "./cmd/"+name)...)
+	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("go build ./cmd/%s: %v\n%s", name, err, out)
+	}
+	if err := os.Rename(tmp, bin); err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	return bin, nil
 }
 
 // Options of one agent process.
@@ -105,7 +108,11 @@ type Process struct {
 // test failed, when the test ends.
 func Start(t testing.TB, o Options) *Process {
 	t.Helper()
-	o.Binary = Binary(t)
+	bin, err := Command("egressd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Binary = bin
 	o.LogDir = t.TempDir()
 	p, err := Launch(o)
 	if err != nil {

@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/egressd/egressd/dataplane/addresses"
 	"github.com/egressd/egressd/test/frr"
@@ -48,10 +50,19 @@ func clientBehindGateways(t *testing.T, l *lab.Lab, gws []*lab.External, v6 bool
 	return client
 }
 
+// clientFlow is one connection of the client: its protocol and source port (a TCP and a UDP
+// connection may have the same port).
+type clientFlow struct {
+	proto string // "tcp", "udp"
+	port  uint16
+}
+
+func (f clientFlow) String() string { return fmt.Sprintf("%s/%d", f.proto, f.port) }
+
 // roundTrip is one connection of the client to the pod: the gateway its request came through
 // and the one its reply went back through ("" for none: straight from the node).
 type roundTrip struct {
-	port           uint16 // the client's source port
+	flow           clientFlow
 	request, reply string // gateway names
 }
 
@@ -63,27 +74,31 @@ func roundTrips(t *testing.T, client *lab.External, dst netip.AddrPort, gws []*l
 	for i, gw := range gws {
 		captures[i] = gw.Capture()
 	}
-	var ports []uint16
+	var flows []clientFlow
 	for i := range 2 * n {
-		call := client.UDP
+		call, proto := client.UDP, "udp"
 		if i%2 == 1 {
-			call = client.TCP
+			call, proto = client.TCP, "tcp"
 		}
 		if r := call(dst.String(), lab.ClientOptions{Timeout: quick}); r.Outcome == lab.OK {
-			ports = append(ports, r.Seen.SrcPort)
+			flows = append(flows, clientFlow{proto, r.Seen.SrcPort})
 		}
 	}
 	// The captures read the gateways' links asynchronously: wait until each connection's two
 	// directions were seen somewhere (a reply that bypassed every gateway is never seen).
 	classify := func() (out []roundTrip, complete bool) {
 		complete = true
-		for _, port := range ports {
-			rt := roundTrip{port: port}
+		for _, f := range flows {
+			rt := roundTrip{flow: f}
 			for i, c := range captures {
-				if c.Count(func(p lab.Captured) bool { return p.ForHost && p.SrcPort == port && p.Dst == dst.Addr() }) > 0 {
+				if c.Count(func(p lab.Captured) bool {
+					return p.ForHost && p.Proto == f.proto && p.SrcPort == f.port && p.Dst == dst.Addr()
+				}) > 0 {
 					rt.request = gws[i].Name
 				}
-				if c.Count(func(p lab.Captured) bool { return p.ForHost && p.DstPort == port && p.Src == dst.Addr() }) > 0 {
+				if c.Count(func(p lab.Captured) bool {
+					return p.ForHost && p.Proto == f.proto && p.DstPort == f.port && p.Src == dst.Addr()
+				}) > 0 {
 					rt.reply = gws[i].Name
 				}
 			}
@@ -113,25 +128,35 @@ func linkMAC(t *testing.T, e *lab.External) string {
 	return strings.Fields(after)[0]
 }
 
-var (
-	ctMark  = regexp.MustCompile(`\bmark=(\d+)`)
-	ctSport = regexp.MustCompile(`\bsport=(\d+)`)
-)
-
-// ctMarks are node's conntrack entries of connections from src to dst: the mark of each, by
-// the client's source port.
-func ctMarks(t *testing.T, n *lab.Node, src, dst netip.Addr) map[uint16]uint32 {
+// ctMarks are node's conntrack entries of TCP and UDP connections from src to dst: the mark
+// of each, by the client's flow. Read over netlink: conntrack(8)'s listing interleaves its
+// stderr summary with a stdout that exceeds one buffer.
+func ctMarks(t *testing.T, n *lab.Node, src, dst netip.Addr) map[clientFlow]uint32 {
 	t.Helper()
-	out := n.NS.MustRun(t, "conntrack", "-L", "-s", src.String(), "-d", dst.String())
-	marks := map[uint16]uint32{}
-	for _, line := range strings.Split(out, "\n") {
-		m, p := ctMark.FindStringSubmatch(line), ctSport.FindStringSubmatch(line)
-		if m == nil || p == nil {
+	family := netlink.InetFamily(unix.AF_INET)
+	if src.Is6() {
+		family = unix.AF_INET6
+	}
+	var flows []*netlink.ConntrackFlow
+	if err := n.NS.Do(func() (err error) {
+		flows, err = netlink.ConntrackTableList(netlink.ConntrackTable, family)
+		return err
+	}); err != nil {
+		t.Fatalf("list the conntrack table of %s: %v", n.Name, err)
+	}
+	marks := map[clientFlow]uint32{}
+	for _, f := range flows {
+		s, _ := netip.AddrFromSlice(f.Forward.SrcIP)
+		d, _ := netip.AddrFromSlice(f.Forward.DstIP)
+		if s.Unmap() != src || d.Unmap() != dst {
 			continue
 		}
-		mark, _ := strconv.ParseUint(m[1], 10, 32)
-		port, _ := strconv.ParseUint(p[1], 10, 16)
-		marks[uint16(port)] = uint32(mark)
+		switch f.Forward.Protocol {
+		case unix.IPPROTO_TCP:
+			marks[clientFlow{"tcp", f.Forward.SrcPort}] = f.Mark
+		case unix.IPPROTO_UDP:
+			marks[clientFlow{"udp", f.Forward.SrcPort}] = f.Mark
+		}
 	}
 	return marks
 }
@@ -181,13 +206,13 @@ spec:
 	// entries of these connections carry the mark of their gateway (a reply may take the right
 	// gateway by the node's default route alone while the return paths are not programmed yet:
 	// gw2's after its BFD session came up, each after its MAC was resolved).
-	var byGateway map[string]map[uint16]uint32
+	var byGateway map[string]map[clientFlow]uint32
 	poll.Eventually(t, "every reply back through the gateway its request came through, both gateways used, each connection marked", 15*time.Second, func() error {
 		trips := roundTrips(t, client, server, gws, 12)
 		used := map[string]int{}
 		for _, rt := range trips {
 			if rt.request == "" || rt.reply != rt.request {
-				return fmt.Errorf("port %d: request through %q, reply through %q (of %d connections)", rt.port, rt.request, rt.reply, len(trips))
+				return fmt.Errorf("%s: request through %q, reply through %q (of %d connections)", rt.flow, rt.request, rt.reply, len(trips))
 			}
 			used[rt.request]++
 		}
@@ -195,13 +220,13 @@ spec:
 			return fmt.Errorf("the client's connections came through %v only", used)
 		}
 		marks := ctMarks(t, l.Nodes[0], client.Addrs[0], pod.IPv4)
-		byGateway = map[string]map[uint16]uint32{"gw1": {}, "gw2": {}}
+		byGateway = map[string]map[clientFlow]uint32{"gw1": {}, "gw2": {}}
 		for _, rt := range trips {
-			m, ok := marks[rt.port]
+			m, ok := marks[rt.flow]
 			if !ok || m == 0 {
-				return fmt.Errorf("no marked conntrack entry of the client's port %d (entries %v)", rt.port, marks)
+				return fmt.Errorf("no marked conntrack entry of the client's %s (entries %v)", rt.flow, marks)
 			}
-			byGateway[rt.request][rt.port] = m
+			byGateway[rt.request][rt.flow] = m
 		}
 		return nil
 	})
@@ -221,14 +246,14 @@ spec:
 	applyAndWait(t, l, "", policy(gws[1]), "Success")
 	poll.Eventually(t, "the entries of gw1's connections deleted, gw2's kept", 5*time.Second, func() error {
 		now := ctMarks(t, l.Nodes[0], client.Addrs[0], pod.IPv4)
-		for port := range byGateway["gw1"] {
-			if _, ok := now[port]; ok {
-				return fmt.Errorf("the entry of port %d (through gw1) is still there", port)
+		for f := range byGateway["gw1"] {
+			if _, ok := now[f]; ok {
+				return fmt.Errorf("the entry of %s (through gw1) is still there", f)
 			}
 		}
-		for port, m := range byGateway["gw2"] {
-			if now[port] != m {
-				return fmt.Errorf("the entry of port %d (through gw2, mark %#x) is gone or changed: %#x", port, m, now[port])
+		for f, m := range byGateway["gw2"] {
+			if now[f] != m {
+				return fmt.Errorf("the entry of %s (through gw2, mark %#x) is gone or changed: %#x", f, m, now[f])
 			}
 		}
 		return nil
@@ -267,7 +292,7 @@ spec:
 	// The client's connections that come through gw2 still return through it.
 	for _, rt := range roundTrips(t, client, server, gws, 12) {
 		if rt.request == "gw2" && rt.reply != "gw2" {
-			t.Errorf("port %d: request through gw2, reply through %q", rt.port, rt.reply)
+			t.Errorf("%s: request through gw2, reply through %q", rt.flow, rt.reply)
 		}
 	}
 
@@ -280,9 +305,9 @@ spec:
 		t.Fatal(err)
 	}
 	poll.Eventually(t, "the entries of gw2's connections deleted after its BFD session went down", 5*time.Second, func() error {
-		for port, m := range ctMarks(t, l.Nodes[0], client.Addrs[0], pod.IPv4) {
+		for f, m := range ctMarks(t, l.Nodes[0], client.Addrs[0], pod.IPv4) {
 			if m == gw2Mark {
-				return fmt.Errorf("the entry of port %d still carries gw2's mark %#x", port, m)
+				return fmt.Errorf("the entry of %s still carries gw2's mark %#x", f, m)
 			}
 		}
 		return nil
@@ -317,7 +342,7 @@ func TestPrivilegedExternalRouteGatewayMAC(t *testing.T) {
 			used := map[string]int{}
 			for _, rt := range roundTrips(t, client, server, gws, 12) {
 				if rt.request == "" || rt.reply != rt.request {
-					return fmt.Errorf("port %d: request through %q, reply through %q", rt.port, rt.request, rt.reply)
+					return fmt.Errorf("%s: request through %q, reply through %q", rt.flow, rt.request, rt.reply)
 				}
 				used[rt.request]++
 			}

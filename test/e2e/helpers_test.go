@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"context"
-	"os"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,26 +25,14 @@ func unstructuredSlice(obj map[string]any, path ...string) ([]any, bool, error) 
 	return unstructured.NestedSlice(obj, path...)
 }
 
-var (
-	ctlOnce sync.Once
-	ctlPath string
-	ctlErr  error
-)
-
 // egressctl builds cmd/egressctl once per test binary.
 func egressctl(t testing.TB) string {
 	t.Helper()
-	ctlOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "egressctl-")
-		if err == nil {
-			ctlPath, err = agent.BuildCommand(dir, "egressctl")
-		}
-		ctlErr = err
-	})
-	if ctlErr != nil {
-		t.Fatal(ctlErr)
+	bin, err := agent.Command("egressctl")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return ctlPath
+	return bin
 }
 
 // apply creates or updates the objects of a YAML document in ns, as kubectl apply would.

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -25,12 +24,6 @@ const apiForwardAddr = "127.0.0.1:6443"
 // agentUser is the identity of the agents: the DaemonSet's service account, with the RBAC of
 // deploy/rbac.yaml.
 const agentUser = "system:serviceaccount:egressd:egressd"
-
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
 
 // LeaderNamespace is the namespace of the lab's leader-election Lease.
 func (l *Lab) LeaderNamespace() string { return "egressd-" + l.ID }
@@ -56,17 +49,6 @@ func (l *Lab) StartAgents(ctx context.Context) error {
 	}
 	if err != nil {
 		return err
-	}
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "egressd-lab-bin-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath, binErr = agent.Build(dir)
-	})
-	if binErr != nil {
-		return binErr
 	}
 	for _, n := range l.Nodes {
 		if n.Kubelet {
@@ -195,18 +177,22 @@ func (n *Node) StartAgent(ctx context.Context) error {
 	// the API server's ServiceCIDR), as in the shipped DaemonSet.
 	args := []string{"--cni-socket", n.CNISocket()}
 	if n.lab.opts.InstallCNI {
-		dir, err := egressdCNI()
+		plugin, err := agent.Command("egressd-cni")
 		if err != nil {
 			return err
 		}
-		args = append(args, "--cni-conf-dir", n.CNIConfDir(), "--cni-bin-dir", n.CNIBinDir(), "--cni-plugin-binary", filepath.Join(dir, "egressd-cni"))
+		args = append(args, "--cni-conf-dir", n.CNIConfDir(), "--cni-bin-dir", n.CNIBinDir(), "--cni-plugin-binary", plugin)
 	}
 	wrap := n.lab.opts.AgentWrap
 	if wrap == nil {
 		wrap = DefaultAgentWrap
 	}
+	bin, err := agent.Command("egressd")
+	if err != nil {
+		return err
+	}
 	p, err := agent.Launch(agent.Options{
-		Binary: binPath, LogDir: n.lab.Dir, Node: n.Name, Kubeconfig: kubeconfig,
+		Binary: bin, LogDir: n.lab.Dir, Node: n.Name, Kubeconfig: kubeconfig,
 		LeaderNamespace: n.lab.LeaderNamespace(), PinRoot: PinRoot(n.lab.ID, n.Name),
 		Wrap: append([]string{"nsenter", "--net=" + n.NS.Path()}, wrap...), Dial: n.Dial,
 		Args: append(args, n.lab.opts.AgentArgs...),

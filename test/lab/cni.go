@@ -39,9 +39,6 @@ var (
 	pluginsOnce sync.Once
 	pluginsDir  string
 	pluginsErr  error
-	cniBinOnce  sync.Once
-	cniBinDir   string
-	cniBinErr   error
 )
 
 // cniPluginsModule is test/tools/cniplugins, the module that pins the reference plugins.
@@ -112,16 +109,8 @@ func buildPlugins(log io.Writer) (string, error) {
 
 // egressdCNI returns the directory holding the egressd-cni binary of this tree.
 func egressdCNI() (string, error) {
-	cniBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "egressd-lab-cni-")
-		if err != nil {
-			cniBinErr = err
-			return
-		}
-		_, cniBinErr = agent.BuildCommand(dir, "egressd-cni")
-		cniBinDir = dir
-	})
-	return cniBinDir, cniBinErr
+	bin, err := agent.Command("egressd-cni")
+	return filepath.Dir(bin), err
 }
 
 // CNISocket is the socket of the node's egressd (--cni-socket), per node: every node's agent

@@ -2,7 +2,9 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +19,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+
+	"github.com/egressd/egressd/test/agent"
 )
 
 // The kubelet stand-in runs the pods bound to lab nodes that the lab did not make itself
@@ -45,6 +49,40 @@ type kubelet struct {
 	client kubernetes.Interface
 	mu     sync.Mutex
 	pods   map[types.UID]*runningPod
+
+	binOnce sync.Once
+	bin     string
+	binErr  error
+}
+
+// binary is egressd as the lab's pods run it: a copy in the lab's directory, which nobody (the
+// pods' user) can reach, unlike the build cache under root's home.
+func (k *kubelet) binary() (string, error) {
+	k.binOnce.Do(func() {
+		built, err := agent.Command("egressd")
+		if err != nil {
+			k.binErr = err
+			return
+		}
+		dir := filepath.Join(k.lab.Dir, "bin")
+		k.bin = filepath.Join(dir, "egressd")
+		k.binErr = errors.Join(os.MkdirAll(dir, 0o755), os.Chmod(k.lab.Dir, 0o755), copyFile(built, k.bin, 0o755))
+	})
+	return k.bin, k.binErr
+}
+
+func copyFile(from, to string, mode os.FileMode) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	return errors.Join(err, out.Close())
 }
 
 type runningPod struct {
@@ -197,12 +235,16 @@ func (k *kubelet) sandbox(ctx context.Context, n *Node, obj *corev1.Pod, attempt
 // the pod's securityContext asks (nobody, no capabilities, no new privileges).
 func (k *kubelet) start(p *Pod, obj *corev1.Pod) *exec.Cmd {
 	c := obj.Spec.Containers[0]
-	if len(c.Command) == 0 || c.Command[0] != egressdImageBinary || binPath == "" {
+	if len(c.Command) == 0 || c.Command[0] != egressdImageBinary {
 		return nil
 	}
-	_ = os.Chmod(filepath.Dir(binPath), 0o755) // a temporary directory: nobody must reach the binary
+	bin, err := k.binary()
+	if err != nil {
+		k.event(obj, "Failed", "start container: "+err.Error())
+		return nil
+	}
 	cmd := p.NS.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--bounding-set=-all",
-		"--inh-caps=-all", "--no-new-privs", "--", binPath}, append(c.Command[1:], c.Args...)...)...)
+		"--inh-caps=-all", "--no-new-privs", "--", bin}, append(c.Command[1:], c.Args...)...)...)
 	if err := cmd.Start(); err != nil {
 		k.event(obj, "Failed", "start container: "+err.Error())
 		return nil
@@ -213,11 +255,15 @@ func (k *kubelet) start(p *Pod, obj *corev1.Pod) *exec.Cmd {
 // probe runs the pod's exec readiness probe once when it is egressd's (nil: no probe to run).
 func (k *kubelet) probe(p *Pod, obj *corev1.Pod) error {
 	probe := obj.Spec.Containers[0].ReadinessProbe
-	if probe == nil || probe.Exec == nil || len(probe.Exec.Command) == 0 || probe.Exec.Command[0] != egressdImageBinary || binPath == "" {
+	if probe == nil || probe.Exec == nil || len(probe.Exec.Command) == 0 || probe.Exec.Command[0] != egressdImageBinary {
 		return nil
 	}
+	bin, err := k.binary()
+	if err != nil {
+		return err
+	}
 	cmd := p.NS.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--bounding-set=-all",
-		"--inh-caps=-all", "--no-new-privs", "--", binPath}, probe.Exec.Command[1:]...)...)
+		"--inh-caps=-all", "--no-new-privs", "--", bin}, probe.Exec.Command[1:]...)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("readiness probe failed: %v: %s", err, out)
 	}
