@@ -15,7 +15,7 @@ import (
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/nft"
 	"github.com/egressd/egressd/dataplane/routing"
-	"github.com/egressd/egressd/dataplane/tcx"
+	"github.com/egressd/egressd/dataplane/tc"
 	"github.com/egressd/egressd/dataplane/tunnel"
 	"github.com/egressd/egressd/internal/cniinstall"
 	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
@@ -48,8 +48,8 @@ type step struct {
 func cleanup(o options) (cleanupReport, error) {
 	r := cleanupReport{Removed: []string{}}
 	steps := []step{
-		{"detach classifier links under " + o.pinRoot, "detached classifier links pinned under " + tcx.LinksDir(o.pinRoot),
-			func() error { return tcx.Cleanup(o.pinRoot) }},
+		{"detach classifier links under " + o.pinRoot, "detached classifier links pinned under " + tc.LinksDir(o.pinRoot),
+			func() error { return tc.Cleanup(o.pinRoot) }},
 		{"remove classifier maps under " + o.pinRoot, "removed classifier maps under " + o.pinRoot,
 			func() error { return classifier.Cleanup(o.pinRoot) }},
 		{"remove nftables table inet " + nft.TableName, "removed nftables table inet " + nft.TableName, nft.Cleanup},

@@ -18,10 +18,10 @@ import (
 // Classifier owns the program and maps of bpf/src/frompod.c, pinned by name under the pin root
 // so that a restarted agent finds the maps its links' program still uses.
 type Classifier struct {
-	// Program is the classifier, for tcx ingress on the host side of pod-facing interfaces
+	// Program is the classifier, for ingress on the host side of pod-facing interfaces
 	// (packets from the pods).
 	Program *ebpf.Program
-	// ToPod is for tcx egress on the same interfaces (packets towards the pods): it records
+	// ToPod is for egress on the same interfaces (packets towards the pods): it records
 	// what others initiate towards firewalled pods over ICMP echo and SCTP, which conntrack's
 	// kfuncs cannot look up, so that Program lets the pods' replies through. It never drops
 	// nor changes a packet.

@@ -40,7 +40,7 @@ import (
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/nft"
 	"github.com/egressd/egressd/dataplane/routing"
-	"github.com/egressd/egressd/dataplane/tcx"
+	"github.com/egressd/egressd/dataplane/tc"
 	"github.com/egressd/egressd/dataplane/tunnel"
 )
 
@@ -59,9 +59,9 @@ type Options struct {
 // Applier programs the kernel of the network namespace the process runs in.
 type Applier struct {
 	classifier *classifier.Classifier
-	// attachers: the classifier at tcx ingress, its companion (replies the kfuncs cannot
-	// track: ICMP echo, SCTP) at tcx egress of the same interfaces.
-	attachers []*tcx.Attacher
+	// attachers: the classifier at ingress, its companion (replies the kfuncs cannot
+	// track: ICMP echo, SCTP) at egress of the same interfaces (dataplane/tc).
+	attachers []*tc.Attacher
 	facings   *facings
 	addresses *addresses.Addresses
 	routing   *routing.Router
@@ -98,12 +98,12 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	undo = append(undo, c.Close)
 	// The companion first: by the time the classifier judges a pod's reply, the request that
 	// it answers has been seen.
-	toPod, err := tcx.New(o.PinRoot, tcx.Egress, c.ToPod)
+	toPod, err := tc.New(o.PinRoot, tc.Egress, c.ToPod)
 	if err != nil {
 		return fail(err)
 	}
 	undo = append(undo, toPod.Close)
-	a, err := tcx.New(o.PinRoot, tcx.Ingress, c.Program)
+	a, err := tc.New(o.PinRoot, tc.Ingress, c.Program)
 	if err != nil {
 		return fail(err)
 	}
@@ -136,7 +136,7 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	if err != nil {
 		return fail(err)
 	}
-	d := &Applier{classifier: c, attachers: []*tcx.Attacher{toPod, a}, facings: facings, nft: t, addresses: owned, routing: router,
+	d := &Applier{classifier: c, attachers: []*tc.Attacher{toPod, a}, facings: facings, nft: t, addresses: owned, routing: router,
 		tunnel: tun, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
 	go func() {
 		if err := c.ServeACLLog(log); err != nil {

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -114,12 +113,9 @@ func TestPrivilegedApplierComplete(t *testing.T) {
 		t.Errorf("HostCIDRs %v", res.HostCIDRs)
 	}
 
-	// tcx: the classifier on the pod's interface, its link pinned under the pin root.
-	if _, err := os.Stat(filepath.Join(l.root, linkPin)); err != nil {
-		t.Errorf("classifier link of pod0 not pinned: %v", err)
-	}
-	if got := l.tcxPrograms(t, "pod0"); !slices.Equal(got, []string{"egressd_frompod"}) {
-		t.Errorf("tcx ingress of pod0 runs %v", got)
+	// tc: the classifier on the pod's interface, its filter (no other program is there).
+	if got := l.ingressPrograms(t, "pod0"); !slices.Equal(got, []string{"egressd_frompod tc filter pref 49152 handle 0x1"}) {
+		t.Errorf("ingress of pod0 runs %v", got)
 	}
 
 	// Real traffic.
@@ -179,7 +175,7 @@ func TestPrivilegedApplierPhaseOrder(t *testing.T) {
 	for _, b := range v.broken {
 		t.Errorf("adding a steered pod: %s", b)
 	}
-	ordered(t, writes, "nft", "RTM_NEWADDR", "RTM_NEWROUTE", "RTM_NEWRULE", "bpf:update", "bpf:link")
+	ordered(t, writes, "nft", "RTM_NEWADDR", "RTM_NEWROUTE", "RTM_NEWRULE", "bpf:update", "RTM_NEWTFILTER")
 	if i := firstIndex(writes, "RTM_DEL"); i >= 0 {
 		t.Errorf("adding removed something: %v", writes[i])
 	}
@@ -196,8 +192,8 @@ func TestPrivilegedApplierPhaseOrder(t *testing.T) {
 	for _, b := range v.broken {
 		t.Errorf("removing: %s", b)
 	}
-	// "unlink": the link's pin is removed just before the link is closed (detached).
-	ordered(t, writes, "nft", "bpf:delete", "unlink", "RTM_DELRULE", "RTM_DELROUTE", "RTM_DELADDR")
+	// The classifier's filter goes, then the clsact qdisc it emptied.
+	ordered(t, writes, "nft", "bpf:delete", "RTM_DELTFILTER", "RTM_DELQDISC", "RTM_DELRULE", "RTM_DELROUTE", "RTM_DELADDR")
 	if i := firstIndex(writes, "RTM_NEW"); i >= 0 {
 		t.Errorf("removing added something: %v", writes[i])
 	}
@@ -225,8 +221,11 @@ func TestPrivilegedApplierPhaseOrder(t *testing.T) {
 	if v.address() {
 		t.Error("egress address left")
 	}
-	if got := l.tcxPrograms(t, "pod0"); len(got) > 0 {
+	if got := l.ingressPrograms(t, "pod0"); len(got) > 0 {
 		t.Errorf("still attached to pod0: %v", got)
+	}
+	if got := l.node.MustRun(t, "tc", "qdisc", "show", "dev", "pod0"); strings.Contains(got, "clsact") {
+		t.Errorf("the clsact qdisc egressd added to pod0 is left: %s", got)
 	}
 	listing := l.nft(t)
 	els := elements(listing)
@@ -259,7 +258,7 @@ func TestPrivilegedApplierIdempotent(t *testing.T) {
 			"table6":  l.ip(t, "-6", "route", "show", "table", "all"),
 			"addr":    l.ip(t, "-d", "addr"),
 			"nft":     l.node.MustRun(t, "nft", "-a", "list", "table", "inet", "egressd"),
-			"tcx":     fmt.Sprint(l.tcxPrograms(t, "pod0")),
+			"ingress": fmt.Sprint(l.ingressPrograms(t, "pod0")),
 			"addrs":   fmt.Sprint(l.addresses(t)),
 			"nexthop": l.ip(t, "nexthop", "show"),
 		}
@@ -387,23 +386,23 @@ func TestPrivilegedApplierCloseKeepsKernel(t *testing.T) {
 
 	b := l.applier(t)
 	v := l.invariants(t, true)
-	if !v.marked() || !v.rule() || !v.route() || !v.address() || !v.nft() || len(l.tcxPrograms(t, "pod0")) != 1 {
-		t.Fatalf("Close removed something: marked=%v rule=%v route=%v address=%v nft=%v tcx=%v", v.marked(), v.rule(), v.route(), v.address(), v.nft(), l.tcxPrograms(t, "pod0"))
+	if !v.marked() || !v.rule() || !v.route() || !v.address() || !v.nft() || len(l.ingressPrograms(t, "pod0")) != 1 {
+		t.Fatalf("Close removed something: marked=%v rule=%v route=%v address=%v nft=%v ingress=%v", v.marked(), v.rule(), v.route(), v.address(), v.nft(), l.ingressPrograms(t, "pod0"))
 	}
 	writes, res := l.tracedApply(t, b, fullState(), v)
 	if len(res.Failed) > 0 {
 		t.Fatalf("Apply of the successor failed: %v", res.Failed)
 	}
-	// It adopts: routes, rules and addresses stay as they are, the link is updated in place;
+	// It adopts: routes, rules and addresses stay as they are, the filter is replaced in place;
 	// nothing is removed or attached anew. (The nft table is written whole once, in one
 	// transaction: a new agent does not know what the sets hold.)
 	for _, w := range writes {
-		if strings.HasPrefix(w.Kind, "RTM_") || w.Kind == "bpf:delete" || w.Kind == "bpf:link" || w.Kind == "unlink" {
+		if strings.HasPrefix(w.Kind, "RTM_") && w.Kind != "RTM_NEWTFILTER" || w.Kind == "bpf:delete" || w.Kind == "bpf:link" || w.Kind == "unlink" {
 			t.Errorf("the successor's first Apply of the same State wrote %v", w)
 		}
 	}
-	if firstIndex(writes, "bpf:link-update") < 0 {
-		t.Errorf("the successor did not swap its program into the adopted link: %v", writes)
+	if n := count(writes, "RTM_NEWTFILTER"); n != 2 {
+		t.Errorf("the successor swapped its programs into %d adopted filters, want 2 (classifier, companion): %v", n, writes)
 	}
 	t.Logf("successor's writes: %v", writes)
 	for _, br := range v.broken {

@@ -19,7 +19,7 @@ func TestPrivilegedApplierPodMovesInterface(t *testing.T) {
 	l := newLab(t)
 	a := l.applier(t)
 	l.mustApply(t, a, fullState())
-	if got := l.tcxPrograms(t, "pod0"); len(got) == 0 {
+	if got := l.ingressPrograms(t, "pod0"); len(got) == 0 {
 		t.Fatalf("no classifier on pod0")
 	}
 	// The pod is recreated: its old veth goes, a new one takes its address.
@@ -33,7 +33,7 @@ func TestPrivilegedApplierPodMovesInterface(t *testing.T) {
 		t.Fatal("the Applier heard of no link change")
 	}
 	l.mustApply(t, a, fullState())
-	if got := l.tcxPrograms(t, "pod1"); len(got) == 0 {
+	if got := l.ingressPrograms(t, "pod1"); len(got) == 0 {
 		t.Errorf("no classifier on pod1, the interface now facing %s", podIP)
 	}
 

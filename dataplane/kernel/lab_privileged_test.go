@@ -42,7 +42,6 @@ const (
 	priority = 6101
 	protocol = 229 // routes, rules and addresses egressd stamps (routing, addresses defaults)
 	udpPort  = 7777
-	linkPin  = "links/tcx_ingress_pod0" // under the pin root
 )
 
 var (

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -16,7 +17,7 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
-	"github.com/egressd/egressd/dataplane/tcx"
+	"github.com/egressd/egressd/dataplane/tc"
 	"github.com/egressd/egressd/test/netns"
 )
 
@@ -191,14 +192,19 @@ func protocolOf(m syscall.NetlinkMessage) (uint8, bool) {
 	return 0, false
 }
 
-// tcxPrograms are the names of the programs attached at tcx ingress of the node's ifname.
-func (l *lab) tcxPrograms(t *testing.T, ifname string) []string {
+// ingressPrograms are the programs attached at ingress of the node's ifname, in order:
+// "<name> <attachment>" (a tcx link without its ID).
+func (l *lab) ingressPrograms(t *testing.T, ifname string) []string {
 	t.Helper()
 	var names []string
 	l.in(t, func() error {
-		progs, err := tcx.Query(ifname)
+		progs, err := tc.Query(ifname)
 		for _, p := range progs {
-			names = append(names, p.Name)
+			a := p.Attachment
+			if strings.HasPrefix(a, "tcx link") {
+				a = "tcx link"
+			}
+			names = append(names, p.Name+" "+a)
 		}
 		return err
 	})

@@ -206,6 +206,8 @@ var rtmNames = map[uint16]string{
 	unix.RTM_NEWROUTE: "RTM_NEWROUTE", unix.RTM_DELROUTE: "RTM_DELROUTE",
 	unix.RTM_NEWRULE: "RTM_NEWRULE", unix.RTM_DELRULE: "RTM_DELRULE",
 	unix.RTM_NEWNEXTHOP: "RTM_NEWNEXTHOP", unix.RTM_DELNEXTHOP: "RTM_DELNEXTHOP",
+	unix.RTM_NEWQDISC: "RTM_NEWQDISC", unix.RTM_DELQDISC: "RTM_DELQDISC",
+	unix.RTM_NEWTFILTER: "RTM_NEWTFILTER", unix.RTM_DELTFILTER: "RTM_DELTFILTER",
 }
 
 // classify names a held syscall if it is a write (reads and other sockets' traffic are not).
@@ -309,4 +311,15 @@ func lastIndex(writes []kernelWrite, kind string) int {
 		}
 	}
 	return -1
+}
+
+// count is the number of writes of kind (exact).
+func count(writes []kernelWrite, kind string) int {
+	n := 0
+	for _, w := range writes {
+		if w.Kind == kind {
+			n++
+		}
+	}
+	return n
 }

@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/egressd/egressd/dataplane/tcx"
+	"github.com/egressd/egressd/dataplane/tc"
 	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/test/controlplane"
 	"github.com/egressd/egressd/test/lab"
@@ -127,12 +127,12 @@ func run(ctx context.Context, keep bool) (int, error) {
 		c.check(n.Name+" egressd_leader", want, v)
 	}
 
-	step("the classifier on every pod-facing interface (tcx ingress, pinned links)")
+	step("the classifier on every pod-facing interface (its tc filter at ingress)")
 	for _, p := range pods {
 		deadline := time.Now().Add(10 * time.Second)
 		var names []string
 		for time.Now().Before(deadline) {
-			progs, _ := p.Node.TCXIngress(p.PodFacing())
+			progs, _ := p.Node.IngressPrograms(p.PodFacing())
 			names = names[:0]
 			for _, pr := range progs {
 				names = append(names, pr.Name)
@@ -142,7 +142,7 @@ func run(ctx context.Context, keep bool) (int, error) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		c.check(fmt.Sprintf("%s %s (%s CNI)", p.Node.Name, p.PodFacing(), p.Node.CNI), tcx.ProgramName, strings.Join(names, ","))
+		c.check(fmt.Sprintf("%s %s (%s CNI)", p.Node.Name, p.PodFacing(), p.Node.CNI), tc.ProgramName, strings.Join(names, ","))
 	}
 
 	step("traffic from the pods, as the external server %s saw it", web.Name)
@@ -241,11 +241,11 @@ The demo keeps running; Ctrl-C here, or make demo-down from another shell, stops
   nsenter --net=%s bpftool prog show name %s
   nsenter --net=%s egressctl trace --bpf-pin-root %s %s 203.0.113.10 tcp/443   (make build: bin/egressctl)
   nsenter --net=%s egressctl firewall --bpf-pin-root %s
-  ls %s/links                                                          # pinned tcx links
+  nsenter --net=%s tc filter show dev %s ingress                    # egressd's filter: pref 49152
   agent logs: %s/node-0.log %s/node-1.log
-`, cp.Kubeconfig, n0.NS.Path(), n0.Agent.MetricsAddr, n0.NS.Path(), n0.NS.Path(), tcx.ProgramName,
+`, cp.Kubeconfig, n0.NS.Path(), n0.Agent.MetricsAddr, n0.NS.Path(), n0.NS.Path(), tc.ProgramName,
 		n0.NS.Path(), lab.PinRoot(l.ID, n0.Name), pods[0].IPv4, n0.NS.Path(), lab.PinRoot(l.ID, n0.Name),
-		lab.PinRoot(l.ID, n0.Name), l.Dir, l.Dir)
+		pods[0].Node.NS.Path(), pods[0].PodFacing(), l.Dir, l.Dir)
 	<-ctx.Done()
 	step("tearing down")
 	return c.failures, nil

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/egressd/egressd/dataplane/tcx"
+	"github.com/egressd/egressd/dataplane/tc"
 	"github.com/egressd/egressd/test/controlplane"
 	"github.com/egressd/egressd/test/lab"
 	"github.com/egressd/egressd/test/node"
@@ -172,12 +172,12 @@ spec:
 	defer deniedCap.Stop()
 	stream := startStream(ctx, t, l, n)
 	hostLink := podHostLink(t, n, l.Nodes[0], stream)
-	progs, err := l.Nodes[0].TCXIngress(hostLink)
+	progs, err := l.Nodes[0].IngressPrograms(hostLink)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(progs, func(p tcx.Program) bool { return p.Name == "egressd_frompod" }) {
-		t.Fatalf("tcx ingress of %s (pod %s/stream): %v, want egressd_frompod", hostLink, tenant, progs)
+	if !slices.ContainsFunc(progs, func(p tc.Program) bool { return p.Name == "egressd_frompod" }) {
+		t.Fatalf("ingress of %s (pod %s/stream): %v, want egressd_frompod", hostLink, tenant, progs)
 	}
 	poll.Eventually(t, "the allowed host receives the stream", 10*time.Second, func() error {
 		if got := allowedGot(); got < 50 {

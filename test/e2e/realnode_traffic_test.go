@@ -134,6 +134,7 @@ func nodeState(t *testing.T, n *node.Node, ln *lab.Node, skip string) string {
 		{"ip", "-4", "rule"}, {"ip", "-6", "rule"},
 		{"ip", "-4", "route", "show", "table", "all"}, {"ip", "-6", "route", "show", "table", "all"},
 		{"ip", "-o", "addr"},
+		{"tc", "qdisc", "show"}, // egressd's clsact qdiscs
 	} {
 		out, err := ln.NS.Run(args[0], args[1:]...)
 		if err != nil {

@@ -9,9 +9,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 
-	"github.com/egressd/egressd/dataplane/tcx"
+	"github.com/egressd/egressd/dataplane/tc"
 	"github.com/egressd/egressd/test/lab"
 	"github.com/egressd/egressd/test/privileged"
 )
@@ -38,7 +37,7 @@ func TestPrivilegedAgentRestartKeepsEnforcing(t *testing.T) {
 // Between the old agent's end and the new one's start the pinned maps are replaced by maps of
 // another layout (what a new version meets): the new agent starts afresh with new maps, the
 // old program keeps enforcing with its own until the new maps are filled, then the new
-// program takes the same link. No allowed datagram is lost, no denied one passes.
+// program takes its place. No allowed datagram is lost, no denied one passes.
 func TestPrivilegedAgentUpgradeNewMapLayout(t *testing.T) {
 	privileged.Require(t)
 	l, _, p := streamLab(t)
@@ -60,9 +59,9 @@ func TestPrivilegedAgentUpgradeNewMapLayout(t *testing.T) {
 	if after == before {
 		t.Fatalf("egressd_pods is still map %d: the new agent did not start afresh", before)
 	}
-	ids := ingressLinkMaps(t, root)
+	ids := ingressMaps(t, l.Nodes[0], p.HostLink)
 	if !slices.Contains(ids, after) {
-		t.Errorf("the pod's link runs a program with maps %v, not the new egressd_pods %d", ids, after)
+		t.Errorf("the pod's interface runs a program with maps %v, not the new egressd_pods %d", ids, after)
 	}
 }
 
@@ -100,23 +99,18 @@ func pinnedMapID(t *testing.T, path string) ebpf.MapID {
 	return id
 }
 
-// ingressLinkMaps returns the maps of the program on the first tcx ingress link pinned under root.
-func ingressLinkMaps(t *testing.T, root string) []ebpf.MapID {
+// ingressMaps returns the maps of egressd's classifier at ingress of the node's ifname.
+func ingressMaps(t *testing.T, n *lab.Node, ifname string) []ebpf.MapID {
 	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(tcx.LinksDir(root), "tcx_ingress_*"))
-	if err != nil || len(paths) == 0 {
-		t.Fatalf("no ingress link pinned under %s (%v)", root, err)
-	}
-	l, err := link.LoadPinnedLink(paths[0], nil)
+	progs, err := n.IngressPrograms(ifname)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	li, err := l.Info()
-	if err != nil {
-		t.Fatal(err)
+	i := slices.IndexFunc(progs, func(p tc.Program) bool { return p.Name == tc.ProgramName })
+	if i < 0 {
+		t.Fatalf("no %s at ingress of %s/%s: %v", tc.ProgramName, n.Name, ifname, progs)
 	}
-	prog, err := ebpf.NewProgramFromID(li.Program)
+	prog, err := ebpf.NewProgramFromID(progs[i].ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/egressd/egressd/dataplane/tcx"
+	"github.com/egressd/egressd/dataplane/tc"
 	"github.com/egressd/egressd/test/agent"
 	"github.com/egressd/egressd/test/netns"
 )
@@ -162,15 +162,16 @@ func (n *Node) Dial(ctx context.Context, network, addr string) (net.Conn, error)
 	return c, err
 }
 
-// TCXIngress lists the programs at tcx ingress of one of the node's interfaces.
-func (n *Node) TCXIngress(ifname string) ([]tcx.Program, error) {
-	var out []tcx.Program
+// IngressPrograms lists the programs at ingress of one of the node's interfaces, in the order
+// they run.
+func (n *Node) IngressPrograms(ifname string) ([]tc.Program, error) {
+	var out []tc.Program
 	err := n.NS.Do(func() (err error) {
-		out, err = tcx.Query(ifname)
+		out, err = tc.Query(ifname)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("tcx programs on %s/%s: %w", n.Name, ifname, err)
+		return nil, fmt.Errorf("programs at ingress of %s/%s: %w", n.Name, ifname, err)
 	}
 	return out, nil
 }
