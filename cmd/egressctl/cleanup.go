@@ -48,7 +48,7 @@ type step struct {
 func cleanup(o options) (cleanupReport, error) {
 	r := cleanupReport{Removed: []string{}}
 	steps := []step{
-		{"detach classifier links under " + o.pinRoot, "detached classifier links pinned under " + tc.LinksDir(o.pinRoot),
+		{"detach the classifier from the pod-facing interfaces", "detached the classifier: its tc filters, and its tcx links pinned under " + tc.LinksDir(o.pinRoot),
 			func() error { return tc.Cleanup(o.pinRoot) }},
 		{"remove classifier maps under " + o.pinRoot, "removed classifier maps under " + o.pinRoot,
 			func() error { return classifier.Cleanup(o.pinRoot) }},

@@ -18,13 +18,15 @@
 //     started 16 at a time that made a CNI ADD wait 300 ms and more.
 //
 // An interface attached by a filter moves to a tcx link when a Sync finds another program at the
-// hook (it was added after ours); until then (at most one resync period) that program may run
-// first.
+// hook (it was added after ours). A Sync looks again at most once a minute per interface (two
+// syscalls each: a node's syncs stay cheap with hundreds of pods), so for up to a minute, and
+// until the next sync, that program may run first.
 package tc
 
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
@@ -63,7 +65,12 @@ type attached struct {
 	ifindex int
 	// adopted: a predecessor's program still runs on it, until Sync swaps ours in.
 	adopted bool
+	// checked is when a filter's hook was last looked at for other programs.
+	checked time.Time
 }
+
+// recheck is how often a Sync looks for another program at the hook of a filter of ours.
+var recheck = time.Minute
 
 // New adopts what a previous agent attached: its pinned tcx links (those whose interface is
 // gone are unpinned) and its filters. They keep running the predecessor's program, with the
@@ -111,7 +118,7 @@ func (a *Attacher) sync(name string, idx int) error {
 		}
 		at.adopted = false
 	}
-	if ok && at.link != nil {
+	if ok && (at.link != nil || time.Since(at.checked) < recheck) {
 		return nil
 	}
 	others, err := a.othersAt(idx)
@@ -120,6 +127,7 @@ func (a *Attacher) sync(name string, idx int) error {
 	}
 	switch {
 	case ok && !others:
+		at.checked = time.Now()
 		return nil
 	case ok: // another program came after our filter: first in the tcx chain instead
 		l, err := a.attachLink(name, idx)
@@ -138,7 +146,7 @@ func (a *Attacher) sync(name string, idx int) error {
 		if err := a.addFilter(idx); err != nil {
 			return fmt.Errorf("attach %s to %s: %w", a.hook.program, name, err)
 		}
-		a.links[name] = &attached{ifindex: idx}
+		a.links[name] = &attached{ifindex: idx, checked: time.Now()}
 	}
 	return nil
 }

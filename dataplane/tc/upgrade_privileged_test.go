@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -55,24 +56,33 @@ func programID(t *testing.T, p *ebpf.Program) ebpf.ProgramID {
 	return id
 }
 
-// foreign attaches a program that is not egressd's at tcx ingress of pod0, as a CNI's own.
+// foreign attaches a program that is not egressd's at tcx ingress and egress of pod0, as a
+// CNI's own.
 func foreign(t *testing.T) error {
 	t.Helper()
+	ifi, err := net.InterfaceByName("pod0")
+	if err != nil {
+		return err
+	}
+	return foreignAt(t, ifi.Index)
+}
+
+// foreignAt attaches a CNI's program at tcx ingress and egress of the interface, until the
+// test ends.
+func foreignAt(tb testing.TB, ifindex int) error {
 	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "cni_prog", Type: ebpf.SchedCLS, License: "GPL",
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	ifi, err := net.InterfaceByName("pod0")
-	if err != nil {
-		return err
+	for _, hook := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
+		l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: p, Attach: hook})
+		if err != nil {
+			return err
+		}
+		tb.Cleanup(func() { l.Close() })
 	}
-	l, err := link.AttachTCX(link.TCXOptions{Interface: ifi.Index, Program: p, Attach: ebpf.AttachTCXIngress})
-	if err != nil {
-		return err
-	}
-	t.Cleanup(func() { l.Close() })
 	return nil
 }
 
@@ -195,6 +205,14 @@ func TestPrivilegedFirstBeforeAProgramAddedLater(t *testing.T) {
 		if err := foreign(t); err != nil {
 			return err
 		}
+		if errs := at.Sync(want); len(errs) > 0 {
+			return fmt.Errorf("%v", errs)
+		}
+		if got := ingress(t); len(got) != 2 || !contains(got[1], "egressd_frompod") {
+			return fmt.Errorf("a sync right after a CNI's tcx program came: ingress runs %q, want egressd's filter still (looked at once a minute)", got)
+		}
+		defer func(d time.Duration) { *tc.Recheck = d }(*tc.Recheck)
+		*tc.Recheck = 0
 		if errs := at.Sync(want); len(errs) > 0 {
 			return fmt.Errorf("%v", errs)
 		}
