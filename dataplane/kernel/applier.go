@@ -209,7 +209,7 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	if o.AddressLifetime > 0 {
 		go d.renewAddresses(o.AddressLifetime / 3)
 	}
-	log.Info("dataplane ready", "adoptedLinks", a.Attached(), "adoptedReplyLinks", toPod.Attached())
+	log.Info("dataplane ready", "adoptedInterfaces", a.Attached(), "adoptedReplyInterfaces", toPod.Attached())
 	return d, nil
 }
 
