@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
+	"hash/maphash"
 	"math"
 	"sort"
 
@@ -121,15 +121,18 @@ func portKey(id nsID, pp PortPrefix) bpf.FromPodPortKey {
 // htons is a port in network byte order, as the program's little-endian u16 holds it.
 func htons(p uint16) uint16 { return p<<8 | p>>8 }
 
-// fingerprint identifies compiled rules: equal rules give equal fingerprints.
+// fingerprint identifies compiled rules within this process: equal rules give equal
+// fingerprints. Every sync fingerprints every namespace's rules, so it uses maphash (AES-based,
+// seeded once per process), not a byte-at-a-time hash.
 func fingerprint(rules []dataplane.FirewallRule) uint64 {
-	h := fnv.New64a()
+	var h maphash.Hash
+	h.SetSeed(fingerprintSeed)
 	var b [8]byte
 	num := func(v uint64) { binary.LittleEndian.PutUint64(b[:], v); h.Write(b[:]) }
 	for _, r := range rules {
-		num(uint64(r.Index))
-		num(uint64(b2u(r.Deny)))
-		h.Write([]byte(r.Text))
+		num(uint64(r.Index)<<1 | uint64(b2u(r.Deny)))
+		num(uint64(len(r.Text)))
+		h.WriteString(r.Text)
 		num(uint64(len(r.Prefixes)))
 		for _, p := range r.Prefixes {
 			a := p.Addr().As16()
@@ -143,6 +146,8 @@ func fingerprint(rules []dataplane.FirewallRule) uint64 {
 	}
 	return h.Sum64() | 1 // never 0, which means "unknown"
 }
+
+var fingerprintSeed = maphash.MakeSeed()
 
 // changed says whether the wanted sets differ from the written ones.
 func (c *Classifier) firewallsChanged(want map[nsID]*fwSet) bool {
