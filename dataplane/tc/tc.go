@@ -6,14 +6,15 @@
 //
 // An interface gets one of two attachments per hook:
 //   - a filter (clsact.go): a direct-action cls_bpf filter of the interface's clsact qdisc, at
-//     egressd's priority and handle, found again by them. It is attached in about 0.1 ms: at
-//     most an expedited RCU grace period. This is the common case: the pod-facing interfaces of
-//     routed and bridged CNIs carry no other program.
+//     egressd's priority and handle, found again by them. The kernel waits at most for an
+//     expedited RCU grace period: both programs attach in under half a millisecond per
+//     interface (BenchmarkPrivilegedAttach). This is the common case: the pod-facing
+//     interfaces of routed and bridged CNIs carry no other program.
 //   - a tcx link (tcx.go), first in the hook's chain, pinned under <pin root>/links: where
 //     another program already runs at that hook (a CNI's own tcx program or tc filter). tcx runs
 //     before any tc filter and a program there that ends the chain (TCX_PASS, a redirect) would
 //     skip a filter of ours; first in the tcx chain, ours judges every packet. Attaching (or
-//     detaching) a tcx link waits for a full RCU grace period under the RTNL lock, 10-30 ms
+//     detaching) a tcx link waits for a full RCU grace period under the RTNL lock, about 12 ms
 //     here, during which every other pod's interface setup on the node waits: with pods
 //     started 16 at a time that made a CNI ADD wait 300 ms and more.
 //
