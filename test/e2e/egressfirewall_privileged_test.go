@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -186,8 +187,11 @@ spec:
   - {type: Allow, to: {cidrSelector: 203.0.113.10/32}, ports: [{protocol: TCP, port: 443}]}
   - {type: Allow, to: {cidrSelector: 198.51.100.0/24}}
   - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}`)
-	poll.Eventually(t, "the update enforced", 10*time.Second, reach{a0, "198.51.100.10:80", false, lab.OK}.check)
-	checkReach(t, "updated", []reach{{a1, "198.51.100.10:80", false, lab.OK}, {a1, "203.0.113.10:80", false, lab.Timeout}, {a0, "[2001:db8:1::10]:80", false, lab.OK}})
+	// Each node's agent applies it on its own: wait for both.
+	poll.Eventually(t, "the update enforced on both nodes", 10*time.Second, func() error {
+		return errors.Join(reach{a0, "198.51.100.10:80", false, lab.OK}.check(), reach{a1, "198.51.100.10:80", false, lab.OK}.check())
+	})
+	checkReach(t, "updated", []reach{{a1, "203.0.113.10:80", false, lab.Timeout}, {a0, "[2001:db8:1::10]:80", false, lab.OK}})
 
 	// An invalid update is reported and keeps the rules in force (fail closed).
 	apply(t, l, ns, `

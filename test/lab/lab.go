@@ -151,10 +151,7 @@ func Start(ctx context.Context, cp *controlplane.ControlPlane, opts Options) (*L
 	_, _ = rand.Read(idb)
 	l := &Lab{ID: hex.EncodeToString(idb), CP: cp, opts: opts}
 	l.Dir = filepath.Join(StateRoot(), l.ID)
-	if err := os.MkdirAll(l.Dir, 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(l.Dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+	if err := makeDir(l.Dir); err != nil {
 		return nil, err
 	}
 	var err error
@@ -256,6 +253,26 @@ func (l *Lab) Close() {
 	os.RemoveAll(l.Dir)
 }
 
+// makeDir makes a lab's directory with its owner's pid in it, in one step (a rename): a Sweep
+// by another test process never sees it without the pid, which would make it sweep a lab being
+// made.
+func makeDir(dir string) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".new-")
+	if err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dir)
+}
+
 // Sweep removes what labs of dead processes left behind: namespaces, bpf pins, files.
 func Sweep(log io.Writer) {
 	entries, _ := os.ReadDir(StateRoot())
@@ -269,6 +286,9 @@ func Sweep(log io.Writer) {
 		if err == nil && processAlive(pid) {
 			live[e.Name()] = true
 			continue
+		}
+		if strings.HasPrefix(e.Name(), ".new-") && err != nil {
+			continue // being made: its pid comes next
 		}
 		fmt.Fprintf(log, "sweeping leftovers of dead lab %s\n", e.Name())
 		os.RemoveAll(filepath.Join(StateRoot(), e.Name()))
