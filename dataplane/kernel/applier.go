@@ -77,7 +77,9 @@ type Applier struct {
 	neighMu     sync.Mutex
 	changed     chan struct{}
 	done        chan struct{}
-	log         *slog.Logger
+	// phases times each phase of Apply: where a slow sync spends its time.
+	phases *prometheus.HistogramVec
+	log    *slog.Logger
 }
 
 // New adopts what a previous agent left under pinRoot (so that enforcement continues without a
@@ -137,7 +139,8 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 		return fail(err)
 	}
 	d := &Applier{classifier: c, attachers: []*tc.Attacher{toPod, a}, facings: facings, nft: t, addresses: owned, routing: router,
-		tunnel: tun, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log}
+		tunnel: tun, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log,
+		phases: newPhases()}
 	go func() {
 		if err := c.ServeACLLog(log); err != nil {
 			log.Error("ACL logging stopped", "err", err)
@@ -222,7 +225,18 @@ func (d *Applier) Collectors() []prometheus.Collector {
 		}
 		return out
 	}
-	return []prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT), nft.NewCollector(d.nft), bfdCollector{d}}
+	if d.phases == nil { // an Applier not made by New: the metrics reference describes it
+		d.phases = newPhases()
+	}
+	return []prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT), nft.NewCollector(d.nft), bfdCollector{d}, d.phases}
+}
+
+func newPhases() *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "egressd_dataplane_apply_phase_duration_seconds",
+		Help:    "Duration of one phase of applying the node's state to the kernel (nftables, addresses, bfd, tunnel, routing, classifier, attach, removals).",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+	}, []string{"phase"})
 }
 
 // Changed receives a value after the kernel changed under egressd (links or addresses added,
@@ -237,25 +251,35 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 			res.Failed[o] = errors.Join(res.Failed[o], err)
 		}
 	}
-	nftState := s.Nftables
-	nftState.ReturnPaths = d.returnPaths(s.Nftables.ReturnPaths, d.bfdUp())
-	fail(d.nft.Apply(&nftState))
-	fail(d.addresses.Apply(s.Addresses))
-	fail(d.syncBFD(s.BFD))
-	fail(d.tunnel.Apply(&s.Tunnel))
-	fail(d.routing.Apply(&s.Routing, d.bfdUp()))
-	fail(d.classifier.Apply(&s.Classifier))
-	fail(d.attach(s.Classifier.Pods))
+	phase := func(name string, f func() map[dataplane.Origin]error) {
+		start := time.Now()
+		fail(f())
+		d.phases.WithLabelValues(name).Observe(time.Since(start).Seconds())
+	}
+	phase("nftables", func() map[dataplane.Origin]error {
+		nftState := s.Nftables
+		nftState.ReturnPaths = d.returnPaths(s.Nftables.ReturnPaths, d.bfdUp())
+		return d.nft.Apply(&nftState)
+	})
+	phase("addresses", func() map[dataplane.Origin]error { return d.addresses.Apply(s.Addresses) })
+	phase("bfd", func() map[dataplane.Origin]error { return d.syncBFD(s.BFD) })
+	phase("tunnel", func() map[dataplane.Origin]error { return d.tunnel.Apply(&s.Tunnel) })
+	phase("routing", func() map[dataplane.Origin]error { return d.routing.Apply(&s.Routing, d.bfdUp()) })
+	phase("classifier", func() map[dataplane.Origin]error { return d.classifier.Apply(&s.Classifier) })
+	phase("attach", func() map[dataplane.Origin]error { return d.attach(s.Classifier.Pods) })
 	// Removals, in reverse.
-	if err := d.routing.Prune(&s.Routing); err != nil {
-		d.log.Error("remove routing egressd no longer wants", "err", err)
-	}
-	if err := d.tunnel.Prune(&s.Tunnel); err != nil {
-		d.log.Error("remove tunnel entries egressd no longer wants", "err", err)
-	}
-	if err := d.addresses.Prune(s.Addresses); err != nil {
-		d.log.Error("remove egress addresses no longer assigned here", "err", err)
-	}
+	phase("removals", func() map[dataplane.Origin]error {
+		if err := d.routing.Prune(&s.Routing); err != nil {
+			d.log.Error("remove routing egressd no longer wants", "err", err)
+		}
+		if err := d.tunnel.Prune(&s.Tunnel); err != nil {
+			d.log.Error("remove tunnel entries egressd no longer wants", "err", err)
+		}
+		if err := d.addresses.Prune(s.Addresses); err != nil {
+			d.log.Error("remove egress addresses no longer assigned here", "err", err)
+		}
+		return nil
+	})
 	// The addresses as Prune listed them, after this Apply's changes.
 	res.HostCIDRs = hostCIDRs(s.Classifier.ClusterNetworks, d.addresses.Others())
 	return res

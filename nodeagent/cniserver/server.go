@@ -168,7 +168,9 @@ func (s *Server) add(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusOK, cniapi.Response{Programmed: time.Now()})
 		return
 	}
-	pod := s.pod(ctx, req.Namespace, req.Name)
+	pod, source := s.pod(ctx, req.Namespace, req.Name)
+	s.Metrics.object(source)
+	looked := time.Since(start)
 	if req.UID != "" && pod.UID != "" && string(pod.UID) != req.UID {
 		s.Log.Info("CNI ADD for a pod whose object has another UID; using the namespace only", "pod", req.Namespace+"/"+req.Name)
 		pod = bare(req.Namespace, req.Name, s.Node)
@@ -190,7 +192,8 @@ func (s *Server) add(w http.ResponseWriter, r *http.Request) {
 			cancel()
 		}
 		s.Metrics.added("programmed", time.Since(start))
-		s.Log.Debug("CNI ADD programmed", "pod", e.key.String(), "sandbox", req.ContainerID, "ips", ips, "took", time.Since(start))
+		s.Log.Debug("CNI ADD programmed", "pod", e.key.String(), "sandbox", req.ContainerID, "ips", ips, "took", time.Since(start),
+			"object", source, "lookup", looked)
 		reply(w, http.StatusOK, cniapi.Response{Programmed: e.programmed, Router: rc})
 	case <-ctx.Done():
 		s.Store.mu.Lock()
@@ -207,11 +210,12 @@ func (s *Server) add(w http.ResponseWriter, r *http.Request) {
 }
 
 // pod is the pod's object: from the informer, else from the API (the kubelet calls the CNI
-// after the object exists), else a bare object with its namespace and name only.
-func (s *Server) pod(ctx context.Context, namespace, name string) *corev1.Pod {
+// after the object exists), else a bare object with its namespace and name only; and where it
+// came from (informer, api, none).
+func (s *Server) pod(ctx context.Context, namespace, name string) (*corev1.Pod, string) {
 	if s.Pods != nil {
 		if p, err := s.Pods.Pods(namespace).Get(name); err == nil {
-			return p
+			return p, "informer"
 		}
 	}
 	if s.Kube != nil {
@@ -219,11 +223,11 @@ func (s *Server) pod(ctx context.Context, namespace, name string) *corev1.Pod {
 		defer cancel()
 		p, err := s.Kube.CoreV1().Pods(namespace).Get(gctx, name, metav1.GetOptions{})
 		if err == nil {
-			return p
+			return p, "api"
 		}
 		s.Log.Info("pod of a CNI ADD not readable; programming it by namespace until its object arrives", "pod", namespace+"/"+name, "err", err)
 	}
-	return bare(namespace, name, s.Node)
+	return bare(namespace, name, s.Node), "none"
 }
 
 func (s *Server) del(w http.ResponseWriter, r *http.Request) {
@@ -278,7 +282,8 @@ func (s *Server) routerResult(w http.ResponseWriter, r *http.Request) {
 	if res.Error != "" {
 		failure = errors.New(res.Error)
 	}
-	s.Routers.Configured(r.Context(), s.pod(r.Context(), res.Namespace, res.Name), res.Master, failure)
+	pod, _ := s.pod(r.Context(), res.Namespace, res.Name)
+	s.Routers.Configured(r.Context(), pod, res.Master, failure)
 	reply(w, http.StatusOK, cniapi.Response{})
 }
 

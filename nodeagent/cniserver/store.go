@@ -152,15 +152,15 @@ func (s *Store) Overlay(snap *watchers.Snapshot) (*watchers.Snapshot, []*corev1.
 	s.mu.Lock()
 	latest := s.latest()
 	s.mu.Unlock()
-	if len(latest) == 0 {
-		return snap, nil
-	}
 	pods := map[podKey]*corev1.Pod{}
 	var list []*corev1.Pod
 	remotes := s.includeRemotes(snap, latest)
 	for k, e := range latest {
 		p := e.pod
 		if obj, err := snap.Pods.Pods(k.namespace).Get(k.name); err == nil && (e.pod.UID == "" || obj.UID == e.pod.UID) {
+			if ips := statusIPs(obj); len(ips) == len(e.ips) && containsAll(ips, e.ips) {
+				continue // the object shows the sandbox's addresses: it says it all now
+			}
 			// The Pod object as it is now (labels reconcile), with the sandbox's addresses.
 			p = obj.DeepCopy()
 			p.Status.PodIPs, p.Status.PodIP = e.pod.Status.PodIPs, e.pod.Status.PodIP
@@ -169,6 +169,9 @@ func (s *Store) Overlay(snap *watchers.Snapshot) (*watchers.Snapshot, []*corev1.
 		if !remotes[k] {
 			list = append(list, p)
 		}
+	}
+	if len(pods) == 0 {
+		return snap, nil
 	}
 	slices.SortFunc(list, func(a, b *corev1.Pod) int {
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)

@@ -64,6 +64,15 @@ func TestOverlayMergesAnnouncedPods(t *testing.T) {
 	if got, _ := snap.Pods.Pods("ns").List(sel); len(got) != 0 {
 		t.Errorf("after relabel the selector still lists %+v", got)
 	}
+	// The object shows the sandbox's addresses: the overlay steps aside (a node's pods are not
+	// copied at every sync for as long as they run); other addresses keep it.
+	shown := pod("ns", "web", map[string]string{"app": "web"}, "fd00::5", "10.0.0.5")
+	if _, announced := s.Overlay(snapshot(shown)); len(announced) != 0 {
+		t.Errorf("object with the sandbox's addresses: still overlaid %+v", announced)
+	}
+	if _, announced := s.Overlay(snapshot(pod("ns", "web", nil, "10.0.0.5"))); len(announced) != 1 {
+		t.Errorf("object with only some of the sandbox's addresses: overlay %+v, want the pod", announced)
+	}
 	// DEL forgets it.
 	s.forget("sb1")
 	if _, announced := s.Overlay(snapshot(obj)); len(announced) != 0 {

@@ -245,6 +245,22 @@ func (p *Process) Get(path string) (int, string, error) {
 	return resp.StatusCode, string(b), err
 }
 
+// CPUProfile records the agent's CPU profile (pprof) for d; the agent must run with
+// --profiling.
+func (p *Process) CPUProfile(d time.Duration) ([]byte, error) {
+	c := &http.Client{Transport: p.http.Transport, Timeout: d + 10*time.Second}
+	resp, err := c.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.MetricsAddr, int(d.Seconds())))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("CPU profile of egressd %s: %s: %s", p.Node, resp.Status, b)
+	}
+	return b, err
+}
+
 // WaitReady waits until /readyz answers 200.
 func (p *Process) WaitReady(ctx context.Context) error {
 	for {

@@ -134,6 +134,9 @@ func (cp *ControlPlane) start(ctx context.Context, bins Binaries, opts Options) 
 	if cp.Config, err = clientcmd.BuildConfigFromFlags("", cp.Kubeconfig); err != nil {
 		return err
 	}
+	// Tests act as many clients at once (the kubelets' pod writes, a burst of objects): the
+	// client's default limit (5 requests/s) would pace them, not the system under test.
+	cp.Config.QPS, cp.Config.Burst = 200, 400
 	// In group system:masters: without per-controller service account credentials, the
 	// controllers act as the manager itself, whose bootstrap role lacks e.g. EndpointSlices.
 	kcmConfig, err := cp.KubeconfigFor("system:kube-controller-manager", "system:masters")

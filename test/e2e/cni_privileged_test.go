@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -200,6 +202,39 @@ spec:
 	}
 }
 
+// TestPrivilegedCNIFirstPacketDSCP: a pod selected by an EgressQoS sends its first datagram
+// the instant its CNI ADD returns, and the external server sees it with the rule's DSCP (and
+// the sender's ECN bits kept), on the routed and the bridged CNI.
+func TestPrivilegedCNIFirstPacketDSCP(t *testing.T) {
+	privileged.Require(t)
+	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true})
+	ctx := context.Background()
+	if _, err := l.AddExternal("web", lab.ExternalOptions{}, "203.0.113.10"); err != nil {
+		t.Fatal(err)
+	}
+	ns := l.CP.Namespace(t)
+	applyAndWait(t, l, ns, `
+apiVersion: k8s.ovn.org/v1
+kind: EgressQoS
+metadata: {name: default}
+spec:
+  egress:
+  - {dscp: 46, dstCIDR: 203.0.113.0/24, podSelector: {matchLabels: {app: voice}}}`, qosApplied)
+	for _, n := range l.Nodes {
+		var first lab.Result
+		p, err := n.AddPod(ctx, ns, "first-"+n.Name, lab.PodOptions{Labels: map[string]string{"app": "voice"},
+			Started: func(p *lab.Pod) { first = p.UDP("203.0.113.10:80", lab.ClientOptions{Timeout: quick, TOS: 1}) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first.Outcome != lab.OK || first.Seen.DSCP != 46 || first.Seen.ECN != 1 {
+			t.Errorf("first datagram of %s (%s CNI): %s, ECN %d; want DSCP 46 with ECN 1", p.Name, n.CNI, first, first.Seen.ECN)
+		} else {
+			t.Logf("first datagram of %s (%s CNI): %s; ADD %s", p.Name, n.CNI, first, p.CNIAdd.Round(time.Microsecond))
+		}
+	}
+}
+
 // TestPrivilegedCNIFailClosed: with egressd down, the ADD of a pod fails (egressd-cni fails
 // closed, CNI error 11, try again later) and leaves nothing behind; it succeeds once egressd is
 // back, the new egressd answering within its first sync, under the firewall. With failOpen set
@@ -262,9 +297,27 @@ func TestPrivilegedCNIFailClosed(t *testing.T) {
 // EgressFirewalls. Run with: make bench-cni.
 func BenchmarkPrivilegedCNIAdd(b *testing.B) {
 	privileged.Require(b)
-	l := lab.New(b, lab.Options{Nodes: 1, Agents: true})
+	// EGRESSD_BENCH_PROFILE=dir: the agent's CPU profile during each measurement goes there.
+	profiles := os.Getenv("EGRESSD_BENCH_PROFILE")
+	o := lab.Options{Nodes: 1, Agents: true}
+	if profiles != "" {
+		o.AgentArgs = []string{"--profiling"}
+	}
+	l := lab.New(b, o)
 	measure := func(what string) {
+		if profiles != "" {
+			go func() {
+				prof, err := l.Nodes[0].Agent.CPUProfile(10 * time.Second)
+				if err == nil {
+					err = os.WriteFile(filepath.Join(profiles, "egressd-cni-add-"+strings.ReplaceAll(what, " ", "-")+".pprof"), prof, 0o644)
+				}
+				if err != nil {
+					b.Error(err)
+				}
+			}()
+		}
 		before := addBuckets(b, l.Nodes[0])
+		stepsBefore := syncSteps(b, l.Nodes[0])
 		ns := l.CP.Namespace(b)
 		const pods = 200
 		var mu sync.Mutex
@@ -306,6 +359,13 @@ func BenchmarkPrivilegedCNIAdd(b *testing.B) {
 		served := bucketDeltas(before, addBuckets(b, l.Nodes[0]))
 		b.Logf("%s, over %d pods added 16 at a time: egressd-cni p50 %s p99 %s (egressd answering: p50 %s p99 %s); whole chain p50 %s p99 %s; chain without it p50 %s p99 %s",
 			what, pods, q(plugin, .5), q(plugin, .99), served.quantile(.5), served.quantile(.99), q(chain, .5), q(chain, .99), q(without, .5), q(without, .99))
+		b.Logf("%s: mean time per sync step: %s", what, stepMeans(stepsBefore, syncSteps(b, l.Nodes[0])))
+		var sources []string
+		for _, src := range []string{"informer", "api", "none"} {
+			v, _ := l.Nodes[0].Agent.Sample(`egressd_cni_pod_objects_total{source="` + src + `"}`)
+			sources = append(sources, src+" "+v)
+		}
+		b.Logf("%s: Pod objects of the ADDs so far, by source: %s", what, strings.Join(sources, ", "))
 		unit := strings.ReplaceAll(what, " ", "-")
 		b.ReportMetric(float64(served.quantile(.5).Microseconds())/1000, "egressd-p50-ms-"+unit)
 		b.ReportMetric(float64(served.quantile(.99).Microseconds())/1000, "egressd-p99-ms-"+unit)
@@ -324,6 +384,69 @@ func BenchmarkPrivilegedCNIAdd(b *testing.B) {
 	waitFirewallsApplied(b, l)
 	b.Logf("1000 namespaces with EgressFirewalls created and applied in %s", time.Since(start).Round(time.Millisecond))
 	measure("1000 firewalls")
+}
+
+// stepTotal is a histogram's sum (seconds) and count.
+type stepTotal struct{ sum, count float64 }
+
+// syncSteps reads the agent's histograms of its sync steps: the compile of each feature, the
+// apply, and each phase of the apply.
+func syncSteps(b *testing.B, n *lab.Node) map[string]stepTotal {
+	b.Helper()
+	_, body, err := n.Agent.Get("/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]stepTotal{}
+	for _, line := range strings.Split(body, "\n") {
+		for _, m := range []struct{ prefix, label, step string }{
+			{"egressd_sync_duration_seconds", "feature", "compile "},
+			{"egressd_dataplane_apply_phase_duration_seconds", "phase", "apply "},
+		} {
+			rest, ok := strings.CutPrefix(line, m.prefix)
+			if !ok {
+				continue
+			}
+			kind, rest, _ := strings.Cut(rest, "{"+m.label+`="`)
+			name, value, _ := strings.Cut(rest, `"} `)
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				continue
+			}
+			step := m.step + name
+			if step == "compile apply" {
+				step = "apply"
+			}
+			t := out[step]
+			switch kind {
+			case "_sum":
+				t.sum = v
+			case "_count":
+				t.count = v
+			}
+			out[step] = t
+		}
+	}
+	return out
+}
+
+// stepMeans prints the mean duration of each step between two readings, and how many syncs ran.
+func stepMeans(before, after map[string]stepTotal) string {
+	var names []string
+	for name := range after {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var parts []string
+	for _, name := range names {
+		n := after[name].count - before[name].count
+		if n == 0 {
+			continue
+		}
+		mean := time.Duration((after[name].sum - before[name].sum) / n * float64(time.Second))
+		parts = append(parts, fmt.Sprintf("%s %s (%d)", name, mean.Round(10*time.Microsecond), int(n)))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // buckets are the cumulative counts of a histogram by upper bound (seconds), ascending.
