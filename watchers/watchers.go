@@ -9,10 +9,13 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"reflect"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -61,6 +64,48 @@ type Snapshot struct {
 	EgressServices        ovnlisters.EgressServiceLister
 	EgressRouters         netoplisters.EgressRouterLister
 	CloudPrivateIPConfigs cloudlisters.CloudPrivateIPConfigLister
+
+	// Generations counts the changes of each kind (nil: unknown, as in a snapshot built by hand).
+	Generations *Generations
+}
+
+// Generations counts, per kind of object, the changes the caches took that a consumer may
+// depend on (as Subscribe: status-only updates of the egress API objects do not count), so that
+// a compile step whose inputs did not change can reuse its last result.
+type Generations struct {
+	counts map[reflect.Type]*atomic.Uint64
+}
+
+// NewGenerations counts the changes of the given kinds (pointers to their Go types).
+func NewGenerations(kinds ...any) *Generations {
+	g := &Generations{counts: map[reflect.Type]*atomic.Uint64{}}
+	for _, k := range kinds {
+		g.counts[reflect.TypeOf(k)] = &atomic.Uint64{}
+	}
+	return g
+}
+
+// Count records a change of an object of kind.
+func (g *Generations) Count(kind any) { g.counts[reflect.TypeOf(kind)].Add(1) }
+
+// Of returns a number that changes whenever an object of one of the kinds (given as pointers to
+// their Go types, as &corev1.Node{}) changed, and false when g is nil or a kind is not watched
+// (never equal to another answer then). Read it before reading the caches: a change that lands
+// in between makes the next answer differ, so the result read is never kept under a number
+// that hides a change.
+func (g *Generations) Of(kinds ...any) (uint64, bool) {
+	if g == nil {
+		return 0, false
+	}
+	var sum uint64 // counters only grow: the sum moves when any of them does
+	for _, k := range kinds {
+		c := g.counts[reflect.TypeOf(k)]
+		if c == nil {
+			return 0, false
+		}
+		sum += c.Load()
+	}
+	return sum, true
 }
 
 // Watchers owns the informers.
@@ -101,31 +146,47 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 		EgressRouters:         w.egress.NetworkOperator().V1().EgressRouters().Lister(),
 		CloudPrivateIPConfigs: w.egress.CloudNetwork().V1().CloudPrivateIPConfigs().Lister(),
 	}
-	informers := []cache.SharedIndexInformer{
-		w.core.Core().V1().Nodes().Informer(),
-		w.core.Core().V1().Namespaces().Informer(),
-		pods.Informer(),
-		w.core.Core().V1().Services().Informer(),
-		w.core.Discovery().V1().EndpointSlices().Informer(),
-		w.core.Networking().V1().ServiceCIDRs().Informer(),
-		ovn.EgressFirewalls().Informer(),
-		ovn.EgressQoSes().Informer(),
-		ovn.EgressIPs().Informer(),
-		ovn.AdminPolicyBasedExternalRoutes().Informer(),
-		ovn.EgressServices().Informer(),
-		w.egress.NetworkOperator().V1().EgressRouters().Informer(),
-		w.egress.CloudNetwork().V1().CloudPrivateIPConfigs().Informer(),
+	// Each informer with the Go type of its objects (the key of its generation count).
+	informers := []struct {
+		kind any
+		inf  cache.SharedIndexInformer
+	}{
+		{&corev1.Node{}, w.core.Core().V1().Nodes().Informer()},
+		{&corev1.Namespace{}, w.core.Core().V1().Namespaces().Informer()},
+		{&corev1.Pod{}, pods.Informer()},
+		{&corev1.Service{}, w.core.Core().V1().Services().Informer()},
+		{&discoveryv1.EndpointSlice{}, w.core.Discovery().V1().EndpointSlices().Informer()},
+		{&networkingv1.ServiceCIDR{}, w.core.Networking().V1().ServiceCIDRs().Informer()},
+		{&ovnv1.EgressFirewall{}, ovn.EgressFirewalls().Informer()},
+		{&ovnv1.EgressQoS{}, ovn.EgressQoSes().Informer()},
+		{&ovnv1.EgressIP{}, ovn.EgressIPs().Informer()},
+		{&ovnv1.AdminPolicyBasedExternalRoute{}, ovn.AdminPolicyBasedExternalRoutes().Informer()},
+		{&ovnv1.EgressService{}, ovn.EgressServices().Informer()},
+		{&netopv1.EgressRouter{}, w.egress.NetworkOperator().V1().EgressRouters().Informer()},
+		{&cloudv1.CloudPrivateIPConfig{}, w.egress.CloudNetwork().V1().CloudPrivateIPConfigs().Informer()},
 	}
-	notify := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { w.signal(true) },
-		UpdateFunc: func(old, new any) { w.signal(!statusOnly(old, new)) },
-		DeleteFunc: func(any) { w.signal(true) },
+	kinds := make([]any, len(informers))
+	for i := range informers {
+		kinds[i] = informers[i].kind
 	}
-	for _, inf := range informers {
-		if _, err := inf.AddEventHandler(notify); err != nil {
+	w.snap.Generations = NewGenerations(kinds...)
+	for _, i := range informers {
+		// The handlers run after the cache holds the change: count it, then signal.
+		changed := func(spec bool) {
+			if spec {
+				w.snap.Generations.Count(i.kind)
+			}
+			w.signal(spec)
+		}
+		notify := cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { changed(true) },
+			UpdateFunc: func(old, new any) { changed(!statusOnly(old, new)) },
+			DeleteFunc: func(any) { changed(true) },
+		}
+		if _, err := i.inf.AddEventHandler(notify); err != nil {
 			return nil, err
 		}
-		w.synced = append(w.synced, inf.HasSynced)
+		w.synced = append(w.synced, i.inf.HasSynced)
 	}
 	return w, nil
 }

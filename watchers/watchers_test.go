@@ -1,12 +1,16 @@
 package watchers
 
 import (
+	"context"
+	"log/slog"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 
+	egressfake "github.com/egressd/egressd/api/generated/clientset/versioned/fake"
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 )
 
@@ -75,5 +79,79 @@ func TestStatusOnlyEgressServiceHost(t *testing.T) {
 	}
 	if !statusOnly(es("n1"), es("n1")) {
 		t.Error("an unchanged EgressService counted as a spec change")
+	}
+}
+
+// Generations moves with the informers' spec changes of the kinds asked, not with others; a
+// snapshot without counts (built by hand) never reports "unchanged".
+func TestGenerations(t *testing.T) {
+	kube := kubefake.NewClientset()
+	egress := egressfake.NewSimpleClientset()
+	w, err := New(kube, egress, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := w.Start(ctx, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	g := w.Snapshot().Generations
+	firewallInputs := func() uint64 {
+		n, ok := g.Of(&ovnv1.EgressFirewall{}, &corev1.Node{}, &corev1.Namespace{})
+		if !ok {
+			t.Fatal("watched kinds reported unknown")
+		}
+		return n
+	}
+	waitMoved := func(what string, from uint64) uint64 {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			if n := firewallInputs(); n != from {
+				return n
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t.Fatalf("%s: the firewall inputs' generation did not move", what)
+		return 0
+	}
+	start := firewallInputs()
+	ef := &ovnv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "default", Generation: 1}}
+	if ef, err = egress.K8sOVNV1().EgressFirewalls("ns").Create(ctx, ef, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	afterEF := waitMoved("EgressFirewall created", start)
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	afterNS := waitMoved("Namespace created", afterEF)
+
+	// A pod and a status write of the firewall: the caches take them, the count stays.
+	if _, err := kube.CoreV1().Pods("ns").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ef.Status.Messages = []string{"n: EgressFirewall Rules applied"}
+	if _, err := egress.K8sOVNV1().EgressFirewalls("ns").UpdateStatus(ctx, ef, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	podMoved := func() bool { n, _ := g.Of(&corev1.Pod{}); return n > 0 }
+	for deadline := time.Now().Add(5 * time.Second); !podMoved() && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the status write's event is handled too
+	if !podMoved() {
+		t.Fatal("the pod's creation was not counted")
+	}
+	if n := firewallInputs(); n != afterNS {
+		t.Errorf("a pod and a firewall status write moved the firewall inputs' generation (%d -> %d)", afterNS, n)
+	}
+
+	var none *Generations
+	if _, ok := none.Of(&corev1.Node{}); ok {
+		t.Error("no counts reported known")
+	}
+	if _, ok := g.Of(&corev1.ConfigMap{}); ok {
+		t.Error("an unwatched kind reported known")
 	}
 }

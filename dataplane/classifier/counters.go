@@ -84,37 +84,48 @@ func (c *Classifier) FragmentCounters() (FragmentStats, error) {
 }
 
 // recordRules remembers what the metrics label rules with. A policy that failed keeps the rules
-// it had, and so do its labels.
-func (c *Classifier) recordRules(s *dataplane.ClassifierState, failed map[dataplane.Origin]error) {
+// it had, and so do its labels. listFP is the fingerprint of s.Firewalls: the same list as last
+// time labels its rules as last time.
+func (c *Classifier) recordRules(s *dataplane.ClassifierState, listFP uint64, failed map[dataplane.Origin]error) {
 	c.info.mu.Lock()
 	defer c.info.mu.Unlock()
-	// Sized as last time: rebuilt every sync, grown from empty they would rehash many times.
-	actions, dscps := make(map[RuleRef]string, len(c.info.fwAction)), make(map[RuleRef]uint8, len(c.info.qosDSCP))
 	keepNS := map[string]bool{}
-	firewalls := 0
 	for _, fw := range s.Firewalls {
-		firewalls++
 		if failed[fw.Origin] != nil {
 			keepNS[fw.Origin.Namespace] = true
-			continue
 		}
-		for _, r := range fw.Rules {
-			a := "Allow"
-			if r.Deny {
-				a = "Deny"
+	}
+	actions := c.info.fwAction
+	if len(keepNS) > 0 || listFP != c.info.actionsOf || actions == nil {
+		// Sized as last time: rebuilt, grown from empty it would rehash many times.
+		actions = make(map[RuleRef]string, len(c.info.fwAction))
+		for _, fw := range s.Firewalls {
+			if keepNS[fw.Origin.Namespace] {
+				continue
 			}
-			actions[RuleRef{fw.Origin.Namespace, r.Index}] = a
+			for _, r := range fw.Rules {
+				a := "Allow"
+				if r.Deny {
+					a = "Deny"
+				}
+				actions[RuleRef{fw.Origin.Namespace, r.Index}] = a
+			}
+		}
+		for ref, a := range c.info.fwAction {
+			if keepNS[ref.Namespace] {
+				actions[ref] = a
+			}
 		}
 	}
-	for ref, a := range c.info.fwAction {
-		if keepNS[ref.Namespace] {
-			actions[ref] = a
-		}
+	c.info.actionsOf = 0
+	if len(keepNS) == 0 {
+		c.info.actionsOf = listFP
 	}
+	dscps := make(map[RuleRef]uint8, len(c.info.qosDSCP))
 	for _, q := range s.QoS {
 		for _, r := range q.Rules {
 			dscps[RuleRef{q.Origin.Namespace, r.Index}] = r.DSCP
 		}
 	}
-	c.info.fwAction, c.info.qosDSCP, c.info.firewalls = actions, dscps, firewalls
+	c.info.fwAction, c.info.qosDSCP, c.info.firewalls = actions, dscps, len(s.Firewalls)
 }

@@ -45,6 +45,41 @@ func TestFingerprintTellsRulesApart(t *testing.T) {
 	}
 }
 
+// TestListFingerprintTellsFirewallsApart: the fingerprint of a list of firewalls changes with
+// any field of any firewall (the classifier reuses what it computed from a list by it).
+func TestListFingerprintTellsFirewallsApart(t *testing.T) {
+	list := func() []dataplane.Firewall {
+		var out []dataplane.Firewall
+		for _, ns := range []string{"a", "b", "c"} {
+			out = append(out, dataplane.Firewall{Origin: dataplane.Origin{Kind: "EgressFirewall", Namespace: ns, Name: "default"},
+				Rules: fingerprintRules(5), Log: dataplane.ACLLog{Deny: "alert"}})
+		}
+		return out
+	}
+	base := listFingerprint(list())
+	if got := listFingerprint(list()); got != base {
+		t.Fatalf("the same list: %#x then %#x", base, got)
+	}
+	for name, change := range map[string]func(fws []dataplane.Firewall) []dataplane.Firewall{
+		"namespace": func(fws []dataplane.Firewall) []dataplane.Firewall { fws[1].Origin.Namespace = "x"; return fws },
+		"name":      func(fws []dataplane.Firewall) []dataplane.Firewall { fws[1].Origin.Name = "x"; return fws },
+		"deny log":  func(fws []dataplane.Firewall) []dataplane.Firewall { fws[1].Log.Deny = ""; return fws },
+		"allow log": func(fws []dataplane.Firewall) []dataplane.Firewall { fws[1].Log.Allow = "info"; return fws },
+		"failure":   func(fws []dataplane.Firewall) []dataplane.Firewall { fws[1].Err = fmt.Errorf("bad"); return fws },
+		"rule": func(fws []dataplane.Firewall) []dataplane.Firewall {
+			fws[1].Rules[4].Deny = !fws[1].Rules[4].Deny
+			return fws
+		},
+		"rules":    func(fws []dataplane.Firewall) []dataplane.Firewall { fws[1].Rules = fws[1].Rules[:4]; return fws },
+		"order":    func(fws []dataplane.Firewall) []dataplane.Firewall { fws[0], fws[1] = fws[1], fws[0]; return fws },
+		"one less": func(fws []dataplane.Firewall) []dataplane.Firewall { return fws[:2] },
+	} {
+		if listFingerprint(change(list())) == base {
+			t.Errorf("a changed %s keeps the list's fingerprint", name)
+		}
+	}
+}
+
 // BenchmarkFingerprint: every sync fingerprints every namespace's rules to find the firewalls
 // that changed (8000 rules: upstream's limit for one namespace).
 func BenchmarkFingerprint(b *testing.B) {

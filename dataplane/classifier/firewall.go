@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"math"
 	"sort"
 
@@ -37,6 +38,34 @@ type firewalls struct {
 	sets    map[nsID]*fwSet
 	log     map[string]uint8 // by namespace
 	logging aclLogging
+}
+
+// firewallsMemo is the firewall part computed from a list of firewalls, with the namespace ids
+// it allocated and the failures it found.
+type firewallsMemo struct {
+	fingerprint uint64 // of the list
+	fws         firewalls
+	taken       map[uint32]string
+	namespaces  map[nsID]string
+	failed      map[dataplane.Origin]error
+}
+
+// firewallsFor is firewallsOf, reused when the list is the same as at the last Apply (a sync
+// for a new pod under a thousand firewalls) and the entries written from it are still those
+// held (a failed write computes them again); it returns the list's fingerprint too. a must be
+// fresh: the firewalls' namespaces take their ids first.
+func (c *Classifier) firewallsFor(list []dataplane.Firewall, a *ids, failed map[dataplane.Origin]error) (firewalls, uint64) {
+	fp := listFingerprint(list)
+	if m := c.fwMemo; m != nil && m.fingerprint == fp && !c.firewallsChanged(m.fws.sets) {
+		a.taken, a.namespaces = maps.Clone(m.taken), maps.Clone(m.namespaces)
+		maps.Copy(failed, m.failed)
+		return m.fws, fp
+	}
+	own := map[dataplane.Origin]error{}
+	fws := c.firewallsOf(list, a, own)
+	maps.Copy(failed, own)
+	c.fwMemo = &firewallsMemo{fingerprint: fp, fws: fws, taken: maps.Clone(a.taken), namespaces: maps.Clone(a.namespaces), failed: own}
+	return fws, fp
 }
 
 // firewallsOf computes the wanted firewall sets, reusing c's written sets where the rules are
@@ -125,26 +154,65 @@ func htons(p uint16) uint16 { return p<<8 | p>>8 }
 // fingerprints. Every sync fingerprints every namespace's rules, so it uses maphash (AES-based,
 // seeded once per process), not a byte-at-a-time hash.
 func fingerprint(rules []dataplane.FirewallRule) uint64 {
-	var h maphash.Hash
+	h := newHash()
+	h.rules(rules)
+	return h.Sum64() | 1 // never 0, which means "unknown"
+}
+
+// listFingerprint identifies a list of firewalls, in order: origins, failures, logging, rules.
+func listFingerprint(list []dataplane.Firewall) uint64 {
+	h := newHash()
+	for _, fw := range list {
+		h.str(string(fw.Origin.Kind))
+		h.str(fw.Origin.Namespace)
+		h.str(fw.Origin.Name)
+		h.num(uint64(fw.Origin.Rule))
+		h.str(fw.Log.Deny)
+		h.str(fw.Log.Allow)
+		if fw.Err != nil {
+			h.str(fw.Err.Error())
+		} else {
+			h.num(0)
+		}
+		h.num(uint64(len(fw.Rules)))
+		h.rules(fw.Rules)
+	}
+	return h.Sum64()
+}
+
+type hash struct {
+	maphash.Hash
+	b [8]byte
+}
+
+func newHash() *hash {
+	h := &hash{}
 	h.SetSeed(fingerprintSeed)
-	var b [8]byte
-	num := func(v uint64) { binary.LittleEndian.PutUint64(b[:], v); h.Write(b[:]) }
+	return h
+}
+
+func (h *hash) num(v uint64) { binary.LittleEndian.PutUint64(h.b[:], v); h.Write(h.b[:]) }
+
+func (h *hash) str(s string) {
+	h.num(uint64(len(s)))
+	h.WriteString(s)
+}
+
+func (h *hash) rules(rules []dataplane.FirewallRule) {
 	for _, r := range rules {
-		num(uint64(r.Index)<<1 | uint64(b2u(r.Deny)))
-		num(uint64(len(r.Text)))
-		h.WriteString(r.Text)
-		num(uint64(len(r.Prefixes)))
+		h.num(uint64(r.Index)<<1 | uint64(b2u(r.Deny)))
+		h.str(r.Text)
+		h.num(uint64(len(r.Prefixes)))
 		for _, p := range r.Prefixes {
 			a := p.Addr().As16()
 			h.Write(a[:])
-			num(uint64(p.Bits()))
+			h.num(uint64(p.Bits()))
 		}
-		num(uint64(len(r.Ports)))
+		h.num(uint64(len(r.Ports)))
 		for _, p := range r.Ports {
-			num(uint64(p.Protocol)<<16 | uint64(p.Port))
+			h.num(uint64(p.Protocol)<<16 | uint64(p.Port))
 		}
 	}
-	return h.Sum64() | 1 // never 0, which means "unknown"
 }
 
 var fingerprintSeed = maphash.MakeSeed()

@@ -35,6 +35,8 @@ type Classifier struct {
 	// fwSets are the firewall entries of each namespace as written, so that a sync rewrites
 	// only the namespaces whose rules changed.
 	fwSets map[nsID]*fwSet
+	// fwMemo is the firewall part computed from the last list of firewalls.
+	fwMemo *firewallsMemo
 	// gen is the value of egressd_fw_gen.
 	gen uint32
 	// logging is read by ServeACLLog, concurrently with Apply.

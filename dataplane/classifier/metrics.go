@@ -37,6 +37,9 @@ type ruleInfo struct {
 	fwAction  map[RuleRef]string
 	qosDSCP   map[RuleRef]uint8
 	firewalls int
+	// actionsOf is the fingerprint of the list of firewalls fwAction was computed from, when
+	// none of them failed (0: none).
+	actionsOf uint64
 }
 
 // Describe implements prometheus.Collector.

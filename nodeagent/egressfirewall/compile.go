@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"sort"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
 )
@@ -28,14 +30,46 @@ type Part struct {
 }
 
 // Compiler compiles EgressFirewalls, remembering the rules of those that depend on their spec
-// alone across syncs.
+// alone across syncs, and the whole list while nothing it was compiled from changed.
 type Compiler struct {
 	memo memo
+	list compiledList
 }
 
-// Compile turns every EgressFirewall into its namespace's ordered rules. A policy that cannot be
-// compiled is handed on with Err, so that the dataplane keeps what it enforced.
+// compiledList is the last list of firewalls compiled, kept under the generation of the objects
+// it was compiled from (EgressFirewalls, Nodes, Namespaces) when it depends on nothing else (no
+// dnsName rule): a sync for a new pod hands the dataplane the same list, which it recognizes
+// without comparing a thousand namespaces' rules again.
+type compiledList struct {
+	generation uint64
+	valid      bool
+	firewalls  []dataplane.Firewall
+}
+
+// Compile turns every EgressFirewall into its namespace's ordered rules, and judges the local
+// pods' Service backends by them. A policy that cannot be compiled is handed on with Err, so
+// that the dataplane keeps what it enforced.
 func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
+	var part Part
+	// Read before the caches: a change landing in between moves it (see Generations.Of).
+	gen, known := in.Snap.Generations.Of(&ovnv1.EgressFirewall{}, &corev1.Node{}, &corev1.Namespace{})
+	if known && c.list.valid && c.list.generation == gen {
+		part.Firewalls = c.list.firewalls
+	} else {
+		var err error
+		if part, err = c.compileAll(in); err != nil {
+			c.list = compiledList{}
+			return part, err
+		}
+		c.list = compiledList{generation: gen, valid: known && len(part.DNSNames) == 0, firewalls: part.Firewalls}
+	}
+	var err error
+	part.BackendDenies, err = serviceBackendDenies(in, part.Firewalls)
+	return part, err
+}
+
+// compileAll compiles every EgressFirewall's rules.
+func (c *Compiler) compileAll(in *cluster.Input) (Part, error) {
 	var part Part
 	efs, err := in.Snap.EgressFirewalls.List(labels.Everything())
 	if err != nil {
@@ -66,8 +100,7 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 		part.Firewalls = append(part.Firewalls, fw)
 	}
 	c.memo.forgetBut(efs)
-	part.BackendDenies, err = serviceBackendDenies(in, part.Firewalls)
-	return part, err
+	return part, nil
 }
 
 // aclSeverities are the severities the acl-logging annotation accepts ("" does not log).

@@ -14,6 +14,7 @@ import (
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/watchers"
 	"github.com/egressd/egressd/watchers/watcherstest"
 )
 
@@ -151,6 +152,45 @@ func TestCompileFirewallMemo(t *testing.T) {
 	m.keep(withNodes, nil, nil)
 	if _, ok := m.firewall(withNodes); ok {
 		t.Error("a firewall depending on nodes was memoized")
+	}
+}
+
+// While no EgressFirewall, Node or Namespace changed, the same list is handed on (the dataplane
+// recognizes it); any of them changing, or a dnsName rule, compiles it again. Backend denies,
+// which depend on pods too, are judged every time.
+func TestCompileFirewallListKept(t *testing.T) {
+	e := ef("a", cidrRule("Deny", "10.0.0.0/8"))
+	snap := watcherstest.Snapshot(e)
+	snap.Generations = watchers.NewGenerations(&ovnv1.EgressFirewall{}, &corev1.Node{}, &corev1.Namespace{})
+	c := &Compiler{}
+	compile := func() []dataplane.Firewall {
+		t.Helper()
+		part, err := c.Compile(&cluster.Input{Snap: snap, Lookup: func(string) []netip.Addr { return nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return part.Firewalls
+	}
+	same := func(a, b []dataplane.Firewall) bool { return len(a) == len(b) && &a[0] == &b[0] }
+	first := compile()
+	if !same(first, compile()) {
+		t.Error("nothing changed, yet the list was compiled again")
+	}
+	for _, kind := range []any{&ovnv1.EgressFirewall{}, &corev1.Node{}, &corev1.Namespace{}} {
+		snap.Generations.Count(kind)
+		if next := compile(); same(first, next) {
+			t.Errorf("a %T changed, yet the list was kept", kind)
+		} else {
+			first = next
+		}
+	}
+	withDNS := ef("b", ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{DNSName: "example.com"}})
+	snap2 := watcherstest.Snapshot(e, withDNS)
+	snap2.Generations = snap.Generations
+	snap = snap2
+	snap.Generations.Count(&ovnv1.EgressFirewall{})
+	if dns := compile(); same(dns, compile()) {
+		t.Error("a list with a dnsName rule was kept (it changes with the answers)")
 	}
 }
 
