@@ -176,7 +176,7 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 			if spec {
 				w.snap.Generations.Count(i.kind)
 			}
-			w.signal(spec)
+			w.signal(i.kind, spec)
 		}
 		notify := cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { changed(true) },
@@ -194,18 +194,19 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 type subscriber struct {
 	ch        chan struct{}
 	statusToo bool
+	kinds     map[reflect.Type]bool // nil: all
 }
 
 // signal coalesces events: one pending notification is enough for a level-triggered consumer.
 // An update of only the status of an egress API object reaches only subscribers that read
 // status: the node's programming does not depend on it, and every node writing its status
 // entry would otherwise make every node recompile.
-func (w *Watchers) signal(spec bool) {
+func (w *Watchers) signal(kind any, spec bool) {
 	if spec {
 		w.pending.CompareAndSwap(0, time.Now().UnixNano())
 	}
 	for _, s := range w.subs {
-		if !spec && !s.statusToo {
+		if (!spec && !s.statusToo) || (s.kinds != nil && !s.kinds[reflect.TypeOf(kind)]) {
 			continue
 		}
 		select {
@@ -263,11 +264,19 @@ func (w *Watchers) Shutdown() {
 }
 
 // Subscribe returns a channel that receives a value after any object changed since the last
-// receive; statusToo includes updates of only the status of egress API objects. Call it before
-// Start.
-func (w *Watchers) Subscribe(statusToo bool) <-chan struct{} {
+// receive; statusToo includes updates of only the status of egress API objects; kinds (pointers
+// to Go types, as &corev1.Node{}), when given, limit it to objects of those kinds (a consumer
+// that reads no pods is not woken by every pod's churn). Call it before Start.
+func (w *Watchers) Subscribe(statusToo bool, kinds ...any) <-chan struct{} {
 	ch := make(chan struct{}, 1)
-	w.subs = append(w.subs, subscriber{ch: ch, statusToo: statusToo})
+	sub := subscriber{ch: ch, statusToo: statusToo}
+	if len(kinds) > 0 {
+		sub.kinds = map[reflect.Type]bool{}
+		for _, k := range kinds {
+			sub.kinds[reflect.TypeOf(k)] = true
+		}
+	}
+	w.subs = append(w.subs, sub)
 	return ch
 }
 

@@ -33,7 +33,8 @@ func TestStatusOnlyUpdates(t *testing.T) {
 	}
 	w := &Watchers{}
 	spec, all := w.Subscribe(false), w.Subscribe(true)
-	w.signal(false)
+	nodes := w.Subscribe(true, &corev1.Node{})
+	w.signal(&ovnv1.EgressFirewall{}, false)
 	select {
 	case <-spec:
 		t.Error("status-only change reached a spec subscriber")
@@ -50,10 +51,21 @@ func TestStatusOnlyUpdates(t *testing.T) {
 
 	// A spec change reaches both subscribers and is pending from its first signal until taken.
 	before := time.Now()
-	w.signal(true)
+	w.signal(&ovnv1.EgressFirewall{}, true)
 	after := time.Now()
 	time.Sleep(time.Millisecond) // so that the second signal's time is after the first's
-	w.signal(true)
+	w.signal(&ovnv1.EgressFirewall{}, true)
+	select {
+	case <-nodes:
+		t.Error("a firewall's change reached a subscriber of nodes only")
+	default:
+	}
+	w.signal(&corev1.Node{}, false)
+	select {
+	case <-nodes:
+	default:
+		t.Error("a node's change did not reach a subscriber of nodes")
+	}
 	for name, ch := range map[string]<-chan struct{}{"spec": spec, "status": all} {
 		select {
 		case <-ch:

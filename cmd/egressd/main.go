@@ -140,11 +140,16 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	recorder, stopEvents := eventRecorder(ctx, kube, cfg.nodeName)
 	defer stopEvents()
 	statusWriter := &status.Writer{Node: cfg.nodeName, Client: egress, Kube: kube, Snapshot: w.Snapshot(), Recorder: recorder,
-		Changed: w.Subscribe(true), Log: log.With("component", "status")}
+		// Its entries' objects, and what the node's annotations and labels are made from.
+		Changed: w.Subscribe(true, &ovnv1.EgressFirewall{}, &ovnv1.EgressQoS{}, &ovnv1.AdminPolicyBasedExternalRoute{},
+			&ovnv1.EgressService{}, &corev1.Node{}),
+		Log: log.With("component", "status")}
 	loop.Status = statusWriter
 	loop.Recorder = recorder
-	aggregator := &status.Aggregator{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true), Ignore: cfg.statusIgnore,
-		Log: log.With("component", "status-aggregator")}
+	aggregator := &status.Aggregator{Client: egress, Snapshot: w.Snapshot(),
+		Changed: w.Subscribe(true, &ovnv1.EgressFirewall{}, &ovnv1.EgressQoS{}, &ovnv1.AdminPolicyBasedExternalRoute{}, &corev1.Node{}),
+		Ignore:  cfg.statusIgnore,
+		Log:     log.With("component", "status-aggregator")}
 	prober := reachability.NewProber(reachability.Config{})
 	defer prober.Stop()
 	eipMetrics, serviceMetrics := egressip.NewMetrics(), egressservice.NewMetrics()

@@ -30,6 +30,11 @@ var entryWriters = map[dataplane.Kind]entryWriter{
 	externalroute.KindExternalRoute: writeRouteEntry,
 }
 
+// byOutcome are the kinds whose entry is a function of the sync's outcome alone: an outcome
+// written before need not be looked at again until the object changes (an AdminPolicyBased-
+// ExternalRoute's entry lists its gateways, which pods and namespaces change).
+var byOutcome = map[dataplane.Kind]bool{cluster.KindEgressFirewall: true, cluster.KindEgressQoS: true}
+
 // Writer reports, for this node, what the last sync applied: one entry per object,
 // written with server-side apply under the node's name as field manager, so that every node
 // owns exactly its own entry. Writes run on their own goroutine: a slow API server never holds
@@ -62,13 +67,18 @@ type report struct {
 func (w *Writer) Run(ctx context.Context) {
 	var last report
 	var again <-chan time.Time // a label held back is due
+	// written are the outcomes written (or found in place) by the last pass, of the kinds
+	// byOutcome: a sync's report looks again only at what changed (a thousand firewalls, and a
+	// report after every pod's sync); a change of the objects themselves looks at all.
+	var written map[dataplane.Origin]string
 	for {
 		var r report
+		all := true
 		select {
 		case <-ctx.Done():
 			return
 		case r = <-w.queue():
-			last = r
+			last, all = r, false
 		case <-w.Changed:
 			r = last // entries already right are skipped
 		case <-again:
@@ -82,14 +92,26 @@ func (w *Writer) Run(ctx context.Context) {
 		if after > 0 {
 			again = time.After(after)
 		}
+		next := map[dataplane.Origin]string{}
 		for origin, err := range r.objects {
 			if ctx.Err() != nil {
 				return
 			}
+			outcome := ""
+			if err != nil {
+				outcome = err.Error()
+			}
+			if prev, ok := written[origin]; ok && prev == outcome && !all {
+				next[origin] = outcome
+				continue
+			}
 			if werr := entryWriters[origin.Kind](ctx, w, origin, err); werr != nil {
 				w.Log.Error("write status", "object", origin.String(), "err", werr)
+			} else if byOutcome[origin.Kind] {
+				next[origin] = outcome
 			}
 		}
+		written = next
 	}
 }
 

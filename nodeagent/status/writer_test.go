@@ -1,0 +1,81 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/egressd/egressd/api/generated/clientset/versioned/fake"
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/watchers/watcherstest"
+)
+
+// A sync's report looks again only at the firewalls whose outcome changed (a report follows
+// every pod's sync); a change of the objects looks at all of them again.
+func TestWriterLooksAgainAtChangedOutcomes(t *testing.T) {
+	efs := []*ovnv1.EgressFirewall{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "default"}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "default"}},
+	}
+	client := fake.NewSimpleClientset()
+	var mu sync.Mutex
+	writes := map[string]int{}
+	client.PrependReactor("patch", "egressfirewalls", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		writes[a.GetNamespace()]++
+		return true, &ovnv1.EgressFirewall{}, nil
+	})
+	count := func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		out := map[string]int{}
+		for k, v := range writes {
+			out[k] = v
+		}
+		return out
+	}
+	changed := make(chan struct{}, 1)
+	// The snapshot never shows the entries written: every look at an entry writes it.
+	w := &Writer{Node: "n1", Client: client, Snapshot: watcherstest.Snapshot(efs[0], efs[1]), Changed: changed,
+		Recorder: record.NewFakeRecorder(10), Log: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	origin := func(ns string) dataplane.Origin {
+		return dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: ns, Name: "default"}
+	}
+	waitFor := func(what string, want map[string]int) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			got := count()
+			if got["a"] == want["a"] && got["b"] == want["b"] {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: writes %v, want %v", what, got, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	w.Report(map[dataplane.Origin]error{origin("a"): nil, origin("b"): nil}, dataplane.Result{})
+	waitFor("first report", map[string]int{"a": 1, "b": 1})
+	w.Report(map[dataplane.Origin]error{origin("a"): nil, origin("b"): errors.New("boom")}, dataplane.Result{})
+	waitFor("b failed", map[string]int{"a": 1, "b": 2})
+	w.Report(map[dataplane.Origin]error{origin("a"): nil, origin("b"): errors.New("boom")}, dataplane.Result{})
+	time.Sleep(100 * time.Millisecond)
+	waitFor("the same outcomes again", map[string]int{"a": 1, "b": 2})
+	changed <- struct{}{}
+	waitFor("the objects changed", map[string]int{"a": 2, "b": 3})
+}
