@@ -77,6 +77,12 @@ type Applier struct {
 	neighMu     sync.Mutex
 	changed     chan struct{}
 	done        chan struct{}
+	// inherited are the gateways the previous agent's routes used (routing.Router.InUse), taken
+	// as alive until their own BFD session comes up or inheritUntil: a restarted agent's
+	// sessions start Down, and judging by them alone would take every BFD-gated gateway out of
+	// use, and flush the connections it brought, at every restart. Apply's goroutine only.
+	inherited    map[netip.Addr]bool
+	inheritUntil time.Time
 	// phases times each phase of Apply: where a slow sync spends its time.
 	phases *prometheus.HistogramVec
 	log    *slog.Logger
@@ -141,6 +147,19 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	d := &Applier{classifier: c, attachers: []*tc.Attacher{toPod, a}, facings: facings, nft: t, addresses: owned, routing: router,
 		tunnel: tun, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log,
 		phases: newPhases()}
+	if inUse := router.InUse(); len(inUse) > 0 {
+		d.inherited, d.inheritUntil = map[netip.Addr]bool{}, time.Now().Add(inheritGrace)
+		for _, gw := range inUse {
+			d.inherited[gw] = true
+		}
+		// Judged by the sessions alone from then on.
+		time.AfterFunc(inheritGrace, func() {
+			select {
+			case d.changed <- struct{}{}:
+			default:
+			}
+		})
+	}
 	go func() {
 		if err := c.ServeACLLog(log); err != nil {
 			log.Error("ACL logging stopped", "err", err)
@@ -251,6 +270,7 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 			res.Failed[o] = errors.Join(res.Failed[o], err)
 		}
 	}
+	up := d.bfdUp()
 	phase := func(name string, f func() map[dataplane.Origin]error) {
 		start := time.Now()
 		fail(f())
@@ -258,13 +278,13 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	}
 	phase("nftables", func() map[dataplane.Origin]error {
 		nftState := s.Nftables
-		nftState.ReturnPaths = d.returnPaths(s.Nftables.ReturnPaths, d.bfdUp())
+		nftState.ReturnPaths = d.returnPaths(s.Nftables.ReturnPaths, up)
 		return d.nft.Apply(&nftState)
 	})
 	phase("addresses", func() map[dataplane.Origin]error { return d.addresses.Apply(s.Addresses) })
 	phase("bfd", func() map[dataplane.Origin]error { return d.syncBFD(s.BFD) })
 	phase("tunnel", func() map[dataplane.Origin]error { return d.tunnel.Apply(&s.Tunnel) })
-	phase("routing", func() map[dataplane.Origin]error { return d.routing.Apply(&s.Routing, d.bfdUp()) })
+	phase("routing", func() map[dataplane.Origin]error { return d.routing.Apply(&s.Routing, up) })
 	phase("classifier", func() map[dataplane.Origin]error { return d.classifier.Apply(&s.Classifier) })
 	phase("attach", func() map[dataplane.Origin]error { return d.attach(s.Classifier.Pods) })
 	// Removals, in reverse.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -46,19 +47,28 @@ func (d *Applier) syncBFD(peers []dataplane.BFDPeer) map[dataplane.Origin]error 
 	return failed
 }
 
-// bfdUp reports whether the BFD session to a gateway is Up.
+// inheritGrace bounds how long a restarted agent takes the previous one's word that a gateway
+// is alive: a new BFD session comes up within about two seconds (RFC 5880's one-second
+// transmit interval until Up).
+const inheritGrace = 5 * time.Second
+
+// bfdUp reports whether a gateway is alive: its BFD session is Up, or, after a restart, the
+// previous agent used it and its new session has not been Up yet (inherited).
 func (d *Applier) bfdUp() func(netip.Addr) bool {
 	up := map[netip.Addr]bool{}
-	m := d.bfdManager()
-	if m == nil {
-		return func(netip.Addr) bool { return false }
-	}
-	for _, s := range m.Sessions() {
-		if s.State == bfd.Up {
-			up[s.Key.Peer] = true
+	if m := d.bfdManager(); m != nil {
+		for _, s := range m.Sessions() {
+			if s.State == bfd.Up {
+				up[s.Key.Peer] = true
+				delete(d.inherited, s.Key.Peer) // its own session speaks for it now
+			}
 		}
 	}
-	return func(peer netip.Addr) bool { return up[peer] }
+	if time.Now().After(d.inheritUntil) {
+		d.inherited = nil
+	}
+	inherited := d.inherited
+	return func(peer netip.Addr) bool { return up[peer] || inherited[peer] }
 }
 
 func (d *Applier) bfdManager() *bfd.Manager {

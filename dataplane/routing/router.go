@@ -14,6 +14,7 @@ package routing
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"sync"
 
@@ -43,6 +44,8 @@ type Router struct {
 	empty bool
 	// reads counts the listings of the kernel's state (tests assert when there is none).
 	reads int
+	// inUse are the gateways egressd's routes sent traffic to when New found them.
+	inUse []netip.Addr
 }
 
 // New opens the network namespace of the calling thread and adopts what egressd owns there.
@@ -70,8 +73,33 @@ func New(cfg Config) (*Router, error) {
 		if nh, ok := k.owned(rt.nhid); ok && nh.group != nil {
 			r.groups[key] = rt.nhid
 		}
+		r.inUse = append(r.inUse, k.gateways(rt)...)
 	}
 	return r, nil
+}
+
+// InUse are the gateways egressd's routes sent traffic to when the Router was created: what
+// the previous agent judged alive (a BFD-gated gateway that was down had left its group).
+func (r *Router) InUse() []netip.Addr { return r.inUse }
+
+// gateways are where a route sends traffic: its gateway, its nexthop's, or its group members'.
+func (k *kernel) gateways(rt kroute) []netip.Addr {
+	nh, ok := k.owned(rt.nhid)
+	switch {
+	case !ok && rt.gw.IsValid():
+		return []netip.Addr{rt.gw}
+	case !ok:
+		return nil
+	case nh.group == nil:
+		return []netip.Addr{nh.gw}
+	}
+	var out []netip.Addr
+	for _, id := range nh.group {
+		if m, ok := k.owned(id); ok && m.gw.IsValid() {
+			out = append(out, m.gw)
+		}
+	}
+	return out
 }
 
 // Close releases the netlink sockets; the kernel objects stay.

@@ -368,3 +368,117 @@ func TestPrivilegedExternalRouteGatewayMAC(t *testing.T) {
 	}
 	poll.Eventually(t, "gw1 used at its new MAC, both ways, after its gratuitous ARP", 5*time.Second, works(moved))
 }
+
+// TestPrivilegedExternalRouteRestartKeepsBFDGateway: the agent restarts while connections come
+// in through a BFD-gated gateway and through a plain one. The new agent's BFD session starts
+// Down; until it comes up the gateway stays in use on the previous agent's word (the kernel's
+// nexthop group): no entry of its connections is deleted or changed, before the session is up
+// nor after. Once its own session is up, the gateway going down is still noticed at once.
+func TestPrivilegedExternalRouteRestartKeepsBFDGateway(t *testing.T) {
+	privileged.Require(t)
+	l := lab.New(t, lab.Options{Nodes: 1, Agents: true})
+	_, gws := gatewaysTo(t, l, false)
+	client := clientBehindGateways(t, l, gws, false)
+	peer := fmt.Sprintf("peer %s local-address %s interface eth0", l.Nodes[0].IPv4, gws[1].Fabric)
+	f := frr.StartBFDD(t, gws[1].NS, "bfd\n "+peer+"\n !\n!\n")
+
+	ns := l.CP.Namespace(t)
+	pod := addPod(t, l.Nodes[0], ns, "server", lab.PodOptions{})
+	if err := pod.Serve(8080); err != nil {
+		t.Fatal(err)
+	}
+	server := netip.AddrPortFrom(pod.IPv4, 8080)
+	name := "gws-" + ns
+	applyAndWait(t, l, "", fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
+kind: AdminPolicyBasedExternalRoute
+metadata: {name: %s}
+spec:
+  from:
+    namespaceSelector:
+      matchLabels: {kubernetes.io/metadata.name: %s}
+  nextHops:
+    static:
+    - {ip: %q}
+    - {ip: %q, bfdEnabled: true}
+`, name, ns, gws[0].Fabric, gws[1].Fabric), "Success")
+	t.Cleanup(func() { _ = l.Kube.Delete(t.Context(), "k8s.ovn.org/v1", "AdminPolicyBasedExternalRoute", "", name) })
+
+	var marked map[clientFlow]uint32 // the connections through gw2 (BFD), with their marks
+	poll.Eventually(t, "connections through both gateways, each marked", 15*time.Second, func() error {
+		trips := roundTrips(t, client, server, gws, 12)
+		marks := ctMarks(t, l.Nodes[0], client.Addrs[0], pod.IPv4)
+		marked = map[clientFlow]uint32{}
+		used := map[string]int{}
+		for _, rt := range trips {
+			if rt.request == "" || rt.reply != rt.request {
+				return fmt.Errorf("%s: request through %q, reply through %q", rt.flow, rt.request, rt.reply)
+			}
+			used[rt.request]++
+			if m := marks[rt.flow]; m == 0 {
+				return fmt.Errorf("no marked conntrack entry of %s", rt.flow)
+			} else if rt.request == "gw2" {
+				marked[rt.flow] = m
+			}
+		}
+		if used["gw1"] == 0 || used["gw2"] == 0 {
+			return fmt.Errorf("the client's connections came through %v only", used)
+		}
+		return nil
+	})
+	kept := func() error {
+		now := ctMarks(t, l.Nodes[0], client.Addrs[0], pod.IPv4)
+		for f, m := range marked {
+			if now[f] != m {
+				return fmt.Errorf("the entry of %s (through gw2, mark %#x) is gone or changed: %#x", f, m, now[f])
+			}
+		}
+		return nil
+	}
+
+	n := l.Nodes[0]
+	n.Agent.Kill()
+	time.Sleep(300 * time.Millisecond)
+	restarted := time.Now()
+	if err := n.StartAgent(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// Through the new session's coming up and past the grace on the previous agent's word.
+	sessionUp := false
+	for time.Since(restarted) < 7*time.Second {
+		if err := kept(); err != nil {
+			t.Fatalf("%s after the restart: %v", time.Since(restarted).Round(time.Millisecond), err)
+		}
+		if v, _ := n.Agent.Sample(`egressd_bfd_sessions{state="Up"}`); v == "1" && !sessionUp {
+			sessionUp = true
+			t.Logf("the new agent's BFD session to gw2 up %s after the restart", time.Since(restarted).Round(time.Millisecond))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !sessionUp {
+		t.Fatal("the new agent's BFD session to gw2 never came up")
+	}
+	for _, series := range []string{"egressd_externalroute_conntrack_deleted_total", "egressd_externalroute_gateway_removals_total"} {
+		if v, err := n.Agent.Sample(series); err != nil || (v != "" && v != "0") {
+			t.Errorf("new agent: %s = %q (%v), want none", series, v, err)
+		}
+	}
+	for _, rt := range roundTrips(t, client, server, gws, 12) {
+		if rt.request != rt.reply {
+			t.Errorf("after the restart, %s: request through %q, reply through %q", rt.flow, rt.request, rt.reply)
+		}
+	}
+
+	// Its own session judges it now: gw2 going down is noticed.
+	if err := f.Configure(peer, "shutdown"); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, "the entries of gw2's connections deleted after its BFD session went down", 5*time.Second, func() error {
+		now := ctMarks(t, n, client.Addrs[0], pod.IPv4)
+		for f, m := range marked {
+			if now[f] == m {
+				return fmt.Errorf("the entry of %s still carries gw2's mark %#x", f, m)
+			}
+		}
+		return nil
+	})
+}
