@@ -40,7 +40,11 @@ type ClassifierState struct {
 	// networks and the nodes' addresses.
 	SteerExempt []netip.Prefix
 	Firewalls   []Firewall
-	QoS         []QoS
+	// FirewallsVersion, when not 0, identifies the content of Firewalls: a state with the same
+	// version holds the same list (the classifier then skips reading a thousand firewalls'
+	// rules again for a sync that brings a new pod); 0 says nothing, and the list is read.
+	FirewallsVersion uint64
+	QoS              []QoS
 }
 
 // Pod is a local pod and its addresses.

@@ -28,9 +28,10 @@ type parts struct {
 func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (dataplane.State, map[dataplane.Origin]error) {
 	objects := map[dataplane.Origin]error{}
 	s := dataplane.State{Classifier: dataplane.ClassifierState{
-		ClusterNetworks: networks,
-		Firewalls:       p.firewall.Firewalls,
-		QoS:             p.qos.QoS,
+		ClusterNetworks:  networks,
+		Firewalls:        p.firewall.Firewalls,
+		FirewallsVersion: p.firewall.Version,
+		QoS:              p.qos.QoS,
 	}}
 	eip := withoutServed(p.egressIP, p.service.Served)
 	mode := st.mode

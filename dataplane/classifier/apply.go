@@ -20,7 +20,7 @@ func (c *Classifier) Apply(s *dataplane.ClassifierState) map[dataplane.Origin]er
 	failed := map[dataplane.Origin]error{}
 	want := newContent()
 	a := newIDs()
-	fws, listFP := c.firewallsFor(s.Firewalls, a, failed)
+	fws, list := c.firewallsFor(s, a, failed)
 	keep := c.pods(s, a, fws, &want, failed) // QoS classes whose previous entries stay
 	for _, q := range s.QoS {
 		id := a.namespace(q.Origin.Namespace)
@@ -43,7 +43,7 @@ func (c *Classifier) Apply(s *dataplane.ClassifierState) map[dataplane.Origin]er
 	}
 	c.names.Store(&a.namespaces)
 	c.logging.Store(&fws.logging)
-	c.recordRules(s, listFP, failed)
+	c.recordRules(s, list, failed)
 	// QoS entries of classes that failed stay as written.
 	keepFailed(c.written.qos, want.qos, keep, lpmID)
 	// Cached decisions go stale when what they were decided from changes.

@@ -84,9 +84,9 @@ func (c *Classifier) FragmentCounters() (FragmentStats, error) {
 }
 
 // recordRules remembers what the metrics label rules with. A policy that failed keeps the rules
-// it had, and so do its labels. listFP is the fingerprint of s.Firewalls: the same list as last
-// time labels its rules as last time.
-func (c *Classifier) recordRules(s *dataplane.ClassifierState, listFP uint64, failed map[dataplane.Origin]error) {
+// it had, and so do its labels. list identifies s.Firewalls: the same list as last time labels
+// its rules as last time.
+func (c *Classifier) recordRules(s *dataplane.ClassifierState, list listKey, failed map[dataplane.Origin]error) {
 	c.info.mu.Lock()
 	defer c.info.mu.Unlock()
 	keepNS := map[string]bool{}
@@ -96,7 +96,7 @@ func (c *Classifier) recordRules(s *dataplane.ClassifierState, listFP uint64, fa
 		}
 	}
 	actions := c.info.fwAction
-	if len(keepNS) > 0 || listFP != c.info.actionsOf || actions == nil {
+	if len(keepNS) > 0 || list != c.info.actionsOf || actions == nil {
 		// Sized as last time: rebuilt, grown from empty it would rehash many times.
 		actions = make(map[RuleRef]string, len(c.info.fwAction))
 		for _, fw := range s.Firewalls {
@@ -117,9 +117,9 @@ func (c *Classifier) recordRules(s *dataplane.ClassifierState, listFP uint64, fa
 			}
 		}
 	}
-	c.info.actionsOf = 0
+	c.info.actionsOf = listKey{}
 	if len(keepNS) == 0 {
-		c.info.actionsOf = listFP
+		c.info.actionsOf = list
 	}
 	dscps := make(map[RuleRef]uint8, len(c.info.qosDSCP))
 	for _, q := range s.QoS {

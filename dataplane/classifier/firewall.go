@@ -43,29 +43,40 @@ type firewalls struct {
 // firewallsMemo is the firewall part computed from a list of firewalls, with the namespace ids
 // it allocated and the failures it found.
 type firewallsMemo struct {
-	fingerprint uint64 // of the list
-	fws         firewalls
-	taken       map[uint32]string
-	namespaces  map[nsID]string
-	failed      map[dataplane.Origin]error
+	list       listKey
+	fws        firewalls
+	taken      map[uint32]string
+	namespaces map[nsID]string
+	failed     map[dataplane.Origin]error
+}
+
+// listKey identifies a list of firewalls: by the version its producer gave it, else by its
+// fingerprint.
+type listKey struct{ version, fingerprint uint64 }
+
+func keyOf(s *dataplane.ClassifierState) listKey {
+	if s.FirewallsVersion != 0 {
+		return listKey{version: s.FirewallsVersion}
+	}
+	return listKey{fingerprint: listFingerprint(s.Firewalls)}
 }
 
 // firewallsFor is firewallsOf, reused when the list is the same as at the last Apply (a sync
 // for a new pod under a thousand firewalls) and the entries written from it are still those
-// held (a failed write computes them again); it returns the list's fingerprint too. a must be
-// fresh: the firewalls' namespaces take their ids first.
-func (c *Classifier) firewallsFor(list []dataplane.Firewall, a *ids, failed map[dataplane.Origin]error) (firewalls, uint64) {
-	fp := listFingerprint(list)
-	if m := c.fwMemo; m != nil && m.fingerprint == fp && !c.firewallsChanged(m.fws.sets) {
+// held (a failed write computes them again); it returns the list's key too. a must be fresh:
+// the firewalls' namespaces take their ids first.
+func (c *Classifier) firewallsFor(s *dataplane.ClassifierState, a *ids, failed map[dataplane.Origin]error) (firewalls, listKey) {
+	key := keyOf(s)
+	if m := c.fwMemo; m != nil && m.list == key && !c.firewallsChanged(m.fws.sets) {
 		a.taken, a.namespaces = maps.Clone(m.taken), maps.Clone(m.namespaces)
 		maps.Copy(failed, m.failed)
-		return m.fws, fp
+		return m.fws, key
 	}
 	own := map[dataplane.Origin]error{}
-	fws := c.firewallsOf(list, a, own)
+	fws := c.firewallsOf(s.Firewalls, a, own)
 	maps.Copy(failed, own)
-	c.fwMemo = &firewallsMemo{fingerprint: fp, fws: fws, taken: maps.Clone(a.taken), namespaces: maps.Clone(a.namespaces), failed: own}
-	return fws, fp
+	c.fwMemo = &firewallsMemo{list: key, fws: fws, taken: maps.Clone(a.taken), namespaces: maps.Clone(a.namespaces), failed: own}
+	return fws, key
 }
 
 // firewallsOf computes the wanted firewall sets, reusing c's written sets where the rules are
@@ -177,7 +188,7 @@ func listFingerprint(list []dataplane.Firewall) uint64 {
 		h.num(uint64(len(fw.Rules)))
 		h.rules(fw.Rules)
 	}
-	return h.Sum64()
+	return h.Sum64() | 1 // never 0, which means "unknown"
 }
 
 type hash struct {

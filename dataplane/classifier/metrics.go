@@ -37,9 +37,9 @@ type ruleInfo struct {
 	fwAction  map[RuleRef]string
 	qosDSCP   map[RuleRef]uint8
 	firewalls int
-	// actionsOf is the fingerprint of the list of firewalls fwAction was computed from, when
-	// none of them failed (0: none).
-	actionsOf uint64
+	// actionsOf is the list of firewalls fwAction was computed from, when none of them failed
+	// (zero: none).
+	actionsOf listKey
 }
 
 // Describe implements prometheus.Collector.

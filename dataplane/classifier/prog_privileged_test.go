@@ -270,38 +270,46 @@ func TestPrivilegedClassifierDecisionCache(t *testing.T) {
 }
 
 // TestPrivilegedClassifierNewPodSameFirewalls: a sync that brings a new pod and the same
-// firewalls (the classifier reuses what it computed from them) puts the pod under its
-// namespace's firewall; a firewall changed after that is enforced, for both pods.
+// firewalls (the classifier reuses what it computed from them, known by their fingerprint or by
+// the version their producer gave them) puts the pod under its namespace's firewall; a
+// firewall changed after that is enforced, for both pods.
 func TestPrivilegedClassifierNewPodSameFirewalls(t *testing.T) {
-	c := load(t)
-	if failed := c.Apply(firewallState()); len(failed) > 0 {
-		t.Fatal(failed)
-	}
-	podA2 := netip.MustParseAddr("10.244.0.7")
-	withPod := func() *dataplane.ClassifierState {
-		st := firewallState()
-		st.Pods = append(st.Pods, dataplane.Pod{Origin: dataplane.Origin{Kind: "Pod", Namespace: "a", Name: "pa2"}, IPs: []netip.Addr{podA2}})
-		return st
-	}
-	if failed := c.Apply(withPod()); len(failed) > 0 {
-		t.Fatal(failed)
-	}
-	denied, allowed := netip.MustParseAddr("203.0.113.1"), netip.MustParseAddr("198.51.100.7")
-	if got, _ := run(t, c, pkt(t, podA2, denied, "tcp", 443, 0, false)); got != tcxDrop {
-		t.Errorf("new pod under the same firewalls, to a denied destination: %#x, want drop", got)
-	}
-	if got, _ := run(t, c, pkt(t, podA2, allowed, "udp", 53, 0, false)); got != tcxNext {
-		t.Errorf("new pod under the same firewalls, to an allowed destination: %#x, want next", got)
-	}
-	changed := withPod()
-	changed.Firewalls[0].Rules[1].Deny = true
-	if failed := c.Apply(changed); len(failed) > 0 {
-		t.Fatal(failed)
-	}
-	for _, src := range []netip.Addr{podA, podA2} {
-		if got, _ := run(t, c, pkt(t, src, allowed, "udp", 53, 0, false)); got != tcxDrop {
-			t.Errorf("%s after rule 1 became a deny: %#x, want drop", src, got)
-		}
+	for _, versions := range [][3]uint64{{0, 0, 0}, {7, 7, 8}} {
+		t.Run(fmt.Sprintf("versions %v", versions), func(t *testing.T) {
+			c := load(t)
+			first := firewallState()
+			first.FirewallsVersion = versions[0]
+			if failed := c.Apply(first); len(failed) > 0 {
+				t.Fatal(failed)
+			}
+			podA2 := netip.MustParseAddr("10.244.0.7")
+			withPod := func(version uint64) *dataplane.ClassifierState {
+				st := firewallState()
+				st.FirewallsVersion = version
+				st.Pods = append(st.Pods, dataplane.Pod{Origin: dataplane.Origin{Kind: "Pod", Namespace: "a", Name: "pa2"}, IPs: []netip.Addr{podA2}})
+				return st
+			}
+			if failed := c.Apply(withPod(versions[1])); len(failed) > 0 {
+				t.Fatal(failed)
+			}
+			denied, allowed := netip.MustParseAddr("203.0.113.1"), netip.MustParseAddr("198.51.100.7")
+			if got, _ := run(t, c, pkt(t, podA2, denied, "tcp", 443, 0, false)); got != tcxDrop {
+				t.Errorf("new pod under the same firewalls, to a denied destination: %#x, want drop", got)
+			}
+			if got, _ := run(t, c, pkt(t, podA2, allowed, "udp", 53, 0, false)); got != tcxNext {
+				t.Errorf("new pod under the same firewalls, to an allowed destination: %#x, want next", got)
+			}
+			changed := withPod(versions[2])
+			changed.Firewalls[0].Rules[1].Deny = true
+			if failed := c.Apply(changed); len(failed) > 0 {
+				t.Fatal(failed)
+			}
+			for _, src := range []netip.Addr{podA, podA2} {
+				if got, _ := run(t, c, pkt(t, src, allowed, "udp", 53, 0, false)); got != tcxDrop {
+					t.Errorf("%s after rule 1 became a deny: %#x, want drop", src, got)
+				}
+			}
+		})
 	}
 }
 

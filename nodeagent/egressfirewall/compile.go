@@ -23,7 +23,9 @@ const (
 
 // Part is what EgressFirewall adds to the node state.
 type Part struct {
-	Firewalls     []dataplane.Firewall
+	Firewalls []dataplane.Firewall
+	// Version changes whenever Firewalls is compiled afresh (dataplane.ClassifierState).
+	Version       uint64
 	BackendDenies []dataplane.BackendDeny
 	// DNSNames are the names the rules refer to, to resolve and keep fresh.
 	DNSNames []string
@@ -44,6 +46,7 @@ type compiledList struct {
 	generation uint64
 	valid      bool
 	firewalls  []dataplane.Firewall
+	version    uint64 // counts the lists compiled
 }
 
 // Compile turns every EgressFirewall into its namespace's ordered rules, and judges the local
@@ -58,11 +61,13 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 	} else {
 		var err error
 		if part, err = c.compileAll(in); err != nil {
-			c.list = compiledList{}
+			c.list.valid = false
 			return part, err
 		}
-		c.list = compiledList{generation: gen, valid: known && len(part.DNSNames) == 0, firewalls: part.Firewalls}
+		c.list = compiledList{generation: gen, valid: known && len(part.DNSNames) == 0, firewalls: part.Firewalls,
+			version: c.list.version + 1}
 	}
+	part.Version = c.list.version
 	var err error
 	part.BackendDenies, err = serviceBackendDenies(in, part.Firewalls)
 	return part, err

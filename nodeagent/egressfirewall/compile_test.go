@@ -184,6 +184,15 @@ func TestCompileFirewallListKept(t *testing.T) {
 			first = next
 		}
 	}
+	// The version names the list: the same while kept, another once compiled again.
+	in := &cluster.Input{Snap: snap, Lookup: func(string) []netip.Addr { return nil }}
+	p1, _ := c.Compile(in)
+	p2, _ := c.Compile(in)
+	snap.Generations.Count(&corev1.Node{})
+	p3, _ := c.Compile(in)
+	if p1.Version == 0 || p2.Version != p1.Version || p3.Version == p1.Version {
+		t.Errorf("versions %d, %d (kept), %d (compiled again): want the same nonzero, then another", p1.Version, p2.Version, p3.Version)
+	}
 	withDNS := ef("b", ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{DNSName: "example.com"}})
 	snap2 := watcherstest.Snapshot(e, withDNS)
 	snap2.Generations = snap.Generations
