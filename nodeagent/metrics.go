@@ -102,12 +102,20 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 func (m *Metrics) observeObjects(objects, failed map[dataplane.Origin]error) {
 	m.Objects.Reset()
 	m.ObjectFailures.Reset()
+	// Counted here, set once per kind and result: a thousand firewalls are a thousand lookups
+	// of a labelled series otherwise, at every sync.
+	counts := map[[2]string]float64{}
+	defer func() {
+		for k, n := range counts {
+			m.Objects.WithLabelValues(k[0], k[1]).Set(n)
+		}
+	}()
 	count := func(o dataplane.Origin, err error) {
 		if err == nil {
-			m.Objects.WithLabelValues(string(o.Kind), "applied").Inc()
+			counts[[2]string{string(o.Kind), "applied"}]++
 			return
 		}
-		m.Objects.WithLabelValues(string(o.Kind), "failed").Inc()
+		counts[[2]string{string(o.Kind), "failed"}]++
 		m.ObjectFailures.WithLabelValues(string(o.Kind), objectName(o), err.Error()).Set(1)
 	}
 	for o, err := range objects {

@@ -38,7 +38,7 @@ type Names interface {
 }
 
 // Reporter is told the outcome of every sync: the objects the state was compiled from with what
-// failed for each, and the node's facts.
+// failed for each (a map it may keep: the loop makes a new one each sync), and the node's facts.
 type Reporter interface {
 	Report(objects map[dataplane.Origin]error, res dataplane.Result)
 }

@@ -20,7 +20,7 @@ func (c *Classifier) Apply(s *dataplane.ClassifierState) map[dataplane.Origin]er
 	failed := map[dataplane.Origin]error{}
 	want := newContent()
 	a := newIDs()
-	fws, list := c.firewallsFor(s, a, failed)
+	fws, list, reused := c.firewallsFor(s, a, failed)
 	keep := c.pods(s, a, fws, &want, failed) // QoS classes whose previous entries stay
 	for _, q := range s.QoS {
 		id := a.namespace(q.Origin.Namespace)
@@ -47,18 +47,27 @@ func (c *Classifier) Apply(s *dataplane.ClassifierState) map[dataplane.Origin]er
 	// QoS entries of classes that failed stay as written.
 	keepFailed(c.written.qos, want.qos, keep, lpmID)
 	// Cached decisions go stale when what they were decided from changes.
-	fwChanged := !maps.Equal(c.written.cluster, want.cluster) || c.firewallsChanged(fws.sets)
+	// Reused sets are the written ones (firewallsFor checked): nothing of them to write, nor of
+	// their texts once written from them.
+	fwChanged := !maps.Equal(c.written.cluster, want.cluster) || (!reused && c.firewallsChanged(fws.sets))
+	syncSets, syncTexts := c.syncFirewalls, c.syncFirewallTexts
+	if reused {
+		syncSets = func(map[nsID]*fwSet) error { return nil }
+		if c.textsOf == c.fwMemo {
+			syncTexts = syncSets
+		}
+	}
 	// Adds and changes before removals: every destination sees either the old or the new
 	// verdict, never a mixture (a removed prefix falls back to an already updated shorter one).
 	errs := []error{
-		c.syncFirewalls(fws.sets),
+		syncSets(fws.sets),
 		syncMap(c.objs.EgressdQos, c.written.qos, want.qos),
 		syncMap(c.objs.EgressdCluster, c.written.cluster, want.cluster),
 		// Exemptions before the marks of new pods, so that none is steered where it must not be.
 		syncMap(c.objs.EgressdSteerExempt, c.written.steerExempt, want.steerExempt),
 		syncMap(c.objs.EgressdPods, c.written.pods, want.pods),
 		c.nextGeneration(fwChanged),
-		c.syncFirewallTexts(fws.sets),
+		c.textsFrom(syncTexts, fws.sets),
 		syncMap(c.objs.EgressdIds, c.written.ids, want.ids),
 		syncMap(c.objs.EgressdQosRules, c.written.qosRules, want.qosRules),
 	}

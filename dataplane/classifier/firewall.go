@@ -65,18 +65,29 @@ func keyOf(s *dataplane.ClassifierState) listKey {
 // for a new pod under a thousand firewalls) and the entries written from it are still those
 // held (a failed write computes them again); it returns the list's key too. a must be fresh:
 // the firewalls' namespaces take their ids first.
-func (c *Classifier) firewallsFor(s *dataplane.ClassifierState, a *ids, failed map[dataplane.Origin]error) (firewalls, listKey) {
-	key := keyOf(s)
+func (c *Classifier) firewallsFor(s *dataplane.ClassifierState, a *ids, failed map[dataplane.Origin]error) (fws firewalls, key listKey, reused bool) {
+	key = keyOf(s)
 	if m := c.fwMemo; m != nil && m.list == key && !c.firewallsChanged(m.fws.sets) {
 		a.taken, a.namespaces = maps.Clone(m.taken), maps.Clone(m.namespaces)
 		maps.Copy(failed, m.failed)
-		return m.fws, key
+		return m.fws, key, true
 	}
 	own := map[dataplane.Origin]error{}
-	fws := c.firewallsOf(s.Firewalls, a, own)
+	fws = c.firewallsOf(s.Firewalls, a, own)
 	maps.Copy(failed, own)
 	c.fwMemo = &firewallsMemo{list: key, fws: fws, taken: maps.Clone(a.taken), namespaces: maps.Clone(a.namespaces), failed: own}
-	return fws, key
+	return fws, key, false
+}
+
+// textsFrom runs sync (syncFirewallTexts, or nothing when nothing is to be written), and
+// remembers when the texts are all written from the current memo's sets.
+func (c *Classifier) textsFrom(sync func(map[nsID]*fwSet) error, sets map[nsID]*fwSet) error {
+	err := sync(sets)
+	c.textsOf = nil
+	if err == nil {
+		c.textsOf = c.fwMemo
+	}
+	return err
 }
 
 // firewallsOf computes the wanted firewall sets, reusing c's written sets where the rules are

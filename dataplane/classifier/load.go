@@ -35,8 +35,10 @@ type Classifier struct {
 	// fwSets are the firewall entries of each namespace as written, so that a sync rewrites
 	// only the namespaces whose rules changed.
 	fwSets map[nsID]*fwSet
-	// fwMemo is the firewall part computed from the last list of firewalls.
-	fwMemo *firewallsMemo
+	// fwMemo is the firewall part computed from the last list of firewalls; textsOf is it
+	// when the rule texts were all written from its sets.
+	fwMemo  *firewallsMemo
+	textsOf *firewallsMemo
 	// gen is the value of egressd_fw_gen.
 	gen uint32
 	// logging is read by ServeACLLog, concurrently with Apply.

@@ -17,6 +17,7 @@ import (
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/watchers"
 )
 
 // KindExternalRoute is the kind of the elements this package compiles.
@@ -61,6 +62,25 @@ type Compiler struct {
 	Legacy bool
 
 	held map[string]held // policy name -> its last successful build
+	// namespaces are the Namespaces in name order, kept while none changed (a thousand of them
+	// listed and sorted at every sync otherwise).
+	namespaces struct {
+		generation uint64
+		valid      bool
+		list       []*corev1.Namespace
+	}
+}
+
+// sortedNamespaces is sortedNamespaces, kept while no Namespace changed.
+func (c *Compiler) sortedNamespaces(snap *watchers.Snapshot) ([]*corev1.Namespace, error) {
+	// Read before the cache: a change landing in between moves it (see Generations.Of).
+	gen, known := snap.Generations.Of(&corev1.Namespace{})
+	if known && c.namespaces.valid && c.namespaces.generation == gen {
+		return c.namespaces.list, nil
+	}
+	list, err := sortedNamespaces(snap)
+	c.namespaces.generation, c.namespaces.valid, c.namespaces.list = gen, known && err == nil, list
+	return list, err
 }
 
 // held is what a policy keeps while it fails: upstream updates a policy's referenced
@@ -80,7 +100,7 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 	if err != nil {
 		return part, err
 	}
-	namespaces, err := sortedNamespaces(in.Snap)
+	namespaces, err := c.sortedNamespaces(in.Snap)
 	if err != nil {
 		return part, err
 	}

@@ -14,6 +14,7 @@ import (
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/watchers"
 	"github.com/egressd/egressd/watchers/watcherstest"
 )
 
@@ -177,4 +178,36 @@ func fmtErr(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// The Namespaces, listed and sorted, are kept while none changed, and read again once one did.
+func TestSortedNamespacesKept(t *testing.T) {
+	ns := func(name string) *corev1.Namespace { return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}} }
+	snap := watcherstest.Snapshot(ns("b"), ns("a"))
+	snap.Generations = watchers.NewGenerations(&corev1.Namespace{})
+	c := &Compiler{}
+	names := func() string {
+		list, err := c.sortedNamespaces(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, n := range list {
+			out = append(out, n.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	if got := names(); got != "a,b" {
+		t.Fatalf("namespaces %s, want a,b", got)
+	}
+	gens := snap.Generations
+	snap = watcherstest.Snapshot(ns("b"), ns("a"), ns("c")) // the cache took c; its event not yet counted
+	snap.Generations = gens
+	if got := names(); got != "a,b" {
+		t.Errorf("no Namespace counted as changed, yet read again: %s", got)
+	}
+	gens.Count(&corev1.Namespace{})
+	if got := names(); got != "a,b,c" {
+		t.Errorf("a Namespace changed: %s, want a,b,c", got)
+	}
 }

@@ -97,6 +97,9 @@ func (w *Writer) Run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
+			if entryWriters[origin.Kind] == nil {
+				continue
+			}
 			outcome := ""
 			if err != nil {
 				outcome = err.Error()
@@ -120,18 +123,13 @@ func (w *Writer) queue() chan report {
 	return w.pending
 }
 
-// Report hands the outcome of a sync to the writer, replacing an outcome not yet written.
+// Report hands the outcome of a sync to the writer, replacing an outcome not yet written. The
+// writer keeps objects: the caller must not modify it afterwards.
 func (w *Writer) Report(objects map[dataplane.Origin]error, res dataplane.Result) {
-	out := map[dataplane.Origin]error{}
-	for o, err := range objects {
-		if entryWriters[o.Kind] != nil {
-			out[o] = err
-		}
-	}
 	q := w.queue()
 	select {
 	case <-q: // drop the stale outcome
 	default:
 	}
-	q <- report{objects: out, hostCIDRs: res.HostCIDRs}
+	q <- report{objects: objects, hostCIDRs: res.HostCIDRs}
 }
