@@ -182,7 +182,9 @@ func fmtErr(err error) string {
 
 // The Namespaces, listed and sorted, are kept while none changed, and read again once one did.
 func TestSortedNamespacesKept(t *testing.T) {
-	ns := func(name string) *corev1.Namespace { return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}} }
+	ns := func(name string) *corev1.Namespace {
+		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	}
 	snap := watcherstest.Snapshot(ns("b"), ns("a"))
 	snap.Generations = watchers.NewGenerations(&corev1.Namespace{})
 	c := &Compiler{}
