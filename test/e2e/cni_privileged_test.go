@@ -213,13 +213,8 @@ func TestPrivilegedCNIFirstPacketDSCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := l.CP.Namespace(t)
-	applyAndWait(t, l, ns, `
-apiVersion: k8s.ovn.org/v1
-kind: EgressQoS
-metadata: {name: default}
-spec:
-  egress:
-  - {dscp: 46, dstCIDR: 203.0.113.0/24, podSelector: {matchLabels: {app: voice}}}`, qosApplied)
+	applyQoS(t, l, ns, `
+  - {dscp: 46, dstCIDR: 203.0.113.0/24, podSelector: {matchLabels: {app: voice}}}`)
 	for _, n := range l.Nodes {
 		var first lab.Result
 		p, err := n.AddPod(ctx, ns, "first-"+n.Name, lab.PodOptions{Labels: map[string]string{"app": "voice"},

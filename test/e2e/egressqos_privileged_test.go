@@ -16,6 +16,13 @@ import (
 
 const qosApplied = "EgressQoS Rules applied"
 
+// applyQoS applies namespace ns's EgressQoS with the rules (YAML lines of spec.egress) and
+// waits until every node applied it.
+func applyQoS(t *testing.T, l *lab.Lab, ns, rules string) {
+	t.Helper()
+	applyAndWait(t, l, ns, "apiVersion: k8s.ovn.org/v1\nkind: EgressQoS\nmetadata: {name: default}\nspec:\n  egress:\n"+rules, qosApplied)
+}
+
 // dscpSeen sends UDP from p to dst and returns the DSCP the server saw (-1 if it saw nothing).
 func dscpSeen(p *lab.Pod, dst string) int {
 	r := p.UDP(dst, lab.ClientOptions{Timeout: quick, TOS: 1}) // ECN bit 1 set by the sender
@@ -55,15 +62,10 @@ func TestPrivilegedEgressQoS(t *testing.T) {
 	voice0 := addPod(t, l.Nodes[0], ns, "voice0", lab.PodOptions{Labels: map[string]string{"app": "voice"}})
 	voice1 := addPod(t, l.Nodes[1], ns, "voice1", lab.PodOptions{Labels: map[string]string{"app": "voice"}})
 	web0 := addPod(t, l.Nodes[0], ns, "web0", lab.PodOptions{Labels: map[string]string{"app": "web"}})
-	applyAndWait(t, l, ns, `
-apiVersion: k8s.ovn.org/v1
-kind: EgressQoS
-metadata: {name: default}
-spec:
-  egress:
+	applyQoS(t, l, ns, `
   - {dscp: 46, dstCIDR: 203.0.113.0/24, podSelector: {matchLabels: {app: voice}}}
   - {dscp: 30, dstCIDR: "2001:db8::/48"}
-  - {dscp: 10}`, qosApplied)
+  - {dscp: 10}`)
 	q, _ := l.Kube.Get(ctx, "k8s.ovn.org/v1", "EgressQoS", ns, "default")
 	conds, _, _ := unstructuredSlice(q.Object, "status", "conditions")
 	for _, n := range l.Nodes {

@@ -40,15 +40,10 @@ func TestPrivilegedEgressQoSServiceBackends(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	applyAndWait(t, l, ns, `
-apiVersion: k8s.ovn.org/v1
-kind: EgressQoS
-metadata: {name: default}
-spec:
-  egress:
+	applyQoS(t, l, ns, `
   - {dscp: 46, dstCIDR: 203.0.113.0/24}
   - {dscp: 30, dstCIDR: "2001:db8::/48"}
-  - {dscp: 10}`, qosApplied)
+  - {dscp: 10}`)
 	svc4, svc6 := ip+":80", "["+ip6+"]:80"
 	for _, c := range []struct {
 		p    *lab.Pod

@@ -161,6 +161,36 @@ func ctMarks(t *testing.T, n *lab.Node, src, dst netip.Addr) map[clientFlow]uint
 	return marks
 }
 
+// returnLab is a node with one pod serving on 8080 in namespace ns, two gateways in front of
+// the destination network dst, a client behind both, and FRR as gw2's BFD peer.
+type returnLab struct {
+	l      *lab.Lab
+	dst    *lab.External
+	gws    []*lab.External
+	client *lab.External
+	pod    *lab.Pod
+	server netip.AddrPort
+	ns     string
+	peer   string // gw2's FRR peer statement
+	frr    *frr.Daemons
+}
+
+func newReturnLab(t *testing.T) *returnLab {
+	privileged.Require(t)
+	r := &returnLab{l: lab.New(t, lab.Options{Nodes: 1, Agents: true})}
+	r.dst, r.gws = gatewaysTo(t, r.l, false)
+	r.client = clientBehindGateways(t, r.l, r.gws, false)
+	r.peer = fmt.Sprintf("peer %s local-address %s interface eth0", r.l.Nodes[0].IPv4, r.gws[1].Fabric)
+	r.frr = frr.StartBFDD(t, r.gws[1].NS, "bfd\n "+r.peer+"\n !\n!\n")
+	r.ns = r.l.CP.Namespace(t)
+	r.pod = addPod(t, r.l.Nodes[0], r.ns, "server", lab.PodOptions{})
+	if err := r.pod.Serve(8080); err != nil {
+		t.Fatal(err)
+	}
+	r.server = netip.AddrPortFrom(r.pod.IPv4, 8080)
+	return r
+}
+
 // TestPrivilegedExternalRouteReturnPaths: connections that an outside client makes to a pod
 // of a targeted namespace through the policy's gateways (spread over both) get their replies
 // back through the gateway they came through (upstream's ecmp_symmetric_reply), UDP and TCP.
@@ -169,19 +199,8 @@ func ctMarks(t *testing.T, n *lab.Node, src, dst netip.Addr) map[clientFlow]uint
 // were on it continue through the survivor; when the survivor's BFD session goes down, its
 // connections' entries go too.
 func TestPrivilegedExternalRouteReturnPaths(t *testing.T) {
-	privileged.Require(t)
-	l := lab.New(t, lab.Options{Nodes: 1, Agents: true})
-	dst, gws := gatewaysTo(t, l, false)
-	client := clientBehindGateways(t, l, gws, false)
-	peer := fmt.Sprintf("peer %s local-address %s interface eth0", l.Nodes[0].IPv4, gws[1].Fabric)
-	f := frr.StartBFDD(t, gws[1].NS, "bfd\n "+peer+"\n !\n!\n")
-
-	ns := l.CP.Namespace(t)
-	pod := addPod(t, l.Nodes[0], ns, "server", lab.PodOptions{})
-	if err := pod.Serve(8080); err != nil {
-		t.Fatal(err)
-	}
-	server := netip.AddrPortFrom(pod.IPv4, 8080)
+	r := newReturnLab(t)
+	l, dst, gws, client, pod, server, peer, f, ns := r.l, r.dst, r.gws, r.client, r.pod, r.server, r.peer, r.frr, r.ns
 	name := "gws-" + ns
 	policy := func(hops ...*lab.External) string {
 		doc := fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
@@ -375,33 +394,9 @@ func TestPrivilegedExternalRouteGatewayMAC(t *testing.T) {
 // nexthop group): no entry of its connections is deleted or changed, before the session is up
 // nor after. Once its own session is up, the gateway going down is still noticed at once.
 func TestPrivilegedExternalRouteRestartKeepsBFDGateway(t *testing.T) {
-	privileged.Require(t)
-	l := lab.New(t, lab.Options{Nodes: 1, Agents: true})
-	_, gws := gatewaysTo(t, l, false)
-	client := clientBehindGateways(t, l, gws, false)
-	peer := fmt.Sprintf("peer %s local-address %s interface eth0", l.Nodes[0].IPv4, gws[1].Fabric)
-	f := frr.StartBFDD(t, gws[1].NS, "bfd\n "+peer+"\n !\n!\n")
-
-	ns := l.CP.Namespace(t)
-	pod := addPod(t, l.Nodes[0], ns, "server", lab.PodOptions{})
-	if err := pod.Serve(8080); err != nil {
-		t.Fatal(err)
-	}
-	server := netip.AddrPortFrom(pod.IPv4, 8080)
-	name := "gws-" + ns
-	applyAndWait(t, l, "", fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
-kind: AdminPolicyBasedExternalRoute
-metadata: {name: %s}
-spec:
-  from:
-    namespaceSelector:
-      matchLabels: {kubernetes.io/metadata.name: %s}
-  nextHops:
-    static:
-    - {ip: %q}
-    - {ip: %q, bfdEnabled: true}
-`, name, ns, gws[0].Fabric, gws[1].Fabric), "Success")
-	t.Cleanup(func() { _ = l.Kube.Delete(t.Context(), "k8s.ovn.org/v1", "AdminPolicyBasedExternalRoute", "", name) })
+	r := newReturnLab(t)
+	l, gws, client, pod, server, peer, f := r.l, r.gws, r.client, r.pod, r.server, r.peer, r.frr
+	gatewayPolicy(t, l, r.ns, fmt.Sprintf("    static:\n    - {ip: %q}\n    - {ip: %q, bfdEnabled: true}\n", gws[0].Fabric, gws[1].Fabric))
 
 	var marked map[clientFlow]uint32 // the connections through gw2 (BFD), with their marks
 	poll.Eventually(t, "connections through both gateways, each marked", 15*time.Second, func() error {
