@@ -73,6 +73,10 @@ func TestOverlayMergesAnnouncedPods(t *testing.T) {
 	if _, announced := s.Overlay(snapshot(pod("ns", "web", nil, "10.0.0.5"))); len(announced) != 1 {
 		t.Errorf("object with only some of the sandbox's addresses: overlay %+v, want the pod", announced)
 	}
+	// The object gone while the sandbox lives (a forced deletion): the pod stays classified.
+	if _, announced := s.Overlay(snapshot()); len(announced) != 1 {
+		t.Errorf("object gone before the sandbox's DEL: overlay %+v, want the pod", announced)
+	}
 	// DEL forgets it.
 	s.forget("sb1")
 	if _, announced := s.Overlay(snapshot(obj)); len(announced) != 0 {
