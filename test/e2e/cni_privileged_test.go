@@ -290,7 +290,7 @@ func TestPrivilegedCNIFailClosed(t *testing.T) {
 // whole chain, p50 and p99 over 200 pods created in parallel on a routed node, first on an
 // otherwise empty node, then with 1000 namespaces holding EgressFirewalls. 16 at a time (a busy
 // kubelet) saturates this machine's two cores with the chain's processes alone; 4 at a time
-// does not. Run with: make bench-cni.
+// does not; one at a time shows what an ADD costs on a quiet node. Run with: make bench-cni.
 func BenchmarkPrivilegedCNIAdd(b *testing.B) {
 	privileged.Require(b)
 	// EGRESSD_BENCH_PROFILE=dir: the agent's CPU profile during each measurement goes there.
@@ -377,12 +377,14 @@ func BenchmarkPrivilegedCNIAdd(b *testing.B) {
 	}
 	measure("empty node", 16)
 	measure("empty node", 4)
+	measure("empty node", 1)
 	start := time.Now()
 	firewalledNamespaces(b, l, 1000, "bench-cni")
 	waitFirewallsApplied(b, l)
 	b.Logf("1000 namespaces with EgressFirewalls created and applied in %s", time.Since(start).Round(time.Millisecond))
 	measure("1000 firewalls", 16)
 	measure("1000 firewalls", 4)
+	measure("1000 firewalls", 1)
 }
 
 // stepTotal is a histogram's sum (seconds) and count.
