@@ -41,7 +41,14 @@ type Addresses struct {
 	unannounced map[netip.Addr]bool
 	// others are the node's addresses egressd did not stamp, as last listed.
 	others []netip.Prefix
+	// listed is when the kernel's addresses were last listed; zero once Changed said they
+	// changed since.
+	listed time.Time
 }
+
+// relist bounds how long Prune trusts the last listing: drift without an address event the
+// agent heeds (an address stamped by hand on a pod's side) is found within it.
+var relist = time.Minute
 
 // New adopts the addresses stamped with protocol in the current network namespace as they are;
 // it adds addresses valid for lifetime (0: forever), which Renew must extend: an agent that dies
@@ -68,6 +75,7 @@ func New(protocol uint8, lifetime time.Duration) (*Addresses, error) {
 
 // see records the stamped addresses of a kernel listing, and the others.
 func (a *Addresses) see(kernel []kaddr) {
+	a.listed = time.Now()
 	clear(a.owned)
 	a.others = a.others[:0]
 	for _, k := range kernel {
@@ -79,9 +87,9 @@ func (a *Addresses) see(kernel []kaddr) {
 	}
 }
 
-// Others are the node's own addresses, those egressd did not add (as of the last New, Apply,
-// Prune, Announce): the addresses it publishes as the node's (k8s.ovn.org/host-cidrs) come from
-// them, without another listing of the kernel's addresses.
+// Others are the node's own addresses, those egressd did not add (as of the last listing: New,
+// Apply, Announce, a Prune that listed): the addresses it publishes as the node's
+// (k8s.ovn.org/host-cidrs) come from them, without another listing of the kernel's addresses.
 func (a *Addresses) Others() []netip.Prefix {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -230,15 +238,31 @@ func (a *Addresses) Announce(ip netip.Addr) error {
 	return fmt.Errorf("%s is not an egressd address on this node", ip)
 }
 
+// Changed tells that the node's addresses changed behind egressd (an address event): the next
+// Prune lists them again instead of trusting what it last saw.
+func (a *Addresses) Changed() {
+	a.mu.Lock()
+	a.listed = time.Time{}
+	a.mu.Unlock()
+}
+
 // Prune removes every address stamped with egressd's protocol whose IP is not wanted. Called at
 // start-up too, before anything else is announced, so that an address assigned elsewhere while
 // the agent was down stops answering for it at once.
+//
+// It lists the kernel's addresses only when something may be to remove: an address it owns is
+// no longer wanted, or the addresses changed (Changed) or were last listed over relist ago.
+// Every new pod adds addresses to the node; listing them all at every sync was a quarter of a
+// sync's time with a few hundred pods.
 func (a *Addresses) Prune(want []dataplane.Address) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	keep := map[netip.Addr]bool{}
 	for _, w := range want {
 		keep[w.Addr.Unmap()] = true
+	}
+	if !a.listed.IsZero() && time.Since(a.listed) < relist && a.ownedWanted(keep) {
+		return nil
 	}
 	kernel, err := dump()
 	if err != nil {
@@ -259,6 +283,16 @@ func (a *Addresses) Prune(want []dataplane.Address) error {
 		delete(a.unannounced, ip)
 	}
 	return errors.Join(errs...)
+}
+
+// ownedWanted reports whether every address egressd owns is in keep.
+func (a *Addresses) ownedWanted(keep map[netip.Addr]bool) bool {
+	for ip := range a.owned {
+		if !keep[ip] {
+			return false
+		}
+	}
+	return true
 }
 
 // Renew extends the lifetime of every address egressd owns (nothing when they live forever).

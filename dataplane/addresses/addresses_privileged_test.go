@@ -357,3 +357,65 @@ func TestPrivilegedErrorsRetryAndCleanup(t *testing.T) {
 		t.Errorf("the node's own address went with Cleanup")
 	}
 }
+
+// Prune trusts its last listing until the addresses change (Changed) or relist passes: an
+// address stamped behind egressd's back is removed then, and the node's addresses (Others)
+// are listed again.
+func TestPrivilegedPruneListsWhenChanged(t *testing.T) {
+	privileged.Require(t)
+	l := newLab(t)
+	drift := netip.MustParseAddr("192.0.2.203")
+	node := netip.MustParseAddr("192.0.2.204") // the admin's, added after the listing
+	present := func(ip netip.Addr) bool {
+		return strings.Contains(l.node.MustRun(t, "ip", "-j", "addr", "show", "dev", "eth0"), `"`+ip.String()+`"`)
+	}
+	in(t, l.node, func(a *Addresses) error {
+		if err := apply(a, want); err != nil {
+			return err
+		}
+		if err := a.Prune(want); err != nil {
+			return err
+		}
+		eth0, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		if err := add(drift, eth0.Attrs().Index, DefaultProtocol, 0); err != nil {
+			return err
+		}
+		if err := add(node, eth0.Attrs().Index, 0, 0); err != nil {
+			return err
+		}
+		if err := a.Prune(want); err != nil {
+			return err
+		}
+		if !present(drift) {
+			return fmt.Errorf("Prune listed the addresses again without a change told")
+		}
+		a.Changed()
+		if err := a.Prune(want); err != nil {
+			return err
+		}
+		if present(drift) {
+			return fmt.Errorf("%s, stamped behind egressd's back, survived a Prune after Changed", drift)
+		}
+		if !slices.ContainsFunc(a.Others(), func(p netip.Prefix) bool { return p.Addr() == node }) {
+			return fmt.Errorf("the node's %s is not among its addresses after a Prune that listed: %v", node, a.Others())
+		}
+		if err := add(drift, eth0.Attrs().Index, DefaultProtocol, 0); err != nil {
+			return err
+		}
+		defer func(r time.Duration) { relist = r }(relist)
+		relist = 0
+		if err := a.Prune(want); err != nil {
+			return err
+		}
+		if present(drift) {
+			return fmt.Errorf("%s survived a Prune after relist passed", drift)
+		}
+		return nil
+	})
+	if !present(egress4) || !present(egress6) {
+		t.Errorf("wanted addresses were removed")
+	}
+}

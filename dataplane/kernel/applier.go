@@ -26,8 +26,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,6 +86,10 @@ type Applier struct {
 	// use, and flush the connections it brought, at every restart. Apply's goroutine only.
 	inherited    map[netip.Addr]bool
 	inheritUntil time.Time
+	// podNetworks are the cluster networks of the last Apply: an address event inside them (a
+	// pod's gateway on the host side of its interface) changes neither egressd's addresses nor
+	// the node's own.
+	podNetworks atomic.Pointer[[]netip.Prefix]
 	// phases times each phase of Apply: where a slow sync spends its time.
 	phases *prometheus.HistogramVec
 	log    *slog.Logger
@@ -210,9 +217,12 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 					return
 				}
 				d.facings.forgetLink(int(u.Index))
-			case _, ok := <-addrs:
+			case u, ok := <-addrs:
 				if !ok {
 					return
+				}
+				if !d.podSide(u.LinkAddress.IP) {
+					d.addresses.Changed()
 				}
 			case u, ok := <-neighs:
 				if !ok {
@@ -271,6 +281,8 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 		}
 	}
 	up := d.bfdUp()
+	nets := slices.Clone(s.Classifier.ClusterNetworks)
+	d.podNetworks.Store(&nets)
 	phase := func(name string, f func() map[dataplane.Origin]error) {
 		start := time.Now()
 		fail(f())
@@ -303,6 +315,22 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	// The addresses as Prune listed them, after this Apply's changes.
 	res.HostCIDRs = hostCIDRs(s.Classifier.ClusterNetworks, d.addresses.Others())
 	return res
+}
+
+// podSide reports whether ip is an address on the pods' side of the node: link-local, or in the
+// cluster networks (a routed CNI gives each pod's host interface a gateway address). Neither is
+// ever an egress address nor published as the node's (hostCIDRs).
+func (d *Applier) podSide(ip net.IP) bool {
+	a, ok := netip.AddrFromSlice(ip)
+	if !ok {
+		return false
+	}
+	a = a.Unmap()
+	if a.IsLinkLocalUnicast() {
+		return true
+	}
+	nets := d.podNetworks.Load()
+	return nets != nil && slices.ContainsFunc(*nets, func(p netip.Prefix) bool { return p.Contains(a) })
 }
 
 // attach keeps the classifier on exactly the interfaces facing the pods; a failure is the

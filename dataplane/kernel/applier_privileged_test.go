@@ -12,7 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/dataplane/addresses"
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/kernel"
 	"github.com/egressd/egressd/test/privileged"
@@ -408,4 +413,63 @@ func TestPrivilegedApplierCloseKeepsKernel(t *testing.T) {
 	for _, br := range v.broken {
 		t.Error(br)
 	}
+}
+
+// TestPrivilegedApplierSeesAddressChanges: an Apply lists the node's addresses only after they
+// changed (or a minute passed), and a change of the node's own addresses counts: the next Apply
+// reports an address added by the admin among the node's (HostCIDRs) and removes one stamped
+// as egressd's that it does not want. A pod's gateway address (in the cluster networks) is
+// never the node's.
+func TestPrivilegedApplierSeesAddressChanges(t *testing.T) {
+	privileged.Require(t)
+	l := newLab(t)
+	a := l.applier(t)
+	// No egress address here (most nodes): nothing else lists the addresses.
+	state := fullState()
+	state.Addresses = nil
+	l.mustApply(t, a, state)
+	l.mustApply(t, a, state) // the listing is fresh now
+	for len(a.Changed()) > 0 {
+		<-a.Changed()
+	}
+	admin, drift, gateway := netip.MustParsePrefix("198.18.0.1/24"), netip.MustParseAddr("192.0.2.250"), netip.MustParsePrefix("10.244.9.1/32")
+	l.node.MustRun(t, "ip", "addr", "add", admin.String(), "dev", "ext0")
+	l.in(t, func() error { return addStamped("ext0", drift, addresses.DefaultProtocol) })
+	l.node.MustRun(t, "ip", "addr", "add", gateway.String(), "dev", "pod0")
+	select {
+	case <-a.Changed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("no change signalled for the added addresses")
+	}
+	res := l.apply(t, a, state)
+	if !slices.Contains(res.HostCIDRs, admin) {
+		t.Errorf("HostCIDRs %v lack %s, added to the node before this Apply", res.HostCIDRs, admin)
+	}
+	if slices.Contains(res.HostCIDRs, gateway) {
+		t.Errorf("HostCIDRs %v hold the pod gateway %s", res.HostCIDRs, gateway)
+	}
+	got := l.addresses(t)
+	if _, ok := got[drift.String()+"/32 ext0"]; ok {
+		t.Errorf("%s, stamped as egressd's and not wanted, survived the Apply: %v", drift, got)
+	}
+	if _, ok := got[admin.String()+" ext0"]; !ok {
+		t.Errorf("the admin's address %s is gone: %v", admin, got)
+	}
+}
+
+// addStamped adds ip/32 to ifname with address protocol proto (iproute2 6.1 cannot).
+func addStamped(ifname string, ip netip.Addr, proto uint8) error {
+	link, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return err
+	}
+	req := nl.NewNetlinkRequest(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK)
+	msg := nl.NewIfAddrmsg(unix.AF_INET)
+	msg.Prefixlen, msg.Index = 32, uint32(link.Attrs().Index)
+	req.AddData(msg)
+	req.AddData(nl.NewRtAttr(unix.IFA_LOCAL, ip.AsSlice()))
+	req.AddData(nl.NewRtAttr(unix.IFA_ADDRESS, ip.AsSlice()))
+	req.AddData(nl.NewRtAttr(11, []byte{proto})) // IFA_PROTO
+	_, err = req.Execute(unix.NETLINK_ROUTE, 0)
+	return err
 }

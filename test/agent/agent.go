@@ -48,9 +48,11 @@ func Command(name string) (string, error) {
 
 func buildCommand(name string) (string, error) {
 	_, file, _, _ := runtime.Caller(0)
-	variant, args := "plain", []string{"build"}
+	// plain: as the image builds them (Dockerfile): static and stripped. A dynamically linked
+	// egressd-cni spends a third more CPU starting (the loader), which a CNI ADD pays each time.
+	variant, args, env := "plain", []string{"build", "-trimpath", "-ldflags", "-s -w"}, []string{"CGO_ENABLED=0"}
 	if os.Getenv("EGRESSD_RACE") == "1" {
-		variant, args = "race", append(args, "-race")
+		variant, args, env = "race", []string{"build", "-race"}, nil // the race detector needs cgo
 	}
 	dir := filepath.Join(controlplane.CacheDir(), "bin", variant)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -60,6 +62,7 @@ func buildCommand(name string) (string, error) {
 	tmp := fmt.Sprintf("%s.%d.tmp", bin, os.Getpid())
 	cmd := exec.Command("go", append(args, "-o", tmp, "./cmd/"+name)...)
 	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
+	cmd.Env = append(os.Environ(), env...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		os.Remove(tmp)
 		return "", fmt.Errorf("go build ./cmd/%s: %v\n%s", name, err, out)
