@@ -21,6 +21,7 @@ func (c *Classifier) Apply(s *dataplane.ClassifierState) map[dataplane.Origin]er
 	want := newContent()
 	a := newIDs()
 	fws, list, reused := c.firewallsFor(s, a, failed)
+	want.ids = c.namesOf(a)
 	keep := c.pods(s, a, fws, &want, failed) // QoS classes whose previous entries stay
 	for _, q := range s.QoS {
 		id := a.namespace(q.Origin.Namespace)
@@ -28,8 +29,10 @@ func (c *Classifier) Apply(s *dataplane.ClassifierState) map[dataplane.Origin]er
 			want.qosRules[statKey(id, r.Index)] = ruleText(r.Text)
 		}
 	}
-	for id, ns := range a.namespaces {
-		want.ids[uint32(id)] = nameOf(ns)
+	for id, ns := range a.namespaces { // the QoS namespaces without a firewall
+		if _, ok := want.ids[uint32(id)]; !ok {
+			want.ids[uint32(id)] = nameOf(ns)
+		}
 	}
 	for id, ns := range a.classes {
 		want.ids[uint32(id)] = nameOf(ns)

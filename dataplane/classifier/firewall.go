@@ -48,6 +48,22 @@ type firewallsMemo struct {
 	taken      map[uint32]string
 	namespaces map[nsID]string
 	failed     map[dataplane.Origin]error
+	// names are the ids map's entries of namespaces (nameOf), made once per list: a thousand
+	// of them made again at every sync were most of the classifier's time of a new pod's sync.
+	names map[uint32]bpf.FromPodName
+}
+
+// namesOf are the ids map's entries of the namespaces of the list a (the firewalls' ids, as
+// firewallsFor left them) was made from; the caller may change the map.
+func (c *Classifier) namesOf(a *ids) map[uint32]bpf.FromPodName {
+	m := c.fwMemo
+	if m.names == nil {
+		m.names = make(map[uint32]bpf.FromPodName, len(a.namespaces))
+		for id, ns := range a.namespaces {
+			m.names[uint32(id)] = nameOf(ns)
+		}
+	}
+	return maps.Clone(m.names)
 }
 
 // listKey identifies a list of firewalls: by the version its producer gave it, else by its
