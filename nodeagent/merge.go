@@ -26,7 +26,7 @@ type parts struct {
 // pod's entry carries what every feature wants of it. It also returns the objects the state was
 // compiled from that get a status entry, with their compile errors.
 func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (dataplane.State, map[dataplane.Origin]error) {
-	objects := map[dataplane.Origin]error{}
+	objects := make(map[dataplane.Origin]error, len(p.firewall.Firewalls)+len(p.qos.QoS)+len(p.routes.Policies))
 	s := dataplane.State{Classifier: dataplane.ClassifierState{
 		ClusterNetworks:  networks,
 		Firewalls:        p.firewall.Firewalls,

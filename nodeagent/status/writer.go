@@ -70,7 +70,7 @@ func (w *Writer) Run(ctx context.Context) {
 	// written are the outcomes written (or found in place) by the last pass, of the kinds
 	// byOutcome: a sync's report looks again only at what changed (a thousand firewalls, and a
 	// report after every pod's sync); a change of the objects themselves looks at all.
-	var written map[dataplane.Origin]string
+	written := map[dataplane.Origin]string{}
 	for {
 		var r report
 		all := true
@@ -92,7 +92,7 @@ func (w *Writer) Run(ctx context.Context) {
 		if after > 0 {
 			again = time.After(after)
 		}
-		next := map[dataplane.Origin]string{}
+		kept := 0 // entries of written that r still holds
 		for origin, err := range r.objects {
 			if ctx.Err() != nil {
 				return
@@ -105,16 +105,24 @@ func (w *Writer) Run(ctx context.Context) {
 				outcome = err.Error()
 			}
 			if prev, ok := written[origin]; ok && prev == outcome && !all {
-				next[origin] = outcome
+				kept++
 				continue
 			}
 			if werr := entryWriters[origin.Kind](ctx, w, origin, err); werr != nil {
 				w.Log.Error("write status", "object", origin.String(), "err", werr)
+				delete(written, origin)
 			} else if byOutcome[origin.Kind] {
-				next[origin] = outcome
+				written[origin] = outcome
+				kept++
 			}
 		}
-		written = next
+		if len(written) > kept { // objects gone since
+			for origin := range written {
+				if _, ok := r.objects[origin]; !ok {
+					delete(written, origin)
+				}
+			}
+		}
 	}
 }
 

@@ -78,4 +78,9 @@ func TestWriterLooksAgainAtChangedOutcomes(t *testing.T) {
 	waitFor("the same outcomes again", map[string]int{"a": 1, "b": 2})
 	changed <- struct{}{}
 	waitFor("the objects changed", map[string]int{"a": 2, "b": 3})
+	// a is gone from a sync, then back (made again): its entry is written again.
+	w.Report(map[dataplane.Origin]error{origin("b"): errors.New("boom")}, dataplane.Result{})
+	time.Sleep(100 * time.Millisecond)
+	w.Report(map[dataplane.Origin]error{origin("a"): nil, origin("b"): errors.New("boom")}, dataplane.Result{})
+	waitFor("a back", map[string]int{"a": 3, "b": 3})
 }
