@@ -15,14 +15,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"time"
@@ -138,60 +134,6 @@ func request(args *skel.CmdArgs, c *netConf, strict bool) (*cniapi.Request, erro
 	return req, nil
 }
 
-// unreachable is egressd not answering (no socket, refused, hung up).
-type unreachable struct{ err error }
-
-func (u unreachable) Error() string { return "egressd does not answer: " + u.err.Error() }
-
-// call sends one request to egressd, retrying while it does not answer, until the deadline.
-func call(ctx context.Context, socket, method, path string, body any) error {
-	_, err := exchange(ctx, socket, method, path, body)
-	return err
-}
-
-// exchange is call returning egressd's answer.
-func exchange(ctx context.Context, socket, method, path string, body any) (*cniapi.Response, error) {
-	client := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-		},
-		DisableKeepAlives: true,
-	}}
-	payload, err := json.Marshal(body)
-	if err != nil {
-		return nil, err
-	}
-	var lastErr error
-	for {
-		hreq, err := http.NewRequestWithContext(ctx, method, "http://egressd"+path, bytes.NewReader(payload))
-		if err != nil {
-			return nil, err
-		}
-		hreq.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(hreq)
-		if err == nil {
-			defer resp.Body.Close()
-			var r cniapi.Response
-			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-			jerr := json.Unmarshal(b, &r)
-			if resp.StatusCode/100 == 2 {
-				return &r, nil
-			}
-			if jerr != nil || r.Error == "" {
-				return nil, types.NewError(types.ErrInternal, "egressd-cni: egressd answered "+resp.Status, string(b))
-			}
-			return nil, types.NewError(r.Code, "egressd-cni: "+r.Error, "")
-		}
-		lastErr = err
-		// Not there (restarting), refused, or it hung up mid-call: try again until the deadline.
-		select {
-		case <-ctx.Done():
-			return nil, unreachable{lastErr}
-		case <-time.After(retryEvery):
-		}
-	}
-}
-
 // outcome applies fail-open to an egressd that does not answer, or not in time.
 func outcome(err error, c *netConf, what string) error {
 	var u unreachable
@@ -222,7 +164,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	resp, err := exchange(ctx, c.Socket, http.MethodPost, cniapi.PathAdd, req)
+	resp, err := exchange(ctx, c.Socket, "POST", cniapi.PathAdd, req)
 	if err := outcome(err, c, "ADD"); err != nil {
 		return err
 	}
@@ -244,7 +186,7 @@ func configureRouter(ctx context.Context, c *netConf, req *cniapi.Request, rc *r
 	if err != nil {
 		res.Error = err.Error()
 	}
-	if rerr := call(ctx, c.Socket, http.MethodPost, cniapi.PathRouter, res); rerr != nil {
+	if rerr := call(ctx, c.Socket, "POST", cniapi.PathRouter, res); rerr != nil {
 		fmt.Fprintf(os.Stderr, "egressd-cni: report the egress router's configuration: %v\n", rerr)
 	}
 	if err != nil {
@@ -266,7 +208,7 @@ func cmdDel(args *skel.CmdArgs) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(c.timeout, 2*time.Second))
 	defer cancel()
-	if err := call(ctx, c.Socket, http.MethodPost, cniapi.PathDel, req); err != nil {
+	if err := call(ctx, c.Socket, "POST", cniapi.PathDel, req); err != nil {
 		fmt.Fprintf(os.Stderr, "egressd-cni: DEL: %v (ignored)\n", err)
 	}
 	return nil
@@ -283,7 +225,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	return outcome(call(ctx, c.Socket, http.MethodPost, cniapi.PathCheck, req), c, "CHECK")
+	return outcome(call(ctx, c.Socket, "POST", cniapi.PathCheck, req), c, "CHECK")
 }
 
 func cmdGC(args *skel.CmdArgs) error {
@@ -297,7 +239,7 @@ func cmdGC(args *skel.CmdArgs) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(c.timeout, 2*time.Second))
 	defer cancel()
-	if err := call(ctx, c.Socket, http.MethodPost, cniapi.PathGC, gc); err != nil {
+	if err := call(ctx, c.Socket, "POST", cniapi.PathGC, gc); err != nil {
 		fmt.Fprintf(os.Stderr, "egressd-cni: GC: %v (ignored)\n", err)
 	}
 	return nil
@@ -310,7 +252,7 @@ func cmdStatus(args *skel.CmdArgs) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(c.timeout, 2*time.Second))
 	defer cancel()
-	err = call(ctx, c.Socket, http.MethodGet, cniapi.PathStatus, nil)
+	err = call(ctx, c.Socket, "GET", cniapi.PathStatus, nil)
 	var u unreachable
 	if errors.As(err, &u) && !c.FailOpen {
 		return types.NewError(cniapi.CodeNotAvailable, "egressd-cni: egressd does not answer", u.err.Error())
