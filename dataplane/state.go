@@ -144,3 +144,8 @@ type Result struct {
 type Applier interface {
 	Apply(ctx context.Context, s *State) Result
 }
+
+// PodsInForce hears, while an Apply is under way, of new pods that are in force: everything s
+// holds for them is written (their interfaces attached last). failed holds the failures of what
+// was applied before; the Apply goes on afterwards (removals, other interfaces).
+type PodsInForce func(s *State, pods []Origin, failed map[Origin]error)

@@ -111,8 +111,12 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// New pods announced by the CNI plugin (this node's) and by other nodes' agents (their pods
+	// this node is an egress node of), before their Pod objects show their addresses; a new
+	// pod's ADD returns once the dataplane has it in force.
+	store := cniserver.NewStore()
 	dp, err := kernel.New(kernel.Options{PinRoot: cfg.bpfPinRoot, Classifier: classifier.Options{ACLLogRate: uint32(cfg.aclLogRate), MarkMask: cfg.markMask}, Routing: cfg.routing,
-		Tunnel: cfg.tunnel, AddressLifetime: cfg.addressLifetime},
+		Tunnel: cfg.tunnel, AddressLifetime: cfg.addressLifetime, PodsInForce: store.InForce},
 		log.With("component", "dataplane"))
 	if err != nil {
 		return err
@@ -175,9 +179,6 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Probes: routerProber, HealthPort: cfg.healthPort, Image: cfg.routerImage, Recorder: recorder,
 		Log: log.With("component", "egressrouter-controller")}
 
-	// New pods announced by the CNI plugin (this node's) and by other nodes' agents (their pods
-	// this node is an egress node of), before their Pod objects show their addresses.
-	store := cniserver.NewStore()
 	loop.Announced = store
 	loop.Triggers = append(loop.Triggers, store.Changed())
 	announcer := &podannounce.Announcer{Node: cfg.nodeName, Port: cfg.healthPort, Metrics: announceMetrics,

@@ -57,6 +57,8 @@ type Options struct {
 	// AddressLifetime is how long an egress address outlives an agent that stopped renewing
 	// it (0: forever).
 	AddressLifetime time.Duration
+	// PodsInForce, when set, hears of new pods as soon as their interfaces are attached.
+	PodsInForce dataplane.PodsInForce
 }
 
 // Applier programs the kernel of the network namespace the process runs in.
@@ -90,6 +92,7 @@ type Applier struct {
 	// pod's gateway on the host side of its interface) changes neither egressd's addresses nor
 	// the node's own.
 	podNetworks atomic.Pointer[[]netip.Prefix]
+	podsInForce dataplane.PodsInForce
 	// phases times each phase of Apply: where a slow sync spends its time.
 	phases *prometheus.HistogramVec
 	log    *slog.Logger
@@ -153,7 +156,7 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	}
 	d := &Applier{classifier: c, attachers: []*tc.Attacher{toPod, a}, facings: facings, nft: t, addresses: owned, routing: router,
 		tunnel: tun, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log,
-		phases: newPhases()}
+		podsInForce: o.PodsInForce, phases: newPhases()}
 	if inUse := router.InUse(); len(inUse) > 0 {
 		d.inherited, d.inheritUntil = map[netip.Addr]bool{}, time.Now().Add(inheritGrace)
 		for _, gw := range inUse {
@@ -298,7 +301,7 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	phase("tunnel", func() map[dataplane.Origin]error { return d.tunnel.Apply(&s.Tunnel) })
 	phase("routing", func() map[dataplane.Origin]error { return d.routing.Apply(&s.Routing, up) })
 	phase("classifier", func() map[dataplane.Origin]error { return d.classifier.Apply(&s.Classifier) })
-	phase("attach", func() map[dataplane.Origin]error { return d.attach(s.Classifier.Pods) })
+	phase("attach", func() map[dataplane.Origin]error { return d.attach(s, res.Failed) })
 	// Removals, in reverse.
 	phase("removals", func() map[dataplane.Origin]error {
 		if err := d.routing.Prune(&s.Routing); err != nil {
@@ -334,13 +337,25 @@ func (d *Applier) podSide(ip net.IP) bool {
 }
 
 // attach keeps the classifier on exactly the interfaces facing the pods; a failure is the
-// failure of every pod behind that interface.
-func (d *Applier) attach(pods []dataplane.Pod) map[dataplane.Origin]error {
+// failure of every pod behind that interface. The interfaces are attached one by one, both
+// hooks, in the pods' order: once all of a pod's interfaces are attached and one of them was
+// new, the pod is in force (the phases before wrote everything else it needs), and
+// podsInForce hears of it then, with before, their failures. Under a burst of new pods each
+// new interface waits for the RTNL lock that the CNI plugins setting up other pods hold; a
+// pod's ADD need not wait for all of them.
+func (d *Applier) attach(s *dataplane.State, before map[dataplane.Origin]error) map[dataplane.Origin]error {
+	type owner struct {
+		iface  string
+		origin dataplane.Origin
+	}
 	failed := map[dataplane.Origin]error{}
 	want := map[string]int{}
+	var order []string
 	owners := map[string][]dataplane.Origin{}
+	seen := map[owner]bool{}
+	left := map[dataplane.Origin]int{} // interfaces of each pod not attached yet
 	ips := map[netip.Addr]bool{}
-	for _, p := range pods {
+	for _, p := range s.Classifier.Pods {
 		for _, ip := range p.IPs {
 			ips[ip] = true
 			name, idx, err := d.facings.of(ip)
@@ -348,19 +363,49 @@ func (d *Applier) attach(pods []dataplane.Pod) map[dataplane.Origin]error {
 				failed[p.Origin] = err
 				continue
 			}
+			if _, ok := want[name]; !ok {
+				order = append(order, name)
+			}
 			want[name] = idx
-			owners[name] = append(owners[name], p.Origin)
+			if o := (owner{name, p.Origin}); !seen[o] {
+				seen[o] = true
+				owners[name] = append(owners[name], p.Origin)
+				left[p.Origin]++
+			}
 		}
 	}
 	d.facings.keepOnly(ips)
 	for _, at := range d.attachers {
-		for ifname, err := range at.Sync(want) {
+		for ifname, err := range at.Detach(want) {
 			for _, o := range owners[ifname] {
 				failed[o] = errors.Join(failed[o], err)
 			}
-			if len(owners[ifname]) == 0 { // a detach failed: no pod to blame, log it
+			if len(owners[ifname]) == 0 { // no pod to blame, log it
 				d.log.Error("detach classifier", "interface", ifname, "err", err)
 			}
+		}
+	}
+	fresh := map[dataplane.Origin]bool{}
+	for _, name := range order {
+		isNew, errs := false, error(nil)
+		for _, at := range d.attachers {
+			f, err := at.Attach(name, want[name])
+			isNew, errs = isNew || f, errors.Join(errs, err)
+		}
+		var ready []dataplane.Origin
+		for _, o := range owners[name] {
+			if errs != nil {
+				failed[o] = errors.Join(failed[o], errs)
+				continue
+			}
+			fresh[o] = fresh[o] || isNew
+			left[o]--
+			if left[o] == 0 && fresh[o] && failed[o] == nil {
+				ready = append(ready, o)
+			}
+		}
+		if len(ready) > 0 && d.podsInForce != nil {
+			d.podsInForce(s, ready, before)
 		}
 	}
 	return failed

@@ -20,6 +20,8 @@ import (
 	"github.com/egressd/egressd/dataplane/addresses"
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/kernel"
+	"github.com/egressd/egressd/dataplane/tc"
+	"github.com/egressd/egressd/test/netns"
 	"github.com/egressd/egressd/test/privileged"
 )
 
@@ -472,4 +474,50 @@ func addStamped(ifname string, ip netip.Addr, proto uint8) error {
 	req.AddData(nl.NewRtAttr(11, []byte{proto})) // IFA_PROTO
 	_, err = req.Execute(unix.NETLINK_ROUTE, 0)
 	return err
+}
+
+// TestPrivilegedApplierPodsInForce: Apply reports a new pod in force as soon as its interface
+// is attached, with the classifier already there, before Apply returns; a pod whose interface
+// was attached before is not reported again, and a second new pod is reported alone.
+func TestPrivilegedApplierPodsInForce(t *testing.T) {
+	privileged.Require(t)
+	l := newLab(t)
+	type report struct {
+		pods     []dataplane.Origin
+		attached []tc.Program
+	}
+	var reports []report
+	var a *kernel.Applier
+	l.in(t, func() (err error) {
+		a, err = kernel.New(kernel.Options{PinRoot: l.root, PodsInForce: func(_ *dataplane.State, pods []dataplane.Origin, _ map[dataplane.Origin]error) {
+			progs, _ := tc.Query("pod0") // the callback runs on Apply's thread, in the node's namespace
+			reports = append(reports, report{pods: slices.Clone(pods), attached: progs})
+		}}, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
+		return err
+	})
+	t.Cleanup(a.Close)
+	state := fullState()
+	l.mustApply(t, a, state)
+	if len(reports) != 1 || !slices.Equal(reports[0].pods, []dataplane.Origin{podOrigin}) {
+		t.Fatalf("first Apply reported %+v, want the pod once", reports)
+	}
+	if !slices.ContainsFunc(reports[0].attached, func(p tc.Program) bool { return p.Name == tc.ProgramName }) {
+		t.Errorf("pod reported in force before its interface runs the classifier: %+v", reports[0].attached)
+	}
+	l.mustApply(t, a, state)
+	if len(reports) != 1 {
+		t.Errorf("a second Apply of the same pods reported %+v", reports[1:])
+	}
+	// A second pod behind a new interface.
+	pod2 := netns.New(t, "pod2")
+	netns.Veth(t, l.node, "pod1", pod2, "eth0")
+	ip2 := netip.MustParseAddr("10.244.0.6")
+	pod2.Addr(t, "eth0", ip2.String()+"/32")
+	l.node.MustRun(t, "ip", "route", "add", ip2.String()+"/32", "dev", "pod1", "scope", "link")
+	other := dataplane.Origin{Kind: "Pod", Namespace: "a", Name: "pb"}
+	state.Classifier.Pods = append(state.Classifier.Pods, dataplane.Pod{Origin: other, IPs: []netip.Addr{ip2}})
+	l.mustApply(t, a, state)
+	if len(reports) != 2 || !slices.Equal(reports[1].pods, []dataplane.Origin{other}) {
+		t.Errorf("after a second pod: reports %+v, want one more with pb alone", reports)
+	}
 }

@@ -1,7 +1,7 @@
 // Package tc keeps egressd's programs attached to exactly the pod-facing interfaces it is
 // given: the classifier at ingress (packets from the pods) and its companion at egress (packets
 // towards the pods). Each attachment outlives the agent, so that enforcement continues while it
-// restarts or upgrades: a new agent adopts what it finds and, at its first Sync (once its maps
+// restarts or upgrades: a new agent adopts what it finds and, at its first Attach (once its maps
 // are written), swaps its program in place, never detach-then-attach.
 //
 // An interface gets one of two attachments per hook:
@@ -18,8 +18,8 @@
 //     here, during which every other pod's interface setup on the node waits: with pods
 //     started 16 at a time that made a CNI ADD wait 300 ms and more.
 //
-// An interface attached by a filter moves to a tcx link when a Sync finds another program at the
-// hook (it was added after ours). A Sync looks again at most once a minute per interface (two
+// An interface attached by a filter moves to a tcx link when an Attach finds another program at the
+// hook (it was added after ours). Attach looks again at most once a minute per interface (two
 // syscalls each: a node's syncs stay cheap with hundreds of pods), so for up to a minute, and
 // until the next sync, that program may run first.
 package tc
@@ -64,18 +64,18 @@ type Attacher struct {
 type attached struct {
 	link    tcxLink
 	ifindex int
-	// adopted: a predecessor's program still runs on it, until Sync swaps ours in.
+	// adopted: a predecessor's program still runs on it, until Attach swaps ours in.
 	adopted bool
 	// checked is when a filter's hook was last looked at for other programs.
 	checked time.Time
 }
 
-// recheck is how often a Sync looks for another program at the hook of a filter of ours.
+// recheck is how often Attach looks for another program at the hook of a filter of ours.
 var recheck = time.Minute
 
 // New adopts what a previous agent attached: its pinned tcx links (those whose interface is
 // gone are unpinned) and its filters. They keep running the predecessor's program, with the
-// maps it was loaded with, until Sync. (After an upgrade that changed a map's layout, prog's
+// maps it was loaded with, until Attach. (After an upgrade that changed a map's layout, prog's
 // maps are new and empty until the first Apply: swapping it in earlier would stop enforcement
 // for that long.)
 func New(pinRoot string, hook Hook, prog *ebpf.Program) (*Attacher, error) {
@@ -90,9 +90,9 @@ func New(pinRoot string, hook Hook, prog *ebpf.Program) (*Attacher, error) {
 	return a, nil
 }
 
-// Sync attaches the program to every interface of want (name -> ifindex) and detaches it from
-// every other interface it owns. It returns an error per interface that failed.
-func (a *Attacher) Sync(want map[string]int) map[string]error {
+// Detach detaches the program from every interface it owns that is not in want (name ->
+// ifindex), or has another index now. It returns an error per interface that failed.
+func (a *Attacher) Detach(want map[string]int) map[string]error {
 	errs := map[string]error{}
 	for name, at := range a.links {
 		if idx, ok := want[name]; ok && idx == at.ifindex {
@@ -103,53 +103,51 @@ func (a *Attacher) Sync(want map[string]int) map[string]error {
 		}
 		delete(a.links, name)
 	}
-	for name, idx := range want {
-		if err := a.sync(name, idx); err != nil {
-			errs[name] = err
-		}
-	}
 	return errs
 }
 
-func (a *Attacher) sync(name string, idx int) error {
+// Attach keeps the program attached to the interface name of index idx: it attaches it there
+// if it is not (fresh), swaps it in for a predecessor's, and looks again for another program at
+// the hook when due.
+func (a *Attacher) Attach(name string, idx int) (fresh bool, err error) {
 	at, ok := a.links[name]
 	if ok && at.adopted {
 		if err := a.update(at); err != nil {
-			return fmt.Errorf("update %s on %s to this agent's: %w", a.hook.program, name, err)
+			return false, fmt.Errorf("update %s on %s to this agent's: %w", a.hook.program, name, err)
 		}
 		at.adopted = false
 	}
 	if ok && (at.link != nil || time.Since(at.checked) < recheck) {
-		return nil
+		return false, nil
 	}
 	others, err := a.othersAt(idx)
 	if err != nil {
-		return fmt.Errorf("list the programs at %s of %s: %w", a.hook.direction(), name, err)
+		return false, fmt.Errorf("list the programs at %s of %s: %w", a.hook.direction(), name, err)
 	}
 	switch {
 	case ok && !others:
 		at.checked = time.Now()
-		return nil
+		return false, nil
 	case ok: // another program came after our filter: first in the tcx chain instead
 		l, err := a.attachLink(name, idx)
 		if err != nil {
-			return fmt.Errorf("attach %s to %s before the program added there: %w", a.hook.program, name, err)
+			return false, fmt.Errorf("attach %s to %s before the program added there: %w", a.hook.program, name, err)
 		}
 		a.links[name] = &attached{link: l, ifindex: idx}
-		return a.deleteFilter(idx)
+		return false, a.deleteFilter(idx)
 	case others:
 		l, err := a.attachLink(name, idx)
 		if err != nil {
-			return fmt.Errorf("attach %s to %s: %w", a.hook.program, name, err)
+			return false, fmt.Errorf("attach %s to %s: %w", a.hook.program, name, err)
 		}
 		a.links[name] = &attached{link: l, ifindex: idx}
 	default:
 		if err := a.addFilter(idx); err != nil {
-			return fmt.Errorf("attach %s to %s: %w", a.hook.program, name, err)
+			return false, fmt.Errorf("attach %s to %s: %w", a.hook.program, name, err)
 		}
 		a.links[name] = &attached{ifindex: idx, checked: time.Now()}
 	}
-	return nil
+	return true, nil
 }
 
 func (a *Attacher) update(at *attached) error {

@@ -184,25 +184,7 @@ func (s *Store) Overlay(snap *watchers.Snapshot) (*watchers.Snapshot, []*corev1.
 // Applied learns the outcome of a sync: every announced pod that state holds with all its
 // addresses, with neither the pod nor an object of its namespace failing, is programmed.
 func (s *Store) Applied(state *dataplane.State, res dataplane.Result) {
-	last := map[podKey]applied{}
-	for _, p := range state.Classifier.Pods {
-		if p.Origin.Kind != cluster.KindPod {
-			continue
-		}
-		// A pod may come as several entries (one per routing mark of its addresses).
-		k := podKey{p.Origin.Namespace, p.Origin.Name}
-		a := last[k]
-		a.ips = append(a.ips, p.IPs...)
-		last[k] = a
-	}
-	for o, err := range res.Failed {
-		for k, a := range last {
-			if o == k.origin() || (o.Namespace != "" && o.Namespace == k.namespace) {
-				a.failed = fmt.Errorf("%s: %w", o, err)
-				last[k] = a
-			}
-		}
-	}
+	last := held(state, res.Failed, nil)
 	now := time.Now()
 	targets, snat := steerTargets(state), snatted(state)
 	s.mu.Lock()
@@ -216,16 +198,79 @@ func (s *Store) Applied(state *dataplane.State, res dataplane.Result) {
 			appliedRemote(e, snat, now)
 			continue
 		}
-		a, ok := last[e.key]
-		switch {
-		case !ok || !containsAll(a.ips, e.ips):
-			// Not in this sync (it began before the ADD, or an address went to another pod).
-		case a.failed != nil:
-			e.lastErr = a.failed
-		default:
-			e.programmed, e.lastErr, e.targets = now, nil, targets[e.key]
-			close(e.done)
+		settle(e, last, targets, now)
+	}
+}
+
+// InForce learns, while a sync is applied, that pods are in force (dataplane.PodsInForce): the
+// ADDs of those announced are answered then, not once the whole sync is.
+func (s *Store) InForce(state *dataplane.State, pods []dataplane.Origin, failed map[dataplane.Origin]error) {
+	keys := map[podKey]bool{}
+	for _, o := range pods {
+		if o.Kind == cluster.KindPod {
+			keys[podKey{o.Namespace, o.Name}] = true
 		}
+	}
+	s.mu.Lock()
+	waiting := false
+	for _, e := range s.byID {
+		waiting = waiting || (e.programmed.IsZero() && !e.remote.announced && keys[e.key])
+	}
+	s.mu.Unlock()
+	if !waiting {
+		return
+	}
+	now := time.Now()
+	last, targets := held(state, failed, keys), steerTargets(state)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.byID {
+		if e.programmed.IsZero() && !e.remote.announced && keys[e.key] {
+			settle(e, last, targets, now)
+		}
+	}
+}
+
+// held is what state holds for each local pod (of only, when set), with the failures of the
+// pod and of the objects of its namespace.
+func held(state *dataplane.State, failed map[dataplane.Origin]error, only map[podKey]bool) map[podKey]applied {
+	last := map[podKey]applied{}
+	for _, p := range state.Classifier.Pods {
+		if p.Origin.Kind != cluster.KindPod {
+			continue
+		}
+		// A pod may come as several entries (one per routing mark of its addresses).
+		k := podKey{p.Origin.Namespace, p.Origin.Name}
+		if only != nil && !only[k] {
+			continue
+		}
+		a := last[k]
+		a.ips = append(a.ips, p.IPs...)
+		last[k] = a
+	}
+	for o, err := range failed {
+		for k, a := range last {
+			if o == k.origin() || (o.Namespace != "" && o.Namespace == k.namespace) {
+				a.failed = fmt.Errorf("%s: %w", o, err)
+				last[k] = a
+			}
+		}
+	}
+	return last
+}
+
+// settle marks an announced local pod programmed when last holds it with all its addresses and
+// without failure. s.mu is held.
+func settle(e *entry, last map[podKey]applied, targets map[podKey][]netip.Addr, now time.Time) {
+	a, ok := last[e.key]
+	switch {
+	case !ok || !containsAll(a.ips, e.ips):
+		// Not in this sync (it began before the ADD, or an address went to another pod).
+	case a.failed != nil:
+		e.lastErr = a.failed
+	default:
+		e.programmed, e.lastErr, e.targets = now, nil, targets[e.key]
+		close(e.done)
 	}
 }
 

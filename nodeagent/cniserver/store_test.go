@@ -119,3 +119,41 @@ func TestAppliedReleasesWaiters(t *testing.T) {
 		t.Errorf("check of other addresses passed")
 	}
 }
+
+// A pod the dataplane reports in force during a sync is programmed then, under the same rules as
+// at the sync's end: all its addresses, no failure of it or its namespace's objects; the others
+// wait for the end of the sync.
+func TestInForceReleasesWaitersEarly(t *testing.T) {
+	s := NewStore()
+	a4, b4, c4 := netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("10.0.0.6"), netip.MustParseAddr("10.0.0.7")
+	web := s.announce("sb1", pod("ns", "web", nil), []netip.Addr{a4}, false)
+	db := s.announce("sb2", pod("ns", "db", nil), []netip.Addr{b4}, false)
+	bad := s.announce("sb3", pod("other", "x", nil), []netip.Addr{c4}, false)
+	origin := func(ns, name string) dataplane.Origin { return dataplane.Origin{Kind: cluster.KindPod, Namespace: ns, Name: name} }
+	st := &dataplane.State{Classifier: dataplane.ClassifierState{Pods: []dataplane.Pod{
+		{Origin: origin("ns", "web"), IPs: []netip.Addr{a4}}, {Origin: origin("ns", "db"), IPs: []netip.Addr{b4}},
+		{Origin: origin("other", "x"), IPs: []netip.Addr{c4}}}}}
+	failed := map[dataplane.Origin]error{{Kind: cluster.KindEgressFirewall, Namespace: "other", Name: "default"}: errors.New("boom")}
+	s.InForce(st, []dataplane.Origin{origin("ns", "web"), origin("other", "x")}, failed)
+	released := func(e *entry) bool {
+		select {
+		case <-e.done:
+			return true
+		default:
+			return false
+		}
+	}
+	if !released(web) {
+		t.Error("web, in force, is not programmed")
+	}
+	if released(db) {
+		t.Error("db, not reported in force, is programmed before the sync ended")
+	}
+	if released(bad) || bad.lastErr == nil {
+		t.Errorf("x, whose namespace's firewall failed: programmed %v, error %v", released(bad), bad.lastErr)
+	}
+	s.Applied(st, dataplane.Result{Failed: failed})
+	if !released(db) || released(bad) {
+		t.Errorf("at the sync's end: db programmed %v (want true), x programmed %v (want false)", released(db), released(bad))
+	}
+}
