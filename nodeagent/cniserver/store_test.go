@@ -129,7 +129,9 @@ func TestInForceReleasesWaitersEarly(t *testing.T) {
 	web := s.announce("sb1", pod("ns", "web", nil), []netip.Addr{a4}, false)
 	db := s.announce("sb2", pod("ns", "db", nil), []netip.Addr{b4}, false)
 	bad := s.announce("sb3", pod("other", "x", nil), []netip.Addr{c4}, false)
-	origin := func(ns, name string) dataplane.Origin { return dataplane.Origin{Kind: cluster.KindPod, Namespace: ns, Name: name} }
+	origin := func(ns, name string) dataplane.Origin {
+		return dataplane.Origin{Kind: cluster.KindPod, Namespace: ns, Name: name}
+	}
 	st := &dataplane.State{Classifier: dataplane.ClassifierState{Pods: []dataplane.Pod{
 		{Origin: origin("ns", "web"), IPs: []netip.Addr{a4}}, {Origin: origin("ns", "db"), IPs: []netip.Addr{b4}},
 		{Origin: origin("other", "x"), IPs: []netip.Addr{c4}}}}}
