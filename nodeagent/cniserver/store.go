@@ -1,7 +1,8 @@
 // Package cniserver is the agent's side of egressd's chained CNI plugin: a unix-socket server
 // (protocol in cniapi) that learns a new pod from the plugin's ADD, before its Pod object shows
 // an address, hands it to the sync loop at once, and answers the plugin only once a sync that
-// included the pod has been applied.
+// included the pod has it in force: when the dataplane reports it so (InForce: its interface
+// attached, everything else written before), else when the sync has been applied (Applied).
 //
 // The store is merged into what the sync loop compiles from (Overlay): a pod announced by the
 // plugin is its Pod object (labels and all, from the informer or an API GET) with the plugin's
