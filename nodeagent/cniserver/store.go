@@ -12,6 +12,7 @@ package cniserver
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -225,6 +226,11 @@ func (s *Store) InForce(state *dataplane.State, pods []dataplane.Origin, failed 
 	last, targets := held(state, failed, keys), steerTargets(state)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// A CHECK right after the ADD finds the pod, before the sync ends.
+	if s.last == nil {
+		s.last, s.lastAt = map[podKey]applied{}, now
+	}
+	maps.Copy(s.last, last)
 	for _, e := range s.byID {
 		if e.programmed.IsZero() && !e.remote.announced && keys[e.key] {
 			settle(e, last, targets, now)

@@ -148,6 +148,9 @@ func TestInForceReleasesWaitersEarly(t *testing.T) {
 	if !released(web) {
 		t.Error("web, in force, is not programmed")
 	}
+	if err := s.check(podKey{"ns", "web"}, []netip.Addr{a4}); err != nil {
+		t.Errorf("CHECK right after web's ADD returned: %v", err)
+	}
 	if released(db) {
 		t.Error("db, not reported in force, is programmed before the sync ended")
 	}
