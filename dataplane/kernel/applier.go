@@ -224,9 +224,10 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 				if !ok {
 					return
 				}
-				if !d.podSide(u.LinkAddress.IP) {
-					d.addresses.Changed()
+				if d.podSide(u.LinkAddress.IP) {
+					continue // a new pod's gateway or link-local address: nothing of egressd's
 				}
+				d.addresses.Changed()
 			case u, ok := <-neighs:
 				if !ok {
 					return
@@ -271,8 +272,9 @@ func newPhases() *prometheus.HistogramVec {
 	}, []string{"phase"})
 }
 
-// Changed receives a value after the kernel changed under egressd (links or addresses added,
-// removed, renamed) or a BFD session changed state: the desired state must be applied again.
+// Changed receives a value after the kernel changed under egressd (links added, removed,
+// renamed; the node's addresses, not those on the pods' side; the routes to pods; gateways'
+// neighbours) or a BFD session changed state: the desired state must be applied again.
 func (d *Applier) Changed() <-chan struct{} { return d.changed }
 
 // Apply makes the kernel match s, phase by phase (see the package comment).
