@@ -36,7 +36,7 @@ type entry struct {
 	ips   []netip.Addr
 	pod   *corev1.Pod // the Pod object (or a bare one) with ips in its status; never modified
 	added time.Time
-	// done is closed once a sync that included the pod was applied without failure.
+	// done is closed once a sync that included the pod has it in force without failure.
 	done       chan struct{}
 	programmed time.Time
 	lastErr    error
