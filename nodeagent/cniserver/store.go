@@ -239,7 +239,8 @@ func (s *Store) InForce(state *dataplane.State, pods []dataplane.Origin, failed 
 }
 
 // held is what state holds for each local pod (of only, when set), with the failures of the
-// pod and of the objects of its namespace.
+// pod and of the policies of its namespace (another pod's failure, its interface gone, is not
+// this one's).
 func held(state *dataplane.State, failed map[dataplane.Origin]error, only map[podKey]bool) map[podKey]applied {
 	last := map[podKey]applied{}
 	for _, p := range state.Classifier.Pods {
@@ -257,7 +258,7 @@ func held(state *dataplane.State, failed map[dataplane.Origin]error, only map[po
 	}
 	for o, err := range failed {
 		for k, a := range last {
-			if o == k.origin() || (o.Namespace != "" && o.Namespace == k.namespace) {
+			if o == k.origin() || (o.Kind != cluster.KindPod && o.Namespace != "" && o.Namespace == k.namespace) {
 				a.failed = fmt.Errorf("%s: %w", o, err)
 				last[k] = a
 			}

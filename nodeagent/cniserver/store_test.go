@@ -121,8 +121,8 @@ func TestAppliedReleasesWaiters(t *testing.T) {
 }
 
 // A pod the dataplane reports in force during a sync is programmed then, under the same rules as
-// at the sync's end: all its addresses, no failure of it or its namespace's objects; the others
-// wait for the end of the sync.
+// at the sync's end: all its addresses, no failure of it or of its namespace's policies (another
+// pod's failure is not its own); the others wait for the end of the sync.
 func TestInForceReleasesWaitersEarly(t *testing.T) {
 	s := NewStore()
 	a4, b4, c4 := netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("10.0.0.6"), netip.MustParseAddr("10.0.0.7")
@@ -157,8 +157,13 @@ func TestInForceReleasesWaitersEarly(t *testing.T) {
 	if released(bad) || bad.lastErr == nil {
 		t.Errorf("x, whose namespace's firewall failed: programmed %v, error %v", released(bad), bad.lastErr)
 	}
+	// At the sync's end another pod of db's namespace failed (its interface gone): not db's.
+	failed[origin("ns", "gone")] = errors.New("no route to pod address 10.0.0.8")
 	s.Applied(st, dataplane.Result{Failed: failed})
 	if !released(db) || released(bad) {
 		t.Errorf("at the sync's end: db programmed %v (want true), x programmed %v (want false)", released(db), released(bad))
+	}
+	if err := s.check(podKey{"ns", "web"}, []netip.Addr{a4}); err != nil {
+		t.Errorf("CHECK of web after another pod of its namespace failed: %v", err)
 	}
 }
