@@ -19,6 +19,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/egressd/egressd/dataplane"
@@ -41,13 +42,15 @@ type Addresses struct {
 	unannounced map[netip.Addr]bool
 	// others are the node's addresses egressd did not stamp, as last listed.
 	others []netip.Prefix
-	// listed is when the kernel's addresses were last listed; zero once Changed said they
-	// changed since.
+	// listed is when the kernel's addresses were last listed.
 	listed time.Time
+	// watched: a watch of the address events tells of changes (Watched); changed: it told of
+	// one since the last listing (Changed). Prune trusts a listing only while watched.
+	watched, changed atomic.Bool
 }
 
 // relist bounds how long Prune trusts the last listing: drift without an address event the
-// agent heeds (an address stamped by hand on a pod's side) is found within it.
+// agent heeds (an address stamped by hand on a pod's side) is found by the first sync after it.
 var relist = time.Minute
 
 // New adopts the addresses stamped with protocol in the current network namespace as they are;
@@ -62,15 +65,26 @@ func New(protocol uint8, lifetime time.Duration) (*Addresses, error) {
 		return nil, errors.New("address protocol 0 would claim every unstamped address")
 	}
 	a := &Addresses{protocol: protocol, lifetime: lifetime, owned: map[netip.Addr]bool{}, unannounced: map[netip.Addr]bool{}}
-	kernel, err := dump()
-	if err != nil {
+	if _, err := a.list(); err != nil {
 		return nil, err
 	}
-	a.see(kernel)
 	for ip := range a.owned {
 		a.unannounced[ip] = true
 	}
 	return a, nil
+}
+
+// list lists the kernel's addresses and records them (see). A change told while it lists is
+// listed again next time.
+func (a *Addresses) list() ([]kaddr, error) {
+	a.changed.Store(false)
+	kernel, err := dump()
+	if err != nil {
+		a.changed.Store(true)
+		return nil, err
+	}
+	a.see(kernel)
+	return kernel, nil
 }
 
 // see records the stamped addresses of a kernel listing, and the others.
@@ -108,14 +122,13 @@ func (a *Addresses) Apply(want []dataplane.Address) map[dataplane.Origin]error {
 	if len(want) == 0 && len(a.owned) == 0 {
 		return failed // nothing to add or move (most nodes host no egress address): no listing
 	}
-	kernel, err := dump()
+	kernel, err := a.list()
 	if err != nil {
 		for _, w := range want {
 			failed[w.Origin] = err
 		}
 		return failed
 	}
-	a.see(kernel)
 	var links *linkSet
 	// placed is where each address went in this Apply, and how that went: an address wanted by
 	// several objects (on the same interface) is done once and reported to each.
@@ -220,11 +233,10 @@ func (a *Addresses) Announce(ip netip.Addr) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	ip = ip.Unmap()
-	kernel, err := dump()
+	kernel, err := a.list()
 	if err != nil {
 		return err
 	}
-	a.see(kernel)
 	for _, k := range kernel {
 		if k.prefix.Addr() == ip && k.proto == a.protocol {
 			if err := announceOn(k.ifindex, ip); err != nil {
@@ -238,22 +250,26 @@ func (a *Addresses) Announce(ip netip.Addr) error {
 	return fmt.Errorf("%s is not an egressd address on this node", ip)
 }
 
-// Changed tells that the node's addresses changed behind egressd (an address event): the next
-// Prune lists them again instead of trusting what it last saw.
-func (a *Addresses) Changed() {
-	a.mu.Lock()
-	a.listed = time.Time{}
-	a.mu.Unlock()
+// Watched tells whether the address events are watched from now on, each change told by
+// Changed; until then, and once the watch ends, Prune lists the addresses every time.
+func (a *Addresses) Watched(on bool) {
+	a.watched.Store(on)
+	a.changed.Store(true) // what changed before the watch began
 }
+
+// Changed tells that the node's addresses changed behind egressd (an address event): the next
+// Prune lists them again instead of trusting what it last saw. It never waits (an Apply may hold
+// the addresses for a while, announcing).
+func (a *Addresses) Changed() { a.changed.Store(true) }
 
 // Prune removes every address stamped with egressd's protocol whose IP is not wanted. Called at
 // start-up too, before anything else is announced, so that an address assigned elsewhere while
 // the agent was down stops answering for it at once.
 //
-// It lists the kernel's addresses only when something may be to remove: an address it owns is
-// no longer wanted, or the addresses changed (Changed) or were last listed over relist ago.
-// Every new pod adds addresses to the node; listing them all at every sync was a quarter of a
-// sync's time with a few hundred pods.
+// While the address events are watched (Watched), it lists the kernel's addresses only when
+// something may be to remove: an address it owns is no longer wanted, or the addresses changed
+// (Changed) or were last listed over relist ago. Every new pod adds addresses to the node;
+// listing them all at every sync was a quarter of a sync's time with a few hundred pods.
 func (a *Addresses) Prune(want []dataplane.Address) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -261,14 +277,13 @@ func (a *Addresses) Prune(want []dataplane.Address) error {
 	for _, w := range want {
 		keep[w.Addr.Unmap()] = true
 	}
-	if !a.listed.IsZero() && time.Since(a.listed) < relist && a.ownedWanted(keep) {
+	if a.watched.Load() && !a.changed.Load() && time.Since(a.listed) < relist && a.ownedWanted(keep) {
 		return nil
 	}
-	kernel, err := dump()
+	kernel, err := a.list()
 	if err != nil {
 		return err
 	}
-	a.see(kernel)
 	var errs []error
 	for _, k := range kernel {
 		ip := k.prefix.Addr()

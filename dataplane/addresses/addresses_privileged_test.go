@@ -358,9 +358,9 @@ func TestPrivilegedErrorsRetryAndCleanup(t *testing.T) {
 	}
 }
 
-// Prune trusts its last listing until the addresses change (Changed) or relist passes: an
-// address stamped behind egressd's back is removed then, and the node's addresses (Others)
-// are listed again.
+// While the address events are watched, Prune trusts its last listing until the addresses
+// change (Changed) or relist passes: an address stamped behind egressd's back is removed then,
+// and the node's addresses (Others) are listed again. Unwatched, it lists every time.
 func TestPrivilegedPruneListsWhenChanged(t *testing.T) {
 	privileged.Require(t)
 	l := newLab(t)
@@ -373,6 +373,7 @@ func TestPrivilegedPruneListsWhenChanged(t *testing.T) {
 		if err := apply(a, want); err != nil {
 			return err
 		}
+		a.Watched(true)
 		if err := a.Prune(want); err != nil {
 			return err
 		}
@@ -412,6 +413,20 @@ func TestPrivilegedPruneListsWhenChanged(t *testing.T) {
 		}
 		if present(drift) {
 			return fmt.Errorf("%s survived a Prune after relist passed", drift)
+		}
+		relist = time.Hour
+		a.Watched(false)
+		if err := a.Prune(want); err != nil {
+			return err
+		}
+		if err := add(drift, eth0.Attrs().Index, DefaultProtocol, 0); err != nil {
+			return err
+		}
+		if err := a.Prune(want); err != nil {
+			return err
+		}
+		if present(drift) {
+			return fmt.Errorf("%s survived a Prune with the address events unwatched", drift)
 		}
 		return nil
 	})

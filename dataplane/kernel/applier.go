@@ -89,8 +89,8 @@ type Applier struct {
 	inherited    map[netip.Addr]bool
 	inheritUntil time.Time
 	// podNetworks are the cluster networks of the last Apply: an address event inside them (a
-	// pod's gateway on the host side of its interface) changes neither egressd's addresses nor
-	// the node's own.
+	// pod's gateway on the host side of its interface, a Service address) changes neither
+	// egressd's addresses nor the node's own.
 	podNetworks atomic.Pointer[[]netip.Prefix]
 	podsInForce dataplane.PodsInForce
 	// phases times each phase of Apply: where a slow sync spends its time.
@@ -212,7 +212,19 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 		d.Close()
 		return nil, fmt.Errorf("subscribe to neighbour changes: %w", err)
 	}
+	// The addresses are watched from here on: Prune may trust its listing between changes.
+	owned.Watched(true)
 	go func() {
+		// Without the events (a subscription ends on a receive error, such as an overrun
+		// buffer), Prune lists the addresses at every sync again.
+		defer func() {
+			owned.Watched(false)
+			select {
+			case <-d.done:
+			default:
+				log.Error("kernel link, address and neighbour events stopped (the addresses are listed at every sync from now on); restart the agent to watch them again")
+			}
+		}()
 		for {
 			select {
 			case u, ok := <-links:
@@ -317,14 +329,15 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 		}
 		return nil
 	})
-	// The addresses as Prune listed them, after this Apply's changes.
+	// The node's addresses as last listed: Prune lists them again when they changed.
 	res.HostCIDRs = hostCIDRs(s.Classifier.ClusterNetworks, d.addresses.Others())
 	return res
 }
 
 // podSide reports whether ip is an address on the pods' side of the node: link-local, or in the
-// cluster networks (a routed CNI gives each pod's host interface a gateway address). Neither is
-// ever an egress address nor published as the node's (hostCIDRs).
+// cluster networks, pods' and services' (a routed CNI gives each pod's host interface a gateway
+// address; kube-proxy's IPVS mode puts Service addresses on kube-ipvs0). None is ever an egress
+// address nor published as the node's (hostCIDRs).
 func (d *Applier) podSide(ip net.IP) bool {
 	a, ok := netip.AddrFromSlice(ip)
 	if !ok {
