@@ -490,14 +490,18 @@ func TestPrivilegedApplierPodsInForce(t *testing.T) {
 	l := newLab(t)
 	type report struct {
 		pods     []dataplane.Origin
-		attached []tc.Program
+		attached map[string]bool // the interfaces running the classifier then
 	}
 	var reports []report
 	var a *kernel.Applier
 	l.in(t, func() (err error) {
 		a, err = kernel.New(kernel.Options{PinRoot: l.root, PodsInForce: func(_ *dataplane.State, pods []dataplane.Origin, _ map[dataplane.Origin]error) {
-			progs, _ := tc.Query("pod0") // the callback runs on Apply's thread, in the node's namespace
-			reports = append(reports, report{pods: slices.Clone(pods), attached: progs})
+			r := report{pods: slices.Clone(pods), attached: map[string]bool{}}
+			for _, ifname := range []string{"pod0", "pod1", "pod2", "pod3"} {
+				progs, _ := tc.Query(ifname) // the callback runs on Apply's thread, in the node's namespace
+				r.attached[ifname] = slices.ContainsFunc(progs, func(p tc.Program) bool { return p.Name == tc.ProgramName })
+			}
+			reports = append(reports, r)
 		}}, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
 		return err
 	})
@@ -507,7 +511,7 @@ func TestPrivilegedApplierPodsInForce(t *testing.T) {
 	if len(reports) != 1 || !slices.Equal(reports[0].pods, []dataplane.Origin{podOrigin}) {
 		t.Fatalf("first Apply reported %+v, want the pod once", reports)
 	}
-	if !slices.ContainsFunc(reports[0].attached, func(p tc.Program) bool { return p.Name == tc.ProgramName }) {
+	if !reports[0].attached["pod0"] {
 		t.Errorf("pod reported in force before its interface runs the classifier: %+v", reports[0].attached)
 	}
 	l.mustApply(t, a, state)
@@ -524,6 +528,30 @@ func TestPrivilegedApplierPodsInForce(t *testing.T) {
 	state.Classifier.Pods = append(state.Classifier.Pods, dataplane.Pod{Origin: other, IPs: []netip.Addr{ip2}})
 	l.mustApply(t, a, state)
 	if len(reports) != 2 || !slices.Equal(reports[1].pods, []dataplane.Origin{other}) {
-		t.Errorf("after a second pod: reports %+v, want one more with pb alone", reports)
+		t.Fatalf("after a second pod: reports %+v, want one more with pb alone", reports)
+	}
+	// A pod with addresses behind two new interfaces: in force once both are attached, reported
+	// once. A pod with no interface is never reported.
+	for i, ifname := range []string{"pod2", "pod3"} {
+		ns := netns.New(t, ifname)
+		netns.Veth(t, l.node, ifname, ns, "eth0")
+		ns.Addr(t, "eth0", fmt.Sprintf("10.244.0.%d/32", 7+i))
+		l.node.MustRun(t, "ip", "route", "add", fmt.Sprintf("10.244.0.%d/32", 7+i), "dev", ifname, "scope", "link")
+	}
+	lost := netip.MustParseAddr("10.244.0.9")
+	l.node.MustRun(t, "ip", "route", "add", lost.String()+"/32", "via", extIP.String())
+	two, gone := dataplane.Origin{Kind: "Pod", Namespace: "a", Name: "pc"}, dataplane.Origin{Kind: "Pod", Namespace: "a", Name: "pd"}
+	state.Classifier.Pods = append(state.Classifier.Pods,
+		dataplane.Pod{Origin: two, IPs: []netip.Addr{netip.MustParseAddr("10.244.0.7"), netip.MustParseAddr("10.244.0.8")}},
+		dataplane.Pod{Origin: gone, IPs: []netip.Addr{lost}})
+	res := l.apply(t, a, state)
+	if res.Failed[gone] == nil || len(res.Failed) != 1 {
+		t.Errorf("Apply failed %v, want pd alone (its address is routed, not on an interface)", res.Failed)
+	}
+	if len(reports) != 3 || !slices.Equal(reports[2].pods, []dataplane.Origin{two}) {
+		t.Fatalf("after a pod on two interfaces and one on none: reports %+v, want one more with pc alone", reports[2:])
+	}
+	if !reports[2].attached["pod2"] || !reports[2].attached["pod3"] {
+		t.Errorf("pc reported in force before both its interfaces run the classifier: %v", reports[2].attached)
 	}
 }
