@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"fmt"
 	"math/bits"
 	"net/netip"
 	"slices"
@@ -134,6 +135,8 @@ type steering struct {
 	mode  SteeringMode
 	node  string // this node's name
 	slots map[dataplane.Origin]int
+	// unplaced are the path origins the last plan found no slot for, in order.
+	unplaced []dataplane.Origin
 }
 
 // mark is the mark of slot under mask: slot numbers shifted into the mask's lowest bits.
@@ -167,11 +170,13 @@ func (s *steering) plan(paths []path, mask uint32) map[dataplane.Origin]int {
 	}
 	sort.Slice(fresh, func(i, j int) bool { return fresh[i].String() < fresh[j].String() })
 	slot := 1
-	for _, o := range fresh {
+	s.unplaced = nil
+	for i, o := range fresh {
 		for taken[slot] {
 			slot++
 		}
 		if slot > capacity(mask) {
+			s.unplaced = fresh[i:]
 			break
 		}
 		next[o] = slot
@@ -179,6 +184,17 @@ func (s *steering) plan(paths []path, mask uint32) map[dataplane.Origin]int {
 	}
 	s.slots = next
 	return next
+}
+
+// unplacedFailures are the failures of the paths the last plan found no slot for: their objects
+// must say so (their pods are not steered; those an EgressIP serves are dropped, never leaked).
+func (s *steering) unplacedFailures(mask uint32) map[dataplane.Origin]error {
+	out := map[dataplane.Origin]error{}
+	for _, o := range s.unplaced {
+		out[o] = fmt.Errorf("no steering slot left on node %s (at most %d egress paths per node with mark mask %#x): its pods there are not steered",
+			s.node, capacity(mask), mask)
+	}
+	return out
 }
 
 // steeringRoutes is the policy routing of the paths: per slot, `fwmark <mark>/<mask> lookup

@@ -5,6 +5,7 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -264,6 +265,14 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	}
 	if l.Announced != nil {
 		l.Announced.Applied(&state, res)
+	}
+	// Paths beyond the node's steering slots are not in the state: they fail as if applying
+	// them had (logged, counted, in their objects' status and Events, retried).
+	for o, err := range l.steering.unplacedFailures(mask) {
+		if res.Failed == nil {
+			res.Failed = map[dataplane.Origin]error{}
+		}
+		res.Failed[o] = errors.Join(res.Failed[o], err)
 	}
 	l.logFailures(res.Failed)
 	if applyFailed(objects, res.Failed) {

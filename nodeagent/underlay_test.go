@@ -3,6 +3,8 @@ package nodeagent
 import (
 	"net/netip"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/egressd/egressd/dataplane"
@@ -137,5 +139,45 @@ func TestMergeVXLANSteering(t *testing.T) {
 	want := []dataplane.SteerNexthop{{Mark: mk, Nexthop: a("172.19.5.7")}, {Mark: mk, Nexthop: dataplane.TunnelGateway6(a("172.19.5.7"))}}
 	if !reflect.DeepEqual(s.Nftables.SteerNexthops, want) {
 		t.Errorf("guard nexthops %+v, want %+v", s.Nftables.SteerNexthops, want)
+	}
+}
+
+// Paths beyond the node's steering slots get none: their pods carry no mark and stay guarded
+// (dropped, never leaked), and their objects fail with the reason; a slot freed goes to them.
+func TestMergeOutOfSteeringSlots(t *testing.T) {
+	a := netip.MustParseAddr
+	const mask = 0x00010000 // one slot
+	eipA, eipB := dataplane.Origin{Kind: egressip.KindEgressIP, Name: "eip-a"}, dataplane.Origin{Kind: egressip.KindEgressIP, Name: "eip-b"}
+	podA, podB := dataplane.Origin{Kind: "Pod", Namespace: "a", Name: "pa"}, dataplane.Origin{Kind: "Pod", Namespace: "a", Name: "pb"}
+	p := &parts{
+		pods: []dataplane.Pod{{Origin: podA, IPs: []netip.Addr{a("10.244.1.5")}}, {Origin: podB, IPs: []netip.Addr{a("10.244.1.6")}}},
+		egressIP: egressip.Part{
+			Steer: []egressip.Steer{{Origin: eipA, PodIP: a("10.244.1.5"), Via: []netip.Addr{a("172.18.0.3")}},
+				{Origin: eipB, PodIP: a("10.244.1.6"), Via: []netip.Addr{a("172.18.0.3")}}},
+			Guarded:   []netip.Addr{a("10.244.1.5"), a("10.244.1.6")},
+			Primaries: testPrimaries,
+		},
+	}
+	st := &steering{node: "n1"}
+	s, _ := merge(nil, p, st, mask)
+	marks := map[dataplane.Origin]uint32{}
+	for _, pod := range s.Classifier.Pods {
+		marks[pod.Origin] = pod.Mark
+	}
+	if marks[podA] == 0 || marks[podB] != 0 {
+		t.Errorf("marks %v: want pa steered (eip-a first), pb not", marks)
+	}
+	if !slices.Contains(s.Nftables.Guarded, a("10.244.1.6")) {
+		t.Errorf("pb, not steered, is not guarded: %v", s.Nftables.Guarded)
+	}
+	failed := st.unplacedFailures(mask)
+	if len(failed) != 1 || failed[eipB] == nil || !strings.Contains(failed[eipB].Error(), "no steering slot left on node n1 (at most 1 egress paths") {
+		t.Errorf("failures %v, want eip-b's", failed)
+	}
+	// eip-a goes: eip-b gets the slot.
+	p.egressIP.Steer = p.egressIP.Steer[1:]
+	s, _ = merge(nil, p, st, mask)
+	if len(st.unplacedFailures(mask)) != 0 || len(s.Routing.Tables) != 1 || s.Routing.Tables[0].Origin != eipB {
+		t.Errorf("after eip-a went: failures %v, tables %+v", st.unplacedFailures(mask), s.Routing.Tables)
 	}
 }
