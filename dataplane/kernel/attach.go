@@ -1,0 +1,83 @@
+package kernel
+
+import (
+	"errors"
+	"net/netip"
+
+	"github.com/egressd/egressd/dataplane"
+)
+
+// attach keeps the classifier on exactly the interfaces facing the pods; a failure is the
+// failure of every pod behind that interface. The interfaces are attached one by one, both
+// hooks, in the pods' order: once all of a pod's interfaces are attached and one of them was
+// new, the pod is in force (the phases before wrote everything else it needs), and
+// podsInForce hears of it then, with before, their failures. Under a burst of new pods each
+// new interface waits for the RTNL lock that the CNI plugins setting up other pods hold; a
+// pod's ADD need not wait for all of them.
+func (d *Applier) attach(s *dataplane.State, before map[dataplane.Origin]error) map[dataplane.Origin]error {
+	type owner struct {
+		iface  string
+		origin dataplane.Origin
+	}
+	failed := map[dataplane.Origin]error{}
+	want := map[string]int{}
+	var order []string
+	owners := map[string][]dataplane.Origin{}
+	seen := map[owner]bool{}
+	left := map[dataplane.Origin]int{} // interfaces of each pod not attached yet
+	ips := map[netip.Addr]bool{}
+	for _, p := range s.Classifier.Pods {
+		for _, ip := range p.IPs {
+			ips[ip] = true
+			name, idx, err := d.facings.of(ip)
+			if err != nil {
+				failed[p.Origin] = err
+				continue
+			}
+			if _, ok := want[name]; !ok {
+				order = append(order, name)
+			}
+			want[name] = idx
+			if o := (owner{name, p.Origin}); !seen[o] {
+				seen[o] = true
+				owners[name] = append(owners[name], p.Origin)
+				left[p.Origin]++
+			}
+		}
+	}
+	d.facings.keepOnly(ips)
+	for _, at := range d.attachers {
+		for ifname, err := range at.Detach(want) {
+			for _, o := range owners[ifname] {
+				failed[o] = errors.Join(failed[o], err)
+			}
+			if len(owners[ifname]) == 0 { // no pod to blame, log it
+				d.log.Error("detach classifier", "interface", ifname, "err", err)
+			}
+		}
+	}
+	fresh := map[dataplane.Origin]bool{}
+	for _, name := range order {
+		isNew, errs := false, error(nil)
+		for _, at := range d.attachers {
+			f, err := at.Attach(name, want[name])
+			isNew, errs = isNew || f, errors.Join(errs, err)
+		}
+		var ready []dataplane.Origin
+		for _, o := range owners[name] {
+			if errs != nil {
+				failed[o] = errors.Join(failed[o], errs)
+				continue
+			}
+			fresh[o] = fresh[o] || isNew
+			left[o]--
+			if left[o] == 0 && fresh[o] && failed[o] == nil {
+				ready = append(ready, o)
+			}
+		}
+		if len(ready) > 0 && d.podsInForce != nil {
+			d.podsInForce(s, ready, before)
+		}
+	}
+	return failed
+}
