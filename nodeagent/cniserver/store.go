@@ -184,7 +184,7 @@ func (s *Store) Overlay(snap *watchers.Snapshot) (*watchers.Snapshot, []*corev1.
 }
 
 // Applied learns the outcome of a sync: every announced pod that state holds with all its
-// addresses, with neither the pod nor an object of its namespace failing, is programmed.
+// addresses, with neither the pod nor a policy of its namespace failing, is programmed.
 func (s *Store) Applied(state *dataplane.State, res dataplane.Result) {
 	last := held(state, res.Failed, nil)
 	now := time.Now()
