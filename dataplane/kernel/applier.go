@@ -34,8 +34,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
+	"github.com/vishvananda/netns"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/addresses"
@@ -93,6 +92,10 @@ type Applier struct {
 	// egressd's addresses nor the node's own.
 	podNetworks atomic.Pointer[[]netip.Prefix]
 	podsInForce dataplane.PodsInForce
+	// netns is the namespace the applier programs and watches.
+	netns netns.NsHandle
+	// eventsLost counts the event subscriptions that failed (see watch).
+	eventsLost prometheus.Counter
 	// phases times each phase of Apply: where a slow sync spends its time.
 	phases *prometheus.HistogramVec
 	log    *slog.Logger
@@ -156,19 +159,14 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	}
 	d := &Applier{classifier: c, attachers: []*tc.Attacher{toPod, a}, facings: facings, nft: t, addresses: owned, routing: router,
 		tunnel: tun, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log,
-		podsInForce: o.PodsInForce, phases: newPhases()}
+		podsInForce: o.PodsInForce, phases: newPhases(), eventsLost: newEventsLost(), netns: netns.None()}
 	if inUse := router.InUse(); len(inUse) > 0 {
 		d.inherited, d.inheritUntil = map[netip.Addr]bool{}, time.Now().Add(inheritGrace)
 		for _, gw := range inUse {
 			d.inherited[gw] = true
 		}
 		// Judged by the sessions alone from then on.
-		time.AfterFunc(inheritGrace, func() {
-			select {
-			case d.changed <- struct{}{}:
-			default:
-			}
-		})
+		time.AfterFunc(inheritGrace, d.signal)
 	}
 	go func() {
 		if err := c.ServeACLLog(log); err != nil {
@@ -180,80 +178,20 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 		aclLog = dataplane.StderrACLLog
 	}
 	go t.ServeACLLog(aclLog, o.Classifier.ACLLogRate, time.Second, d.done) // drops after DNAT
-	links := make(chan netlink.LinkUpdate, 64)
-	if err := netlink.LinkSubscribe(links, d.done); err != nil {
+	// The events are watched from the applier's namespace, whichever thread subscribes again.
+	if d.netns, err = netns.Get(); err != nil {
 		d.Close()
-		return nil, fmt.Errorf("subscribe to link changes: %w", err)
+		return nil, fmt.Errorf("the agent's network namespace: %w", err)
 	}
-	addrs := make(chan netlink.AddrUpdate, 64)
-	if err := netlink.AddrSubscribe(addrs, d.done); err != nil {
+	e, err := subscribe(d.netns)
+	if err != nil {
 		d.Close()
-		return nil, fmt.Errorf("subscribe to address changes: %w", err)
+		return nil, err
 	}
-	// Routes of the main table say which interface faces a pod address: a change under a pod
-	// address triggers a sync.
-	routes := make(chan netlink.RouteUpdate, 256)
-	if err := netlink.RouteSubscribe(routes, d.done); err != nil {
-		d.Close()
-		return nil, fmt.Errorf("subscribe to route changes: %w", err)
-	}
-	go func() {
-		for u := range routes {
-			if u.Table == unix.RT_TABLE_MAIN && d.facings.forgetRoute(u.Dst) {
-				select {
-				case d.changed <- struct{}{}:
-				default:
-				}
-			}
-		}
-	}()
-	neighs := make(chan netlink.NeighUpdate, 64)
-	if err := netlink.NeighSubscribe(neighs, d.done); err != nil {
-		d.Close()
-		return nil, fmt.Errorf("subscribe to neighbour changes: %w", err)
-	}
-	// The addresses are watched from here on: Prune may trust its listing between changes.
+	// The caches are trusted from here on: the events tell of each change.
+	d.facings.watched(true)
 	owned.Watched(true)
-	go func() {
-		// Without the events (a subscription ends on a receive error, such as an overrun
-		// buffer), Prune lists the addresses at every sync again.
-		defer func() {
-			owned.Watched(false)
-			select {
-			case <-d.done:
-			default:
-				log.Error("kernel link, address and neighbour events stopped (the addresses are listed at every sync from now on); restart the agent to watch them again")
-			}
-		}()
-		for {
-			select {
-			case u, ok := <-links:
-				if !ok {
-					return
-				}
-				d.facings.forgetLink(int(u.Index))
-			case u, ok := <-addrs:
-				if !ok {
-					return
-				}
-				if d.podSide(u.LinkAddress.IP) {
-					continue // a new pod's gateway or link-local address: nothing of egressd's
-				}
-				d.addresses.Changed()
-			case u, ok := <-neighs:
-				if !ok {
-					return
-				}
-				if !d.neighbourChanged(u) {
-					continue
-				}
-			}
-			select {
-			case d.changed <- struct{}{}:
-			default:
-			}
-		}
-	}()
+	go d.watch(e)
 	if o.AddressLifetime > 0 {
 		go d.renewAddresses(o.AddressLifetime / 3)
 	}
@@ -271,9 +209,9 @@ func (d *Applier) Collectors() []prometheus.Collector {
 		return out
 	}
 	if d.phases == nil { // an Applier not made by New: the metrics reference describes it
-		d.phases = newPhases()
+		d.phases, d.eventsLost = newPhases(), newEventsLost()
 	}
-	return []prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT), nft.NewCollector(d.nft), bfdCollector{d}, d.phases}
+	return []prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT), nft.NewCollector(d.nft), bfdCollector{d}, d.phases, d.eventsLost}
 }
 
 func newPhases() *prometheus.HistogramVec {
@@ -359,6 +297,9 @@ func (d *Applier) Close() {
 	}
 	d.classifier.Close()
 	d.facings.close()
+	if d.netns.IsOpen() {
+		d.netns.Close()
+	}
 	d.routing.Close()
 	d.tunnel.Close()
 	if m := d.bfdManager(); m != nil {

@@ -95,10 +95,7 @@ func (d *Applier) startBFD() (*bfd.Manager, error) {
 			case <-d.done:
 				return
 			case <-transitions:
-			}
-			select {
-			case d.changed <- struct{}{}:
-			default:
+				d.signal()
 			}
 		}
 	}()

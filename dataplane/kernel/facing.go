@@ -16,11 +16,12 @@ import (
 // interface faces an address changes only with the links (a pod's veth comes or goes, a
 // bridge is made again) and with the main table's routes, which the watchers report: the
 // addresses behind a link that changed or went, or under a route that changed, are looked up
-// again.
+// again. While the events are not watched, nothing is remembered.
 type facings struct {
-	mu     sync.Mutex
-	h      *netlink.Handle
-	byAddr map[netip.Addr]facing
+	mu      sync.Mutex
+	h       *netlink.Handle
+	byAddr  map[netip.Addr]facing
+	trusted bool // the events are watched
 }
 
 type facing struct {
@@ -58,7 +59,9 @@ func (f *facings) of(ip netip.Addr) (string, int, error) {
 	if l.Type() == "device" && l.Attrs().Name == "lo" {
 		return "", 0, fmt.Errorf("pod address %s is local to the node", ip)
 	}
-	f.byAddr[ip] = facing{l.Attrs().Name, l.Attrs().Index}
+	if f.trusted {
+		f.byAddr[ip] = facing{l.Attrs().Name, l.Attrs().Index}
+	}
 	return l.Attrs().Name, l.Attrs().Index, nil
 }
 
@@ -97,6 +100,15 @@ func (f *facings) forgetLink(index int) {
 			delete(f.byAddr, ip)
 		}
 	}
+}
+
+// watched tells whether the link and route events are watched from now on; what was
+// remembered before is forgotten either way.
+func (f *facings) watched(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.trusted = on
+	clear(f.byAddr)
 }
 
 func (f *facings) close() { f.h.Close() }

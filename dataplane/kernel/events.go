@@ -1,0 +1,184 @@
+package kernel
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// eventBuffer is each event socket's receive buffer (SO_RCVBUFFORCE): the kernel's default
+// (net.core.rmem_default, about 200 KiB) can overrun when a burst of pods starts, and the
+// events that did not fit are lost. Memory is taken only by what waits in it.
+var eventBuffer = 2 << 20
+
+// resubscribeEvery paces the attempts to subscribe again after a subscription failed.
+const resubscribeEvery = time.Second
+
+// events is one subscription to the kernel's link, address, main-table route and neighbour
+// changes. It ends, all four together, when stop closes or when one receiver fails: a socket
+// whose buffer overran loses the events that did not fit, and the library ends its receiver.
+type events struct {
+	links  chan netlink.LinkUpdate
+	addrs  chan netlink.AddrUpdate
+	routes chan netlink.RouteUpdate
+	neighs chan netlink.NeighUpdate
+	stop   chan struct{}
+	// drains empty the channels of the subscriptions made, so that their receivers, which may
+	// be blocked sending, end once stop closed.
+	drains []func()
+	// failure is the last receive error the library reported.
+	failure atomic.Pointer[error]
+}
+
+// subscribe subscribes in the network namespace ns (the applier's: a subscription made again
+// runs on any thread).
+func subscribe(ns netns.NsHandle) (*events, error) {
+	e := &events{links: make(chan netlink.LinkUpdate, 64), addrs: make(chan netlink.AddrUpdate, 64),
+		routes: make(chan netlink.RouteUpdate, 256), neighs: make(chan netlink.NeighUpdate, 64), stop: make(chan struct{})}
+	onError := func(err error) { e.failure.Store(&err) }
+	for _, sub := range []struct {
+		what      string
+		subscribe func() error
+		drain     func()
+	}{
+		{"link", func() error {
+			return netlink.LinkSubscribeWithOptions(e.links, e.stop, netlink.LinkSubscribeOptions{
+				Namespace: &ns, ErrorCallback: onError, ReceiveBufferSize: eventBuffer, ReceiveBufferForceSize: true})
+		}, func() { drain(e.links) }},
+		{"address", func() error {
+			return netlink.AddrSubscribeWithOptions(e.addrs, e.stop, netlink.AddrSubscribeOptions{
+				Namespace: &ns, ErrorCallback: onError, ReceiveBufferSize: eventBuffer, ReceiveBufferForceSize: true})
+		}, func() { drain(e.addrs) }},
+		{"route", func() error {
+			return netlink.RouteSubscribeWithOptions(e.routes, e.stop, netlink.RouteSubscribeOptions{
+				Namespace: &ns, ErrorCallback: onError, ReceiveBufferSize: eventBuffer, ReceiveBufferForceSize: true})
+		}, func() { drain(e.routes) }},
+		{"neighbour", func() error {
+			return netlink.NeighSubscribeWithOptions(e.neighs, e.stop, netlink.NeighSubscribeOptions{
+				Namespace: &ns, ErrorCallback: onError, ReceiveBufferSize: eventBuffer, ReceiveBufferForceSize: true})
+		}, func() { drain(e.neighs) }},
+	} {
+		if err := sub.subscribe(); err != nil {
+			e.close()
+			return nil, fmt.Errorf("subscribe to %s changes: %w", sub.what, err)
+		}
+		e.drains = append(e.drains, sub.drain)
+	}
+	return e, nil
+}
+
+func (e *events) close() {
+	close(e.stop)
+	for _, d := range e.drains {
+		go d()
+	}
+}
+
+func (e *events) err() error {
+	if err := e.failure.Load(); err != nil {
+		return *err
+	}
+	return fmt.Errorf("a subscription ended")
+}
+
+func drain[T any](ch <-chan T) {
+	for range ch {
+	}
+}
+
+// watch applies the kernel's events until the applier closes. When a subscription ends before
+// that, events were lost: it subscribes again, and what the events keep current (the
+// interfaces facing pods, whether the node's addresses changed) is looked up afresh, its
+// caches unused meanwhile; a sync follows (it reads the gateways' neighbours anew). A link or
+// a route missed is then as good as seen.
+func (d *Applier) watch(e *events) {
+	for {
+		d.consume(e)
+		e.close()
+		select {
+		case <-d.done:
+			return
+		default:
+		}
+		d.addresses.Watched(false)
+		d.facings.watched(false)
+		d.eventsLost.Inc()
+		d.log.Warn("kernel events lost: subscribing to them again, and looking up afresh what they kept current", "err", e.err())
+		d.signal()
+		for {
+			var err error
+			if e, err = subscribe(d.netns); err == nil {
+				break
+			}
+			d.log.Error("kernel events are not watched: link, address and route changes are looked up at every sync until they are", "err", err)
+			select {
+			case <-d.done:
+				return
+			case <-time.After(resubscribeEvery):
+			}
+		}
+		// From the new subscription on, the events tell of each change again.
+		d.facings.watched(true)
+		d.addresses.Watched(true)
+		d.signal()
+	}
+}
+
+// consume handles e's events until one of its receivers ends or the applier closes.
+func (d *Applier) consume(e *events) {
+	for {
+		select {
+		case <-d.done:
+			return
+		case u, ok := <-e.links:
+			if !ok {
+				return
+			}
+			d.facings.forgetLink(int(u.Index))
+		case u, ok := <-e.addrs:
+			if !ok {
+				return
+			}
+			if d.podSide(u.LinkAddress.IP) {
+				continue // a new pod's gateway or link-local address: nothing of egressd's
+			}
+			d.addresses.Changed()
+		case u, ok := <-e.routes:
+			if !ok {
+				return
+			}
+			// Routes of the main table say which interface faces a pod address.
+			if u.Table != unix.RT_TABLE_MAIN || !d.facings.forgetRoute(u.Dst) {
+				continue
+			}
+		case u, ok := <-e.neighs:
+			if !ok {
+				return
+			}
+			if !d.neighbourChanged(u) {
+				continue
+			}
+		}
+		d.signal()
+	}
+}
+
+// signal asks for a sync (Changed), without waiting: one pending request covers any number.
+func (d *Applier) signal() {
+	select {
+	case d.changed <- struct{}{}:
+	default:
+	}
+}
+
+func newEventsLost() prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "egressd_kernel_events_lost_total",
+		Help: "Times a subscription to the kernel's link, address, route or neighbour changes failed (events lost, such as an overrun buffer under a burst of changes); egressd subscribed again and looked up afresh what the events keep current.",
+	})
+}

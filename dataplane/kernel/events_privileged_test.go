@@ -1,0 +1,103 @@
+package kernel_test
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/egressd/egressd/dataplane/kernel"
+	"github.com/egressd/egressd/test/poll"
+	"github.com/egressd/egressd/test/privileged"
+)
+
+// TestPrivilegedApplierWatchesAgainAfterLostEvents: a burst of changes overruns the event
+// sockets (given the kernel's smallest buffer here) and events are lost; the applier counts it,
+// subscribes again, and sees the changes after the burst: an admin's address added then
+// triggers a sync and reaches HostCIDRs.
+func TestPrivilegedApplierWatchesAgainAfterLostEvents(t *testing.T) {
+	privileged.Require(t)
+	defer kernel.SetEventBuffer(1)() // the kernel raises it to its minimum: a few messages
+	l := newLab(t)
+	a := l.applier(t)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(a.Collectors()...)
+	state := fullState()
+	state.Addresses = nil
+	l.mustApply(t, a, state)
+	// A burst of 600 address events from another process while the agent's threads are busy
+	// (a burst of pods on a busy node): the events queue up beyond the buffer.
+	batch := []string{"link add burst0 type bridge"}
+	for i := range 300 {
+		batch = append(batch, fmt.Sprintf("addr add 198.19.%d.%d/32 dev burst0", i/250, i%250+1))
+	}
+	batch = append(batch, "link del burst0")
+	file := filepath.Join(t.TempDir(), "burst")
+	if err := os.WriteFile(file, []byte(strings.Join(batch, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+		busy := make(chan struct{})
+		defer close(busy)
+		go func() {
+			for {
+				select {
+				case <-busy:
+					return
+				default:
+				}
+			}
+		}()
+		l.node.MustRun(t, "ip", "-batch", file)
+	}()
+	poll.Eventually(t, "the overrun is counted", 5*time.Second, func() error {
+		if eventsLost(t, reg) == 0 {
+			return errors.New("no subscription lost yet")
+		}
+		return nil
+	})
+	// Quiet: the burst's last events and the resubscriptions' syncs are through.
+	for quiet := false; !quiet; {
+		select {
+		case <-a.Changed():
+		case <-time.After(500 * time.Millisecond):
+			quiet = true
+		}
+	}
+	t.Logf("subscriptions lost in the burst: %v", eventsLost(t, reg))
+	admin := netip.MustParsePrefix("198.18.0.1/24")
+	l.node.MustRun(t, "ip", "addr", "add", admin.String(), "dev", "ext0")
+	select {
+	case <-a.Changed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("no change signalled for an address added after the burst: the events are no longer watched")
+	}
+	if res := l.apply(t, a, state); !slices.Contains(res.HostCIDRs, admin) {
+		t.Errorf("HostCIDRs %v lack %s, added to the node before this Apply", res.HostCIDRs, admin)
+	}
+}
+
+// eventsLost reads egressd_kernel_events_lost_total.
+func eventsLost(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "egressd_kernel_events_lost_total" {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatal("no egressd_kernel_events_lost_total among the applier's metrics")
+	return 0
+}
