@@ -16,7 +16,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -179,8 +181,12 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 			w.signal(i.kind, spec)
 		}
 		notify := cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { changed(true) },
-			UpdateFunc: func(old, new any) { changed(!statusOnly(old, new)) },
+			AddFunc: func(any) { changed(true) },
+			UpdateFunc: func(old, new any) {
+				if !unchanged(old, new) {
+					changed(!statusOnly(old, new))
+				}
+			},
 			DeleteFunc: func(any) { changed(true) },
 		}
 		if _, err := i.inf.AddEventHandler(notify); err != nil {
@@ -233,6 +239,25 @@ func statusOnly(old, new any) bool {
 	}
 	return o.GetGeneration() == n.GetGeneration() && maps.Equal(o.GetLabels(), n.GetLabels()) &&
 		maps.Equal(o.GetAnnotations(), n.GetAnnotations())
+}
+
+// unchanged says whether an update of a core object changed nothing the cache keeps of it: what
+// changed was dropped by the transform (a pod's container statuses, a node's heartbeat), or it
+// is a resync. Every node watches every pod: without this, each kubelet status write in the
+// cluster made every node sync.
+func unchanged(old, new any) bool {
+	o, ok := old.(runtime.Object)
+	if !ok || egressAPI(new) {
+		return false // the egress APIs' status writes are told apart by statusOnly
+	}
+	c := o.DeepCopyObject()
+	cm, ok1 := c.(metav1.Object)
+	n, ok2 := new.(metav1.Object)
+	if !ok1 || !ok2 {
+		return false
+	}
+	cm.SetResourceVersion(n.GetResourceVersion())
+	return equality.Semantic.DeepEqual(c, new)
 }
 
 func egressAPI(obj any) bool {

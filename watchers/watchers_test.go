@@ -167,3 +167,64 @@ func TestGenerations(t *testing.T) {
 		t.Error("an unwatched kind reported known")
 	}
 }
+
+// An update of what the cache does not keep (a pod's container statuses, a node's heartbeat)
+// signals nothing and counts no generation; one of what it keeps (a pod's IP) does.
+func TestUpdatesOfDroppedFieldsSignalNothing(t *testing.T) {
+	kube := kubefake.NewClientset()
+	w, err := New(kube, egressfake.NewSimpleClientset(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes := w.Subscribe(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := w.Start(ctx, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	g := w.Snapshot().Generations
+	signalled := func() bool {
+		select {
+		case <-changes:
+			return true
+		case <-time.After(300 * time.Millisecond):
+			return false
+		}
+	}
+	pod, err := kube.CoreV1().Pods("ns").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for signalled() { // the creations
+	}
+	before, _ := g.Of(&corev1.Pod{}, &corev1.Node{})
+
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", RestartCount: 3}}
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.ContainersReady, Status: corev1.ConditionFalse}}
+	if pod, err = kube.CoreV1().Pods("ns").UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Conditions[0].LastHeartbeatTime = metav1.Now()
+	if _, err = kube.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if signalled() {
+		t.Error("a container status and a node heartbeat signalled a change")
+	}
+	if after, _ := g.Of(&corev1.Pod{}, &corev1.Node{}); after != before {
+		t.Errorf("a container status and a node heartbeat moved the generations (%d -> %d)", before, after)
+	}
+
+	pod.Status.PodIP = "10.244.0.5"
+	if _, err = kube.CoreV1().Pods("ns").UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !signalled() {
+		t.Error("a pod's new IP signalled no change")
+	}
+}
