@@ -57,6 +57,9 @@ type Writer struct {
 	labelWaits map[string]time.Time
 }
 
+// coalesce is how long the writer lets newer reports replace one before it writes.
+const coalesce = 50 * time.Millisecond
+
 // report is one sync's outcome: per-object failures and the node's host addresses.
 type report struct {
 	objects   map[dataplane.Origin]error
@@ -78,6 +81,17 @@ func (w *Writer) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case r = <-w.queue():
+			// Let the syncs of a burst (a sync every few milliseconds while pods start, each
+			// reporting every object) settle into one pass over the latest report.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(coalesce):
+			}
+			select {
+			case r = <-w.queue():
+			default:
+			}
 			last, all = r, false
 		case <-w.Changed:
 			r = last // entries already right are skipped

@@ -84,4 +84,15 @@ func TestWriterLooksAgainAtChangedOutcomes(t *testing.T) {
 	waitFor("a gone", map[string]int{"a": 2, "b": 4})
 	w.Report(map[dataplane.Origin]error{origin("a"): nil, origin("b"): nil}, dataplane.Result{})
 	waitFor("a back", map[string]int{"a": 3, "b": 4})
+	// A burst of syncs (pods starting) reports b failing and recovering, ending as written:
+	// the writer takes the latest report only, and writes nothing.
+	for i := range 10 {
+		var err error
+		if i < 9 {
+			err = errors.New("boom")
+		}
+		w.Report(map[dataplane.Origin]error{origin("a"): nil, origin("b"): err}, dataplane.Result{})
+	}
+	time.Sleep(4 * coalesce)
+	waitFor("a burst ending as written", map[string]int{"a": 3, "b": 4})
 }
