@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/dataplane/tc"
 )
 
 // attach keeps the classifier on exactly the interfaces facing the pods; a failure is the
@@ -58,9 +59,9 @@ func (d *Applier) attach(s *dataplane.State, before map[dataplane.Origin]error) 
 	}
 	fresh := map[dataplane.Origin]bool{}
 	for _, name := range order {
-		isNew, errs := false, error(nil)
+		isNew, errs, q := false, error(nil), &tc.Qdisc{}
 		for _, at := range d.attachers {
-			f, err := at.Attach(name, want[name])
+			f, err := at.Attach(name, want[name], q)
 			isNew, errs = isNew || f, errors.Join(errs, err)
 		}
 		var ready []dataplane.Origin

@@ -67,10 +67,8 @@ func BenchmarkPrivilegedAttach(b *testing.B) {
 						want[k] = v
 					}
 					start := time.Now()
-					for _, at := range []*tc.Attacher{out, in} {
-						if errs := at.Sync(want); len(errs) > 0 {
-							return fmt.Errorf("%v", errs)
-						}
+					if errs := tc.Sync(want, in, out); len(errs) > 0 {
+						return fmt.Errorf("%v", errs)
 					}
 					spent += time.Since(start)
 				}

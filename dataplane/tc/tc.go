@@ -108,8 +108,9 @@ func (a *Attacher) Detach(want map[string]int) map[string]error {
 
 // Attach keeps the program attached to the interface name of index idx: it attaches it there
 // if it is not (fresh), swaps it in for a predecessor's, and looks again for another program at
-// the hook when due.
-func (a *Attacher) Attach(name string, idx int) (fresh bool, err error) {
+// the hook when due. q carries what this sync learnt of the interface's qdisc from one hook's
+// attacher to the other's (a new Qdisc per interface and sync).
+func (a *Attacher) Attach(name string, idx int, q *Qdisc) (fresh bool, err error) {
 	at, ok := a.links[name]
 	if ok && at.adopted {
 		if err := a.update(at); err != nil {
@@ -120,7 +121,7 @@ func (a *Attacher) Attach(name string, idx int) (fresh bool, err error) {
 	if ok && (at.link != nil || time.Since(at.checked) < recheck) {
 		return false, nil
 	}
-	others, err := a.othersAt(idx)
+	others, err := a.othersAt(idx, q)
 	if err != nil {
 		return false, fmt.Errorf("list the programs at %s of %s: %w", a.hook.direction(), name, err)
 	}
@@ -142,7 +143,7 @@ func (a *Attacher) Attach(name string, idx int) (fresh bool, err error) {
 		}
 		a.links[name] = &attached{link: l, ifindex: idx}
 	default:
-		if err := a.addFilter(idx); err != nil {
+		if err := a.addFilter(idx, q); err != nil {
 			return false, fmt.Errorf("attach %s to %s: %w", a.hook.program, name, err)
 		}
 		a.links[name] = &attached{ifindex: idx, checked: time.Now()}

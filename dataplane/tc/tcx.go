@@ -72,14 +72,17 @@ func (a *Attacher) attachLink(name string, idx int) (tcxLink, error) {
 }
 
 // othersAt tells whether a program that is not egressd's runs at the hook of the interface: a
-// tcx program, or a tc filter.
-func (a *Attacher) othersAt(idx int) (bool, error) {
+// tcx program, or a tc filter (none in a qdisc that egressd added in this sync).
+func (a *Attacher) othersAt(idx int, q *Qdisc) (bool, error) {
 	res, err := link.QueryPrograms(link.QueryOptions{Target: idx, Attach: a.hook.tcx})
 	if err != nil {
 		return false, err
 	}
 	if len(res.Programs) > 0 {
 		return true, nil // ours has no tcx link here (the caller knows)
+	}
+	if q.added {
+		return false, nil
 	}
 	filters, err := filtersAt(idx, a.hook.parent)
 	if err != nil {

@@ -13,6 +13,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/tc"
@@ -120,7 +122,7 @@ func TestPrivilegedUpgradeKeepsPredecessorUntilSync(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if errs := at.Sync(want); len(errs) > 0 {
+				if errs := tc.Sync(want, at); len(errs) > 0 {
 					return fmt.Errorf("%v", errs)
 				}
 				at.Close()
@@ -154,7 +156,7 @@ func TestPrivilegedUpgradeKeepsPredecessorUntilSync(t *testing.T) {
 				if got := ingress(t); !slices.Equal(got, before) {
 					t.Errorf("before the first Sync ingress runs %q, want the predecessor's %q", got, before)
 				}
-				if errs := at.Sync(want); len(errs) > 0 {
+				if errs := tc.Sync(want, at); len(errs) > 0 {
 					return fmt.Errorf("%v", errs)
 				}
 				after := slices.Clone(before)
@@ -195,7 +197,7 @@ func TestPrivilegedFirstBeforeAProgramAddedLater(t *testing.T) {
 			return err
 		}
 		want := map[string]int{"pod0": ifi.Index}
-		if errs := at.Sync(want); len(errs) > 0 {
+		if errs := tc.Sync(want, at); len(errs) > 0 {
 			return fmt.Errorf("%v", errs)
 		}
 		id := programID(t, c.Program)
@@ -205,7 +207,7 @@ func TestPrivilegedFirstBeforeAProgramAddedLater(t *testing.T) {
 		if err := foreign(t); err != nil {
 			return err
 		}
-		if errs := at.Sync(want); len(errs) > 0 {
+		if errs := tc.Sync(want, at); len(errs) > 0 {
 			return fmt.Errorf("%v", errs)
 		}
 		if got := ingress(t); len(got) != 2 || !contains(got[1], "egressd_frompod") {
@@ -213,7 +215,7 @@ func TestPrivilegedFirstBeforeAProgramAddedLater(t *testing.T) {
 		}
 		defer func(d time.Duration) { *tc.Recheck = d }(*tc.Recheck)
 		*tc.Recheck = 0
-		if errs := at.Sync(want); len(errs) > 0 {
+		if errs := tc.Sync(want, at); len(errs) > 0 {
 			return fmt.Errorf("%v", errs)
 		}
 		got := ingress(t)
@@ -245,4 +247,65 @@ func contains(s, sub string) bool { return strings.Contains(s, sub) }
 // replaceID replaces the program ID at the end of an ingress line.
 func replaceID(line string, old, new ebpf.ProgramID) string {
 	return strings.TrimSuffix(line, fmt.Sprint(old)) + fmt.Sprint(new)
+}
+
+// TestPrivilegedFirstBeforeACNIFilter: where a CNI runs its own tc filter at one hook of a new
+// interface (egress here, in the clsact qdisc it added), egressd attaches first in that hook's
+// tcx chain, and by a filter at the other hook.
+func TestPrivilegedFirstBeforeACNIFilter(t *testing.T) {
+	privileged.Require(t)
+	ns, root := podNS(t, "cnifilter")
+	err := ns.Do(func() error {
+		ifi, err := net.InterfaceByName("pod0")
+		if err != nil {
+			return err
+		}
+		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "cni_prog", Type: ebpf.SchedCLS, License: "GPL",
+			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		if err := netlink.QdiscAdd(&netlink.GenericQdisc{QdiscType: "clsact", QdiscAttrs: netlink.QdiscAttrs{
+			LinkIndex: ifi.Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}}); err != nil {
+			return err
+		}
+		if err := netlink.FilterAdd(&netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{LinkIndex: ifi.Index,
+			Parent: netlink.HANDLE_MIN_EGRESS, Handle: 1, Priority: 1, Protocol: unix.ETH_P_ALL},
+			Fd: p.FD(), Name: "cni_prog", DirectAction: true}); err != nil {
+			return err
+		}
+		c, err := classifier.Load(root, classifier.Options{})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		in, err := tc.New(root, tc.Ingress, c.Program)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := tc.New(root, tc.Egress, c.ToPod)
+		if err != nil {
+			return err
+		}
+		defer out.Close()
+		if errs := tc.Sync(map[string]int{"pod0": ifi.Index}, in, out); len(errs) > 0 {
+			return fmt.Errorf("%v", errs)
+		}
+		if got := ingress(t); len(got) != 1 || !contains(got[0], "tc filter pref 49152") {
+			t.Errorf("ingress runs %q, want egressd's filter alone", got)
+		}
+		res, err := link.QueryPrograms(link.QueryOptions{Target: ifi.Index, Attach: ebpf.AttachTCXEgress})
+		if err != nil {
+			return err
+		}
+		if len(res.Programs) != 1 || res.Programs[0].ID != programID(t, c.ToPod) {
+			t.Errorf("tcx egress runs %v, want egressd's egress program, ahead of the CNI's filter", res.Programs)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
