@@ -242,8 +242,8 @@ func statusOnly(old, new any) bool {
 }
 
 // unchanged says whether an update of a core object changed nothing the cache keeps of it: what
-// changed was dropped by the transform (a pod's container statuses, a node's heartbeat), or it
-// is a resync. Every node watches every pod: without this, each kubelet status write in the
+// changed was dropped by the transform (a pod's container statuses, a node's heartbeat), or a
+// relist delivered the object again. Every node watches every pod: without this, each kubelet status write in the
 // cluster made every node sync.
 func unchanged(old, new any) bool {
 	o, ok := old.(runtime.Object)

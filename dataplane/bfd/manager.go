@@ -9,13 +9,14 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/netip"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/gopacket/gopacket"
 	"github.com/vishvananda/netns"
+
+	"github.com/egressd/egressd/internal/nsthread"
 )
 
 // Config of one session.
@@ -157,8 +158,7 @@ func newManager(log *slog.Logger) *Manager {
 // open there too.
 func (m *Manager) loop(ns netns.NsHandle, started chan<- error) {
 	defer m.wg.Done()
-	runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-	err := enter(ns)
+	err := nsthread.Lock(ns)
 	ns.Close()
 	if err == nil {
 		err = m.listen()
@@ -168,20 +168,6 @@ func (m *Manager) loop(ns netns.NsHandle, started chan<- error) {
 		return
 	}
 	m.run()
-}
-
-// enter moves the calling thread into ns unless it is there already: setns(2) needs
-// CAP_SYS_ADMIN (and the runtime's default seccomp profile blocks it without), even into the
-// namespace a thread is in, which the agent, unprivileged in its own host-network pod, is.
-func enter(ns netns.NsHandle) error {
-	if cur, err := netns.Get(); err == nil {
-		same := cur.Equal(ns)
-		cur.Close()
-		if same {
-			return nil
-		}
-	}
-	return netns.Set(ns)
 }
 
 // run is the event loop: it owns all session state.

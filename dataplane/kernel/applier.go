@@ -92,8 +92,8 @@ type Applier struct {
 	// egressd's addresses nor the node's own.
 	podNetworks atomic.Pointer[[]netip.Prefix]
 	podsInForce dataplane.PodsInForce
-	// netns is the namespace the applier programs and watches.
-	netns netns.NsHandle
+	// watching is the goroutine that watches the kernel's events (watch).
+	watching sync.WaitGroup
 	// eventsLost counts the event subscriptions that failed (see watch).
 	eventsLost prometheus.Counter
 	// phases times each phase of Apply: where a slow sync spends its time.
@@ -159,7 +159,7 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	}
 	d := &Applier{classifier: c, attachers: []*tc.Attacher{toPod, a}, facings: facings, nft: t, addresses: owned, routing: router,
 		tunnel: tun, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log,
-		podsInForce: o.PodsInForce, phases: newPhases(), eventsLost: newEventsLost(), netns: netns.None()}
+		podsInForce: o.PodsInForce, phases: newPhases(), eventsLost: newEventsLost()}
 	if inUse := router.InUse(); len(inUse) > 0 {
 		d.inherited, d.inheritUntil = map[netip.Addr]bool{}, time.Now().Add(inheritGrace)
 		for _, gw := range inUse {
@@ -178,20 +178,23 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 		aclLog = dataplane.StderrACLLog
 	}
 	go t.ServeACLLog(aclLog, o.Classifier.ACLLogRate, time.Second, d.done) // drops after DNAT
-	// The events are watched from the applier's namespace, whichever thread subscribes again.
-	if d.netns, err = netns.Get(); err != nil {
+	// The namespace the events are watched in, for the subscriptions made again.
+	ns, err := netns.Get()
+	if err != nil {
 		d.Close()
 		return nil, fmt.Errorf("the agent's network namespace: %w", err)
 	}
-	e, err := subscribe(d.netns)
+	e, err := subscribe()
 	if err != nil {
+		ns.Close()
 		d.Close()
 		return nil, err
 	}
 	// The caches are trusted from here on: the events tell of each change.
 	d.facings.watched(true)
 	owned.Watched(true)
-	go d.watch(e)
+	d.watching.Add(1)
+	go d.watch(e, ns)
 	if o.AddressLifetime > 0 {
 		go d.renewAddresses(o.AddressLifetime / 3)
 	}
@@ -292,14 +295,12 @@ func (d *Applier) podSide(ip net.IP) bool {
 // Close stops watching and releases file descriptors; what is programmed stays.
 func (d *Applier) Close() {
 	close(d.done)
+	d.watching.Wait()
 	for _, at := range d.attachers {
 		at.Close()
 	}
 	d.classifier.Close()
 	d.facings.close()
-	if d.netns.IsOpen() {
-		d.netns.Close()
-	}
 	d.routing.Close()
 	d.tunnel.Close()
 	if m := d.bfdManager(); m != nil {

@@ -9,19 +9,24 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/egressd/egressd/internal/nsthread"
 )
 
-// eventBuffer is each event socket's receive buffer (SO_RCVBUFFORCE): the kernel's default
-// (net.core.rmem_default, about 200 KiB) can overrun when a burst of pods starts, and the
-// events that did not fit are lost. Memory is taken only by what waits in it.
+// eventBuffer is each event socket's receive buffer (SO_RCVBUFFORCE, which CAP_NET_ADMIN
+// allows): the kernel's default (net.core.rmem_default, about 200 KiB) can overrun when a burst
+// of pods starts, and the events that did not fit are lost. Memory is taken only by what waits
+// in it.
 var eventBuffer = 2 << 20
 
-// resubscribeEvery paces the attempts to subscribe again after a subscription failed.
+// resubscribeEvery is the first pause between attempts to subscribe again that fail; it
+// doubles up to a minute.
 const resubscribeEvery = time.Second
 
 // events is one subscription to the kernel's link, address, main-table route and neighbour
-// changes. It ends, all four together, when stop closes or when one receiver fails: a socket
-// whose buffer overran loses the events that did not fit, and the library ends its receiver.
+// changes. It ends, all four together, when stop closes or when one receiver fails: the
+// library ends a receiver on any receive error (a socket whose buffer overran lost the events
+// that did not fit) or message it cannot read.
 type events struct {
 	links  chan netlink.LinkUpdate
 	addrs  chan netlink.AddrUpdate
@@ -31,16 +36,16 @@ type events struct {
 	// drains empty the channels of the subscriptions made, so that their receivers, which may
 	// be blocked sending, end once stop closed.
 	drains []func()
-	// failure is the last receive error the library reported.
+	// failure is the first receive error the library reported.
 	failure atomic.Pointer[error]
 }
 
-// subscribe subscribes in the network namespace ns (the applier's: a subscription made again
-// runs on any thread).
-func subscribe(ns netns.NsHandle) (*events, error) {
+// subscribe subscribes in the calling thread's network namespace.
+func subscribe() (*events, error) {
 	e := &events{links: make(chan netlink.LinkUpdate, 64), addrs: make(chan netlink.AddrUpdate, 64),
 		routes: make(chan netlink.RouteUpdate, 256), neighs: make(chan netlink.NeighUpdate, 64), stop: make(chan struct{})}
-	onError := func(err error) { e.failure.Store(&err) }
+	// The first error is the cause; closing the others' sockets makes them report more.
+	onError := func(err error) { e.failure.CompareAndSwap(nil, &err) }
 	for _, sub := range []struct {
 		what      string
 		subscribe func() error
@@ -48,19 +53,19 @@ func subscribe(ns netns.NsHandle) (*events, error) {
 	}{
 		{"link", func() error {
 			return netlink.LinkSubscribeWithOptions(e.links, e.stop, netlink.LinkSubscribeOptions{
-				Namespace: &ns, ErrorCallback: onError, ReceiveBufferSize: eventBuffer, ReceiveBufferForceSize: true})
+				ErrorCallback: onError, ReceiveBufferSize: eventBuffer, ReceiveBufferForceSize: true})
 		}, func() { drain(e.links) }},
 		{"address", func() error {
 			return netlink.AddrSubscribeWithOptions(e.addrs, e.stop, netlink.AddrSubscribeOptions{
-				Namespace: &ns, ErrorCallback: onError, ReceiveBufferSize: eventBuffer, ReceiveBufferForceSize: true})
+				ErrorCallback: onError, ReceiveBufferSize: eventBuffer, ReceiveBufferForceSize: true})
 		}, func() { drain(e.addrs) }},
 		{"route", func() error {
 			return netlink.RouteSubscribeWithOptions(e.routes, e.stop, netlink.RouteSubscribeOptions{
-				Namespace: &ns, ErrorCallback: onError, ReceiveBufferSize: eventBuffer, ReceiveBufferForceSize: true})
+				ErrorCallback: onError, ReceiveBufferSize: eventBuffer, ReceiveBufferForceSize: true})
 		}, func() { drain(e.routes) }},
 		{"neighbour", func() error {
 			return netlink.NeighSubscribeWithOptions(e.neighs, e.stop, netlink.NeighSubscribeOptions{
-				Namespace: &ns, ErrorCallback: onError, ReceiveBufferSize: eventBuffer, ReceiveBufferForceSize: true})
+				ErrorCallback: onError, ReceiveBufferSize: eventBuffer, ReceiveBufferForceSize: true})
 		}, func() { drain(e.neighs) }},
 	} {
 		if err := sub.subscribe(); err != nil {
@@ -92,11 +97,19 @@ func drain[T any](ch <-chan T) {
 }
 
 // watch applies the kernel's events until the applier closes. When a subscription ends before
-// that, events were lost: it subscribes again, and what the events keep current (the
-// interfaces facing pods, whether the node's addresses changed) is looked up afresh, its
-// caches unused meanwhile; a sync follows (it reads the gateways' neighbours anew). A link or
-// a route missed is then as good as seen.
-func (d *Applier) watch(e *events) {
+// that (a receive error, such as a buffer that overran: events were lost), it subscribes again,
+// and what the events keep current (the interfaces facing pods, whether the node's addresses
+// changed) is looked up afresh, its caches unused meanwhile; a sync follows (it reads the
+// gateways' neighbours anew). A link or a route missed is then as good as seen. The
+// subscriptions are made again from this goroutine's thread, kept in the applier's namespace ns.
+func (d *Applier) watch(e *events, ns netns.NsHandle) {
+	defer d.watching.Done()
+	err := nsthread.Lock(ns)
+	ns.Close()
+	if err != nil {
+		d.log.Error("kernel events cannot be subscribed to again if they are lost", "err", err)
+	}
+	pause := resubscribeEvery
 	for {
 		d.consume(e)
 		e.close()
@@ -108,20 +121,26 @@ func (d *Applier) watch(e *events) {
 		d.addresses.Watched(false)
 		d.facings.watched(false)
 		d.eventsLost.Inc()
-		d.log.Warn("kernel events lost: subscribing to them again, and looking up afresh what they kept current", "err", e.err())
 		d.signal()
+		if err != nil {
+			d.log.Error("kernel events lost: link, address and route changes are looked up at every sync from now on", "err", e.err())
+			return
+		}
+		d.log.Warn("kernel events lost: subscribing to them again, and looking up afresh what they kept current", "err", e.err())
 		for {
-			var err error
-			if e, err = subscribe(d.netns); err == nil {
+			var serr error
+			if e, serr = subscribe(); serr == nil {
 				break
 			}
-			d.log.Error("kernel events are not watched: link, address and route changes are looked up at every sync until they are", "err", err)
+			d.log.Error("kernel events are not watched: link, address and route changes are looked up at every sync until they are", "err", serr, "retryIn", pause)
 			select {
 			case <-d.done:
 				return
-			case <-time.After(resubscribeEvery):
+			case <-time.After(pause):
 			}
+			pause = min(2*pause, time.Minute)
 		}
+		pause = resubscribeEvery
 		// From the new subscription on, the events tell of each change again.
 		d.facings.watched(true)
 		d.addresses.Watched(true)
@@ -179,6 +198,6 @@ func (d *Applier) signal() {
 func newEventsLost() prometheus.Counter {
 	return prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "egressd_kernel_events_lost_total",
-		Help: "Times a subscription to the kernel's link, address, route or neighbour changes failed (events lost, such as an overrun buffer under a burst of changes); egressd subscribed again and looked up afresh what the events keep current.",
+		Help: "Times a subscription to the kernel's link, address, route or neighbour changes ended on an error (events lost: a buffer overrun under a burst of changes, or a message it could not read); egressd subscribes again and looks up afresh what the events keep current.",
 	})
 }

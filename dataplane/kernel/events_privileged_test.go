@@ -25,7 +25,8 @@ import (
 // triggers a sync and reaches HostCIDRs.
 func TestPrivilegedApplierWatchesAgainAfterLostEvents(t *testing.T) {
 	privileged.Require(t)
-	defer kernel.SetEventBuffer(1)() // the kernel raises it to its minimum: a few messages
+	// The kernel raises it to its minimum: a few messages. (Restored after the applier closed.)
+	t.Cleanup(kernel.SetEventBuffer(1))
 	l := newLab(t)
 	a := l.applier(t)
 	reg := prometheus.NewPedanticRegistry()

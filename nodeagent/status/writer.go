@@ -81,8 +81,8 @@ func (w *Writer) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case r = <-w.queue():
-			// Let the syncs of a burst (a sync every few milliseconds while pods start, each
-			// reporting every object) settle into one pass over the latest report.
+			// Reports within coalesce of this one make one pass over the latest: while pods
+			// start a sync ends every few milliseconds, each reporting every object.
 			select {
 			case <-ctx.Done():
 				return
