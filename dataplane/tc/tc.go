@@ -19,9 +19,10 @@
 //     started 16 at a time that made a CNI ADD wait 300 ms and more.
 //
 // An interface attached by a filter moves to a tcx link when an Attach finds another program at the
-// hook (it was added after ours). Attach looks again at most once a minute per interface (two
-// syscalls each: a node's syncs stay cheap with hundreds of pods), so for up to a minute, and
-// until the next sync, that program may run first.
+// hook (it was added after ours), and gets its filter again when it is gone (its clsact qdisc
+// deleted by hand or by another agent). Attach looks again at most once a minute per interface
+// (two syscalls each: a node's syncs stay cheap with hundreds of pods), so for up to a minute,
+// and until the next sync, that program may run first, or none of ours.
 package tc
 
 import (
@@ -121,12 +122,17 @@ func (a *Attacher) Attach(name string, idx int, q *Qdisc) (fresh bool, err error
 	if ok && (at.link != nil || time.Since(at.checked) < recheck) {
 		return false, nil
 	}
-	others, err := a.othersAt(idx, q)
+	others, present, err := a.othersAt(idx, q)
 	if err != nil {
 		return false, fmt.Errorf("list the programs at %s of %s: %w", a.hook.direction(), name, err)
 	}
 	switch {
 	case ok && !others:
+		if !present { // removed behind egressd's back (the clsact qdisc deleted): again
+			if err := a.addFilter(idx, q); err != nil {
+				return false, fmt.Errorf("attach %s to %s again (its filter was removed): %w", a.hook.program, name, err)
+			}
+		}
 		at.checked = time.Now()
 		return false, nil
 	case ok: // another program came after our filter: first in the tcx chain instead

@@ -71,27 +71,29 @@ func (a *Attacher) attachLink(name string, idx int) (tcxLink, error) {
 	return l, nil
 }
 
-// othersAt tells whether a program that is not egressd's runs at the hook of the interface: a
-// tcx program, or a tc filter (none in a qdisc that egressd added in this sync).
-func (a *Attacher) othersAt(idx int, q *Qdisc) (bool, error) {
+// othersAt tells whether a program that is not egressd's runs at the hook of the interface (a
+// tcx program, or a tc filter: none in a qdisc that egressd added in this sync), and whether
+// egressd's filter is there.
+func (a *Attacher) othersAt(idx int, q *Qdisc) (others, present bool, err error) {
 	res, err := link.QueryPrograms(link.QueryOptions{Target: idx, Attach: a.hook.tcx})
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	if len(res.Programs) > 0 {
-		return true, nil // ours has no tcx link here (the caller knows)
+		return true, false, nil // ours has no tcx link here (the caller knows)
 	}
 	if q.added {
-		return false, nil
+		return false, false, nil
 	}
 	filters, err := filtersAt(idx, a.hook.parent)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	for _, f := range filters {
 		if !ours(f) {
-			return true, nil
+			return true, false, nil
 		}
+		present = true
 	}
-	return false, nil
+	return false, present, nil
 }

@@ -309,3 +309,57 @@ func TestPrivilegedFirstBeforeACNIFilter(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPrivilegedFilterBackAfterQdiscDeleted: egressd's filters are attached again, at both
+// hooks, by the first Attach that looks again after the interface's clsact qdisc was deleted
+// behind egressd's back.
+func TestPrivilegedFilterBackAfterQdiscDeleted(t *testing.T) {
+	privileged.Require(t)
+	ns, root := podNS(t, "qdiscdel")
+	err := ns.Do(func() error {
+		ifi, err := net.InterfaceByName("pod0")
+		if err != nil {
+			return err
+		}
+		c, err := classifier.Load(root, classifier.Options{})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		in, err := tc.New(root, tc.Ingress, c.Program)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := tc.New(root, tc.Egress, c.ToPod)
+		if err != nil {
+			return err
+		}
+		defer out.Close()
+		want := map[string]int{"pod0": ifi.Index}
+		if errs := tc.Sync(want, in, out); len(errs) > 0 {
+			return fmt.Errorf("%v", errs)
+		}
+		if _, err := ns.Run("tc", "qdisc", "del", "dev", "pod0", "clsact"); err != nil {
+			return err
+		}
+		defer func(d time.Duration) { *tc.Recheck = d }(*tc.Recheck)
+		*tc.Recheck = 0
+		if errs := tc.Sync(want, in, out); len(errs) > 0 {
+			return fmt.Errorf("%v", errs)
+		}
+		for _, dir := range []string{"ingress", "egress"} {
+			got, err := ns.Run("tc", "filter", "show", "dev", "pod0", dir)
+			if err != nil {
+				return err
+			}
+			if !contains(got, "pref 49152") || !contains(got, "egressd_") {
+				t.Errorf("%s of pod0 after the qdisc was deleted and a sync looked again:\n%s\nwant egressd's filter", dir, got)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
