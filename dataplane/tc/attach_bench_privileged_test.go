@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/tc"
 	"github.com/egressd/egressd/test/netns"
 	"github.com/egressd/egressd/test/privileged"
@@ -28,21 +27,10 @@ func BenchmarkPrivilegedAttach(b *testing.B) {
 			root := fmt.Sprintf("/sys/fs/bpf/egressd-bench-tc-%s-%d", mode, os.Getpid())
 			b.Cleanup(func() { os.RemoveAll(root) })
 			err := node.Do(func() error {
-				c, err := classifier.Load(root, classifier.Options{})
+				_, in, out, err := bothHooks(b, root)
 				if err != nil {
 					return err
 				}
-				defer c.Close()
-				in, err := tc.New(root, tc.Ingress, c.Program)
-				if err != nil {
-					return err
-				}
-				defer in.Close()
-				out, err := tc.New(root, tc.Egress, c.ToPod)
-				if err != nil {
-					return err
-				}
-				defer out.Close()
 				want := map[string]int{}
 				var spent time.Duration
 				for i := range b.N {

@@ -275,21 +275,10 @@ func TestPrivilegedFirstBeforeACNIFilter(t *testing.T) {
 			Fd: p.FD(), Name: "cni_prog", DirectAction: true}); err != nil {
 			return err
 		}
-		c, err := classifier.Load(root, classifier.Options{})
+		c, in, out, err := bothHooks(t, root)
 		if err != nil {
 			return err
 		}
-		defer c.Close()
-		in, err := tc.New(root, tc.Ingress, c.Program)
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		out, err := tc.New(root, tc.Egress, c.ToPod)
-		if err != nil {
-			return err
-		}
-		defer out.Close()
 		if errs := tc.Sync(map[string]int{"pod0": ifi.Index}, in, out); len(errs) > 0 {
 			return fmt.Errorf("%v", errs)
 		}
@@ -321,21 +310,10 @@ func TestPrivilegedFilterBackAfterQdiscDeleted(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		c, err := classifier.Load(root, classifier.Options{})
+		_, in, out, err := bothHooks(t, root)
 		if err != nil {
 			return err
 		}
-		defer c.Close()
-		in, err := tc.New(root, tc.Ingress, c.Program)
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		out, err := tc.New(root, tc.Egress, c.ToPod)
-		if err != nil {
-			return err
-		}
-		defer out.Close()
 		want := map[string]int{"pod0": ifi.Index}
 		if errs := tc.Sync(want, in, out); len(errs) > 0 {
 			return fmt.Errorf("%v", errs)
@@ -362,4 +340,22 @@ func TestPrivilegedFilterBackAfterQdiscDeleted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// bothHooks loads the classifier under root and makes the attachers of both hooks, closed when
+// the test ends.
+func bothHooks(tb testing.TB, root string) (c *classifier.Classifier, in, out *tc.Attacher, err error) {
+	if c, err = classifier.Load(root, classifier.Options{}); err != nil {
+		return nil, nil, nil, err
+	}
+	tb.Cleanup(c.Close)
+	if in, err = tc.New(root, tc.Ingress, c.Program); err != nil {
+		return nil, nil, nil, err
+	}
+	tb.Cleanup(in.Close)
+	if out, err = tc.New(root, tc.Egress, c.ToPod); err != nil {
+		return nil, nil, nil, err
+	}
+	tb.Cleanup(out.Close)
+	return c, in, out, nil
 }
