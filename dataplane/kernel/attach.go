@@ -47,6 +47,14 @@ func (d *Applier) attach(s *dataplane.State, before map[dataplane.Origin]error) 
 		}
 	}
 	d.facings.keepOnly(ips)
+	d.recheckMu.Lock()
+	for idx := range d.recheck {
+		for _, at := range d.attachers {
+			at.Recheck(idx)
+		}
+	}
+	clear(d.recheck)
+	d.recheckMu.Unlock()
 	for _, at := range d.attachers {
 		for ifname, err := range at.Detach(want) {
 			for _, o := range owners[ifname] {
@@ -81,4 +89,15 @@ func (d *Applier) attach(s *dataplane.State, before map[dataplane.Origin]error) 
 		}
 	}
 	return failed
+}
+
+// recheckHooks makes the next attach look again at the hooks of the interface of index idx (0:
+// of every interface) and asks for a sync: its clsact qdisc, or a filter of egressd's, was
+// deleted behind egressd's back (tc events), and its filters are attached again at once instead
+// of at the next look a minute on.
+func (d *Applier) recheckHooks(idx int) {
+	d.recheckMu.Lock()
+	d.recheck[idx] = true
+	d.recheckMu.Unlock()
+	d.signal()
 }

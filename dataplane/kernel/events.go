@@ -3,13 +3,16 @@ package kernel
 import (
 	"fmt"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/egressd/egressd/dataplane/tc"
 	"github.com/egressd/egressd/internal/nsthread"
 )
 
@@ -23,8 +26,8 @@ var eventBuffer = 2 << 20
 // doubles up to a minute.
 const resubscribeEvery = time.Second
 
-// events is one subscription to the kernel's link, address, main-table route and neighbour
-// changes. It ends, all four together, when stop closes or when one receiver fails: the
+// events is one subscription to the kernel's link, address, main-table route, neighbour and
+// tc changes. It ends, all five together, when stop closes or when one receiver fails: the
 // library ends a receiver on any receive error (a socket whose buffer overran lost the events
 // that did not fit) or message it cannot read.
 type events struct {
@@ -32,7 +35,10 @@ type events struct {
 	addrs  chan netlink.AddrUpdate
 	routes chan netlink.RouteUpdate
 	neighs chan netlink.NeighUpdate
-	stop   chan struct{}
+	// tcDeleted are the interfaces whose clsact qdisc, or a filter at egressd's priority, was
+	// deleted.
+	tcDeleted chan int
+	stop      chan struct{}
 	// drains empty the channels of the subscriptions made, so that their receivers, which may
 	// be blocked sending, end once stop closed.
 	drains []func()
@@ -43,7 +49,8 @@ type events struct {
 // subscribe subscribes in the calling thread's network namespace.
 func subscribe() (*events, error) {
 	e := &events{links: make(chan netlink.LinkUpdate, 64), addrs: make(chan netlink.AddrUpdate, 64),
-		routes: make(chan netlink.RouteUpdate, 256), neighs: make(chan netlink.NeighUpdate, 64), stop: make(chan struct{})}
+		routes: make(chan netlink.RouteUpdate, 256), neighs: make(chan netlink.NeighUpdate, 64), tcDeleted: make(chan int, 64),
+		stop: make(chan struct{})}
 	// The first error is the cause; closing the others' sockets makes them report more.
 	onError := func(err error) { e.failure.CompareAndSwap(nil, &err) }
 	for _, sub := range []struct {
@@ -67,6 +74,7 @@ func subscribe() (*events, error) {
 			return netlink.NeighSubscribeWithOptions(e.neighs, e.stop, netlink.NeighSubscribeOptions{
 				ErrorCallback: onError, ReceiveBufferSize: eventBuffer, ReceiveBufferForceSize: true})
 		}, func() { drain(e.neighs) }},
+		{"tc", func() error { return subscribeTC(e.tcDeleted, e.stop, onError) }, func() { drain(e.tcDeleted) }},
 	} {
 		if err := sub.subscribe(); err != nil {
 			e.close()
@@ -89,6 +97,58 @@ func (e *events) err() error {
 		return *err
 	}
 	return fmt.Errorf("a subscription ended")
+}
+
+// subscribeTC reports the interfaces whose clsact qdisc, or a filter at egressd's priority,
+// was deleted (the library has no subscription of its own to tc changes).
+func subscribeTC(ch chan<- int, stop <-chan struct{}, onError func(error)) error {
+	s, err := nl.Subscribe(unix.NETLINK_ROUTE, unix.RTNLGRP_TC)
+	if err != nil {
+		return err
+	}
+	if err := s.SetReceiveBufferSize(eventBuffer, true); err != nil {
+		s.Close()
+		return err
+	}
+	go func() {
+		<-stop
+		s.Close()
+	}()
+	go func() {
+		defer close(ch)
+		for {
+			msgs, from, err := s.Receive()
+			if err != nil {
+				onError(fmt.Errorf("receive tc changes: %w", err))
+				return
+			}
+			if from.Pid != nl.PidKernel {
+				continue
+			}
+			for _, m := range msgs {
+				if idx, ok := tcDeletion(m); ok {
+					ch <- idx
+				}
+			}
+		}
+	}()
+	return nil
+}
+
+// tcDeletion returns the interface of a deleted clsact qdisc, or of a deleted filter at
+// egressd's priority.
+func tcDeletion(m syscall.NetlinkMessage) (int, bool) {
+	if len(m.Data) < nl.SizeofTcMsg {
+		return 0, false
+	}
+	msg := nl.DeserializeTcMsg(m.Data)
+	switch m.Header.Type {
+	case unix.RTM_DELQDISC:
+		return int(msg.Ifindex), msg.Parent == netlink.HANDLE_CLSACT
+	case unix.RTM_DELTFILTER: // Info: the filter's priority, then its protocol
+		return int(msg.Ifindex), msg.Info>>16 == tc.Priority
+	}
+	return 0, false
 }
 
 func drain[T any](ch <-chan T) {
@@ -120,6 +180,7 @@ func (d *Applier) watch(e *events, ns netns.NsHandle) {
 		}
 		d.addresses.Watched(false)
 		d.facings.watched(false)
+		d.recheckHooks(0) // a deletion of egressd's filters may be among the events lost
 		d.eventsLost.Inc()
 		d.signal()
 		if err != nil {
@@ -182,6 +243,11 @@ func (d *Applier) consume(e *events) {
 			if !d.neighbourChanged(u) {
 				continue
 			}
+		case idx, ok := <-e.tcDeleted:
+			if !ok {
+				return
+			}
+			d.recheckHooks(idx)
 		}
 		d.signal()
 	}
@@ -198,6 +264,6 @@ func (d *Applier) signal() {
 func newEventsLost() prometheus.Counter {
 	return prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "egressd_kernel_events_lost_total",
-		Help: "Times a subscription to the kernel's link, address, route or neighbour changes ended on an error (events lost: a buffer overrun under a burst of changes, or a message it could not read); egressd subscribes again and looks up afresh what the events keep current.",
+		Help: "Times a subscription to the kernel's link, address, route, neighbour or tc changes ended on an error (events lost: a buffer overrun under a burst of changes, or a message it could not read); egressd subscribes again and looks up afresh what the events keep current.",
 	})
 }

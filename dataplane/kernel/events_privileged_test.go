@@ -102,3 +102,32 @@ func eventsLost(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Fatal("no egressd_kernel_events_lost_total among the applier's metrics")
 	return 0
 }
+
+// TestPrivilegedApplierAttachesAgainAfterQdiscDeleted: the clsact qdisc of a pod's interface
+// deleted behind egressd's back (its filters with it) triggers a sync that attaches them again,
+// without waiting for the next look at the hooks a minute on.
+func TestPrivilegedApplierAttachesAgainAfterQdiscDeleted(t *testing.T) {
+	privileged.Require(t)
+	l := newLab(t)
+	a := l.applier(t)
+	state := fullState()
+	l.mustApply(t, a, state)
+	for len(a.Changed()) > 0 {
+		<-a.Changed()
+	}
+	l.node.MustRun(t, "tc", "qdisc", "del", "dev", "pod0", "clsact")
+	if got := l.ingressPrograms(t, "pod0"); len(got) != 0 {
+		t.Fatalf("ingress of pod0 runs %q after its qdisc was deleted", got)
+	}
+	select {
+	case <-a.Changed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("no sync asked for after egressd's filters were deleted")
+	}
+	l.mustApply(t, a, state)
+	for _, dir := range []string{"ingress", "egress"} {
+		if got := l.node.MustRun(t, "tc", "filter", "show", "dev", "pod0", dir); !strings.Contains(got, "pref 49152") || !strings.Contains(got, "egressd_") {
+			t.Errorf("%s of pod0 after the sync:\n%s\nwant egressd's filter again", dir, got)
+		}
+	}
+}

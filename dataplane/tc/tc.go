@@ -157,6 +157,16 @@ func (a *Attacher) Attach(name string, idx int, q *Qdisc) (fresh bool, err error
 	return true, nil
 }
 
+// Recheck makes the next Attach of the interface of index idx (0: of every interface) look at
+// its hook again.
+func (a *Attacher) Recheck(idx int) {
+	for _, at := range a.links {
+		if idx == 0 || at.ifindex == idx {
+			at.checked = time.Time{}
+		}
+	}
+}
+
 func (a *Attacher) update(at *attached) error {
 	if at.link != nil {
 		return at.link.Update(a.prog)
