@@ -92,9 +92,10 @@ type Applier struct {
 	// egressd's addresses nor the node's own.
 	podNetworks atomic.Pointer[[]netip.Prefix]
 	podsInForce dataplane.PodsInForce
-	// recheck are the interfaces whose hooks the next attach looks at again (recheckHooks).
-	recheck   map[int]bool
-	recheckMu sync.Mutex
+	// recheck are the interfaces whose hooks the next attach looks at again (recheckHooks), of
+	// those the last attach kept attached.
+	recheck, kept map[int]bool
+	recheckMu     sync.Mutex
 	// watching is the goroutine that watches the kernel's events (watch).
 	watching sync.WaitGroup
 	// eventsLost counts the event subscriptions that failed (see watch).
@@ -162,7 +163,7 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	}
 	d := &Applier{classifier: c, attachers: []*tc.Attacher{toPod, a}, facings: facings, nft: t, addresses: owned, routing: router,
 		tunnel: tun, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log,
-		podsInForce: o.PodsInForce, phases: newPhases(), eventsLost: newEventsLost(), recheck: map[int]bool{}}
+		podsInForce: o.PodsInForce, phases: newPhases(), eventsLost: newEventsLost(), recheck: map[int]bool{}, kept: map[int]bool{}}
 	if inUse := router.InUse(); len(inUse) > 0 {
 		d.inherited, d.inheritUntil = map[netip.Addr]bool{}, time.Now().Add(inheritGrace)
 		for _, gw := range inUse {

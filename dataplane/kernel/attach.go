@@ -48,6 +48,11 @@ func (d *Applier) attach(s *dataplane.State, before map[dataplane.Origin]error) 
 	}
 	d.facings.keepOnly(ips)
 	d.recheckMu.Lock()
+	// Before Detach: the deletions it makes are no news (recheckHooks).
+	clear(d.kept)
+	for _, idx := range want {
+		d.kept[idx] = true
+	}
 	for idx := range d.recheck {
 		for _, at := range d.attachers {
 			at.Recheck(idx)
@@ -94,10 +99,16 @@ func (d *Applier) attach(s *dataplane.State, before map[dataplane.Origin]error) 
 // recheckHooks makes the next attach look again at the hooks of the interface of index idx (0:
 // of every interface) and asks for a sync: its clsact qdisc, or a filter of egressd's, was
 // deleted behind egressd's back (tc events), and its filters are attached again at once instead
-// of at the next look a minute on.
+// of at the next look a minute on. Interfaces egressd no longer keeps attached are left alone:
+// their deletions are egressd's own detaching, or went with the interface.
 func (d *Applier) recheckHooks(idx int) {
 	d.recheckMu.Lock()
-	d.recheck[idx] = true
+	kept := idx == 0 || d.kept[idx]
+	if kept {
+		d.recheck[idx] = true
+	}
 	d.recheckMu.Unlock()
-	d.signal()
+	if kept {
+		d.signal()
+	}
 }

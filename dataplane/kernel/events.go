@@ -247,7 +247,8 @@ func (d *Applier) consume(e *events) {
 			if !ok {
 				return
 			}
-			d.recheckHooks(idx)
+			d.recheckHooks(idx) // asks for a sync itself, if any is needed
+			continue
 		}
 		d.signal()
 	}

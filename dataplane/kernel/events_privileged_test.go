@@ -66,14 +66,7 @@ func TestPrivilegedApplierWatchesAgainAfterLostEvents(t *testing.T) {
 		}
 		return nil
 	})
-	// Quiet: the burst's last events and the resubscriptions' syncs are through.
-	for quiet := false; !quiet; {
-		select {
-		case <-a.Changed():
-		case <-time.After(500 * time.Millisecond):
-			quiet = true
-		}
-	}
+	quiet(a) // the burst's last events and the resubscriptions' syncs are through
 	t.Logf("subscriptions lost in the burst: %v", eventsLost(t, reg))
 	admin := netip.MustParsePrefix("198.18.0.1/24")
 	l.node.MustRun(t, "ip", "addr", "add", admin.String(), "dev", "ext0")
@@ -128,6 +121,29 @@ func TestPrivilegedApplierAttachesAgainAfterQdiscDeleted(t *testing.T) {
 	for _, dir := range []string{"ingress", "egress"} {
 		if got := l.node.MustRun(t, "tc", "filter", "show", "dev", "pod0", dir); !strings.Contains(got, "pref 49152") || !strings.Contains(got, "egressd_") {
 			t.Errorf("%s of pod0 after the sync:\n%s\nwant egressd's filter again", dir, got)
+		}
+	}
+	// egressd's own detaching (the pod gone, its interface still there) is no news.
+	quiet(a)
+	state.Classifier.Pods = nil
+	l.mustApply(t, a, state)
+	if got := l.ingressPrograms(t, "pod0"); len(got) != 0 {
+		t.Fatalf("ingress of pod0 runs %q once no pod is behind it", got)
+	}
+	select {
+	case <-a.Changed():
+		t.Error("egressd's own detaching asked for a sync")
+	case <-time.After(500 * time.Millisecond):
+	}
+}
+
+// quiet waits until the applier has asked for no sync for half a second.
+func quiet(a *kernel.Applier) {
+	for {
+		select {
+		case <-a.Changed():
+		case <-time.After(500 * time.Millisecond):
+			return
 		}
 	}
 }
