@@ -92,10 +92,15 @@ type Applier struct {
 	// egressd's addresses nor the node's own.
 	podNetworks atomic.Pointer[[]netip.Prefix]
 	podsInForce dataplane.PodsInForce
-	// recheck are the interfaces whose hooks the next attach looks at again (recheckHooks), of
-	// those the last attach kept attached.
-	recheck, kept map[int]bool
-	recheckMu     sync.Mutex
+	// recheck are the interfaces whose hooks the next attach looks at again (recheckHooks).
+	recheck map[int]bool
+	// kept are the interfaces the last attach meant to keep attached (whether it could or not):
+	// a tc deletion elsewhere is egressd's own detaching, or went with its interface.
+	kept map[int]bool
+	// recheckAsked and recheckDue pace the syncs tc deletions ask for (recheckHooks).
+	recheckAsked time.Time
+	recheckDue   bool
+	recheckMu    sync.Mutex
 	// watching is the goroutine that watches the kernel's events (watch).
 	watching sync.WaitGroup
 	// eventsLost counts the event subscriptions that failed (see watch).
@@ -231,7 +236,8 @@ func newPhases() *prometheus.HistogramVec {
 
 // Changed receives a value after the kernel changed under egressd (links added, removed,
 // renamed; the node's addresses, not those on the pods' side; the routes to pods; gateways'
-// neighbours) or a BFD session changed state: the desired state must be applied again.
+// neighbours; egressd's filters deleted behind its back), its view of those changes was lost
+// and taken again, or a BFD session changed state: the desired state must be applied again.
 func (d *Applier) Changed() <-chan struct{} { return d.changed }
 
 // Apply makes the kernel match s, phase by phase (see the package comment).

@@ -3,6 +3,7 @@ package kernel
 import (
 	"errors"
 	"net/netip"
+	"time"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/tc"
@@ -99,16 +100,34 @@ func (d *Applier) attach(s *dataplane.State, before map[dataplane.Origin]error) 
 // recheckHooks makes the next attach look again at the hooks of the interface of index idx (0:
 // of every interface) and asks for a sync: its clsact qdisc, or a filter of egressd's, was
 // deleted behind egressd's back (tc events), and its filters are attached again at once instead
-// of at the next look a minute on. Interfaces egressd no longer keeps attached are left alone:
-// their deletions are egressd's own detaching, or went with the interface.
+// of at the next look a minute on. Interfaces egressd does not keep are left alone. (Moving a
+// filter to a tcx link, egressd deletes one of its own on an interface it keeps: one sync
+// more.) Against a tool that keeps deleting them, these syncs come at most once per
+// recheckGap.
 func (d *Applier) recheckHooks(idx int) {
 	d.recheckMu.Lock()
-	kept := idx == 0 || d.kept[idx]
-	if kept {
-		d.recheck[idx] = true
+	defer d.recheckMu.Unlock()
+	if idx != 0 && !d.kept[idx] {
+		return
 	}
-	d.recheckMu.Unlock()
-	if kept {
+	d.recheck[idx] = true
+	if d.recheckDue {
+		return // a sync is asked for already
+	}
+	wait := recheckGap - time.Since(d.recheckAsked)
+	if wait <= 0 {
+		d.recheckAsked = time.Now()
 		d.signal()
+		return
 	}
+	d.recheckDue = true
+	time.AfterFunc(wait, func() {
+		d.recheckMu.Lock()
+		d.recheckDue, d.recheckAsked = false, time.Now()
+		d.recheckMu.Unlock()
+		d.signal()
+	})
 }
+
+// recheckGap is the least time between two syncs asked for by tc deletions.
+const recheckGap = time.Second

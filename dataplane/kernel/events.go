@@ -202,9 +202,11 @@ func (d *Applier) watch(e *events, ns netns.NsHandle) {
 			pause = min(2*pause, time.Minute)
 		}
 		pause = resubscribeEvery
-		// From the new subscription on, the events tell of each change again.
+		// From the new subscription on, the events tell of each change again; what changed
+		// before it was not told.
 		d.facings.watched(true)
 		d.addresses.Watched(true)
+		d.recheckHooks(0)
 		d.signal()
 	}
 }

@@ -114,7 +114,11 @@ func (a *Attacher) Detach(want map[string]int) map[string]error {
 func (a *Attacher) Attach(name string, idx int, q *Qdisc) (fresh bool, err error) {
 	at, ok := a.links[name]
 	if ok && at.adopted {
-		if err := a.update(at); err != nil {
+		err := a.update(at)
+		if err != nil && at.link == nil {
+			err = a.addFilter(idx, q) // its clsact qdisc gone since New adopted it
+		}
+		if err != nil {
 			return false, fmt.Errorf("update %s on %s to this agent's: %w", a.hook.program, name, err)
 		}
 		at.adopted = false

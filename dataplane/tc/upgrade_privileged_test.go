@@ -359,3 +359,48 @@ func bothHooks(tb testing.TB, root string) (c *classifier.Classifier, in, out *t
 	tb.Cleanup(out.Close)
 	return c, in, out, nil
 }
+
+// TestPrivilegedAdoptedFilterBackAfterQdiscDeleted: a filter adopted from the previous agent
+// whose clsact qdisc is deleted before the new agent's first Attach is attached afresh by it.
+func TestPrivilegedAdoptedFilterBackAfterQdiscDeleted(t *testing.T) {
+	privileged.Require(t)
+	ns, root := podNS(t, "adoptgone")
+	err := ns.Do(func() error {
+		ifi, err := net.InterfaceByName("pod0")
+		if err != nil {
+			return err
+		}
+		c, err := classifier.Load(root, classifier.Options{})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		want := map[string]int{"pod0": ifi.Index}
+		previous, err := tc.New(root, tc.Ingress, c.Program)
+		if err != nil {
+			return err
+		}
+		if errs := tc.Sync(want, previous); len(errs) > 0 {
+			return fmt.Errorf("%v", errs)
+		}
+		previous.Close() // the previous agent stopped
+		next, err := tc.New(root, tc.Ingress, c.Program)
+		if err != nil {
+			return err
+		}
+		defer next.Close()
+		if _, err := ns.Run("tc", "qdisc", "del", "dev", "pod0", "clsact"); err != nil {
+			return err
+		}
+		if errs := tc.Sync(want, next); len(errs) > 0 {
+			return fmt.Errorf("the first Sync after the adopted filter's qdisc was deleted: %v", errs)
+		}
+		if got := ingress(t); len(got) != 1 || !contains(got[0], "tc filter pref 49152") {
+			t.Errorf("ingress runs %q, want egressd's filter again", got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
