@@ -29,6 +29,11 @@ type LeaderElection struct {
 	Log         *slog.Logger
 
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+
+	// leading is held by a term's lead until its controllers returned: client-go starts the
+	// next term's without waiting for the last's, which a lost and retaken Lease would
+	// otherwise run side by side with them.
+	leading sync.Mutex
 }
 
 // Run campaigns for the Lease until ctx ends; on ctx end a held Lease is released so that
@@ -69,6 +74,11 @@ func (e *LeaderElection) Run(ctx context.Context) error {
 }
 
 func (e *LeaderElection) lead(ctx context.Context) {
+	e.leading.Lock()
+	defer e.leading.Unlock()
+	if ctx.Err() != nil {
+		return // this term ended while the last one's controllers were stopping
+	}
 	e.Metrics.Leader.Set(1)
 	e.Log.Info("started leading, running cluster controllers", "lease", e.Namespace+"/"+LeaseName, "controllers", len(e.Controllers))
 	var wg sync.WaitGroup

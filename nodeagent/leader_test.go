@@ -2,7 +2,11 @@ package nodeagent
 
 import (
 	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
@@ -39,5 +43,41 @@ func TestReleaseGuard(t *testing.T) {
 	ours := &fakeLock{holder: "node-a"}
 	if err := (releaseGuard{ours}).Update(ctx, resourcelock.LeaderElectionRecord{}); err != nil || len(ours.written) != 1 {
 		t.Errorf("did not release our own Lease: err %v, written %v", err, ours.written)
+	}
+}
+
+// A term's controllers start only once the last term's have returned: a Lease lost and taken
+// again never runs one controller twice at once.
+func TestLeadWaitsForTheLastTerm(t *testing.T) {
+	var running, most atomic.Int32
+	stopping := make(chan struct{})
+	controller := func(ctx context.Context) {
+		n := running.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		<-ctx.Done()
+		<-stopping // slow to stop
+		running.Add(-1)
+	}
+	e := &LeaderElection{Controllers: []Controller{controller}, Metrics: NewMetrics(), Log: slog.New(slog.DiscardHandler)}
+	first, endFirst := context.WithCancel(context.Background())
+	second, endSecond := context.WithCancel(context.Background())
+	defer endSecond()
+	var wg sync.WaitGroup
+	wg.Go(func() { e.lead(first) })
+	for running.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	endFirst() // the Lease lost; the controller takes its time to stop
+	wg.Go(func() { e.lead(second) })
+	time.Sleep(50 * time.Millisecond)
+	close(stopping)
+	for running.Load() == 0 { // the second term's controller
+		time.Sleep(time.Millisecond)
+	}
+	endSecond()
+	wg.Wait()
+	if m := most.Load(); m != 1 {
+		t.Errorf("%d controllers ran at once, want 1", m)
 	}
 }
