@@ -105,6 +105,9 @@ type Applier struct {
 	watching sync.WaitGroup
 	// eventsLost counts the event subscriptions that failed (see watch).
 	eventsLost prometheus.Counter
+	// reattached counts the hooks of pod interfaces whose filter was deleted behind egressd's
+	// back and attached again.
+	reattached prometheus.Counter
 	// phases times each phase of Apply: where a slow sync spends its time.
 	phases *prometheus.HistogramVec
 	log    *slog.Logger
@@ -168,7 +171,7 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	}
 	d := &Applier{classifier: c, attachers: []*tc.Attacher{toPod, a}, facings: facings, nft: t, addresses: owned, routing: router,
 		tunnel: tun, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log,
-		podsInForce: o.PodsInForce, phases: newPhases(), eventsLost: newEventsLost(), recheck: map[int]bool{}, kept: map[int]bool{}}
+		podsInForce: o.PodsInForce, phases: newPhases(), eventsLost: newEventsLost(), reattached: newReattached(), recheck: map[int]bool{}, kept: map[int]bool{}}
 	if inUse := router.InUse(); len(inUse) > 0 {
 		d.inherited, d.inheritUntil = map[netip.Addr]bool{}, time.Now().Add(inheritGrace)
 		for _, gw := range inUse {
@@ -221,9 +224,9 @@ func (d *Applier) Collectors() []prometheus.Collector {
 		return out
 	}
 	if d.phases == nil { // an Applier not made by New: the metrics reference describes it
-		d.phases, d.eventsLost = newPhases(), newEventsLost()
+		d.phases, d.eventsLost, d.reattached = newPhases(), newEventsLost(), newReattached()
 	}
-	return []prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT), nft.NewCollector(d.nft), bfdCollector{d}, d.phases, d.eventsLost}
+	return []prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT), nft.NewCollector(d.nft), bfdCollector{d}, d.phases, d.eventsLost, d.reattached}
 }
 
 func newPhases() *prometheus.HistogramVec {

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/tc"
 )
@@ -73,10 +75,16 @@ func (d *Applier) attach(s *dataplane.State, before map[dataplane.Origin]error) 
 	}
 	fresh := map[dataplane.Origin]bool{}
 	for _, name := range order {
-		isNew, errs, q := false, error(nil), &tc.Qdisc{}
+		isNew, again, errs, q := false, false, error(nil), &tc.Qdisc{}
 		for _, at := range d.attachers {
-			f, err := at.Attach(name, want[name], q)
-			isNew, errs = isNew || f, errors.Join(errs, err)
+			outcome, err := at.Attach(name, want[name], q)
+			isNew, again, errs = isNew || outcome == tc.Fresh, again || outcome == tc.Again, errors.Join(errs, err)
+			if outcome == tc.Again {
+				d.reattached.Inc()
+			}
+		}
+		if again {
+			d.log.Warn("egressd's classifier was deleted from a pod's interface behind its back; attached again", "interface", name, "pods", owners[name])
 		}
 		var ready []dataplane.Origin
 		for _, o := range owners[name] {
@@ -131,3 +139,10 @@ func (d *Applier) recheckHooks(idx int) {
 
 // recheckGap is the least time between two syncs asked for by tc deletions.
 const recheckGap = time.Second
+
+func newReattached() prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "egressd_classifier_reattached_total",
+		Help: "Hooks of pod interfaces (ingress, egress) whose egressd filter was found deleted behind egressd's back (its clsact qdisc deleted by hand or by another agent) and attached again. A steady rise: something on the node keeps removing it.",
+	})
+}

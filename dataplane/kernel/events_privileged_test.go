@@ -61,13 +61,13 @@ func TestPrivilegedApplierWatchesAgainAfterLostEvents(t *testing.T) {
 		l.node.MustRun(t, "ip", "-batch", file)
 	}()
 	poll.Eventually(t, "the overrun is counted", 5*time.Second, func() error {
-		if eventsLost(t, reg) == 0 {
+		if counter(t, reg, "egressd_kernel_events_lost_total") == 0 {
 			return errors.New("no subscription lost yet")
 		}
 		return nil
 	})
 	quiet(a) // the burst's last events and the resubscriptions' syncs are through
-	t.Logf("subscriptions lost in the burst: %v", eventsLost(t, reg))
+	t.Logf("subscriptions lost in the burst: %v", counter(t, reg, "egressd_kernel_events_lost_total"))
 	admin := netip.MustParsePrefix("198.18.0.1/24")
 	l.node.MustRun(t, "ip", "addr", "add", admin.String(), "dev", "ext0")
 	select {
@@ -80,19 +80,19 @@ func TestPrivilegedApplierWatchesAgainAfterLostEvents(t *testing.T) {
 	}
 }
 
-// eventsLost reads egressd_kernel_events_lost_total.
-func eventsLost(t *testing.T, reg *prometheus.Registry) float64 {
+// counter reads a counter of the applier's metrics.
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range families {
-		if f.GetName() == "egressd_kernel_events_lost_total" {
+		if f.GetName() == name {
 			return f.GetMetric()[0].GetCounter().GetValue()
 		}
 	}
-	t.Fatal("no egressd_kernel_events_lost_total among the applier's metrics")
+	t.Fatalf("no %s among the applier's metrics", name)
 	return 0
 }
 
@@ -103,6 +103,8 @@ func TestPrivilegedApplierAttachesAgainAfterQdiscDeleted(t *testing.T) {
 	privileged.Require(t)
 	l := newLab(t)
 	a := l.applier(t)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(a.Collectors()...)
 	state := fullState()
 	l.mustApply(t, a, state)
 	quiet(a)
@@ -121,6 +123,9 @@ func TestPrivilegedApplierAttachesAgainAfterQdiscDeleted(t *testing.T) {
 		if got := l.node.MustRun(t, "tc", "filter", "show", "dev", "pod0", dir); !strings.Contains(got, "pref 49152") || !strings.Contains(got, "egressd_") {
 			t.Errorf("%s of pod0 after the sync:\n%s\nwant egressd's filter again", dir, got)
 		}
+	}
+	if n := counter(t, reg, "egressd_classifier_reattached_total"); n != 2 {
+		t.Errorf("egressd_classifier_reattached_total %v, want 2 (ingress and egress of pod0)", n)
 	}
 	// Deleted again at once (a tool that keeps deleting them): the sync it asks for waits out
 	// the second since the last.

@@ -107,58 +107,73 @@ func (a *Attacher) Detach(want map[string]int) map[string]error {
 	return errs
 }
 
+// Outcome is what Attach did to an interface's hook.
+type Outcome int
+
+const (
+	// Kept: the program was attached already (its predecessor's swapped for it, if adopted).
+	Kept Outcome = iota
+	// Fresh: the program was not attached; it is now.
+	Fresh
+	// Again: egressd's filter was gone, deleted behind its back (with the clsact qdisc); it is
+	// attached again.
+	Again
+)
+
 // Attach keeps the program attached to the interface name of index idx: it attaches it there
-// if it is not (fresh), swaps it in for a predecessor's, and looks again for another program at
-// the hook when due. q carries what this sync learnt of the interface's qdisc from one hook's
+// if it is not, swaps it in for a predecessor's, and looks again for another program at the
+// hook when due. q carries what this sync learnt of the interface's qdisc from one hook's
 // attacher to the other's (a new Qdisc per interface and sync).
-func (a *Attacher) Attach(name string, idx int, q *Qdisc) (fresh bool, err error) {
+func (a *Attacher) Attach(name string, idx int, q *Qdisc) (Outcome, error) {
 	at, ok := a.links[name]
+	outcome := Kept
 	if ok && at.adopted {
 		err := a.update(at)
 		if err != nil && at.link == nil {
-			err = a.addFilter(idx, q) // its clsact qdisc gone since New adopted it
+			err, outcome = a.addFilter(idx, q), Again // its clsact qdisc gone since New adopted it
 		}
 		if err != nil {
-			return false, fmt.Errorf("update %s on %s to this agent's: %w", a.hook.program, name, err)
+			return Kept, fmt.Errorf("update %s on %s to this agent's: %w", a.hook.program, name, err)
 		}
 		at.adopted = false
 	}
 	if ok && (at.link != nil || time.Since(at.checked) < recheck) {
-		return false, nil
+		return outcome, nil
 	}
 	others, present, err := a.othersAt(idx, q)
 	if err != nil {
-		return false, fmt.Errorf("list the programs at %s of %s: %w", a.hook.direction(), name, err)
+		return Kept, fmt.Errorf("list the programs at %s of %s: %w", a.hook.direction(), name, err)
 	}
 	switch {
 	case ok && !others:
-		if !present { // removed behind egressd's back (the clsact qdisc deleted): again
+		if !present {
 			if err := a.addFilter(idx, q); err != nil {
-				return false, fmt.Errorf("attach %s to %s again (its filter was removed): %w", a.hook.program, name, err)
+				return Kept, fmt.Errorf("attach %s to %s again (its filter was removed): %w", a.hook.program, name, err)
 			}
+			outcome = Again
 		}
 		at.checked = time.Now()
-		return false, nil
+		return outcome, nil
 	case ok: // another program came after our filter: first in the tcx chain instead
 		l, err := a.attachLink(name, idx)
 		if err != nil {
-			return false, fmt.Errorf("attach %s to %s before the program added there: %w", a.hook.program, name, err)
+			return Kept, fmt.Errorf("attach %s to %s before the program added there: %w", a.hook.program, name, err)
 		}
 		a.links[name] = &attached{link: l, ifindex: idx}
-		return false, a.deleteFilter(idx)
+		return outcome, a.deleteFilter(idx)
 	case others:
 		l, err := a.attachLink(name, idx)
 		if err != nil {
-			return false, fmt.Errorf("attach %s to %s: %w", a.hook.program, name, err)
+			return Kept, fmt.Errorf("attach %s to %s: %w", a.hook.program, name, err)
 		}
 		a.links[name] = &attached{link: l, ifindex: idx}
 	default:
 		if err := a.addFilter(idx, q); err != nil {
-			return false, fmt.Errorf("attach %s to %s: %w", a.hook.program, name, err)
+			return Kept, fmt.Errorf("attach %s to %s: %w", a.hook.program, name, err)
 		}
 		a.links[name] = &attached{ifindex: idx, checked: time.Now()}
 	}
-	return true, nil
+	return Fresh, nil
 }
 
 // Recheck makes the next Attach of the interface of index idx (0: of every interface) look at
