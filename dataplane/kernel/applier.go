@@ -101,10 +101,12 @@ type Applier struct {
 	recheckAsked time.Time
 	recheckDue   bool
 	recheckMu    sync.Mutex
-	// watching is the goroutine that watches the kernel's events (watch).
+	// watching are the goroutines that watch the kernel (watch, guardTable).
 	watching sync.WaitGroup
 	// eventsLost counts the event subscriptions that failed (see watch).
 	eventsLost prometheus.Counter
+	// tableLost counts the times egressd's nftables table was found not whole (guardTable).
+	tableLost prometheus.Counter
 	// reattached counts the hooks of pod interfaces whose filter was deleted behind egressd's
 	// back and attached again.
 	reattached prometheus.Counter
@@ -171,7 +173,7 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	}
 	d := &Applier{classifier: c, attachers: []*tc.Attacher{toPod, a}, facings: facings, nft: t, addresses: owned, routing: router,
 		tunnel: tun, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log,
-		podsInForce: o.PodsInForce, phases: newPhases(), eventsLost: newEventsLost(), reattached: newReattached(), recheck: map[int]bool{}, kept: map[int]bool{}}
+		podsInForce: o.PodsInForce, phases: newPhases(), eventsLost: newEventsLost(), reattached: newReattached(), tableLost: newTableLost(), recheck: map[int]bool{}, kept: map[int]bool{}}
 	if inUse := router.InUse(); len(inUse) > 0 {
 		d.inherited, d.inheritUntil = map[netip.Addr]bool{}, time.Now().Add(inheritGrace)
 		for _, gw := range inUse {
@@ -210,6 +212,8 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	if o.AddressLifetime > 0 {
 		go d.renewAddresses(o.AddressLifetime / 3)
 	}
+	d.watching.Add(1)
+	go d.guardTable(tableCheck)
 	log.Info("dataplane ready", "adoptedInterfaces", a.Attached(), "adoptedReplyInterfaces", toPod.Attached())
 	return d, nil
 }
@@ -224,9 +228,17 @@ func (d *Applier) Collectors() []prometheus.Collector {
 		return out
 	}
 	if d.phases == nil { // an Applier not made by New: the metrics reference describes it
-		d.phases, d.eventsLost, d.reattached = newPhases(), newEventsLost(), newReattached()
+		d.phases, d.eventsLost, d.reattached, d.tableLost = newPhases(), newEventsLost(), newReattached(), newTableLost()
 	}
-	return []prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT), nft.NewCollector(d.nft), bfdCollector{d}, d.phases, d.eventsLost, d.reattached}
+	return []prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT), nft.NewCollector(d.nft), bfdCollector{d},
+		d.phases, d.eventsLost, d.reattached, d.tableLost}
+}
+
+func newTableLost() prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "egressd_nftables_table_lost_total",
+		Help: "Times egressd found its nftables table (inet egressd) deleted, or chains of it removed, behind its back (a `nft flush ruleset` elsewhere); it writes it again at once. Looked at every 5 s.",
+	})
 }
 
 func newPhases() *prometheus.HistogramVec {
@@ -321,6 +333,31 @@ func (d *Applier) Close() {
 	}
 	if err := d.nft.Close(); err != nil {
 		d.log.Error("close the nftables connection", "err", err)
+	}
+}
+
+// tableCheck is how often guardTable looks at egressd's nftables table.
+var tableCheck = 5 * time.Second
+
+// guardTable looks every interval whether egressd's nftables table is whole, and asks for a
+// sync, which writes it again, when it is not: a `nft flush ruleset` or `nft delete table`
+// elsewhere takes egressd's SNAT and leak guards with it. Polled, not watched: a listener of
+// nftables' events makes the kernel report every element egressd writes.
+func (d *Applier) guardTable(interval time.Duration) {
+	defer d.watching.Done()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.done:
+			return
+		case <-t.C:
+			if !d.nft.Intact() {
+				d.tableLost.Inc()
+				d.log.Warn("egressd's nftables table was deleted or changed behind its back; writing it again", "table", "inet "+nft.TableName)
+				d.signal()
+			}
+		}
 	}
 }
 

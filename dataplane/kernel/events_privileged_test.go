@@ -166,3 +166,34 @@ func quiet(a *kernel.Applier) {
 		}
 	}
 }
+
+// TestPrivilegedApplierWritesItsTableAgain: egressd's nftables table deleted behind its back
+// (`nft flush ruleset` elsewhere) is found at the next look, counted, and written again by the
+// sync it asks for.
+func TestPrivilegedApplierWritesItsTableAgain(t *testing.T) {
+	privileged.Require(t)
+	t.Cleanup(kernel.SetTableCheck(100 * time.Millisecond))
+	l := newLab(t)
+	a := l.applier(t)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(a.Collectors()...)
+	state := fullState()
+	l.mustApply(t, a, state)
+	quiet(a)
+	if n := counter(t, reg, "egressd_nftables_table_lost_total"); n != 0 {
+		t.Fatalf("egressd_nftables_table_lost_total %v with the table whole", n)
+	}
+	l.node.MustRun(t, "nft", "flush", "ruleset")
+	select {
+	case <-a.Changed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("no sync asked for after egressd's table was flushed away")
+	}
+	if n := counter(t, reg, "egressd_nftables_table_lost_total"); n < 1 {
+		t.Errorf("egressd_nftables_table_lost_total %v, want at least 1", n)
+	}
+	l.mustApply(t, a, state)
+	if out, err := l.node.Run("nft", "list", "table", "inet", "egressd"); err != nil || !strings.Contains(out, "chain") {
+		t.Errorf("after the sync: %v\n%s\nwant egressd's table again", err, out)
+	}
+}

@@ -142,6 +142,14 @@ func orNil(m map[dataplane.Origin]error) map[dataplane.Origin]error {
 // counts them in the table's use). google/nftables v0.3.0 decodes NFTA_TABLE_USE in host byte
 // order although the kernel sends it big-endian, so both readings are accepted: otherwise every
 // Apply would rewrite the table and reset its element counters.
+// Intact tells whether the table egressd wrote is still whole in the kernel (true before the
+// first Apply): false once it was deleted, or chains of it removed, behind egressd's back.
+func (t *Table) Intact() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.written == nil || t.intact()
+}
+
 func (t *Table) intact() bool {
 	got, err := t.conn.ListTableOfFamily(TableName, nftables.TableFamilyINet)
 	size := tableSize + uint32(len(usedBaseChains(activeTargets(t.written)))+len(dynamicChains(t.written)))
