@@ -101,11 +101,11 @@ type Applier struct {
 	recheckAsked time.Time
 	recheckDue   bool
 	recheckMu    sync.Mutex
-	// watching are the goroutines that watch the kernel (watch, guardTable).
+	// watching are the goroutines that watch the kernel (watch, every).
 	watching sync.WaitGroup
 	// eventsLost counts the event subscriptions that failed (see watch).
 	eventsLost prometheus.Counter
-	// tableLost counts the times egressd's nftables table was found not whole (guardTable).
+	// tableLost counts the times egressd's nftables table was found not whole (checkTable).
 	tableLost prometheus.Counter
 	// reattached counts the hooks of pod interfaces whose filter was deleted behind egressd's
 	// back and attached again.
@@ -210,10 +210,9 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	d.watching.Add(1)
 	go d.watch(e, ns)
 	if o.AddressLifetime > 0 {
-		go d.renewAddresses(o.AddressLifetime / 3)
+		d.every(o.AddressLifetime/3, d.renewAddresses)
 	}
-	d.watching.Add(1)
-	go d.guardTable(tableCheck)
+	d.every(tableCheck, d.checkTable)
 	log.Info("dataplane ready", "adoptedInterfaces", a.Attached(), "adoptedReplyInterfaces", toPod.Attached())
 	return d, nil
 }
@@ -336,44 +335,43 @@ func (d *Applier) Close() {
 	}
 }
 
-// tableCheck is how often guardTable looks at egressd's nftables table.
+// tableCheck is how often egressd's nftables table is looked at (checkTable).
 var tableCheck = 5 * time.Second
 
-// guardTable looks every interval whether egressd's nftables table is whole, and asks for a
-// sync, which writes it again, when it is not: a `nft flush ruleset` or `nft delete table`
-// elsewhere takes egressd's SNAT and leak guards with it. Polled, not watched: a listener of
-// nftables' events makes the kernel report every element egressd writes.
-func (d *Applier) guardTable(interval time.Duration) {
-	defer d.watching.Done()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-d.done:
-			return
-		case <-t.C:
-			if !d.nft.Intact() {
-				d.tableLost.Inc()
-				d.log.Warn("egressd's nftables table was deleted or changed behind its back; writing it again", "table", "inet "+nft.TableName)
-				d.signal()
-			}
-		}
+// checkTable asks for a sync, which writes egressd's nftables table again, when it is not
+// whole: a `nft flush ruleset` or `nft delete table` elsewhere takes egressd's SNAT and leak
+// guards with it. Polled, not watched: a listener of nftables' events makes the kernel report
+// every element egressd writes.
+func (d *Applier) checkTable() {
+	if !d.nft.Intact() {
+		d.tableLost.Inc()
+		d.log.Warn("egressd's nftables table was deleted or changed behind its back; writing it again", "table", "inet "+nft.TableName)
+		d.signal()
 	}
 }
 
 // renewAddresses keeps the egress addresses alive while the agent runs: three renewals per
 // lifetime, so a missed one or two do not drop them.
-func (d *Applier) renewAddresses(every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-d.done:
-			return
-		case <-t.C:
-			if err := d.addresses.Renew(); err != nil {
-				d.log.Error("renew the lifetime of egress addresses", "err", err)
+func (d *Applier) renewAddresses() {
+	if err := d.addresses.Renew(); err != nil {
+		d.log.Error("renew the lifetime of egress addresses", "err", err)
+	}
+}
+
+// every runs f every interval until the applier closes; Close waits for it.
+func (d *Applier) every(interval time.Duration, f func()) {
+	d.watching.Add(1)
+	go func() {
+		defer d.watching.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-d.done:
+				return
+			case <-t.C:
+				f()
 			}
 		}
-	}
+	}()
 }

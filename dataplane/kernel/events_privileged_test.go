@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/kernel"
 	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
@@ -101,13 +102,7 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // without waiting for the next look at the hooks a minute on.
 func TestPrivilegedApplierAttachesAgainAfterQdiscDeleted(t *testing.T) {
 	privileged.Require(t)
-	l := newLab(t)
-	a := l.applier(t)
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(a.Collectors()...)
-	state := fullState()
-	l.mustApply(t, a, state)
-	quiet(a)
+	l, a, reg, state := appliedLab(t)
 	first := time.Now()
 	l.node.MustRun(t, "tc", "qdisc", "del", "dev", "pod0", "clsact")
 	if got := l.ingressPrograms(t, "pod0"); len(got) != 0 {
@@ -173,13 +168,7 @@ func quiet(a *kernel.Applier) {
 func TestPrivilegedApplierWritesItsTableAgain(t *testing.T) {
 	privileged.Require(t)
 	t.Cleanup(kernel.SetTableCheck(100 * time.Millisecond))
-	l := newLab(t)
-	a := l.applier(t)
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(a.Collectors()...)
-	state := fullState()
-	l.mustApply(t, a, state)
-	quiet(a)
+	l, a, reg, state := appliedLab(t)
 	if n := counter(t, reg, "egressd_nftables_table_lost_total"); n != 0 {
 		t.Fatalf("egressd_nftables_table_lost_total %v with the table whole", n)
 	}
@@ -196,4 +185,18 @@ func TestPrivilegedApplierWritesItsTableAgain(t *testing.T) {
 	if out, err := l.node.Run("nft", "list", "table", "inet", "egressd"); err != nil || !strings.Contains(out, "chain") {
 		t.Errorf("after the sync: %v\n%s\nwant egressd's table again", err, out)
 	}
+}
+
+// appliedLab is a lab whose applier applied fullState and has asked for no sync since, with its
+// metrics registered.
+func appliedLab(t *testing.T) (*lab, *kernel.Applier, *prometheus.Registry, *dataplane.State) {
+	t.Helper()
+	l := newLab(t)
+	a := l.applier(t)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(a.Collectors()...)
+	state := fullState()
+	l.mustApply(t, a, state)
+	quiet(a)
+	return l, a, reg, state
 }
