@@ -15,6 +15,7 @@ package addresses
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -36,8 +37,12 @@ type Addresses struct {
 	lifetime time.Duration
 
 	mu sync.Mutex
-	// owned are the addresses stamped with protocol, as last seen or changed.
-	owned map[netip.Addr]bool
+	// owned are the addresses stamped with protocol, with the interface each is on, as last
+	// seen or changed.
+	owned map[netip.Addr]int
+	// held is a copy of owned, published whenever a call that may change owned ends: Holds
+	// reads it without waiting for an Apply that holds mu while it announces.
+	held atomic.Pointer[map[netip.Addr]int]
 	// unannounced were added but their announcement failed: retried on the next Apply.
 	unannounced map[netip.Addr]bool
 	// others are the node's addresses egressd did not stamp, as last listed.
@@ -64,13 +69,14 @@ func New(protocol uint8, lifetime time.Duration) (*Addresses, error) {
 	if protocol == 0 {
 		return nil, errors.New("address protocol 0 would claim every unstamped address")
 	}
-	a := &Addresses{protocol: protocol, lifetime: lifetime, owned: map[netip.Addr]bool{}, unannounced: map[netip.Addr]bool{}}
+	a := &Addresses{protocol: protocol, lifetime: lifetime, owned: map[netip.Addr]int{}, unannounced: map[netip.Addr]bool{}}
 	if _, err := a.list(); err != nil {
 		return nil, err
 	}
 	for ip := range a.owned {
 		a.unannounced[ip] = true
 	}
+	a.publish()
 	return a, nil
 }
 
@@ -94,7 +100,7 @@ func (a *Addresses) see(kernel []kaddr) {
 	a.others = a.others[:0]
 	for _, k := range kernel {
 		if k.proto == a.protocol {
-			a.owned[k.prefix.Addr()] = true
+			a.owned[k.prefix.Addr()] = k.ifindex
 		} else {
 			a.others = append(a.others, k.prefix)
 		}
@@ -118,6 +124,7 @@ func (a *Addresses) Others() []netip.Prefix {
 func (a *Addresses) Apply(want []dataplane.Address) map[dataplane.Origin]error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	defer a.publish()
 	failed := map[dataplane.Origin]error{}
 	if len(want) == 0 && len(a.owned) == 0 {
 		return failed // nothing to add or move (most nodes host no egress address): no listing
@@ -200,9 +207,9 @@ func (a *Addresses) ensure(ip netip.Addr, ifindex int, kernel []kaddr) error {
 		if err := add(ip, ifindex, a.protocol, a.lifetime); err != nil {
 			return fmt.Errorf("add %s to interface %d: %w", ip, ifindex, err)
 		}
-		a.owned[ip] = true
 		a.unannounced[ip] = true
 	}
+	a.owned[ip] = ifindex // moved here, if it was elsewhere
 	if a.unannounced[ip] {
 		if err := announceOn(ifindex, ip); err != nil {
 			return err
@@ -232,6 +239,7 @@ func announceOn(ifindex int, ip netip.Addr) error {
 func (a *Addresses) Announce(ip netip.Addr) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	defer a.publish()
 	ip = ip.Unmap()
 	kernel, err := a.list()
 	if err != nil {
@@ -257,6 +265,21 @@ func (a *Addresses) Watched(on bool) {
 	a.changed.Store(true) // what changed before the watch began
 }
 
+// publish makes what owned holds now the answer of Holds. Called with mu held.
+func (a *Addresses) publish() {
+	held := maps.Clone(a.owned)
+	a.held.Store(&held)
+}
+
+// Holds reports whether ip is an address egressd holds on interface ifindex, as of the last
+// call that ended: an address event for it is egressd's own doing (its adding, the renewal of
+// its lifetime every third of it), not a change to look at. It never waits.
+func (a *Addresses) Holds(ip netip.Addr, ifindex int) bool {
+	held := a.held.Load()
+	i, ok := (*held)[ip.Unmap()]
+	return ok && i == ifindex
+}
+
 // Changed tells that the node's addresses changed behind egressd (an address event): the next
 // Prune lists them again instead of trusting what it last saw. It never waits (an Apply may hold
 // the addresses for a while, announcing).
@@ -273,6 +296,7 @@ func (a *Addresses) Changed() { a.changed.Store(true) }
 func (a *Addresses) Prune(want []dataplane.Address) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	defer a.publish()
 	keep := map[netip.Addr]bool{}
 	for _, w := range want {
 		keep[w.Addr.Unmap()] = true

@@ -26,7 +26,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -34,6 +33,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
 	"github.com/egressd/egressd/dataplane"
@@ -44,6 +44,7 @@ import (
 	"github.com/egressd/egressd/dataplane/routing"
 	"github.com/egressd/egressd/dataplane/tc"
 	"github.com/egressd/egressd/dataplane/tunnel"
+	"github.com/egressd/egressd/internal/nsthread"
 )
 
 // Options of the kernel facilities.
@@ -210,9 +211,15 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	d.watching.Add(1)
 	go d.watch(e, ns)
 	if o.AddressLifetime > 0 {
-		d.every(o.AddressLifetime/3, d.renewAddresses)
+		if err := d.every(o.AddressLifetime/3, d.renewAddresses); err != nil {
+			d.Close()
+			return nil, err
+		}
 	}
-	d.every(tableCheck, d.checkTable)
+	if err := d.every(tableCheck, d.checkTable); err != nil {
+		d.Close()
+		return nil, err
+	}
 	log.Info("dataplane ready", "adoptedInterfaces", a.Attached(), "adoptedReplyInterfaces", toPod.Attached())
 	return d, nil
 }
@@ -299,17 +306,22 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	return res
 }
 
-// podSide reports whether ip is an address on the pods' side of the node: link-local, or in the
-// cluster networks, pods' and services' (a routed CNI gives each pod's host interface a gateway
-// address; kube-proxy's IPVS mode puts Service addresses on kube-ipvs0). None is ever an egress
-// address nor published as the node's (hostCIDRs).
-func (d *Applier) podSide(ip net.IP) bool {
-	a, ok := netip.AddrFromSlice(ip)
+// uneventful reports whether an address event needs no sync: an address on the pods' side of
+// the node: link-local, or in the cluster networks, pods' and services' (a routed CNI gives each
+// pod's host interface a gateway address; kube-proxy's IPVS mode puts Service addresses on
+// kube-ipvs0), none of which is ever an egress address nor published as the node's
+// (hostCIDRs); or egressd's own egress address added or its lifetime renewed (every third of
+// it: on an egress node each renewal was a full sync). A deleted egress address is an event.
+func (d *Applier) uneventful(u netlink.AddrUpdate) bool {
+	a, ok := netip.AddrFromSlice(u.LinkAddress.IP)
 	if !ok {
 		return false
 	}
 	a = a.Unmap()
 	if a.IsLinkLocalUnicast() {
+		return true
+	}
+	if u.NewAddr && d.addresses.Holds(a, u.LinkIndex) {
 		return true
 	}
 	nets := d.podNetworks.Load()
@@ -358,11 +370,22 @@ func (d *Applier) renewAddresses() {
 	}
 }
 
-// every runs f every interval until the applier closes; Close waits for it.
-func (d *Applier) every(interval time.Duration, f func()) {
+// every runs f every interval until the applier closes, from a thread kept in the network
+// namespace of New's caller, where the kernel objects f looks at are; Close waits for it.
+func (d *Applier) every(interval time.Duration, f func()) error {
+	ns, err := netns.Get()
+	if err != nil {
+		return fmt.Errorf("the agent's network namespace: %w", err)
+	}
 	d.watching.Add(1)
 	go func() {
 		defer d.watching.Done()
+		err := nsthread.Lock(ns)
+		ns.Close()
+		if err != nil {
+			d.log.Error("periodic work cannot run in the agent's network namespace", "err", err)
+			return
+		}
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
@@ -374,4 +397,5 @@ func (d *Applier) every(interval time.Duration, f func()) {
 			}
 		}
 	}()
+	return nil
 }

@@ -465,6 +465,37 @@ func TestPrivilegedApplierSeesAddressChanges(t *testing.T) {
 	}
 }
 
+// TestPrivilegedApplierIgnoresItsRenewals: the renewals of an egress address's lifetime (every
+// third of it) are egressd's own doing and signal no change; the address deleted behind
+// egressd's back does.
+func TestPrivilegedApplierIgnoresItsRenewals(t *testing.T) {
+	privileged.Require(t)
+	l := newLab(t)
+	const lifetime = 3 * time.Second
+	a := l.applierWith(t, kernel.Options{AddressLifetime: lifetime})
+	l.mustApply(t, a, fullState())
+	// The events of the Apply's own adding come before it published what it holds.
+	time.Sleep(300 * time.Millisecond)
+	for len(a.Changed()) > 0 {
+		<-a.Changed()
+	}
+	select {
+	case <-a.Changed():
+		t.Error("a renewal of the egress address's lifetime signalled a change")
+	case <-time.After(lifetime + 500*time.Millisecond):
+	}
+	key := egressIP.String() + "/32 ext0"
+	if _, ok := l.addresses(t)[key]; !ok {
+		t.Fatalf("%s expired: it was not renewed within its lifetime of %s (%v)", key, lifetime, l.addresses(t))
+	}
+	l.node.MustRun(t, "ip", "addr", "del", egressIP.String()+"/32", "dev", "ext0")
+	select {
+	case <-a.Changed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the egress address deleted behind egressd's back signalled no change")
+	}
+}
+
 // addStamped adds ip/32 to ifname with address protocol proto (iproute2 6.1 cannot).
 func addStamped(ifname string, ip netip.Addr, proto uint8) error {
 	link, err := netlink.LinkByName(ifname)

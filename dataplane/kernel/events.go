@@ -226,8 +226,8 @@ func (d *Applier) consume(e *events) {
 			if !ok {
 				return
 			}
-			if d.podSide(u.LinkAddress.IP) {
-				continue // a new pod's gateway or link-local address: nothing of egressd's
+			if d.uneventful(u) {
+				continue
 			}
 			d.addresses.Changed()
 		case u, ok := <-e.routes:

@@ -152,9 +152,16 @@ func (w testWriter) Write(p []byte) (int, error) {
 // applier creates the composite Applier inside the node's namespace, with the lab's pin root.
 func (l *lab) applier(t *testing.T) *kernel.Applier {
 	t.Helper()
+	return l.applierWith(t, kernel.Options{})
+}
+
+// applierWith makes an applier with o, pinning under the lab's root.
+func (l *lab) applierWith(t *testing.T, o kernel.Options) *kernel.Applier {
+	t.Helper()
+	o.PinRoot = l.root
 	var a *kernel.Applier
 	l.in(t, func() (err error) {
-		a, err = kernel.New(kernel.Options{PinRoot: l.root}, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
+		a, err = kernel.New(o, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
 		return err
 	})
 	t.Cleanup(a.Close)
