@@ -56,9 +56,20 @@ type NftablesState struct {
 	// SteerDevices are interfaces a steered packet may always leave through (egressd's tunnel to
 	// the egress nodes).
 	SteerDevices []string
+	// Steered are the local pods' addresses the classifier steers, with their mark (under
+	// SteerMask). The classifier runs before DNAT and leaves a packet to a Service address
+	// (exempt) unmarked; after DNAT, one to a backend outside Exempt gets the pod's mark, as
+	// upstream's reroute policies match after OVN's load balancer.
+	Steered []SteeredPod
 	// ReturnPaths send the replies of connections that a gateway forwards to local pods back
 	// through that gateway (upstream's ecmp_symmetric_reply), by its Mark under SteerMask.
 	ReturnPaths []ReturnPath
+}
+
+// SteeredPod is a local pod address and the mark that steers it.
+type SteeredPod struct {
+	Pod  netip.Addr
+	Mark uint32
 }
 
 // ReturnPath is one external gateway's return path: a new connection that arrives from the

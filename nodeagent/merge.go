@@ -51,6 +51,11 @@ func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (datapl
 	for _, pod := range p.pods {
 		pod.QoSRules = p.qos.PodRules[pod.Origin]
 		s.Classifier.Pods = append(s.Classifier.Pods, byMark(pod, marks)...)
+		for _, ip := range pod.IPs {
+			if m := marks[ip]; m != 0 {
+				s.Nftables.Steered = append(s.Nftables.Steered, dataplane.SteeredPod{Pod: ip, Mark: m})
+			}
+		}
 	}
 	s.Classifier.SteerExempt = p.egressIP.Exempt
 	s.Nftables.BackendDenies = p.firewall.BackendDenies

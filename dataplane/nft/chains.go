@@ -34,6 +34,8 @@ type baseChain struct {
 // contract of the package comment).
 var baseChains = []baseChain{
 	{"prerouting_mangle", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, *nftables.ChainPriorityMangle, []string{egressIPPrerouting, extroutePrerouting}},
+	// After DNAT (kube-proxy's, at dstnat) and before the routing decision it steers.
+	{"prerouting_dstnat", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, *nftables.ChainPriorityNATDest + 10, []string{steerBackendsChain}},
 	{"forward_mangle", nftables.ChainTypeFilter, nftables.ChainHookForward, *nftables.ChainPriorityMangle, []string{qosBackendsChain}},
 	{"forward_filter", nftables.ChainTypeFilter, nftables.ChainHookForward, *nftables.ChainPriorityFilter, []string{serviceBackendsChain}},
 	// A backend on this node (a hostNetwork endpoint, the API server of a control-plane node):
@@ -68,21 +70,24 @@ func activeTargets(c contents) []string {
 	if has(extrouteGateways4Set, extrouteGateways6Set, extrouteMarksSet) {
 		out = append(out, extroutePrerouting)
 	}
+	if has(steerBackends4Set, steerBackends6Set) {
+		out = append(out, steerBackendsChain)
+	}
 	return out
 }
 
 // regularChains are the features' chains, in the order they are created.
-var regularChains = []string{serviceBackendsChain, qosBackendsChain, egressIPPrerouting, egressIPSNAT, egressIPGuardSteered, egressIPGuard, extroutePrerouting}
+var regularChains = []string{serviceBackendsChain, qosBackendsChain, egressIPPrerouting, egressIPSNAT, egressIPGuardSteered, egressIPGuard, extroutePrerouting, steerBackendsChain}
 
 // setDefs are every set and map of the table.
-var setDefs = slices.Concat(backendSets, qosSets, egressIPSets, extrouteSets)
+var setDefs = slices.Concat(backendSets, qosSets, egressIPSets, extrouteSets, steerSets)
 
 // objects are the named counters of the table.
 var objects = []string{leaksCounter, misroutedCounter, unknownCounter}
 
 // tableSize is the number of chains, sets and objects the table holds (the kernel's "use" of
-// the table) besides the base chains in use and the qos_dscp_<n> and extroute_return_<mark>
-// chains, to notice that something was deleted behind egressd's back.
+// the table) besides the base chains in use and the qos_dscp_<n>, extroute_return_<mark> and
+// steer_mark_<mark> chains, to notice that something was deleted behind egressd's back.
 var tableSize = uint32(len(regularChains) + len(setDefs) + len(objects))
 
 // usedBaseChains are the base chains with a jump target in active: a hook without a chain costs
@@ -105,8 +110,8 @@ func writeTable(c *nftables.Conn, mask uint32, elems contents) error {
 	c.DelTable(table)
 	c.AddTable(table)
 	chains := map[string]*nftables.Chain{}
-	dscps, returns := dscpChains(elems), returnChains(elems)
-	for _, name := range slices.Concat(regularChains, dscps, returns) { // before the maps that jump to them
+	dscps, returns, steers := dscpChains(elems), returnChains(elems), steerChains(elems)
+	for _, name := range slices.Concat(regularChains, dscps, returns, steers) { // before the maps that jump to them
 		chains[name] = c.AddChain(&nftables.Chain{Name: name, Table: table})
 	}
 	accept := nftables.ChainPolicyAccept
@@ -140,6 +145,10 @@ func writeTable(c *nftables.Conn, mask uint32, elems contents) error {
 	rules[extroutePrerouting] = extrouteRules(mask, sets)
 	for _, name := range returns {
 		rules[name] = returnRules(name, mask)
+	}
+	rules[steerBackendsChain] = steerRules(mask, sets)
+	for _, name := range steers {
+		rules[name] = steerMarkRules(name, mask)
 	}
 	for _, b := range used { // the jumps first, then what the features add after them
 		var jumps [][]expr.Any
@@ -202,6 +211,17 @@ func markBits(mask, reg uint32) []expr.Any {
 // marked matches packets with some of the mask's bits set.
 func marked(mask uint32) []expr.Any {
 	return append(markBits(mask, 1), &expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)})
+}
+
+// setMark sets mark under mask in skb->mark (or, with ct, the conntrack mark), keeping the
+// other bits: meta mark set meta mark & ~mask ^ mark.
+func setMark(mark, mask uint32, ct bool) []expr.Any {
+	keep := &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(^mask),
+		Xor: binaryutil.NativeEndian.PutUint32(mark & mask)}
+	if ct {
+		return []expr.Any{&expr.Ct{Register: 1, Key: expr.CtKeyMARK}, keep, &expr.Ct{Register: 1, Key: expr.CtKeyMARK, SourceRegister: true}}
+	}
+	return []expr.Any{&expr.Meta{Register: 1, Key: expr.MetaKeyMARK}, keep, &expr.Meta{Register: 1, Key: expr.MetaKeyMARK, SourceRegister: true}}
 }
 
 // ctStatus matches ct status & bits != 0 (or == 0 with none).

@@ -55,6 +55,7 @@ func fullState() *dataplane.NftablesState {
 		SteerNexthops: []dataplane.SteerNexthop{{Mark: 0x10000, Nexthop: a("192.0.2.2")},
 			{Mark: 0x10000, Nexthop: a("2001:db8:0:1::2")}},
 		SteerDevices: []string{"egressd-vx"},
+		Steered:      []dataplane.SteeredPod{{Pod: a("10.244.0.6"), Mark: 0x10000}, {Pod: a("fd00:10:244::6"), Mark: 0x20000}},
 	}
 }
 

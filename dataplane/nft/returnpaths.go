@@ -82,7 +82,9 @@ func addReturnPaths(c contents, s *dataplane.NftablesState) {
 }
 
 // dynamicChains are the chains the contents' verdict maps jump to.
-func dynamicChains(c contents) []string { return slices.Concat(dscpChains(c), returnChains(c)) }
+func dynamicChains(c contents) []string {
+	return slices.Concat(dscpChains(c), returnChains(c), steerChains(c))
+}
 
 // gatewayFlushes returns how many return paths went (gateways removed, BFD sessions no longer
 // Up) and how many conntrack entries of their connections were deleted, since New.
@@ -153,17 +155,9 @@ func extrouteRules(mask uint32, sets map[string]*nftables.Set) [][]expr.Any {
 func returnRules(chain string, mask uint32) [][]expr.Any {
 	var m uint32
 	fmt.Sscanf(strings.TrimPrefix(chain, extrouteReturnPrefix), "%08x", &m)
-	set := func(ct bool) []expr.Any {
-		keep := &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(^mask),
-			Xor: binaryutil.NativeEndian.PutUint32(m & mask)}
-		if ct {
-			return []expr.Any{&expr.Ct{Register: 1, Key: expr.CtKeyMARK}, keep, &expr.Ct{Register: 1, Key: expr.CtKeyMARK, SourceRegister: true}}
-		}
-		return []expr.Any{&expr.Meta{Register: 1, Key: expr.MetaKeyMARK}, keep, &expr.Meta{Register: 1, Key: expr.MetaKeyMARK, SourceRegister: true}}
-	}
 	return [][]expr.Any{
-		slices.Concat(ctDirection(ctDirOriginal), set(true)),
-		slices.Concat(ctDirection(ctDirReply), set(false)),
+		slices.Concat(ctDirection(ctDirOriginal), setMark(m, mask, true)),
+		slices.Concat(ctDirection(ctDirReply), setMark(m, mask, false)),
 	}
 }
 

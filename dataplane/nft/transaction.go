@@ -54,6 +54,7 @@ func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 	addDSCP(want, dscp)
 	failed := addEgressIP(want, s)
 	addReturnPaths(want, s)
+	addSteered(want, s)
 	intact := t.written != nil && t.mask == s.SteerMask && slices.Equal(dynamicChains(want), dynamicChains(t.written)) &&
 		slices.Equal(activeTargets(want), activeTargets(t.written)) && t.intact()
 	if intact && maps.EqualFunc(want, t.written, func(a, b map[string]element) bool {

@@ -1,0 +1,64 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/privileged"
+)
+
+// TestPrivilegedEgressIPThroughServiceToOutside: a selected pod that reaches an external host
+// through a Service's cluster IP (a selectorless Service, as for an external database; the
+// kubernetes Service of a managed control plane) leaves with its egress IP, as upstream's
+// reroute policies, which match after OVN's load balancer, send it: on the routed node the
+// classifier saw only the cluster IP (exempt), so the pod's mark is set after DNAT; on the
+// bridged node br_netfilter DNATs before the classifier. Without the mark the leak guard drops
+// the connection. Both families; the same pods reach the host directly with the egress IP too.
+func TestPrivilegedEgressIPThroughServiceToOutside(t *testing.T) {
+	privileged.Require(t)
+	empty := ""
+	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true,
+		NodeLabels: map[int]map[string]string{0: {assignable: empty}, 1: {assignable: empty}}})
+	ctx := context.Background()
+	if _, err := l.AddExternal("web", lab.ExternalOptions{}, "203.0.113.10", "2001:db8::10"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.StartKubeProxy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ns := l.CP.Namespace(t)
+	patch := []byte(`{"metadata":{"labels":{"egress":"yes"}}}`)
+	if _, err := l.Client.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sel := map[string]string{"app": "eip"}
+	sel0 := addPod(t, l.Nodes[0], ns, "sel0", lab.PodOptions{Labels: sel})
+	sel1 := addPod(t, l.Nodes[1], ns, "sel1", lab.PodOptions{Labels: sel})
+	svc4, svc6 := selectorlessService(t, l, ns, "db", []backendPort{{"http", corev1.ProtocolTCP, 80, 80}, {"dns", corev1.ProtocolUDP, 80, 80}},
+		[]string{"203.0.113.10"}, []string{"2001:db8::10"})
+	name := "eip-" + ns
+	apply(t, l, "", fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
+kind: EgressIP
+metadata: {name: %s}
+spec:
+  egressIPs: [%q, %q]
+  namespaceSelector: {matchLabels: {egress: "yes"}}
+  podSelector: {matchLabels: {app: eip}}
+`, name, eip4, eip6))
+	t.Cleanup(func() { _ = l.Kube.Delete(context.Background(), "k8s.ovn.org/v1", "EgressIP", "", name) })
+	n0, n1 := l.Nodes[0], l.Nodes[1]
+	waitItems(t, l, name, n0.Name+"="+eip4, n1.Name+"="+eip6)
+
+	v4, v6 := netip.MustParseAddr(eip4), netip.MustParseAddr(eip6)
+	eventuallySource(t, "steered from the routed node, directly", sel0, "[2001:db8::10]:80", v6)
+	eventuallySource(t, "steered from the routed node, through the Service", sel0, "["+svc6+"]:80", v6)
+	eventuallySource(t, "steered from the bridged node, through the Service", sel1, svc4+":80", v4)
+	eventuallySource(t, "the egress node's own pod, through the Service", sel0, svc4+":80", v4)
+}
