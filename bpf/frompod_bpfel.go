@@ -179,6 +179,7 @@ const (
 	FromPodMapEgressdFwPorts     = "egressd_fw_ports"
 	FromPodMapEgressdFwRules     = "egressd_fw_rules"
 	FromPodMapEgressdFwStats     = "egressd_fw_stats"
+	FromPodMapEgressdFwUnparsed  = "egressd_fw_unparsed"
 	FromPodMapEgressdFwVerdicts  = "egressd_fw_verdicts"
 	FromPodMapEgressdIds         = "egressd_ids"
 	FromPodMapEgressdPods        = "egressd_pods"
@@ -254,6 +255,7 @@ type FromPodMapSpecs struct {
 	EgressdFwPorts     *ebpf.MapSpec `ebpf:"egressd_fw_ports"`
 	EgressdFwRules     *ebpf.MapSpec `ebpf:"egressd_fw_rules"`
 	EgressdFwStats     *ebpf.MapSpec `ebpf:"egressd_fw_stats"`
+	EgressdFwUnparsed  *ebpf.MapSpec `ebpf:"egressd_fw_unparsed"`
 	EgressdFwVerdicts  *ebpf.MapSpec `ebpf:"egressd_fw_verdicts"`
 	EgressdIds         *ebpf.MapSpec `ebpf:"egressd_ids"`
 	EgressdPods        *ebpf.MapSpec `ebpf:"egressd_pods"`
@@ -303,6 +305,7 @@ type FromPodMaps struct {
 	EgressdFwPorts     *ebpf.Map `ebpf:"egressd_fw_ports"`
 	EgressdFwRules     *ebpf.Map `ebpf:"egressd_fw_rules"`
 	EgressdFwStats     *ebpf.Map `ebpf:"egressd_fw_stats"`
+	EgressdFwUnparsed  *ebpf.Map `ebpf:"egressd_fw_unparsed"`
 	EgressdFwVerdicts  *ebpf.Map `ebpf:"egressd_fw_verdicts"`
 	EgressdIds         *ebpf.Map `ebpf:"egressd_ids"`
 	EgressdPods        *ebpf.Map `ebpf:"egressd_pods"`
@@ -325,6 +328,7 @@ func (m *FromPodMaps) Close() error {
 		m.EgressdFwPorts,
 		m.EgressdFwRules,
 		m.EgressdFwStats,
+		m.EgressdFwUnparsed,
 		m.EgressdFwVerdicts,
 		m.EgressdIds,
 		m.EgressdPods,

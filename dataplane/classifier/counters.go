@@ -71,16 +71,37 @@ type FragmentStats struct {
 // FragmentCounters reads the fragment counters.
 func (c *Classifier) FragmentCounters() (FragmentStats, error) {
 	var out FragmentStats
-	for i, v := range []*uint64{&out.Tracked, &out.Followed, &out.Unmatched, &out.Dropped} {
+	return out, sumStats(c.objs.EgressdFwFragStats, &out.Tracked, &out.Followed, &out.Unmatched, &out.Dropped)
+}
+
+// UnparsedStats counts the packets from firewalled pods whose transport header the classifier
+// did not read (more IPv6 extension headers than it walks, or a header cut short), summed over
+// CPUs (egressd_fw_unparsed).
+type UnparsedStats struct {
+	// Judged: by their destination alone, since no rule restricted to ports could decide them.
+	Judged uint64
+	// Dropped: a rule restricted to ports could decide them (fail closed).
+	Dropped uint64
+}
+
+// UnparsedCounters reads the counters of packets whose transport header was not read.
+func (c *Classifier) UnparsedCounters() (UnparsedStats, error) {
+	var out UnparsedStats
+	return out, sumStats(c.objs.EgressdFwUnparsed, &out.Judged, &out.Dropped)
+}
+
+// sumStats reads entries 0, 1, ... of a per-CPU array of counters into v, summed over CPUs.
+func sumStats(m *ebpf.Map, v ...*uint64) error {
+	for i, p := range v {
 		var per []uint64
-		if err := c.objs.EgressdFwFragStats.Lookup(uint32(i), &per); err != nil {
-			return out, err
+		if err := m.Lookup(uint32(i), &per); err != nil {
+			return err
 		}
 		for _, n := range per {
-			*v += n
+			*p += n
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // recordRules remembers what the metrics label rules with. A policy that failed keeps the rules

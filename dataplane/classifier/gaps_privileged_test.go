@@ -319,3 +319,64 @@ func TestPrivilegedClassifierICMPErrorsRelated(t *testing.T) {
 		check("UDP the pod starts", frame(pod, peer, 17, udp(53, 5354, 8), nil), tcxDrop)
 	}
 }
+
+// behindOptions is l4 of protocol proto behind n IPv6 Destination Options headers (8 bytes
+// each, a PadN option), as the payload of a frame whose IP protocol is 60.
+func behindOptions(n int, proto uint8, l4 []byte) []byte {
+	var b []byte
+	for i := range n {
+		next := uint8(60)
+		if i == n-1 {
+			next = proto
+		}
+		b = append(b, next, 0, 1, 4, 0, 0, 0, 0)
+	}
+	return append(b, l4...)
+}
+
+// TestPrivilegedClassifierUnparsed: a packet whose ports the classifier does not read (behind
+// more IPv6 extension headers than it walks, or a transport header cut short) cannot get past a
+// rule restricted to ports: where such a rule could decide it, it is dropped; elsewhere it is
+// judged by its destination. Headers it walks change nothing.
+func TestPrivilegedClassifierUnparsed(t *testing.T) {
+	c := load(t)
+	st := firewallState()
+	st.Firewalls[0].Rules = []dataplane.FirewallRule{
+		{Index: 0, Prefixes: pfxs("2001:db8:5::/48", "198.51.100.0/24")},
+		{Index: 1, Deny: true, Prefixes: pfxs("0.0.0.0/0", "::/0"), Ports: []dataplane.Port{{Protocol: 6, Port: 25}}},
+	}
+	if failed := c.Apply(st); len(failed) > 0 {
+		t.Fatal(failed)
+	}
+	ip := netip.MustParseAddr
+	syn := func(dport uint16) []byte {
+		b := make([]byte, 20)
+		binary.BigEndian.PutUint16(b, 40000)
+		binary.BigEndian.PutUint16(b[2:], dport)
+		b[12], b[13] = 5<<4, 0x02 // SYN
+		return b
+	}
+	for _, s := range []struct {
+		name string
+		data []byte
+		want uint32
+	}{
+		{"SMTP behind 2 extension headers", frame(podA6, ip("2001:db8::1"), 60, behindOptions(2, 6, syn(25)), nil), tcxDrop},
+		{"HTTP behind 2 extension headers", frame(podA6, ip("2001:db8::1"), 60, behindOptions(2, 6, syn(80)), nil), tcxNext},
+		{"SMTP behind 5 extension headers", frame(podA6, ip("2001:db8::1"), 60, behindOptions(5, 6, syn(25)), nil), tcxDrop},
+		{"HTTP behind 5 extension headers, where the port rule could decide", frame(podA6, ip("2001:db8::1"), 60, behindOptions(5, 6, syn(80)), nil), tcxDrop},
+		{"SMTP behind 5 extension headers, to a destination allowed whatever the port", frame(podA6, ip("2001:db8:5::1"), 60, behindOptions(5, 6, syn(25)), nil), tcxNext},
+		{"SMTP cut short after the source port", frame(podA, ip("192.0.2.1"), 6, syn(25)[:2], nil), tcxDrop},
+	} {
+		if got, _ := run(t, c, s.data); got != s.want {
+			t.Errorf("%s: verdict %#x, want %#x", s.name, got, s.want)
+		}
+	}
+	got, err := c.UnparsedCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (classifier.UnparsedStats{Judged: 1, Dropped: 3}); got != want {
+		t.Errorf("counters of packets not parsed %+v, want %+v", got, want)
+	}
+}

@@ -23,12 +23,13 @@ func NewCollector(c *Classifier, moreFirewall func() map[RuleRef]Counters) *Coll
 }
 
 var (
-	descFwPackets = promdesc.New("egressd_egressfirewall_rule_packets_total", "Packets that matched an EgressFirewall rule on this node (the rule decided their fate).", prometheus.CounterValue, "namespace", "rule", "action")
-	descFwBytes   = promdesc.New("egressd_egressfirewall_rule_bytes_total", "Bytes of packets that matched an EgressFirewall rule on this node.", prometheus.CounterValue, "namespace", "rule", "action")
-	descQoSMarked = promdesc.New("egressd_egressqos_marked_packets_total", "Packets an EgressQoS rule marked (set the DSCP of) on this node.", prometheus.CounterValue, "namespace", "rule", "dscp")
-	descFwFrags   = promdesc.New("egressd_egressfirewall_fragments_total", "Fragments of datagrams from pods under an EgressFirewall on this node, by what the firewall did: tracked (a first fragment, whose verdict the rest follow), followed (a later fragment judged by its first), unmatched (a later fragment whose first was not seen, judged by destination alone), dropped (a later fragment whose first was not seen, dropped since rules restricted to ports could decide it).", prometheus.CounterValue, "result")
-	descFirewalls = promdesc.New("egressd_egressfirewalls", "EgressFirewalls programmed on this node.", prometheus.GaugeValue)
-	descFwRules   = promdesc.New("egressd_egressfirewall_rules", "EgressFirewall rules programmed on this node.", prometheus.GaugeValue)
+	descFwPackets  = promdesc.New("egressd_egressfirewall_rule_packets_total", "Packets that matched an EgressFirewall rule on this node (the rule decided their fate).", prometheus.CounterValue, "namespace", "rule", "action")
+	descFwBytes    = promdesc.New("egressd_egressfirewall_rule_bytes_total", "Bytes of packets that matched an EgressFirewall rule on this node.", prometheus.CounterValue, "namespace", "rule", "action")
+	descQoSMarked  = promdesc.New("egressd_egressqos_marked_packets_total", "Packets an EgressQoS rule marked (set the DSCP of) on this node.", prometheus.CounterValue, "namespace", "rule", "dscp")
+	descFwUnparsed = promdesc.New("egressd_egressfirewall_unparsed_packets_total", "Packets from pods under an EgressFirewall on this node whose transport header the classifier did not read (more than 4 IPv6 extension headers, or a header cut short), by what the firewall did: judged (by destination alone, since no rule restricted to ports could decide them), dropped (a rule restricted to ports could: a port rule is never skipped by hiding the port).", prometheus.CounterValue, "result")
+	descFwFrags    = promdesc.New("egressd_egressfirewall_fragments_total", "Fragments of datagrams from pods under an EgressFirewall on this node, by what the firewall did: tracked (a first fragment, whose verdict the rest follow), followed (a later fragment judged by its first), unmatched (a later fragment whose first was not seen, judged by destination alone), dropped (a later fragment whose first was not seen, dropped since rules restricted to ports could decide it).", prometheus.CounterValue, "result")
+	descFirewalls  = promdesc.New("egressd_egressfirewalls", "EgressFirewalls programmed on this node.", prometheus.GaugeValue)
+	descFwRules    = promdesc.New("egressd_egressfirewall_rules", "EgressFirewall rules programmed on this node.", prometheus.GaugeValue)
 )
 
 // ruleInfo is what the metrics say about a rule besides its counters, as of the last Apply.
@@ -44,7 +45,7 @@ type ruleInfo struct {
 
 // Describe implements prometheus.Collector.
 func (m *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []promdesc.Desc{descFwPackets, descFwBytes, descQoSMarked, descFirewalls, descFwRules, descFwFrags} {
+	for _, d := range []promdesc.Desc{descFwPackets, descFwBytes, descQoSMarked, descFirewalls, descFwRules, descFwFrags, descFwUnparsed} {
 		ch <- d.Desc
 	}
 }
@@ -78,6 +79,10 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 		for result, v := range map[string]uint64{"tracked": f.Tracked, "followed": f.Followed, "unmatched": f.Unmatched, "dropped": f.Dropped} {
 			ch <- descFwFrags.Sample(float64(v), result)
 		}
+	}
+	if u, err := m.c.UnparsedCounters(); err == nil {
+		ch <- descFwUnparsed.Sample(float64(u.Judged), "judged")
+		ch <- descFwUnparsed.Sample(float64(u.Dropped), "dropped")
 	}
 	if q, err := m.c.QoSCounters(); err == nil {
 		for ref, v := range q {

@@ -208,13 +208,6 @@ struct {
 	__type(value, __u64);
 } egressd_fw_frag_stats SEC(".maps");
 
-static __always_inline void frag_count(__u32 stat)
-{
-	__u64 *n = bpf_map_lookup_elem(&egressd_fw_frag_stats, &stat);
-	if (n)
-		(*n)++;
-}
-
 static __always_inline void frag_key_of(struct frag_key *k, struct packet *p)
 {
 	k->family = p->src.family;
@@ -222,6 +215,60 @@ static __always_inline void frag_key_of(struct frag_key *k, struct packet *p)
 	k->id = p->frag_id;
 	__builtin_memcpy(k->src, p->src.ip, 16);
 	__builtin_memcpy(k->dst, p->dst.ip, 16);
+}
+
+// Packets whose transport header the parser did not read (more IPv6 extension headers than it
+// walks, a header cut short): their ports are unknown, so like a later fragment without its
+// first they are judged by their destination alone where no rule restricted to ports could
+// decide them, and dropped otherwise: hiding the port behind extension headers must not skip a
+// port rule (OVS, upstream's datapath, walks the whole chain). Counters (egressd_fw_unparsed,
+// per CPU), indices:
+#define UNPARSED_JUDGED 0  // judged by destination alone
+#define UNPARSED_DROPPED 1 // dropped: rules restricted to ports could decide them
+#define UNPARSED_STATS 2
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__uint(max_entries, UNPARSED_STATS);
+	__type(key, __u32);
+	__type(value, __u64);
+} egressd_fw_unparsed SEC(".maps");
+
+static __always_inline void stat_count(void *stats, __u32 stat)
+{
+	__u64 *n = bpf_map_lookup_elem(stats, &stat);
+	if (n)
+		(*n)++;
+}
+
+// portless judges p, whose ports are unknown, into v by its destination alone; non-zero when a
+// rule restricted to ports could decide it (the caller drops it).
+static __always_inline int portless(struct packet *p, __u32 ns_id, struct verdict *v)
+{
+	decide(p, ns_id, v); // dport is 0: without ports
+	return v->ports;
+}
+
+// enforce applies v to p: counted for its rule unless it passed without one.
+static __always_inline int enforce(struct __sk_buff *skb, __u32 ns_id, struct verdict *v)
+{
+	if (v->verdict == VERDICT_PASS)
+		return TCX_NEXT;
+	count(&egressd_fw_stats, ns_id, v->rule, skb->len);
+	return v->verdict == VERDICT_DENY ? TCX_DROP : TCX_NEXT;
+}
+
+// unparsed judges a packet of namespace ns_id's pod whose transport header was not read.
+static __always_inline int unparsed(struct __sk_buff *skb, struct packet *p, __u32 ns_id)
+{
+	struct verdict v = {};
+	if (portless(p, ns_id, &v)) {
+		stat_count(&egressd_fw_unparsed, UNPARSED_DROPPED);
+		return TCX_DROP;
+	}
+	stat_count(&egressd_fw_unparsed, UNPARSED_JUDGED);
+	return enforce(skb, ns_id, &v);
 }
 
 // later_fragment judges a later fragment of namespace ns_id's pod.
@@ -232,21 +279,16 @@ static __always_inline int later_fragment(struct __sk_buff *skb, struct packet *
 	struct frag_verdict *f = bpf_map_lookup_elem(&egressd_fw_frags, &k);
 	struct verdict v = {};
 	if (f && bpf_ktime_get_ns() - f->seen_ns < FRAG_TIMEOUT_NS) {
-		frag_count(FRAG_STAT_FOLLOWED);
+		stat_count(&egressd_fw_frag_stats, FRAG_STAT_FOLLOWED);
 		v.rule = f->rule;
 		v.verdict = f->verdict;
+	} else if (portless(p, ns_id, &v)) {
+		stat_count(&egressd_fw_frag_stats, FRAG_STAT_DROPPED);
+		return TCX_DROP;
 	} else {
-		decide(p, ns_id, &v); // without ports
-		if (v.ports) {
-			frag_count(FRAG_STAT_DROPPED);
-			return TCX_DROP;
-		}
-		frag_count(FRAG_STAT_UNMATCHED);
+		stat_count(&egressd_fw_frag_stats, FRAG_STAT_UNMATCHED);
 	}
-	if (v.verdict == VERDICT_PASS)
-		return TCX_NEXT;
-	count(&egressd_fw_stats, ns_id, v.rule, skb->len);
-	return v.verdict == VERDICT_DENY ? TCX_DROP : TCX_NEXT;
+	return enforce(skb, ns_id, &v);
 }
 
 // firewall judges p for namespace ns_id: TCX_DROP or TCX_NEXT. log holds the pod's LOG_* flags.
@@ -254,6 +296,8 @@ static __always_inline int firewall(struct __sk_buff *skb, struct packet *p, __u
 {
 	if (p->frag == FRAG_LATER)
 		return later_fragment(skb, p, ns_id);
+	if (p->unparsed)
+		return unparsed(skb, p, ns_id);
 	__u32 zero = 0;
 	__u32 *genp = bpf_map_lookup_elem(&egressd_fw_gen, &zero);
 	if (!genp)
@@ -285,7 +329,7 @@ static __always_inline int firewall(struct __sk_buff *skb, struct packet *p, __u
 		frag_key_of(&fk, p);
 		struct frag_verdict fv = {.seen_ns = bpf_ktime_get_ns(), .rule = v.rule, .verdict = v.verdict};
 		bpf_map_update_elem(&egressd_fw_frags, &fk, &fv, BPF_ANY);
-		frag_count(FRAG_STAT_TRACKED);
+		stat_count(&egressd_fw_frag_stats, FRAG_STAT_TRACKED);
 	}
 	if (v.verdict == VERDICT_PASS)
 		return TCX_NEXT;

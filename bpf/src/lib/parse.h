@@ -35,6 +35,8 @@ struct packet {
 	__u8 frag;     // FRAG_*
 	__u8 icmp_type; // ICMP or ICMPv6 type; 0xff when absent
 	__u8 sctp_chunk; // SCTP: the first chunk's type
+	__u8 unparsed; // the transport header was not read: more IPv6 extension headers than
+		       // walked, or cut short; its protocol and ports are unknown
 	__u32 frag_id; // fragments: the datagram's identification
 	__u32 l3_off;  // offset of the IP header
 	__u32 l4_off;  // offset of the L4 header; 0 when absent
@@ -45,13 +47,18 @@ static __always_inline void parse_l4(struct __sk_buff *skb, struct packet *p, __
 {
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
-	if (off > 512)
+	int ported = p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP || p->proto == IPPROTO_SCTP_;
+	if (off > 512) {
+		p->unparsed = ported;
 		return;
+	}
 	void *l4 = data + off;
-	if (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP || p->proto == IPPROTO_SCTP_) {
+	if (ported) {
 		__u16 *ports = l4; // source and destination port lead all three headers
-		if ((void *)(ports + 2) > end)
-			return; // truncated: no ports, so only rules without ports can match it
+		if ((void *)(ports + 2) > end) {
+			p->unparsed = 1; // cut short: its ports are unknown
+			return;
+		}
 		p->l4_off = off;
 		p->sport = bpf_ntohs(ports[0]);
 		p->dport = bpf_ntohs(ports[1]);
@@ -122,7 +129,8 @@ static __always_inline int parse(struct __sk_buff *skb, struct packet *p)
 			break;
 		__u8 *h = data + off;
 		if ((void *)(h + 8) > end) {
-			p->proto = next; // cut short: judged without ports
+			p->proto = next; // cut short
+			p->unparsed = 1;
 			return 0;
 		}
 		if (next == IPPROTO_FRAGMENT) {
@@ -144,7 +152,12 @@ static __always_inline int parse(struct __sk_buff *skb, struct packet *p)
 		next = h[0];
 		off += len;
 	}
-	p->proto = next; // another extension header past the walk: no ports, CIDR rules still apply
+	p->proto = next;
+	if (next == IPPROTO_HOPOPTS || next == IPPROTO_ROUTING || next == IPPROTO_DSTOPTS ||
+	    next == IPPROTO_FRAGMENT || next == IPPROTO_AH) {
+		p->unparsed = 1; // another extension header past the walk
+		return 0;
+	}
 	parse_l4(skb, p, off);
 	return 0;
 }
