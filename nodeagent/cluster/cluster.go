@@ -77,8 +77,9 @@ type NetworkFlags struct {
 }
 
 // Networks are the cluster networks: the pod networks (flags.Pods, else every Node's
-// spec.podCIDRs, aggregated) and the service networks (flags.Services and the ServiceCIDR
-// objects). Computed at every sync, so nodes and service ranges added later count.
+// spec.podCIDRs, aggregated), the service networks (flags.Services and the ServiceCIDR
+// objects) and the Services' addresses outside them (serviceAddresses). Computed at every
+// sync, so nodes, service ranges and addresses added later count.
 func Networks(snap *watchers.Snapshot, flags NetworkFlags) []netip.Prefix {
 	var b netipx.IPSetBuilder
 	pods := flags.Pods
@@ -99,11 +100,50 @@ func Networks(snap *watchers.Snapshot, flags NetworkFlags) []netip.Prefix {
 			}
 		}
 	}
+	for _, a := range serviceAddresses(snap) {
+		b.Add(a)
+	}
 	set, err := b.IPSet()
 	if err != nil { // only on invalid prefixes, which were skipped
 		return nil
 	}
 	return set.Prefixes()
+}
+
+// serviceAddresses are the Services' externalIPs and load-balancer ingress IPs: kube-proxy (and
+// the CNIs that replace it) DNATs a pod's traffic to them on the pod's node, as it does cluster
+// IPs, and upstream's OVN load balancers do the same before its ACLs and reroutes. So they are
+// judged as cluster IPs are: never by the classifier (which sees them before DNAT), by the
+// backend after DNAT. An ingress IP whose ipMode is Proxy is left out: the load balancer
+// itself is reached.
+func serviceAddresses(snap *watchers.Snapshot) []netip.Addr {
+	if snap.Services == nil {
+		return nil
+	}
+	services, err := snap.Services.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	add := func(s string) {
+		if a, err := netip.ParseAddr(s); err == nil {
+			out = append(out, a.Unmap())
+		}
+	}
+	for _, svc := range services {
+		for _, ip := range svc.Spec.ExternalIPs {
+			add(ip)
+		}
+		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+			continue
+		}
+		for _, ing := range svc.Status.LoadBalancer.Ingress {
+			if ing.IPMode == nil || *ing.IPMode == corev1.LoadBalancerIPModeVIP {
+				add(ing.IP)
+			}
+		}
+	}
+	return out
 }
 
 // nodePodCIDRs are the pod CIDRs the cluster gave its nodes.

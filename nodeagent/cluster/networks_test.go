@@ -83,3 +83,30 @@ func TestNetworks(t *testing.T) {
 		})
 	}
 }
+
+// A Service's external IPs and load-balancer ingress IPs count as cluster networks (kube-proxy
+// DNATs them for pods), except an ingress IP in ipMode Proxy, and the ingress of a Service that
+// is no longer of type LoadBalancer.
+func TestNetworksServiceAddresses(t *testing.T) {
+	proxy, vip := corev1.LoadBalancerIPModeProxy, corev1.LoadBalancerIPModeVIP
+	lb := func(name string, typ corev1.ServiceType, external []string, ingress ...corev1.LoadBalancerIngress) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+			Spec:   corev1.ServiceSpec{Type: typ, ExternalIPs: external},
+			Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: ingress}}}
+	}
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, s := range []*corev1.Service{
+		lb("lb", corev1.ServiceTypeLoadBalancer, nil, corev1.LoadBalancerIngress{IP: "198.51.100.1"}, corev1.LoadBalancerIngress{IP: "2001:db8::1", IPMode: &vip},
+			corev1.LoadBalancerIngress{IP: "198.51.100.2", IPMode: &proxy}, corev1.LoadBalancerIngress{Hostname: "lb.example.com"}),
+		lb("external", corev1.ServiceTypeClusterIP, []string{"192.0.2.7"}),
+		lb("was-lb", corev1.ServiceTypeClusterIP, nil, corev1.LoadBalancerIngress{IP: "198.51.100.3"}),
+	} {
+		_ = idx.Add(s)
+	}
+	snap := snapshot([]*corev1.Node{podNode("a", "10.244.0.0/24")})
+	snap.Services = corelisters.NewServiceLister(idx)
+	want := prefixes("10.244.0.0/24", "192.0.2.7/32", "198.51.100.1/32", "2001:db8::1/128")
+	if got := Networks(snap, NetworkFlags{}); !slices.Equal(got, want) {
+		t.Errorf("networks\n got %v\nwant %v", got, want)
+	}
+}

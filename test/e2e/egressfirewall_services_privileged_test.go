@@ -180,3 +180,60 @@ spec:
 	cases = append(cases, reach{f0, svcHTTP, false, lab.OK}, reach{f0, svc6HTTP, false, lab.OK}) // no firewall in its namespace
 	checkReach(t, "enforced", cases)
 }
+
+// TestPrivilegedEgressFirewallServiceAddresses: a pod under Deny 0.0.0.0/0 reaches a Service
+// of the cluster through its external IP and its load-balancer IP, as through its cluster IP:
+// kube-proxy DNATs them on the pod's node, and upstream's load balancers translate them before
+// its ACLs, so they are judged by the backend (a pod: allowed). On the routed node the
+// classifier sees them before DNAT; on the bridged one br_netfilter DNATs first. The same pods
+// stay denied outside.
+func TestPrivilegedEgressFirewallServiceAddresses(t *testing.T) {
+	privileged.Require(t)
+	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true})
+	ctx := context.Background()
+	if _, err := l.AddExternal("web", lab.ExternalOptions{}, "203.0.113.10", "2001:db8::10"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.StartKubeProxy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ns, free := l.CP.Namespace(t), l.CP.Namespace(t)
+	a0, a1 := addPod(t, l.Nodes[0], ns, "a0", lab.PodOptions{}), addPod(t, l.Nodes[1], ns, "a1", lab.PodOptions{})
+	backend := addPod(t, l.Nodes[1], free, "backend", lab.PodOptions{})
+	if err := backend.Serve(8080); err != nil {
+		t.Fatal(err)
+	}
+	applyFirewall(t, l, ns, denyAll)
+	selectorlessService(t, l, free, "app", []backendPort{{"http", corev1.ProtocolTCP, 80, 8080}},
+		[]string{backend.IPv4.String()}, []string{backend.IPv6.String()})
+	kc := l.CP.Client(t)
+	svc, err := kc.CoreV1().Services(free).Get(ctx, "app", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+	svc.Spec.ExternalIPs = []string{"198.51.100.50", "2001:db8:50::50"}
+	if svc, err = kc.CoreV1().Services(free).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.51"}, {IP: "2001:db8:50::51"}}
+	if _, err := kc.CoreV1().Services(free).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var cases []reach
+	for _, p := range []*lab.Pod{a0, a1} {
+		cases = append(cases,
+			reach{p, "198.51.100.50:80", false, lab.OK}, reach{p, "[2001:db8:50::50]:80", false, lab.OK}, // external IPs
+			reach{p, "198.51.100.51:80", false, lab.OK}, reach{p, "[2001:db8:50::51]:80", false, lab.OK}, // load-balancer IPs
+			reach{p, "203.0.113.10:80", false, lab.Timeout}, reach{p, "[2001:db8::10]:80", false, lab.Timeout},
+		)
+	}
+	poll.Eventually(t, "the Service's addresses reached, the outside denied", 10*time.Second, func() error {
+		for _, c := range cases {
+			if err := c.check(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

@@ -15,10 +15,11 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// The kube-proxy stand-in serves ClusterIP Services in every node, as kube-proxy's nftables mode
-// does in spirit: a table inet labproxy whose nat chains (prerouting for pods, output for the
-// node) DNAT each cluster IP and port to one of the Service's ready endpoints (numgen random),
-// from the EndpointSlices. It rewrites the whole table in each node after any change.
+// The kube-proxy stand-in serves Services in every node, as kube-proxy's nftables mode does in
+// spirit: a table inet labproxy whose nat chains (prerouting for pods, output for the node)
+// DNAT each cluster IP, external IP and load-balancer ingress IP and port to one of the
+// Service's ready endpoints (numgen random), from the EndpointSlices. It rewrites the whole
+// table in each node after any change.
 
 // StartKubeProxy starts the kube-proxy stand-in, until the lab closes.
 func (l *Lab) StartKubeProxy(ctx context.Context) error {
@@ -98,7 +99,14 @@ func proxyTable(listServices func(labels.Selector) ([]*corev1.Service, error),
 	var rules, chains []string
 	n := 0
 	for _, svc := range services {
-		for _, cip := range svc.Spec.ClusterIPs {
+		// Cluster IPs, external IPs and load-balancer ingress IPs: kube-proxy DNATs them all.
+		vips := slices.Concat(svc.Spec.ClusterIPs, svc.Spec.ExternalIPs)
+		if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+			for _, ing := range svc.Status.LoadBalancer.Ingress {
+				vips = append(vips, ing.IP)
+			}
+		}
+		for _, cip := range vips {
 			ip, err := netip.ParseAddr(cip)
 			if err != nil {
 				continue
