@@ -50,8 +50,8 @@ type Controller struct {
 	// Requester makes the CloudPrivateIPConfig requests in cloud mode.
 	Requester *cloudprivateip.Requester
 
-	// recorded are the events already recorded, so a lasting problem is reported once per
-	// leadership rather than at every reconcile.
+	// recorded are the events of the last reconcile, so that a lasting problem is reported
+	// once rather than at every reconcile, and again when it comes back after it cleared.
 	recorded map[Event]bool
 	// lost is since when this leader has found each node unable to keep egress IPs (for the
 	// reassignment time).
@@ -255,13 +255,16 @@ func (c *Controller) trackLost(nodes []Node, eips []*ovnv1.EgressIP, now time.Ti
 	}
 }
 
-// record records the assignment's events not recorded yet in this leadership.
+// record records the assignment's events that the last reconcile did not have: a condition
+// that cleared and came back is recorded again (the first Event may have expired long since).
 func (c *Controller) record(events []Event, eips []*ovnv1.EgressIP) {
+	seen := make(map[Event]bool, len(events))
+	defer func() { c.recorded = seen }()
 	for _, e := range events {
+		seen[e] = true
 		if c.recorded[e] {
 			continue
 		}
-		c.recorded[e] = true
 		ref := &corev1.ObjectReference{Kind: "EgressIP", APIVersion: ovnv1.SchemeGroupVersion.String(), Name: e.EgressIP}
 		if obj := find(eips, e.EgressIP); obj != nil {
 			ref.UID, ref.ResourceVersion = obj.UID, obj.ResourceVersion

@@ -71,3 +71,41 @@ func TestControllerNewLeaderKeepsAssignments(t *testing.T) {
 		t.Errorf("reassignments observed: %v (%v), want the one move off n1", m.GetHistogram().GetSampleCount(), err)
 	}
 }
+
+// A lasting condition is recorded once; once it cleared, its return is recorded again (upstream
+// records at every reconcile; the first Event may have expired long since).
+func TestControllerRecordsAReturningCondition(t *testing.T) {
+	e := eip("a", 0, ips("10.0.0.100"))
+	n1 := assignableNode("n1", "10.0.0.1/24")
+	client := ovnfake.NewSimpleClientset(e)
+	probes := &proberLike{down: map[string]bool{"n1": true}}
+	rec := record.NewFakeRecorder(10)
+	c := &Controller{Client: client, Snapshot: watcherstest.Snapshot(e, n1), Probes: probes, HealthPort: 9107,
+		Recorder: rec, Log: slog.New(slog.DiscardHandler), recorded: map[Event]bool{}, Metrics: NewMetrics()}
+	ctx := context.Background()
+	events := func() (out []string) {
+		for {
+			select {
+			case ev := <-rec.Events:
+				out = append(out, ev)
+			default:
+				return out
+			}
+		}
+	}
+	c.reconcile(ctx)
+	c.reconcile(ctx)
+	if got := events(); len(got) != 1 {
+		t.Fatalf("no node for the IP, two reconciles: events %q, want one", got)
+	}
+	probes.down["n1"] = false
+	c.reconcile(ctx)
+	if got := events(); len(got) != 0 {
+		t.Fatalf("the IP assigned: events %q, want none", got)
+	}
+	probes.down["n1"] = true
+	c.reconcile(ctx)
+	if got := events(); len(got) != 1 {
+		t.Errorf("the node lost again: events %q, want the condition recorded again", got)
+	}
+}
