@@ -78,7 +78,7 @@ type NetworkFlags struct {
 
 // Networks are the cluster networks: the pod networks (flags.Pods, else every Node's
 // spec.podCIDRs, aggregated), the service networks (flags.Services and the ServiceCIDR
-// objects) and the Services' addresses outside them (serviceAddresses). Computed at every
+// objects) and the Services' load-balancer IPs (serviceAddresses). Computed at every
 // sync, so nodes, service ranges and addresses added later count.
 func Networks(snap *watchers.Snapshot, flags NetworkFlags) []netip.Prefix {
 	var b netipx.IPSetBuilder
@@ -110,12 +110,14 @@ func Networks(snap *watchers.Snapshot, flags NetworkFlags) []netip.Prefix {
 	return set.Prefixes()
 }
 
-// serviceAddresses are the Services' externalIPs and load-balancer ingress IPs: kube-proxy (and
-// the CNIs that replace it) DNATs a pod's traffic to them on the pod's node, as it does cluster
-// IPs, and upstream's OVN load balancers do the same before its ACLs and reroutes. So they are
-// judged as cluster IPs are: never by the classifier (which sees them before DNAT), by the
-// backend after DNAT. An ingress IP whose ipMode is Proxy is left out: the load balancer
-// itself is reached.
+// serviceAddresses are the Services' load-balancer ingress IPs: kube-proxy (and the CNIs that
+// replace it) DNATs a pod's traffic to them on the pod's node, as it does cluster IPs, and
+// upstream's OVN load balancers do the same before its ACLs and reroutes. So they are judged as
+// cluster IPs are: never by the classifier (which sees them before DNAT), by the backend after
+// DNAT. An ingress IP whose ipMode is Proxy is left out: the load balancer itself is reached.
+// So are spec.externalIPs: any Service author sets them, to any address, and the classifier
+// exempts whole addresses, not the Service's ports: an external IP would open every other port
+// of that address to every namespace's pods (they stay judged before DNAT, fail closed).
 func serviceAddresses(snap *watchers.Snapshot) []netip.Addr {
 	if snap.Services == nil {
 		return nil
@@ -131,9 +133,6 @@ func serviceAddresses(snap *watchers.Snapshot) []netip.Addr {
 		}
 	}
 	for _, svc := range services {
-		for _, ip := range svc.Spec.ExternalIPs {
-			add(ip)
-		}
 		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
 			continue
 		}

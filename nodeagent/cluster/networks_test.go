@@ -84,9 +84,9 @@ func TestNetworks(t *testing.T) {
 	}
 }
 
-// A Service's external IPs and load-balancer ingress IPs count as cluster networks (kube-proxy
-// DNATs them for pods), except an ingress IP in ipMode Proxy, and the ingress of a Service that
-// is no longer of type LoadBalancer.
+// A Service's load-balancer ingress IPs count as cluster networks (kube-proxy DNATs them for
+// pods), except an ingress IP in ipMode Proxy, and the ingress of a Service that is no longer of
+// type LoadBalancer; its external IPs, which any Service author sets to any address, do not.
 func TestNetworksServiceAddresses(t *testing.T) {
 	proxy, vip := corev1.LoadBalancerIPModeProxy, corev1.LoadBalancerIPModeVIP
 	lb := func(name string, typ corev1.ServiceType, external []string, ingress ...corev1.LoadBalancerIngress) *corev1.Service {
@@ -105,7 +105,7 @@ func TestNetworksServiceAddresses(t *testing.T) {
 	}
 	snap := snapshot([]*corev1.Node{podNode("a", "10.244.0.0/24")})
 	snap.Services = corelisters.NewServiceLister(idx)
-	want := prefixes("10.244.0.0/24", "192.0.2.7/32", "198.51.100.1/32", "2001:db8::1/128")
+	want := prefixes("10.244.0.0/24", "198.51.100.1/32", "2001:db8::1/128")
 	if got := Networks(snap, NetworkFlags{}); !slices.Equal(got, want) {
 		t.Errorf("networks\n got %v\nwant %v", got, want)
 	}
