@@ -211,7 +211,7 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	d.watching.Add(1)
 	go d.watch(e, ns)
 	if o.AddressLifetime > 0 {
-		if err := d.every(o.AddressLifetime/3, d.renewAddresses); err != nil {
+		if err := d.every(min(o.AddressLifetime/3, maxRenewal), d.renewAddresses); err != nil {
 			d.Close()
 			return nil, err
 		}
@@ -362,8 +362,13 @@ func (d *Applier) checkTable() {
 	}
 }
 
-// renewAddresses keeps the egress addresses alive while the agent runs: three renewals per
-// lifetime, so a missed one or two do not drop them.
+// maxRenewal bounds the time between renewals of the egress addresses' lifetime: an address
+// of a dead agent goes between lifetime - maxRenewal and lifetime after its death, a window
+// the default lifetime places just after the leader's move (see cmd/egressd's flag).
+const maxRenewal = 5 * time.Second
+
+// renewAddresses keeps the egress addresses alive while the agent runs: at least three
+// renewals per lifetime, so a missed one or two do not drop them.
 func (d *Applier) renewAddresses() {
 	if err := d.addresses.Renew(); err != nil {
 		d.log.Error("renew the lifetime of egress addresses", "err", err)
