@@ -36,6 +36,10 @@ type ClassifierState struct {
 	Pods []Pod
 	// ClusterNetworks (pod and service CIDRs) are never subject to EgressFirewall.
 	ClusterNetworks []netip.Prefix
+	// LoadBalancerVIPs are Services' load-balancer IPs, DNATed for pods on their node as cluster
+	// IPs are: never subject to EgressFirewall either (their backends are judged after DNAT).
+	// They are not on the pods' side of the node, as the cluster networks are.
+	LoadBalancerVIPs []netip.Prefix
 	// SteerExempt are the destinations to which a pod's Mark is never applied: the cluster
 	// networks and the nodes' addresses.
 	SteerExempt []netip.Prefix

@@ -25,10 +25,11 @@ type parts struct {
 // merge combines the parts into the node's desired state. It owns what crosses features: a
 // pod's entry carries what every feature wants of it. It also returns the objects the state was
 // compiled from that get a status entry, with their compile errors.
-func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (dataplane.State, map[dataplane.Origin]error) {
+func merge(networks, vips []netip.Prefix, p *parts, st *steering, mask uint32) (dataplane.State, map[dataplane.Origin]error) {
 	objects := make(map[dataplane.Origin]error, len(p.firewall.Firewalls)+len(p.qos.QoS)+len(p.routes.Policies))
 	s := dataplane.State{Classifier: dataplane.ClassifierState{
 		ClusterNetworks:  networks,
+		LoadBalancerVIPs: vips,
 		Firewalls:        p.firewall.Firewalls,
 		FirewallsVersion: p.firewall.Version,
 		QoS:              p.qos.QoS,
@@ -88,7 +89,8 @@ func merge(networks []netip.Prefix, p *parts, st *steering, mask uint32) (datapl
 	s.Nftables.SteerMask = mask
 	s.Nftables.SNAT = append(slices.Clip(p.service.SNAT), eip.SNAT...)
 	s.Tunnel = u.state(len(s.Nftables.SNAT) > 0)
-	s.Nftables.Exempt = union(p.egressIP.Exempt, p.service.Exempt, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	byAddr := func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) }
+	s.Nftables.Exempt = union(union(p.egressIP.Exempt, p.service.Exempt, byAddr), vips, byAddr)
 	s.Classifier.SteerExempt = s.Nftables.Exempt
 	s.Nftables.Guarded = union(p.egressIP.Guarded, p.service.Guarded, netip.Addr.Compare)
 	// Some pod's packets may be steered to this node: other nodes' pods it does not know are

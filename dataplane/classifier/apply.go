@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
 
 	"github.com/egressd/egressd/bpf"
 	"github.com/egressd/egressd/dataplane"
@@ -37,7 +38,7 @@ func (c *Classifier) Apply(s *dataplane.ClassifierState) map[dataplane.Origin]er
 	for id, ns := range a.classes {
 		want.ids[uint32(id)] = nameOf(ns)
 	}
-	for _, p := range append(linkScoped, s.ClusterNetworks...) {
+	for _, p := range slices.Concat(linkScoped, s.ClusterNetworks, s.LoadBalancerVIPs) {
 		want.cluster[prefixKey(p)] = 1
 	}
 	// Link-scoped destinations are never steered either (their routes are in the main table).

@@ -77,9 +77,8 @@ type NetworkFlags struct {
 }
 
 // Networks are the cluster networks: the pod networks (flags.Pods, else every Node's
-// spec.podCIDRs, aggregated), the service networks (flags.Services and the ServiceCIDR
-// objects) and the Services' load-balancer IPs (serviceAddresses). Computed at every
-// sync, so nodes, service ranges and addresses added later count.
+// spec.podCIDRs, aggregated) and the service networks (flags.Services and the ServiceCIDR
+// objects). Computed at every sync, so nodes and service ranges added later count.
 func Networks(snap *watchers.Snapshot, flags NetworkFlags) []netip.Prefix {
 	var b netipx.IPSetBuilder
 	pods := flags.Pods
@@ -100,9 +99,6 @@ func Networks(snap *watchers.Snapshot, flags NetworkFlags) []netip.Prefix {
 			}
 		}
 	}
-	for _, a := range serviceAddresses(snap) {
-		b.Add(a)
-	}
 	set, err := b.IPSet()
 	if err != nil { // only on invalid prefixes, which were skipped
 		return nil
@@ -110,15 +106,16 @@ func Networks(snap *watchers.Snapshot, flags NetworkFlags) []netip.Prefix {
 	return set.Prefixes()
 }
 
-// serviceAddresses are the Services' load-balancer ingress IPs: kube-proxy (and the CNIs that
-// replace it) DNATs a pod's traffic to them on the pod's node, as it does cluster IPs, and
-// upstream's OVN load balancers do the same before its ACLs and reroutes. So they are judged as
-// cluster IPs are: never by the classifier (which sees them before DNAT), by the backend after
-// DNAT. An ingress IP whose ipMode is Proxy is left out: the load balancer itself is reached.
-// So are spec.externalIPs: any Service author sets them, to any address, and the classifier
-// exempts whole addresses, not the Service's ports: an external IP would open every other port
-// of that address to every namespace's pods (they stay judged before DNAT, fail closed).
-func serviceAddresses(snap *watchers.Snapshot) []netip.Addr {
+// LoadBalancerVIPs are the Services' load-balancer ingress IPs, as host prefixes: kube-proxy (and
+// the CNIs that replace it) DNATs a pod's traffic to them on the pod's node, as it does cluster
+// IPs, and upstream's OVN load balancers do the same before its ACLs and reroutes. So they are
+// exempt as cluster IPs are: never judged by the classifier (which sees them before DNAT), by
+// the backend after DNAT. Left out: an ingress IP whose ipMode is Proxy (the load balancer itself
+// is reached), and one that is a node's address (k3s' ServiceLB reports node IPs, kube-vip adds
+// its VIP to a node): the classifier exempts whole addresses, not the Service's ports, and that
+// would open every port of the node. So are spec.externalIPs, which any Service author sets to
+// any address (they stay judged before DNAT, fail closed).
+func LoadBalancerVIPs(snap *watchers.Snapshot) []netip.Prefix {
 	if snap.Services == nil {
 		return nil
 	}
@@ -126,23 +123,33 @@ func serviceAddresses(snap *watchers.Snapshot) []netip.Addr {
 	if err != nil {
 		return nil
 	}
-	var out []netip.Addr
-	add := func(s string) {
-		if a, err := netip.ParseAddr(s); err == nil {
-			out = append(out, a.Unmap())
+	nodeAddrs := map[netip.Addr]bool{}
+	if snap.Nodes != nil {
+		nodes, _ := snap.Nodes.List(labels.Everything())
+		for _, n := range nodes {
+			for _, a := range HostAddresses(n) {
+				nodeAddrs[a.Unmap()] = true
+			}
 		}
 	}
+	var b netipx.IPSetBuilder
 	for _, svc := range services {
 		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
 			continue
 		}
 		for _, ing := range svc.Status.LoadBalancer.Ingress {
-			if ing.IPMode == nil || *ing.IPMode == corev1.LoadBalancerIPModeVIP {
-				add(ing.IP)
+			a, err := netip.ParseAddr(ing.IP)
+			if err != nil || nodeAddrs[a.Unmap()] || (ing.IPMode != nil && *ing.IPMode != corev1.LoadBalancerIPModeVIP) {
+				continue
 			}
+			b.Add(a.Unmap())
 		}
 	}
-	return out
+	set, err := b.IPSet()
+	if err != nil || set.Equal(&netipx.IPSet{}) {
+		return nil
+	}
+	return set.Prefixes()
 }
 
 // nodePodCIDRs are the pod CIDRs the cluster gave its nodes.

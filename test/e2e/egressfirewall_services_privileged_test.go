@@ -229,6 +229,25 @@ func TestPrivilegedEgressFirewallServiceAddresses(t *testing.T) {
 		)
 	}
 	cases = append(cases, reach{a0, "198.51.100.50:80", false, lab.Timeout}, reach{a0, "[2001:db8:50::50]:80", false, lab.Timeout}) // external IPs
+	// A load balancer that reports a node's address as the ingress IP (k3s' ServiceLB): the
+	// node's other ports stay denied.
+	if err := l.Nodes[1].Serve(9090); err != nil {
+		t.Fatal(err)
+	}
+	nodeLB := svc.DeepCopy()
+	nodeLB.ObjectMeta = metav1.ObjectMeta{Name: "servicelb", Namespace: free}
+	nodeLB.Spec.ClusterIP, nodeLB.Spec.ClusterIPs, nodeLB.Spec.ExternalIPs = "", nil, nil
+	for i := range nodeLB.Spec.Ports {
+		nodeLB.Spec.Ports[i].NodePort = 0
+	}
+	if nodeLB, err = kc.CoreV1().Services(free).Create(ctx, nodeLB, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nodeLB.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: l.Nodes[1].IPv4.String()}}
+	if _, err := kc.CoreV1().Services(free).UpdateStatus(ctx, nodeLB, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cases = append(cases, reach{a0, lab.HostPort(l.Nodes[1].IPv4, 9090), false, lab.Timeout})
 	poll.Eventually(t, "the Service's addresses reached, the outside denied", 10*time.Second, func() error {
 		for _, c := range cases {
 			if err := c.check(); err != nil {
