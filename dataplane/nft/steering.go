@@ -69,6 +69,12 @@ func steerChains(c contents) []string {
 //
 //	ct direction original ct status dnat meta mark & mask == 0
 //	ip daddr != @egressip_exempt4 ip saddr vmap @steer_backends4 (ip6 likewise)
+//	ct direction original ct status dnat meta mark & mask != 0
+//	ip daddr @egressip_exempt4 meta mark set meta mark & ~mask (ip6 likewise)
+//
+// The second undoes the converse: the classifier marked a packet to an address that is not
+// exempt (a Service's external IP) and DNAT sent it to a pod or node, which the steering
+// table's default route would have taken to the egress node or gateway.
 func steerRules(mask uint32, sets map[string]*nftables.Set) [][]expr.Any {
 	if mask == 0 {
 		return nil
@@ -86,6 +92,8 @@ func steerRules(mask uint32, sets map[string]*nftables.Set) [][]expr.Any {
 				addrField(v4, true, 1),
 				&expr.Lookup{SourceRegister: 1, SetName: steered.Name, SetID: steered.ID, IsDestRegSet: true},
 			}))
+		rules = append(rules, slices.Concat(nfproto(v4), ctDirection(ctDirOriginal), ctStatus(ctStatusDstNAT, false),
+			marked(mask), []expr.Any{addrField(v4, false, 1), lookup(exempt, 1, false)}, setMark(0, mask, false)))
 	}
 	return rules
 }

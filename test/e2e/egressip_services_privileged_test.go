@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
 )
 
@@ -61,4 +64,33 @@ spec:
 	eventuallySource(t, "steered from the routed node, through the Service", sel0, "["+svc6+"]:80", v6)
 	eventuallySource(t, "steered from the bridged node, through the Service", sel1, svc4+":80", v4)
 	eventuallySource(t, "the egress node's own pod, through the Service", sel0, svc4+":80", v4)
+
+	// A Service of the cluster reached through its external IP: the classifier marks the packet
+	// (an external IP is not exempt), DNAT sends it to a pod, and the mark comes off: the
+	// connection goes straight to the pod, not through the IPv6 egress node.
+	other := l.CP.Namespace(t)
+	backend := addPod(t, n0, other, "backend", lab.PodOptions{})
+	if err := backend.Serve(8080); err != nil {
+		t.Fatal(err)
+	}
+	selectorlessService(t, l, other, "inside", []backendPort{{"http", corev1.ProtocolTCP, 80, 8080}},
+		[]string{backend.IPv4.String()}, []string{backend.IPv6.String()})
+	kc := l.CP.Client(t)
+	inside, err := kc.CoreV1().Services(other).Get(ctx, "inside", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inside.Spec.ExternalIPs = []string{"2001:db8:60::60"}
+	if _, err := kc.CoreV1().Services(other).Update(ctx, inside, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, "sel0 reaches the pod behind the external IP", 10*time.Second, func() error {
+		if r := sel0.TCP("[2001:db8:60::60]:80", lab.ClientOptions{Timeout: quick}); r.Outcome != lab.OK || r.Seen.Src != sel0.IPv6 {
+			return fmt.Errorf("%s, want ok from %s", r, sel0.IPv6)
+		}
+		return nil
+	})
+	if out, _ := n1.NS.Run("conntrack", "-L", "-f", "ipv6", "-d", backend.IPv6.String()); strings.Contains(out, backend.IPv6.String()) {
+		t.Errorf("the connection to the pod behind the external IP went through the egress node %s:\n%s", n1.Name, out)
+	}
 }
