@@ -210,6 +210,7 @@ func (a *Addresses) ensure(ip netip.Addr, ifindex int, kernel []kaddr) error {
 		a.unannounced[ip] = true
 	}
 	a.owned[ip] = ifindex // moved here, if it was elsewhere
+	a.publish()           // before its address event is read, where possible
 	if a.unannounced[ip] {
 		if err := announceOn(ifindex, ip); err != nil {
 			return err
@@ -341,6 +342,9 @@ func (a *Addresses) Renew() error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if len(a.owned) == 0 {
+		return nil // most nodes host none: no listing every few seconds
+	}
 	kernel, err := dump()
 	if err != nil {
 		return err

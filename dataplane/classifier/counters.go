@@ -71,7 +71,8 @@ type FragmentStats struct {
 // FragmentCounters reads the fragment counters.
 func (c *Classifier) FragmentCounters() (FragmentStats, error) {
 	var out FragmentStats
-	return out, sumStats(c.objs.EgressdFwFragStats, &out.Tracked, &out.Followed, &out.Unmatched, &out.Dropped)
+	err := sumStats(c.objs.EgressdFwFragStats, &out.Tracked, &out.Followed, &out.Unmatched, &out.Dropped)
+	return out, err
 }
 
 // UnparsedStats counts the packets from firewalled pods whose transport header the classifier
@@ -87,7 +88,8 @@ type UnparsedStats struct {
 // UnparsedCounters reads the counters of packets whose transport header was not read.
 func (c *Classifier) UnparsedCounters() (UnparsedStats, error) {
 	var out UnparsedStats
-	return out, sumStats(c.objs.EgressdFwUnparsed, &out.Judged, &out.Dropped)
+	err := sumStats(c.objs.EgressdFwUnparsed, &out.Judged, &out.Dropped)
+	return out, err
 }
 
 // sumStats reads entries 0, 1, ... of a per-CPU array of counters into v, summed over CPUs.

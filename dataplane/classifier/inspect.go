@@ -125,9 +125,9 @@ type Trace struct {
 	DSCP    int
 	QoSRule int
 	QoSText string
-	// SteerExempt: the destination is a cluster network or a node address, to which no pod's
-	// traffic is steered nor SNATed to an egress IP (the agent gives the classifier and
-	// nftables the same exemptions).
+	// SteerExempt: the destination is a cluster network, a load-balancer IP or a node address,
+	// to which no pod's traffic is steered nor SNATed to an egress IP (the agent gives the
+	// classifier and nftables the same exemptions).
 	SteerExempt bool
 	// Mark is the routing mark the classifier sets within the mark mask (0: none: the pod has
 	// none, the destination is exempt, or the packet is dropped).

@@ -54,20 +54,32 @@ static __always_inline void parse_l4(struct __sk_buff *skb, struct packet *p, __
 	}
 	void *l4 = data + off;
 	if (ported) {
-		__u16 *ports = l4; // source and destination port lead all three headers
-		if ((void *)(ports + 2) > end) {
-			p->unparsed = 1; // cut short: its ports are unknown
+		// Source and destination port lead all three headers; then TCP's flags at 13, SCTP's
+		// first chunk type at 12. Read from the linear data, else (headers in the skb's paged
+		// part: a VM's tap traffic) copied out; absent only when the packet is cut short.
+		__u16 ports[2];
+		__u16 *lin = l4;
+		if ((void *)(lin + 2) <= end) {
+			ports[0] = lin[0];
+			ports[1] = lin[1];
+		} else if (bpf_skb_load_bytes(skb, off, ports, sizeof(ports))) {
+			p->unparsed = 1; // its ports are unknown
 			return;
 		}
 		p->l4_off = off;
 		p->sport = bpf_ntohs(ports[0]);
 		p->dport = bpf_ntohs(ports[1]);
-		struct tcphdr *tcp = l4;
-		if (p->proto == IPPROTO_TCP && (void *)(tcp + 1) <= end)
-			p->syn_only = tcp->syn && !tcp->ack;
-		__u8 *chunk = l4 + 12; // SCTP: the common header, then the first chunk
-		if (p->proto == IPPROTO_SCTP_ && (void *)(chunk + 1) <= end)
-			p->sctp_chunk = *chunk;
+		__u8 b = 0;
+		__u32 at = p->proto == IPPROTO_TCP ? 13 : 12;
+		__u8 *lb = l4 + at;
+		if ((void *)(lb + 1) <= end)
+			b = *lb;
+		else if (bpf_skb_load_bytes(skb, off + at, &b, 1))
+			b = 0;
+		if (p->proto == IPPROTO_TCP)
+			p->syn_only = (b & 0x02) && !(b & 0x10); // SYN without ACK
+		else if (p->proto == IPPROTO_SCTP_)
+			p->sctp_chunk = b;
 	} else if ((p->proto == IPPROTO_ICMP && p->src.family == 4) ||
 		   (p->proto == IPPROTO_ICMPV6 && p->src.family == 6)) {
 		__u8 *icmp = l4; // type, code, checksum, then the echo id
@@ -127,8 +139,11 @@ static __always_inline int parse(struct __sk_buff *skb, struct packet *p)
 			break;
 		if (off > 512)
 			break;
-		__u8 *h = data + off;
-		if ((void *)(h + 8) > end) {
+		__u8 h[8] __attribute__((aligned(8))); // its first 8 bytes: linear data, or copied out
+		__u8 *lin = data + off;
+		if ((void *)(lin + 8) <= end) {
+			__builtin_memcpy(h, lin, 8);
+		} else if (bpf_skb_load_bytes(skb, off, h, 8)) {
 			p->proto = next; // cut short
 			p->unparsed = 1;
 			return 0;
