@@ -3,6 +3,7 @@ package addresses
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -433,4 +434,39 @@ func TestPrivilegedPruneListsWhenChanged(t *testing.T) {
 	if !present(egress4) || !present(egress6) {
 		t.Errorf("wanted addresses were removed")
 	}
+}
+
+// TestPrivilegedHolds: Holds answers for the addresses egressd holds, on their interface only,
+// from New (an adopted address), after Apply and after a move, and no longer after Prune.
+func TestPrivilegedHolds(t *testing.T) {
+	privileged.Require(t)
+	l := newLab(t)
+	in(t, l.node, func(a *Addresses) error { return apply(a, want) })
+	in(t, l.node, func(a *Addresses) error {
+		eth0, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		eth1, err := net.InterfaceByName("eth1")
+		if err != nil {
+			return err
+		}
+		if !a.Holds(egress4, eth0.Index) || a.Holds(egress4, eth1.Index) {
+			t.Errorf("adopted %s: holds on eth0 %v, on eth1 %v; want only eth0", egress4, a.Holds(egress4, eth0.Index), a.Holds(egress4, eth1.Index))
+		}
+		moved := []dataplane.Address{{Origin: eip1, Addr: egress4, Interface: "eth1"}}
+		if failed := a.Apply(moved); len(failed) > 0 {
+			return fmt.Errorf("move: %v", failed)
+		}
+		if a.Holds(egress4, eth0.Index) || !a.Holds(egress4, eth1.Index) {
+			t.Errorf("moved %s to eth1: holds on eth0 %v, on eth1 %v", egress4, a.Holds(egress4, eth0.Index), a.Holds(egress4, eth1.Index))
+		}
+		if err := a.Prune(nil); err != nil {
+			return err
+		}
+		if a.Holds(egress4, eth1.Index) || a.Holds(egress6, eth0.Index) {
+			t.Error("Holds answers for addresses pruned")
+		}
+		return nil
+	})
 }

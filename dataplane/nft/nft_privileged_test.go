@@ -348,3 +348,67 @@ func TestPrivilegedTableJumpsOnlyToFeaturesInUse(t *testing.T) {
 		t.Errorf("idle again, the hooks have %v, want no chain", j)
 	}
 }
+
+// TestPrivilegedSteerChains: the steer_mark_<mark> chains follow the steered pods' marks (a
+// new mark adds its chain, a mark no longer used takes its chain away), the table counts as
+// whole after each change (else the applier's look at it would write it again every 5 s), and
+// without a steering mask nothing is steered after DNAT.
+func TestPrivilegedSteerChains(t *testing.T) {
+	privileged.Require(t)
+	ns := netns.New(t, "nft")
+	var table *nft.Table
+	apply := func(s *dataplane.NftablesState) {
+		t.Helper()
+		if err := ns.Do(func() error {
+			if table == nil {
+				var err error
+				if table, err = nft.New(); err != nil {
+					return err
+				}
+			}
+			if err := errFailed(table.Apply(s)); err != nil {
+				return err
+			}
+			if !table.Intact() {
+				return fmt.Errorf("the table is not whole right after Apply")
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chains := func() []string {
+		t.Helper()
+		var out []string
+		for _, l := range strings.Split(ns.MustRun(t, "nft", "list", "table", "inet", "egressd"), "\n") {
+			if name, ok := strings.CutPrefix(strings.TrimSpace(l), "chain steer_"); ok {
+				out = append(out, strings.TrimSuffix(name, " {"))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	a := netip.MustParseAddr
+	st := fullState()
+	for _, step := range []struct {
+		name    string
+		steered []dataplane.SteeredPod
+		mask    uint32
+		want    []string
+	}{
+		{"two marks", st.Steered, st.SteerMask, []string{"mark_00010000", "mark_00020000", "service_backends"}},
+		{"another mark", []dataplane.SteeredPod{{Pod: a("10.244.0.6"), Mark: 0x30000}}, st.SteerMask, []string{"mark_00030000", "service_backends"}},
+		{"none", nil, st.SteerMask, []string{"service_backends"}},
+		{"no steering mask", st.Steered, 0, []string{"service_backends"}}, // the regular chain stays, empty
+	} {
+		s := fullState()
+		s.Steered, s.SteerMask = step.steered, step.mask
+		apply(s)
+		if got := chains(); !slices.Equal(got, step.want) {
+			t.Errorf("%s: steer chains %v, want %v", step.name, got, step.want)
+		}
+	}
+	if out, err := ns.Run("nft", "list", "chain", "inet", "egressd", "prerouting_dstnat"); err == nil {
+		t.Errorf("without a steering mask, the prerouting_dstnat hook is still there:\n%s", out)
+	}
+}
