@@ -9,7 +9,8 @@
 // sandboxes; STATUS reports whether egressd answers.
 //
 // When egressd does not answer within "timeout", ADD, CHECK and STATUS fail (fail closed: the
-// runtime retries the sandbox) unless the network config sets "failOpen": true.
+// runtime retries the sandbox) unless the network config sets "failOpen": true (STATUS waits
+// 5 s at most, and reports ready with failOpen whatever egressd says).
 //
 //	{"type": "egressd-cni", "socket": "/run/egressd/cni.sock", "timeout": "10s", "failOpen": false}
 package main
@@ -250,12 +251,24 @@ func cmdStatus(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), min(c.timeout, 2*time.Second))
+	// Long enough to ride out an agent's restart (its socket is gone for a second or two): the
+	// runtime's network, and so the Node, must not turn not ready for it.
+	ctx, cancel := context.WithTimeout(context.Background(), min(c.timeout, statusWait))
 	defer cancel()
 	err = call(ctx, c.Socket, "GET", cniapi.PathStatus, nil)
+	switch {
+	case err == nil:
+		return nil
+	case c.FailOpen: // ADD goes on without egressd: the plugin can serve it
+		fmt.Fprintf(os.Stderr, "egressd-cni: STATUS: %v; failOpen is set, ready\n", err)
+		return nil
+	}
 	var u unreachable
-	if errors.As(err, &u) && !c.FailOpen {
+	if errors.As(err, &u) {
 		return types.NewError(cniapi.CodeNotAvailable, "egressd-cni: egressd does not answer", u.err.Error())
 	}
-	return outcome(err, c, "STATUS")
+	return err
 }
+
+// statusWait bounds STATUS's wait for egressd.
+const statusWait = 5 * time.Second

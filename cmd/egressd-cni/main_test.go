@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -20,6 +22,7 @@ import (
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/cniserver"
+	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
 )
 
 // Conformance of the plugin binary as a runtime calls it (environment, stdin, stdout, exit
@@ -197,6 +200,26 @@ func TestFailOpenDelGCStatusVersion(t *testing.T) {
 	}
 	if _, cerr := run(t, "STATUS", conf(a.socket, "", false), ""); cerr != nil {
 		t.Errorf("STATUS: %+v", cerr)
+	}
+	if _, cerr := run(t, "STATUS", conf(gone, `,"timeout":"300ms","failOpen":true`, false), ""); cerr != nil {
+		t.Errorf("STATUS, egressd down, failOpen: %+v, want ready (ADD goes on without egressd)", cerr)
+	}
+	// An egressd that says it cannot serve (no first sync for long): not ready, unless failOpen.
+	unsynced := filepath.Join(t.TempDir(), "unsynced.sock")
+	l, err := net.Listen("unix", unsynced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		json.NewEncoder(w).Encode(cniapi.Response{Code: cniapi.CodeNotAvailable, Error: "egressd has not finished its first sync in 1m0s"})
+	}))
+	t.Cleanup(func() { l.Close() })
+	if _, cerr := run(t, "STATUS", conf(unsynced, "", false), ""); cerr == nil || cerr.Code != cniapi.CodeNotAvailable {
+		t.Errorf("STATUS, egressd not serving: %+v, want code %d", cerr, cniapi.CodeNotAvailable)
+	}
+	if _, cerr := run(t, "STATUS", conf(unsynced, `,"failOpen":true`, false), ""); cerr != nil {
+		t.Errorf("STATUS, egressd not serving, failOpen: %+v, want ready", cerr)
 	}
 	out, cerr := run(t, "VERSION", `{"cniVersion":"1.1.0"}`, "")
 	if cerr != nil {

@@ -47,7 +47,15 @@ type Server struct {
 	Log     *slog.Logger
 
 	http *http.Server
+	// listening is when Listen began serving (STATUS's grace for the first sync).
+	listening time.Time
 }
+
+// firstSyncGrace is how long STATUS reports the plugin ready before the agent's first sync:
+// ADDs wait for that sync meanwhile. A restarted agent syncs within a second or two; reporting
+// the runtime's network not ready at each restart would make the Node NotReady, and its egress
+// IPs move, for nothing. An agent that cannot sync for longer (no API server) says so.
+const firstSyncGrace = 30 * time.Second
 
 // Peers announces a new pod to the agents of the egress nodes it is steered to
 // (nodeagent/podannounce), so that they SNAT its first packet; it returns when all answered or
@@ -90,6 +98,7 @@ func (s *Server) Listen(path string) error {
 	mux.HandleFunc("GET "+cniapi.PathStatus, s.status)
 	mux.HandleFunc("POST "+cniapi.PathRouter, s.routerResult)
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	s.listening = time.Now()
 	go func() {
 		if err := s.http.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.Log.Error("CNI socket", "err", err)
@@ -288,8 +297,8 @@ func (s *Server) routerResult(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) status(w http.ResponseWriter, _ *http.Request) {
-	if s.Synced != nil && !s.Synced() {
-		fail(w, http.StatusServiceUnavailable, cniapi.CodeNotAvailable, "egressd has not finished its first sync")
+	if s.Synced != nil && !s.Synced() && time.Since(s.listening) > firstSyncGrace {
+		fail(w, http.StatusServiceUnavailable, cniapi.CodeNotAvailable, "egressd has not finished its first sync in %s", time.Since(s.listening).Round(time.Second))
 		return
 	}
 	reply(w, http.StatusOK, cniapi.Response{})
