@@ -206,6 +206,13 @@ func routeVia(c *Config, gw netip.Addr, link int) error {
 			return fmt.Errorf("route %s via the pod's %s: %w", n, current.Gw, err)
 		}
 	}
+	// The gateway on the link first, as upstream's egress-router-cni does: an address given
+	// without a prefix length (a /32 or /128) has no connected route to reach it by.
+	host := &netlink.Route{Dst: &net.IPNet{IP: gw.AsSlice(), Mask: net.CIDRMask(bits, bits)}, LinkIndex: link,
+		Scope: netlink.SCOPE_LINK, Family: family}
+	if err := netlink.RouteReplace(host); err != nil {
+		return fmt.Errorf("route to the gateway %s on %s: %w", gw, Interface, err)
+	}
 	def := &netlink.Route{Dst: &net.IPNet{IP: make(net.IP, bits/8), Mask: net.CIDRMask(0, bits)}, Gw: gw.AsSlice(), LinkIndex: link, Family: family}
 	if err := netlink.RouteReplace(def); err != nil {
 		return fmt.Errorf("default route via %s on %s: %w", gw, Interface, err)

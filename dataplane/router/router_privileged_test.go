@@ -144,3 +144,27 @@ func TestPrivilegedRouterApply(t *testing.T) {
 		t.Errorf("the old rule's port now goes to the fallback's closed 80: %v, want refused", err)
 	}
 }
+
+// TestPrivilegedRouterHostAddress: a router address without a prefix length (a /32) has no
+// connected route to its gateway: the gateway gets a route on the link first (as upstream's
+// egress-router-cni), so the default route via it is accepted and the rule's traffic flows.
+func TestPrivilegedRouterHostAddress(t *testing.T) {
+	privileged.Require(t)
+	l := newRouterLab(t)
+	seen := listen(t, l.ext, "192.0.2.1:8080")
+	c := &Config{Mode: Bridge, Master: "eth0", Addresses: []netip.Prefix{netip.MustParsePrefix("192.0.2.50/32")},
+		Gateways:        []netip.Addr{netip.MustParseAddr("192.0.2.1")},
+		Rules:           []Rule{{Protocol: TCP, Port: 80, Destination: netip.MustParseAddrPort("192.0.2.1:8080")}},
+		ClusterNetworks: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	l.apply(t, c)
+	routes, _ := l.pod.Run("ip", "route")
+	if !strings.Contains(routes, "default via 192.0.2.1 dev net1") {
+		t.Errorf("pod routes lack the default route via the gateway:\n%s", routes)
+	}
+	if err := dial(l.node, "10.0.0.2:80"); err != nil {
+		t.Fatalf("rule: %v", err)
+	}
+	if src := <-seen; src != netip.MustParseAddr("192.0.2.50") {
+		t.Errorf("the destination saw %s, want the router's address", src)
+	}
+}
