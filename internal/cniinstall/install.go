@@ -56,6 +56,7 @@ func (in *Installer) Run(ctx context.Context) error {
 	tick := time.NewTicker(time.Minute)
 	defer tick.Stop()
 	var last string
+	var churn churn
 	for {
 		file, err := in.ensure()
 		switch {
@@ -63,8 +64,20 @@ func (in *Installer) Run(ctx context.Context) error {
 			in.Log.Error("egressd-cni not chained", "dir", in.ConfDir, "err", err)
 			last = err.Error()
 		case err == nil && file != "":
-			in.Log.Info("egressd-cni chained", "file", file)
 			last = ""
+			if pause := churn.wrote(time.Now()); pause > 0 {
+				in.Log.Error("the primary CNI keeps rewriting its configuration without egressd-cni: chaining it again less often, new pods meanwhile are programmed from the API only",
+					"file", file, "rewrites", churnWrites, "within", churnWindow, "next", pause,
+					"fix", "have the primary CNI keep egressd-cni in its chain (README, manual chaining; Cilium: cni.exclusive=false and cni.customConf)")
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(pause):
+				}
+				drain(w.Events)
+				continue
+			}
+			in.Log.Info("egressd-cni chained", "file", file)
 		}
 		select {
 		case <-ctx.Done():
@@ -78,6 +91,39 @@ func (in *Installer) Run(ctx context.Context) error {
 			in.Log.Error("watching the CNI configuration directory", "dir", in.ConfDir, "err", err)
 		}
 	}
+}
+
+// A primary CNI that writes its configuration again whenever it differs from its own (Cilium's
+// agent does, unless told otherwise) would have the installer and itself rewrite the file
+// forever. churnWrites chainings within churnWindow make the installer wait before the next,
+// from churnPause doubling up to churnPauseMax, until a window passes without one.
+var (
+	churnWrites   = 5
+	churnWindow   = time.Minute
+	churnPause    = 10 * time.Second
+	churnPauseMax = 5 * time.Minute
+)
+
+// churn follows the installer's recent chainings.
+type churn struct {
+	writes []time.Time
+	pause  time.Duration
+}
+
+// wrote records a chaining at now and returns how long to wait before the next (0: none).
+func (c *churn) wrote(now time.Time) time.Duration {
+	c.writes = append(c.writes, now)
+	for len(c.writes) > 0 && now.Sub(c.writes[0]) > churnWindow {
+		c.writes = c.writes[1:]
+	}
+	if len(c.writes) < churnWrites {
+		if len(c.writes) == 1 {
+			c.pause = 0 // a quiet window: the fight, if any, is over
+		}
+		return 0
+	}
+	c.pause = min(max(2*c.pause, churnPause), churnPauseMax)
+	return c.pause
 }
 
 func drain(c <-chan fsnotify.Event) {

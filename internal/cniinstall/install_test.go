@@ -179,3 +179,36 @@ func TestRunKeepsTheEntryAndUninstallRemovesIt(t *testing.T) {
 		t.Errorf("Uninstall of nothing: %v", err)
 	}
 }
+
+// A primary CNI that puts its own configuration back whenever the file differs (Cilium's
+// agent) does not make the installer rewrite the file forever: after churnWrites chainings
+// within a window it waits, longer each time.
+func TestRunBacksOffFromAPrimaryThatFights(t *testing.T) {
+	defer func(w int, p time.Duration) { churnWrites, churnPause = w, p }(churnWrites, churnPause)
+	churnWrites, churnPause = 3, time.Second
+	in := installer(t)
+	primaryFile := write(t, in.ConfDir, "05-cilium.conflist", flannel)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	// The fighting primary: its own bytes back at once, whenever they changed.
+	writes := 0
+	end := time.Now().Add(3 * time.Second)
+	for time.Now().Before(end) {
+		if b, err := os.ReadFile(primaryFile); err == nil && string(b) != flannel {
+			writes++
+			write(t, in.ConfDir, "05-cilium.conflist", flannel)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Three chainings, a pause of 1 s, one more, then 2 s: five at most in 3 s (each takes
+	// about 0.1 s without the back-off: some thirty).
+	if writes < 3 || writes > 5 {
+		t.Errorf("the installer chained egressd-cni %d times in 3 s against a primary that undoes it, want 3 to 5", writes)
+	}
+}
