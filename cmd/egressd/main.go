@@ -172,8 +172,10 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Log: log.With("component", "egressservice-controller"), Metrics: serviceMetrics}
 
 	// EgressRouter: the leader places router pods (its own prober); the node side answers
-	// their CNI ADD with the router's configuration, which egressd-cni applies.
-	routerProber := reachability.NewProber(reachability.Config{})
+	// their CNI ADD with the router's configuration, which egressd-cni applies. A router moved
+	// is a pod deleted and made again, every connection through it reset: its node must be
+	// silent for 2 s (4 probes 500 ms apart), not the 450 ms that move an egress IP.
+	routerProber := reachability.NewProber(reachability.Config{Interval: 500 * time.Millisecond, Misses: 4})
 	defer routerProber.Stop()
 	egressRouters := &egressrouter.Controller{Client: egress, Kube: kube, Snapshot: w.Snapshot(), Changed: w.Subscribe(false),
 		Probes: routerProber, HealthPort: cfg.healthPort, Image: cfg.routerImage, Recorder: recorder,

@@ -207,7 +207,7 @@ spec:
 		if err := node.SetFabricLink(true); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(1500 * time.Millisecond) // the leader's probes see the node answer again
+		time.Sleep(3 * time.Second) // the leader's probes see the node answer again (4 probes, 500 ms apart)
 	}
 	slices.Sort(times)
 	t.Logf("router recreation after a node's link died, %d trials: min %s, median %s, max %s", len(times),
