@@ -23,7 +23,8 @@ func TestMain(m *testing.M) { controlplane.Main(m) }
 // TestRouterPodAdmission: with deploy/rbac.yaml and the admission policy of
 // deploy/router-pod-policy.yaml, an agent (its ServiceAccount, impersonated) may create the router
 // pod newPod makes and delete it, and no other pod: not one that is not an EgressRouter's, nor
-// a router pod with more privileges; the API server's own denial says why.
+// a router pod with more privileges (host namespaces or ports, capabilities, volumes, seccomp or
+// AppArmor unconfined); the API server's own denial says why.
 func TestRouterPodAdmission(t *testing.T) {
 	cp := controlplane.Shared(t)
 	ns := cp.Namespace(t)
@@ -106,6 +107,19 @@ func TestRouterPodAdmission(t *testing.T) {
 		}, "runs unprivileged"},
 		{"with an init container", func(p *corev1.Pod) {
 			p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: DefaultImage}}
+		}, "runs unprivileged"},
+		{"with a host port", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 80}}
+		}, "runs unprivileged"},
+		{"unconfined by seccomp", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}
+		}, "runs unprivileged"},
+		{"unconfined by seccomp for the whole pod", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.SeccompProfile = nil
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}}
+		}, "runs unprivileged"},
+		{"unconfined by AppArmor", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.AppArmorProfile = &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeUnconfined}
 		}, "runs unprivileged"},
 	} {
 		p := newPod(er, ns+"-node", DefaultImage)
