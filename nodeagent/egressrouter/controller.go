@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -51,7 +53,10 @@ type Controller struct {
 	// created are pods this leader created, by EgressRouter UID, until the informer shows them.
 	created map[types.UID]createdPod
 	// refused are the EgressRouters whose last pod the API server refused.
-	refused  map[types.UID]bool
+	refused map[types.UID]bool
+	// avoid are, per EgressRouter, the nodes where its configuration failed, until when they
+	// are passed over (decide).
+	avoid    map[types.UID]map[string]time.Time
 	recorded map[types.UID]string // last warning reason recorded per EgressRouter
 }
 
@@ -63,6 +68,7 @@ type createdPod struct {
 // Run reconciles after every change, probe verdict and every 5 s, until ctx ends.
 func (c *Controller) Run(ctx context.Context) {
 	c.created, c.refused, c.recorded = map[types.UID]createdPod{}, map[types.UID]bool{}, map[types.UID]string{}
+	c.avoid = map[types.UID]map[string]time.Time{}
 	egressip.ReconcileLoop(ctx, 5*time.Second, c.Changed, c.Probes, func(ctx context.Context) bool {
 		if err := c.reconcile(ctx); err != nil {
 			c.Log.Error("egress routers", "err", err)
@@ -89,6 +95,11 @@ func (c *Controller) reconcile(ctx context.Context) error {
 	live := map[types.UID]bool{}
 	for _, er := range ers {
 		live[er.UID] = true
+	}
+	for uid := range c.avoid {
+		if !live[uid] {
+			delete(c.avoid, uid)
+		}
 	}
 	var errs []error
 	for _, p := range pods {
@@ -179,7 +190,7 @@ func (c *Controller) place(ctx context.Context, er *netopv1.EgressRouter, nodes 
 	if compileErr == nil {
 		first = cfg.Addresses[0]
 	}
-	p := decide(first, er.Spec.NetworkInterface.Macvlan.Master, specHash(&er.Spec), compileErr, nodes, pods, load)
+	p := decide(first, er.Spec.NetworkInterface.Macvlan.Master, specHash(&er.Spec), compileErr, nodes, pods, load, c.avoiding(er, pods, time.Now()))
 	retry := p.Create != "" && c.refused[er.UID]
 	if !retry {
 		delete(c.refused, er.UID)
@@ -217,6 +228,53 @@ func (c *Controller) place(ctx context.Context, er *netopv1.EgressRouter, nodes 
 		errs = append(errs, c.conditions(ctx, er, p))
 	}
 	return errors.Join(errs...)
+}
+
+// avoidFor is how long a node where a router's configuration failed is passed over for it.
+const avoidFor = 10 * time.Minute
+
+// avoiding are the nodes er's router is kept off (decide): those where its configuration failed
+// within avoidFor, the node of the pod its status reports failed now included.
+func (c *Controller) avoiding(er *netopv1.EgressRouter, pods []routerPod, now time.Time) []string {
+	m := c.avoid[er.UID]
+	if m == nil {
+		m = map[string]time.Time{}
+		c.avoid[er.UID] = m
+	}
+	if name := failedPod(er); name != "" {
+		for _, p := range pods {
+			if p.Name == name {
+				m[p.Node] = now.Add(avoidFor)
+			}
+		}
+	}
+	var out []string
+	for node, until := range m {
+		if now.After(until) {
+			delete(m, node)
+			continue
+		}
+		out = append(out, node)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// failedPod is the router pod whose configuration its node reports failed (the Degraded
+// condition of forConfiguration), if any.
+func failedPod(er *netopv1.EgressRouter) string {
+	for _, cond := range er.Status.Conditions {
+		if cond.Type != netopv1.EgressRouterDegraded || cond.Status != netopv1.ConditionTrue || cond.Reason != reasonConfigFailed {
+			continue
+		}
+		if rest, ok := strings.CutPrefix(cond.Message, "router pod "); ok {
+			name, _, found := strings.Cut(rest, " on node ")
+			if found {
+				return name
+			}
+		}
+	}
+	return ""
 }
 
 // conditions writes the conditions of a decision.

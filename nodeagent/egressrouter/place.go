@@ -54,8 +54,10 @@ type decision struct {
 // macvlan.master set and no node holding an address on that network (a NIC may carry none),
 // every Ready, reachable node is eligible and the master's presence is checked on the node.
 // A kept pod stays where it is (no move back when a better node returns); a new one goes to
-// the eligible node with the fewest routers (load), then by name.
-func decide(first netip.Prefix, master, hash string, compileErr error, nodes []candidate, pods []routerPod, load map[string]int) decision {
+// the eligible node with the fewest routers (load), then by name. Nodes in avoid (where this
+// router's configuration failed lately: a node without the master NIC, say) are not eligible,
+// unless no other is: then a pod there stays, and its node keeps trying.
+func decide(first netip.Prefix, master, hash string, compileErr error, nodes []candidate, pods []routerPod, load map[string]int, avoid []string) decision {
 	var p decision
 	if compileErr != nil {
 		for _, pod := range pods {
@@ -65,9 +67,15 @@ func decide(first netip.Prefix, master, hash string, compileErr error, nodes []c
 		return p
 	}
 	eligible := eligible(first, master, nodes)
-	var unusable, stale []string
+	if others := slices.DeleteFunc(slices.Clone(eligible), func(n string) bool { return slices.Contains(avoid, n) }); len(others) > 0 {
+		eligible = others
+	}
+	var unusable, stale, failed []string
 	for _, pod := range pods {
 		switch {
+		case !slices.Contains(eligible, pod.Node) && slices.Contains(avoid, pod.Node):
+			failed = append(failed, pod.Node)
+			p.Delete = append(p.Delete, pod.Name)
 		case !slices.Contains(eligible, pod.Node):
 			unusable = append(unusable, pod.Node)
 			p.Delete = append(p.Delete, pod.Name)
@@ -98,6 +106,9 @@ func decide(first netip.Prefix, master, hash string, compileErr error, nodes []c
 		return strings.Compare(a, b)
 	})
 	switch {
+	case len(failed) > 0:
+		p.Reason = reasonConfigFailed
+		p.Message = fmt.Sprintf("the router could not be configured on node %s: router pod recreated on node %s", strings.Join(failed, ", "), p.Create)
 	case len(unusable) > 0:
 		p.Reason = reasonNodeUnavailable
 		p.Message = fmt.Sprintf("node %s is not Ready, does not answer or left the router's network: router pod recreated on node %s", strings.Join(unusable, ", "), p.Create)

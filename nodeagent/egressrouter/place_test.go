@@ -4,11 +4,13 @@ import (
 	"errors"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	netopv1 "github.com/egressd/egressd/api/networkoperator/v1"
 )
@@ -28,6 +30,7 @@ func TestPlace(t *testing.T) {
 		nodes      []candidate
 		pods       []routerPod
 		load       map[string]int
+		avoid      []string
 		want       decision
 		msg        string
 	}{
@@ -60,12 +63,23 @@ func TestPlace(t *testing.T) {
 		{name: "master set, but the network is known: only its nodes", master: "ens5",
 			nodes: []candidate{node("a", false, true, onNet), node("c", true, true, offNet)},
 			want:  decision{Reason: reasonNoNode}},
+		{name: "configuration failed on its node: recreated on another", master: "ens5",
+			nodes: []candidate{node("c", true, true, offNet), node("d", true, true, offNet)},
+			pods:  []routerPod{{Name: "r1", Node: "c", specHash: "h"}}, avoid: []string{"c"},
+			want: decision{Delete: []string{"r1"}, Create: "d", Reason: reasonConfigFailed}, msg: "could not be configured on node c: router pod recreated on node d"},
+		{name: "configuration failed on every node: the pod stays, its node keeps trying", master: "ens5",
+			nodes: []candidate{node("c", true, true, offNet), node("d", true, true, offNet)},
+			pods:  []routerPod{{Name: "r1", Node: "c", specHash: "h"}}, avoid: []string{"c", "d"},
+			want: decision{Keep: "r1"}},
+		{name: "a new pod avoids the nodes where configuration failed", master: "ens5",
+			nodes: []candidate{node("c", true, true, offNet), node("d", true, true, offNet)}, avoid: []string{"c"},
+			want: decision{Create: "d", Reason: reasonCreated}},
 		{name: "invalid spec: no pod", compileErr: errors.New("spec.redirect.redirectRules[0]: bad"), nodes: healthy,
 			pods: []routerPod{{Name: "r1", Node: "a", specHash: "h"}},
 			want: decision{Delete: []string{"r1"}, Reason: reasonInvalidSpec}, msg: "redirectRules[0]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := decide(first, tc.master, "h", tc.compileErr, tc.nodes, tc.pods, tc.load)
+			got := decide(first, tc.master, "h", tc.compileErr, tc.nodes, tc.pods, tc.load, tc.avoid)
 			msg := got.Message
 			got.Message = ""
 			if !reflect.DeepEqual(got, tc.want) {
@@ -137,4 +151,26 @@ func must(c conditionSet, ok bool) conditionSet {
 		panic("no conditions")
 	}
 	return c
+}
+
+// The leader reads from the status which router pod's configuration failed (the node's report,
+// forConfiguration) and passes over that pod's node for avoidFor.
+func TestAvoiding(t *testing.T) {
+	er := &netopv1.EgressRouter{ObjectMeta: metav1.ObjectMeta{UID: "u1"}}
+	failed := forConfiguration("r1-x", "c", "", errors.New("macvlan master ens5 not found"))
+	er.Status.Conditions = []netopv1.EgressRouterStatusCondition{failed.Available, failed.Progressing, failed.Degraded}
+	c := &Controller{avoid: map[types.UID]map[string]time.Time{}}
+	now := time.Now()
+	pods := []routerPod{{Name: "r1-x", Node: "c"}}
+	if got := c.avoiding(er, pods, now); !slices.Equal(got, []string{"c"}) {
+		t.Errorf("after the node's report of a failure: avoiding %v, want [c]", got)
+	}
+	ok := forConfiguration("r1-y", "d", "serving", nil)
+	er.Status.Conditions = []netopv1.EgressRouterStatusCondition{ok.Available, ok.Progressing, ok.Degraded}
+	if got := c.avoiding(er, []routerPod{{Name: "r1-y", Node: "d"}}, now.Add(time.Minute)); !slices.Equal(got, []string{"c"}) {
+		t.Errorf("configured elsewhere a minute later: avoiding %v, want [c] still", got)
+	}
+	if got := c.avoiding(er, nil, now.Add(avoidFor+time.Second)); len(got) != 0 {
+		t.Errorf("after %s: avoiding %v, want none", avoidFor, got)
+	}
 }
