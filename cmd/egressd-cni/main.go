@@ -191,7 +191,7 @@ func configureRouter(ctx context.Context, c *netConf, req *cniapi.Request, rc *r
 		fmt.Fprintf(os.Stderr, "egressd-cni: report the egress router's configuration: %v\n", rerr)
 	}
 	if err != nil {
-		return types.NewError(cniapi.CodeProgramFailed, "egressd-cni: egress router", err.Error())
+		return types.NewError(cniapi.CodeRouterFailed, "egressd-cni: egress router", err.Error())
 	}
 	return nil
 }

@@ -205,21 +205,17 @@ func TestFailOpenDelGCStatusVersion(t *testing.T) {
 		t.Errorf("STATUS, egressd down, failOpen: %+v, want ready (ADD goes on without egressd)", cerr)
 	}
 	// An egressd that says it cannot serve (no first sync for long): not ready, unless failOpen.
-	unsynced := filepath.Join(t.TempDir(), "unsynced.sock")
-	l, err := net.Listen("unix", unsynced)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		json.NewEncoder(w).Encode(cniapi.Response{Code: cniapi.CodeNotAvailable, Error: "egressd has not finished its first sync in 1m0s"})
-	}))
-	t.Cleanup(func() { l.Close() })
+	unsynced := refusing(t, cniapi.CodeNotAvailable, "egressd has not finished its first sync in 1m0s")
 	if _, cerr := run(t, "STATUS", conf(unsynced, "", false), ""); cerr == nil || cerr.Code != cniapi.CodeNotAvailable {
 		t.Errorf("STATUS, egressd not serving: %+v, want code %d", cerr, cniapi.CodeNotAvailable)
 	}
 	if _, cerr := run(t, "STATUS", conf(unsynced, `,"failOpen":true`, false), ""); cerr != nil {
 		t.Errorf("STATUS, egressd not serving, failOpen: %+v, want ready", cerr)
+	}
+	// A router pod without its configuration never starts, failOpen or not: it would serve nothing.
+	noRouter := refusing(t, cniapi.CodeRouterFailed, "egress router: no EgressRouter r")
+	if _, cerr := run(t, "ADD", conf(noRouter, `,"failOpen":true`, true), podArgs); cerr == nil || cerr.Code != cniapi.CodeRouterFailed {
+		t.Errorf("ADD of a router pod without configuration, failOpen: %+v, want code %d", cerr, cniapi.CodeRouterFailed)
 	}
 	out, cerr := run(t, "VERSION", `{"cniVersion":"1.1.0"}`, "")
 	if cerr != nil {
@@ -232,6 +228,22 @@ func TestFailOpenDelGCStatusVersion(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &v); err != nil || strings.Join(v.SupportedVersions, ",") != "0.3.0,0.3.1,0.4.0,1.0.0,1.1.0" {
 		t.Errorf("VERSION: %s (%v), want 0.3.0 to 1.1.0", out, err)
 	}
+}
+
+// refusing serves an egressd that answers every call with the CNI error code and message.
+func refusing(t *testing.T, code uint, msg string) string {
+	t.Helper()
+	socket := filepath.Join(t.TempDir(), "refusing.sock")
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		json.NewEncoder(w).Encode(cniapi.Response{Code: code, Error: msg})
+	}))
+	t.Cleanup(func() { l.Close() })
+	return socket
 }
 
 // A conflist at 0.3.1 (flannel's, Calico's): ADD works and returns prevResult in that version.

@@ -188,7 +188,7 @@ func (s *Server) add(w http.ResponseWriter, r *http.Request) {
 	if s.Routers != nil {
 		var err error
 		if rc, err = s.Routers.Config(ctx, pod); err != nil {
-			fail(w, http.StatusServiceUnavailable, cniapi.CodeProgramFailed, "egress router: %v", err)
+			fail(w, http.StatusServiceUnavailable, cniapi.CodeRouterFailed, "egress router: %v", err)
 			return
 		}
 	}

@@ -108,4 +108,5 @@ const (
 	CodeNotAvailable  = 50  // STATUS: egressd not reachable or not synced
 	CodeCheckMismatch = 100 // CHECK: egressd does not hold the pod as prevResult has it
 	CodeProgramFailed = 101 // egressd tried and failed to program the pod (its error follows)
+	CodeRouterFailed  = 102 // an EgressRouter's router pod has no configuration: failOpen never passes it
 )
