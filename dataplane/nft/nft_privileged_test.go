@@ -175,7 +175,13 @@ func tableIn(t *testing.T, ns *netns.NS) (apply func(*dataplane.NftablesState), 
 					return err
 				}
 			}
-			return errFailed(table.Apply(s))
+			if err := errFailed(table.Apply(s)); err != nil {
+				return err
+			}
+			if !table.Intact() { // else the applier's look at it would write it again every 5 s
+				return fmt.Errorf("the table is not whole right after Apply")
+			}
+			return nil
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -351,36 +357,16 @@ func TestPrivilegedTableJumpsOnlyToFeaturesInUse(t *testing.T) {
 
 // TestPrivilegedSteerChains: the steer_mark_<mark> chains follow the steered pods' marks (a
 // new mark adds its chain, a mark no longer used takes its chain away), the table counts as
-// whole after each change (else the applier's look at it would write it again every 5 s), and
-// without a steering mask nothing is steered after DNAT.
+// whole after each change (tableIn's apply checks), and without a steering mask nothing is
+// steered after DNAT.
 func TestPrivilegedSteerChains(t *testing.T) {
 	privileged.Require(t)
 	ns := netns.New(t, "nft")
-	var table *nft.Table
-	apply := func(s *dataplane.NftablesState) {
-		t.Helper()
-		if err := ns.Do(func() error {
-			if table == nil {
-				var err error
-				if table, err = nft.New(); err != nil {
-					return err
-				}
-			}
-			if err := errFailed(table.Apply(s)); err != nil {
-				return err
-			}
-			if !table.Intact() {
-				return fmt.Errorf("the table is not whole right after Apply")
-			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	apply, _, list := tableIn(t, ns)
 	chains := func() []string {
 		t.Helper()
 		var out []string
-		for _, l := range strings.Split(ns.MustRun(t, "nft", "list", "table", "inet", "egressd"), "\n") {
+		for _, l := range strings.Split(list(), "\n") {
 			if name, ok := strings.CutPrefix(strings.TrimSpace(l), "chain steer_"); ok {
 				out = append(out, strings.TrimSuffix(name, " {"))
 			}
