@@ -95,8 +95,9 @@ func (in *Installer) Run(ctx context.Context) error {
 
 // A primary CNI that writes its configuration again whenever it differs from its own (Cilium's
 // agent does, unless told otherwise) would have the installer and itself rewrite the file
-// forever. churnWrites chainings within churnWindow make the installer wait before the next,
-// from churnPause doubling up to churnPauseMax, until a window passes without one.
+// forever. churnWrites chainings within churnWindow start a fight: from then on each chaining
+// waits, churnPause doubling up to churnPauseMax, until none comes for churnWindow past the
+// last pause.
 var (
 	churnWrites   = 5
 	churnWindow   = time.Minute
@@ -106,21 +107,25 @@ var (
 
 // churn follows the installer's recent chainings.
 type churn struct {
-	writes []time.Time
-	pause  time.Duration
+	writes []time.Time // within churnWindow, before a fight
+	last   time.Time
+	pause  time.Duration // the last wait; 0: no fight
 }
 
 // wrote records a chaining at now and returns how long to wait before the next (0: none).
 func (c *churn) wrote(now time.Time) time.Duration {
-	c.writes = append(c.writes, now)
-	for len(c.writes) > 0 && now.Sub(c.writes[0]) > churnWindow {
-		c.writes = c.writes[1:]
+	if !c.last.IsZero() && now.Sub(c.last) > churnWindow+c.pause {
+		c.writes, c.pause = nil, 0 // a quiet window: the fight, if any, is over
 	}
-	if len(c.writes) < churnWrites {
-		if len(c.writes) == 1 {
-			c.pause = 0 // a quiet window: the fight, if any, is over
+	c.last = now
+	if c.pause == 0 {
+		c.writes = append(c.writes, now)
+		for now.Sub(c.writes[0]) > churnWindow {
+			c.writes = c.writes[1:]
 		}
-		return 0
+		if len(c.writes) < churnWrites {
+			return 0
+		}
 	}
 	c.pause = min(max(2*c.pause, churnPause), churnPauseMax)
 	return c.pause

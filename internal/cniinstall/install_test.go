@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -210,5 +211,26 @@ func TestRunBacksOffFromAPrimaryThatFights(t *testing.T) {
 	// about 0.1 s without the back-off: some thirty).
 	if writes < 3 || writes > 5 {
 		t.Errorf("the installer chained egressd-cni %d times in 3 s against a primary that undoes it, want 3 to 5", writes)
+	}
+}
+
+// The back-off grows while the fight lasts (its own waits do not count as a quiet window), up to
+// its cap, and ends after a quiet window.
+func TestChurn(t *testing.T) {
+	var c churn
+	now := time.Unix(0, 0)
+	var pauses []time.Duration
+	for range 12 {
+		p := c.wrote(now)
+		pauses = append(pauses, p)
+		now = now.Add(100*time.Millisecond + p) // the primary undoes each chaining at once
+	}
+	want := []time.Duration{0, 0, 0, 0, 10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second,
+		160 * time.Second, 5 * time.Minute, 5 * time.Minute, 5 * time.Minute}
+	if !slices.Equal(pauses, want) {
+		t.Errorf("pauses %v, want %v", pauses, want)
+	}
+	if p := c.wrote(now.Add(churnWindow + churnPauseMax + time.Second)); p != 0 {
+		t.Errorf("after a quiet window: pause %v, want none", p)
 	}
 }

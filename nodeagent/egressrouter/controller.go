@@ -54,9 +54,8 @@ type Controller struct {
 	created map[types.UID]createdPod
 	// refused are the EgressRouters whose last pod the API server refused.
 	refused map[types.UID]bool
-	// avoid are, per EgressRouter, the nodes where its configuration failed, until when they
-	// are passed over (decide).
-	avoid    map[types.UID]map[string]time.Time
+	// avoid are, per EgressRouter, the nodes where its spec's configuration failed (decide).
+	avoid    map[types.UID]*avoided
 	recorded map[types.UID]string // last warning reason recorded per EgressRouter
 }
 
@@ -68,7 +67,7 @@ type createdPod struct {
 // Run reconciles after every change, probe verdict and every 5 s, until ctx ends.
 func (c *Controller) Run(ctx context.Context) {
 	c.created, c.refused, c.recorded = map[types.UID]createdPod{}, map[types.UID]bool{}, map[types.UID]string{}
-	c.avoid = map[types.UID]map[string]time.Time{}
+	c.avoid = map[types.UID]*avoided{}
 	egressip.ReconcileLoop(ctx, 5*time.Second, c.Changed, c.Probes, func(ctx context.Context) bool {
 		if err := c.reconcile(ctx); err != nil {
 			c.Log.Error("egress routers", "err", err)
@@ -190,7 +189,7 @@ func (c *Controller) place(ctx context.Context, er *netopv1.EgressRouter, nodes 
 	if compileErr == nil {
 		first = cfg.Addresses[0]
 	}
-	p := decide(first, er.Spec.NetworkInterface.Macvlan.Master, specHash(&er.Spec), compileErr, nodes, pods, load, c.avoiding(er, pods, time.Now()))
+	p := decide(first, er.Spec.NetworkInterface.Macvlan.Master, specHash(&er.Spec), compileErr, nodes, pods, load, c.avoiding(er, pods))
 	retry := p.Create != "" && c.refused[er.UID]
 	if !retry {
 		delete(c.refused, er.UID)
@@ -230,51 +229,54 @@ func (c *Controller) place(ctx context.Context, er *netopv1.EgressRouter, nodes 
 	return errors.Join(errs...)
 }
 
-// avoidFor is how long a node where a router's configuration failed is passed over for it.
-const avoidFor = 10 * time.Minute
+// avoided are the nodes where a spec of a router could not be configured: passed over while
+// the spec stays, so that a router that fails everywhere settles on one node (which keeps
+// trying) instead of walking the cluster; the leader's memory, forgotten with its term.
+type avoided struct {
+	hash  string
+	nodes []string
+}
 
-// avoiding are the nodes er's router is kept off (decide): those where its configuration failed
-// within avoidFor, the node of the pod its status reports failed now included.
-func (c *Controller) avoiding(er *netopv1.EgressRouter, pods []routerPod, now time.Time) []string {
-	m := c.avoid[er.UID]
-	if m == nil {
-		m = map[string]time.Time{}
-		c.avoid[er.UID] = m
+// avoiding are the nodes er's router is kept off (decide): those where its current spec's
+// configuration failed, the node of the pod its status reports failed now included.
+func (c *Controller) avoiding(er *netopv1.EgressRouter, pods []routerPod) []string {
+	hash := specHash(&er.Spec)
+	a := c.avoid[er.UID]
+	if a == nil || a.hash != hash {
+		a = &avoided{hash: hash}
+		c.avoid[er.UID] = a
 	}
-	if name := failedPod(er); name != "" {
+	if pod, node := failedPod(er); pod != "" {
 		for _, p := range pods {
-			if p.Name == name {
-				m[p.Node] = now.Add(avoidFor)
+			if p.Name == pod && p.Node == node && p.specHash == hash && !slices.Contains(a.nodes, node) {
+				a.nodes = append(a.nodes, node)
 			}
 		}
 	}
-	var out []string
-	for node, until := range m {
-		if now.After(until) {
-			delete(m, node)
-			continue
-		}
-		out = append(out, node)
-	}
-	slices.Sort(out)
-	return out
+	return a.nodes
 }
 
-// failedPod is the router pod whose configuration its node reports failed (the Degraded
-// condition of forConfiguration), if any.
-func failedPod(er *netopv1.EgressRouter) string {
+// failedPod is the router pod, and its node, whose configuration the node reports failed (the
+// Degraded condition of forConfiguration), if any.
+func failedPod(er *netopv1.EgressRouter) (pod, node string) {
 	for _, cond := range er.Status.Conditions {
 		if cond.Type != netopv1.EgressRouterDegraded || cond.Status != netopv1.ConditionTrue || cond.Reason != reasonConfigFailed {
 			continue
 		}
-		if rest, ok := strings.CutPrefix(cond.Message, "router pod "); ok {
-			name, _, found := strings.Cut(rest, " on node ")
-			if found {
-				return name
-			}
+		rest, ok := strings.CutPrefix(cond.Message, "router pod ")
+		if !ok {
+			continue
+		}
+		pod, rest, ok = strings.Cut(rest, " on node ")
+		if !ok {
+			continue
+		}
+		node, _, ok = strings.Cut(rest, ": ")
+		if ok {
+			return pod, node
 		}
 	}
-	return ""
+	return "", ""
 }
 
 // conditions writes the conditions of a decision.

@@ -55,8 +55,8 @@ type decision struct {
 // every Ready, reachable node is eligible and the master's presence is checked on the node.
 // A kept pod stays where it is (no move back when a better node returns); a new one goes to
 // the eligible node with the fewest routers (load), then by name. Nodes in avoid (where this
-// router's configuration failed lately: a node without the master NIC, say) are not eligible,
-// unless no other is: then a pod there stays, and its node keeps trying.
+// spec's configuration failed: a node without the master NIC, say) are not eligible, unless no
+// other is: then a pod there stays, and its node keeps trying.
 func decide(first netip.Prefix, master, hash string, compileErr error, nodes []candidate, pods []routerPod, load map[string]int, avoid []string) decision {
 	var p decision
 	if compileErr != nil {

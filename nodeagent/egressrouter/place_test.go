@@ -153,24 +153,30 @@ func must(c conditionSet, ok bool) conditionSet {
 	return c
 }
 
-// The leader reads from the status which router pod's configuration failed (the node's report,
-// forConfiguration) and passes over that pod's node for avoidFor.
+// The leader reads from the status which router pod's configuration failed on which node (the
+// node's report, forConfiguration) and passes over that node while the spec stays.
 func TestAvoiding(t *testing.T) {
-	er := &netopv1.EgressRouter{ObjectMeta: metav1.ObjectMeta{UID: "u1"}}
-	failed := forConfiguration("r1-x", "c", "", errors.New("macvlan master ens5 not found"))
-	er.Status.Conditions = []netopv1.EgressRouterStatusCondition{failed.Available, failed.Progressing, failed.Degraded}
-	c := &Controller{avoid: map[types.UID]map[string]time.Time{}}
-	now := time.Now()
-	pods := []routerPod{{Name: "r1-x", Node: "c"}}
-	if got := c.avoiding(er, pods, now); !slices.Equal(got, []string{"c"}) {
+	er := &netopv1.EgressRouter{ObjectMeta: metav1.ObjectMeta{UID: "u1"}, Spec: netopv1.EgressRouterSpec{Mode: netopv1.EgressRouterModeRedirect}}
+	report := func(pod, node string, failure error) {
+		c := forConfiguration(pod, node, "serving", failure)
+		er.Status.Conditions = []netopv1.EgressRouterStatusCondition{c.Available, c.Progressing, c.Degraded}
+	}
+	hash := specHash(&er.Spec)
+	c := &Controller{avoid: map[types.UID]*avoided{}}
+	report("r1-x", "c", errors.New("macvlan master ens5 not found"))
+	if got := c.avoiding(er, []routerPod{{Name: "r1-x", Node: "c", specHash: hash}}); !slices.Equal(got, []string{"c"}) {
 		t.Errorf("after the node's report of a failure: avoiding %v, want [c]", got)
 	}
-	ok := forConfiguration("r1-y", "d", "serving", nil)
-	er.Status.Conditions = []netopv1.EgressRouterStatusCondition{ok.Available, ok.Progressing, ok.Degraded}
-	if got := c.avoiding(er, []routerPod{{Name: "r1-y", Node: "d"}}, now.Add(time.Minute)); !slices.Equal(got, []string{"c"}) {
-		t.Errorf("configured elsewhere a minute later: avoiding %v, want [c] still", got)
+	report("r1-y", "d", nil)
+	if got := c.avoiding(er, []routerPod{{Name: "r1-y", Node: "d", specHash: hash}}); !slices.Equal(got, []string{"c"}) {
+		t.Errorf("configured elsewhere: avoiding %v, want [c] still", got)
 	}
-	if got := c.avoiding(er, nil, now.Add(avoidFor+time.Second)); len(got) != 0 {
-		t.Errorf("after %s: avoiding %v, want none", avoidFor, got)
+	report("r1-z", "e", errors.New("no"))
+	if got := c.avoiding(er, []routerPod{{Name: "r1-z", Node: "d", specHash: hash}}); !slices.Equal(got, []string{"c"}) {
+		t.Errorf("a report naming another node than the pod's: avoiding %v, want [c]", got)
+	}
+	er.Spec.Redirect = &netopv1.RedirectConfig{FallbackIP: "192.0.2.1"}
+	if got := c.avoiding(er, nil); len(got) != 0 {
+		t.Errorf("a new spec: avoiding %v, want none", got)
 	}
 }
