@@ -91,9 +91,19 @@ static __always_inline void parse_l4(struct __sk_buff *skb, struct packet *p, __
 	}
 }
 
+// How much of a frame parse wants in the linear data: Ethernet and an IPv4 header with every
+// option, or an IPv6 header (what follows it is copied out when it is not linear).
+#define PULL_LEN (14 + 60)
+
 // parse fills p from an Ethernet frame; non-zero when it is not IP or is malformed.
 static __always_inline int parse(struct __sk_buff *skb, struct packet *p)
 {
+	// A frame whose IP header is in the skb's paged part (a tun device's frags) is pulled into
+	// the linear data first: else it would pass every check as "not IP". Rare; the common
+	// frame costs one comparison.
+	__u32 linear = skb->data_end - skb->data;
+	if (linear < PULL_LEN && skb->len > linear)
+		bpf_skb_pull_data(skb, skb->len < PULL_LEN ? skb->len : PULL_LEN);
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
 	struct ethhdr *eth = data;
