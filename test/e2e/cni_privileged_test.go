@@ -17,7 +17,6 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ktypes "k8s.io/apimachinery/pkg/types"
 
 	"github.com/egressd/egressd/test/lab"
 	"github.com/egressd/egressd/test/poll"
@@ -163,11 +162,7 @@ func TestPrivilegedCNIFirstPacketEgressIP(t *testing.T) {
 	if _, err := l.AddExternal("web", lab.ExternalOptions{}, "203.0.113.10", "2001:db8::10"); err != nil {
 		t.Fatal(err)
 	}
-	ns := l.CP.Namespace(t)
-	patch := []byte(`{"metadata":{"labels":{"egress":"yes"}}}`)
-	if _, err := l.Client.CoreV1().Namespaces().Patch(ctx, ns, ktypes.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ns := egressNamespace(t, l)
 	name := "eip-" + ns
 	apply(t, l, "", fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
 kind: EgressIP

@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-
 	"github.com/egressd/egressd/test/lab"
 	"github.com/egressd/egressd/test/privileged"
 )
@@ -103,10 +100,7 @@ func leaderTrial(b *testing.B, i int, timers [3]string) time.Duration {
 
 func labelNamespace(t testing.TB, e *eipLab) {
 	t.Helper()
-	patch := []byte(`{"metadata":{"labels":{"egress":"yes"}}}`)
-	if _, err := e.Client.CoreV1().Namespaces().Patch(context.Background(), e.ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	labelEgress(t, e.Client, e.ns)
 }
 
 // BenchmarkPrivilegedEgressIPProgramming: a new selected pod starts streaming UDP to the web

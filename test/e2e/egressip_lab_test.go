@@ -49,11 +49,7 @@ func newEIPLab(t testing.TB, nodes int, agentArgs ...string) *eipLab {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := l.CP.Namespace(t)
-	patch := []byte(`{"metadata":{"labels":{"egress":"yes"}}}`)
-	if _, err := l.Client.CoreV1().Namespaces().Patch(context.Background(), ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ns := egressNamespace(t, l)
 	return &eipLab{Lab: l, web: web, ns: ns}
 }
 

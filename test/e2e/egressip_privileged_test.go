@@ -12,6 +12,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/egressd/egressd/test/lab"
 	"github.com/egressd/egressd/test/poll"
@@ -23,6 +24,23 @@ const (
 	eip4       = "172.18.0.200"
 	eip6       = "fc00:f853:ccd:e793::200"
 )
+
+// egressNamespace is a new namespace labelled egress=yes, which the tests' EgressIPs select.
+func egressNamespace(t testing.TB, l *lab.Lab) string {
+	t.Helper()
+	ns := l.CP.Namespace(t)
+	labelEgress(t, l.Client, ns)
+	return ns
+}
+
+// labelEgress labels namespace ns egress=yes.
+func labelEgress(t testing.TB, c kubernetes.Interface, ns string) {
+	t.Helper()
+	patch := []byte(`{"metadata":{"labels":{"egress":"yes"}}}`)
+	if _, err := c.CoreV1().Namespaces().Patch(context.Background(), ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // egressIPItems reads an EgressIP's status.items as "node=ip" strings, sorted.
 func egressIPItems(t *testing.T, l *lab.Lab, name string) []string {
@@ -86,17 +104,10 @@ func TestPrivilegedEgressIP(t *testing.T) {
 	empty := ""
 	l := lab.New(t, lab.Options{Nodes: 3, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true,
 		NodeLabels: map[int]map[string]string{0: {assignable: empty}, 1: {assignable: empty}, 2: {assignable: empty}}})
-	ctx := context.Background()
-	web, err := l.AddExternal("web", lab.ExternalOptions{}, "203.0.113.10", "2001:db8::10")
-	if err != nil {
+	if _, err := l.AddExternal("web", lab.ExternalOptions{}, "203.0.113.10", "2001:db8::10"); err != nil {
 		t.Fatal(err)
 	}
-	_ = web
-	ns := l.CP.Namespace(t)
-	patch := []byte(`{"metadata":{"labels":{"egress":"yes"}}}`)
-	if _, err := l.Client.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ns := egressNamespace(t, l)
 	sel := map[string]string{"app": "eip"}
 	sel0 := addPod(t, l.Nodes[0], ns, "sel0", lab.PodOptions{Labels: sel})
 	sel1 := addPod(t, l.Nodes[1], ns, "sel1", lab.PodOptions{Labels: sel})

@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/egressd/egressd/test/lab"
 	"github.com/egressd/egressd/test/poll"
@@ -36,11 +35,7 @@ func TestPrivilegedEgressIPThroughServiceToOutside(t *testing.T) {
 	if err := l.StartKubeProxy(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ns := l.CP.Namespace(t)
-	patch := []byte(`{"metadata":{"labels":{"egress":"yes"}}}`)
-	if _, err := l.Client.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ns := egressNamespace(t, l)
 	sel := map[string]string{"app": "eip"}
 	sel0 := addPod(t, l.Nodes[0], ns, "sel0", lab.PodOptions{Labels: sel})
 	sel1 := addPod(t, l.Nodes[1], ns, "sel1", lab.PodOptions{Labels: sel})
