@@ -26,9 +26,6 @@ func demoEgressRouter(ctx context.Context, l *lab.Lab, c *checker, web *lab.Exte
 	if err := l.StartKubelet(ctx); err != nil {
 		return err
 	}
-	if err := l.StartKubeProxy(ctx); err != nil {
-		return err
-	}
 	gw, err := l.AddExternal("gw", lab.ExternalOptions{Forwarding: true})
 	if err != nil {
 		return err

@@ -16,9 +16,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/egressd/egressd/dataplane/tc"
 	"github.com/egressd/egressd/nodeagent"
@@ -204,7 +206,7 @@ func run(ctx context.Context, keep bool) (int, error) {
 		}
 		c.check(fmt.Sprintf("%s (%s) -> 192.0.2.10:443", x.p.Name, x.p.Node.CNI), fmt.Sprint(x.want), fmt.Sprint(seen))
 	}
-	step("EgressIP demo-clients: %s labelled %s, the pods of namespace demo leave with 172.18.0.200", l.Nodes[1].Name, "k8s.ovn.org/egress-assignable")
+	step("EgressIP demo-clients: %s labelled %s, the pods of namespace demo leave with 172.18.0.200, directly and through a Service", l.Nodes[1].Name, "k8s.ovn.org/egress-assignable")
 	if err := demoEgressIP(ctx, l, c, pods); err != nil {
 		return c.failures, err
 	}
@@ -284,7 +286,42 @@ spec:
 		}
 		c.check(fmt.Sprintf("%s (%s) -> 192.0.2.10:443 source", p.Name, p.Node.Name), "ok "+eip, fmt.Sprintf("%s %s", r.Outcome, r.Seen.Src))
 	}
+	// The same server behind a Service without selector (an external database's, say):
+	// kube-proxy DNATs after egressd's classifier, and the pods still leave with the egress IP.
+	if err := l.StartKubeProxy(ctx); err != nil {
+		return err
+	}
+	clusterIP, err := outsideService(ctx, l, "demo", "web", "192.0.2.10", 443)
+	if err != nil {
+		return err
+	}
+	for _, p := range pods {
+		var r lab.Result
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if r = p.TCP(clusterIP+":443", lab.ClientOptions{Timeout: time.Second}); r.Seen.Src.String() == eip || time.Now().After(deadline) {
+				break
+			}
+		}
+		c.check(fmt.Sprintf("%s (%s) -> Service demo/web %s:443 source", p.Name, p.Node.Name, clusterIP), "ok "+eip, fmt.Sprintf("%s %s", r.Outcome, r.Seen.Src))
+	}
 	return nil
+}
+
+// outsideService creates a Service without selector in ns whose one endpoint is ip:port, and
+// returns its cluster IP.
+func outsideService(ctx context.Context, l *lab.Lab, ns, name, ip string, port int32) (string, error) {
+	svc, err := l.Client.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: port, Protocol: corev1.ProtocolTCP}}}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	_, err = l.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(port), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}, metav1.CreateOptions{})
+	return svc.Spec.ClusterIP, err
 }
 
 // awaitItems waits up to 20 s for an EgressIP's status.items and returns them (egressIPItems).
