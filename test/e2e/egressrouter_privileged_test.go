@@ -135,8 +135,34 @@ spec:
 		return nil
 	})
 
-	// The router: placed on the least loaded eligible node (all are on the fabric: n0 by name).
+	// A router on a network no node has an address on, whose macvlan master only n2 has: placed
+	// on n0 first (by name), it fails there and on n1, and the leader moves it on until n2
+	// configures it.
+	if err := n2.NS.Script("ip link add ens9 type veth peer name ens9p", "ip link set ens9 up", "ip link set ens9p up"); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, r.Lab, bad, `apiVersion: network.operator.openshift.io/v1
+kind: EgressRouter
+metadata: {name: onenic}
+spec:
+  mode: Redirect
+  networkInterface: {macvlan: {mode: Bridge, master: ens9}}
+  addresses: [{ip: 198.51.100.50/24, gateway: 198.51.100.1}]
+  redirect: {fallbackIP: 198.51.100.99}
+`)
 	start := time.Now()
+	r.waitCondition(t, bad, "onenic", netopv1.EgressRouterAvailable, netopv1.ConditionTrue, "RouterConfigured", "on node "+n2.Name)
+	t.Logf("the router whose master only %s has: configured there %s after its creation", n2.Name, time.Since(start).Round(time.Millisecond))
+	evs, err = r.kube.CoreV1().Events(bad).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=onenic,reason=ConfigurationFailed"})
+	if err != nil || !slices.ContainsFunc(evs.Items, func(e corev1.Event) bool { return strings.Contains(e.Message, "on node "+n0.Name) }) {
+		t.Errorf("no ConfigurationFailed event from %s for the router whose master it lacks (%v)", n0.Name, err)
+	}
+	if err := r.egress.NetworkOperatorV1().EgressRouters(bad).Delete(ctx, "onenic", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The router: placed on the least loaded eligible node (all are on the fabric: n0 by name).
+	start = time.Now()
 	apply(t, r.Lab, r.ns, r.routerYAML("egress-router", true))
 	er = r.waitCondition(t, r.ns, "egress-router", netopv1.EgressRouterAvailable, netopv1.ConditionTrue, "RouterConfigured", "on node "+n0.Name)
 	pod := r.routerPod(t, "")
