@@ -2,8 +2,6 @@ package nft
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -73,15 +71,7 @@ func addDSCP(c contents, dscp map[string]dataplane.BackendDSCP) {
 }
 
 // dscpChains are the qos_dscp_<n> chains the contents' maps jump to, sorted.
-func dscpChains(c contents) []string {
-	in := map[string]bool{}
-	for _, name := range []string{backendDSCP4Set, backendDSCP6Set} {
-		for _, e := range c[name] {
-			in[e.data] = true
-		}
-	}
-	return slices.Sorted(maps.Keys(in))
-}
+func dscpChains(c contents) []string { return c.targets(backendDSCP4Set, backendDSCP6Set) }
 
 // qosRules: ct direction original ct status dnat
 // <ip|ip6> saddr . <ip|ip6> daddr . meta l4proto . th dport vmap @map

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -93,13 +92,7 @@ func (t *Table) gatewayFlushes() (gone, entries uint64) {
 }
 
 // returnChains are the extroute_return_<mark> chains the contents' maps jump to, sorted.
-func returnChains(c contents) []string {
-	in := map[string]bool{}
-	for _, e := range c[extrouteMarksSet] {
-		in[e.data] = true
-	}
-	return slices.Sorted(maps.Keys(in))
-}
+func returnChains(c contents) []string { return c.targets(extrouteMarksSet) }
 
 // liveReturns are the gateways of the return paths s asks for that addReturnPaths programs,
 // by mark.

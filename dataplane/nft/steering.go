@@ -2,7 +2,6 @@ package nft
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
@@ -55,15 +54,7 @@ func addSteered(c contents, s *dataplane.NftablesState) {
 }
 
 // steerChains are the steer_mark_<mark> chains the contents' maps jump to, sorted.
-func steerChains(c contents) []string {
-	in := map[string]bool{}
-	for _, name := range []string{steerBackends4Set, steerBackends6Set} {
-		for _, e := range c[name] {
-			in[e.data] = true
-		}
-	}
-	return slices.Sorted(maps.Keys(in))
-}
+func steerChains(c contents) []string { return c.targets(steerBackends4Set, steerBackends6Set) }
 
 // steerRules:
 //

@@ -31,6 +31,17 @@ func (c contents) add(set, id, data string, els ...nftables.SetElement) {
 	c[set][id] = element{data: data, els: els}
 }
 
+// targets are the chains the entries of the verdict maps named jump to (their data), sorted.
+func (c contents) targets(names ...string) []string {
+	in := map[string]bool{}
+	for _, name := range names {
+		for _, e := range c[name] {
+			in[e.data] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(in))
+}
+
 // elements are the kernel elements of a set, in the order of their entries.
 func (c contents) elements(set string) []nftables.SetElement {
 	var out []nftables.SetElement
