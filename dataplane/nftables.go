@@ -56,10 +56,12 @@ type NftablesState struct {
 	// SteerDevices are interfaces a steered packet may always leave through (egressd's tunnel to
 	// the egress nodes).
 	SteerDevices []string
-	// Steered are the local pods' addresses the classifier steers, with their mark (under
-	// SteerMask). The classifier runs before DNAT and leaves a packet to a Service address
-	// (exempt) unmarked; after DNAT, one to a backend outside Exempt gets the pod's mark, as
-	// upstream's reroute policies match after OVN's load balancer.
+	// Steered are the pod addresses steered by a mark (under SteerMask): the local pods the
+	// classifier steers, and the other nodes' pods this node SNATs to an egress IP on a
+	// secondary network. A packet of one of them to a destination outside Exempt that is still
+	// unmarked before the routing decision gets the pod's mark: the classifier runs before DNAT
+	// and leaves a packet to a Service address (exempt) unmarked, where upstream's reroute
+	// policies match after OVN's load balancer; other nodes' pods' packets arrive from the wire.
 	Steered []SteeredPod
 	// ReturnPaths send the replies of connections that a gateway forwards to local pods back
 	// through that gateway (upstream's ecmp_symmetric_reply), by its Mark under SteerMask.

@@ -35,6 +35,13 @@ type RouteTable struct {
 	// ID is the offset inside egressd's table range.
 	ID     int
 	Routes []Route
+	// LinkOf names egress addresses, at most one per family, whose interface the table sends
+	// traffic of the address's family through: the kernel side fills in a copy of that
+	// interface's routes in the main table (without their preferred source), and a default
+	// route through it when none is copied, as upstream's per-interface tables for egress IPs
+	// on secondary host networks. While no interface holds the address, a blackhole: dropped,
+	// never leaked.
+	LinkOf []netip.Addr
 }
 
 // Route is one route of a table. Exactly one of Via, Nexthops and Blackhole says where it goes.

@@ -40,23 +40,20 @@ func merge(networks, vips []netip.Prefix, p *parts, st *steering, mask uint32) (
 		mode = SteerVXLAN // a cloud drops a pod source on the wire even between VMs of one subnet
 	}
 	u := newUnderlay(mode, st.node, p.egressIP.Primaries)
-	paths := steeredPaths(append(append([]egressip.Steer{}, p.service.Steer...), eip.Steer...), p.routes.Routes, u.hop)
+	paths := steeredPaths(append(append([]egressip.Steer{}, p.service.Steer...), eip.Steer...), eip, p.routes.Routes, u.hop)
 	returns := returnPaths(paths)
 	slots := st.plan(append(slices.Clip(paths), returns...), mask)
 	marks := map[netip.Addr]uint32{}
 	for _, path := range paths {
-		if slot, ok := slots[path.origin]; ok {
+		if slot, ok := slots[path.origin]; ok && marks[path.podIP] == 0 {
 			marks[path.podIP] = mark(slot, mask)
+			s.Nftables.Steered = append(s.Nftables.Steered, dataplane.SteeredPod{Pod: path.podIP, Mark: mark(slot, mask)})
 		}
 	}
+	slices.SortFunc(s.Nftables.Steered, func(a, b dataplane.SteeredPod) int { return a.Pod.Compare(b.Pod) })
 	for _, pod := range p.pods {
 		pod.QoSRules = p.qos.PodRules[pod.Origin]
 		s.Classifier.Pods = append(s.Classifier.Pods, byMark(pod, marks)...)
-		for _, ip := range pod.IPs {
-			if m := marks[ip]; m != 0 {
-				s.Nftables.Steered = append(s.Nftables.Steered, dataplane.SteeredPod{Pod: ip, Mark: m})
-			}
-		}
 	}
 	s.Classifier.SteerExempt = p.egressIP.Exempt
 	s.Nftables.BackendDenies = p.firewall.BackendDenies

@@ -56,7 +56,7 @@ func NewMetrics() *Metrics {
 		}),
 		SteeredPaths: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "egressd_steered_path_pod_addresses",
-			Help: "Local pod addresses steered through the path of an object (EgressIP, AdminPolicyBasedExternalRoute, EgressService), by the skb->mark that selects its ip rules and table; kind ExternalGateway is a gateway's return path, whose mark only the replies of connections it brought carry (0 pod addresses).",
+			Help: "Pod addresses steered through the path of an object (EgressIP, AdminPolicyBasedExternalRoute, EgressService), by the skb->mark that selects its ip rules and table: local pods, and for an egress IP of this node on a secondary host network every pod SNATed to it (its table copies the routes of the IP's interface); kind ExternalGateway is a gateway's return path, whose mark only the replies of connections it brought carry (0 pod addresses).",
 		}, []string{"kind", "object", "mark"}),
 		OutsideNetworks: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "egressd_pod_addresses_outside_cluster_networks",
@@ -137,7 +137,7 @@ func objectName(o dataplane.Origin) string {
 }
 
 // observePaths sets SteeredPaths from the state about to be applied: per table of a steering
-// path, its mark and the local pod addresses that carry it.
+// path, its mark and the pod addresses that carry it.
 func (m *Metrics) observePaths(s *dataplane.State) {
 	m.SteeredPaths.Reset()
 	for _, t := range s.Routing.Tables {
@@ -147,9 +147,9 @@ func (m *Metrics) observePaths(s *dataplane.State) {
 		}
 		mark := s.Routing.Rules[i].Mark
 		pods := 0
-		for _, p := range s.Classifier.Pods {
+		for _, p := range s.Nftables.Steered {
 			if p.Mark == mark {
-				pods += len(p.IPs)
+				pods++
 			}
 		}
 		m.SteeredPaths.WithLabelValues(string(t.Origin.Kind), objectName(t.Origin), fmt.Sprintf("%#x", mark)).Set(float64(pods))

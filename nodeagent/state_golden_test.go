@@ -61,9 +61,15 @@ func TestDesiredStateGolden(t *testing.T) {
 		pod("a", "x2", "n2", map[string]string{"app": "x"}, "10.244.2.5"),
 		pod("a", "web", "n1", map[string]string{"app": "web"}, "10.244.1.6"),
 	}
+	// The same pods served by an egress IP of n1 outside its primary network (a secondary host
+	// network): x1 (local) and x2 (of n2) are SNATed here and leave by the table copying the
+	// routes of the interface that holds the IP.
+	secondary := &ovnv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "eip"}, Spec: eip.Spec,
+		Status: ovnv1.EgressIPStatus{Items: []ovnv1.EgressIPStatusItem{{Node: "n1", EgressIP: "198.51.100.100"}}}}
+	secondary.Spec.EgressIPs = []ovnv1.IPAddress{"198.51.100.100"}
 	cloudNode := node("n4", `{"ipv4":"192.0.2.4/24"}`)
 	cloudNode.Annotations[egressip.CloudConfigAnnotation] = `[{"interface":"eni-4","ifaddr":{"ipv4":"192.0.2.0/24"},"capacity":{"ipv4":14}}]`
-	const pathsHelp = "# HELP egressd_steered_path_pod_addresses Local pod addresses steered through the path of an object (EgressIP, AdminPolicyBasedExternalRoute, EgressService), by the skb->mark that selects its ip rules and table; kind ExternalGateway is a gateway's return path, whose mark only the replies of connections it brought carry (0 pod addresses).\n# TYPE egressd_steered_path_pod_addresses gauge\n"
+	const pathsHelp = "# HELP egressd_steered_path_pod_addresses Pod addresses steered through the path of an object (EgressIP, AdminPolicyBasedExternalRoute, EgressService), by the skb->mark that selects its ip rules and table: local pods, and for an egress IP of this node on a secondary host network every pod SNATed to it (its table copies the routes of the IP's interface); kind ExternalGateway is a gateway's return path, whose mark only the replies of connections it brought carry (0 pod addresses).\n# TYPE egressd_steered_path_pod_addresses gauge\n"
 	for _, tc := range []struct {
 		name string
 		objs []runtime.Object
@@ -80,6 +86,7 @@ func TestDesiredStateGolden(t *testing.T) {
 		// x1 on n1: IPv4 steered to n2 and n3 (ECMP), IPv6 SNATed here; x2 (on n2) SNATed here
 		// only over IPv6, which it does not have.
 		{"egressip", []runtime.Object{eip}, pathsHelp + `egressd_steered_path_pod_addresses{kind="EgressIP",mark="0x10000",object="eip"} 1` + "\n"},
+		{"egressip-secondary", []runtime.Object{secondary}, pathsHelp + `egressd_steered_path_pod_addresses{kind="EgressIP",mark="0x10000",object="eip"} 2` + "\n"},
 		// The same in a cloud (a node carries the CNCC's annotation): steering takes the
 		// tunnel even to egress nodes of this node's subnet.
 		{"egressip-cloud", []runtime.Object{eip, cloudNode}, pathsHelp + `egressd_steered_path_pod_addresses{kind="EgressIP",mark="0x10000",object="eip"} 1` + "\n"},

@@ -23,16 +23,21 @@ type path struct {
 	origin dataplane.Origin // the object the path is of
 	podIP  netip.Addr
 	hops   []dataplane.Nexthop
+	// link, instead of hops, is an egress IP of this node on a secondary network: the path
+	// leaves through the interface holding it (the pod is local or of another node).
+	link netip.Addr
 }
 
-// steeredPaths are the paths of the local pods' addresses: to the egress nodes of their
-// EgressIP, by the next hop reach gives for each node's address (direct or through the
-// tunnel), else through the gateways of their external route policy (BFD gated where the hop
-// asks for it). EgressIP wins, as in upstream's shared-gateway mode: its
-// reroute on the cluster router comes before the external route's static routes on the pod
-// node's gateway router, which only traffic leaving on that node meets; a pod whose egress IP
-// is on its own node still leaves through the gateways, SNATed to the egress IP.
-func steeredPaths(steers []egressip.Steer, routes []externalroute.Route, reach func(netip.Addr) dataplane.Nexthop) []path {
+// steeredPaths are the paths of the pods' addresses: the local pods' to the egress nodes of
+// their EgressIP, by the next hop reach gives for each node's address (direct or through the
+// tunnel); those of any node SNATed to an egress IP of this node on a secondary network,
+// through its interface; else the local pods' through the gateways of their external route
+// policy (BFD gated where the hop asks for it). EgressIP wins, as in upstream's shared-gateway
+// mode: its reroute on the cluster router comes before the external route's static routes on
+// the pod node's gateway router, which only traffic leaving on that node meets; a pod whose
+// egress IP is on its own node, in its primary network, still leaves through the gateways,
+// SNATed to the egress IP.
+func steeredPaths(steers []egressip.Steer, eip egressip.Part, routes []externalroute.Route, reach func(netip.Addr) dataplane.Nexthop) []path {
 	out := make([]path, 0, len(steers)+len(routes))
 	taken := map[netip.Addr]bool{}
 	for _, st := range steers {
@@ -42,6 +47,12 @@ func steeredPaths(steers []egressip.Steer, routes []externalroute.Route, reach f
 		}
 		out = append(out, p)
 		taken[st.PodIP] = true
+	}
+	for _, n := range eip.SNAT {
+		if slices.Contains(eip.Secondary, n.To) && !taken[n.Pod] {
+			out = append(out, path{origin: n.Origin, podIP: n.Pod, link: n.To})
+			taken[n.Pod] = true
+		}
 	}
 	for _, r := range routes {
 		if taken[r.PodIP] {
@@ -198,18 +209,24 @@ func (s *steering) unplacedFailures(mask uint32) map[dataplane.Origin]error {
 }
 
 // steeringRoutes is the policy routing of the paths: per slot, `fwmark <mark>/<mask> lookup
-// <table>` for both families, and a table whose default route spreads flows over the next hops
-// (blackhole for a family without one: a marked packet never falls through to main).
+// <table>` for both families, and a table whose default route spreads flows over the next hops,
+// or that copies the routes of an egress IP's interface (blackhole for a family without
+// either: a marked packet never falls through to main).
 func steeringRoutes(paths []path, slots map[dataplane.Origin]int, mask uint32) dataplane.RoutingState {
 	hops := map[dataplane.Origin]map[bool][]dataplane.Nexthop{} // by family (true: IPv4)
+	links := map[dataplane.Origin]map[bool]netip.Addr{}
 	for _, p := range paths {
 		if _, ok := slots[p.origin]; !ok {
 			continue
 		}
 		if hops[p.origin] == nil {
 			hops[p.origin] = map[bool][]dataplane.Nexthop{}
+			links[p.origin] = map[bool]netip.Addr{}
 		}
 		v4 := p.podIP.Is4()
+		if p.link.IsValid() {
+			links[p.origin][v4] = p.link
+		}
 		for _, h := range p.hops {
 			if !slices.Contains(hops[p.origin][v4], h) {
 				hops[p.origin][v4] = append(hops[p.origin][v4], h)
@@ -233,10 +250,12 @@ func steeringRoutes(paths []path, slots map[dataplane.Origin]int, mask uint32) d
 			}
 			hs := hops[o][v4]
 			slices.SortFunc(hs, func(a, b dataplane.Nexthop) int { return a.Gateway.Compare(b.Gateway) })
-			switch len(hs) {
-			case 0:
+			switch link := links[o][v4]; {
+			case link.IsValid():
+				table.LinkOf = append(table.LinkOf, link)
+			case len(hs) == 0:
 				table.Routes = append(table.Routes, dataplane.Route{Dst: dst, Blackhole: true})
-			case 1:
+			case len(hs) == 1:
 				table.Routes = append(table.Routes, dataplane.Route{Dst: dst, Via: &hs[0]})
 			default:
 				table.Routes = append(table.Routes, dataplane.Route{Dst: dst, Nexthops: hs})

@@ -256,7 +256,8 @@ func newPhases() *prometheus.HistogramVec {
 }
 
 // Changed receives a value after the kernel changed under egressd (links added, removed,
-// renamed; the node's addresses, not those on the pods' side; the routes to pods; gateways'
+// renamed; the node's addresses, not those on the pods' side; the routes to pods and those of
+// the interfaces of egress IPs on secondary networks (copied into their tables); gateways'
 // neighbours; egressd's filters deleted behind its back), its view of those changes was lost
 // and taken again, or a BFD session changed state: the desired state must be applied again.
 func (d *Applier) Changed() <-chan struct{} { return d.changed }
@@ -285,12 +286,18 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	phase("addresses", func() map[dataplane.Origin]error { return d.addresses.Apply(s.Addresses) })
 	phase("bfd", func() map[dataplane.Origin]error { return d.syncBFD(s.BFD) })
 	phase("tunnel", func() map[dataplane.Origin]error { return d.tunnel.Apply(&s.Tunnel) })
-	phase("routing", func() map[dataplane.Origin]error { return d.routing.Apply(&s.Routing, up) })
+	// The tables of egress IPs on secondary networks copy their interface's routes as they are
+	// now: after the addresses phase placed the IPs.
+	var routes *dataplane.RoutingState
+	phase("routing", func() map[dataplane.Origin]error {
+		routes = d.routing.WithLinkRoutes(&s.Routing)
+		return d.routing.Apply(routes, up)
+	})
 	phase("classifier", func() map[dataplane.Origin]error { return d.classifier.Apply(&s.Classifier) })
 	phase("attach", func() map[dataplane.Origin]error { return d.attach(s, res.Failed) })
 	// Removals, in reverse.
 	phase("removals", func() map[dataplane.Origin]error {
-		if err := d.routing.Prune(&s.Routing); err != nil {
+		if err := d.routing.Prune(routes); err != nil {
 			d.log.Error("remove routing egressd no longer wants", "err", err)
 		}
 		if err := d.tunnel.Prune(&s.Tunnel); err != nil {

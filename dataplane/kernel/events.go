@@ -234,8 +234,12 @@ func (d *Applier) consume(e *events) {
 			if !ok {
 				return
 			}
-			// Routes of the main table say which interface faces a pod address.
-			if u.Table != unix.RT_TABLE_MAIN || !d.facings.forgetRoute(u.Dst) {
+			// Routes of the main table say which interface faces a pod address, and those of an
+			// egress IP's interface on a secondary network are copied into its table.
+			if u.Table != unix.RT_TABLE_MAIN {
+				continue
+			}
+			if faced := d.facings.forgetRoute(u.Dst); !faced && !d.routing.Copies(u.LinkIndex) {
 				continue
 			}
 		case u, ok := <-e.neighs:

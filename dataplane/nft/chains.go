@@ -35,7 +35,7 @@ type baseChain struct {
 var baseChains = []baseChain{
 	{"prerouting_mangle", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, *nftables.ChainPriorityMangle, []string{egressIPPrerouting, extroutePrerouting}},
 	// After DNAT (kube-proxy's, at dstnat) and before the routing decision it steers.
-	{"prerouting_dstnat", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, *nftables.ChainPriorityNATDest + 10, []string{steerBackendsChain}},
+	{"prerouting_dstnat", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, *nftables.ChainPriorityNATDest + 10, []string{steerPodsChain}},
 	{"forward_mangle", nftables.ChainTypeFilter, nftables.ChainHookForward, *nftables.ChainPriorityMangle, []string{qosBackendsChain}},
 	{"forward_filter", nftables.ChainTypeFilter, nftables.ChainHookForward, *nftables.ChainPriorityFilter, []string{serviceBackendsChain}},
 	// A backend on this node (a hostNetwork endpoint, the API server of a control-plane node):
@@ -70,14 +70,14 @@ func activeTargets(c contents) []string {
 	if has(extrouteGateways4Set, extrouteGateways6Set, extrouteMarksSet) {
 		out = append(out, extroutePrerouting)
 	}
-	if has(steerBackends4Set, steerBackends6Set) {
-		out = append(out, steerBackendsChain)
+	if has(steerPods4Set, steerPods6Set) {
+		out = append(out, steerPodsChain)
 	}
 	return out
 }
 
 // regularChains are the features' chains, in the order they are created.
-var regularChains = []string{serviceBackendsChain, qosBackendsChain, egressIPPrerouting, egressIPSNAT, egressIPGuardSteered, egressIPGuard, extroutePrerouting, steerBackendsChain}
+var regularChains = []string{serviceBackendsChain, qosBackendsChain, egressIPPrerouting, egressIPSNAT, egressIPGuardSteered, egressIPGuard, extroutePrerouting, steerPodsChain}
 
 // setDefs are every set and map of the table.
 var setDefs = slices.Concat(backendSets, qosSets, egressIPSets, extrouteSets, steerSets)
@@ -146,7 +146,7 @@ func writeTable(c *nftables.Conn, mask uint32, elems contents) error {
 	for _, name := range returns {
 		rules[name] = returnRules(name, mask)
 	}
-	rules[steerBackendsChain] = steerRules(mask, sets)
+	rules[steerPodsChain] = steerRules(mask, sets)
 	for _, name := range steers {
 		rules[name] = steerMarkRules(name, mask)
 	}

@@ -13,7 +13,7 @@
 // has none.
 //
 //	prerouting_mangle   type filter hook prerouting  priority mangle        -> egressip_prerouting
-//	prerouting_dstnat   type filter hook prerouting  priority dstnat + 10   -> steer_service_backends
+//	prerouting_dstnat   type filter hook prerouting  priority dstnat + 10   -> steer_unmarked
 //	forward_mangle      type filter hook forward     priority mangle        -> qos_service_backends
 //	forward_filter      type filter hook forward     priority filter        -> fw_service_backends
 //	input_filter        type filter hook input       priority filter        -> fw_service_backends
@@ -58,10 +58,11 @@
 //     egressip_steer_devices) or towards the egress node of its mark (set
 //     egressip_steer_nexthops4/6 of mark . route nexthop); otherwise, if it still carries its
 //     pod source, drops it, counted by the named counter egressip_misrouted.
-//   - steer_service_backends: after DNAT (kube-proxy's, at dstnat) and before the routing
-//     decision, gives a local steered pod's packet its steering mark when the classifier,
-//     which saw the Service address, left it unmarked and the backend is not exempt: verdict
-//     maps steer_backends4/6 (pod : jump steer_mark_<mark>), steering.go.
+//   - steer_unmarked: after DNAT (kube-proxy's, at dstnat) and before the routing decision,
+//     gives a steered pod's packet its steering mark when the classifier, which saw the
+//     Service address, left it unmarked and the backend is not exempt; also the packets of
+//     other nodes' pods SNATed here to an egress IP on a secondary network, which no
+//     classifier saw: verdict maps steer_pods4/6 (pod : jump steer_mark_<mark>), steering.go.
 //   - steer_mark_<mark>: sets mark under the steering mask, keeping the other bits; one chain
 //     per mark in use.
 //

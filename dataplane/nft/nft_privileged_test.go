@@ -382,10 +382,10 @@ func TestPrivilegedSteerChains(t *testing.T) {
 		mask    uint32
 		want    []string
 	}{
-		{"two marks", st.Steered, st.SteerMask, []string{"mark_00010000", "mark_00020000", "service_backends"}},
-		{"another mark", []dataplane.SteeredPod{{Pod: a("10.244.0.6"), Mark: 0x30000}}, st.SteerMask, []string{"mark_00030000", "service_backends"}},
-		{"none", nil, st.SteerMask, []string{"service_backends"}},
-		{"no steering mask", st.Steered, 0, []string{"service_backends"}}, // the regular chain stays, empty
+		{"two marks", st.Steered, st.SteerMask, []string{"mark_00010000", "mark_00020000", "unmarked"}},
+		{"another mark", []dataplane.SteeredPod{{Pod: a("10.244.0.6"), Mark: 0x30000}}, st.SteerMask, []string{"mark_00030000", "unmarked"}},
+		{"none", nil, st.SteerMask, []string{"unmarked"}},
+		{"no steering mask", st.Steered, 0, []string{"unmarked"}}, // the regular chain stays, empty
 	} {
 		s := fullState()
 		s.Steered, s.SteerMask = step.steered, step.mask

@@ -11,29 +11,32 @@ import (
 	"github.com/egressd/egressd/dataplane"
 )
 
-// Steering after DNAT. The classifier steers a pod's packets before DNAT, so it sees a Service
-// address, exempt as a cluster network, where the backend may be outside the cluster (an
-// external database behind a selectorless Service; the API server of a managed control plane
-// behind the kubernetes Service). Upstream's reroute policies match after OVN's load balancer
-// and send such a connection to the egress node (or gateway, or EgressService host); here, a
-// local steered pod's DNATed packet to a destination outside the exempt ones that the
-// classifier left unmarked gets the pod's mark after DNAT and before the routing decision. Its
-// guard would otherwise drop it (nothing steered nor SNATed it).
+// Steering of what the classifier left unmarked. The classifier steers a local pod's packets
+// before DNAT, so it sees a Service address, exempt as a cluster network, where the backend may
+// be outside the cluster (an external database behind a selectorless Service; the API server of
+// a managed control plane behind the kubernetes Service). Upstream's reroute policies match
+// after OVN's load balancer and send such a connection to the egress node (or gateway, or
+// EgressService host); here, a steered pod's packet to a destination outside the exempt ones
+// that is still unmarked gets the pod's mark after DNAT and before the routing decision. Its
+// guard would otherwise drop it (nothing steered nor SNATed it). The same rule marks the
+// packets of other nodes' pods that this node SNATs to an egress IP on a secondary network
+// (they arrive from the wire, where no classifier runs): their mark selects the table of that
+// IP's interface.
 //
 // As for the return paths (returnpaths.go), the mark cannot be OR-ed from a map: the maps are
 // verdict maps to one chain per mark, steer_mark_<mark>, which sets that constant under the
 // steering mask and keeps the other bits.
 
 const (
-	steerBackends4Set  = "steer_backends4" // pod : jump steer_mark_<mark>
-	steerBackends6Set  = "steer_backends6"
-	steerBackendsChain = "steer_service_backends"
-	steerMarkPrefix    = "steer_mark_"
+	steerPods4Set   = "steer_pods4" // pod : jump steer_mark_<mark>
+	steerPods6Set   = "steer_pods6"
+	steerPodsChain  = "steer_unmarked"
+	steerMarkPrefix = "steer_mark_"
 )
 
 var steerSets = []*nftables.Set{
-	{Table: table, Name: steerBackends4Set, IsMap: true, DataType: nftables.TypeVerdict, KeyType: nftables.TypeIPAddr},
-	{Table: table, Name: steerBackends6Set, IsMap: true, DataType: nftables.TypeVerdict, KeyType: nftables.TypeIP6Addr},
+	{Table: table, Name: steerPods4Set, IsMap: true, DataType: nftables.TypeVerdict, KeyType: nftables.TypeIPAddr},
+	{Table: table, Name: steerPods6Set, IsMap: true, DataType: nftables.TypeVerdict, KeyType: nftables.TypeIP6Addr},
 }
 
 func steerChain(mark uint32) string { return fmt.Sprintf("%s%08x", steerMarkPrefix, mark) }
@@ -48,18 +51,18 @@ func addSteered(c contents, s *dataplane.NftablesState) {
 		}
 		chain := steerChain(m)
 		k := pod.AsSlice()
-		c.add(family(pod, steerBackends4Set, steerBackends6Set), string(k), chain,
+		c.add(family(pod, steerPods4Set, steerPods6Set), string(k), chain,
 			nftables.SetElement{Key: k, VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: chain}})
 	}
 }
 
 // steerChains are the steer_mark_<mark> chains the contents' maps jump to, sorted.
-func steerChains(c contents) []string { return c.targets(steerBackends4Set, steerBackends6Set) }
+func steerChains(c contents) []string { return c.targets(steerPods4Set, steerPods6Set) }
 
 // steerRules:
 //
-//	ct direction original ct status dnat meta mark & mask == 0
-//	ip daddr != @egressip_exempt4 ip saddr vmap @steer_backends4 (ip6 likewise)
+//	ct direction original meta mark & mask == 0
+//	ip daddr != @egressip_exempt4 ip saddr vmap @steer_pods4 (ip6 likewise)
 //	ct direction original ct status dnat meta mark & mask != 0
 //	ip daddr @egressip_exempt4 meta mark set meta mark & ~mask (ip6 likewise)
 //
@@ -72,17 +75,16 @@ func steerRules(mask uint32, sets map[string]*nftables.Set) [][]expr.Any {
 	}
 	var rules [][]expr.Any
 	for _, v4 := range []bool{true, false} {
-		exempt, steered := sets[exempt6Set], sets[steerBackends6Set]
+		exempt, steered := sets[exempt6Set], sets[steerPods6Set]
 		if v4 {
-			exempt, steered = sets[exempt4Set], sets[steerBackends4Set]
+			exempt, steered = sets[exempt4Set], sets[steerPods4Set]
 		}
-		rules = append(rules, slices.Concat(nfproto(v4), ctDirection(ctDirOriginal), ctStatus(ctStatusDstNAT, false),
-			markBits(mask, 1), []expr.Any{
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
-				addrField(v4, false, 1), lookup(exempt, 1, true),
-				addrField(v4, true, 1),
-				&expr.Lookup{SourceRegister: 1, SetName: steered.Name, SetID: steered.ID, IsDestRegSet: true},
-			}))
+		rules = append(rules, slices.Concat(nfproto(v4), ctDirection(ctDirOriginal), markBits(mask, 1), []expr.Any{
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
+			addrField(v4, false, 1), lookup(exempt, 1, true),
+			addrField(v4, true, 1),
+			&expr.Lookup{SourceRegister: 1, SetName: steered.Name, SetID: steered.ID, IsDestRegSet: true},
+		}))
 		rules = append(rules, slices.Concat(nfproto(v4), ctDirection(ctDirOriginal), ctStatus(ctStatusDstNAT, false),
 			marked(mask), []expr.Any{addrField(v4, false, 1), lookup(exempt, 1, false)}, setMark(0, mask, false)))
 	}

@@ -46,6 +46,9 @@ type Router struct {
 	reads int
 	// inUse are the gateways egressd's routes sent traffic to when New found them.
 	inUse []netip.Addr
+	// copied are the interfaces whose routes the last WithLinkRoutes copied (linkcopy.go).
+	copied   map[int]bool
+	copiedMu sync.Mutex
 }
 
 // New opens the network namespace of the calling thread and adopts what egressd owns there.

@@ -22,6 +22,11 @@ type Part struct {
 	SNAT []dataplane.SNAT
 	// Steer sends local pods' traffic to the egress nodes of their object.
 	Steer []Steer
+	// Secondary are this node's egress IPs on a secondary host network (outside its primary
+	// interface's): what is SNATed to one must leave through the interface that holds it, by
+	// that interface's routes, as upstream's per-interface tables (bare metal only: in cloud
+	// mode every egress IP is on the primary interface).
+	Secondary []netip.Addr
 	// Guarded are every served pod's addresses, of the families its object has egress IPs of:
 	// their packets must never leave a node with that source to a destination outside Exempt.
 	Guarded []netip.Addr
@@ -98,6 +103,9 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 			egress[e.Name] = append(egress[e.Name], egressNode{node: it.Node, ip: ip, via: via})
 			if it.Node == in.Node {
 				part.Addresses = append(part.Addresses, dataplane.Address{Origin: origin(e.Name), Addr: ip})
+				if self, ok := primary[in.Node]; ok && !part.Cloud && !self.contains(ip) {
+					part.Secondary = append(part.Secondary, ip)
+				}
 			}
 		}
 	}
@@ -126,6 +134,7 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 	slices.SortFunc(part.SNAT, func(a, b dataplane.SNAT) int { return a.Pod.Compare(b.Pod) })
 	slices.SortFunc(part.Steer, func(a, b Steer) int { return a.PodIP.Compare(b.PodIP) })
 	slices.SortFunc(part.Addresses, func(a, b dataplane.Address) int { return a.Addr.Compare(b.Addr) })
+	slices.SortFunc(part.Secondary, netip.Addr.Compare)
 	return part, nil
 }
 

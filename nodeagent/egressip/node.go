@@ -191,9 +191,11 @@ func (n *Node) assignable() bool {
 }
 
 // inPrimary says whether the primary network can host ip.
-func (n *Node) inPrimary(ip netip.Addr) bool {
-	return n.Primary.V4.IsValid() && n.Primary.V4.Contains(ip) ||
-		n.Primary.V6.IsValid() && n.Primary.V6.Contains(ip)
+func (n *Node) inPrimary(ip netip.Addr) bool { return n.Primary.contains(ip) }
+
+// contains says whether the primary network holds ip.
+func (p PrimaryIfAddr) contains(ip netip.Addr) bool {
+	return p.V4.IsValid() && p.V4.Contains(ip) || p.V6.IsValid() && p.V6.Contains(ip)
 }
 
 // secondaryNetwork is the longest host CIDR of the node, other than the primary interface's
