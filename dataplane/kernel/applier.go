@@ -111,6 +111,8 @@ type Applier struct {
 	// reattached counts the hooks of pod interfaces whose filter was deleted behind egressd's
 	// back and attached again.
 	reattached prometheus.Counter
+	// strictWarned are the interfaces warnStrictRPFilter last warned of. Apply's goroutine only.
+	strictWarned []string
 	// phases times each phase of Apply: where a slow sync spends its time.
 	phases *prometheus.HistogramVec
 	log    *slog.Logger
@@ -291,6 +293,7 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	var routes *dataplane.RoutingState
 	phase("routing", func() map[dataplane.Origin]error {
 		routes = d.routing.WithLinkRoutes(&s.Routing)
+		d.warnStrictRPFilter()
 		return d.routing.Apply(routes, up)
 	})
 	phase("classifier", func() map[dataplane.Origin]error { return d.classifier.Apply(&s.Classifier) })
@@ -311,6 +314,19 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	// The node's addresses as last listed: Prune lists them again when they changed.
 	res.HostCIDRs = hostCIDRs(s.Classifier.ClusterNetworks, d.addresses.Others())
 	return res
+}
+
+// warnStrictRPFilter logs, once per interface, that an egress IP's interface on a secondary
+// network drops the replies of what leaves through it (routing.Router.StrictRPFilter).
+func (d *Applier) warnStrictRPFilter() {
+	strict := d.routing.StrictRPFilter()
+	for _, name := range strict {
+		if !slices.Contains(d.strictWarned, name) {
+			d.log.Warn("an egress IP's interface has a strict reverse path filter: the replies to its traffic will be dropped; set it loose",
+				"interface", name, "sysctl", "net.ipv4.conf."+name+".rp_filter=2")
+		}
+	}
+	d.strictWarned = strict
 }
 
 // uneventful reports whether an address event needs no sync: an address on the pods' side of

@@ -2,6 +2,7 @@ package routing
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -68,6 +69,26 @@ func TestPrivilegedLinkTableCopiesTheInterfacesRoutes(t *testing.T) {
 	}
 	if !r.Copies(e1) || r.Copies(e2) {
 		t.Errorf("Copies(e1)=%v Copies(e2)=%v, want true, false", r.Copies(e1), r.Copies(e2))
+	}
+	// A strict reverse path filter on e1 drops the replies: reported, and no longer once loose.
+	strict := func() (out []string) {
+		t.Helper()
+		if err := l.r.Do(func() error { out = r.StrictRPFilter(); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if err := l.r.Script("sysctl -qw net.ipv4.conf.all.rp_filter=0", "sysctl -qw net.ipv4.conf.e1.rp_filter=1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := strict(); !slices.Equal(got, []string{"e1"}) {
+		t.Errorf("StrictRPFilter with e1 strict: %v, want [e1]", got)
+	}
+	if err := l.r.Script("sysctl -qw net.ipv4.conf.e1.rp_filter=2"); err != nil {
+		t.Fatal(err)
+	}
+	if got := strict(); len(got) != 0 {
+		t.Errorf("StrictRPFilter with e1 loose: %v, want none", got)
 	}
 	for _, v6 := range []bool{false, true} {
 		g1, _ := l.received(t, 1)

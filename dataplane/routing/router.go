@@ -46,8 +46,9 @@ type Router struct {
 	reads int
 	// inUse are the gateways egressd's routes sent traffic to when New found them.
 	inUse []netip.Addr
-	// copied are the interfaces whose routes the last WithLinkRoutes copied (linkcopy.go).
-	copied   map[int]bool
+	// copied are the interfaces whose routes the last WithLinkRoutes copied, by index, with
+	// their names (linkcopy.go).
+	copied   map[int]string
 	copiedMu sync.Mutex
 }
 
