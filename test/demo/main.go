@@ -210,6 +210,10 @@ func run(ctx context.Context, keep bool) (int, error) {
 	if err := demoEgressIP(ctx, l, c, pods); err != nil {
 		return c.failures, err
 	}
+	step("EgressIP demo-voice on a secondary network: %s gets a second NIC towards the external host docs, and 10.10.10.100 leaves through it", l.Nodes[1].Name)
+	if err := demoSecondaryEgressIP(ctx, l, c, docs, voice); err != nil {
+		return c.failures, err
+	}
 	step("EgressRouter: the example degraded (its network is no lab node's), and a router on the fabric reached through a Service")
 	if err := demoEgressRouter(ctx, l, c, web); err != nil {
 		return c.failures, err
