@@ -5,6 +5,7 @@ package cluster
 
 import (
 	"encoding/json"
+	"net"
 	"net/netip"
 	"slices"
 
@@ -174,4 +175,17 @@ func nodePodCIDRs(snap *watchers.Snapshot) []netip.Prefix {
 		}
 	}
 	return out
+}
+
+// ParseCIDR parses a destination CIDR of an API object as upstream does, with net.ParseCIDR:
+// a prefix length with leading zeros ("10.0.0.0/08"), which the API server's cidr format
+// accepts too, is taken; the error is upstream's ("invalid CIDR address: ..."). The prefix is
+// masked.
+func ParseCIDR(s string) (netip.Prefix, error) {
+	_, n, err := net.ParseCIDR(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	p, _ := netipx.FromStdIPNet(n)
+	return p, nil
 }

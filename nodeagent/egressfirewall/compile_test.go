@@ -107,6 +107,10 @@ func TestCompileFirewallErrors(t *testing.T) {
 		{"wildcard dns", ef("a", ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{DNSName: "*.example.com"}}), "wildcard dns name is not supported as rule destination, *.example.com"},
 		{"bad selector", ef("a", ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{NodeSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "k", Operator: "Bogus"}}}}}), "rule destination has invalid node selector"},
 		{"8001 is fine, as upstream", ef("a", upstreamMax...), ""},
+		// The API server's cidr format takes both; upstream's net.ParseCIDR only the first.
+		{"prefix length with a leading zero, as upstream", ef("a", cidrRule("Deny", "10.0.0.0/08")), ""},
+		{"octet with a leading zero", ef("a", cidrRule("Deny", "010.0.0.0/8")),
+			"cannot create EgressFirewall Rule to destination 010.0.0.0/8 for namespace a: invalid CIDR address: 010.0.0.0/8"},
 		{"several errors on one line", ef("a",
 			ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{DNSName: "*.a.com"}},
 			ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{DNSName: "*.b.com"}}),

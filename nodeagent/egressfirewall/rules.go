@@ -30,8 +30,8 @@ func rules(in *cluster.Input, ef *ovnv1.EgressFirewall, nodes []*corev1.Node) ([
 		switch {
 		case r.To.CIDRSelector != "":
 			var p netip.Prefix
-			if p, err = netip.ParsePrefix(r.To.CIDRSelector); err == nil {
-				rule.Prefixes = []netip.Prefix{p.Masked()}
+			if p, err = cluster.ParseCIDR(r.To.CIDRSelector); err == nil {
+				rule.Prefixes = []netip.Prefix{p}
 			}
 		case r.To.DNSName != "":
 			if strings.HasPrefix(r.To.DNSName, "*.") {

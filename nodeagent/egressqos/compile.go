@@ -4,7 +4,6 @@ package egressqos
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 
@@ -58,11 +57,9 @@ func Compile(in *cluster.Input) (Part, error) {
 			var err error
 			if r.DstCIDR != nil {
 				dst = *r.DstCIDR
-				// net.ParseCIDR, as upstream: its error is the one in upstream's status.
-				if _, _, err = net.ParseCIDR(dst); err == nil {
-					var p netip.Prefix
-					p, err = netip.ParsePrefix(dst)
-					rule.Prefixes = []netip.Prefix{p.Masked()}
+				var p netip.Prefix
+				if p, err = cluster.ParseCIDR(dst); err == nil {
+					rule.Prefixes = []netip.Prefix{p}
 				}
 				rule.Text = fmt.Sprintf("DSCP %d to %s for pods %s", r.DSCP, dst, metav1.FormatLabelSelector(&r.PodSelector))
 			}
