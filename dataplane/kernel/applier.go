@@ -293,7 +293,7 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	var routes *dataplane.RoutingState
 	phase("routing", func() map[dataplane.Origin]error {
 		routes = d.routing.WithLinkRoutes(&s.Routing)
-		d.warnStrictRPFilter()
+		defer d.warnStrictRPFilter()
 		return d.routing.Apply(routes, up)
 	})
 	phase("classifier", func() map[dataplane.Origin]error { return d.classifier.Apply(&s.Classifier) })
@@ -316,13 +316,13 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	return res
 }
 
-// warnStrictRPFilter logs, once per interface, that an egress IP's interface on a secondary
-// network drops the replies of what leaves through it (routing.Router.StrictRPFilter).
+// warnStrictRPFilter logs, once per interface, that egressd sends traffic through an interface
+// whose strict reverse path filter may drop the replies (routing.Router.StrictRPFilter).
 func (d *Applier) warnStrictRPFilter() {
 	strict := d.routing.StrictRPFilter()
 	for _, name := range strict {
 		if !slices.Contains(d.strictWarned, name) {
-			d.log.Warn("an egress IP's interface has a strict reverse path filter: the replies to its traffic will be dropped; set it loose",
+			d.log.Warn("egressd routes traffic through an interface other than the default route's whose reverse path filter is strict: replies arriving there are dropped when main routes their source elsewhere; set it loose",
 				"interface", name, "sysctl", "net.ipv4.conf."+name+".rp_filter=2")
 		}
 	}

@@ -23,6 +23,12 @@ func (r *Router) Apply(s *dataplane.RoutingState, up func(peer netip.Addr) bool)
 		up = func(netip.Addr) bool { return true }
 	}
 	rules, routes, errs := r.cfg.wanted(s)
+	through := map[int]bool{}
+	defer func() {
+		r.copiedMu.Lock()
+		r.through = through
+		r.copiedMu.Unlock()
+	}()
 	if len(rules) == 0 && len(routes) == 0 && r.empty {
 		return errs
 	}
@@ -43,6 +49,14 @@ func (r *Router) Apply(s *dataplane.RoutingState, up func(peer netip.Addr) bool)
 	for _, w := range routes {
 		if err := r.applyRoute(k, w, up); err != nil {
 			fail(w.origin, err)
+		}
+		if oif := k.routes[w.key].oif; oif > 0 {
+			through[oif] = true
+		}
+		for _, id := range r.members[w.key] {
+			if nh, ok := k.owned(id); ok && nh.oif > 0 {
+				through[nh.oif] = true
+			}
 		}
 	}
 	have := map[ruleKey]bool{}

@@ -4,10 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"net/netip"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -21,12 +18,12 @@ import (
 // interface's routes into a table of its own (ifindex + 1000) selected by `from <pod>`; here the
 // copy is selected by the steering mark, since every pod packet meets the host's routing.
 
-// WithLinkRoutes returns s with the routes of the tables that copy an interface's routes filled in from
-// the main table as it is now, and remembers the interfaces copied (Copies), so that a change of
-// their routes can ask for a sync. A table whose address no interface holds gets a blackhole
-// default route of the address's family.
+// WithLinkRoutes returns s with the routes of the tables that copy an interface's routes filled
+// in from the main table as it is now, and remembers the interfaces copied (Copies), so that a
+// change of their routes can ask for a sync. A table whose address no interface holds gets a
+// blackhole default route of the address's family.
 func (r *Router) WithLinkRoutes(s *dataplane.RoutingState) *dataplane.RoutingState {
-	copied := map[int]string{}
+	copied := map[int]bool{}
 	defer func() {
 		r.copiedMu.Lock()
 		r.copied = copied
@@ -39,9 +36,9 @@ func (r *Router) WithLinkRoutes(s *dataplane.RoutingState) *dataplane.RoutingSta
 	out.Tables = slices.Clone(s.Tables)
 	for i, t := range out.Tables {
 		for _, a := range t.LinkOf {
-			routes, link, name := r.linkRoutes(a.Unmap())
+			routes, link := r.linkRoutes(a.Unmap())
 			if link > 0 {
-				copied[link] = name
+				copied[link] = true
 			}
 			out.Tables[i].Routes = append(slices.Clip(out.Tables[i].Routes), routes...)
 		}
@@ -53,43 +50,13 @@ func (r *Router) WithLinkRoutes(s *dataplane.RoutingState) *dataplane.RoutingSta
 func (r *Router) Copies(ifindex int) bool {
 	r.copiedMu.Lock()
 	defer r.copiedMu.Unlock()
-	_, ok := r.copied[ifindex]
-	return ok
-}
-
-// StrictRPFilter are the interfaces the last WithLinkRoutes copied whose IPv4 reverse path
-// filter is strict (the larger of all's and the interface's rp_filter is 1): the replies to
-// what leaves through them arrive there while main's route back to the sender goes elsewhere,
-// and the kernel drops them (upstream's `from <pod>` rules are also consulted by the reverse
-// path check; a mark is not, unless src_valid_mark, and replies carry none).
-func (r *Router) StrictRPFilter() []string {
-	r.copiedMu.Lock()
-	defer r.copiedMu.Unlock()
-	var out []string
-	all := rpFilter("all")
-	for _, name := range r.copied {
-		if max(all, rpFilter(name)) == 1 {
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// rpFilter is net.ipv4.conf.<name>.rp_filter (0 when unreadable).
-func rpFilter(name string) int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/conf/" + name + "/rp_filter")
-	if err != nil {
-		return 0
-	}
-	v, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return v
+	return r.copied[ifindex]
 }
 
 // linkRoutes are the routes of a's family in the main table through the interface holding a,
-// with a default route through it when there is none, and that interface's index and name; a
-// blackhole default route when no interface holds a (or its routes cannot be read).
-func (r *Router) linkRoutes(a netip.Addr) ([]dataplane.Route, int, string) {
+// with a default route through it when there is none, and that interface; a blackhole default
+// route when no interface holds a (or its routes cannot be read).
+func (r *Router) linkRoutes(a netip.Addr) ([]dataplane.Route, int) {
 	def := netip.PrefixFrom(netip.IPv4Unspecified(), 0)
 	family := netlink.FAMILY_V4
 	if a.Is6() {
@@ -98,13 +65,13 @@ func (r *Router) linkRoutes(a netip.Addr) ([]dataplane.Route, int, string) {
 	blackhole := []dataplane.Route{{Dst: def, Blackhole: true}}
 	link, err := r.holder(a, family)
 	if err != nil {
-		return blackhole, 0, ""
+		return blackhole, 0
 	}
 	name, index := link.Attrs().Name, link.Attrs().Index
 	kernel, err := r.h.RouteListFiltered(family, &netlink.Route{Table: unix.RT_TABLE_MAIN, LinkIndex: index},
 		netlink.RT_FILTER_TABLE|netlink.RT_FILTER_OIF)
 	if err != nil {
-		return blackhole, index, name
+		return blackhole, index
 	}
 	// One route per destination: the lowest metric (the main table may hold several).
 	slices.SortFunc(kernel, func(x, y netlink.Route) int { return cmp.Compare(x.Priority, y.Priority) })
@@ -140,7 +107,7 @@ func (r *Router) linkRoutes(a netip.Addr) ([]dataplane.Route, int, string) {
 	slices.SortFunc(out, func(x, y dataplane.Route) int {
 		return cmp.Or(x.Dst.Addr().Compare(y.Dst.Addr()), cmp.Compare(x.Dst.Bits(), y.Dst.Bits()))
 	})
-	return out, index, name
+	return out, index
 }
 
 // holder is the interface holding address a.

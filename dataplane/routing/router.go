@@ -46,9 +46,10 @@ type Router struct {
 	reads int
 	// inUse are the gateways egressd's routes sent traffic to when New found them.
 	inUse []netip.Addr
-	// copied are the interfaces whose routes the last WithLinkRoutes copied, by index, with
-	// their names (linkcopy.go).
-	copied   map[int]string
+	// copied are the interfaces whose routes the last WithLinkRoutes copied (linkcopy.go), and
+	// through those egressd's routes sent traffic at the last Apply (rpfilter.go), by index.
+	copied   map[int]bool
+	through  map[int]bool
 	copiedMu sync.Mutex
 }
 

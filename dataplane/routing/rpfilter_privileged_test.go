@@ -1,0 +1,45 @@
+package routing
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/egressd/egressd/test/privileged"
+)
+
+// TestPrivilegedStrictRPFilter: the interfaces egressd's routes send traffic through (gw1's e1
+// and gw2's e2 in testState) are reported while their reverse path filter is strict (the larger
+// of all's and theirs is 1), except the one main's default route uses.
+func TestPrivilegedStrictRPFilter(t *testing.T) {
+	privileged.Require(t)
+	l := newLab(t)
+	r := l.router(t)
+	if errs := r.Apply(testState(), nil); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	strict := func() (out []string) {
+		t.Helper()
+		if err := l.r.Do(func() error { out = r.StrictRPFilter(); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for _, step := range []struct {
+		name   string
+		script []string
+		want   []string
+	}{
+		{"all loose", []string{"sysctl -qw net.ipv4.conf.all.rp_filter=0", "sysctl -qw net.ipv4.conf.e1.rp_filter=0", "sysctl -qw net.ipv4.conf.e2.rp_filter=0"}, nil},
+		{"all strict", []string{"sysctl -qw net.ipv4.conf.all.rp_filter=1"}, []string{"e1", "e2"}},
+		{"main's default through e1", []string{"ip route replace default via 10.1.1.2"}, []string{"e2"}},
+		{"e2 loose, all strict (the larger wins)", []string{"sysctl -qw net.ipv4.conf.e2.rp_filter=2"}, nil},
+		{"all loose, e2 strict", []string{"sysctl -qw net.ipv4.conf.all.rp_filter=0", "sysctl -qw net.ipv4.conf.e2.rp_filter=1"}, []string{"e2"}},
+	} {
+		if err := l.r.Script(step.script...); err != nil {
+			t.Fatal(err)
+		}
+		if got := strict(); !slices.Equal(got, step.want) {
+			t.Errorf("%s: %v, want %v", step.name, got, step.want)
+		}
+	}
+}
