@@ -58,20 +58,24 @@ type NftablesState struct {
 	SteerDevices []string
 	// Steered are the pod addresses steered by a mark (under SteerMask): the local pods the
 	// classifier steers, and the other nodes' pods this node SNATs to an egress IP on a
-	// secondary network. A packet of one of them to a destination outside Exempt that is still
-	// unmarked before the routing decision gets the pod's mark: the classifier runs before DNAT
-	// and leaves a packet to a Service address (exempt) unmarked, where upstream's reroute
-	// policies match after OVN's load balancer; other nodes' pods' packets arrive from the wire.
+	// secondary network (Remote). A local pod's packet that DNAT sent to a destination outside
+	// Exempt and that is still unmarked before the routing decision gets the pod's mark: the
+	// classifier runs before DNAT and leaves a packet to a Service address (exempt) unmarked,
+	// where upstream's reroute policies match after OVN's load balancer. A remote pod's packet
+	// to a destination outside Exempt, which arrives from the wire where no classifier saw it,
+	// gets its mark unless DNAT here sent it there (pod to node traffic, exempt upstream).
 	Steered []SteeredPod
 	// ReturnPaths send the replies of connections that a gateway forwards to local pods back
 	// through that gateway (upstream's ecmp_symmetric_reply), by its Mark under SteerMask.
 	ReturnPaths []ReturnPath
 }
 
-// SteeredPod is a local pod address and the mark that steers it.
+// SteeredPod is a pod address and the mark that steers it.
 type SteeredPod struct {
 	Pod  netip.Addr
 	Mark uint32
+	// Remote says the pod is another node's (see NftablesState.Steered).
+	Remote bool
 }
 
 // ReturnPath is one external gateway's return path: a new connection that arrives from the

@@ -43,11 +43,17 @@ func merge(networks, vips []netip.Prefix, p *parts, st *steering, mask uint32) (
 	paths := steeredPaths(append(append([]egressip.Steer{}, p.service.Steer...), eip.Steer...), eip, p.routes.Routes, u.hop)
 	returns := returnPaths(paths)
 	slots := st.plan(append(slices.Clip(paths), returns...), mask)
+	local := map[netip.Addr]bool{}
+	for _, pod := range p.pods {
+		for _, ip := range pod.IPs {
+			local[ip] = true
+		}
+	}
 	marks := map[netip.Addr]uint32{}
 	for _, path := range paths {
 		if slot, ok := slots[path.origin]; ok && marks[path.podIP] == 0 {
 			marks[path.podIP] = mark(slot, mask)
-			s.Nftables.Steered = append(s.Nftables.Steered, dataplane.SteeredPod{Pod: path.podIP, Mark: mark(slot, mask)})
+			s.Nftables.Steered = append(s.Nftables.Steered, dataplane.SteeredPod{Pod: path.podIP, Mark: mark(slot, mask), Remote: !local[path.podIP]})
 		}
 	}
 	slices.SortFunc(s.Nftables.Steered, func(a, b dataplane.SteeredPod) int { return a.Pod.Compare(b.Pod) })

@@ -235,11 +235,10 @@ func (d *Applier) consume(e *events) {
 				return
 			}
 			// Routes of the main table say which interface faces a pod address, and those of an
-			// egress IP's interface on a secondary network are copied into its table.
-			if u.Table != unix.RT_TABLE_MAIN {
-				continue
-			}
-			if faced := d.facings.forgetRoute(u.Dst); !faced && !d.routing.Copies(u.LinkIndex) {
+			// egress IP's interface on a secondary network (in main or its VRF's table) are
+			// copied into its table.
+			faced := u.Table == unix.RT_TABLE_MAIN && d.facings.forgetRoute(u.Dst)
+			if !faced && !d.copiedRoute(u.Route) {
 				continue
 			}
 		case u, ok := <-e.neighs:
@@ -258,6 +257,20 @@ func (d *Applier) consume(e *events) {
 		}
 		d.signal()
 	}
+}
+
+// copiedRoute says whether a route (of any of its nexthops) is one that the routing copies
+// into an egress IP's table.
+func (d *Applier) copiedRoute(rt netlink.Route) bool {
+	if d.routing.Copies(rt.LinkIndex, rt.Table) {
+		return true
+	}
+	for _, nh := range rt.MultiPath {
+		if d.routing.Copies(nh.LinkIndex, rt.Table) {
+			return true
+		}
+	}
+	return false
 }
 
 // signal asks for a sync (Changed), without waiting: one pending request covers any number.

@@ -70,7 +70,7 @@ func activeTargets(c contents) []string {
 	if has(extrouteGateways4Set, extrouteGateways6Set, extrouteMarksSet) {
 		out = append(out, extroutePrerouting)
 	}
-	if has(steerPods4Set, steerPods6Set) {
+	if has(steerPods4Set, steerPods6Set, steerRemote4Set, steerRemote6Set) {
 		out = append(out, steerPodsChain)
 	}
 	return out

@@ -59,10 +59,11 @@
 //     egressip_steer_nexthops4/6 of mark . route nexthop); otherwise, if it still carries its
 //     pod source, drops it, counted by the named counter egressip_misrouted.
 //   - steer_unmarked: after DNAT (kube-proxy's, at dstnat) and before the routing decision,
-//     gives a steered pod's packet its steering mark when the classifier, which saw the
-//     Service address, left it unmarked and the backend is not exempt; also the packets of
-//     other nodes' pods SNATed here to an egress IP on a secondary network, which no
-//     classifier saw: verdict maps steer_pods4/6 (pod : jump steer_mark_<mark>), steering.go.
+//     gives a steered local pod's DNATed packet its steering mark when the classifier, which
+//     saw the Service address, left it unmarked and the backend is not exempt: verdict maps
+//     steer_pods4/6 (pod : jump steer_mark_<mark>); and the packets of other nodes' pods SNATed
+//     here to an egress IP on a secondary network (no classifier saw them) theirs, unless DNATed
+//     here: steer_remote4/6 (steering.go).
 //   - steer_mark_<mark>: sets mark under the steering mask, keeping the other bits; one chain
 //     per mark in use.
 //

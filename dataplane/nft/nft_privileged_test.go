@@ -55,7 +55,8 @@ func fullState() *dataplane.NftablesState {
 		SteerNexthops: []dataplane.SteerNexthop{{Mark: 0x10000, Nexthop: a("192.0.2.2")},
 			{Mark: 0x10000, Nexthop: a("2001:db8:0:1::2")}},
 		SteerDevices: []string{"egressd-vx"},
-		Steered:      []dataplane.SteeredPod{{Pod: a("10.244.0.6"), Mark: 0x10000}, {Pod: a("fd00:10:244::6"), Mark: 0x20000}},
+		Steered: []dataplane.SteeredPod{{Pod: a("10.244.0.6"), Mark: 0x10000}, {Pod: a("fd00:10:244::6"), Mark: 0x20000},
+			{Pod: a("10.244.1.9"), Mark: 0x10000, Remote: true}},
 	}
 }
 
@@ -384,6 +385,7 @@ func TestPrivilegedSteerChains(t *testing.T) {
 	}{
 		{"two marks", st.Steered, st.SteerMask, []string{"mark_00010000", "mark_00020000", "unmarked"}},
 		{"another mark", []dataplane.SteeredPod{{Pod: a("10.244.0.6"), Mark: 0x30000}}, st.SteerMask, []string{"mark_00030000", "unmarked"}},
+		{"a remote pod's mark", []dataplane.SteeredPod{{Pod: a("10.244.1.9"), Mark: 0x40000, Remote: true}}, st.SteerMask, []string{"mark_00040000", "unmarked"}},
 		{"none", nil, st.SteerMask, []string{"unmarked"}},
 		{"no steering mask", st.Steered, 0, []string{"unmarked"}}, // the regular chain stays, empty
 	} {

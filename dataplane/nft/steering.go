@@ -16,20 +16,23 @@ import (
 // be outside the cluster (an external database behind a selectorless Service; the API server of
 // a managed control plane behind the kubernetes Service). Upstream's reroute policies match
 // after OVN's load balancer and send such a connection to the egress node (or gateway, or
-// EgressService host); here, a steered pod's packet to a destination outside the exempt ones
-// that is still unmarked gets the pod's mark after DNAT and before the routing decision. Its
-// guard would otherwise drop it (nothing steered nor SNATed it). The same rule marks the
-// packets of other nodes' pods that this node SNATs to an egress IP on a secondary network
-// (they arrive from the wire, where no classifier runs): their mark selects the table of that
-// IP's interface.
+// EgressService host); here, a local steered pod's DNATed packet to a destination outside the
+// exempt ones that is still unmarked gets the pod's mark after DNAT and before the routing
+// decision. Its guard would otherwise drop it (nothing steered nor SNATed it). The packets of
+// other nodes' pods that this node SNATs to an egress IP on a secondary network arrive from the
+// wire, where no classifier saw them: they get their mark (which selects the table of that IP's
+// interface) the same way, unless DNAT here sent them on (to a NodePort's backend: pod to node
+// traffic, which upstream never sends out with an egress IP).
 //
 // As for the return paths (returnpaths.go), the mark cannot be OR-ed from a map: the maps are
 // verdict maps to one chain per mark, steer_mark_<mark>, which sets that constant under the
 // steering mask and keeps the other bits.
 
 const (
-	steerPods4Set   = "steer_pods4" // pod : jump steer_mark_<mark>
+	steerPods4Set   = "steer_pods4" // local pod : jump steer_mark_<mark>
 	steerPods6Set   = "steer_pods6"
+	steerRemote4Set = "steer_remote4" // another node's pod : jump steer_mark_<mark>
+	steerRemote6Set = "steer_remote6"
 	steerPodsChain  = "steer_unmarked"
 	steerMarkPrefix = "steer_mark_"
 )
@@ -37,6 +40,8 @@ const (
 var steerSets = []*nftables.Set{
 	{Table: table, Name: steerPods4Set, IsMap: true, DataType: nftables.TypeVerdict, KeyType: nftables.TypeIPAddr},
 	{Table: table, Name: steerPods6Set, IsMap: true, DataType: nftables.TypeVerdict, KeyType: nftables.TypeIP6Addr},
+	{Table: table, Name: steerRemote4Set, IsMap: true, DataType: nftables.TypeVerdict, KeyType: nftables.TypeIPAddr},
+	{Table: table, Name: steerRemote6Set, IsMap: true, DataType: nftables.TypeVerdict, KeyType: nftables.TypeIP6Addr},
 }
 
 func steerChain(mark uint32) string { return fmt.Sprintf("%s%08x", steerMarkPrefix, mark) }
@@ -51,20 +56,28 @@ func addSteered(c contents, s *dataplane.NftablesState) {
 		}
 		chain := steerChain(m)
 		k := pod.AsSlice()
-		c.add(family(pod, steerPods4Set, steerPods6Set), string(k), chain,
+		v4, v6 := steerPods4Set, steerPods6Set
+		if p.Remote {
+			v4, v6 = steerRemote4Set, steerRemote6Set
+		}
+		c.add(family(pod, v4, v6), string(k), chain,
 			nftables.SetElement{Key: k, VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: chain}})
 	}
 }
 
 // steerChains are the steer_mark_<mark> chains the contents' maps jump to, sorted.
-func steerChains(c contents) []string { return c.targets(steerPods4Set, steerPods6Set) }
+func steerChains(c contents) []string {
+	return c.targets(steerPods4Set, steerPods6Set, steerRemote4Set, steerRemote6Set)
+}
 
 // steerRules:
 //
-//	ct direction original meta mark & mask == 0
+//	ct direction original ct status dnat meta mark & mask == 0
 //	ip daddr != @egressip_exempt4 ip saddr vmap @steer_pods4 (ip6 likewise)
 //	ct direction original ct status dnat meta mark & mask != 0
 //	ip daddr @egressip_exempt4 meta mark set meta mark & ~mask (ip6 likewise)
+//	ct direction original ct status != dnat meta mark & mask == 0
+//	ip daddr != @egressip_exempt4 ip saddr vmap @steer_remote4 (ip6 likewise)
 //
 // The second undoes the converse: the classifier marked a packet to an address that is not
 // exempt (a Service's external IP) and DNAT sent it to a pod or node, which the steering
@@ -74,19 +87,23 @@ func steerRules(mask uint32, sets map[string]*nftables.Set) [][]expr.Any {
 		return nil
 	}
 	var rules [][]expr.Any
-	for _, v4 := range []bool{true, false} {
-		exempt, steered := sets[exempt6Set], sets[steerPods6Set]
-		if v4 {
-			exempt, steered = sets[exempt4Set], sets[steerPods4Set]
-		}
-		rules = append(rules, slices.Concat(nfproto(v4), ctDirection(ctDirOriginal), markBits(mask, 1), []expr.Any{
+	unmarked := func(v4 bool, exempt, pods *nftables.Set) []expr.Any {
+		return slices.Concat(markBits(mask, 1), []expr.Any{
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
 			addrField(v4, false, 1), lookup(exempt, 1, true),
 			addrField(v4, true, 1),
-			&expr.Lookup{SourceRegister: 1, SetName: steered.Name, SetID: steered.ID, IsDestRegSet: true},
-		}))
+			&expr.Lookup{SourceRegister: 1, SetName: pods.Name, SetID: pods.ID, IsDestRegSet: true},
+		})
+	}
+	for _, v4 := range []bool{true, false} {
+		exempt, local, remote := sets[exempt6Set], sets[steerPods6Set], sets[steerRemote6Set]
+		if v4 {
+			exempt, local, remote = sets[exempt4Set], sets[steerPods4Set], sets[steerRemote4Set]
+		}
+		rules = append(rules, slices.Concat(nfproto(v4), ctDirection(ctDirOriginal), ctStatus(ctStatusDstNAT, false), unmarked(v4, exempt, local)))
 		rules = append(rules, slices.Concat(nfproto(v4), ctDirection(ctDirOriginal), ctStatus(ctStatusDstNAT, false),
 			marked(mask), []expr.Any{addrField(v4, false, 1), lookup(exempt, 1, false)}, setMark(0, mask, false)))
+		rules = append(rules, slices.Concat(nfproto(v4), ctDirection(ctDirOriginal), ctStatus(ctStatusDstNAT, true), unmarked(v4, exempt, remote)))
 	}
 	return rules
 }

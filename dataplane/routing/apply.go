@@ -126,7 +126,14 @@ func (r *Router) applyRoute(k *kernel, w wantedRoute, up func(netip.Addr) bool) 
 	have, ok := k.routes[w.key]
 	if !ok || !want.same(have) {
 		if err := r.nl.writeRoute(want, ok); err != nil {
-			return errors.Join(append(errs, err)...)
+			errs = append(errs, err)
+			// A default route that cannot be written (its interface went down under it) must
+			// not leave its table without one: what it selects would go on to main.
+			if bh := (kroute{key: w.key, proto: k.proto, typ: unix.RTN_BLACKHOLE}); w.key.dst.Bits() == 0 && want.typ != unix.RTN_BLACKHOLE &&
+				(!ok || !bh.same(have)) && r.nl.writeRoute(bh, ok) == nil {
+				k.routes[w.key] = bh
+			}
+			return errors.Join(errs...)
 		}
 		k.routes[w.key] = want
 	}

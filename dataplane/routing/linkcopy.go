@@ -3,6 +3,7 @@ package routing
 import (
 	"cmp"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 
@@ -19,11 +20,12 @@ import (
 // copy is selected by the steering mark, since every pod packet meets the host's routing.
 
 // WithLinkRoutes returns s with the routes of the tables that copy an interface's routes filled
-// in from the main table as it is now, and remembers the interfaces copied (Copies), so that a
-// change of their routes can ask for a sync. A table whose address no interface holds gets a
-// blackhole default route of the address's family.
+// in from the main table (or the table of the interface's VRF) as it is now, and remembers the
+// interfaces copied (Copies), so that a change of their routes can ask for a sync. A table whose
+// address no interface holds, or whose interface is down, gets a blackhole default route of the
+// address's family.
 func (r *Router) WithLinkRoutes(s *dataplane.RoutingState) *dataplane.RoutingState {
-	copied := map[int]bool{}
+	copied := map[int]int{}
 	defer func() {
 		r.copiedMu.Lock()
 		r.copied = copied
@@ -36,9 +38,9 @@ func (r *Router) WithLinkRoutes(s *dataplane.RoutingState) *dataplane.RoutingSta
 	out.Tables = slices.Clone(s.Tables)
 	for i, t := range out.Tables {
 		for _, a := range t.LinkOf {
-			routes, link := r.linkRoutes(a.Unmap())
+			routes, link, table := r.linkRoutes(a.Unmap())
 			if link > 0 {
-				copied[link] = true
+				copied[link] = table
 			}
 			out.Tables[i].Routes = append(slices.Clip(out.Tables[i].Routes), routes...)
 		}
@@ -46,17 +48,33 @@ func (r *Router) WithLinkRoutes(s *dataplane.RoutingState) *dataplane.RoutingSta
 	return &out
 }
 
-// Copies says whether the last WithLinkRoutes copied the routes of interface ifindex.
-func (r *Router) Copies(ifindex int) bool {
+// Copies says whether the last WithLinkRoutes copied the routes of interface ifindex from
+// table, or is copying them now.
+func (r *Router) Copies(ifindex, table int) bool {
 	r.copiedMu.Lock()
 	defer r.copiedMu.Unlock()
-	return r.copied[ifindex]
+	t, ok := r.copied[ifindex]
+	return ok && t == table
 }
 
-// linkRoutes are the routes of a's family in the main table through the interface holding a,
-// with a default route through it when there is none, and that interface; a blackhole default
-// route when no interface holds a (or its routes cannot be read).
-func (r *Router) linkRoutes(a netip.Addr) ([]dataplane.Route, int) {
+// copying tells Copies, while WithLinkRoutes runs, that it reads the routes of ifindex in
+// table: a change made while it reads them asks for a sync too.
+func (r *Router) copying(ifindex, table int) {
+	r.copiedMu.Lock()
+	defer r.copiedMu.Unlock()
+	if r.copied == nil {
+		r.copied = map[int]int{}
+	}
+	r.copied[ifindex] = table
+}
+
+// linkRoutes are the routes of a's family through the interface holding a, in the main table
+// or, for an interface enslaved to a VRF, in the VRF's table (as upstream), with a default route
+// through it when there is none; and that interface and table. A route whose nexthops all go
+// through the interface is kept whole (multipath included). A blackhole default route when no
+// interface holds a, the interface is down (the kernel has removed its routes; main's would
+// take the traffic) or its routes cannot be read.
+func (r *Router) linkRoutes(a netip.Addr) ([]dataplane.Route, int, int) {
 	def := netip.PrefixFrom(netip.IPv4Unspecified(), 0)
 	family := netlink.FAMILY_V4
 	if a.Is6() {
@@ -65,20 +83,29 @@ func (r *Router) linkRoutes(a netip.Addr) ([]dataplane.Route, int) {
 	blackhole := []dataplane.Route{{Dst: def, Blackhole: true}}
 	link, err := r.holder(a, family)
 	if err != nil {
-		return blackhole, 0
+		return blackhole, 0, 0
 	}
-	name, index := link.Attrs().Name, link.Attrs().Index
-	kernel, err := r.h.RouteListFiltered(family, &netlink.Route{Table: unix.RT_TABLE_MAIN, LinkIndex: index},
-		netlink.RT_FILTER_TABLE|netlink.RT_FILTER_OIF)
+	attrs := link.Attrs()
+	var master netlink.Link
+	if attrs.MasterIndex > 0 {
+		master, _ = r.h.LinkByIndex(attrs.MasterIndex)
+	}
+	table := sourceTable(master)
+	r.copying(attrs.Index, table)
+	if attrs.Flags&net.FlagUp == 0 {
+		return blackhole, attrs.Index, table
+	}
+	kernel, err := r.h.RouteListFiltered(family, &netlink.Route{Table: table}, netlink.RT_FILTER_TABLE)
 	if err != nil {
-		return blackhole, index
+		return blackhole, attrs.Index, table
 	}
-	// One route per destination: the lowest metric (the main table may hold several).
+	// One route per destination: the lowest metric (the table may hold several).
 	slices.SortFunc(kernel, func(x, y netlink.Route) int { return cmp.Compare(x.Priority, y.Priority) })
 	seen := map[netip.Prefix]bool{}
 	var out []dataplane.Route
 	for _, k := range kernel {
-		if k.Type != unix.RTN_UNICAST || len(k.MultiPath) > 0 {
+		hops := throughLink(k, attrs)
+		if k.Type != unix.RTN_UNICAST || len(hops) == 0 {
 			continue
 		}
 		dst := def
@@ -94,20 +121,55 @@ func (r *Router) linkRoutes(a netip.Addr) ([]dataplane.Route, int) {
 			continue
 		}
 		seen[dst] = true
-		nh := dataplane.Nexthop{Device: name, Onlink: k.Flags&unix.RTNH_F_ONLINK != 0}
-		if gw, ok := netip.AddrFromSlice(k.Gw); ok {
-			nh.Gateway = gw.Unmap()
+		rt := dataplane.Route{Dst: dst, Nexthops: hops}
+		if len(hops) == 1 {
+			rt = dataplane.Route{Dst: dst, Via: &hops[0]}
 		}
-		nh.Onlink = nh.Onlink && nh.Gateway.IsValid()
-		out = append(out, dataplane.Route{Dst: dst, Via: &nh})
+		out = append(out, rt)
 	}
 	if !seen[def] {
-		out = append(out, dataplane.Route{Dst: def, Via: &dataplane.Nexthop{Device: name}})
+		out = append(out, dataplane.Route{Dst: def, Via: &dataplane.Nexthop{Device: attrs.Name}})
 	}
 	slices.SortFunc(out, func(x, y dataplane.Route) int {
 		return cmp.Or(x.Dst.Addr().Compare(y.Dst.Addr()), cmp.Compare(x.Dst.Bits(), y.Dst.Bits()))
 	})
-	return out, index
+	return out, attrs.Index, table
+}
+
+// sourceTable is the table an interface's routes are in: its VRF's when its master is one,
+// else main.
+func sourceTable(master netlink.Link) int {
+	if vrf, ok := master.(*netlink.Vrf); ok {
+		return int(vrf.Table)
+	}
+	return unix.RT_TABLE_MAIN
+}
+
+// throughLink are the nexthops of route k when every one goes through the link, none otherwise.
+func throughLink(k netlink.Route, link *netlink.LinkAttrs) []dataplane.Nexthop {
+	hop := func(index int, gw net.IP, flags int) (dataplane.Nexthop, bool) {
+		nh := dataplane.Nexthop{Device: link.Name}
+		if a, ok := netip.AddrFromSlice(gw); ok {
+			nh.Gateway = a.Unmap()
+		}
+		nh.Onlink = flags&unix.RTNH_F_ONLINK != 0 && nh.Gateway.IsValid()
+		return nh, index == link.Index
+	}
+	if len(k.MultiPath) == 0 {
+		if nh, ok := hop(k.LinkIndex, k.Gw, k.Flags); ok {
+			return []dataplane.Nexthop{nh}
+		}
+		return nil
+	}
+	var out []dataplane.Nexthop
+	for _, m := range k.MultiPath {
+		nh, ok := hop(m.LinkIndex, m.Gw, m.Flags)
+		if !ok || !nh.Gateway.IsValid() {
+			return nil
+		}
+		out = append(out, nh)
+	}
+	return out
 }
 
 // holder is the interface holding address a.

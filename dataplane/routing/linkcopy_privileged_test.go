@@ -67,8 +67,9 @@ func TestPrivilegedLinkTableCopiesTheInterfacesRoutes(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if !r.Copies(e1) || r.Copies(e2) {
-		t.Errorf("Copies(e1)=%v Copies(e2)=%v, want true, false", r.Copies(e1), r.Copies(e2))
+	const main = 254
+	if !r.Copies(e1, main) || r.Copies(e2, main) || r.Copies(e1, 7100) {
+		t.Errorf("Copies(e1, main)=%v Copies(e2, main)=%v Copies(e1, 7100)=%v, want true, false, false", r.Copies(e1, main), r.Copies(e2, main), r.Copies(e1, 7100))
 	}
 	// A strict reverse path filter on e1 drops the replies: reported, and no longer once loose.
 	strict := func() (out []string) {
@@ -120,14 +121,48 @@ func TestPrivilegedLinkTableCopiesTheInterfacesRoutes(t *testing.T) {
 10.1.1.0/24 dev e1 proto 229 scope link
 198.51.100.0/24 via 10.1.1.2 dev e1 proto 229`, "route", "show", "table", "7100")
 
-	// The egress IPs leave e1 (moved to another node): drop, never main.
-	if err := l.r.Script("ip addr del 10.1.1.100/32 dev e1", "ip addr del fd01:1::100/128 dev e1"); err != nil {
+	// A multipath route through e1 alone is copied whole (a nexthop group); one that also goes
+	// through e2 is not copied.
+	if err := l.r.Script("ip route add 192.0.2.0/24 nexthop via 10.1.1.2 dev e1 nexthop via 10.1.1.3 dev e1",
+		"ip route add 198.18.0.0/15 nexthop via 10.1.1.2 dev e1 nexthop via 10.1.2.2 dev e2"); err != nil {
+		t.Fatal(err)
+	}
+	apply()
+	table := l.ip(t, "route", "show", "table", "7100")
+	if !strings.Contains(table, "nexthop via 10.1.1.2 dev e1 weight 1\n\tnexthop via 10.1.1.3 dev e1 weight 1") || !strings.Contains(table, "192.0.2.0/24 nhid") ||
+		strings.Contains(table, "198.18.0.0/15") {
+		t.Errorf("table 7100 with multipath routes in main:\n%s\nwant 192.0.2.0/24 over both gateways of e1, nothing of 198.18.0.0/15", table)
+	}
+
+	// e1 goes down (the kernel removes its routes, and its IPv6 addresses): the table becomes a
+	// blackhole rather than let the marked traffic go on to main; up again, the copy is back.
+	if err := l.r.Script("ip link set e1 down"); err != nil {
 		t.Fatal(err)
 	}
 	apply()
 	expectIP(t, l, "blackhole default proto 229", "route", "show", "table", "7100")
 	expectIP(t, l, "blackhole default dev lo proto 229 metric 1024 pref medium", "-6", "route", "show", "table", "7100")
-	if r.Copies(e1) {
+	// Any default route that cannot be written through a down interface leaves a blackhole.
+	down := &dataplane.RoutingState{Tables: []dataplane.RouteTable{{Origin: o, ID: 1, Routes: []dataplane.Route{
+		{Dst: netip.MustParsePrefix("0.0.0.0/0"), Via: &dataplane.Nexthop{Device: "e1"}}}}}}
+	if errs := r.Apply(down, nil); errs[o] == nil {
+		t.Error("a default route through a down interface was written without an error")
+	}
+	expectIP(t, l, "blackhole default proto 229", "route", "show", "table", "7101")
+	if err := l.r.Script("ip link set e1 up"); err != nil {
+		t.Fatal(err)
+	}
+	apply()
+	expectIP(t, l, `default dev e1 proto 229 scope link
+10.1.1.0/24 dev e1 proto 229 scope link`, "route", "show", "table", "7100")
+
+	// The egress IP leaves e1 (moved to another node): drop, never main.
+	if err := l.r.Script("ip addr del 10.1.1.100/32 dev e1"); err != nil {
+		t.Fatal(err)
+	}
+	apply()
+	expectIP(t, l, "blackhole default proto 229", "route", "show", "table", "7100")
+	if r.Copies(e1, main) {
 		t.Error("Copies(e1) after the address left it")
 	}
 }

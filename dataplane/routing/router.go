@@ -46,9 +46,10 @@ type Router struct {
 	reads int
 	// inUse are the gateways egressd's routes sent traffic to when New found them.
 	inUse []netip.Addr
-	// copied are the interfaces whose routes the last WithLinkRoutes copied (linkcopy.go), and
-	// through those egressd's routes sent traffic at the last Apply (rpfilter.go), by index.
-	copied   map[int]bool
+	// copied are the interfaces whose routes the last WithLinkRoutes copied, by index, with the
+	// table they were copied from (linkcopy.go); through are those egressd's routes sent traffic
+	// through at the last Apply (rpfilter.go).
+	copied   map[int]int
 	through  map[int]bool
 	copiedMu sync.Mutex
 }
