@@ -113,6 +113,8 @@ type Applier struct {
 	reattached prometheus.Counter
 	// strictWarned are the interfaces warnStrictRPFilter last warned of. Apply's goroutine only.
 	strictWarned []string
+	// strictRPFilter exports them.
+	strictRPFilter *prometheus.GaugeVec
 	// phases times each phase of Apply: where a slow sync spends its time.
 	phases *prometheus.HistogramVec
 	log    *slog.Logger
@@ -176,7 +178,8 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	}
 	d := &Applier{classifier: c, attachers: []*tc.Attacher{toPod, a}, facings: facings, nft: t, addresses: owned, routing: router,
 		tunnel: tun, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log,
-		podsInForce: o.PodsInForce, phases: newPhases(), eventsLost: newEventsLost(), reattached: newReattached(), tableLost: newTableLost(), recheck: map[int]bool{}, kept: map[int]bool{}}
+		podsInForce: o.PodsInForce, phases: newPhases(), eventsLost: newEventsLost(), reattached: newReattached(), tableLost: newTableLost(),
+		strictRPFilter: newStrictRPFilter(), recheck: map[int]bool{}, kept: map[int]bool{}}
 	if inUse := router.InUse(); len(inUse) > 0 {
 		d.inherited, d.inheritUntil = map[netip.Addr]bool{}, time.Now().Add(inheritGrace)
 		for _, gw := range inUse {
@@ -236,10 +239,17 @@ func (d *Applier) Collectors() []prometheus.Collector {
 		return out
 	}
 	if d.phases == nil { // an Applier not made by New: the metrics reference describes it
-		d.phases, d.eventsLost, d.reattached, d.tableLost = newPhases(), newEventsLost(), newReattached(), newTableLost()
+		d.phases, d.eventsLost, d.reattached, d.tableLost, d.strictRPFilter = newPhases(), newEventsLost(), newReattached(), newTableLost(), newStrictRPFilter()
 	}
 	return []prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT), nft.NewCollector(d.nft), bfdCollector{d},
-		d.phases, d.eventsLost, d.reattached, d.tableLost}
+		d.phases, d.eventsLost, d.reattached, d.tableLost, d.strictRPFilter}
+}
+
+func newStrictRPFilter() *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "egressd_strict_rp_filter_interface",
+		Help: "1 for each interface, other than the IPv4 default route's, that egressd's routes send traffic through (an external gateway's, an egress IP's on a secondary network) while its reverse path filter is strict (rp_filter 1): replies arriving there are dropped when main routes their source elsewhere; set net.ipv4.conf.<interface>.rp_filter=2.",
+	}, []string{"interface"})
 }
 
 func newTableLost() prometheus.Counter {
@@ -320,7 +330,9 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 // whose strict reverse path filter may drop the replies (routing.Router.StrictRPFilter).
 func (d *Applier) warnStrictRPFilter() {
 	strict := d.routing.StrictRPFilter()
+	d.strictRPFilter.Reset()
 	for _, name := range strict {
+		d.strictRPFilter.WithLabelValues(name).Set(1)
 		if !slices.Contains(d.strictWarned, name) {
 			d.log.Warn("egressd routes traffic through an interface other than the default route's whose reverse path filter is strict: replies arriving there are dropped when main routes their source elsewhere; set it loose",
 				"interface", name, "sysctl", "net.ipv4.conf."+name+".rp_filter=2")
