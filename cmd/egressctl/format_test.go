@@ -45,6 +45,10 @@ func TestPrintTraceSteps(t *testing.T) {
 		{"gateways, SNATed here first", traced{classifier: local, routed: true, rule: rule, route: group, path: &pathOf{kindExternalRoute, "gws"}, egress: nft.PodEgress{SNATTo: a("192.0.2.100"), Guarded: true}},
 			"routing:  mark 0x30000 (AdminPolicyBasedExternalRoute gws): rule 6103 -> table 7103, 0.0.0.0/0: nexthop group 71000001, spread per flow over 192.0.2.2, 192.0.2.3\n" +
 				"egress:   source 192.0.2.100 (egress IP, SNATed on this node), next hop 192.0.2.2, 192.0.2.3\n", ""},
+		{"an egress IP on a secondary network, out of its interface on link", traced{classifier: local, routed: true, rule: rule,
+			route: &routing.ProgrammedRoute{Table: 7103, Dst: p("0.0.0.0/0"), Device: "eth1"}, path: &pathOf{"EgressIP", "eip"}, egress: nft.PodEgress{SNATTo: a("10.10.10.100"), Guarded: true}},
+			"routing:  mark 0x30000 (EgressIP eip): rule 6103 -> table 7103, 0.0.0.0/0: dev eth1\n" +
+				"egress:   source 10.10.10.100 (egress IP, SNATed on this node), out of eth1 (on link)\n", ""},
 		{"no live gateway", traced{classifier: local, routed: true, rule: rule, route: &routing.ProgrammedRoute{Table: 7103, Dst: p("0.0.0.0/0"), Blackhole: true}},
 			"routing:  mark 0x30000: rule 6103 -> table 7103, 0.0.0.0/0: blackhole (no live gateway)\n" +
 				"egress:   none: dropped by egressd's routing (the path has no live gateway)\n", ""},

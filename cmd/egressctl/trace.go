@@ -246,7 +246,16 @@ func routingStep(t traced) string {
 	case r.Group != 0:
 		return fmt.Sprintf("%s, %s: nexthop group %d, spread per flow over %s", head, r.Dst, r.Group, joinStrings(r.Gateways))
 	}
-	return fmt.Sprintf("%s, %s: via %s", head, t.route.Dst, joinStrings(t.route.Gateways))
+	return fmt.Sprintf("%s, %s: %s", head, t.route.Dst, nextHop(t.route))
+}
+
+// nextHop is where a route (not a blackhole nor a group) sends a flow: its gateway, or its
+// interface for a route on link.
+func nextHop(r *routing.ProgrammedRoute) string {
+	if len(r.Gateways) == 0 && r.Device != "" {
+		return "dev " + r.Device
+	}
+	return "via " + joinStrings(r.Gateways)
 }
 
 // egressStep says with which source address, and towards which next hop, the flow leaves this
@@ -266,6 +275,9 @@ func egressStep(t traced) string {
 		return "none: dropped by egressd's routing (the path has no live gateway)"
 	case t.routed && t.route != nil:
 		hops := source + ", next hop " + joinStrings(t.route.Gateways)
+		if len(t.route.Gateways) == 0 && t.route.Device != "" {
+			hops = source + ", out of " + t.route.Device + " (on link)"
+		}
 		switch {
 		case snat.IsValid():
 			return hops

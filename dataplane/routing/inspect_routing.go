@@ -41,6 +41,9 @@ type ProgrammedRoute struct {
 	Gateways []netip.Addr
 	// Group is the ID of its nexthop group, 0 for none.
 	Group uint32
+	// Device is the interface of a route without gateway (on link: a copy of an egress IP's
+	// interface's routes).
+	Device string `json:",omitempty"`
 	// Src is the preferred source address, when set.
 	Src netip.Addr
 }
@@ -67,9 +70,11 @@ func Inspect(cfg Config) (Programmed, error) {
 	for key, rt := range k.routes {
 		pr := ProgrammedRoute{Table: key.table, Dst: key.dst, Blackhole: rt.typ == unix.RTN_BLACKHOLE, Src: rt.src}
 		switch nh, ok := k.nexthops[rt.nhid]; {
-		case rt.nhid == 0:
-			if rt.gw.IsValid() {
-				pr.Gateways = []netip.Addr{rt.gw}
+		case rt.nhid == 0 && rt.gw.IsValid():
+			pr.Gateways = []netip.Addr{rt.gw}
+		case rt.nhid == 0 && rt.oif > 0:
+			if l, err := r.h.LinkByIndex(rt.oif); err == nil {
+				pr.Device = l.Attrs().Name
 			}
 		case ok && nh.group != nil:
 			pr.Group = rt.nhid

@@ -46,6 +46,14 @@ func TestPrivilegedLinkTableCopiesTheInterfacesRoutes(t *testing.T) {
 	expectIP(t, l, `default dev e1 proto 229 scope link
 10.1.1.0/24 dev e1 proto 229 scope link
 198.51.100.0/24 via 10.1.1.2 dev e1 proto 229`, "route", "show", "table", "7100")
+	// egressctl's view: the default route on link names its interface.
+	var seen Programmed
+	if err := l.r.Do(func() (err error) { seen, err = Inspect(Config{}); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(seen.Routes, func(pr ProgrammedRoute) bool { return pr.Table == 7100 && pr.Dst.Bits() == 0 && pr.Dst.Addr().Is4() }); i < 0 || seen.Routes[i].Device != "e1" {
+		t.Errorf("Inspect's routes %+v: want table 7100's IPv4 default route on e1", seen.Routes)
+	}
 	six := l.ip(t, "-6", "route", "show", "table", "7100")
 	for _, want := range []string{"fd01:1::/64 dev e1 proto 229", "default via fd01:1::2 dev e1 proto 229"} {
 		if !strings.Contains(six, want) {
