@@ -31,6 +31,8 @@ type Installer struct {
 	// Binary is the egressd-cni executable to install (in the agent's image).
 	Binary string
 	// BinDir and ConfDir are the host's CNI directories (as mounted in the agent's container).
+	// Without BinDir the binary is installed by someone else (the DaemonSet's init container,
+	// InstallBinary), so that the agent needs no write access to the host's plugins.
 	BinDir, ConfDir string
 	// Entry is egressd-cni's entry in the chain, e.g. {"type":"egressd-cni","socket":...}.
 	Entry map[string]any
@@ -42,8 +44,10 @@ type Installer struct {
 // It leaves the chain as it is when it returns: an agent restarting (an upgrade) must not open
 // a window in which pods start without policy; Uninstall is the uninstaller's step.
 func (in *Installer) Run(ctx context.Context) error {
-	if err := in.installBinary(); err != nil {
-		return err
+	if in.BinDir != "" {
+		if err := InstallBinary(in.Binary, in.BinDir, in.Log); err != nil {
+			return err
+		}
 	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -141,21 +145,23 @@ func drain(c <-chan fsnotify.Event) {
 	}
 }
 
-// installBinary copies Binary into BinDir unless the same bytes are there already; the
-// rename makes the new file appear whole to a runtime executing the plugin meanwhile.
-func (in *Installer) installBinary() error {
-	src, err := os.ReadFile(in.Binary)
+// InstallBinary copies the egressd-cni executable binary into binDir unless the same bytes are
+// there already; the rename makes the new file appear whole to a runtime executing the plugin
+// meanwhile.
+func InstallBinary(binary, binDir string, log *slog.Logger) error {
+	src, err := os.ReadFile(binary)
 	if err != nil {
 		return fmt.Errorf("egressd-cni binary: %w", err)
 	}
-	dst := filepath.Join(in.BinDir, PluginType)
+	dst := filepath.Join(binDir, PluginType)
 	if cur, err := os.ReadFile(dst); err == nil && bytes.Equal(cur, src) {
+		log.Info("egressd-cni already installed", "path", dst)
 		return nil
 	}
 	if err := writeAtomic(dst, src, 0o755); err != nil {
-		return fmt.Errorf("install egressd-cni into %s: %w", in.BinDir, err)
+		return fmt.Errorf("install egressd-cni into %s: %w", binDir, err)
 	}
-	in.Log.Info("egressd-cni installed", "path", dst)
+	log.Info("egressd-cni installed", "path", dst)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package cniinstall
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -234,3 +235,34 @@ func TestChurn(t *testing.T) {
 		t.Errorf("after a quiet window: pause %v, want none", p)
 	}
 }
+
+// TestRunWithoutBinDirOnlyChains: with the binary installed by the init container (no BinDir),
+// the agent chains the plugin and writes nothing into any plugin directory.
+func TestRunWithoutBinDirOnlyChains(t *testing.T) {
+	in := installer(t)
+	plugins := in.BinDir
+	in.BinDir = ""
+	write(t, in.ConfDir, "10-flannel.conflist", flannel)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile(filepath.Join(in.ConfDir, "10-flannel.conflist"))
+		if bytes.Contains(b, []byte(PluginType)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not chained after 5 s:\n%s", b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(plugins); len(entries) != 0 {
+		t.Errorf("the plugin directory holds %v, want nothing", entries)
+	}
+}
+

@@ -35,14 +35,18 @@ func deployObjects(t *testing.T, ref string, n *node.Node) []*unstructured.Unstr
 		if o.GetKind() != "DaemonSet" || o.GetName() != "egressd" {
 			continue
 		}
-		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
-		c := containers[0].(map[string]any)
-		if !strings.HasPrefix(fmt.Sprint(c["image"]), egressdRepo+":") {
-			t.Fatalf("deploy/daemonset.yaml: image %v, want %s:<tag>", c["image"], egressdRepo)
-		}
-		c["image"] = ref
-		if err := unstructured.SetNestedSlice(o.Object, containers, "spec", "template", "spec", "containers"); err != nil {
-			t.Fatal(err)
+		for _, kind := range []string{"initContainers", "containers"} {
+			containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", kind)
+			for _, ci := range containers {
+				c := ci.(map[string]any)
+				if !strings.HasPrefix(fmt.Sprint(c["image"]), egressdRepo+":") {
+					t.Fatalf("deploy/daemonset.yaml: %s %v image %v, want %s:<tag>", kind, c["name"], c["image"], egressdRepo)
+				}
+				c["image"] = ref
+			}
+			if err := unstructured.SetNestedSlice(o.Object, containers, "spec", "template", "spec", kind); err != nil {
+				t.Fatal(err)
+			}
 		}
 		volumes, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "volumes")
 		paths := map[string]string{"cni-conf": n.CNIConfDir(), "cni-bin": n.CNIBinDir()}
@@ -174,8 +178,13 @@ func checkAgentSecurity(t *testing.T, n *node.Node, p *corev1.Pod) {
 	}
 	for _, line := range strings.Split(string(mounts), "\n") {
 		// <id> <parent> <dev> <root> <mount point> <options> ...
-		if f := strings.Fields(line); len(f) > 5 && f[4] == "/" && !slices.Contains(strings.Split(f[5], ","), "ro") {
+		f := strings.Fields(line)
+		if len(f) > 5 && f[4] == "/" && !slices.Contains(strings.Split(f[5], ","), "ro") {
 			t.Errorf("egressd (pid %d): root filesystem mounted %s, want ro (readOnlyRootFilesystem)", pids[0], f[5])
+		}
+		// The init container installed egressd-cni: the agent cannot write the host's plugins.
+		if len(f) > 4 && strings.Contains(f[4], "cni/bin") {
+			t.Errorf("egressd (pid %d) has the host's CNI plugin directory mounted at %s: want it in the init container only", pids[0], f[4])
 		}
 	}
 }
