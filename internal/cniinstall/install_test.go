@@ -265,4 +265,3 @@ func TestRunWithoutBinDirOnlyChains(t *testing.T) {
 		t.Errorf("the plugin directory holds %v, want nothing", entries)
 	}
 }
-
