@@ -12,6 +12,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"sync"
 	"syscall"
@@ -201,8 +202,9 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		defer cs.Close()
 		if cfg.cniConfDir != "" {
 			in := &cniinstall.Installer{Binary: cfg.cniBinary, BinDir: cfg.cniBinDir, ConfDir: cfg.cniConfDir,
-				Entry: map[string]any{"type": cniinstall.PluginType, "socket": cfg.cniSocket, "failOpen": cfg.cniFailOpen},
-				Log:   log.With("component", "cni-install")}
+				FailureFile: filepath.Join(filepath.Dir(cfg.cniSocket), filepath.Base(cniinstall.DefaultFailureFile)),
+				Entry:       map[string]any{"type": cniinstall.PluginType, "socket": cfg.cniSocket, "failOpen": cfg.cniFailOpen},
+				Log:         log.With("component", "cni-install")}
 			go func() {
 				if err := in.Run(ctx); err != nil {
 					log.Error("egressd-cni not installed: new pods are programmed from the API only", "component", "cni-install", "err", err)

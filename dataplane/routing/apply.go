@@ -50,8 +50,11 @@ func (r *Router) Apply(s *dataplane.RoutingState, up func(peer netip.Addr) bool)
 		if err := r.applyRoute(k, w, up); err != nil {
 			fail(w.origin, err)
 		}
-		if oif := k.routes[w.key].oif; oif > 0 {
-			through[oif] = true
+		if !w.key.dst.Addr().Is4() { // the reverse path filter is IPv4's
+			continue
+		}
+		if rt := k.routes[w.key]; rt.oif > 0 && rt.typ == unix.RTN_UNICAST {
+			through[rt.oif] = true
 		}
 		for _, id := range r.members[w.key] {
 			if nh, ok := k.owned(id); ok && nh.oif > 0 {
@@ -127,9 +130,11 @@ func (r *Router) applyRoute(k *kernel, w wantedRoute, up func(netip.Addr) bool) 
 	if !ok || !want.same(have) {
 		if err := r.nl.writeRoute(want, ok); err != nil {
 			errs = append(errs, err)
-			// A default route that cannot be written (its interface went down under it) must
-			// not leave its table without one: what it selects would go on to main.
-			if bh := (kroute{key: w.key, proto: k.proto, typ: unix.RTN_BLACKHOLE}); w.key.dst.Bits() == 0 && want.typ != unix.RTN_BLACKHOLE &&
+			// A default route that cannot be written because its interface is down (it went
+			// down under it) must not leave its table without one: what the table selects
+			// would go on to main.
+			down := errors.Is(err, unix.ENETDOWN) || errors.Is(err, unix.ENODEV)
+			if bh := (kroute{key: w.key, proto: k.proto, typ: unix.RTN_BLACKHOLE}); down && w.key.dst.Bits() == 0 && want.typ != unix.RTN_BLACKHOLE &&
 				(!ok || !bh.same(have)) && r.nl.writeRoute(bh, ok) == nil {
 				k.routes[w.key] = bh
 			}

@@ -2,6 +2,7 @@ package routing
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -70,10 +71,10 @@ func (r *Router) copying(ifindex, table int) {
 
 // linkRoutes are the routes of a's family through the interface holding a, in the main table
 // or, for an interface enslaved to a VRF, in the VRF's table (as upstream), with a default route
-// through it when there is none; and that interface and table. A route whose nexthops all go
-// through the interface is kept whole (multipath included). A blackhole default route when no
-// interface holds a, the interface is down (the kernel has removed its routes; main's would
-// take the traffic) or its routes cannot be read.
+// through it when there is none; and that interface and table. A multipath route keeps its
+// members through the interface. A blackhole default route when no interface holds a, the
+// interface is down (the kernel has removed its routes; main's would take the traffic) or its
+// routes cannot be read.
 func (r *Router) linkRoutes(a netip.Addr) ([]dataplane.Route, int, int) {
 	def := netip.PrefixFrom(netip.IPv4Unspecified(), 0)
 	family := netlink.FAMILY_V4
@@ -95,7 +96,9 @@ func (r *Router) linkRoutes(a netip.Addr) ([]dataplane.Route, int, int) {
 	if attrs.Flags&net.FlagUp == 0 {
 		return blackhole, attrs.Index, table
 	}
-	kernel, err := r.h.RouteListFiltered(family, &netlink.Route{Table: table}, netlink.RT_FILTER_TABLE)
+	kernel, err := retried(func() ([]netlink.Route, error) {
+		return r.h.RouteListFiltered(family, &netlink.Route{Table: table}, netlink.RT_FILTER_TABLE)
+	})
 	if err != nil {
 		return blackhole, attrs.Index, table
 	}
@@ -145,7 +148,8 @@ func sourceTable(master netlink.Link) int {
 	return unix.RT_TABLE_MAIN
 }
 
-// throughLink are the nexthops of route k when every one goes through the link, none otherwise.
+// throughLink are the nexthops of route k that go through the link (of a multipath route,
+// those with a gateway: a group's members need one).
 func throughLink(k netlink.Route, link *netlink.LinkAttrs) []dataplane.Nexthop {
 	hop := func(index int, gw net.IP, flags int) (dataplane.Nexthop, bool) {
 		nh := dataplane.Nexthop{Device: link.Name}
@@ -163,18 +167,16 @@ func throughLink(k netlink.Route, link *netlink.LinkAttrs) []dataplane.Nexthop {
 	}
 	var out []dataplane.Nexthop
 	for _, m := range k.MultiPath {
-		nh, ok := hop(m.LinkIndex, m.Gw, m.Flags)
-		if !ok || !nh.Gateway.IsValid() {
-			return nil
+		if nh, ok := hop(m.LinkIndex, m.Gw, m.Flags); ok && nh.Gateway.IsValid() {
+			out = append(out, nh)
 		}
-		out = append(out, nh)
 	}
 	return out
 }
 
 // holder is the interface holding address a.
 func (r *Router) holder(a netip.Addr, family int) (netlink.Link, error) {
-	addrs, err := r.h.AddrList(nil, family)
+	addrs, err := retried(func() ([]netlink.Addr, error) { return r.h.AddrList(nil, family) })
 	if err != nil {
 		return nil, fmt.Errorf("list addresses: %w", err)
 	}
@@ -184,4 +186,16 @@ func (r *Router) holder(a netip.Addr, family int) (netlink.Link, error) {
 		}
 	}
 	return nil, fmt.Errorf("no interface holds %s", a)
+}
+
+// retried runs a netlink dump again when the kernel says it changed while dumping (routes and
+// addresses come and go with pods): a partial listing would blackhole an egress IP's table.
+func retried[T any](dump func() ([]T, error)) ([]T, error) {
+	for try := 0; ; try++ {
+		out, err := dump()
+		if errors.Is(err, netlink.ErrDumpInterrupted) && try < 5 {
+			continue
+		}
+		return out, err
+	}
 }

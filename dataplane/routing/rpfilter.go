@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -29,7 +30,7 @@ func (r *Router) StrictRPFilter() []string {
 	var out []string
 	for index := range through {
 		l, err := r.h.LinkByIndex(index)
-		if err != nil || index == def {
+		if err != nil || index == def || l.Attrs().Flags&net.FlagLoopback != 0 {
 			continue
 		}
 		if name := l.Attrs().Name; max(all, rpFilter(name)) == 1 {
@@ -43,7 +44,9 @@ func (r *Router) StrictRPFilter() []string {
 // defaultInterface is the interface of main's IPv4 default route of the lowest metric (0: none,
 // or a multipath one).
 func (r *Router) defaultInterface() int {
-	routes, err := r.h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	routes, err := retried(func() ([]netlink.Route, error) {
+		return r.h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	})
 	if err != nil {
 		return 0
 	}

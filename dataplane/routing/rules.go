@@ -94,10 +94,7 @@ type ownedRule struct {
 
 // readRules returns the rules of both families in egressd's priority range.
 func (r *Router) readRules() ([]ownedRule, error) {
-	rules, err := r.h.RuleList(netlink.FAMILY_ALL)
-	for try := 0; errors.Is(err, netlink.ErrDumpInterrupted) && try < 5; try++ {
-		rules, err = r.h.RuleList(netlink.FAMILY_ALL)
-	}
+	rules, err := retried(func() ([]netlink.Rule, error) { return r.h.RuleList(netlink.FAMILY_ALL) })
 	if err != nil {
 		return nil, fmt.Errorf("list rules: %w", err)
 	}

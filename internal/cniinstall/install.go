@@ -26,6 +26,10 @@ import (
 // PluginType is egressd-cni's "type" in a configuration list, and its binary's name.
 const PluginType = "egressd-cni"
 
+// DefaultFailureFile is where the DaemonSet's init container (egressd install-cni) says it
+// could not install the binary: in the agent's runtime directory, shared with it.
+const DefaultFailureFile = "/run/egressd/install-cni.failed"
+
 // Installer keeps egressd-cni in the node's CNI chain.
 type Installer struct {
 	// Binary is the egressd-cni executable to install (in the agent's image).
@@ -34,6 +38,9 @@ type Installer struct {
 	// Without BinDir the binary is installed by someone else (the DaemonSet's init container,
 	// InstallBinary), so that the agent needs no write access to the host's plugins.
 	BinDir, ConfDir string
+	// FailureFile, without BinDir, is where the init container says it failed: the plugin is
+	// then not chained (a chained plugin the runtime cannot find fails every new pod).
+	FailureFile string
 	// Entry is egressd-cni's entry in the chain, e.g. {"type":"egressd-cni","socket":...}.
 	Entry map[string]any
 	Log   *slog.Logger
@@ -48,6 +55,8 @@ func (in *Installer) Run(ctx context.Context) error {
 		if err := InstallBinary(in.Binary, in.BinDir, in.Log); err != nil {
 			return err
 		}
+	} else if b, err := os.ReadFile(in.FailureFile); err == nil {
+		return fmt.Errorf("the init container could not install the binary (%s): %s", in.FailureFile, strings.TrimSpace(string(b)))
 	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -263,5 +264,23 @@ func TestRunWithoutBinDirOnlyChains(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(plugins); len(entries) != 0 {
 		t.Errorf("the plugin directory holds %v, want nothing", entries)
+	}
+}
+
+// TestRunDoesNotChainWhatTheInitContainerFailedToInstall: a chained plugin the runtime cannot
+// find would fail every new pod; the agent reports the init container's failure instead.
+func TestRunDoesNotChainWhatTheInitContainerFailedToInstall(t *testing.T) {
+	in := installer(t)
+	in.BinDir, in.FailureFile = "", filepath.Join(t.TempDir(), "install-cni.failed")
+	list := write(t, in.ConfDir, "10-flannel.conflist", flannel)
+	if err := os.WriteFile(in.FailureFile, []byte("install egressd-cni into /host/opt/cni/bin: permission denied\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := in.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Errorf("Run: %v, want the init container's failure", err)
+	}
+	if b, _ := os.ReadFile(list); string(b) != flannel {
+		t.Errorf("the primary list was changed:\n%s", b)
 	}
 }

@@ -180,12 +180,21 @@ func nodePodCIDRs(snap *watchers.Snapshot) []netip.Prefix {
 // ParseCIDR parses a destination CIDR of an API object as upstream does, with net.ParseCIDR:
 // a prefix length with leading zeros ("10.0.0.0/08"), which the API server's cidr format
 // accepts too, is taken; the error is upstream's ("invalid CIDR address: ..."). The prefix is
-// masked.
+// masked; an IPv4-mapped IPv6 one of at least 96 bits is the IPv4 prefix it maps
+// ("::ffff:10.0.0.0/104" is 10.0.0.0/8, as upstream's net.IPNet reads it).
 func ParseCIDR(s string) (netip.Prefix, error) {
 	_, n, err := net.ParseCIDR(s)
 	if err != nil {
 		return netip.Prefix{}, err
 	}
-	p, _ := netipx.FromStdIPNet(n)
-	return p, nil
+	a, _ := netip.AddrFromSlice(n.IP)
+	ones, bits := n.Mask.Size()
+	if a.Is4In6() && bits == 128 && ones >= 96 {
+		a, ones = a.Unmap(), ones-96
+	}
+	p := netip.PrefixFrom(a, ones)
+	if !p.IsValid() {
+		return netip.Prefix{}, &net.ParseError{Type: "CIDR address", Text: s}
+	}
+	return p.Masked(), nil
 }
