@@ -43,6 +43,9 @@ func TestPrivilegedApplierPodMovesInterface(t *testing.T) {
 	case <-a.Changed():
 	default:
 	}
+	// A late event of the new veth may have taken the pod's interface out of the cache (and
+	// its signal was drained): a sync puts it back, as the agent's would.
+	l.mustApply(t, a, fullState())
 	l.node.MustRun(t, "ip", "route", "replace", podIP.String()+"/32", "via", extIP.String())
 	select {
 	case <-a.Changed():
