@@ -90,6 +90,15 @@ func (l *lab) router(t *testing.T) *Router {
 	return r
 }
 
+// strictRPFilter is r.StrictRPFilter, read in the router namespace (sysctls are per namespace).
+func (l *lab) strictRPFilter(t *testing.T, r *Router) (out []string) {
+	t.Helper()
+	if err := l.r.Do(func() error { out = r.StrictRPFilter(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // ip runs iproute2 in the router namespace and returns its output without trailing spaces.
 func (l *lab) ip(t *testing.T, args ...string) string {
 	t.Helper()

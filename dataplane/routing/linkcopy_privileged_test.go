@@ -80,23 +80,16 @@ func TestPrivilegedLinkTableCopiesTheInterfacesRoutes(t *testing.T) {
 		t.Errorf("Copies(e1, main)=%v Copies(e2, main)=%v Copies(e1, 7100)=%v, want true, false, false", r.Copies(e1, main), r.Copies(e2, main), r.Copies(e1, 7100))
 	}
 	// A strict reverse path filter on e1 drops the replies: reported, and no longer once loose.
-	strict := func() (out []string) {
-		t.Helper()
-		if err := l.r.Do(func() error { out = r.StrictRPFilter(); return nil }); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
 	if err := l.r.Script("sysctl -qw net.ipv4.conf.all.rp_filter=0", "sysctl -qw net.ipv4.conf.e1.rp_filter=1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := strict(); !slices.Equal(got, []string{"e1"}) {
+	if got := l.strictRPFilter(t, r); !slices.Equal(got, []string{"e1"}) {
 		t.Errorf("StrictRPFilter with e1 strict: %v, want [e1]", got)
 	}
 	if err := l.r.Script("sysctl -qw net.ipv4.conf.e1.rp_filter=2"); err != nil {
 		t.Fatal(err)
 	}
-	if got := strict(); len(got) != 0 {
+	if got := l.strictRPFilter(t, r); len(got) != 0 {
 		t.Errorf("StrictRPFilter with e1 loose: %v, want none", got)
 	}
 	for _, v6 := range []bool{false, true} {

@@ -21,13 +21,6 @@ func TestPrivilegedStrictRPFilter(t *testing.T) {
 			t.Fatal(errs)
 		}
 	}
-	strict := func() (out []string) {
-		t.Helper()
-		if err := l.r.Do(func() error { out = r.StrictRPFilter(); return nil }); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
 	for _, step := range []struct {
 		name   string
 		script []string
@@ -42,7 +35,7 @@ func TestPrivilegedStrictRPFilter(t *testing.T) {
 		if err := l.r.Script(step.script...); err != nil {
 			t.Fatal(err)
 		}
-		if got := strict(); !slices.Equal(got, step.want) {
+		if got := l.strictRPFilter(t, r); !slices.Equal(got, step.want) {
 			t.Errorf("%s: %v, want %v", step.name, got, step.want)
 		}
 	}

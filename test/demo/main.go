@@ -266,17 +266,7 @@ func demoEgressIP(ctx context.Context, l *lab.Lab, c *checker, pods []*lab.Pod) 
 		return err
 	}
 	const eip = "172.18.0.200"
-	if err := l.Kube.Apply(ctx, "", `apiVersion: k8s.ovn.org/v1
-kind: EgressIP
-metadata:
-  name: demo-clients
-spec:
-  egressIPs: ["`+eip+`"]
-  namespaceSelector:
-    matchLabels: {kubernetes.io/metadata.name: demo}
-  podSelector:
-    matchLabels: {app: client}
-`); err != nil {
+	if err := demoNamespaceEgressIP(ctx, l, "demo-clients", "client", eip); err != nil {
 		return err
 	}
 	items := awaitItems(ctx, l, "demo-clients")
@@ -309,6 +299,22 @@ spec:
 		c.check(fmt.Sprintf("%s (%s) -> Service demo/web %s:443 source", p.Name, p.Node.Name, clusterIP), "ok "+eip, fmt.Sprintf("%s %s", r.Outcome, r.Seen.Src))
 	}
 	return nil
+}
+
+// demoNamespaceEgressIP applies EgressIP name: ip for the pods labelled app=<app> of namespace
+// demo.
+func demoNamespaceEgressIP(ctx context.Context, l *lab.Lab, name, app, ip string) error {
+	return l.Kube.Apply(ctx, "", fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
+kind: EgressIP
+metadata:
+  name: %s
+spec:
+  egressIPs: [%q]
+  namespaceSelector:
+    matchLabels: {kubernetes.io/metadata.name: demo}
+  podSelector:
+    matchLabels: {app: %s}
+`, name, ip, app))
 }
 
 // outsideService creates a Service without selector in ns whose one endpoint is ip:port, and

@@ -38,17 +38,7 @@ func demoSecondaryEgressIP(ctx context.Context, l *lab.Lab, c *checker, host *la
 		return err
 	}
 	const eip = "10.10.10.100"
-	if err := l.Kube.Apply(ctx, "", `apiVersion: k8s.ovn.org/v1
-kind: EgressIP
-metadata:
-  name: demo-voice
-spec:
-  egressIPs: ["`+eip+`"]
-  namespaceSelector:
-    matchLabels: {kubernetes.io/metadata.name: demo}
-  podSelector:
-    matchLabels: {app: voice}
-`); err != nil {
+	if err := demoNamespaceEgressIP(ctx, l, "demo-voice", "voice", eip); err != nil {
 		return err
 	}
 	c.check("status.items", n1.Name+"="+eip, awaitItems(ctx, l, "demo-voice"))

@@ -164,15 +164,7 @@ func TestPrivilegedCNIFirstPacketEgressIP(t *testing.T) {
 	}
 	ns := egressNamespace(t, l)
 	name := "eip-" + ns
-	apply(t, l, "", fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
-kind: EgressIP
-metadata: {name: %s}
-spec:
-  egressIPs: [%q]
-  namespaceSelector: {matchLabels: {egress: "yes"}}
-  podSelector: {matchLabels: {app: eip}}
-`, name, eip4))
-	t.Cleanup(func() { _ = l.Kube.Delete(context.Background(), "k8s.ovn.org/v1", "EgressIP", "", name) })
+	createEgressIP(t, l, name, "eip", eip4)
 	waitItems(t, l, name, l.Nodes[1].Name+"="+eip4)
 	// The egress node is ready: a pod selected before serves as a witness.
 	witness := addPod(t, l.Nodes[0], ns, "witness", lab.PodOptions{Labels: map[string]string{"app": "eip"}})

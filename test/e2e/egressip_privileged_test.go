@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,6 +42,25 @@ func labelEgress(t testing.TB, c kubernetes.Interface, ns string) {
 	if _, err := c.CoreV1().Namespaces().Patch(context.Background(), ns, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// createEgressIP creates EgressIP name with ips for the pods labelled app=<app> in the
+// namespaces egressNamespace makes, deleted when the test ends.
+func createEgressIP(t testing.TB, l *lab.Lab, name, app string, ips ...string) {
+	t.Helper()
+	quoted := make([]string, len(ips))
+	for i, ip := range ips {
+		quoted[i] = strconv.Quote(ip)
+	}
+	apply(t, l, "", fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
+kind: EgressIP
+metadata: {name: %s}
+spec:
+  egressIPs: [%s]
+  namespaceSelector: {matchLabels: {egress: "yes"}}
+  podSelector: {matchLabels: {app: %s}}
+`, name, strings.Join(quoted, ", "), app))
+	t.Cleanup(func() { _ = l.Kube.Delete(context.Background(), "k8s.ovn.org/v1", "EgressIP", "", name) })
 }
 
 // egressIPItems reads an EgressIP's status.items as "node=ip" strings, sorted.

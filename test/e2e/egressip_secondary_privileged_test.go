@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -59,15 +58,7 @@ func TestPrivilegedEgressIPSecondaryNetwork(t *testing.T) {
 	sel1 := addPod(t, n1, ns, "sel1", lab.PodOptions{Labels: sel})
 	const v4 = "10.10.10.100"
 	name := "eip-" + ns
-	apply(t, l, "", fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
-kind: EgressIP
-metadata: {name: %s}
-spec:
-  egressIPs: [%q]
-  namespaceSelector: {matchLabels: {egress: "yes"}}
-  podSelector: {matchLabels: {app: eip}}
-`, name, v4))
-	t.Cleanup(func() { _ = l.Kube.Delete(context.Background(), "k8s.ovn.org/v1", "EgressIP", "", name) })
+	createEgressIP(t, l, name, "eip", v4)
 	waitItems(t, l, name, n0.Name+"="+v4)
 
 	eip4 := netip.MustParseAddr(v4)
@@ -95,15 +86,7 @@ spec:
 	sel6 := map[string]string{"app": "eip6"}
 	six0 := addPod(t, n0, ns, "six0", lab.PodOptions{Labels: sel6})
 	six1 := addPod(t, n1, ns, "six1", lab.PodOptions{Labels: sel6})
-	apply(t, l, "", fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
-kind: EgressIP
-metadata: {name: %s}
-spec:
-  egressIPs: [%q]
-  namespaceSelector: {matchLabels: {egress: "yes"}}
-  podSelector: {matchLabels: {app: eip6}}
-`, name6, "2001:db8:abcd:1234::106"))
-	t.Cleanup(func() { _ = l.Kube.Delete(context.Background(), "k8s.ovn.org/v1", "EgressIP", "", name6) })
+	createEgressIP(t, l, name6, "eip6", "2001:db8:abcd:1234::106")
 	waitItems(t, l, name6, n0.Name+"=2001:db8:abcd:1234::106")
 	eip6 := netip.MustParseAddr("2001:db8:abcd:1234::106")
 	eventuallySource(t, "IPv6, the egress node's own pod", six0, "[2001:db8::10]:80", eip6)

@@ -42,15 +42,7 @@ func TestPrivilegedEgressIPThroughServiceToOutside(t *testing.T) {
 	svc4, svc6 := selectorlessService(t, l, ns, "db", []backendPort{{"http", corev1.ProtocolTCP, 80, 80}, {"dns", corev1.ProtocolUDP, 80, 80}},
 		[]string{"203.0.113.10"}, []string{"2001:db8::10"})
 	name := "eip-" + ns
-	apply(t, l, "", fmt.Sprintf(`apiVersion: k8s.ovn.org/v1
-kind: EgressIP
-metadata: {name: %s}
-spec:
-  egressIPs: [%q, %q]
-  namespaceSelector: {matchLabels: {egress: "yes"}}
-  podSelector: {matchLabels: {app: eip}}
-`, name, eip4, eip6))
-	t.Cleanup(func() { _ = l.Kube.Delete(context.Background(), "k8s.ovn.org/v1", "EgressIP", "", name) })
+	createEgressIP(t, l, name, "eip", eip4, eip6)
 	n0, n1 := l.Nodes[0], l.Nodes[1]
 	waitItems(t, l, name, n0.Name+"="+eip4, n1.Name+"="+eip6)
 
