@@ -4,9 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
-	"os"
 
 	flag "github.com/spf13/pflag"
 
@@ -15,16 +13,17 @@ import (
 
 // installCNI is the command of the DaemonSet's init container (egressd install-cni): it copies
 // egressd-cni into the host's CNI plugin directory and exits, so that the agent itself needs no
-// write access there (it only chains the plugin, in the configuration directory). A failure is
-// written to the failure file, which the agent reads (it then leaves the chain alone, and
-// programs new pods from the API only), and the command still succeeds: an init container that
-// fails would keep the agent from starting at all, leaving the node without egress policies.
+// write access there (it only chains the plugin, in the configuration directory). The outcome
+// goes to the status file, which the agent reads: after a failure it leaves the chain alone
+// (new pods are programmed from the API only), and the command still succeeds: an init
+// container that fails would keep the agent from starting at all, leaving the node without
+// egress policies.
 func installCNI(args []string, stderr io.Writer) int {
 	flags := flag.NewFlagSet("egressd install-cni", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	binDir := flags.String("cni-bin-dir", "/opt/cni/bin", "the host's CNI plugin directory (as mounted)")
 	binary := flags.String("cni-plugin-binary", defaultCNIBinary(), "the egressd-cni executable to install")
-	failure := flags.String("failure-file", cniinstall.DefaultFailureFile, "where a failure is written for the agent (removed on success)")
+	statusFile := flags.String("status-file", cniinstall.DefaultStatusFile, "where the outcome is written for the agent")
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -33,15 +32,11 @@ func installCNI(args []string, stderr io.Writer) int {
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
 	err := cniinstall.InstallBinary(*binary, *binDir, log)
-	if err == nil {
-		if rerr := os.Remove(*failure); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-			log.Error("remove the failure file of an earlier run", "file", *failure, "err", rerr)
-		}
-		return 0
+	if err != nil {
+		log.Error("egressd-cni not installed: the agent will not chain it", "err", err)
 	}
-	log.Error("egressd-cni not installed: the agent will not chain it", "err", err)
-	if werr := os.WriteFile(*failure, []byte(err.Error()+"\n"), 0o644); werr != nil {
-		fmt.Fprintln(stderr, "egressd install-cni:", err, "; and the failure file:", werr)
+	if werr := cniinstall.WriteStatus(*statusFile, err); werr != nil {
+		fmt.Fprintln(stderr, "egressd install-cni: write the status file:", werr)
 		return 1
 	}
 	return 0

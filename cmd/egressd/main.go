@@ -202,9 +202,9 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		defer cs.Close()
 		if cfg.cniConfDir != "" {
 			in := &cniinstall.Installer{Binary: cfg.cniBinary, BinDir: cfg.cniBinDir, ConfDir: cfg.cniConfDir,
-				FailureFile: filepath.Join(filepath.Dir(cfg.cniSocket), filepath.Base(cniinstall.DefaultFailureFile)),
-				Entry:       map[string]any{"type": cniinstall.PluginType, "socket": cfg.cniSocket, "failOpen": cfg.cniFailOpen},
-				Log:         log.With("component", "cni-install")}
+				StatusFile: filepath.Join(filepath.Dir(cfg.cniSocket), filepath.Base(cniinstall.DefaultStatusFile)),
+				Entry:      map[string]any{"type": cniinstall.PluginType, "socket": cfg.cniSocket, "failOpen": cfg.cniFailOpen},
+				Log:        log.With("component", "cni-install")}
 			go func() {
 				if err := in.Run(ctx); err != nil {
 					log.Error("egressd-cni not installed: new pods are programmed from the API only", "component", "cni-install", "err", err)

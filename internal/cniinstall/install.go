@@ -26,9 +26,12 @@ import (
 // PluginType is egressd-cni's "type" in a configuration list, and its binary's name.
 const PluginType = "egressd-cni"
 
-// DefaultFailureFile is where the DaemonSet's init container (egressd install-cni) says it
-// could not install the binary: in the agent's runtime directory, shared with it.
-const DefaultFailureFile = "/run/egressd/install-cni.failed"
+// DefaultStatusFile is where the DaemonSet's init container (egressd install-cni) says whether
+// it installed the binary: in the agent's runtime directory, shared with it.
+const DefaultStatusFile = "/run/egressd/install-cni.status"
+
+// installed is the status file's content after a successful install.
+const installed = "installed"
 
 // Installer keeps egressd-cni in the node's CNI chain.
 type Installer struct {
@@ -38,9 +41,11 @@ type Installer struct {
 	// Without BinDir the binary is installed by someone else (the DaemonSet's init container,
 	// InstallBinary), so that the agent needs no write access to the host's plugins.
 	BinDir, ConfDir string
-	// FailureFile, without BinDir, is where the init container says it failed: the plugin is
-	// then not chained (a chained plugin the runtime cannot find fails every new pod).
-	FailureFile string
+	// StatusFile is where the init container says whether it installed the binary (absent:
+	// there is none). When it failed the plugin is not chained (a chained plugin the runtime
+	// cannot find fails every new pod); when it succeeded, a failure to install the binary
+	// from BinDir (a leftover flag, the directory no longer mounted) does not stop chaining.
+	StatusFile string
 	// Entry is egressd-cni's entry in the chain, e.g. {"type":"egressd-cni","socket":...}.
 	Entry map[string]any
 	Log   *slog.Logger
@@ -51,12 +56,17 @@ type Installer struct {
 // It leaves the chain as it is when it returns: an agent restarting (an upgrade) must not open
 // a window in which pods start without policy; Uninstall is the uninstaller's step.
 func (in *Installer) Run(ctx context.Context) error {
+	status, err := os.ReadFile(in.StatusFile)
+	byInit := err == nil && in.StatusFile != ""
+	if s := strings.TrimSpace(string(status)); byInit && s != installed {
+		return fmt.Errorf("the init container could not install the binary (%s): %s", in.StatusFile, s)
+	}
 	if in.BinDir != "" {
-		if err := InstallBinary(in.Binary, in.BinDir, in.Log); err != nil {
+		if err := InstallBinary(in.Binary, in.BinDir, in.Log); err != nil && !byInit {
 			return err
+		} else if err != nil {
+			in.Log.Warn("the init container installed egressd-cni; --cni-bin-dir is not needed", "err", err)
 		}
-	} else if b, err := os.ReadFile(in.FailureFile); err == nil {
-		return fmt.Errorf("the init container could not install the binary (%s): %s", in.FailureFile, strings.TrimSpace(string(b)))
 	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -172,6 +182,15 @@ func InstallBinary(binary, binDir string, log *slog.Logger) error {
 	}
 	log.Info("egressd-cni installed", "path", dst)
 	return nil
+}
+
+// WriteStatus writes the init container's outcome (err nil: installed) to the status file.
+func WriteStatus(file string, err error) error {
+	s := installed
+	if err != nil {
+		s = "failed: " + err.Error()
+	}
+	return writeAtomic(file, []byte(s+"\n"), 0o644)
 }
 
 // ensure appends the entry to the primary configuration unless it is its last plugin already;

@@ -267,20 +267,33 @@ func TestRunWithoutBinDirOnlyChains(t *testing.T) {
 	}
 }
 
-// TestRunDoesNotChainWhatTheInitContainerFailedToInstall: a chained plugin the runtime cannot
-// find would fail every new pod; the agent reports the init container's failure instead.
-func TestRunDoesNotChainWhatTheInitContainerFailedToInstall(t *testing.T) {
-	in := installer(t)
-	in.BinDir, in.FailureFile = "", filepath.Join(t.TempDir(), "install-cni.failed")
-	list := write(t, in.ConfDir, "10-flannel.conflist", flannel)
-	if err := os.WriteFile(in.FailureFile, []byte("install egressd-cni into /host/opt/cni/bin: permission denied\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	err := in.Run(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "permission denied") {
-		t.Errorf("Run: %v, want the init container's failure", err)
-	}
-	if b, _ := os.ReadFile(list); string(b) != flannel {
-		t.Errorf("the primary list was changed:\n%s", b)
+// TestRunFollowsTheInitContainersStatus: a chained plugin the runtime cannot find would fail
+// every new pod, so after the init container's failure the agent reports it and chains
+// nothing; after its success, a leftover --cni-bin-dir whose directory is not mounted any more
+// does not keep the agent from chaining.
+func TestRunFollowsTheInitContainersStatus(t *testing.T) {
+	for _, tc := range []struct {
+		name, status, binDir string
+		chained              bool
+	}{
+		{"failed", "failed: install egressd-cni into /host/opt/cni/bin: permission denied\n", "", false},
+		{"installed, leftover --cni-bin-dir", "installed\n", "/nonexistent/opt/cni/bin", true},
+	} {
+		in := installer(t)
+		in.BinDir, in.StatusFile = tc.binDir, filepath.Join(t.TempDir(), "install-cni.status")
+		list := write(t, in.ConfDir, "10-flannel.conflist", flannel)
+		if err := os.WriteFile(in.StatusFile, []byte(tc.status), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := in.Run(ctx)
+		cancel()
+		b, _ := os.ReadFile(list)
+		if chained := bytes.Contains(b, []byte(PluginType)); chained != tc.chained {
+			t.Errorf("%s: chained %v, want %v (Run: %v)", tc.name, chained, tc.chained, err)
+		}
+		if !tc.chained && (err == nil || !strings.Contains(err.Error(), "permission denied")) {
+			t.Errorf("%s: Run: %v, want the init container's failure", tc.name, err)
+		}
 	}
 }
