@@ -91,11 +91,13 @@ func cleanup(o options) (cleanupReport, error) {
 	return r, nil
 }
 
-// removeSocketDir removes the agent's CNI socket (left by an agent that was killed) and its
-// directory, unless something else lives there.
+// removeSocketDir removes the agent's CNI socket (left by an agent that was killed), the init
+// container's status file next to it, and their directory, unless something else lives there.
 func removeSocketDir(socket string) error {
-	if err := os.Remove(socket); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+	for _, f := range []string{socket, filepath.Join(filepath.Dir(socket), filepath.Base(cniinstall.DefaultStatusFile))} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
 	}
 	err := os.Remove(filepath.Dir(socket))
 	if err == nil || errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
