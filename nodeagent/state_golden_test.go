@@ -67,6 +67,12 @@ func TestDesiredStateGolden(t *testing.T) {
 	secondary := &ovnv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "eip"}, Spec: eip.Spec,
 		Status: ovnv1.EgressIPStatus{Items: []ovnv1.EgressIPStatusItem{{Node: "n1", EgressIP: "198.51.100.100"}}}}
 	secondary.Spec.EgressIPs = []ovnv1.IPAddress{"198.51.100.100"}
+	// One object, two paths of one slot: IPv4 SNATed here on the secondary network (x1, and x2
+	// of n2), IPv6 steered to n5 (x1): one table, the copy of the interface for IPv4, a route
+	// to n5 for IPv6.
+	split := secondary.DeepCopy()
+	split.Spec.EgressIPs = append(split.Spec.EgressIPs, "2001:db8::105")
+	split.Status.Items = append(split.Status.Items, ovnv1.EgressIPStatusItem{Node: "n5", EgressIP: "2001:db8::105"})
 	cloudNode := node("n4", `{"ipv4":"192.0.2.4/24"}`)
 	cloudNode.Annotations[egressip.CloudConfigAnnotation] = `[{"interface":"eni-4","ifaddr":{"ipv4":"192.0.2.0/24"},"capacity":{"ipv4":14}}]`
 	const pathsHelp = "# HELP egressd_steered_path_pod_addresses Pod addresses steered through the path of an object (EgressIP, AdminPolicyBasedExternalRoute, EgressService), by the skb->mark that selects its ip rules and table: local pods, and for an egress IP of this node on a secondary host network every pod SNATed to it (its table copies the routes of the IP's interface); kind ExternalGateway is a gateway's return path, whose mark only the replies of connections it brought carry (0 pod addresses).\n# TYPE egressd_steered_path_pod_addresses gauge\n"
@@ -87,6 +93,8 @@ func TestDesiredStateGolden(t *testing.T) {
 		// only over IPv6, which it does not have.
 		{"egressip", []runtime.Object{eip}, pathsHelp + `egressd_steered_path_pod_addresses{kind="EgressIP",mark="0x10000",object="eip"} 1` + "\n"},
 		{"egressip-secondary", []runtime.Object{secondary}, pathsHelp + `egressd_steered_path_pod_addresses{kind="EgressIP",mark="0x10000",object="eip"} 2` + "\n"},
+		{"egressip-secondary-split", []runtime.Object{split, node("n5", `{"ipv6":"2001:db8::5/64"}`)},
+			pathsHelp + `egressd_steered_path_pod_addresses{kind="EgressIP",mark="0x10000",object="eip"} 3` + "\n"},
 		// The same in a cloud (a node carries the CNCC's annotation): steering takes the
 		// tunnel even to egress nodes of this node's subnet.
 		{"egressip-cloud", []runtime.Object{eip, cloudNode}, pathsHelp + `egressd_steered_path_pod_addresses{kind="EgressIP",mark="0x10000",object="eip"} 1` + "\n"},
