@@ -62,8 +62,8 @@ type NftablesState struct {
 	// Exempt and that is still unmarked before the routing decision gets the pod's mark: the
 	// classifier runs before DNAT and leaves a packet to a Service address (exempt) unmarked,
 	// where upstream's reroute policies match after OVN's load balancer. A remote pod's packet
-	// to a destination outside Exempt, which arrives from the wire where no classifier saw it,
-	// gets its mark unless DNAT here sent it there (pod to node traffic, exempt upstream).
+	// to a destination outside Exempt (after DNAT here, if any), which arrives from the wire
+	// where no classifier saw it, gets its mark.
 	Steered []SteeredPod
 	// ReturnPaths send the replies of connections that a gateway forwards to local pods back
 	// through that gateway (upstream's ecmp_symmetric_reply), by its Mark under SteerMask.

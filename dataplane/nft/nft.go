@@ -62,8 +62,8 @@
 //     gives a steered local pod's DNATed packet its steering mark when the classifier, which
 //     saw the Service address, left it unmarked and the backend is not exempt: verdict maps
 //     steer_pods4/6 (pod : jump steer_mark_<mark>); and the packets of other nodes' pods SNATed
-//     here to an egress IP on a secondary network (no classifier saw them) theirs, unless DNATed
-//     here: steer_remote4/6 (steering.go).
+//     here to an egress IP on a secondary network (no classifier saw them) theirs:
+//     steer_remote4/6 (steering.go).
 //   - steer_mark_<mark>: sets mark under the steering mask, keeping the other bits; one chain
 //     per mark in use.
 //

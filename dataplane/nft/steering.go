@@ -21,8 +21,10 @@ import (
 // decision. Its guard would otherwise drop it (nothing steered nor SNATed it). The packets of
 // other nodes' pods that this node SNATs to an egress IP on a secondary network arrive from the
 // wire, where no classifier saw them: they get their mark (which selects the table of that IP's
-// interface) the same way, unless DNAT here sent them on (to a NodePort's backend: pod to node
-// traffic, which upstream never sends out with an egress IP).
+// interface) the same way, DNATed here or not. (A pod reaching this node's NodePort whose
+// backend is outside leaves with the egress IP, as it does on an egress IP of the primary
+// network: upstream exempts pod to node traffic and SNATs it to the node's address; egressd
+// SNATs by the destination after DNAT. Not marking it would only send it out of the wrong NIC.)
 //
 // As for the return paths (returnpaths.go), the mark cannot be OR-ed from a map: the maps are
 // verdict maps to one chain per mark, steer_mark_<mark>, which sets that constant under the
@@ -76,7 +78,7 @@ func steerChains(c contents) []string {
 //	ip daddr != @egressip_exempt4 ip saddr vmap @steer_pods4 (ip6 likewise)
 //	ct direction original ct status dnat meta mark & mask != 0
 //	ip daddr @egressip_exempt4 meta mark set meta mark & ~mask (ip6 likewise)
-//	ct direction original ct status != dnat meta mark & mask == 0
+//	ct direction original meta mark & mask == 0
 //	ip daddr != @egressip_exempt4 ip saddr vmap @steer_remote4 (ip6 likewise)
 //
 // The second undoes the converse: the classifier marked a packet to an address that is not
@@ -103,7 +105,7 @@ func steerRules(mask uint32, sets map[string]*nftables.Set) [][]expr.Any {
 		rules = append(rules, slices.Concat(nfproto(v4), ctDirection(ctDirOriginal), ctStatus(ctStatusDstNAT, false), unmarked(v4, exempt, local)))
 		rules = append(rules, slices.Concat(nfproto(v4), ctDirection(ctDirOriginal), ctStatus(ctStatusDstNAT, false),
 			marked(mask), []expr.Any{addrField(v4, false, 1), lookup(exempt, 1, false)}, setMark(0, mask, false)))
-		rules = append(rules, slices.Concat(nfproto(v4), ctDirection(ctDirOriginal), ctStatus(ctStatusDstNAT, true), unmarked(v4, exempt, remote)))
+		rules = append(rules, slices.Concat(nfproto(v4), ctDirection(ctDirOriginal), unmarked(v4, exempt, remote)))
 	}
 	return rules
 }
