@@ -49,6 +49,10 @@ type NftablesState struct {
 	// masqueraded, since the CNI's NAT would bind the flow to this node's address for its life.
 	// Its sender's retransmission leaves with the egress IP once the pod is known.
 	RemotePods []netip.Prefix
+	// Secondary are the egress IPs of SNAT on a secondary network of this node: a packet that
+	// leaves with one of them as its source through another interface than the one holding it
+	// is dropped (its table was not there yet, or its interface went down).
+	Secondary []netip.Addr
 	// SteerNexthops are where a steered packet may leave towards: the egress node reached with
 	// its mark (the route's nexthop address). A steered packet leaving elsewhere with its pod
 	// source is dropped.

@@ -96,6 +96,7 @@ func merge(networks, vips []netip.Prefix, p *parts, st *steering, mask uint32) (
 	s.Nftables.Exempt = union(union(p.egressIP.Exempt, p.service.Exempt, byAddr), vips, byAddr)
 	s.Classifier.SteerExempt = s.Nftables.Exempt
 	s.Nftables.Guarded = union(p.egressIP.Guarded, p.service.Guarded, netip.Addr.Compare)
+	s.Nftables.Secondary = p.egressIP.Secondary
 	// Some pod's packets may be steered to this node: other nodes' pods it does not know are
 	// dropped, unless this node is an external gateway of theirs (a host-network gateway pod),
 	// which forwards them by design.

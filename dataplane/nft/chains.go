@@ -63,7 +63,7 @@ func activeTargets(c contents) []string {
 	if has(backendDSCP4Set, backendDSCP6Set) {
 		out = append(out, qosBackendsChain)
 	}
-	if has(snat4Set, snat6Set, addrs4Set, addrs6Set, guarded4Set, guarded6Set, remotePods4Set, remotePods6Set,
+	if has(snat4Set, snat6Set, addrs4Set, addrs6Set, guarded4Set, guarded6Set, secondary4Set, secondary6Set, remotePods4Set, remotePods6Set,
 		steerNexthops4Set, steerNexthops6Set, steerDevicesSet, extrouteGateways4Set, extrouteGateways6Set, extrouteMarksSet) {
 		out = append(out, egressIPPrerouting, egressIPSNAT, egressIPGuard)
 	}

@@ -28,6 +28,8 @@ const (
 	addrs6Set         = "egressip_addrs6"
 	guarded4Set       = "egressip_guarded4"
 	guarded6Set       = "egressip_guarded6"
+	secondary4Set     = "egressip_secondary4"
+	secondary6Set     = "egressip_secondary6"
 	steerNexthops4Set = "egressip_steer_nexthops4"
 	steerNexthops6Set = "egressip_steer_nexthops6"
 	steerDevicesSet   = "egressip_steer_devices"
@@ -48,6 +50,8 @@ var egressIPSets = []*nftables.Set{
 	{Table: table, Name: addrs6Set, Counter: true, KeyType: nftables.TypeIP6Addr},
 	{Table: table, Name: guarded4Set, KeyType: nftables.TypeIPAddr},
 	{Table: table, Name: guarded6Set, KeyType: nftables.TypeIP6Addr},
+	{Table: table, Name: secondary4Set, KeyType: nftables.TypeIPAddr},
+	{Table: table, Name: secondary6Set, KeyType: nftables.TypeIP6Addr},
 	{Table: table, Name: remotePods4Set, Interval: true, KeyType: nftables.TypeIPAddr},
 	{Table: table, Name: remotePods6Set, Interval: true, KeyType: nftables.TypeIP6Addr},
 	{Table: table, Name: steerNexthops4Set, Concatenation: true,
@@ -91,6 +95,12 @@ func addEgressIP(c contents, s *dataplane.NftablesState) map[dataplane.Origin]er
 		a = a.Unmap()
 		if a.IsValid() {
 			c.add(family(a, guarded4Set, guarded6Set), string(a.AsSlice()), "", nftables.SetElement{Key: a.AsSlice()})
+		}
+	}
+	for _, a := range s.Secondary {
+		a = a.Unmap()
+		if a.IsValid() {
+			c.add(family(a, secondary4Set, secondary6Set), string(a.AsSlice()), "", nftables.SetElement{Key: a.AsSlice()})
 		}
 	}
 	for _, n := range s.SteerNexthops {
@@ -225,6 +235,16 @@ func egressIPRules(mask uint32, sets map[string]*nftables.Set) map[string][][]ex
 	for _, v4 := range both {
 		// ct status snat ip saddr @egressip_addrs4: the element's counter counts the packet.
 		add(egressIPGuard, nfproto(v4), ctStatus(ctStatusSrcNAT, false), one(addrField(v4, true, 1), lookup(pick(v4, addrs4Set, addrs6Set), 1, false)))
+	}
+	local := binary.NativeEndian.AppendUint32(nil, unix.RTN_LOCAL)
+	for _, v4 := range both {
+		// ip saddr @egressip_secondary4 fib saddr . oif type != local counter name
+		// egressip_misrouted drop: SNATed to an egress IP of a secondary network, the packet must
+		// leave through the interface holding it (upstream keys that SNAT by the interface); any
+		// other way out (its table not there yet, its interface down) is the wrong network.
+		add(egressIPGuard, nfproto(v4), one(addrField(v4, true, 1), lookup(pick(v4, secondary4Set, secondary6Set), 1, false),
+			&expr.Fib{Register: 1, FlagSADDR: true, FlagOIF: true, ResultADDRTYPE: true},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: local}), count(misroutedCounter))
 	}
 	if mask != 0 {
 		add(egressIPGuard, marked(mask), one(&expr.Verdict{Kind: expr.VerdictGoto, Chain: egressIPGuardSteered}))

@@ -82,7 +82,11 @@ func TestPrivilegedEgressIPTraffic(t *testing.T) {
 	pod, node, ext := netns.New(t, "pod"), netns.New(t, "node"), netns.New(t, "ext")
 	netns.Veth(t, pod, "eth0", node, "pod0")
 	netns.Veth(t, node, "ext0", ext, "eth0")
-	pod.Addr(t, "eth0", "10.244.0.5/24", "10.244.0.6/24", "10.244.0.7/24", "10.244.0.9/24", "10.245.0.8/32",
+	// A secondary network, 198.51.100.0/24 on ext1, holding the egress IP 198.51.100.100.
+	netns.Veth(t, node, "ext1", ext, "eth1")
+	node.Addr(t, "ext1", "198.51.100.1/24", "198.51.100.100/32")
+	ext.Addr(t, "eth1", "198.51.100.2/24")
+	pod.Addr(t, "eth0", "10.244.0.4/24", "10.244.0.10/24", "10.244.0.5/24", "10.244.0.6/24", "10.244.0.7/24", "10.244.0.9/24", "10.245.0.8/32",
 		"10.246.0.3/32", "fd00:10:244::5/64", "fd00:10:244::6/64", "fd00:10:244::8/64", "fd00:10:246::3/128")
 	node.Addr(t, "pod0", "10.244.0.1/24", "fd00:10:244::1/64")
 	node.Addr(t, "ext0", "192.0.2.1/24", "192.0.2.100/32", "2001:db8:0:1::1/64", "2001:db8:0:1::100/128")
@@ -102,6 +106,8 @@ func TestPrivilegedEgressIPTraffic(t *testing.T) {
 			"ip -6 rule add fwmark 0x10000/0xff0000 table 100", "ip -6 route add default via 2001:db8:0:1::2 table 100",
 			"ip rule add fwmark 0x20000/0xff0000 table 101", "ip route add default via 192.0.2.3 table 101",
 			"ip rule add fwmark 0x30000/0xff0000 table 102", "ip route add blackhole default table 102",
+			// The secondary network's table (mark 4), as the routing copies it.
+			"ip rule add fwmark 0x40000/0xff0000 table 103", "ip route add default via 198.51.100.2 dev ext1 table 103",
 			// The CNI's masquerade, at the standard srcnat priority.
 			"nft add table ip cni",
 			"nft add chain ip cni post { type nat hook postrouting priority srcnat ; }",
@@ -112,6 +118,7 @@ func TestPrivilegedEgressIPTraffic(t *testing.T) {
 			"nft add rule inet classifier pre ip saddr 10.244.0.6 meta mark set 0x10000",
 			"nft add rule inet classifier pre ip saddr 10.244.0.7 meta mark set 0x20000",
 			"nft add rule inet classifier pre ip saddr 10.244.0.9 meta mark set 0x30000",
+			"nft add rule inet classifier pre ip saddr 10.244.0.4 meta mark set 0x40000",
 			"nft add rule inet classifier pre ip6 saddr fd00:10:244::6 meta mark set 0x10000",
 		),
 		ext.Script("sysctl -qw net.ipv4.conf.all.rp_filter=0", "sysctl -qw net.ipv4.conf.default.rp_filter=0",
@@ -127,9 +134,13 @@ func TestPrivilegedEgressIPTraffic(t *testing.T) {
 	state := &dataplane.NftablesState{
 		SteerMask: 0x00ff0000,
 		SNAT: []dataplane.SNAT{{Origin: eip, Pod: a("10.244.0.5"), To: a("192.0.2.100")},
-			{Origin: eip, Pod: a("fd00:10:244::5"), To: a("2001:db8:0:1::100")}},
+			{Origin: eip, Pod: a("fd00:10:244::5"), To: a("2001:db8:0:1::100")},
+			// 10.244.0.4 marked for the secondary network's table; 10.244.0.10 not (its
+			// table missing): main would send it out of ext0.
+			{Origin: eip, Pod: a("10.244.0.4"), To: a("198.51.100.100")}, {Origin: eip, Pod: a("10.244.0.10"), To: a("198.51.100.100")}},
+		Secondary: []netip.Addr{a("198.51.100.100")},
 		Exempt:  []netip.Prefix{p("10.244.0.0/16"), p("192.0.2.2/32"), p("fd00:10:244::/64"), p("2001:db8:0:1::2/128")},
-		Guarded: []netip.Addr{a("10.244.0.5"), a("10.244.0.6"), a("10.244.0.7"), a("10.244.0.9"), a("10.245.0.8"), a("fd00:10:244::5"), a("fd00:10:244::6"), a("fd00:10:244::8")},
+		Guarded: []netip.Addr{a("10.244.0.4"), a("10.244.0.10"), a("10.244.0.5"), a("10.244.0.6"), a("10.244.0.7"), a("10.244.0.9"), a("10.245.0.8"), a("fd00:10:244::5"), a("fd00:10:244::6"), a("fd00:10:244::8")},
 		// Another node's pod network, 10.246.0.0/16: its pods arrive here steered.
 		RemotePods: []netip.Prefix{p("10.246.0.0/16"), p("fd00:10:246::/64")},
 		SteerNexthops: []dataplane.SteerNexthop{{Mark: 0x10000, Nexthop: a("192.0.2.2")},
@@ -170,6 +181,8 @@ func TestPrivilegedEgressIPTraffic(t *testing.T) {
 		{"another node's pod, not known here: dropped, not masqueraded", a("10.246.0.3"), dst4, netip.Addr{}},
 		{"another node's pod, not known here: dropped, IPv6", a("fd00:10:246::3"), dst6, netip.Addr{}},
 		{"exempt destination: the CNI's masquerade", a("10.244.0.5"), a("192.0.2.2"), a("192.0.2.1")},
+		{"SNAT to a secondary network's egress IP, out of its interface", a("10.244.0.4"), dst4, a("198.51.100.100")},
+		{"SNAT to a secondary network's egress IP, out of another interface: dropped", a("10.244.0.10"), dst4, netip.Addr{}},
 		{"exempt destination: untouched, IPv6", a("fd00:10:244::5"), a("2001:db8:0:1::2"), a("fd00:10:244::5")},
 	} {
 		payload := fmt.Sprintf("%s %s>%s", c.name, c.src, c.dst)
@@ -209,11 +222,11 @@ func TestPrivilegedEgressIPTraffic(t *testing.T) {
 			node.MustRun(t, "nft", "list", "table", "inet", "egressd"))
 	}
 
-	if c := table.EgressIPCounters(); c[a("192.0.2.100")].Packets != 1 || c[a("2001:db8:0:1::100")].Packets != 1 {
-		t.Errorf("SNAT counters %+v, want one packet per egress IP", c)
+	if c := table.EgressIPCounters(); c[a("192.0.2.100")].Packets != 1 || c[a("2001:db8:0:1::100")].Packets != 1 || c[a("198.51.100.100")].Packets != 2 {
+		t.Errorf("SNAT counters %+v, want one packet per egress IP, two for the secondary one", c)
 	}
-	if d := table.LeakDrops(); d.Misrouted.Packets != 1 || d.Unsteered.Packets != 2 {
-		t.Errorf("leak drops %+v, want 1 misrouted and 2 unsteered", d)
+	if d := table.LeakDrops(); d.Misrouted.Packets != 2 || d.Unsteered.Packets != 2 {
+		t.Errorf("leak drops %+v, want 2 misrouted (a steered one, one out of the secondary network) and 2 unsteered", d)
 	}
 	// The table deleted behind egressd's back and repaired: the counts do not go back.
 	node.MustRun(t, "nft", "delete", "table", "inet", "egressd")

@@ -51,7 +51,10 @@
 //     address for the flow's life). A pod whose NAT here changes has its connections' conntrack
 //     entries deleted after the write (conntrack.go), so its flows are NATed afresh.
 //   - egressip_guard: counts what left SNATed per egress IP (set egressip_addrs4/6, a counter
-//     per element); sends steered packets to egressip_guard_steered; drops, counted by the
+//     per element); drops, counted by egressip_misrouted, what leaves with an egress IP of a
+//     secondary network (set egressip_secondary4/6) through another interface than the one
+//     holding it (fib saddr . oif type != local); sends steered packets to
+//     egressip_guard_steered; drops, counted by the
 //     named counter egressip_leaks, what a guarded pod (set egressip_guarded4/6) sends to a
 //     non-exempt destination still with its pod source. Reply packets are never judged.
 //   - egressip_guard_steered: lets a steered packet leave only through a steering device (set
