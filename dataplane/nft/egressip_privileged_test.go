@@ -139,8 +139,8 @@ func TestPrivilegedEgressIPTraffic(t *testing.T) {
 			// table missing): main would send it out of ext0.
 			{Origin: eip, Pod: a("10.244.0.4"), To: a("198.51.100.100")}, {Origin: eip, Pod: a("10.244.0.10"), To: a("198.51.100.100")}},
 		Secondary: []netip.Addr{a("198.51.100.100")},
-		Exempt:  []netip.Prefix{p("10.244.0.0/16"), p("192.0.2.2/32"), p("fd00:10:244::/64"), p("2001:db8:0:1::2/128")},
-		Guarded: []netip.Addr{a("10.244.0.4"), a("10.244.0.10"), a("10.244.0.5"), a("10.244.0.6"), a("10.244.0.7"), a("10.244.0.9"), a("10.245.0.8"), a("fd00:10:244::5"), a("fd00:10:244::6"), a("fd00:10:244::8")},
+		Exempt:    []netip.Prefix{p("10.244.0.0/16"), p("192.0.2.2/32"), p("fd00:10:244::/64"), p("2001:db8:0:1::2/128")},
+		Guarded:   []netip.Addr{a("10.244.0.4"), a("10.244.0.10"), a("10.244.0.5"), a("10.244.0.6"), a("10.244.0.7"), a("10.244.0.9"), a("10.245.0.8"), a("fd00:10:244::5"), a("fd00:10:244::6"), a("fd00:10:244::8")},
 		// Another node's pod network, 10.246.0.0/16: its pods arrive here steered.
 		RemotePods: []netip.Prefix{p("10.246.0.0/16"), p("fd00:10:246::/64")},
 		SteerNexthops: []dataplane.SteerNexthop{{Mark: 0x10000, Nexthop: a("192.0.2.2")},
