@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -25,18 +26,22 @@ func (r *Router) StrictRPFilter() []string {
 	if len(through) == 0 {
 		return nil
 	}
-	def := r.defaultInterface()
 	all := rpFilter("all")
-	var out []string
+	strict := map[int]string{}
 	for index := range through {
 		l, err := r.h.LinkByIndex(index)
-		if err != nil || index == def || l.Attrs().Flags&net.FlagLoopback != 0 {
+		if err != nil || l.Attrs().Flags&net.FlagLoopback != 0 {
 			continue
 		}
 		if name := l.Attrs().Name; max(all, rpFilter(name)) == 1 {
-			out = append(out, name)
+			strict[index] = name
 		}
 	}
+	if len(strict) == 0 { // the common case: no dump of main at every sync
+		return nil
+	}
+	delete(strict, r.defaultInterface())
+	out := slices.Collect(maps.Values(strict))
 	slices.Sort(out)
 	return out
 }
