@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -261,12 +262,16 @@ func (r *routerLab) checkRedirects(t *testing.T, step string, fallback bool) {
 	}
 }
 
-// restored waits until TCP 80 through the Service reaches dst1 from the router's address again
-// and returns how long after start it did (tries time out after 200 ms, the resolution).
+// restored waits until TCP 80 through the Service reaches dst1 from the router's addresses
+// again, IPv4 and IPv6, and returns how long after start it did (tries time out after 200 ms,
+// the resolution). Both families: a new pod's IPv6 lags its IPv4 by up to two seconds (ptp
+// adds the host side's gateway address without skipping duplicate address detection, and the
+// pod cannot resolve it until that ends).
 func (r *routerLab) restored(t *testing.T, step string, start time.Time) time.Duration {
 	t.Helper()
 	poll.Eventually(t, step+": traffic through the router", 60*time.Second, func() error {
-		return r.redirected("tcp", r.svc4, 80, r.dst1, 80, routerV4, 200*time.Millisecond)
+		return errors.Join(r.redirected("tcp", r.svc4, 80, r.dst1, 80, routerV4, 200*time.Millisecond),
+			r.redirected("tcp", r.svc6, 80, r.dst1, 80, routerV6, 200*time.Millisecond))
 	})
 	return time.Since(start)
 }
