@@ -264,9 +264,9 @@ func (r *routerLab) checkRedirects(t *testing.T, step string, fallback bool) {
 
 // restored waits until TCP 80 through the Service reaches dst1 from the router's addresses
 // again, IPv4 and IPv6, and returns how long after start it did (tries time out after 200 ms,
-// the resolution). Both families: a new pod's IPv6 lags its IPv4 by up to two seconds (ptp
-// adds the host side's gateway address without skipping duplicate address detection, and the
-// pod cannot resolve it until that ends).
+// the resolution). Both families: each reaches a new router pod on its own path (an
+// EndpointSlice per family, written separately), and a one-shot IPv6 check right after an
+// IPv4-only wait timed out in one run in four under load.
 func (r *routerLab) restored(t *testing.T, step string, start time.Time) time.Duration {
 	t.Helper()
 	poll.Eventually(t, step+": traffic through the router", 60*time.Second, func() error {
