@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -11,6 +12,7 @@ import (
 	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/test/controlplane"
 	"github.com/egressd/egressd/test/kube"
+	"github.com/egressd/egressd/test/poll"
 )
 
 // call is one API request as RBAC sees it.
@@ -144,9 +146,16 @@ func TestDeployRBAC(t *testing.T) {
 		}
 		return res.Status.Allowed, fmt.Sprintf("%s %s", res.Status.Reason, res.Status.EvaluationError)
 	}
+	// The API server's authorizer learns new bindings from its own informers: an allowed call
+	// may be denied for a moment after the grant.
 	for _, c := range allowed {
-		if ok, why := may(c); !ok {
-			t.Errorf("the agent needs to %s, but may not (%s)", c, why)
+		if err := poll.Until(ctx, c.String(), 10*time.Second, func() error {
+			if ok, why := may(c); !ok {
+				return fmt.Errorf("denied (%s)", why)
+			}
+			return nil
+		}); err != nil {
+			t.Errorf("the agent needs to %s, but may not: %v", c, err)
 		}
 	}
 	for _, c := range denied {

@@ -69,6 +69,7 @@ spec:
   - {type: Deny, to: {cidrSelector: "::/0"}}`)
 	// On the routed node only the table sees this traffic (the classifier sees the cluster IP):
 	// its drops count for the deny rule.
+	waitBackendDenied(t, l.Nodes[0], a0.IPv4.String()+" . 203.0.113.10 . tcp . 80", a0.IPv6.String()+" . 2001:db8::10 . tcp . 80")
 	series := `egressd_egressfirewall_rule_packets_total{action="Deny",namespace="` + ns + `",rule="1"}`
 	before, _ := l.Nodes[0].Agent.Sample(series)
 	checkReach(t, "enforced", []reach{{a0, svcHTTP, false, lab.Timeout}})
@@ -162,6 +163,8 @@ spec:
   - {type: Deny, to: {cidrSelector: "::/0"}}`)
 	// On the routed node only the table sees this traffic, on the input hook: its drops count
 	// for the deny rule.
+	n0 := l.Nodes[0]
+	waitBackendDenied(t, n0, a0.IPv4.String()+" . "+n0.IPv4.String()+" . tcp . 8080", a0.IPv6.String()+" . "+n0.IPv6.String()+" . tcp . 8080")
 	series := `egressd_egressfirewall_rule_packets_total{action="Deny",namespace="` + ns + `",rule="1"}`
 	before, _ := l.Nodes[0].Agent.Sample(series)
 	checkReach(t, "enforced", []reach{{a0, svcHTTP, false, lab.Timeout}})
@@ -252,6 +255,25 @@ func TestPrivilegedEgressFirewallServiceAddresses(t *testing.T) {
 		for _, c := range cases {
 			if err := c.check(); err != nil {
 				return err
+			}
+		}
+		return nil
+	})
+}
+
+// waitBackendDenied waits until n's table holds the deny elements (pod . backend . protocol .
+// port) of its pods' connections through a Service: the firewall's status says its rules are
+// applied, not that the agent has seen the Service's EndpointSlices yet.
+func waitBackendDenied(t *testing.T, n *lab.Node, elements ...string) {
+	t.Helper()
+	poll.Eventually(t, "the backends' deny elements on "+n.Name, 10*time.Second, func() error {
+		out, err := n.NS.Run("nft", "list", "table", "inet", "egressd")
+		if err != nil {
+			return err
+		}
+		for _, e := range elements {
+			if !strings.Contains(out, e) {
+				return fmt.Errorf("no element %s in:\n%s", e, out)
 			}
 		}
 		return nil

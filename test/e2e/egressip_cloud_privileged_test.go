@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -112,19 +113,8 @@ func (c *cncc) release(name string) {
 // waitEvent waits for a Warning event on EgressIP name with reason and message.
 func waitEvent(t *testing.T, l *lab.Lab, name, reason, message string) {
 	t.Helper()
-	poll.Eventually(t, fmt.Sprintf("event %s on EgressIP %s", reason, name), 20*time.Second, func() error {
-		evs, err := l.Client.CoreV1().Events("").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
-		if err != nil {
-			return err
-		}
-		var got []string
-		for _, ev := range evs.Items {
-			if ev.Reason == reason && ev.Type == "Warning" && ev.Message == message && ev.InvolvedObject.Kind == "EgressIP" {
-				return nil
-			}
-			got = append(got, ev.Reason+": "+ev.Message)
-		}
-		return fmt.Errorf("events %q", got)
+	waitEventFor(t, l.Client, "", "involvedObject.name="+name, fmt.Sprintf("event %s on EgressIP %s", reason, name), func(e corev1.Event) bool {
+		return e.Reason == reason && e.Type == "Warning" && e.Message == message && e.InvolvedObject.Kind == "EgressIP"
 	})
 }
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/egressd/egressd/test/lab"
 	"github.com/egressd/egressd/test/poll"
@@ -131,14 +131,9 @@ spec: {egress: [{type: Deny, to: {cidrSelector: 203.0.113.0/24}}, {type: Deny, t
 		return nil
 	})
 	for _, reason := range []string{"EgressFirewallNotApplied", "EgressQoSNotApplied"} {
-		events, err := l.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + reason})
-		named := false
-		for _, e := range events.Items {
-			named = named || e.Type == "Warning" && strings.Contains(e.Message, "pod b6: ")
-		}
-		if err != nil || !named {
-			t.Errorf("no %s Warning event naming pod b6 (%v)", reason, err)
-		}
+		waitEventFor(t, l.Client, ns, "reason="+reason, "a "+reason+" Warning event naming pod b6", func(e corev1.Event) bool {
+			return e.Type == "Warning" && strings.Contains(e.Message, "pod b6: ")
+		})
 	}
 
 	for _, u := range undo {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/egressd/egressd/test/lab"
 	"github.com/egressd/egressd/test/poll"
@@ -76,12 +76,9 @@ spec:
 		}
 		return nil
 	})
-	events, err := l.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=EgressQoSNotApplied"})
-	if err != nil || len(events.Items) == 0 {
-		t.Errorf("no EgressQoSNotApplied event (%v)", err)
-	} else if e := events.Items[0]; e.Type != "Warning" || !strings.HasSuffix(e.Message, ": "+failure) {
-		t.Errorf("event %s %q, want Warning <node>: %s", e.Type, e.Message, failure)
-	}
+	waitEventFor(t, l.Client, ns, "reason=EgressQoSNotApplied", "a Warning EgressQoSNotApplied event: <node>: "+failure, func(e corev1.Event) bool {
+		return e.Type == "Warning" && strings.HasSuffix(e.Message, ": "+failure)
+	})
 	marked("cannot be applied", 0, 0)
 
 	applyAndWait(t, l, ns, valid, qosApplied)
@@ -100,13 +97,20 @@ spec:
 			marked("1000 rules", 12, 0)
 			continue
 		}
+		// The aggregate follows the first node's report; each node's own condition may come later.
 		if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressQoS", ns, "default", "status.status", qosNotApplied, 20*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		q, _ := l.Kube.Get(ctx, "k8s.ovn.org/v1", "EgressQoS", ns, "default")
-		conds, _, _ := unstructuredSlice(q.Object, "status", "conditions")
-		if msg := qosNotApplied + ": cannot create EgressQoS with 1001 rules - maximum is 1000"; !hasCondition(conds, "Ready-In-Zone-"+l.Nodes[0].Name, "False", "SetupFailed", msg) {
-			t.Errorf("conditions %v lack %q", conds, msg)
-		}
+		msg := qosNotApplied + ": cannot create EgressQoS with 1001 rules - maximum is 1000"
+		poll.Eventually(t, "node-0's condition SetupFailed for 1001 rules", 10*time.Second, func() error {
+			q, err := l.Kube.Get(ctx, "k8s.ovn.org/v1", "EgressQoS", ns, "default")
+			if err != nil {
+				return err
+			}
+			if conds, _, _ := unstructuredSlice(q.Object, "status", "conditions"); !hasCondition(conds, "Ready-In-Zone-"+l.Nodes[0].Name, "False", "SetupFailed", msg) {
+				return fmt.Errorf("conditions %v lack %q", conds, msg)
+			}
+			return nil
+		})
 	}
 }

@@ -346,16 +346,7 @@ func (r *routerLab) node(name string) *lab.Node {
 // contains msg.
 func (r *routerLab) waitEvent(t *testing.T, reason, msg string) {
 	t.Helper()
-	poll.Eventually(t, "event "+reason, 10*time.Second, func() error {
-		evs, err := r.kube.CoreV1().Events(r.ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.kind=EgressRouter,reason=" + reason})
-		if err != nil {
-			return err
-		}
-		for _, e := range evs.Items {
-			if strings.Contains(e.Message, msg) {
-				return nil
-			}
-		}
-		return fmt.Errorf("%d events of reason %s, none with %q", len(evs.Items), reason, msg)
+	waitEventFor(t, r.kube, r.ns, "involvedObject.kind=EgressRouter,reason="+reason, fmt.Sprintf("a %s event with %q", reason, msg), func(e corev1.Event) bool {
+		return strings.Contains(e.Message, msg)
 	})
 }

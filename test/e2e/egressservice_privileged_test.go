@@ -147,17 +147,8 @@ func waitHost(t testing.TB, l *lab.Lab, ns, name, want string) {
 // waitServiceEvent waits for a Warning event of reason on the EgressService ns/name.
 func waitServiceEvent(t *testing.T, l *lab.Lab, ns, name, reason string) {
 	t.Helper()
-	poll.Eventually(t, fmt.Sprintf("a %s event on EgressService %s/%s", reason, ns, name), 20*time.Second, func() error {
-		evs, err := l.Client.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
-			FieldSelector: "involvedObject.kind=EgressService,involvedObject.name=" + name + ",reason=" + reason})
-		if err != nil {
-			return err
-		}
-		if len(evs.Items) == 0 {
-			return fmt.Errorf("none")
-		}
-		return nil
-	})
+	waitEventFor(t, l.Client, ns, "involvedObject.kind=EgressService,involvedObject.name="+name+",reason="+reason,
+		fmt.Sprintf("a %s event on EgressService %s/%s", reason, ns, name), func(corev1.Event) bool { return true })
 }
 
 // waitLabel waits until only node (none when "") carries label.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -10,11 +11,13 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/egressd/egressd/test/agent"
 	"github.com/egressd/egressd/test/kube"
 	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/poll"
 )
 
 func unstructuredStrings(obj map[string]any, path ...string) ([]string, bool, error) {
@@ -148,4 +151,25 @@ func sample(t testing.TB, n *lab.Node, series string) float64 {
 		t.Fatalf("%s = %q: %v", series, v, err)
 	}
 	return f
+}
+
+// waitEventFor waits for an event in ns (every namespace when "") that fieldSelector selects
+// and match accepts. Recorders post events in the background, so an event may land after the
+// status a test waited for.
+func waitEventFor(t testing.TB, c kubernetes.Interface, ns, fieldSelector, what string, match func(corev1.Event) bool) {
+	t.Helper()
+	poll.Eventually(t, what, 20*time.Second, func() error {
+		evs, err := c.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: fieldSelector})
+		if err != nil {
+			return err
+		}
+		var got []string
+		for _, e := range evs.Items {
+			if match(e) {
+				return nil
+			}
+			got = append(got, e.Type+" "+e.Reason+": "+e.Message)
+		}
+		return fmt.Errorf("events %q", got)
+	})
 }
