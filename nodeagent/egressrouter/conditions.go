@@ -78,10 +78,11 @@ func forConfiguration(pod, node, served string, failure error) conditionSet {
 const unreadyAfter = 30 * time.Second
 
 // forUnready are the conditions of a router pod that runs without its router: it was never
-// configured (the node's CNI chain lacks egressd-cni, so nothing asked the agent), or its
-// macvlan went away.
+// configured (the node's CNI chain lacks egressd-cni, or egressd-cni failed open while the
+// agent was away, so nothing asked the agent), or its macvlan went away. The leader replaces
+// it once stuck (decide).
 func forUnready(pod, node string) conditionSet {
-	msg := fmt.Sprintf("router pod %s on node %s runs but its router is not there (its readiness probe fails): is egressd-cni in node %s's CNI chain? Deleting the pod makes a new one", pod, node, node)
+	msg := fmt.Sprintf("router pod %s on node %s runs but its router is not there (its readiness probe fails): is egressd-cni in node %s's CNI chain? The leader moves it to another node once unready for %s; deleting it makes a new one", pod, node, node, unreadyAfter)
 	return conditionSet{
 		Available:   cond(netopv1.EgressRouterAvailable, false, reasonUnready, msg),
 		Progressing: cond(netopv1.EgressRouterProgressing, false, reasonUnready, ""),

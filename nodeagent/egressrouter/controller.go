@@ -110,8 +110,14 @@ func (c *Controller) reconcile(ctx context.Context) error {
 			errs = append(errs, c.deletePod(ctx, p.Namespace, p.Name, "its EgressRouter "+ref.Name+" is deleted"))
 			continue
 		}
+		// Unready is reported first, and the pod replaced only after as long again.
+		unreadySince := p.CreationTimestamp.Add(unreadyAfter)
+		if t := readySince(p); t.After(unreadySince) {
+			unreadySince = t
+		}
+		unready := p.Status.Phase == corev1.PodRunning && !podReady(p) && time.Now().After(unreadySince)
 		byOwner[ref.UID] = append(byOwner[ref.UID], routerPod{Name: p.Name, Node: p.Spec.NodeName, specHash: p.Annotations[specHashAnnotation],
-			unready: p.Status.Phase == corev1.PodRunning && !podReady(p) && time.Since(p.CreationTimestamp.Time) > unreadyAfter})
+			unready: unready, stuck: unready && time.Since(unreadySince) > unreadyAfter})
 		load[p.Spec.NodeName]++
 	}
 	for uid, cp := range c.created {
@@ -238,7 +244,8 @@ type avoided struct {
 }
 
 // avoiding are the nodes er's router is kept off (decide): those where its current spec's
-// configuration failed, the node of the pod its status reports failed now included.
+// configuration failed, the node of the pod its status reports failed now included, and those
+// of its stuck pods.
 func (c *Controller) avoiding(er *netopv1.EgressRouter, pods []routerPod) []string {
 	hash := specHash(&er.Spec)
 	a := c.avoid[er.UID]
@@ -246,11 +253,11 @@ func (c *Controller) avoiding(er *netopv1.EgressRouter, pods []routerPod) []stri
 		a = &avoided{hash: hash}
 		c.avoid[er.UID] = a
 	}
-	if pod, node := failedPod(er); pod != "" {
-		for _, p := range pods {
-			if p.Name == pod && p.Node == node && p.specHash == hash && !slices.Contains(a.nodes, node) {
-				a.nodes = append(a.nodes, node)
-			}
+	pod, node := failedPod(er)
+	for _, p := range pods {
+		failed := pod != "" && p.Name == pod && p.Node == node
+		if (failed || p.stuck) && p.specHash == hash && !slices.Contains(a.nodes, p.Node) {
+			a.nodes = append(a.nodes, p.Node)
 		}
 	}
 	return a.nodes
@@ -301,6 +308,16 @@ func (c *Controller) unready(ctx context.Context, er *netopv1.EgressRouter, keep
 		return conds.write(ctx, c.Client, er, "egressd-leader")
 	}
 	return nil
+}
+
+// readySince is when the pod's Ready condition last changed (its creation when it has none).
+func readySince(p *corev1.Pod) time.Time {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && !c.LastTransitionTime.IsZero() {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return p.CreationTimestamp.Time
 }
 
 func podReady(p *corev1.Pod) bool {

@@ -21,8 +21,9 @@ type routerPod struct {
 	Name, Node string
 	// specHash is the spec the pod was made for.
 	specHash string
-	// unready: the pod runs, is not ready, and is older than unreadyAfter.
-	unready bool
+	// unready: the pod runs, is not ready, and is older than unreadyAfter (reported); stuck:
+	// it has been unready so for unreadyAfter more (replaced).
+	unready, stuck bool
 }
 
 // Reasons of the leader's decisions (the conditions' reasons).
@@ -55,8 +56,11 @@ type decision struct {
 // every Ready, reachable node is eligible and the master's presence is checked on the node.
 // A kept pod stays where it is (no move back when a better node returns); a new one goes to
 // the eligible node with the fewest routers (load), then by name. Nodes in avoid (where this
-// spec's configuration failed: a node without the master NIC, say) are not eligible, unless no
-// other is: then a pod there stays, and its node keeps trying.
+// spec's configuration failed: a node without the master NIC, say, or where its pod stayed
+// unready) are not eligible, unless no other is: then a pod there stays, and its node keeps
+// trying. A stuck pod (its router gone, or never configured because the node's chain lacked
+// egressd-cni) moves to another node as a failed configuration does, and likewise stays when
+// no other node is left.
 func decide(first netip.Prefix, master, hash string, compileErr error, nodes []candidate, pods []routerPod, load map[string]int, avoid []string) decision {
 	var p decision
 	if compileErr != nil {
@@ -70,9 +74,12 @@ func decide(first netip.Prefix, master, hash string, compileErr error, nodes []c
 	if others := slices.DeleteFunc(slices.Clone(eligible), func(n string) bool { return slices.Contains(avoid, n) }); len(others) > 0 {
 		eligible = others
 	}
-	var unusable, stale, failed []string
+	var unusable, stale, failed, stuck []string
 	for _, pod := range pods {
 		switch {
+		case pod.stuck && pod.specHash == hash && !slices.Contains(eligible, pod.Node): // its node is in avoid (Controller.avoiding), another is not
+			stuck = append(stuck, pod.Name+" on node "+pod.Node)
+			p.Delete = append(p.Delete, pod.Name)
 		case !slices.Contains(eligible, pod.Node) && slices.Contains(avoid, pod.Node):
 			failed = append(failed, pod.Node)
 			p.Delete = append(p.Delete, pod.Name)
@@ -106,6 +113,9 @@ func decide(first netip.Prefix, master, hash string, compileErr error, nodes []c
 		return strings.Compare(a, b)
 	})
 	switch {
+	case len(stuck) > 0:
+		p.Reason = reasonUnready
+		p.Message = fmt.Sprintf("router pod %s was not ready for %s (its router is not there): router pod recreated on node %s", strings.Join(stuck, ", "), unreadyAfter, p.Create)
 	case len(failed) > 0:
 		p.Reason = reasonConfigFailed
 		p.Message = fmt.Sprintf("the router could not be configured on node %s: router pod recreated on node %s", strings.Join(failed, ", "), p.Create)

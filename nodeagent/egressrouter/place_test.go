@@ -74,6 +74,14 @@ func TestPlace(t *testing.T) {
 		{name: "a new pod avoids the nodes where configuration failed", master: "ens5",
 			nodes: []candidate{node("c", true, true, offNet), node("d", true, true, offNet)}, avoid: []string{"c"},
 			want: decision{Create: "d", Reason: reasonCreated}},
+		{name: "stuck on its node (unready): recreated on another", nodes: healthy,
+			pods: []routerPod{{Name: "r1", Node: "a", specHash: "h", unready: true, stuck: true}}, avoid: []string{"a"},
+			want: decision{Delete: []string{"r1"}, Create: "b", Reason: reasonUnready}, msg: "router pod r1 on node a was not ready for 30s (its router is not there): router pod recreated on node b"},
+		{name: "unready, not yet stuck: kept", nodes: healthy,
+			pods: []routerPod{{Name: "r1", Node: "a", specHash: "h", unready: true}}, want: decision{Keep: "r1"}},
+		{name: "stuck, and no other node: kept, its node keeps trying", nodes: healthy[:1],
+			pods: []routerPod{{Name: "r1", Node: "a", specHash: "h", unready: true, stuck: true}}, avoid: []string{"a"},
+			want: decision{Keep: "r1"}},
 		{name: "invalid spec: no pod", compileErr: errors.New("spec.redirect.redirectRules[0]: bad"), nodes: healthy,
 			pods: []routerPod{{Name: "r1", Node: "a", specHash: "h"}},
 			want: decision{Delete: []string{"r1"}, Reason: reasonInvalidSpec}, msg: "redirectRules[0]"},
@@ -154,7 +162,8 @@ func must(c conditionSet, ok bool) conditionSet {
 }
 
 // The leader reads from the status which router pod's configuration failed on which node (the
-// node's report, forConfiguration) and passes over that node while the spec stays.
+// node's report, forConfiguration), and sees which pod is stuck, and passes over that node
+// while the spec stays.
 func TestAvoiding(t *testing.T) {
 	er := &netopv1.EgressRouter{ObjectMeta: metav1.ObjectMeta{UID: "u1"}, Spec: netopv1.EgressRouterSpec{Mode: netopv1.EgressRouterModeRedirect}}
 	report := func(pod, node string, failure error) {
@@ -174,6 +183,9 @@ func TestAvoiding(t *testing.T) {
 	report("r1-z", "e", errors.New("no"))
 	if got := c.avoiding(er, []routerPod{{Name: "r1-z", Node: "d", specHash: hash}}); !slices.Equal(got, []string{"c"}) {
 		t.Errorf("a report naming another node than the pod's: avoiding %v, want [c]", got)
+	}
+	if got := c.avoiding(er, []routerPod{{Name: "r1-y", Node: "d", specHash: hash, unready: true, stuck: true}}); !slices.Equal(got, []string{"c", "d"}) {
+		t.Errorf("its pod stuck on d: avoiding %v, want [c d]", got)
 	}
 	er.Spec.Redirect = &netopv1.RedirectConfig{FallbackIP: "192.0.2.1"}
 	if got := c.avoiding(er, nil); len(got) != 0 {

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -37,9 +38,9 @@ var (
 // link, each recreates the router on another node (time measured, then five more trials); an
 // agent restart on the router's node changes nothing; a spec change without the fallback
 // replaces the pod (traffic gap measured) and rejects other IPv4 ports; a router pod that loses
-// its macvlan is reported, and replaced once deleted; the conditions follow each step. Routers
-// that no node can host, whose macvlan fails, with an invalid rule, or whose pod the
-// namespace's quota refuses are Degraded with the reason. Deleting the EgressRouter removes the
+// its macvlan is reported, and replaced on another node 30 s later; the conditions follow
+// each step. Routers that no node can host, whose macvlan fails, with an invalid rule, or whose
+// pod the namespace's quota refuses are Degraded with the reason. Deleting the EgressRouter removes the
 // pod and everything in the nodes.
 func TestPrivilegedEgressRouter(t *testing.T) {
 	privileged.Require(t)
@@ -269,8 +270,8 @@ spec:
 	r.waitEvent(t, "SpecChanged", "spec changed")
 
 	// The router's macvlan disappears: the pod's readiness probe fails, the Service stops sending
-	// to it, and the leader reports the router Degraded; deleting the pod, as the message
-	// advises, brings a configured one.
+	// to it, and the leader reports the router Degraded, then, once the pod has been unready for
+	// 30 s, replaces it on another node.
 	sandbox := r.sandboxOf(t)
 	if _, err := sandbox.Run("ip", "link", "del", "net1"); err != nil {
 		t.Fatal(err)
@@ -304,12 +305,21 @@ spec:
 		return nil
 	})
 	r.waitCondition(t, r.ns, "egress-router", netopv1.EgressRouterDegraded, netopv1.ConditionTrue, "RouterPodNotReady", "is egressd-cni in node")
-	if err := r.kube.CoreV1().Pods(r.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+	start = time.Now()
+	stuck := pod
+	poll.Eventually(t, "the stuck router pod replaced", 60*time.Second, func() error {
+		if _, err := r.kube.CoreV1().Pods(r.ns).Get(ctx, stuck.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("%s still there (%v)", stuck.Name, err)
+		}
+		return nil
+	})
+	pod = r.routerPod(t, stuck.Name)
+	if pod.Spec.NodeName == stuck.Spec.NodeName {
+		t.Errorf("the stuck router pod was recreated on its own node %s, with others available", pod.Spec.NodeName)
 	}
-	pod = r.routerPod(t, pod.Name)
+	r.waitEvent(t, "RouterPodNotReady", "not ready for 30s (its router is not there): router pod recreated on node "+pod.Spec.NodeName)
 	r.waitCondition(t, r.ns, "egress-router", netopv1.EgressRouterAvailable, netopv1.ConditionTrue, "RouterConfigured", pod.Name)
-	r.restored(t, "pod replaced", time.Now())
+	t.Logf("the stuck router pod replaced on %s, serving %s after it was reported", pod.Spec.NodeName, r.restored(t, "stuck pod replaced", start).Round(time.Millisecond))
 
 	// 4. Deleting the EgressRouter removes the pod, its sandbox and its macvlan.
 	if err := r.egress.NetworkOperatorV1().EgressRouters(r.ns).Delete(ctx, "egress-router", metav1.DeleteOptions{}); err != nil {
