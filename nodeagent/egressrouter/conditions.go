@@ -72,9 +72,9 @@ func forConfiguration(pod, node, served string, failure error) conditionSet {
 	}
 }
 
-// unreadyAfter is how old a running router pod may be and still be unready before the leader
-// reports it: its readiness probe checks the macvlan, which the CNI ADD configures before the
-// pod starts, so only a slow first probe excuses it.
+// unreadyAfter is how long the leader sees a router pod running and not ready before it reports
+// it (and as long again before it replaces it): its readiness probe checks the macvlan, which
+// the CNI ADD configures before the pod starts, so only a slow first probe excuses it.
 const unreadyAfter = 30 * time.Second
 
 // forUnready are the conditions of a router pod that runs without its router: it was never
@@ -82,7 +82,7 @@ const unreadyAfter = 30 * time.Second
 // agent was away, so nothing asked the agent), or its macvlan went away. The leader replaces
 // it once stuck (decide).
 func forUnready(pod, node string) conditionSet {
-	msg := fmt.Sprintf("router pod %s on node %s runs but its router is not there (its readiness probe fails): is egressd-cni in node %s's CNI chain? The leader moves it to another node once unready for %s; deleting it makes a new one", pod, node, node, unreadyAfter)
+	msg := fmt.Sprintf("router pod %s on node %s runs but its router is not there (its readiness probe fails): is egressd-cni in node %s's CNI chain? The leader moves it to another node after %.0fs more, unless no other node is eligible; deleting it makes a new one", pod, node, node, unreadyAfter.Seconds())
 	return conditionSet{
 		Available:   cond(netopv1.EgressRouterAvailable, false, reasonUnready, msg),
 		Progressing: cond(netopv1.EgressRouterProgressing, false, reasonUnready, ""),

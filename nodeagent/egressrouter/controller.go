@@ -57,6 +57,9 @@ type Controller struct {
 	// avoid are, per EgressRouter, the nodes where its spec's configuration failed (decide).
 	avoid    map[types.UID]*avoided
 	recorded map[types.UID]string // last warning reason recorded per EgressRouter
+	// unreadySeen is when this leader first saw each router pod running and not ready, by pod
+	// UID: its own clock, as the pod cache keeps no transition times (and nodes' clocks differ).
+	unreadySeen map[types.UID]time.Time
 }
 
 type createdPod struct {
@@ -67,7 +70,7 @@ type createdPod struct {
 // Run reconciles after every change, probe verdict and every 5 s, until ctx ends.
 func (c *Controller) Run(ctx context.Context) {
 	c.created, c.refused, c.recorded = map[types.UID]createdPod{}, map[types.UID]bool{}, map[types.UID]string{}
-	c.avoid = map[types.UID]*avoided{}
+	c.avoid, c.unreadySeen = map[types.UID]*avoided{}, map[types.UID]time.Time{}
 	egressip.ReconcileLoop(ctx, 5*time.Second, c.Changed, c.Probes, func(ctx context.Context) bool {
 		if err := c.reconcile(ctx); err != nil {
 			c.Log.Error("egress routers", "err", err)
@@ -100,7 +103,13 @@ func (c *Controller) reconcile(ctx context.Context) error {
 			delete(c.avoid, uid)
 		}
 	}
+	usable := map[string]bool{}
+	for _, n := range nodes {
+		usable[n.Name] = n.Ready && n.Reachable
+	}
 	var errs []error
+	now := time.Now()
+	unreadyNow := map[types.UID]time.Time{}
 	for _, p := range pods {
 		ref, ok := ownerOf(p)
 		if !ok || p.DeletionTimestamp != nil {
@@ -110,16 +119,12 @@ func (c *Controller) reconcile(ctx context.Context) error {
 			errs = append(errs, c.deletePod(ctx, p.Namespace, p.Name, "its EgressRouter "+ref.Name+" is deleted"))
 			continue
 		}
-		// Unready is reported first, and the pod replaced only after as long again.
-		unreadySince := p.CreationTimestamp.Add(unreadyAfter)
-		if t := readySince(p); t.After(unreadySince) {
-			unreadySince = t
-		}
-		unready := p.Status.Phase == corev1.PodRunning && !podReady(p) && time.Now().After(unreadySince)
+		unready, stuck := unreadiness(c.unreadySeen, unreadyNow, p, now, usable[p.Spec.NodeName])
 		byOwner[ref.UID] = append(byOwner[ref.UID], routerPod{Name: p.Name, Node: p.Spec.NodeName, specHash: p.Annotations[specHashAnnotation],
-			unready: unready, stuck: unready && time.Since(unreadySince) > unreadyAfter})
+			unready: unready, stuck: stuck})
 		load[p.Spec.NodeName]++
 	}
+	c.unreadySeen = unreadyNow
 	for uid, cp := range c.created {
 		seen := false
 		for _, p := range byOwner[uid] {
@@ -310,14 +315,21 @@ func (c *Controller) unready(ctx context.Context, er *netopv1.EgressRouter, keep
 	return nil
 }
 
-// readySince is when the pod's Ready condition last changed (its creation when it has none).
-func readySince(p *corev1.Pod) time.Time {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady && !c.LastTransitionTime.IsZero() {
-			return c.LastTransitionTime.Time
-		}
+// unreadiness tells whether pod has been running and not ready, as far as the leader saw
+// (before: when it first saw it so; seen: the same, of the pods it sees so now), for
+// unreadyAfter (unready: reported), and, its node usable (Ready, reachable), for as long again
+// (stuck: replaced). Any ready moment starts the count again.
+func unreadiness(before, seen map[types.UID]time.Time, pod *corev1.Pod, now time.Time, usable bool) (unready, stuck bool) {
+	if pod.Status.Phase != corev1.PodRunning || podReady(pod) {
+		return false, false
 	}
-	return p.CreationTimestamp.Time
+	since, ok := before[pod.UID]
+	if !ok {
+		since = now
+	}
+	seen[pod.UID] = since
+	unready = now.Sub(since) > unreadyAfter
+	return unready, unready && now.Sub(since) > 2*unreadyAfter && usable
 }
 
 func podReady(p *corev1.Pod) bool {

@@ -21,8 +21,8 @@ type routerPod struct {
 	Name, Node string
 	// specHash is the spec the pod was made for.
 	specHash string
-	// unready: the pod runs, is not ready, and is older than unreadyAfter (reported); stuck:
-	// it has been unready so for unreadyAfter more (replaced).
+	// unready: the leader has seen the pod running and not ready for unreadyAfter (reported);
+	// stuck: for unreadyAfter more, its node Ready and reachable (replaced).
 	unready, stuck bool
 }
 
@@ -115,7 +115,7 @@ func decide(first netip.Prefix, master, hash string, compileErr error, nodes []c
 	switch {
 	case len(stuck) > 0:
 		p.Reason = reasonUnready
-		p.Message = fmt.Sprintf("router pod %s was not ready for %s (its router is not there): router pod recreated on node %s", strings.Join(stuck, ", "), unreadyAfter, p.Create)
+		p.Message = fmt.Sprintf("router pod %s was not ready for %.0fs (its router is not there): router pod recreated on node %s", strings.Join(stuck, ", "), (2 * unreadyAfter).Seconds(), p.Create)
 	case len(failed) > 0:
 		p.Reason = reasonConfigFailed
 		p.Message = fmt.Sprintf("the router could not be configured on node %s: router pod recreated on node %s", strings.Join(failed, ", "), p.Create)

@@ -38,10 +38,10 @@ var (
 // link, each recreates the router on another node (time measured, then five more trials); an
 // agent restart on the router's node changes nothing; a spec change without the fallback
 // replaces the pod (traffic gap measured) and rejects other IPv4 ports; a router pod that loses
-// its macvlan is reported, and replaced on another node 30 s later; the conditions follow
-// each step. Routers that no node can host, whose macvlan fails, with an invalid rule, or whose
-// pod the namespace's quota refuses are Degraded with the reason. Deleting the EgressRouter removes the
-// pod and everything in the nodes.
+// its macvlan is reported after 30 s, and replaced on another node 30 s later; the conditions
+// follow each step. Routers that no node can host, whose macvlan fails, with an invalid rule,
+// or whose pod the namespace's quota refuses are Degraded with the reason. Deleting the
+// EgressRouter removes the pod and everything in the nodes.
 func TestPrivilegedEgressRouter(t *testing.T) {
 	privileged.Require(t)
 	ctx := context.Background()
@@ -270,8 +270,8 @@ spec:
 	r.waitEvent(t, "SpecChanged", "spec changed")
 
 	// The router's macvlan disappears: the pod's readiness probe fails, the Service stops sending
-	// to it, and the leader reports the router Degraded, then, once the pod has been unready for
-	// 30 s, replaces it on another node.
+	// to it, the leader reports the router Degraded once it has seen the pod unready for 30 s,
+	// and replaces the pod on another node 30 s later.
 	sandbox := r.sandboxOf(t)
 	if _, err := sandbox.Run("ip", "link", "del", "net1"); err != nil {
 		t.Fatal(err)
@@ -304,7 +304,14 @@ spec:
 		}
 		return nil
 	})
-	r.waitCondition(t, r.ns, "egress-router", netopv1.EgressRouterDegraded, netopv1.ConditionTrue, "RouterPodNotReady", "is egressd-cni in node")
+	// Reported once the leader has seen it unready for 30 s (it reconciles every 5 s).
+	poll.Eventually(t, "the unready router pod reported", 45*time.Second, func() error {
+		c := condition(r.get(t, r.ns, "egress-router"), netopv1.EgressRouterDegraded)
+		if c.Status != netopv1.ConditionTrue || c.Reason != "RouterPodNotReady" || !strings.Contains(c.Message, "is egressd-cni in node") {
+			return fmt.Errorf("Degraded=%s %s: %q", c.Status, c.Reason, c.Message)
+		}
+		return nil
+	})
 	start = time.Now()
 	stuck := pod
 	poll.Eventually(t, "the stuck router pod replaced", 60*time.Second, func() error {
@@ -313,11 +320,14 @@ spec:
 		}
 		return nil
 	})
+	if d := time.Since(start); d < 20*time.Second {
+		t.Errorf("the stuck router pod was replaced %s after it was reported, want about 30 s", d.Round(time.Millisecond))
+	}
 	pod = r.routerPod(t, stuck.Name)
 	if pod.Spec.NodeName == stuck.Spec.NodeName {
 		t.Errorf("the stuck router pod was recreated on its own node %s, with others available", pod.Spec.NodeName)
 	}
-	r.waitEvent(t, "RouterPodNotReady", "not ready for 30s (its router is not there): router pod recreated on node "+pod.Spec.NodeName)
+	r.waitEvent(t, "RouterPodNotReady", "not ready for 60s (its router is not there): router pod recreated on node "+pod.Spec.NodeName)
 	r.waitCondition(t, r.ns, "egress-router", netopv1.EgressRouterAvailable, netopv1.ConditionTrue, "RouterConfigured", pod.Name)
 	t.Logf("the stuck router pod replaced on %s, serving %s after it was reported", pod.Spec.NodeName, r.restored(t, "stuck pod replaced", start).Round(time.Millisecond))
 
