@@ -31,21 +31,28 @@ func daemonSetCapabilities(t *testing.T) []string {
 	return add
 }
 
-// daemonSetWrap runs an agent with exactly caps (setpriv: bounding and inheritable sets, no new
-// privileges, as the runtime does for a root container).
+// daemonSetWrap runs an agent as the runtime runs the DaemonSet's container, which is not
+// privileged: /proc/sys read-only (in a mount namespace of its own), and exactly caps (setpriv:
+// bounding and inheritable sets, no new privileges, as for a root container). The node is
+// prepared first as docs/install.md asks (the multipath hash policies, which the agent cannot
+// set from there).
 func daemonSetWrap(caps []string) []string {
 	set := "-all"
 	for _, c := range caps {
 		set += ",+" + strings.ToLower(c)
 	}
-	return []string{"setpriv", "--bounding-set=" + set, "--inh-caps=-all", "--no-new-privs", "--"}
+	container := "sysctl -qw net.ipv4.fib_multipath_hash_policy=1 net.ipv6.fib_multipath_hash_policy=1 && exec " +
+		`unshare --mount --propagation private -- sh -c 'mount -o bind,ro /proc/sys /proc/sys && exec "$@"' read-only-proc-sys "$@"`
+	return []string{"sh", "-c", container, "node-prepared",
+		"setpriv", "--bounding-set=" + set, "--inh-caps=-all", "--no-new-privs", "--"}
 }
 
-// TestPrivilegedDeployCapabilities runs end-to-end scenarios with every agent restricted to the
-// capabilities the DaemonSet grants (setpriv: bounding and inheritable sets, no new privileges,
-// as the runtime does for a root container): EgressIP (nftables, bpf, routing, gratuitous
-// ARP/NA on failover), external gateways with BFD, EgressFirewall, EgressQoS, installing
-// egressd-cni into the CNI directories (root without CAP_DAC_OVERRIDE).
+// TestPrivilegedDeployCapabilities runs end-to-end scenarios with every agent restricted as the
+// DaemonSet's container is: the capabilities it grants (setpriv: bounding and inheritable sets,
+// no new privileges, as the runtime does for a root container) and /proc/sys read-only:
+// EgressIP (nftables, bpf, routing, gratuitous ARP/NA on failover), EgressIP through the VXLAN
+// tunnel, external gateways with BFD, EgressFirewall, EgressQoS, installing egressd-cni into
+// the CNI directories (root without CAP_DAC_OVERRIDE).
 func TestPrivilegedDeployCapabilities(t *testing.T) {
 	privileged.Require(t)
 	caps := daemonSetCapabilities(t)
@@ -62,6 +69,9 @@ func TestPrivilegedDeployCapabilities(t *testing.T) {
 	}
 	if want&(1<<bits["SYS_ADMIN"]) != 0 {
 		t.Fatal("the DaemonSet grants SYS_ADMIN")
+	}
+	if out, err := exec.Command(wrap[0], append(wrap[1:], "sh", "-c", "echo 0 > /proc/sys/net/ipv4/conf/lo/rp_filter")...).CombinedOutput(); err == nil {
+		t.Fatalf("under %v, /proc/sys is writable\n%s", wrap, out)
 	}
 	out, err := exec.Command(wrap[0], append(wrap[1:], "grep", "-E", "^Cap(Eff|Prm|Bnd)", "/proc/self/status")...).CombinedOutput()
 	if err != nil {
@@ -83,6 +93,7 @@ func TestPrivilegedDeployCapabilities(t *testing.T) {
 	}{
 		{"EgressIP", TestPrivilegedEgressIP},
 		{"EgressIPFailover", TestPrivilegedEgressIPFailover},
+		{"EgressIPVXLAN", TestPrivilegedEgressIPVXLAN},
 		{"ExternalRouteBFD", TestPrivilegedExternalRoute},
 		{"EgressFirewall", TestPrivilegedEgressFirewall},
 		{"EgressQoS", TestPrivilegedEgressQoS},
