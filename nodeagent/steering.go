@@ -13,8 +13,9 @@ import (
 )
 
 // maxSteerSlots bounds the egress paths a node steers through at once: one routing table and
-// one rule per path, inside the ranges dataplane/routing reserves.
-const maxSteerSlots = 100
+// one rule per path, inside the ranges dataplane/routing reserves by default (a slot is both
+// offsets, 1..99: offset 0 is EgressService's networks').
+const maxSteerSlots = 99
 
 // path sends one family of a local pod's traffic, marked by the classifier, through next hops
 // (per-flow ECMP when several): the egress nodes of its EgressIP, or the gateways of its

@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"fmt"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/dataplane/routing"
 	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/egressip"
 )
@@ -179,5 +181,27 @@ func TestMergeOutOfSteeringSlots(t *testing.T) {
 	s, _ = merge(nil, nil, p, st, mask)
 	if len(st.unplacedFailures(mask)) != 0 || len(s.Routing.Tables) != 1 || s.Routing.Tables[0].Origin != eipB {
 		t.Errorf("after eip-a went: failures %v, tables %+v", st.unplacedFailures(mask), s.Routing.Tables)
+	}
+}
+
+// TestSteeringSlotsFitTheRoutingRanges: with a mark mask of more values than the routing
+// ranges hold, the 100th path gets no slot (reported as such) rather than a rule and table
+// offset dataplane/routing refuses (offsets 1..99 of 100 tables; offset 0 is EgressService's).
+func TestSteeringSlotsFitTheRoutingRanges(t *testing.T) {
+	const mask = 0xff0000
+	var paths []path
+	for i := range 100 {
+		paths = append(paths, path{origin: dataplane.Origin{Kind: egressip.KindEgressIP, Name: fmt.Sprintf("eip-%03d", i)}})
+	}
+	st := &steering{node: "n1"}
+	slots := st.plan(paths, mask)
+	highest := 0
+	for _, slot := range slots {
+		highest = max(highest, slot)
+	}
+	cfg := routing.DefaultConfig()
+	if len(slots) != 99 || highest >= cfg.TableCount || highest >= cfg.RulePriorityCount || len(st.unplacedFailures(mask)) != 1 {
+		t.Errorf("%d slots placed, the highest %d (routing: %d tables, %d rule priorities), %d unplaced; want 99 placed below both, 1 unplaced",
+			len(slots), highest, cfg.TableCount, cfg.RulePriorityCount, len(st.unplacedFailures(mask)))
 	}
 }
