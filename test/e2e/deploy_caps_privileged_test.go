@@ -50,9 +50,10 @@ func daemonSetWrap(caps []string) []string {
 // TestPrivilegedDeployCapabilities runs end-to-end scenarios with every agent restricted as the
 // DaemonSet's container is: the capabilities it grants (setpriv: bounding and inheritable sets,
 // no new privileges, as the runtime does for a root container) and /proc/sys read-only:
-// EgressIP (nftables, bpf, routing, gratuitous ARP/NA on failover), EgressIP through the VXLAN
-// tunnel, external gateways with BFD, EgressFirewall, EgressQoS, installing egressd-cni into
-// the CNI directories (root without CAP_DAC_OVERRIDE).
+// EgressIP (nftables, bpf, routing, gratuitous ARP/NA on failover; through the VXLAN tunnel, on
+// a secondary network, in cloud mode), EgressService (also its network), external gateways with
+// BFD and their return paths, EgressFirewall (also dnsName rules), EgressQoS, installing
+// egressd-cni into the CNI directories (root without CAP_DAC_OVERRIDE).
 func TestPrivilegedDeployCapabilities(t *testing.T) {
 	privileged.Require(t)
 	caps := daemonSetCapabilities(t)
@@ -94,6 +95,12 @@ func TestPrivilegedDeployCapabilities(t *testing.T) {
 		{"EgressIP", TestPrivilegedEgressIP},
 		{"EgressIPFailover", TestPrivilegedEgressIPFailover},
 		{"EgressIPVXLAN", TestPrivilegedEgressIPVXLAN},
+		{"EgressIPSecondaryNetwork", TestPrivilegedEgressIPSecondaryNetwork},
+		{"EgressIPCloud", TestPrivilegedEgressIPCloud},
+		{"EgressService", TestPrivilegedEgressService},
+		{"EgressServiceNetwork", TestPrivilegedEgressServiceNetwork},
+		{"ExternalRouteReturnPaths", TestPrivilegedExternalRouteReturnPaths},
+		{"EgressFirewallDNSName", TestPrivilegedEgressFirewallDNSName},
 		{"ExternalRouteBFD", TestPrivilegedExternalRoute},
 		{"EgressFirewall", TestPrivilegedEgressFirewall},
 		{"EgressQoS", TestPrivilegedEgressQoS},

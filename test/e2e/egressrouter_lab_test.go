@@ -302,18 +302,25 @@ func (r *routerLab) sandboxOf(t *testing.T) *netns.NS {
 
 // watchOutage sends TCP 80 through the router every 50 ms (200 ms timeouts) until the returned
 // function is called, which returns the longest run of failures, from its first failed try to
-// the next success.
+// the next success. A run still open when it is called (the caller saw traffic back before
+// the watcher's next try) is measured to its end, for up to 10 s.
 func (r *routerLab) watchOutage() func() time.Duration {
 	done, result := make(chan struct{}), make(chan time.Duration)
-	go func() {
+	go func(called <-chan struct{}) {
 		var longest time.Duration
-		var failing time.Time
+		var failing, stopping time.Time
 		for {
 			select {
-			case <-done:
+			case <-called:
+				stopping, called = time.Now(), nil
+			default:
+			}
+			if !stopping.IsZero() && (failing.IsZero() || time.Since(stopping) > 10*time.Second) {
+				if !failing.IsZero() {
+					longest = max(longest, time.Since(failing))
+				}
 				result <- longest
 				return
-			default:
 			}
 			start := time.Now()
 			if err := r.redirected("tcp", r.svc4, 80, r.dst1, 80, routerV4, 200*time.Millisecond); err != nil {
@@ -326,7 +333,7 @@ func (r *routerLab) watchOutage() func() time.Duration {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-	}()
+	}(done)
 	return func() time.Duration {
 		close(done)
 		return <-result
