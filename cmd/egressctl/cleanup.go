@@ -15,6 +15,7 @@ import (
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/nft"
 	"github.com/egressd/egressd/dataplane/routing"
+	"github.com/egressd/egressd/dataplane/rpfilter"
 	"github.com/egressd/egressd/dataplane/tc"
 	"github.com/egressd/egressd/dataplane/tunnel"
 	"github.com/egressd/egressd/internal/cniinstall"
@@ -60,6 +61,10 @@ func cleanup(o options) (cleanupReport, error) {
 			fmt.Sprintf("removed egressd's ip rules, routes and nexthops (protocol %d)", o.routing.Protocol),
 			func() error { return routing.Cleanup(o.routing) }},
 		{"remove the tunnel device " + dataplane.TunnelDevice, "removed the tunnel device " + dataplane.TunnelDevice, tunnel.Cleanup},
+		{"put back the reverse path filters the agent loosened", "put back the reverse path filters the agent loosened (" + filepath.Join(filepath.Dir(cniapi.DefaultSocket), rpfilter.StateFile) + ")",
+			func() error {
+				return rpfilter.Restore(filepath.Join(filepath.Dir(cniapi.DefaultSocket), rpfilter.StateFile))
+			}},
 		// The DaemonSet's hostPath of the CNI socket (DirectoryOrCreate: the kubelet makes it).
 		{"remove " + filepath.Dir(cniapi.DefaultSocket), "removed " + filepath.Dir(cniapi.DefaultSocket) + " (the agent's socket directory)", func() error {
 			return removeSocketDir(cniapi.DefaultSocket)

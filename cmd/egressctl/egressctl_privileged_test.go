@@ -18,7 +18,9 @@ import (
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/kernel"
+	"github.com/egressd/egressd/dataplane/rpfilter"
 	"github.com/egressd/egressd/nodeagent"
+	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
 	"github.com/egressd/egressd/test/netns"
 	"github.com/egressd/egressd/test/privileged"
 )
@@ -402,8 +404,8 @@ func TestPrivilegedCleanup(t *testing.T) {
 		return code, r, errs.String()
 	}
 	code, r, errs := cleanup()
-	if want := "egressctl cleanup: remove " + n.root + ": directory not empty\n"; code != 1 || len(r.Removed) != 7 || errs != want {
-		t.Errorf("cleanup with a stranger in the pin root: exit %d, removed %q, %q; want exit 1, 7 steps, %q", code, r.Removed, errs, want)
+	if want := "egressctl cleanup: remove " + n.root + ": directory not empty\n"; code != 1 || len(r.Removed) != 8 || errs != want {
+		t.Errorf("cleanup with a stranger in the pin root: exit %d, removed %q, %q; want exit 1, 8 steps, %q", code, r.Removed, errs, want)
 	}
 	if out, err := n.ns.Run("nft", "list", "table", "inet", "egressd"); err == nil {
 		t.Errorf("after cleanup, the table is still there:\n%s", out)
@@ -422,8 +424,25 @@ func TestPrivilegedCleanup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if code, r, errs = cleanup("--cni-conf-dir", confDir, "--cni-bin-dir", binDir); code != 0 || len(r.Removed) != 9 || r.Removed[8] != "removed "+n.root {
+	// An interface whose reverse path filter the agent loosened (it was 1) gets it back.
+	if err := n.ns.Script("ip link add name rpf0 type veth peer name rpf1", "sysctl -qw net.ipv4.conf.rpf0.rp_filter=2"); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(filepath.Dir(cniapi.DefaultSocket), rpfilter.StateFile)
+	if err := os.MkdirAll(filepath.Dir(state), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(state, []byte(`{"rpf0":1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, r, errs = cleanup("--cni-conf-dir", confDir, "--cni-bin-dir", binDir); code != 0 || len(r.Removed) != 10 || r.Removed[9] != "removed "+n.root {
 		t.Errorf("cleanup: exit %d, removed %q, %s", code, r.Removed, errs)
+	}
+	if got := strings.TrimSpace(n.ns.MustRun(t, "sysctl", "-n", "net.ipv4.conf.rpf0.rp_filter")); got != "1" {
+		t.Errorf("after cleanup, rpf0's rp_filter is %s, want 1 (as before the agent loosened it)", got)
+	}
+	if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after cleanup, %s: %v", state, err)
 	}
 	if b, err := os.ReadFile(conflist); err != nil || strings.Contains(string(b), "egressd-cni") || !strings.Contains(string(b), "ptp") {
 		t.Errorf("after cleanup, %s: %s (%v)", conflist, b, err)

@@ -42,6 +42,7 @@ import (
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/nft"
 	"github.com/egressd/egressd/dataplane/routing"
+	"github.com/egressd/egressd/dataplane/rpfilter"
 	"github.com/egressd/egressd/dataplane/tc"
 	"github.com/egressd/egressd/dataplane/tunnel"
 	"github.com/egressd/egressd/internal/nsthread"
@@ -59,6 +60,9 @@ type Options struct {
 	AddressLifetime time.Duration
 	// PodsInForce, when set, hears of new pods as soon as their interfaces are attached.
 	PodsInForce dataplane.PodsInForce
+	// RPFilterState, when set, is the file in which the agent remembers the reverse path
+	// filters it loosened (rpfilter.Loosener); "" leaves them strict (reported only).
+	RPFilterState string
 }
 
 // Applier programs the kernel of the network namespace the process runs in.
@@ -111,7 +115,10 @@ type Applier struct {
 	// reattached counts the hooks of pod interfaces whose filter was deleted behind egressd's
 	// back and attached again.
 	reattached prometheus.Counter
-	// strictWarned are the interfaces warnStrictRPFilter last warned of. Apply's goroutine only.
+	// loosener loosens the reverse path filter of the interfaces replies come in through (nil:
+	// it is left strict, and reported). Apply's goroutine only.
+	loosener *rpfilter.Loosener
+	// strictWarned are the interfaces reversePath last warned of. Apply's goroutine only.
 	strictWarned []string
 	// strictRPFilter exports them.
 	strictRPFilter *prometheus.GaugeVec
@@ -130,6 +137,13 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 			undo[i]()
 		}
 		return nil, err
+	}
+	var loosener *rpfilter.Loosener
+	if o.RPFilterState != "" {
+		var err error
+		if loosener, err = rpfilter.OpenLoosener(o.RPFilterState); err != nil {
+			return nil, err
+		}
 	}
 	c, err := classifier.Load(o.PinRoot, o.Classifier)
 	if err != nil {
@@ -179,7 +193,7 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	d := &Applier{classifier: c, attachers: []*tc.Attacher{toPod, a}, facings: facings, nft: t, addresses: owned, routing: router,
 		tunnel: tun, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log,
 		podsInForce: o.PodsInForce, phases: newPhases(), eventsLost: newEventsLost(), reattached: newReattached(), tableLost: newTableLost(),
-		strictRPFilter: newStrictRPFilter(), recheck: map[int]bool{}, kept: map[int]bool{}}
+		loosener: loosener, strictRPFilter: newStrictRPFilter(), recheck: map[int]bool{}, kept: map[int]bool{}}
 	if inUse := router.InUse(); len(inUse) > 0 {
 		d.inherited, d.inheritUntil = map[netip.Addr]bool{}, time.Now().Add(inheritGrace)
 		for _, gw := range inUse {
@@ -248,7 +262,7 @@ func (d *Applier) Collectors() []prometheus.Collector {
 func newStrictRPFilter() *prometheus.GaugeVec {
 	return prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "egressd_strict_rp_filter_interface",
-		Help: "1 for each interface, other than the IPv4 default route's, that egressd's routes send traffic through (an external gateway's, an egress IP's on a secondary network) while its reverse path filter is strict (rp_filter 1): replies arriving there are dropped when main routes their source elsewhere; set net.ipv4.conf.<interface>.rp_filter=2.",
+		Help: "1 for each interface, other than the IPv4 default route's, that egressd's routes send traffic through (an external gateway's, an egress IP's on a secondary network) while its reverse path filter is strict (rp_filter 1): replies arriving there are dropped when main routes their source elsewhere. The agent loosens it (rp_filter 2) unless --loosen-rp-filter=false, so this says it did not, or could not (its log says why).",
 	}, []string{"interface"})
 }
 
@@ -303,7 +317,7 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	var routes *dataplane.RoutingState
 	phase("routing", func() map[dataplane.Origin]error {
 		routes = d.routing.WithLinkRoutes(&s.Routing)
-		defer d.warnStrictRPFilter()
+		defer d.reversePath()
 		return d.routing.Apply(routes, up)
 	})
 	phase("classifier", func() map[dataplane.Origin]error { return d.classifier.Apply(&s.Classifier) })
@@ -326,10 +340,35 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	return res
 }
 
-// warnStrictRPFilter logs, once per interface, that egressd sends traffic through an interface
-// whose strict reverse path filter may drop the replies (routing.Router.StrictRPFilter).
-func (d *Applier) warnStrictRPFilter() {
-	strict := d.routing.StrictRPFilter()
+// reversePath loosens the reverse path filter of the interfaces egressd's routes bring replies
+// in through, where it is strict (routing.Router.ReplyInterfaces), and puts back those no
+// longer used; without a loosener it logs, once per interface, and exports the strict ones.
+func (d *Applier) reversePath() {
+	consider := rpfilter.Strict
+	if d.loosener != nil {
+		consider = func(name string) bool { return rpfilter.Strict(name) || slices.Contains(d.loosener.Loosened(), name) }
+	}
+	through := d.routing.ReplyInterfaces(consider)
+	if d.loosener != nil {
+		loosened, restored, err := d.loosener.Sync(through)
+		for _, name := range loosened {
+			d.log.Warn("loosened the reverse path filter of an interface egressd routes traffic through (not main's default route's): its replies arrive there, and a strict filter drops them when main routes their source elsewhere; put back once egressd no longer routes through it, or by egressctl cleanup",
+				"interface", name, "sysctl", "net.ipv4.conf."+name+".rp_filter=2")
+		}
+		for _, name := range restored {
+			d.log.Info("put back the reverse path filter egressd had loosened", "interface", name)
+		}
+		if err != nil {
+			d.log.Error("loosen the reverse path filter", "err", err)
+		}
+	}
+	var strict []string
+	for _, name := range through {
+		if rpfilter.Strict(name) {
+			strict = append(strict, name)
+		}
+	}
+	slices.Sort(strict)
 	d.strictRPFilter.Reset()
 	for _, name := range strict {
 		d.strictRPFilter.WithLabelValues(name).Set(1)

@@ -2,13 +2,16 @@ package routing
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/dataplane/rpfilter"
 	"github.com/egressd/egressd/test/netns"
 )
 
@@ -90,10 +93,14 @@ func (l *lab) router(t *testing.T) *Router {
 	return r
 }
 
-// strictRPFilter is r.StrictRPFilter, read in the router namespace (sysctls are per namespace).
-func (l *lab) strictRPFilter(t *testing.T, r *Router) (out []string) {
+// strictReplyInterfaces are r.ReplyInterfaces whose reverse path filter is strict, by name,
+// read in the router namespace (sysctls are per namespace).
+func (l *lab) strictReplyInterfaces(t *testing.T, r *Router) (out []string) {
 	t.Helper()
-	if err := l.r.Do(func() error { out = r.StrictRPFilter(); return nil }); err != nil {
+	if err := l.r.Do(func() error {
+		out = slices.Sorted(maps.Values(r.ReplyInterfaces(rpfilter.Strict)))
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	return out

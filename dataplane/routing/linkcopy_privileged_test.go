@@ -83,14 +83,14 @@ func TestPrivilegedLinkTableCopiesTheInterfacesRoutes(t *testing.T) {
 	if err := l.r.Script("sysctl -qw net.ipv4.conf.all.rp_filter=0", "sysctl -qw net.ipv4.conf.e1.rp_filter=1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := l.strictRPFilter(t, r); !slices.Equal(got, []string{"e1"}) {
-		t.Errorf("StrictRPFilter with e1 strict: %v, want [e1]", got)
+	if got := l.strictReplyInterfaces(t, r); !slices.Equal(got, []string{"e1"}) {
+		t.Errorf("ReplyInterfaces (strict) with e1 strict: %v, want [e1]", got)
 	}
 	if err := l.r.Script("sysctl -qw net.ipv4.conf.e1.rp_filter=2"); err != nil {
 		t.Fatal(err)
 	}
-	if got := l.strictRPFilter(t, r); len(got) != 0 {
-		t.Errorf("StrictRPFilter with e1 loose: %v, want none", got)
+	if got := l.strictReplyInterfaces(t, r); len(got) != 0 {
+		t.Errorf("ReplyInterfaces (strict) with e1 loose: %v, want none", got)
 	}
 	for _, v6 := range []bool{false, true} {
 		g1, _ := l.received(t, 1)

@@ -1,48 +1,43 @@
 package routing
 
 import (
-	"maps"
 	"net"
-	"os"
-	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
-// StrictRPFilter are the interfaces egressd's routes sent traffic through at the last Apply
-// (a gateway's, an egress node's, an egress IP's on a secondary network) whose IPv4 reverse
-// path filter is strict (the larger of all's and the interface's rp_filter is 1), other than
-// the one of main's default route. The replies of that traffic arrive there while main's route
-// back to their sender may go elsewhere, and the kernel drops them: OVN never meets this (OVS
-// forwards around the host's stack), and upstream's `from <pod>` rules for egress IPs on
-// secondary networks are consulted by the reverse path check, where egressd's marks are not.
-func (r *Router) StrictRPFilter() []string {
+// ReplyInterfaces are the interfaces egressd's IPv4 routes sent traffic through at the last
+// Apply (a gateway's, an egress node's, an egress IP's on a secondary network), other than the
+// one of main's default route, by index: the replies of that traffic arrive there while main
+// may route their sources elsewhere, which a strict reverse path filter drops (dataplane/rpfilter).
+// OVN never meets this (OVS forwards around the host's stack), and upstream's `from <pod>`
+// rules for egress IPs on secondary networks are consulted by the reverse path check, where
+// egressd's marks are not. Only interfaces consider accepts are looked at (main is read only
+// when one is left).
+func (r *Router) ReplyInterfaces(consider func(name string) bool) map[int]string {
 	r.copiedMu.Lock()
-	through := r.through
+	through, copied := r.through, r.copied
 	r.copiedMu.Unlock()
 	if len(through) == 0 {
 		return nil
 	}
-	all := rpFilter("all")
-	strict := map[int]string{}
+	out := map[int]string{}
 	for index := range through {
-		l, err := r.h.LinkByIndex(index)
-		if err != nil || l.Attrs().Flags&net.FlagLoopback != 0 {
-			continue
-		}
-		if name := l.Attrs().Name; max(all, rpFilter(name)) == 1 {
-			strict[index] = name
+		if l, err := r.h.LinkByIndex(index); err == nil && l.Attrs().Flags&net.FlagLoopback == 0 && consider(l.Attrs().Name) {
+			out[index] = l.Attrs().Name
 		}
 	}
-	if len(strict) == 0 { // the common case: no dump of main at every sync
+	if len(out) == 0 { // the common case: no dump of main at every sync
 		return nil
 	}
-	delete(strict, r.defaultInterface())
-	out := slices.Collect(maps.Values(strict))
-	slices.Sort(out)
+	// The default route's interface is where most sources are routed back through; an egress
+	// IP's secondary network is a reply interface even when it holds a default route (of a
+	// higher metric, or the only one).
+	def := r.defaultInterface()
+	if _, secondary := copied[def]; !secondary {
+		delete(out, def)
+	}
 	return out
 }
 
@@ -70,14 +65,4 @@ func maskOf(rt netlink.Route) (int, int) {
 		return 0, 32
 	}
 	return rt.Dst.Mask.Size()
-}
-
-// rpFilter is net.ipv4.conf.<name>.rp_filter (0 when unreadable).
-func rpFilter(name string) int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/conf/" + name + "/rp_filter")
-	if err != nil {
-		return 0
-	}
-	v, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return v
 }

@@ -7,10 +7,10 @@ import (
 	"github.com/egressd/egressd/test/privileged"
 )
 
-// TestPrivilegedStrictRPFilter: the interfaces egressd's IPv4 routes send traffic through (gw1's
-// e1 and gw2's e2 in testState) are reported while their reverse path filter is strict (the
-// larger of all's and theirs is 1), except the one main's default route uses, and lo.
-func TestPrivilegedStrictRPFilter(t *testing.T) {
+// TestPrivilegedReplyInterfaces: the interfaces egressd's IPv4 routes send traffic through (gw1's
+// e1 and gw2's e2 in testState), except the one main's default route uses, and lo; here those
+// whose reverse path filter is strict (the larger of all's and theirs is 1).
+func TestPrivilegedReplyInterfaces(t *testing.T) {
 	privileged.Require(t)
 	l := newLab(t)
 	r := l.router(t)
@@ -35,7 +35,7 @@ func TestPrivilegedStrictRPFilter(t *testing.T) {
 		if err := l.r.Script(step.script...); err != nil {
 			t.Fatal(err)
 		}
-		if got := l.strictRPFilter(t, r); !slices.Equal(got, step.want) {
+		if got := l.strictReplyInterfaces(t, r); !slices.Equal(got, step.want) {
 			t.Errorf("%s: %v, want %v", step.name, got, step.want)
 		}
 	}

@@ -20,14 +20,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"strings"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/dataplane/rpfilter"
 )
 
 // Defaults of Config: a UDP port and VNI of no CNI egressd knows of (flannel and Cilium use
@@ -292,31 +290,16 @@ func (t *Tunnel) ensureFilterAddress(l netlink.Link) error {
 	return nil
 }
 
-// ipv4DevconfRPFilter is IPV4_DEVCONF_RP_FILTER, the index of rp_filter among an interface's
-// IPv4 settings (include/uapi/linux/ip.h).
-const ipv4DevconfRPFilter = 8
-
 // reversePathLoose makes IPv4 reverse path filtering on the device loose (2): a decapsulated
 // packet's pod source is routed back through the CNI's interface, not the tunnel, which strict
 // filtering (1, the value of many distributions' net.ipv4.conf.all) would drop. The kernel
-// applies the higher of "all" and the device's value, so 2 is loose whatever "all" is. Set
-// through netlink (the interface's IFLA_INET_CONF), not /proc/sys, which a container that is
-// not privileged sees read-only: the agent's.
+// applies the higher of "all" and the device's value, so 2 is loose whatever "all" is.
 func reversePathLoose(l netlink.Link) error {
-	p := "/proc/sys/net/ipv4/conf/" + dataplane.TunnelDevice + "/rp_filter"
-	if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) == "2" {
+	if rpfilter.Get(dataplane.TunnelDevice) == rpfilter.Loose {
 		return nil
 	}
-	req := nl.NewNetlinkRequest(unix.RTM_SETLINK, unix.NLM_F_ACK)
-	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
-	msg.Index = int32(l.Attrs().Index)
-	req.AddData(msg)
-	spec := nl.NewRtAttr(unix.IFLA_AF_SPEC, nil)
-	conf := spec.AddRtAttr(unix.AF_INET, nil).AddRtAttr(unix.IFLA_INET_CONF, nil)
-	conf.AddRtAttr(ipv4DevconfRPFilter, nl.Uint32Attr(2))
-	req.AddData(spec)
-	if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil {
-		return fmt.Errorf("set rp_filter of %s to 2: %w", dataplane.TunnelDevice, err)
+	if err := rpfilter.Set(l.Attrs().Index, rpfilter.Loose); err != nil {
+		return fmt.Errorf("%s: %w", dataplane.TunnelDevice, err)
 	}
 	return nil
 }

@@ -1,16 +1,12 @@
 package tunnel
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"reflect"
 	"regexp"
 	"strings"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/routing"
@@ -113,7 +109,7 @@ func steering() *dataplane.RoutingState {
 func apply(t *testing.T, ns *netns.NS, cfg Config, s *dataplane.TunnelState) {
 	t.Helper()
 	err := ns.Do(func() error {
-		if err := readOnlyProcSys(); err != nil {
+		if err := privileged.ReadOnlyProcSys(); err != nil {
 			return err
 		}
 		tun, err := New(cfg)
@@ -129,28 +125,6 @@ func apply(t *testing.T, ns *netns.NS, cfg Config, s *dataplane.TunnelState) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// readOnlyProcSys gives the calling thread (Do's, discarded after) a mount namespace of its own
-// in which /proc/sys is read-only, as a container runtime mounts it for a container that is not
-// privileged.
-func readOnlyProcSys() error {
-	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("unshare the mount namespace: %w", err)
-	}
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("make mounts private: %w", err)
-	}
-	if err := unix.Mount("/proc/sys", "/proc/sys", "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind /proc/sys: %w", err)
-	}
-	if err := unix.Mount("", "/proc/sys", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
-		return fmt.Errorf("remount /proc/sys read-only: %w", err)
-	}
-	if err := os.WriteFile("/proc/sys/net/ipv4/conf/lo/rp_filter", []byte("0"), 0o644); err == nil {
-		return errors.New("/proc/sys is still writable")
-	}
-	return nil
 }
 
 func route(t *testing.T, ns *netns.NS, s *dataplane.RoutingState) {

@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +21,10 @@ import (
 // from the secondary network (as a router's anti-spoofing would), so only traffic that left
 // through the right interface gets an answer; before, the main table sent it out of the fabric
 // with the secondary source. The table follows the interface's routes in main: a gateway that
-// stops answering stops the traffic, its return brings it back.
+// stops answering stops the traffic, its return brings it back. The egress node's reverse path
+// filter is strict (RHEL's default): the replies arriving on the NIC, whose sources main routes
+// through the fabric, pass only because the agent loosens the NIC's filter while it routes
+// through it, and puts its value back after.
 func TestPrivilegedEgressIPSecondaryNetwork(t *testing.T) {
 	privileged.Require(t)
 	empty := ""
@@ -38,7 +43,8 @@ func TestPrivilegedEgressIPSecondaryNetwork(t *testing.T) {
 	if err := web.NS.Script("sysctl -qw net.ipv4.conf.sec0.rp_filter=0"); err != nil {
 		t.Fatal(err)
 	}
-	if err := n0.NS.Script("ip route add default via 10.10.10.254 dev eth1 metric 4000",
+	if err := n0.NS.Script("sysctl -qw net.ipv4.conf.all.rp_filter=1",
+		"ip route add default via 10.10.10.254 dev eth1 metric 4000",
 		"ip -6 route add default via 2001:db8:abcd:1234::fe dev eth1 metric 4000"); err != nil {
 		t.Fatal(err)
 	}
@@ -64,6 +70,12 @@ func TestPrivilegedEgressIPSecondaryNetwork(t *testing.T) {
 	eip4 := netip.MustParseAddr(v4)
 	eventuallySource(t, "the egress node's own pod", sel0, "203.0.113.10:80", eip4)
 	eventuallySource(t, "a pod of another node, steered to the egress node", sel1, "203.0.113.10:80", eip4)
+	rpFilter := func() string {
+		return strings.TrimSpace(n0.NS.MustRun(t, "sysctl", "-n", "net.ipv4.conf.eth1.rp_filter"))
+	}
+	if got := rpFilter(); got != "2" {
+		t.Errorf("eth1's rp_filter while egressd routes through it: %s, want 2", got)
+	}
 
 	// The gateway in main changes to one nobody answers for: the copy follows (a route event),
 	// and the traffic stops; back to the real one, it flows again.
@@ -91,4 +103,17 @@ func TestPrivilegedEgressIPSecondaryNetwork(t *testing.T) {
 	eip6 := netip.MustParseAddr("2001:db8:abcd:1234::106")
 	eventuallySource(t, "IPv6, the egress node's own pod", six0, "[2001:db8::10]:80", eip6)
 	eventuallySource(t, "IPv6, a pod of another node", six1, "[2001:db8::10]:80", eip6)
+
+	// Once no egress IP is there, eth1's filter is as it was (0: the larger, all's 1, applies).
+	for _, n := range []string{name, name6} {
+		if err := l.Kube.Delete(context.Background(), "k8s.ovn.org/v1", "EgressIP", "", n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll.Eventually(t, "eth1's rp_filter put back to 0 after the egress IPs went", 10*time.Second, func() error {
+		if got := rpFilter(); got != "0" {
+			return fmt.Errorf("it is %s", got)
+		}
+		return nil
+	})
 }
