@@ -161,7 +161,7 @@ func newFlagSet(c *config, env environment) (fs *flag.FlagSet, cloud, ignore *st
 	fs.StringVar(&c.cniConfDir, "cni-conf-dir", "", "the host's CNI configuration directory: egressd-cni is appended to the primary network configuration there, and kept there (\"\": not installed, chain it by hand)")
 	fs.StringVar(&c.cniBinDir, "cni-bin-dir", "", "the host's CNI plugin directory: the agent installs egressd-cni there at start (with --cni-conf-dir; \"\": installed by the DaemonSet's init container, egressd install-cni, so that the agent needs no write access to the host's plugins)")
 	fs.StringVar(&c.cniBinary, "cni-plugin-binary", env.cniBinary, "the egressd-cni executable to install (with --cni-conf-dir; default egressd-cni next to egressd)")
-	fs.BoolVar(&c.loosenRPFilter, "loosen-rp-filter", true, "set net.ipv4.conf.<interface>.rp_filter to 2 (loose) where it is strict on an interface egressd routes pods' traffic through other than the default route's (a secondary network's egress IP, an external gateway's): the replies arrive there. Put back when no longer used, or by egressctl cleanup (remembered next to --cni-socket). false: only reported")
+	fs.BoolVar(&c.loosenRPFilter, "loosen-rp-filter", true, "set net.ipv4.conf.<interface>.rp_filter to 2 (loose) where it is strict on an interface egressd routes pods' traffic through other than the default route's (a secondary network's egress IP, an external gateway's): the replies arrive there. Put back when no longer used, or by egressctl cleanup (remembered in the directory of --cni-socket, /run/egressd by default, which cleanup reads). false: only reported, and what an earlier agent loosened is put back")
 	fs.BoolVar(&c.cniFailOpen, "cni-fail-open", false, "installed chain entry lets a pod start when egressd does not answer its CNI ADD in time, unprogrammed until egressd is back (default: fail closed, the runtime retries)")
 	fs.StringVar(&c.routerImage, "egress-router-image", egressrouter.DefaultImage, "image of the EgressRouter router pods the leader creates: egressd's own (they run \"egressd router-pod\")")
 	fs.IntVarP(&c.verbosity, "v", "v", 0, "log verbosity: 0 info, 1 debug, higher adds client-go detail")
@@ -308,11 +308,8 @@ func defaultCNIBinary() string {
 }
 
 // rpFilterState is where the agent remembers the reverse path filters it loosened: next to its
-// CNI socket (/run/egressd, which egressctl cleanup reads); "" when it loosens none.
+// CNI socket (/run/egressd, which egressctl cleanup reads).
 func (c *config) rpFilterState() string {
-	if !c.loosenRPFilter {
-		return ""
-	}
 	socket := c.cniSocket
 	if socket == "" {
 		socket = cniapi.DefaultSocket

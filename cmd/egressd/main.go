@@ -120,7 +120,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	// pod's ADD returns once the dataplane has it in force.
 	store := cniserver.NewStore()
 	dp, err := kernel.New(kernel.Options{PinRoot: cfg.bpfPinRoot, Classifier: classifier.Options{ACLLogRate: uint32(cfg.aclLogRate), MarkMask: cfg.markMask}, Routing: cfg.routing,
-		Tunnel: cfg.tunnel, AddressLifetime: cfg.addressLifetime, PodsInForce: store.InForce, RPFilterState: cfg.rpFilterState()},
+		Tunnel: cfg.tunnel, AddressLifetime: cfg.addressLifetime, PodsInForce: store.InForce, RPFilterState: cfg.rpFilterState(), LoosenRPFilter: cfg.loosenRPFilter},
 		log.With("component", "dataplane"))
 	if err != nil {
 		return err

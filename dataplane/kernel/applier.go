@@ -60,9 +60,11 @@ type Options struct {
 	AddressLifetime time.Duration
 	// PodsInForce, when set, hears of new pods as soon as their interfaces are attached.
 	PodsInForce dataplane.PodsInForce
-	// RPFilterState, when set, is the file in which the agent remembers the reverse path
-	// filters it loosened (rpfilter.Loosener); "" leaves them strict (reported only).
-	RPFilterState string
+	// RPFilterState is the file in which the agent remembers the reverse path filters it
+	// loosened (rpfilter.Loosener); LoosenRPFilter false leaves them strict (reported only), and
+	// puts back what an earlier agent loosened.
+	RPFilterState  string
+	LoosenRPFilter bool
 }
 
 // Applier programs the kernel of the network namespace the process runs in.
@@ -139,10 +141,16 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 		return nil, err
 	}
 	var loosener *rpfilter.Loosener
-	if o.RPFilterState != "" {
+	switch {
+	case o.RPFilterState == "":
+	case o.LoosenRPFilter:
 		var err error
 		if loosener, err = rpfilter.OpenLoosener(o.RPFilterState); err != nil {
-			return nil, err
+			log.Error("read the reverse path filters an earlier agent loosened", "err", err)
+		}
+	default:
+		if err := rpfilter.Restore(o.RPFilterState); err != nil {
+			log.Error("put back the reverse path filters an earlier agent loosened", "err", err)
 		}
 	}
 	c, err := classifier.Load(o.PinRoot, o.Classifier)
@@ -348,9 +356,9 @@ func (d *Applier) reversePath() {
 	if d.loosener != nil {
 		consider = func(name string) bool { return rpfilter.Strict(name) || slices.Contains(d.loosener.Loosened(), name) }
 	}
-	through := d.routing.ReplyInterfaces(consider)
+	through, complete := d.routing.ReplyInterfaces(consider)
 	if d.loosener != nil {
-		loosened, restored, err := d.loosener.Sync(through)
+		loosened, restored, err := d.loosener.Sync(through, complete)
 		for _, name := range loosened {
 			d.log.Warn("loosened the reverse path filter of an interface egressd routes traffic through (not main's default route's): its replies arrive there, and a strict filter drops them when main routes their source elsewhere; put back once egressd no longer routes through it, or by egressctl cleanup",
 				"interface", name, "sysctl", "net.ipv4.conf."+name+".rp_filter=2")

@@ -25,9 +25,11 @@ func (r *Router) Apply(s *dataplane.RoutingState, up func(peer netip.Addr) bool)
 	rules, routes, errs := r.cfg.wanted(s)
 	through := map[int]bool{}
 	defer func() {
-		r.copiedMu.Lock()
-		r.through = through
-		r.copiedMu.Unlock()
+		if through != nil { // nil: the kernel could not be read, and nothing changed
+			r.copiedMu.Lock()
+			r.through = through
+			r.copiedMu.Unlock()
+		}
 	}()
 	if len(rules) == 0 && len(routes) == 0 && r.empty {
 		return errs
@@ -35,6 +37,7 @@ func (r *Router) Apply(s *dataplane.RoutingState, up func(peer netip.Addr) bool)
 	fail := func(o dataplane.Origin, err error) { errs[o] = errors.Join(errs[o], err) }
 	k, err := r.read()
 	if err != nil {
+		through = nil
 		for _, rule := range s.Rules {
 			fail(rule.Origin, err)
 		}

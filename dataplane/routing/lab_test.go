@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -98,7 +99,11 @@ func (l *lab) router(t *testing.T) *Router {
 func (l *lab) strictReplyInterfaces(t *testing.T, r *Router) (out []string) {
 	t.Helper()
 	if err := l.r.Do(func() error {
-		out = slices.Sorted(maps.Values(r.ReplyInterfaces(rpfilter.Strict)))
+		m, complete := r.ReplyInterfaces(rpfilter.Strict)
+		if !complete {
+			return errors.New("ReplyInterfaces: incomplete")
+		}
+		out = slices.Sorted(maps.Values(m))
 		return nil
 	}); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package rpfilter
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -59,18 +60,19 @@ func TestPrivilegedLoosener(t *testing.T) {
 		}
 		return out
 	}
-	sync := func(names ...string) (loosened, restored []string) {
+	syncAs := func(complete bool, names ...string) (loosened, restored []string) {
 		t.Helper()
 		do(func() (err error) {
 			l, err := OpenLoosener(path)
 			if err != nil {
 				return err
 			}
-			loosened, restored, err = l.Sync(want(names...))
+			loosened, restored, err = l.Sync(want(names...), complete)
 			return err
 		})
 		return loosened, restored
 	}
+	sync := func(names ...string) (loosened, restored []string) { t.Helper(); return syncAs(true, names...) }
 
 	if l, r := sync("a", "b", "c"); !slices.Equal(l, []string{"a", "b"}) || len(r) != 0 {
 		t.Errorf("first sync loosened %v, restored %v; want [a b] (c is loose already), none", l, r)
@@ -84,6 +86,9 @@ func TestPrivilegedLoosener(t *testing.T) {
 	}
 	if l, r := sync("a", "b", "c"); len(l) != 0 || len(r) != 0 {
 		t.Errorf("the same again loosened %v, restored %v; want nothing", l, r)
+	}
+	if l, r := syncAs(false, "b"); len(l) != 0 || len(r) != 0 {
+		t.Errorf("an incomplete want without a: loosened %v, restored %v; want nothing (a may still be used)", l, r)
 	}
 	if l, r := sync("b"); len(l) != 0 || !slices.Equal(r, []string{"a"}) {
 		t.Errorf("a no longer wanted: loosened %v, restored %v; want a restored", l, r)
@@ -104,4 +109,19 @@ func TestPrivilegedLoosener(t *testing.T) {
 		t.Errorf("%s after Restore: %v, want it gone", path, err)
 	}
 	do(func() error { return Restore(path) }) // nothing to do: no file
+
+	// A file it cannot read is moved aside, reported, and the loosener starts empty.
+	if err := os.WriteFile(path, []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Do(func() error {
+		l, err := OpenLoosener(path)
+		if err == nil || l == nil || len(l.Loosened()) != 0 {
+			return fmt.Errorf("OpenLoosener of a broken file: %v, %v; want an error and an empty loosener", l, err)
+		}
+		_, err = os.Stat(path + ".bad")
+		return err
+	}); err != nil {
+		t.Error(err)
+	}
 }

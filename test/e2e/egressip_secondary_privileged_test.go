@@ -43,7 +43,10 @@ func TestPrivilegedEgressIPSecondaryNetwork(t *testing.T) {
 	if err := web.NS.Script("sysctl -qw net.ipv4.conf.sec0.rp_filter=0"); err != nil {
 		t.Fatal(err)
 	}
+	// The node's default route is the fabric's (its primary interface, as on a real node),
+	// through the web host, which does not forward: never used here.
 	if err := n0.NS.Script("sysctl -qw net.ipv4.conf.all.rp_filter=1",
+		"ip route add default via "+web.Fabric.String()+" dev eth0 metric 100",
 		"ip route add default via 10.10.10.254 dev eth1 metric 4000",
 		"ip -6 route add default via 2001:db8:abcd:1234::fe dev eth1 metric 4000"); err != nil {
 		t.Fatal(err)
@@ -70,11 +73,11 @@ func TestPrivilegedEgressIPSecondaryNetwork(t *testing.T) {
 	eip4 := netip.MustParseAddr(v4)
 	eventuallySource(t, "the egress node's own pod", sel0, "203.0.113.10:80", eip4)
 	eventuallySource(t, "a pod of another node, steered to the egress node", sel1, "203.0.113.10:80", eip4)
-	rpFilter := func() string {
-		return strings.TrimSpace(n0.NS.MustRun(t, "sysctl", "-n", "net.ipv4.conf.eth1.rp_filter"))
+	rpFilter := func(nic string) string {
+		return strings.TrimSpace(n0.NS.MustRun(t, "sysctl", "-n", "net.ipv4.conf."+nic+".rp_filter"))
 	}
-	if got := rpFilter(); got != "2" {
-		t.Errorf("eth1's rp_filter while egressd routes through it: %s, want 2", got)
+	if eth1, eth0 := rpFilter("eth1"), rpFilter("eth0"); eth1 != "2" || eth0 != "0" {
+		t.Errorf("rp_filter while egressd routes through eth1: eth1 %s, eth0 (the default route's) %s; want 2 and 0 (as it was)", eth1, eth0)
 	}
 
 	// The gateway in main changes to one nobody answers for: the copy follows (a route event),
@@ -111,7 +114,7 @@ func TestPrivilegedEgressIPSecondaryNetwork(t *testing.T) {
 		}
 	}
 	poll.Eventually(t, "eth1's rp_filter put back to 0 after the egress IPs went", 10*time.Second, func() error {
-		if got := rpFilter(); got != "0" {
+		if got := rpFilter("eth1"); got != "0" {
 			return fmt.Errorf("it is %s", got)
 		}
 		return nil
