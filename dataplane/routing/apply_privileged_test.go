@@ -2,6 +2,7 @@ package routing
 
 import (
 	"net/netip"
+	"regexp"
 	"testing"
 
 	"github.com/egressd/egressd/dataplane"
@@ -10,10 +11,14 @@ import (
 
 func expectIP(t *testing.T, l *lab, want string, args ...string) {
 	t.Helper()
-	if got := l.ip(t, args...); got != want {
+	if got := resilientParams.ReplaceAllString(l.ip(t, args...), " type resilient"); got != want {
 		t.Errorf("ip %v:\n%s\nwant:\n%s", args, got, want)
 	}
 }
+
+// resilientParams are the parameters iproute2 shows of a resilient group: egressd's are the
+// kernel's defaults, and the time a group has been unbalanced varies.
+var resilientParams = regexp.MustCompile(` type resilient buckets 128 idle_timer 120 unbalanced_timer 0 unbalanced_time \d+`)
 
 // Rules, tables and nexthop objects of testState, as iproute2 shows them.
 const (
@@ -42,10 +47,10 @@ const (
 	wantTable26  = `blackhole default dev lo proto 229 metric 1024 pref medium`
 	wantNexthops = `id 71000000 via 10.1.1.2 dev e1 scope link proto 229
 id 71000001 via 10.1.2.2 dev e2 scope link proto 229
-id 71000002 group 71000000/71000001 proto 229
+id 71000002 group 71000000/71000001 type resilient proto 229
 id 71000003 via fd01:1::2 dev e1 scope link proto 229
 id 71000004 via fd01:2::2 dev e2 scope link proto 229
-id 71000005 group 71000003/71000004 proto 229`
+id 71000005 group 71000003/71000004 type resilient proto 229`
 )
 
 func expectTestState(t *testing.T, l *lab) {
@@ -109,10 +114,10 @@ func TestPrivilegedApplyChangesRoutesInPlace(t *testing.T) {
 	}
 	// gw2's old member object is no longer used by any group: gone; the rest stays.
 	expectIP(t, l, `id 71000000 via 10.1.1.2 dev e1 scope link proto 229
-id 71000002 group 71000000/71000006 proto 229
+id 71000002 group 71000000/71000006 type resilient proto 229
 id 71000003 via fd01:1::2 dev e1 scope link proto 229
 id 71000004 via fd01:2::2 dev e2 scope link proto 229
-id 71000005 group 71000003/71000004 proto 229
+id 71000005 group 71000003/71000004 type resilient proto 229
 id 71000006 via 10.1.3.2 dev e3 scope link proto 229`, "nexthop")
 	expectIP(t, l, wantRules, "rule")
 }
@@ -142,10 +147,10 @@ func TestPrivilegedBFDGatesGroupMembers(t *testing.T) {
 	// The down members' objects stay (Prune keeps them), out of their groups.
 	expectIP(t, l, `id 71000000 via 10.1.1.2 dev e1 scope link proto 229
 id 71000001 via 10.1.2.2 dev e2 scope link proto 229
-id 71000002 group 71000001 proto 229
+id 71000002 group 71000001 type resilient proto 229
 id 71000003 via fd01:1::2 dev e1 scope link proto 229
 id 71000004 via fd01:2::2 dev e2 scope link proto 229
-id 71000005 group 71000003 proto 229`, "nexthop")
+id 71000005 group 71000003 type resilient proto 229`, "nexthop")
 	// table 7100 (a single gateway, not BFD-gated) is untouched.
 	expectIP(t, l, wantTable0, "route", "show", "table", "7100")
 
@@ -155,10 +160,10 @@ id 71000005 group 71000003 proto 229`, "nexthop")
 	// The group stays (with its last member: a group cannot be empty), to be refilled in place.
 	expectIP(t, l, `id 71000000 via 10.1.1.2 dev e1 scope link proto 229
 id 71000001 via 10.1.2.2 dev e2 scope link proto 229
-id 71000002 group 71000001 proto 229
+id 71000002 group 71000001 type resilient proto 229
 id 71000003 via fd01:1::2 dev e1 scope link proto 229
 id 71000004 via fd01:2::2 dev e2 scope link proto 229
-id 71000005 group 71000003 proto 229`, "nexthop")
+id 71000005 group 71000003 type resilient proto 229`, "nexthop")
 	expectIP(t, l, `2001:db8:5::5 nhid 71000005 proto 229 metric 1024 pref medium
 	nexthop via fd01:1::2 dev e1 weight 1`, "-6", "route", "show", "table", "7101")
 

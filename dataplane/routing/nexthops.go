@@ -13,15 +13,24 @@ import (
 
 // Attributes of nexthop messages (linux/nexthop.h) missing from x/sys/unix.
 const (
-	nhaFDB       = 11
-	sizeofNhmsg  = 8
-	sizeofNhGrp  = 8
-	nhGroupMpath = 0
+	nhaFDB             = 11
+	nhaResGroup        = 12
+	nhaResGroupBuckets = 1
+	sizeofNhmsg        = 8
+	sizeofNhGrp        = 8
+	nhGroupRes         = 1
+	// groupBuckets is the size of egressd's resilient groups (the kernel's default): a flow's
+	// hash picks a bucket, and a bucket keeps its member while both live.
+	groupBuckets = 128
 )
 
 // nexthop is a kernel nexthop object (`ip nexthop`): a gateway on a device, or a group of
 // such objects. egressd makes one object per (gateway, device), shared by every group that
-// uses it, and one group per ECMP route, replaced in place when its live members change.
+// uses it, and one resilient group per ECMP route, replaced in place when its live members
+// change: a member leaving moves only its own flows, to the others (its buckets); a member
+// joining takes buckets only once they have been idle (the kernel's 120 s), so the flows
+// through the other gateways stay where they are (stateful gateways keep their connections).
+// Upstream asks that adding or removing a gateway not move the flows of the others.
 type nexthop struct {
 	id     uint32
 	proto  uint8
@@ -31,8 +40,8 @@ type nexthop struct {
 	onlink bool
 	// group holds the member IDs (sorted) of a group; nil for a single nexthop.
 	group []uint32
-	// other marks what egressd never writes (blackhole, encap, fdb, weights, resilient
-	// groups): it never matches a wanted object.
+	// other marks what egressd never writes (blackhole, encap, fdb, weights, groups that are
+	// not resilient, as earlier versions wrote): it never matches a wanted object.
 	other bool
 }
 
@@ -69,6 +78,7 @@ func parseNexthop(m []byte) (nexthop, error) {
 	if err != nil {
 		return nexthop{}, fmt.Errorf("parse nexthop: %w", err)
 	}
+	resilient := false
 	for _, a := range attrs {
 		v := a.Value
 		switch a.Attr.Type {
@@ -87,11 +97,12 @@ func parseNexthop(m []byte) (nexthop, error) {
 			}
 			slices.Sort(nh.group)
 		case unix.NHA_GROUP_TYPE:
-			nh.other = nh.other || binary.NativeEndian.Uint16(v) != nhGroupMpath
+			resilient = binary.NativeEndian.Uint16(v) == nhGroupRes
 		case unix.NHA_BLACKHOLE, unix.NHA_ENCAP, unix.NHA_ENCAP_TYPE, nhaFDB:
 			nh.other = true
 		}
 	}
+	nh.other = nh.other || (nh.group != nil && !resilient)
 	return nh, nil
 }
 
@@ -122,9 +133,13 @@ func (c *rtnl) writeGroup(id uint32, proto uint8, members []uint32, replace bool
 	if replace {
 		flags = unix.NLM_F_REPLACE
 	}
+	res := nl.NewRtAttr(unix.NLA_F_NESTED|nhaResGroup, nil)
+	res.AddRtAttr(nhaResGroupBuckets, binary.NativeEndian.AppendUint16(nil, groupBuckets))
 	err := c.write(unix.RTM_NEWNEXTHOP, flags, nhmsg(unix.AF_UNSPEC, proto),
 		nl.NewRtAttr(unix.NHA_ID, u32(id)),
-		nl.NewRtAttr(unix.NHA_GROUP, grp))
+		nl.NewRtAttr(unix.NHA_GROUP, grp),
+		nl.NewRtAttr(unix.NHA_GROUP_TYPE, binary.NativeEndian.AppendUint16(nil, nhGroupRes)),
+		res)
 	if err != nil {
 		return fmt.Errorf("nexthop group id %d members %v: %w", id, members, err)
 	}

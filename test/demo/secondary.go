@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/egressd/egressd/test/lab"
@@ -14,7 +15,8 @@ import (
 // router's anti-spoofing would). An egress IP of that network, 10.10.10.100, serves the voice
 // pod of node-0 (its namespace's EgressFirewall allows the docs host): steered to node-1,
 // SNATed there, and sent out of eth1 by a table copying eth1's routes (main's route to the host
-// takes the fabric, where the host would drop it).
+// takes the fabric, where the host would drop it). node-1's reverse path filter is strict, as
+// on RHEL: the agent loosens eth1's while it routes through it, and puts it back after.
 func demoSecondaryEgressIP(ctx context.Context, l *lab.Lab, c *checker, host *lab.External, voice *lab.Pod) error {
 	n1 := l.Nodes[1]
 	if err := netns.Link(n1.NS, "eth1", host.NS, "sec0"); err != nil {
@@ -28,6 +30,16 @@ func demoSecondaryEgressIP(ctx context.Context, l *lab.Lab, c *checker, host *la
 	}
 	if err := host.NS.Script("sysctl -qw net.ipv4.conf.sec0.rp_filter=0"); err != nil {
 		return err
+	}
+	if err := n1.NS.Script("sysctl -qw net.ipv4.conf.all.rp_filter=1"); err != nil {
+		return err
+	}
+	rpFilter := func() string {
+		out, err := n1.NS.Run("sysctl", "-n", "net.ipv4.conf.eth1.rp_filter")
+		if err != nil {
+			return err.Error()
+		}
+		return strings.TrimSpace(out)
 	}
 	if err := host.Nft(`table inet antispoof {
 	chain pre {
@@ -50,7 +62,16 @@ func demoSecondaryEgressIP(ctx context.Context, l *lab.Lab, c *checker, host *la
 	}
 	c.check(fmt.Sprintf("%s (%s) -> 192.0.2.10:443 source, through %s's eth1", voice.Name, voice.Node.Name, n1.Name), "ok "+eip,
 		fmt.Sprintf("%s %s", r.Outcome, r.Seen.Src))
+	c.check(n1.Name+" strict (all 1): eth1's rp_filter, loosened", "2", rpFilter())
 	// The cloud step below turns the cluster into a cloud, where no secondary network hosts an
 	// egress IP.
-	return l.Kube.Delete(ctx, "k8s.ovn.org/v1", "EgressIP", "", "demo-voice")
+	if err := l.Kube.Delete(ctx, "k8s.ovn.org/v1", "EgressIP", "", "demo-voice"); err != nil {
+		return err
+	}
+	got := rpFilter()
+	for deadline := time.Now().Add(10 * time.Second); got != "0" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		got = rpFilter()
+	}
+	c.check("eth1's rp_filter once no egress IP is there, put back", "0", got)
+	return n1.NS.Script("sysctl -qw net.ipv4.conf.all.rp_filter=0")
 }
