@@ -2,6 +2,7 @@ package egressip
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -11,8 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/egressd/egressd/api/generated/clientset/versioned"
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
@@ -286,21 +287,24 @@ func (c *Controller) writeStatus(ctx context.Context, name string, items []ovnv1
 	if items == nil {
 		items = []ovnv1.EgressIPStatusItem{}
 	}
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		e, err := c.Client.K8sOVNV1().EgressIPs().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if slices.Equal(e.Status.Items, items) {
-			return nil
-		}
-		e.Status.Items = items
-		_, err = c.Client.K8sOVNV1().EgressIPs().Update(ctx, e, metav1.UpdateOptions{FieldManager: "egressd-leader"})
-		if err != nil {
-			return fmt.Errorf("update: %w", err)
-		}
+	e, err := c.Client.K8sOVNV1().EgressIPs().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if slices.Equal(e.Status.Items, items) {
 		return nil
-	})
+	}
+	// A merge patch of status.items alone (EgressIP has no status subresource): an update of
+	// the object read back would write its spec too, as this version's types render it (an
+	// absent podSelector as {}), which deploy/node-policy.yaml refuses of an agent.
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"items": items}})
+	if err != nil {
+		return err
+	}
+	if _, err := c.Client.K8sOVNV1().EgressIPs().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "egressd-leader"}); err != nil {
+		return fmt.Errorf("patch status.items: %w", err)
+	}
+	return nil
 }
 
 func find(eips []*ovnv1.EgressIP, name string) *ovnv1.EgressIP {

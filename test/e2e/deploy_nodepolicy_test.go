@@ -10,7 +10,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/egressd/egressd/test/controlplane"
@@ -21,7 +24,8 @@ import (
 // TestDeployNodePolicy: with deploy/node-policy.yaml installed, an agent (its ServiceAccount
 // with the node-name claim of its pod-bound token, and deploy/rbac.yaml) may publish its
 // annotations on its own Node, and nothing else: not on another Node, not other annotations,
-// not labels, not without the claim. Others (an admin) are not concerned.
+// not labels, not without the claim; and change only EgressIPs' status. Others (an admin) are
+// not concerned.
 func TestDeployNodePolicy(t *testing.T) {
 	cp := controlplane.Shared(t)
 	ns := cp.Namespace(t)
@@ -109,5 +113,48 @@ func TestDeployNodePolicy(t *testing.T) {
 	}
 	if err := patch(admin, other, `{"metadata":{"labels":{"k8s.ovn.org/egress-assignable":""}}}`); err != nil {
 		t.Errorf("an admin labeling a node: %v", err)
+	}
+
+	// EgressIPs: the agent (the leader) updates their status, and nothing else.
+	gvr := schema.GroupVersionResource{Group: "k8s.ovn.org", Version: "v1", Resource: "egressips"}
+	adminDyn, err := dynamic.NewForConfig(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentDyn, err := dynamic.NewForConfig(kube.ImpersonateConfig(cp.Config, user, ns, own))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "eip-" + ns
+	eip := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "k8s.ovn.org/v1", "kind": "EgressIP",
+		"metadata": map[string]any{"name": name},
+		"spec":     map[string]any{"egressIPs": []any{"192.0.2.77"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"team": "a"}}}}}
+	if _, err := adminDyn.Resource(gvr).Create(ctx, eip, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = adminDyn.Resource(gvr).Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	// As the leader writes it (nodeagent/egressip/controller.go): a merge patch.
+	patchEIP := func(p string) error {
+		_, err := agentDyn.Resource(gvr).Patch(ctx, name, types.MergePatchType, []byte(p), metav1.PatchOptions{FieldManager: "egressd-leader"})
+		return err
+	}
+	const denied = "may change only an EgressIP's status"
+	poll.Eventually(t, "the agent is denied changing an EgressIP's spec", 20*time.Second, func() error {
+		if err := patchEIP(`{"spec":{"egressIPs":["198.51.100.9"]}}`); err == nil || !strings.Contains(err.Error(), denied) {
+			return fmt.Errorf("got %v", err)
+		}
+		return nil
+	})
+	if err := patchEIP(`{"status":{"items":[{"node":"` + own + `","egressIP":"192.0.2.77"}]}}`); err != nil {
+		t.Errorf("the agent assigning the EgressIP (status.items): %v", err)
+	}
+	for what, p := range map[string]string{
+		"its namespace selector": `{"spec":{"namespaceSelector":{"matchLabels":{"team":"b"}}}}`,
+		"its pod selector":       `{"spec":{"podSelector":{"matchLabels":{"x":"y"}}}}`,
+		"a label":                `{"metadata":{"labels":{"x":"y"}}}`,
+	} {
+		if err := patchEIP(p); err == nil || !strings.Contains(err.Error(), denied) {
+			t.Errorf("the agent changing an EgressIP's %s: %v, want denied (%s)", what, err, denied)
+		}
 	}
 }

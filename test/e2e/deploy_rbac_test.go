@@ -70,7 +70,7 @@ func TestDeployRBAC(t *testing.T) {
 	allowed = append(allowed,
 		// The leader's EgressIP assignment (nodeagent/egressip/controller.go).
 		call{verb: "get", group: ovn, resource: "egressips", name: "eip"},
-		call{verb: "update", group: ovn, resource: "egressips", name: "eip"},
+		call{verb: "patch", group: ovn, resource: "egressips", name: "eip"},
 		// The leader's EgressService host election (nodeagent/egressservice/controller.go).
 		call{verb: "get", group: ovn, resource: "egressservices", ns: "app", name: "s"},
 		call{verb: "update", group: ovn, resource: "egressservices", sub: "status", ns: "app", name: "s"},
@@ -113,6 +113,7 @@ func TestDeployRBAC(t *testing.T) {
 		{verb: "list", resource: "secrets", ns: ns},
 		{verb: "get", resource: "configmaps", ns: ns, name: "c"},
 		{verb: "delete", group: ovn, resource: "egressips", name: "eip"},
+		{verb: "update", group: ovn, resource: "egressips", name: "eip"},
 		{verb: "create", group: ovn, resource: "egressips"},
 		{verb: "update", group: ovn, resource: "egressfirewalls", ns: "app", name: "default"},
 		{verb: "update", group: ovn, resource: "egressservices", ns: "app", name: "s"},

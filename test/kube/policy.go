@@ -56,11 +56,16 @@ func InstallAgentPolicies(ctx context.Context, cfg *rest.Config, path, user, suf
 // Impersonate is a client acting as the agent user of ServiceAccount namespace ns, with the
 // node-name claim of a pod-bound token for node (none when "").
 func Impersonate(cfg *rest.Config, user, ns, node string) (kubernetes.Interface, error) {
+	return kubernetes.NewForConfig(ImpersonateConfig(cfg, user, ns, node))
+}
+
+// ImpersonateConfig is cfg acting as Impersonate's client does, for other clients.
+func ImpersonateConfig(cfg *rest.Config, user, ns, node string) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user,
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}}
 	if node != "" {
 		cfg.Impersonate.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {node}}
 	}
-	return kubernetes.NewForConfig(cfg)
+	return cfg
 }
