@@ -148,6 +148,16 @@ func TestDeployNodePolicy(t *testing.T) {
 	if err := patchEIP(`{"status":{"items":[{"node":"` + own + `","egressIP":"192.0.2.77"}]}}`); err != nil {
 		t.Errorf("the agent assigning the EgressIP (status.items): %v", err)
 	}
+	// The previous release's leader updates the object it read, its absent podSelector as {}.
+	cur, err := adminDyn.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = unstructured.SetNestedMap(cur.Object, map[string]any{}, "spec", "podSelector")
+	_ = unstructured.SetNestedSlice(cur.Object, []any{}, "status", "items")
+	if _, err := agentDyn.Resource(gvr).Update(ctx, cur, metav1.UpdateOptions{FieldManager: "egressd-leader"}); err != nil {
+		t.Errorf("the previous release's leader updating the EgressIP's status (podSelector {}): %v", err)
+	}
 	for what, p := range map[string]string{
 		"its namespace selector": `{"spec":{"namespaceSelector":{"matchLabels":{"team":"b"}}}}`,
 		"its pod selector":       `{"spec":{"podSelector":{"matchLabels":{"x":"y"}}}}`,

@@ -71,6 +71,7 @@ func TestDeployRBAC(t *testing.T) {
 		// The leader's EgressIP assignment (nodeagent/egressip/controller.go).
 		call{verb: "get", group: ovn, resource: "egressips", name: "eip"},
 		call{verb: "patch", group: ovn, resource: "egressips", name: "eip"},
+		call{verb: "update", group: ovn, resource: "egressips", name: "eip"}, // the previous release's leader
 		// The leader's EgressService host election (nodeagent/egressservice/controller.go).
 		call{verb: "get", group: ovn, resource: "egressservices", ns: "app", name: "s"},
 		call{verb: "update", group: ovn, resource: "egressservices", sub: "status", ns: "app", name: "s"},
@@ -113,7 +114,6 @@ func TestDeployRBAC(t *testing.T) {
 		{verb: "list", resource: "secrets", ns: ns},
 		{verb: "get", resource: "configmaps", ns: ns, name: "c"},
 		{verb: "delete", group: ovn, resource: "egressips", name: "eip"},
-		{verb: "update", group: ovn, resource: "egressips", name: "eip"},
 		{verb: "create", group: ovn, resource: "egressips"},
 		{verb: "update", group: ovn, resource: "egressfirewalls", ns: "app", name: "default"},
 		{verb: "update", group: ovn, resource: "egressservices", ns: "app", name: "s"},
