@@ -2,6 +2,7 @@ package egressip
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
 	ovnfake "github.com/egressd/egressd/api/generated/clientset/versioned/fake"
@@ -51,13 +53,28 @@ func TestControllerNewLeaderKeepsAssignments(t *testing.T) {
 	ctx := context.Background()
 	c.reconcile(ctx)
 	for _, a := range client.Actions() {
-		if a.GetVerb() == "update" {
+		if a.GetVerb() == "update" || a.GetVerb() == "patch" {
 			t.Fatalf("a new leader's first reconcile wrote the EgressIP (%v): it cleared assignments it had no reason to", a)
 		}
 	}
 
 	probes.down["n1"] = true
+	client.ClearActions()
 	c.reconcile(ctx)
+	// The write is a merge patch of status.items alone (deploy/node-policy.yaml refuses an agent
+	// any other change of an EgressIP).
+	var writes []string
+	for _, a := range client.Actions() {
+		switch p := a.(type) {
+		case k8stesting.PatchAction:
+			writes = append(writes, fmt.Sprintf("%s %s", p.GetPatchType(), p.GetPatch()))
+		case k8stesting.UpdateAction:
+			writes = append(writes, "update")
+		}
+	}
+	if want := `application/merge-patch+json {"status":{"items":[{"node":"n2","egressIP":"10.0.0.101"},{"node":"n3","egressIP":"10.0.0.100"}]}}`; len(writes) != 1 || writes[0] != want {
+		t.Errorf("writes after n1 turned unreachable: %q, want [%s]", writes, want)
+	}
 	got, err := client.K8sOVNV1().EgressIPs().Get(ctx, "a", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
