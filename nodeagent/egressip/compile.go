@@ -91,9 +91,18 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 	primary := part.Primaries
 	egress := map[string][]egressNode{}
 	for _, e := range eips {
+		requested := map[netip.Addr]bool{}
+		for _, a := range e.Spec.EgressIPs {
+			if ip, err := netip.ParseAddr(string(a)); err == nil {
+				requested[ip] = true
+			}
+		}
 		for _, it := range e.Status.Items {
 			ip, err := netip.ParseAddr(it.EgressIP)
-			if err != nil {
+			// An address the spec does not request (any longer) is not served: the leader
+			// takes it out of the status next, and a status written by anyone else than the
+			// leader cannot add one.
+			if err != nil || !requested[ip] {
 				continue
 			}
 			via := primary[it.Node].V4.Addr()

@@ -121,3 +121,17 @@ func containsPrefix(ps []netip.Prefix, p netip.Prefix) bool {
 	}
 	return false
 }
+
+// A status item whose address the spec does not request (written by someone else than the
+// leader, or left after a spec change) is not served: no address, no SNAT to it.
+func TestCompileServesOnlyRequestedAddresses(t *testing.T) {
+	e := eip("eip", 0, []string{"192.0.2.100"}, "192.0.2.100@n1", "192.0.2.200@n1")
+	part := compileNode(t, &Compiler{}, "n1", e, clusterNode("n1", "192.0.2.1/24"))
+	var got []netip.Addr
+	for _, a := range part.Addresses {
+		got = append(got, a.Addr)
+	}
+	if want := []netip.Addr{netip.MustParseAddr("192.0.2.100")}; !reflect.DeepEqual(got, want) {
+		t.Errorf("addresses of n1: %v, want %v (192.0.2.200 is not requested)", got, want)
+	}
+}

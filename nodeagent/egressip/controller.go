@@ -281,8 +281,8 @@ func (c *Controller) observe(plan Plan) {
 	}
 }
 
-// writeStatus replaces status.items (EgressIP has no status subresource: the main resource is
-// written, from a fresh read on conflict).
+// writeStatus replaces status.items, by a merge patch of them alone (EgressIP has no status
+// subresource), when a fresh read shows them different.
 func (c *Controller) writeStatus(ctx context.Context, name string, items []ovnv1.EgressIPStatusItem) error {
 	if items == nil {
 		items = []ovnv1.EgressIPStatusItem{}

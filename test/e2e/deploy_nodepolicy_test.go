@@ -128,7 +128,7 @@ func TestDeployNodePolicy(t *testing.T) {
 	name := "eip-" + ns
 	eip := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "k8s.ovn.org/v1", "kind": "EgressIP",
 		"metadata": map[string]any{"name": name},
-		"spec":     map[string]any{"egressIPs": []any{"192.0.2.77"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"team": "a"}}}}}
+		"spec":     map[string]any{"egressIPs": []any{"192.0.2.77", "2001:DB8::77"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"team": "a"}}}}}
 	if _, err := adminDyn.Resource(gvr).Create(ctx, eip, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,8 @@ func TestDeployNodePolicy(t *testing.T) {
 		}
 		return nil
 	})
-	if err := patchEIP(`{"status":{"items":[{"node":"` + own + `","egressIP":"192.0.2.77"}]}}`); err != nil {
+	// The leader writes addresses in their canonical form, whatever the spec's.
+	if err := patchEIP(`{"status":{"items":[{"node":"` + own + `","egressIP":"192.0.2.77"},{"node":"` + own + `","egressIP":"2001:db8::77"}]}}`); err != nil {
 		t.Errorf("the agent assigning the EgressIP (status.items): %v", err)
 	}
 	// The previous release's leader updates the object it read, its absent podSelector as {}.
@@ -158,7 +159,12 @@ func TestDeployNodePolicy(t *testing.T) {
 	if _, err := agentDyn.Resource(gvr).Update(ctx, cur, metav1.UpdateOptions{FieldManager: "egressd-leader"}); err != nil {
 		t.Errorf("the previous release's leader updating the EgressIP's status (podSelector {}): %v", err)
 	}
+	if err := patchEIP(`{"status":{"items":[{"node":"` + other + `","egressIP":"198.51.100.9"}]}}`); err == nil || !strings.Contains(err.Error(), "only the addresses an EgressIP requests") {
+		t.Errorf("the agent assigning an address the EgressIP does not request: %v, want denied", err)
+	}
 	for what, p := range map[string]string{
+		"an owner":               `{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"x","uid":"00000000-0000-0000-0000-000000000001"}]}}`,
+		"a finalizer":            `{"metadata":{"finalizers":["example.com/hold"]}}`,
 		"its namespace selector": `{"spec":{"namespaceSelector":{"matchLabels":{"team":"b"}}}}`,
 		"its pod selector":       `{"spec":{"podSelector":{"matchLabels":{"x":"y"}}}}`,
 		"a label":                `{"metadata":{"labels":{"x":"y"}}}`,
