@@ -105,7 +105,9 @@ func (r *Router) applyRoute(k *kernel, w wantedRoute, up func(netip.Addr) bool) 
 		want.gw, want.oif, want.onlink = nh.Gateway, oif, nh.Onlink
 	default:
 		var all, live []uint32
+		gated := true // every member BFD-gated: a resilient group (nexthops.go)
 		for _, nh := range w.route.Nexthops {
+			gated = gated && nh.BFD && nh.Gateway.IsValid()
 			id, err := r.member(k, w.key.family(), nh)
 			if err != nil {
 				errs = append(errs, err)
@@ -121,7 +123,7 @@ func (r *Router) applyRoute(k *kernel, w wantedRoute, up func(netip.Addr) bool) 
 			want.typ = unix.RTN_BLACKHOLE
 			break
 		}
-		gid, err := r.group(k, w.key, live)
+		gid, err := r.group(k, w.key, live, gated)
 		if err != nil {
 			errs = append(errs, err)
 			want.typ = unix.RTN_BLACKHOLE
@@ -191,14 +193,15 @@ func (r *Router) member(k *kernel, family uint8, nh dataplane.Nexthop) (uint32, 
 	return id, nil
 }
 
-// group returns the route's nexthop group holding exactly live, replacing the members of the
-// route's current group in place, or creating one.
-func (r *Router) group(k *kernel, key routeKey, live []uint32) (uint32, error) {
+// group returns the route's nexthop group, resilient or not, holding exactly live, replacing the
+// members of the route's current group of that type in place, or creating one (the route then
+// moves to it, and Prune removes the other).
+func (r *Router) group(k *kernel, key routeKey, live []uint32, resilient bool) (uint32, error) {
 	slices.Sort(live)
 	live = slices.Compact(live)
 	var gid uint32
 	for _, id := range []uint32{k.routes[key].nhid, r.groups[key]} {
-		if nh, ok := k.owned(id); ok && nh.group != nil && !nh.other {
+		if nh, ok := k.owned(id); ok && nh.group != nil && !nh.other && nh.resilient == resilient {
 			gid = id
 			break
 		}
@@ -206,16 +209,16 @@ func (r *Router) group(k *kernel, key routeKey, live []uint32) (uint32, error) {
 	switch {
 	case gid != 0 && slices.Equal(k.nexthops[gid].group, live):
 	case gid != 0:
-		if err := r.nl.writeGroup(gid, k.proto, live, true); err != nil {
+		if err := r.nl.writeGroup(gid, k.proto, live, true, resilient); err != nil {
 			return 0, err
 		}
 	default:
 		gid = k.freeID(r.cfg.NexthopIDBase)
-		if err := r.nl.writeGroup(gid, k.proto, live, false); err != nil {
+		if err := r.nl.writeGroup(gid, k.proto, live, false, resilient); err != nil {
 			return 0, err
 		}
 	}
-	k.nexthops[gid] = nexthop{id: gid, proto: k.proto, group: live}
+	k.nexthops[gid] = nexthop{id: gid, proto: k.proto, group: live, resilient: resilient}
 	r.groups[key] = gid
 	return gid, nil
 }

@@ -16,9 +16,9 @@ func expectIP(t *testing.T, l *lab, want string, args ...string) {
 	}
 }
 
-// resilientParams are the parameters iproute2 shows of a resilient group: egressd's are the
-// kernel's defaults, and the time a group has been unbalanced varies.
-var resilientParams = regexp.MustCompile(` type resilient buckets 128 idle_timer 120 unbalanced_timer 0 unbalanced_time \d+`)
+// resilientParams are the parameters iproute2 shows of a resilient group: egressd's, and the
+// time a group has been unbalanced, which varies.
+var resilientParams = regexp.MustCompile(` type resilient buckets 128 idle_timer 120 unbalanced_timer 1 unbalanced_time \d+`)
 
 // Rules, tables and nexthop objects of testState, as iproute2 shows them.
 const (

@@ -13,24 +13,33 @@ import (
 
 // Attributes of nexthop messages (linux/nexthop.h) missing from x/sys/unix.
 const (
-	nhaFDB             = 11
-	nhaResGroup        = 12
-	nhaResGroupBuckets = 1
-	sizeofNhmsg        = 8
-	sizeofNhGrp        = 8
-	nhGroupRes         = 1
+	nhaFDB                     = 11
+	nhaResGroup                = 12
+	nhaResGroupBuckets         = 1
+	nhaResGroupUnbalancedTimer = 3
+	sizeofNhmsg                = 8
+	sizeofNhGrp                = 8
+	nhGroupMpath               = 0
+	nhGroupRes                 = 1
 	// groupBuckets is the size of egressd's resilient groups (the kernel's default): a flow's
 	// hash picks a bucket, and a bucket keeps its member while both live.
 	groupBuckets = 128
+	// groupUnbalancedTimer (1 s, in the kernel's USER_HZ ticks) is how long a resilient group
+	// stays unbalanced after a member joins before the buckets it is owed move to it, busy or
+	// not (the idle timer, 120 s, would otherwise let a busy group keep a member empty).
+	groupUnbalancedTimer = 100
 )
 
 // nexthop is a kernel nexthop object (`ip nexthop`): a gateway on a device, or a group of
 // such objects. egressd makes one object per (gateway, device), shared by every group that
-// uses it, and one resilient group per ECMP route, replaced in place when its live members
-// change: a member leaving moves only its own flows, to the others (its buckets); a member
-// joining takes buckets only once they have been idle (the kernel's 120 s), so the flows
-// through the other gateways stay where they are (stateful gateways keep their connections).
-// Upstream asks that adding or removing a gateway not move the flows of the others.
+// uses it, and one group per ECMP route, replaced in place when its live members change.
+//
+// A route whose members are all BFD-gated gets a resilient group: a member leaving moves only
+// its own flows (its buckets), a member joining takes only the buckets it is owed (after 1 s),
+// and no flow moves between the others (stateful gateways keep their connections), as
+// upstream asks of a gateway added or removed. Other routes keep a plain (hash-threshold)
+// group: the kernel skips a member of such a group whose neighbour entry failed, the only
+// failover a gateway without BFD has, and a resilient group does not.
 type nexthop struct {
 	id     uint32
 	proto  uint8
@@ -40,8 +49,10 @@ type nexthop struct {
 	onlink bool
 	// group holds the member IDs (sorted) of a group; nil for a single nexthop.
 	group []uint32
-	// other marks what egressd never writes (blackhole, encap, fdb, weights, groups that are
-	// not resilient, as earlier versions wrote): it never matches a wanted object.
+	// resilient: a group of the resilient type.
+	resilient bool
+	// other marks what egressd never writes (blackhole, encap, fdb, weights, other group
+	// types): it never matches a wanted object.
 	other bool
 }
 
@@ -78,7 +89,6 @@ func parseNexthop(m []byte) (nexthop, error) {
 	if err != nil {
 		return nexthop{}, fmt.Errorf("parse nexthop: %w", err)
 	}
-	resilient := false
 	for _, a := range attrs {
 		v := a.Value
 		switch a.Attr.Type {
@@ -97,12 +107,13 @@ func parseNexthop(m []byte) (nexthop, error) {
 			}
 			slices.Sort(nh.group)
 		case unix.NHA_GROUP_TYPE:
-			resilient = binary.NativeEndian.Uint16(v) == nhGroupRes
+			typ := binary.NativeEndian.Uint16(v)
+			nh.resilient = typ == nhGroupRes
+			nh.other = nh.other || (typ != nhGroupMpath && typ != nhGroupRes)
 		case unix.NHA_BLACKHOLE, unix.NHA_ENCAP, unix.NHA_ENCAP_TYPE, nhaFDB:
 			nh.other = true
 		}
 	}
-	nh.other = nh.other || (nh.group != nil && !resilient)
 	return nh, nil
 }
 
@@ -122,9 +133,10 @@ func (c *rtnl) createMember(id uint32, proto, family uint8, gw netip.Addr, oif i
 	return nil
 }
 
-// writeGroup creates (replace false: exclusively) or replaces the group id with members.
-// Replacing a group changes the routes that use it at once, with no moment without a nexthop.
-func (c *rtnl) writeGroup(id uint32, proto uint8, members []uint32, replace bool) error {
+// writeGroup creates (replace false: exclusively) or replaces the group id with members, a
+// resilient one or a plain one. Replacing a group changes the routes that use it at once, with
+// no moment without a nexthop; the kernel keeps a group's type.
+func (c *rtnl) writeGroup(id uint32, proto uint8, members []uint32, replace, resilient bool) error {
 	grp := make([]byte, sizeofNhGrp*len(members))
 	for i, m := range members {
 		binary.NativeEndian.PutUint32(grp[i*sizeofNhGrp:], m) // weight 0 means 1
@@ -133,13 +145,14 @@ func (c *rtnl) writeGroup(id uint32, proto uint8, members []uint32, replace bool
 	if replace {
 		flags = unix.NLM_F_REPLACE
 	}
-	res := nl.NewRtAttr(unix.NLA_F_NESTED|nhaResGroup, nil)
-	res.AddRtAttr(nhaResGroupBuckets, binary.NativeEndian.AppendUint16(nil, groupBuckets))
-	err := c.write(unix.RTM_NEWNEXTHOP, flags, nhmsg(unix.AF_UNSPEC, proto),
-		nl.NewRtAttr(unix.NHA_ID, u32(id)),
-		nl.NewRtAttr(unix.NHA_GROUP, grp),
-		nl.NewRtAttr(unix.NHA_GROUP_TYPE, binary.NativeEndian.AppendUint16(nil, nhGroupRes)),
-		res)
+	attrs := []*nl.RtAttr{nl.NewRtAttr(unix.NHA_ID, u32(id)), nl.NewRtAttr(unix.NHA_GROUP, grp)}
+	if resilient {
+		res := nl.NewRtAttr(unix.NLA_F_NESTED|nhaResGroup, nil)
+		res.AddRtAttr(nhaResGroupBuckets, binary.NativeEndian.AppendUint16(nil, groupBuckets))
+		res.AddRtAttr(nhaResGroupUnbalancedTimer, u32(groupUnbalancedTimer))
+		attrs = append(attrs, nl.NewRtAttr(unix.NHA_GROUP_TYPE, binary.NativeEndian.AppendUint16(nil, nhGroupRes)), res)
+	}
+	err := c.write(unix.RTM_NEWNEXTHOP, flags, nhmsg(unix.AF_UNSPEC, proto), attrs...)
 	if err != nil {
 		return fmt.Errorf("nexthop group id %d members %v: %w", id, members, err)
 	}

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -15,10 +17,13 @@ import (
 )
 
 // TestPrivilegedGatewayChangesKeepTheOtherFlows: 40 UDP flows (5-tuple hash) marked into an
-// ECMP route over gw1, gw2 and gw3. When gw3's BFD session goes down, its flows move to the
-// others and no flow of gw1 or gw2 moves; when it comes back, no flow moves (its buckets come
-// back to it only once idle, after the kernel's 120 s): stateful gateways keep their
-// connections, as upstream asks of a gateway added or removed.
+// ECMP route over gw1, gw2 and gw3, all BFD-gated (a resilient group). When gw3's session goes
+// down, its flows move to the others and no flow of gw1 or gw2 moves; when it comes back, it
+// takes back its share of the buckets (idle ones first, busy ones after 1 s unbalanced) and new
+// flows reach it, while flows move only to it, never between gw1 and gw2:
+// stateful gateways keep their connections, as upstream asks of a gateway added or removed.
+// The same gateways without BFD get a plain group (the kernel then skips a member whose
+// neighbour failed, which a resilient group would not).
 func TestPrivilegedGatewayChangesKeepTheOtherFlows(t *testing.T) {
 	privileged.Require(t)
 	l := newLab(t)
@@ -44,10 +49,10 @@ func TestPrivilegedGatewayChangesKeepTheOtherFlows(t *testing.T) {
 	}
 	// where sends one datagram of each flow (its source port) and returns the gateway that
 	// received it.
-	where := func() map[int]int {
+	where := func(base int) map[int]int {
 		t.Helper()
 		out := map[int]int{}
-		for port := 40000; port < 40040; port++ {
+		for port := base; port < base+40; port++ {
 			var before [4]int
 			for i := 1; i <= 3; i++ {
 				before[i], _ = l.received(t, i)
@@ -64,7 +69,7 @@ func TestPrivilegedGatewayChangesKeepTheOtherFlows(t *testing.T) {
 		return out
 	}
 	apply()
-	all := where()
+	all := where(40000)
 	per := map[int]int{}
 	for _, g := range all {
 		per[g]++
@@ -74,7 +79,7 @@ func TestPrivilegedGatewayChangesKeepTheOtherFlows(t *testing.T) {
 	}
 	down[gw(3)] = true
 	apply()
-	without := where()
+	without := where(40000)
 	for port, g := range all {
 		switch {
 		case g != 3 && without[port] != g:
@@ -85,13 +90,41 @@ func TestPrivilegedGatewayChangesKeepTheOtherFlows(t *testing.T) {
 	}
 	clear(down)
 	apply()
-	back := where()
+	time.Sleep(2500 * time.Millisecond) // the group's unbalanced timer (1 s), and the kernel's periodic work
+	back := where(40000)
+	returned := 0
 	for port, g := range without {
-		if back[port] != g {
+		switch {
+		case back[port] == 3:
+			returned++
+		case back[port] != g:
 			t.Errorf("gw3 back: flow %d moved from gw%d to gw%d", port, g, back[port])
 		}
 	}
-	t.Logf("flows per gateway: %v; %d moved off gw3 when it went, none otherwise", per, per[3])
+	// It took back its share of the buckets (the kernel moves idle ones first): new flows reach
+	// it.
+	fresh := map[int]int{}
+	for _, g := range where(41000) {
+		fresh[g]++
+	}
+	if fresh[3] == 0 {
+		t.Errorf("gw3 back: none of 40 new flows reach it 2.5 s later (%v)\n%s", fresh, l.ip(t, "nexthop"))
+	}
+	t.Logf("flows per gateway: %v; %d moved off gw3 when it went, %d to it when it came back, none between gw1 and gw2; new flows %v",
+		per, per[3], returned, fresh)
+
+	for i := range s.Tables[0].Routes[0].Nexthops {
+		s.Tables[0].Routes[0].Nexthops[i].BFD = false
+	}
+	apply()
+	route := l.ip(t, "route", "show", "table", "7100", dst4)
+	var id int
+	if _, err := fmt.Sscanf(route, dst4+" nhid %d", &id); err != nil {
+		t.Fatalf("table 7100: %q", route)
+	}
+	if group := l.ip(t, "nexthop", "show", "id", fmt.Sprint(id)); strings.Contains(group, "resilient") {
+		t.Errorf("without BFD, the route's group: %q, want a plain one", group)
+	}
 }
 
 // sendMarked sends one UDP datagram to dst4 from 10.1.1.1 and source port port, with the
