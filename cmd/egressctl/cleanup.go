@@ -19,7 +19,6 @@ import (
 	"github.com/egressd/egressd/dataplane/tc"
 	"github.com/egressd/egressd/dataplane/tunnel"
 	"github.com/egressd/egressd/internal/cniinstall"
-	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
 )
 
 // cleanupReport lists what cleanup removed, in order; a cleanup that failed lists what it
@@ -48,6 +47,7 @@ type step struct {
 // what egressd owns, then the pin root itself.
 func cleanup(o options) (cleanupReport, error) {
 	r := cleanupReport{Removed: []string{}}
+	rpState := filepath.Join(filepath.Dir(o.cniSocket), rpfilter.StateFile)
 	steps := []step{
 		{"detach the classifier from the pod-facing interfaces", "detached the classifier: its tc filters, and its tcx links pinned under " + tc.LinksDir(o.pinRoot),
 			func() error { return tc.Cleanup(o.pinRoot) }},
@@ -61,13 +61,11 @@ func cleanup(o options) (cleanupReport, error) {
 			fmt.Sprintf("removed egressd's ip rules, routes and nexthops (protocol %d)", o.routing.Protocol),
 			func() error { return routing.Cleanup(o.routing) }},
 		{"remove the tunnel device " + dataplane.TunnelDevice, "removed the tunnel device " + dataplane.TunnelDevice, tunnel.Cleanup},
-		{"put back the reverse path filters the agent loosened", "put back the reverse path filters the agent loosened (" + filepath.Join(filepath.Dir(cniapi.DefaultSocket), rpfilter.StateFile) + ")",
-			func() error {
-				return rpfilter.Restore(filepath.Join(filepath.Dir(cniapi.DefaultSocket), rpfilter.StateFile))
-			}},
+		{"put back the reverse path filters the agent loosened", "put back the reverse path filters the agent loosened (" + rpState + ")",
+			func() error { return rpfilter.Restore(rpState) }},
 		// The DaemonSet's hostPath of the CNI socket (DirectoryOrCreate: the kubelet makes it).
-		{"remove " + filepath.Dir(cniapi.DefaultSocket), "removed " + filepath.Dir(cniapi.DefaultSocket) + " (the agent's socket directory)", func() error {
-			return removeSocketDir(cniapi.DefaultSocket)
+		{"remove " + filepath.Dir(o.cniSocket), "removed " + filepath.Dir(o.cniSocket) + " (the agent's socket directory)", func() error {
+			return removeSocketDir(o.cniSocket)
 		}},
 		{"remove " + o.pinRoot, "removed " + o.pinRoot, func() error {
 			var pathErr *fs.PathError

@@ -20,7 +20,6 @@ import (
 	"github.com/egressd/egressd/dataplane/kernel"
 	"github.com/egressd/egressd/dataplane/rpfilter"
 	"github.com/egressd/egressd/nodeagent"
-	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
 	"github.com/egressd/egressd/test/netns"
 	"github.com/egressd/egressd/test/privileged"
 )
@@ -388,11 +387,13 @@ func TestPrivilegedCleanup(t *testing.T) {
 	if err := os.Mkdir(stranger, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	// The agent's socket directory: one of the test's, not the host's /run/egressd.
+	socketDir := filepath.Join(t.TempDir(), "run")
 	cleanup := func(flags ...string) (int, cleanupReport, string) {
 		var out, errs bytes.Buffer
 		var code int
 		if err := n.ns.Do(func() error {
-			code = run(append([]string{"cleanup", "-o", "json", "--bpf-pin-root", n.root}, flags...), &out, &errs)
+			code = run(append([]string{"cleanup", "-o", "json", "--bpf-pin-root", n.root, "--cni-socket", filepath.Join(socketDir, "cni.sock")}, flags...), &out, &errs)
 			return nil
 		}); err != nil {
 			t.Fatal(err)
@@ -428,21 +429,22 @@ func TestPrivilegedCleanup(t *testing.T) {
 	if err := n.ns.Script("ip link add name rpf0 type veth peer name rpf1", "sysctl -qw net.ipv4.conf.rpf0.rp_filter=2"); err != nil {
 		t.Fatal(err)
 	}
-	state := filepath.Join(filepath.Dir(cniapi.DefaultSocket), rpfilter.StateFile)
+	state := filepath.Join(socketDir, rpfilter.StateFile)
 	if err := os.MkdirAll(filepath.Dir(state), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(state, []byte(`{"rpf0":1}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if code, r, errs = cleanup("--cni-conf-dir", confDir, "--cni-bin-dir", binDir); code != 0 || len(r.Removed) != 10 || r.Removed[9] != "removed "+n.root {
+	if code, r, errs = cleanup("--cni-conf-dir", confDir, "--cni-bin-dir", binDir); code != 0 || len(r.Removed) != 10 || r.Removed[9] != "removed "+n.root ||
+		r.Removed[8] != "removed "+socketDir+" (the agent's socket directory)" {
 		t.Errorf("cleanup: exit %d, removed %q, %s", code, r.Removed, errs)
 	}
 	if got := strings.TrimSpace(n.ns.MustRun(t, "sysctl", "-n", "net.ipv4.conf.rpf0.rp_filter")); got != "1" {
 		t.Errorf("after cleanup, rpf0's rp_filter is %s, want 1 (as before the agent loosened it)", got)
 	}
-	if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("after cleanup, %s: %v", state, err)
+	if _, err := os.Stat(socketDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after cleanup, %s: %v", socketDir, err)
 	}
 	if b, err := os.ReadFile(conflist); err != nil || strings.Contains(string(b), "egressd-cni") || !strings.Contains(string(b), "ptp") {
 		t.Errorf("after cleanup, %s: %s (%v)", conflist, b, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/egressd/egressd/dataplane/routing"
 	"github.com/egressd/egressd/internal/version"
+	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
 )
 
 const help = `egressctl inspects what egressd programmed on this node.
@@ -56,6 +57,9 @@ type options struct {
 	// cniConfDir and cniBinDir are where the agent installed egressd-cni (its --cni-conf-dir,
 	// --cni-bin-dir); cleanup removes it from there. No conf dir: not installed.
 	cniConfDir, cniBinDir string
+	// cniSocket is the agent's --cni-socket: cleanup removes it, what the agent and its init
+	// container keep next to it, and their directory.
+	cniSocket string
 }
 
 // newFlagSet declares egressctl's flags, shared by every command, into o.
@@ -71,6 +75,7 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.IntVar(&o.routing.TableBase, "route-table-base", o.routing.TableBase, "the agent's --route-table-base")
 	fs.IntVar(&o.routing.TableCount, "route-table-count", o.routing.TableCount, "the agent's --route-table-count")
 	fs.StringVar(&o.cniConfDir, "cni-conf-dir", "", "the agent's --cni-conf-dir: cleanup removes egressd-cni from the CNI configuration lists there (\"\": egressd-cni was not installed)")
+	fs.StringVar(&o.cniSocket, "cni-socket", cniapi.DefaultSocket, "the agent's --cni-socket: cleanup puts back the reverse path filters the agent loosened (remembered next to it), and removes it and its directory")
 	fs.StringVar(&o.cniBinDir, "cni-bin-dir", "/opt/cni/bin", "the host's CNI plugin directory (as mounted) where egressd-cni was installed (by the DaemonSet's init container, or the agent's --cni-bin-dir): cleanup removes the binary there (with --cni-conf-dir)")
 	return fs
 }
