@@ -33,7 +33,8 @@ type build struct {
 	err  error
 }
 
-// Command returns the path of cmd/<name> of this repository, built once per test process. The
+// Command returns the path of cmd/<name> of this repository (or of the package <name> when it
+// is a path, e.g. test/cnifloor), built once per test process. The
 // binaries go to one directory of the build cache (controlplane.CacheDir()/bin, per race
 // setting), replaced by rename: test processes that run at once each link their own and none
 // changes a file another one runs, and repeated runs leave nothing behind in /tmp. With
@@ -58,14 +59,18 @@ func buildCommand(name string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, name)
+	pkg := "./cmd/" + name
+	if strings.Contains(name, "/") {
+		pkg = "./" + name
+	}
+	bin := filepath.Join(dir, filepath.Base(name))
 	tmp := fmt.Sprintf("%s.%d.tmp", bin, os.Getpid())
-	cmd := exec.Command("go", append(args, "-o", tmp, "./cmd/"+name)...)
+	cmd := exec.Command("go", append(args, "-o", tmp, pkg)...)
 	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
 	cmd.Env = append(os.Environ(), env...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		os.Remove(tmp)
-		return "", fmt.Errorf("go build ./cmd/%s: %v\n%s", name, err, out)
+		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 	}
 	if err := os.Rename(tmp, bin); err != nil {
 		os.Remove(tmp)

@@ -277,7 +277,10 @@ func TestPrivilegedCNIFailClosed(t *testing.T) {
 // whole chain, p50 and p99 over 200 pods created in parallel on a routed node, first on an
 // otherwise empty node, then with 1000 namespaces holding EgressFirewalls. 16 at a time (a busy
 // kubelet) saturates this machine's two cores with the chain's processes alone; 4 at a time
-// does not; one at a time shows what an ADD costs on a quiet node. Run with: make bench-cni.
+// does not; one at a time shows what an ADD costs on a quiet node. On the empty node, each is
+// also measured with test/cnifloor in egressd-cni's place: a Go plugin on the official skel
+// that only returns prevResult, the least a chained plugin adds at that load. Run with: make
+// bench-cni.
 func BenchmarkPrivilegedCNIAdd(b *testing.B) {
 	privileged.Require(b)
 	// EGRESSD_BENCH_PROFILE=dir: the agent's CPU profile during each measurement goes there.
@@ -287,8 +290,13 @@ func BenchmarkPrivilegedCNIAdd(b *testing.B) {
 		o.AgentArgs = []string{"--profiling"}
 	}
 	l := lab.New(b, o)
-	measure := func(what string, parallel int) {
+	// floor: test/cnifloor in egressd-cni's place, a plugin that only returns prevResult.
+	measure := func(what string, parallel int, floor bool) {
 		what = fmt.Sprintf("%s, %d at a time", what, parallel)
+		plugin := "egressd-cni"
+		if floor {
+			what, plugin = what+", cnifloor", "cnifloor"
+		}
 		unit := strings.NewReplacer(" ", "-", ",", "").Replace(what)
 		if profiles != "" {
 			go func() {
@@ -306,23 +314,23 @@ func BenchmarkPrivilegedCNIAdd(b *testing.B) {
 		ns := l.CP.Namespace(b)
 		const pods = 200
 		var mu sync.Mutex
-		var plugin, chain, without []time.Duration
+		var took, chain, without []time.Duration
 		var added []*lab.Pod
 		work := make(chan int)
 		var wg sync.WaitGroup
 		for range parallel {
 			wg.Go(func() {
 				for i := range work {
-					p, err := l.Nodes[0].AddPod(context.Background(), ns, fmt.Sprintf("p%d", i), lab.PodOptions{Labels: map[string]string{"app": "bench"}})
+					p, err := l.Nodes[0].AddPod(context.Background(), ns, fmt.Sprintf("p%d", i), lab.PodOptions{Labels: map[string]string{"app": "bench"}, CNIFloor: floor})
 					if err != nil {
 						b.Error(err)
 						continue
 					}
 					mu.Lock()
 					added = append(added, p)
-					plugin = append(plugin, p.CNIPlugins["egressd-cni ADD"])
+					took = append(took, p.CNIPlugins[plugin+" ADD"])
 					chain = append(chain, p.CNIAdd)
-					without = append(without, p.CNIAdd-p.CNIPlugins["egressd-cni ADD"])
+					without = append(without, p.CNIAdd-p.CNIPlugins[plugin+" ADD"])
 					mu.Unlock()
 				}
 			})
@@ -332,8 +340,8 @@ func BenchmarkPrivilegedCNIAdd(b *testing.B) {
 		}
 		close(work)
 		wg.Wait()
-		if len(plugin) != pods {
-			b.Fatalf("%d of %d pods added", len(plugin), pods)
+		if len(took) != pods {
+			b.Fatalf("%d of %d pods added", len(took), pods)
 		}
 		q := func(ds []time.Duration, f float64) time.Duration {
 			s := slices.Clone(ds)
@@ -342,8 +350,8 @@ func BenchmarkPrivilegedCNIAdd(b *testing.B) {
 		}
 		// egressd's own share, from its histogram (the plugin adds its process start-up).
 		served := bucketDeltas(before, addBuckets(b, l.Nodes[0]))
-		b.Logf("%s, over %d pods: egressd-cni p50 %s p99 %s (egressd answering: p50 %s p99 %s); whole chain p50 %s p99 %s; chain without it p50 %s p99 %s",
-			what, pods, q(plugin, .5), q(plugin, .99), served.quantile(.5), served.quantile(.99), q(chain, .5), q(chain, .99), q(without, .5), q(without, .99))
+		b.Logf("%s, over %d pods: %s p50 %s p99 %s (egressd answering: p50 %s p99 %s); whole chain p50 %s p99 %s; chain without it p50 %s p99 %s",
+			what, pods, plugin, q(took, .5), q(took, .99), served.quantile(.5), served.quantile(.99), q(chain, .5), q(chain, .99), q(without, .5), q(without, .99))
 		b.Logf("%s: mean time per sync step: %s", what, stepMeans(stepsBefore, syncSteps(b, l.Nodes[0])))
 		var sources []string
 		for _, src := range []string{"informer", "api", "none"} {
@@ -351,10 +359,12 @@ func BenchmarkPrivilegedCNIAdd(b *testing.B) {
 			sources = append(sources, src+" "+v)
 		}
 		b.Logf("%s: Pod objects of the ADDs so far, by source: %s", what, strings.Join(sources, ", "))
-		b.ReportMetric(float64(served.quantile(.5).Microseconds())/1000, "egressd-p50-ms-"+unit)
-		b.ReportMetric(float64(served.quantile(.99).Microseconds())/1000, "egressd-p99-ms-"+unit)
-		b.ReportMetric(float64(q(plugin, .5).Microseconds())/1000, "plugin-p50-ms-"+unit)
-		b.ReportMetric(float64(q(plugin, .99).Microseconds())/1000, "plugin-p99-ms-"+unit)
+		if !floor {
+			b.ReportMetric(float64(served.quantile(.5).Microseconds())/1000, "egressd-p50-ms-"+unit)
+			b.ReportMetric(float64(served.quantile(.99).Microseconds())/1000, "egressd-p99-ms-"+unit)
+		}
+		b.ReportMetric(float64(q(took, .5).Microseconds())/1000, "plugin-p50-ms-"+unit)
+		b.ReportMetric(float64(q(took, .99).Microseconds())/1000, "plugin-p99-ms-"+unit)
 		b.ReportMetric(float64(q(chain, .99).Microseconds())/1000, "add-p99-ms-"+unit)
 		for _, p := range added { // the node's address range holds 254
 			if err := p.Delete(context.Background()); err != nil {
@@ -362,16 +372,17 @@ func BenchmarkPrivilegedCNIAdd(b *testing.B) {
 			}
 		}
 	}
-	measure("empty node", 16)
-	measure("empty node", 4)
-	measure("empty node", 1)
+	for _, parallel := range []int{16, 4, 1} {
+		measure("empty node", parallel, true)
+		measure("empty node", parallel, false)
+	}
 	start := time.Now()
 	firewalledNamespaces(b, l, 1000, "bench-cni")
 	waitFirewallsApplied(b, l)
 	b.Logf("1000 namespaces with EgressFirewalls created and applied in %s", time.Since(start).Round(time.Millisecond))
-	measure("1000 firewalls", 16)
-	measure("1000 firewalls", 4)
-	measure("1000 firewalls", 1)
+	measure("1000 firewalls", 16, false)
+	measure("1000 firewalls", 4, false)
+	measure("1000 firewalls", 1, false)
 }
 
 // stepTotal is a histogram's sum (seconds) and count.

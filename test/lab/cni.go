@@ -107,9 +107,9 @@ func buildPlugins(log io.Writer) (string, error) {
 	return out, nil
 }
 
-// egressdCNI returns the directory holding the egressd-cni binary of this tree.
-func egressdCNI() (string, error) {
-	bin, err := agent.Command("egressd-cni")
+// builtPlugin returns the directory holding a plugin of this tree (agent.Command's name).
+func builtPlugin(name string) (string, error) {
+	bin, err := agent.Command(name)
 	return filepath.Dir(bin), err
 }
 
@@ -150,7 +150,9 @@ func (n *Node) conflistBuilt(o PodOptions) (*libcni.NetworkConfigList, error) {
 		primary = map[string]any{"type": "ptp", "ipMasq": false, "ipam": ipam}
 	}
 	plugins := []map[string]any{primary}
-	if n.agentStarted.Load() && !o.WithoutEgressdCNI && !o.primaryOnly {
+	if o.CNIFloor {
+		plugins = append(plugins, map[string]any{"type": "cnifloor"})
+	} else if n.agentStarted.Load() && !o.WithoutEgressdCNI && !o.primaryOnly {
 		timeout := cniTimeout
 		if o.CNITimeout > 0 {
 			timeout = o.CNITimeout
@@ -167,7 +169,7 @@ func (n *Node) conflistBuilt(o PodOptions) (*libcni.NetworkConfigList, error) {
 
 // cniConfig is libcni with the lab's plugin directories, running plugins inside the node's
 // namespace (the runtime's host namespace) and timing each.
-func (n *Node) cniConfig(times map[string]time.Duration) (*libcni.CNIConfig, error) {
+func (n *Node) cniConfig(times map[string]time.Duration, floor bool) (*libcni.CNIConfig, error) {
 	plugins, err := ReferencePlugins(n.lab.opts.Log)
 	if err != nil {
 		return nil, err
@@ -176,7 +178,14 @@ func (n *Node) cniConfig(times map[string]time.Duration) (*libcni.CNIConfig, err
 	if n.lab.opts.InstallCNI {
 		dirs = append(dirs, n.CNIBinDir()) // what the agent installed, and only that
 	} else if n.agentStarted.Load() {
-		d, err := egressdCNI()
+		d, err := builtPlugin("egressd-cni")
+		if err != nil {
+			return nil, err
+		}
+		dirs = append(dirs, d)
+	}
+	if floor {
+		d, err := builtPlugin("test/cnifloor")
 		if err != nil {
 			return nil, err
 		}

@@ -47,6 +47,10 @@ type PodOptions struct {
 	CNITimeout time.Duration
 	// WithoutEgressdCNI leaves egressd-cni out of the chain (the pod is found from the API only).
 	WithoutEgressdCNI bool
+	// CNIFloor puts test/cnifloor, a plugin that only returns prevResult, where egressd-cni
+	// would be (the pod is found from the API only; not with Options.InstallCNI): what a
+	// chained plugin adds at the least.
+	CNIFloor bool
 
 	// primaryOnly builds the list of the primary plugin alone (what a node's CNI installs).
 	primaryOnly bool
@@ -92,7 +96,7 @@ func (p *Pod) addNetwork(ctx context.Context, obj *corev1.Pod, o PodOptions) err
 	if p.conf, err = p.Node.conflist(o); err != nil {
 		return err
 	}
-	if p.cni, err = p.Node.cniConfig(p.CNIPlugins); err != nil {
+	if p.cni, err = p.Node.cniConfig(p.CNIPlugins, o.CNIFloor); err != nil {
 		return err
 	}
 	p.rt = &libcni.RuntimeConf{
