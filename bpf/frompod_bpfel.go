@@ -50,6 +50,14 @@ type FromPodFragVerdict struct {
 	Pad     [5]uint8
 }
 
+type FromPodFrontendKey struct {
+	_     structs.HostLayout
+	Dst   FromPodAddr
+	Proto uint8
+	Pad   uint8
+	Port  uint16
+}
+
 type FromPodFwEntry struct {
 	_       structs.HostLayout
 	Rule    uint16
@@ -169,6 +177,7 @@ type FromPodVerdictSlot struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	FromPodMapEgressdCluster     = "egressd_cluster"
+	FromPodMapEgressdFrontends   = "egressd_frontends"
 	FromPodMapEgressdFw          = "egressd_fw"
 	FromPodMapEgressdFwFragStats = "egressd_fw_frag_stats"
 	FromPodMapEgressdFwFrags     = "egressd_fw_frags"
@@ -245,6 +254,7 @@ type FromPodProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromPodMapSpecs struct {
 	EgressdCluster     *ebpf.MapSpec `ebpf:"egressd_cluster"`
+	EgressdFrontends   *ebpf.MapSpec `ebpf:"egressd_frontends"`
 	EgressdFw          *ebpf.MapSpec `ebpf:"egressd_fw"`
 	EgressdFwFragStats *ebpf.MapSpec `ebpf:"egressd_fw_frag_stats"`
 	EgressdFwFrags     *ebpf.MapSpec `ebpf:"egressd_fw_frags"`
@@ -295,6 +305,7 @@ func (o *FromPodObjects) Close() error {
 // It can be passed to LoadFromPodObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromPodMaps struct {
 	EgressdCluster     *ebpf.Map `ebpf:"egressd_cluster"`
+	EgressdFrontends   *ebpf.Map `ebpf:"egressd_frontends"`
 	EgressdFw          *ebpf.Map `ebpf:"egressd_fw"`
 	EgressdFwFragStats *ebpf.Map `ebpf:"egressd_fw_frag_stats"`
 	EgressdFwFrags     *ebpf.Map `ebpf:"egressd_fw_frags"`
@@ -318,6 +329,7 @@ type FromPodMaps struct {
 func (m *FromPodMaps) Close() error {
 	return _FromPodClose(
 		m.EgressdCluster,
+		m.EgressdFrontends,
 		m.EgressdFw,
 		m.EgressdFwFragStats,
 		m.EgressdFwFrags,

@@ -36,10 +36,10 @@ type ClassifierState struct {
 	Pods []Pod
 	// ClusterNetworks (pod and service CIDRs) are never subject to EgressFirewall.
 	ClusterNetworks []netip.Prefix
-	// LoadBalancerVIPs are Services' load-balancer IPs, DNATed for pods on their node as cluster
-	// IPs are: never subject to EgressFirewall either (their backends are judged after DNAT).
-	// They are not on the pods' side of the node, as the cluster networks are.
-	LoadBalancerVIPs []netip.Prefix
+	// Frontends are Services' addresses and ports outside the service networks that kube-proxy
+	// DNATs for pods on their node (load-balancer ingress IPs, external IPs): not subject to
+	// EgressFirewall either, whose verdict on them is the backend's, after DNAT.
+	Frontends []Frontend
 	// SteerExempt are the destinations to which a pod's Mark is never applied: the cluster
 	// networks and the nodes' addresses.
 	SteerExempt []netip.Prefix
@@ -93,6 +93,12 @@ type FirewallRule struct {
 type Port struct {
 	Protocol uint8
 	Port     uint16
+}
+
+// Frontend is a Service's address with one of its ports.
+type Frontend struct {
+	Addr netip.Addr
+	Port
 }
 
 // QoS is one namespace's EgressQoS, compiled; Err as for Firewall.

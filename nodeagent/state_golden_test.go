@@ -88,6 +88,9 @@ func TestDesiredStateGolden(t *testing.T) {
 				{Type: "Deny", To: ovnv1.EgressFirewallDestination{CIDRSelector: "0.0.0.0/0"}}}}},
 			&ovnv1.EgressQoS{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "default"}, Spec: ovnv1.EgressQoSSpec{Egress: []ovnv1.EgressQoSRule{
 				{DSCP: 46, DstCIDR: &cidr, PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}}},
+			// Its external IP's port 80 is judged after DNAT, by the backend.
+			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "web"}, Spec: corev1.ServiceSpec{ClusterIPs: []string{"10.96.0.80"},
+				ExternalIPs: []string{"203.0.113.80"}, Ports: []corev1.ServicePort{{Port: 80}}}},
 		}, ""},
 		// x1 on n1: IPv4 steered to n2 and n3 (ECMP), IPv6 SNATed here; x2 (on n2) SNATed here
 		// only over IPv6, which it does not have.

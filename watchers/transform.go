@@ -60,6 +60,7 @@ func transform(obj any) (any, error) {
 		o.Spec = corev1.ServiceSpec{
 			Type:                  o.Spec.Type,
 			ClusterIPs:            o.Spec.ClusterIPs,
+			ExternalIPs:           o.Spec.ExternalIPs,
 			Ports:                 o.Spec.Ports,
 			ExternalTrafficPolicy: o.Spec.ExternalTrafficPolicy,
 		}

@@ -92,3 +92,27 @@ func TestTransformNodeReadinessIsRead(t *testing.T) {
 		}
 	}
 }
+
+// A Service keeps what the features read: its type, cluster IPs (headless or not), external
+// IPs and ports (its frontends, nodeagent/cluster.Frontends), external traffic policy and
+// load-balancer ingress (EgressService, the frontends).
+func TestTransformServiceKeepsWhatFeaturesRead(t *testing.T) {
+	vip := corev1.LoadBalancerIPModeVIP
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "ns", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ClusterIP: "10.96.0.1", ClusterIPs: []string{"10.96.0.1"},
+			ExternalIPs: []string{"192.0.2.7"}, Ports: []corev1.ServicePort{{Port: 80}}, ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
+			Selector: map[string]string{"app": "web"}},
+		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "198.51.100.1", IPMode: &vip}}}},
+	}
+	out, _ := transform(svc.DeepCopy())
+	s := out.(*corev1.Service)
+	if s.ManagedFields != nil || s.Spec.Selector != nil {
+		t.Errorf("unread fields kept: %+v", s)
+	}
+	if s.Spec.Type != svc.Spec.Type || len(s.Spec.ClusterIPs) != 1 || len(s.Spec.ExternalIPs) != 1 || len(s.Spec.Ports) != 1 ||
+		s.Spec.ExternalTrafficPolicy != svc.Spec.ExternalTrafficPolicy || len(s.Status.LoadBalancer.Ingress) != 1 ||
+		s.Status.LoadBalancer.Ingress[0].IPMode == nil {
+		t.Errorf("read fields lost: %+v", s)
+	}
+}

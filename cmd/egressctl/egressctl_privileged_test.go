@@ -58,6 +58,7 @@ func nodeState() *dataplane.State {
 				{Origin: dataplane.Origin{Kind: "Pod", Namespace: "c", Name: "pc"}, IPs: []netip.Addr{podC}},
 			},
 			ClusterNetworks: cluster,
+			Frontends:       []dataplane.Frontend{{Addr: netip.MustParseAddr("203.0.113.20"), Port: dataplane.Port{Protocol: 6, Port: 8080}}},
 			SteerExempt:     exempt,
 			Firewalls: []dataplane.Firewall{
 				{Origin: dataplane.Origin{Kind: "EgressFirewall", Namespace: "a", Name: "default"}, Rules: []dataplane.FirewallRule{
@@ -186,13 +187,19 @@ egress:   none: dropped by the firewall
 		{podA.String(), "10.96.0.10", "tcp/53", `source:   pod address 10.244.0.5 in namespace a
 firewall: not applied: 10.96.0.10 is in the cluster or service networks
 qos:      no EgressQoS rule: DSCP left as the pod set it
-routing:  no mark: 10.96.0.10 is a cluster network, a load-balancer IP or a node address (not steered; a Service's backend outside the cluster gets the mark after DNAT)
+routing:  no mark: 10.96.0.10 is a cluster network or a node address (not steered; a Service's backend outside the cluster gets the mark after DNAT)
 egress:   not steered nor SNATed: the node's own routing, source as the CNI makes it
 `},
 		{podB.String(), "203.0.113.10", "tcp/443", `source:   pod address 10.244.0.6 in namespace b
 firewall: allow by rule 0 of b: Allow to 203.0.113.0/24 ports TCP/443
 qos:      no EgressQoS rule: DSCP left as the pod set it
 routing:  mark 0x20000: rule 6102 -> table 7102, 0.0.0.0/0: nexthop group GROUP, spread per flow over 192.0.2.2, 192.0.2.4
+egress:   source 10.244.0.6 (the pod address: egressd keeps it), next hop 192.0.2.2, 192.0.2.4 (an egress node, which SNATs it to its egress IP, or an external gateway)
+`},
+		{podB.String(), "203.0.113.20", "tcp/8080", `source:   pod address 10.244.0.6 in namespace b
+firewall: not applied here: 203.0.113.20 tcp/8080 is a Service's frontend, judged after DNAT by the backend
+qos:      no EgressQoS rule: DSCP left as the pod set it
+routing:  mark 0x20000: rule 6102 -> table 7102, 0.0.0.0/0: nexthop group GROUP, spread per flow over 192.0.2.2, 192.0.2.4 (a Service's frontend: only if DNAT sends it out of the cluster; to a pod or a node the mark is taken off)
 egress:   source 10.244.0.6 (the pod address: egressd keeps it), next hop 192.0.2.2, 192.0.2.4 (an egress node, which SNATs it to its egress IP, or an external gateway)
 `},
 		{podB.String(), "203.0.113.10", "udp/443", `source:   pod address 10.244.0.6 in namespace b
@@ -210,7 +217,7 @@ routing:  no mark: the node's own routing
 egress:   source 192.0.2.100 (egress IP, SNATed on this node), the node's own routing
 `},
 		{remote.String(), "10.244.1.9", "", `source:   10.244.2.5 is no pod the classifier knows (no firewall, QoS or mark): its packets pass it untouched
-routing:  no mark: 10.244.1.9 is a cluster network, a load-balancer IP or a node address (not steered; a Service's backend outside the cluster gets the mark after DNAT)
+routing:  no mark: 10.244.1.9 is a cluster network or a node address (not steered; a Service's backend outside the cluster gets the mark after DNAT)
 egress:   not steered nor SNATed: the node's own routing, source as the CNI makes it
 `},
 		{guarded.String(), "203.0.113.10", "", `source:   10.244.2.7 is no pod the classifier knows (no firewall, QoS or mark): its packets pass it untouched

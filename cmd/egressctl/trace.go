@@ -22,6 +22,8 @@ const kindExternalRoute = "AdminPolicyBasedExternalRoute"
 // traced is what each facility of this node does with one new flow.
 type traced struct {
 	src, dst   netip.Addr
+	proto      uint8 // 0: none given
+	port       uint16
 	classifier classifier.Trace
 	egress     nft.PodEgress
 	// routed: one of egressd's rules matches the classifier's mark; rule is that rule and
@@ -137,7 +139,7 @@ func parsePort(s string) (uint8, uint16, error) {
 // traceFlow reads, in the current network namespace, what the classifier, nftables and
 // egressd's routing do with a new flow.
 func traceFlow(o options, src, dst netip.Addr, proto uint8, port uint16) (traced, error) {
-	t := traced{src: src, dst: dst}
+	t := traced{src: src, dst: dst, proto: proto, port: port}
 	in, err := classifier.Inspect(o.pinRoot)
 	if err != nil {
 		return t, err
@@ -194,6 +196,8 @@ func newTraceReport(t traced) traceReport {
 	} else {
 		step("source", "pod address "+t.src.String()+" in namespace "+tr.Namespace)
 		switch {
+		case tr.Frontend:
+			step("firewall", fmt.Sprintf("not applied here: %s %s/%d is a Service's frontend, judged after DNAT by the backend", t.dst, dataplane.ProtocolName(t.proto), t.port))
 		case tr.Exempt:
 			step("firewall", "not applied: "+t.dst.String()+" is in the cluster or service networks")
 		case tr.Rule < 0:
@@ -211,7 +215,11 @@ func newTraceReport(t traced) traceReport {
 			step("qos", fmt.Sprintf("DSCP %d by rule %d: %s", tr.DSCP, tr.QoSRule, tr.QoSText))
 		}
 	}
-	step("routing", routingStep(t))
+	routing := routingStep(t)
+	if t.classifier.Frontend && t.classifier.Mark != 0 {
+		routing += " (a Service's frontend: only if DNAT sends it out of the cluster; to a pod or a node the mark is taken off)"
+	}
+	step("routing", routing)
 	step("egress", egressStep(t))
 	return r
 }
@@ -224,7 +232,7 @@ func routingStep(t traced) string {
 	case tr.Verdict == "deny":
 		return "not routed: dropped by the firewall"
 	case !t.routed && tr.Mark == 0 && tr.SteerExempt:
-		return "no mark: " + t.dst.String() + " is a cluster network, a load-balancer IP or a node address (not steered; a Service's backend outside the cluster gets the mark after DNAT)"
+		return "no mark: " + t.dst.String() + " is a cluster network or a node address (not steered; a Service's backend outside the cluster gets the mark after DNAT)"
 	case !t.routed && tr.Mark == 0:
 		return "no mark: the node's own routing"
 	case !t.routed:

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
-	"slices"
 
 	"github.com/egressd/egressd/bpf"
 	"github.com/egressd/egressd/dataplane"
@@ -38,8 +37,11 @@ func (c *Classifier) Apply(s *dataplane.ClassifierState) map[dataplane.Origin]er
 	for id, ns := range a.classes {
 		want.ids[uint32(id)] = nameOf(ns)
 	}
-	for _, p := range slices.Concat(linkScoped, s.ClusterNetworks, s.LoadBalancerVIPs) {
+	for _, p := range append(linkScoped, s.ClusterNetworks...) {
 		want.cluster[prefixKey(p)] = 1
+	}
+	for _, f := range s.Frontends {
+		want.frontends[frontendKey(f)] = 1
 	}
 	// Link-scoped destinations are never steered either (their routes are in the main table).
 	for _, p := range append(linkScoped, s.SteerExempt...) {
@@ -53,7 +55,8 @@ func (c *Classifier) Apply(s *dataplane.ClassifierState) map[dataplane.Origin]er
 	// Cached decisions go stale when what they were decided from changes.
 	// Reused sets are the written ones (firewallsFor checked): nothing of them to write, nor of
 	// their texts once written from them.
-	fwChanged := !maps.Equal(c.written.cluster, want.cluster) || (!reused && c.firewallsChanged(fws.sets))
+	fwChanged := !maps.Equal(c.written.cluster, want.cluster) || !maps.Equal(c.written.frontends, want.frontends) ||
+		(!reused && c.firewallsChanged(fws.sets))
 	syncSets, syncTexts := c.syncFirewalls, c.syncFirewallTexts
 	if reused {
 		syncSets = func(map[nsID]*fwSet) error { return nil }
@@ -67,6 +70,7 @@ func (c *Classifier) Apply(s *dataplane.ClassifierState) map[dataplane.Origin]er
 		syncSets(fws.sets),
 		syncMap(c.objs.EgressdQos, c.written.qos, want.qos),
 		syncMap(c.objs.EgressdCluster, c.written.cluster, want.cluster),
+		syncMap(c.objs.EgressdFrontends, c.written.frontends, want.frontends),
 		// Exemptions before the marks of new pods, so that none is steered where it must not be.
 		syncMap(c.objs.EgressdSteerExempt, c.written.steerExempt, want.steerExempt),
 		syncMap(c.objs.EgressdPods, c.written.pods, want.pods),

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/egressd/egressd/bpf"
+	"github.com/egressd/egressd/dataplane"
 )
 
 // nsID is the classifier's id of a namespace: the firewall's LPM keys, port keys and counters
@@ -99,6 +100,11 @@ func addrOf(a netip.Addr) bpf.FromPodAddr {
 // prefixKey is the key of p in egressd_cluster and egressd_steer_exempt.
 func prefixKey(p netip.Prefix) bpf.FromPodClusterKey {
 	return bpf.FromPodClusterKey{Prefixlen: uint32(32 + p.Bits()), Dst: addrOf(p.Masked().Addr())}
+}
+
+// frontendKey is the key of f in egressd_frontends.
+func frontendKey(f dataplane.Frontend) bpf.FromPodFrontendKey {
+	return bpf.FromPodFrontendKey{Dst: addrOf(f.Addr), Proto: f.Protocol, Port: htons(f.Port.Port)}
 }
 
 func statKey(id nsID, rule int) bpf.FromPodStatKey {

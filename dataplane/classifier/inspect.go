@@ -112,8 +112,12 @@ type Trace struct {
 	// Namespace of the source pod; empty if the source is no local pod (packets pass untouched;
 	// Exempt and SteerExempt still say what the destination is).
 	Namespace string
-	// Exempt: the destination is in the cluster or service networks (or link-scoped).
+	// Exempt: the destination is in the cluster or service networks (or link-scoped), or is a
+	// Service's frontend (Frontend).
 	Exempt bool
+	// Frontend: the destination address, protocol and port are a Service's frontend outside the
+	// service networks (a load-balancer or external IP), judged after DNAT by the backend.
+	Frontend bool
 	// Verdict is "allow" or "deny"; Rule is -1 when no rule matched (allowed by default).
 	Verdict  string
 	Rule     int
@@ -125,7 +129,7 @@ type Trace struct {
 	DSCP    int
 	QoSRule int
 	QoSText string
-	// SteerExempt: the destination is a cluster network, a load-balancer IP or a node address,
+	// SteerExempt: the destination is a cluster network or a node address,
 	// to which no pod's traffic is steered nor SNATed to an egress IP (the agent gives the
 	// classifier and nftables the same exemptions).
 	SteerExempt bool
@@ -142,6 +146,11 @@ func (in *Inspector) Trace(src, dst netip.Addr, proto uint8, port uint16) (Trace
 	host := netip.PrefixFrom(dst, dst.BitLen())
 	var one uint8
 	tr.Exempt = in.maps["egressd_cluster"].Lookup(prefixKey(host), &one) == nil
+	if !tr.Exempt && port != 0 {
+		fk := frontendKey(dataplane.Frontend{Addr: dst, Port: dataplane.Port{Protocol: proto, Port: port}})
+		tr.Frontend = in.maps["egressd_frontends"].Lookup(fk, &one) == nil
+		tr.Exempt = tr.Frontend
+	}
 	tr.SteerExempt = in.maps["egressd_steer_exempt"].Lookup(prefixKey(host), &one) == nil
 	var pod bpf.FromPodPodInfo
 	if err := in.maps["egressd_pods"].Lookup(addrOf(src), &pod); err != nil {

@@ -269,6 +269,60 @@ func TestPrivilegedClassifierDecisionCache(t *testing.T) {
 	step("destination now in a cluster network", tcxNext)
 }
 
+// TestPrivilegedClassifierFrontends: a Service's frontend outside the service networks (an
+// external or load-balancer IP) is let through for its protocol and port only, to be judged
+// after DNAT by its backend; the address's other ports and protocols, and later fragments
+// whose first was not seen, stay under the firewall. Decisions cached before a frontend comes
+// or goes are not reused.
+func TestPrivilegedClassifierFrontends(t *testing.T) {
+	c := load(t)
+	st := firewallState()
+	ip := netip.MustParseAddr
+	web, web6 := ip("203.0.113.1"), ip("2001:db8:1::50")
+	if failed := c.Apply(st); len(failed) > 0 {
+		t.Fatal(failed)
+	}
+	if got, _ := run(t, c, pkt(t, podA, web, "tcp", 80, 0, false)); got != tcxDrop {
+		t.Fatalf("before the Service: verdict %#x, want drop", got)
+	}
+	front := func(a netip.Addr, proto uint8, port uint16) dataplane.Frontend {
+		return dataplane.Frontend{Addr: a, Port: dataplane.Port{Protocol: proto, Port: port}}
+	}
+	st.Frontends = []dataplane.Frontend{front(web, 6, 80), front(web, 132, 9), front(web6, 17, 53)}
+	if failed := c.Apply(st); len(failed) > 0 {
+		t.Fatal(failed)
+	}
+	for _, tc := range []struct {
+		name    string
+		src     netip.Addr
+		dst     netip.Addr
+		proto   string
+		port    uint16
+		frag    bool
+		verdict uint32
+	}{
+		{"frontend", podA, web, "tcp", 80, false, tcxNext},
+		{"frontend sctp", podA, web, "sctp", 9, false, tcxNext},
+		{"frontend v6", podA6, web6, "udp", 53, false, tcxNext},
+		{"other port", podA, web, "tcp", 81, false, tcxDrop},
+		{"other protocol", podA, web, "udp", 80, false, tcxDrop},
+		{"icmp", podA, web, "icmp", 0, false, tcxDrop},
+		{"later fragment", podA, web, "tcp", 80, true, tcxDrop},
+		{"v6 other protocol", podA6, web6, "tcp", 53, false, tcxDrop},
+	} {
+		if got, _ := run(t, c, pkt(t, tc.src, tc.dst, tc.proto, tc.port, 0, tc.frag)); got != tc.verdict {
+			t.Errorf("%s: verdict %#x, want %#x", tc.name, got, tc.verdict)
+		}
+	}
+	st.Frontends = nil
+	if failed := c.Apply(st); len(failed) > 0 {
+		t.Fatal(failed)
+	}
+	if got, _ := run(t, c, pkt(t, podA, web, "tcp", 80, 0, false)); got != tcxDrop {
+		t.Errorf("after the Service went: verdict %#x, want drop", got)
+	}
+}
+
 // TestPrivilegedClassifierNewPodSameFirewalls: a sync that brings a new pod and the same
 // firewalls (the classifier reuses what it computed from them, known by their fingerprint or by
 // the version their producer gave them) puts the pod under its namespace's firewall; a

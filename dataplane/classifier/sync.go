@@ -18,6 +18,7 @@ type content struct {
 	qosRules map[bpf.FromPodStatKey]bpf.FromPodRuleText
 	// steerExempt are the destinations pods' marks never apply to.
 	steerExempt map[bpf.FromPodClusterKey]uint8
+	frontends   map[bpf.FromPodFrontendKey]uint8
 }
 
 func newContent() content {
@@ -25,6 +26,7 @@ func newContent() content {
 		pods: map[bpf.FromPodAddr]bpf.FromPodPodInfo{}, cluster: map[bpf.FromPodClusterKey]uint8{},
 		qos: map[bpf.FromPodLpmKey]bpf.FromPodQosValue{}, ids: map[uint32]bpf.FromPodName{},
 		qosRules: map[bpf.FromPodStatKey]bpf.FromPodRuleText{}, steerExempt: map[bpf.FromPodClusterKey]uint8{},
+		frontends: map[bpf.FromPodFrontendKey]uint8{},
 	}
 }
 

@@ -107,52 +107,6 @@ func Networks(snap *watchers.Snapshot, flags NetworkFlags) []netip.Prefix {
 	return set.Prefixes()
 }
 
-// LoadBalancerVIPs are the Services' load-balancer ingress IPs, as host prefixes: kube-proxy (and
-// the CNIs that replace it) DNATs a pod's traffic to them on the pod's node, as it does cluster
-// IPs, and upstream's OVN load balancers do the same before its ACLs and reroutes. So they are
-// exempt as cluster IPs are: never judged by the classifier (which sees them before DNAT), by
-// the backend after DNAT. Left out: an ingress IP whose ipMode is Proxy (the load balancer itself
-// is reached), and one that is a node's address (k3s' ServiceLB reports node IPs, kube-vip adds
-// its VIP to a node): the classifier exempts whole addresses, not the Service's ports, and that
-// would open every port of the node. So are spec.externalIPs, which any Service author sets to
-// any address (they stay judged before DNAT, fail closed).
-func LoadBalancerVIPs(snap *watchers.Snapshot) []netip.Prefix {
-	if snap.Services == nil {
-		return nil
-	}
-	services, err := snap.Services.List(labels.Everything())
-	if err != nil {
-		return nil
-	}
-	nodeAddrs := map[netip.Addr]bool{}
-	if snap.Nodes != nil {
-		nodes, _ := snap.Nodes.List(labels.Everything())
-		for _, n := range nodes {
-			for _, a := range HostAddresses(n) {
-				nodeAddrs[a.Unmap()] = true
-			}
-		}
-	}
-	var b netipx.IPSetBuilder
-	for _, svc := range services {
-		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
-			continue
-		}
-		for _, ing := range svc.Status.LoadBalancer.Ingress {
-			a, err := netip.ParseAddr(ing.IP)
-			if err != nil || nodeAddrs[a.Unmap()] || (ing.IPMode != nil && *ing.IPMode != corev1.LoadBalancerIPModeVIP) {
-				continue
-			}
-			b.Add(a.Unmap())
-		}
-	}
-	set, err := b.IPSet()
-	if err != nil || set.Equal(&netipx.IPSet{}) {
-		return nil
-	}
-	return set.Prefixes()
-}
-
 // nodePodCIDRs are the pod CIDRs the cluster gave its nodes.
 func nodePodCIDRs(snap *watchers.Snapshot) []netip.Prefix {
 	if snap.Nodes == nil {

@@ -185,12 +185,13 @@ spec:
 }
 
 // TestPrivilegedEgressFirewallServiceAddresses: a pod under Deny 0.0.0.0/0 reaches a Service
-// of the cluster through its load-balancer IP, as through its cluster IP: kube-proxy DNATs it on
-// the pod's node, and upstream's load balancers translate it before its ACLs, so it is judged by
-// the backend (a pod: allowed). On the routed node the classifier sees it before DNAT; on the
-// bridged one br_netfilter DNATs first. The same pods stay denied outside, and through an
-// external IP (any Service author picks those: exempting one would open the address's other
-// ports to every namespace), which the routed node judges before DNAT.
+// of the cluster through its load-balancer IP and its external IP, as through its cluster IP:
+// kube-proxy DNATs them on the pod's node, and upstream's load balancers translate them before
+// its ACLs, so the flow is judged by the backend (a pod: allowed). On the routed node the
+// classifier sees it before DNAT and lets through the Service's ports only; on the bridged one
+// br_netfilter DNATs first. The addresses' other ports stay denied: the external IP is an
+// outside host's address (any Service author picks those), and a load balancer may report a
+// node's address (k3s' ServiceLB); a pod without firewall reaches those ports.
 func TestPrivilegedEgressFirewallServiceAddresses(t *testing.T) {
 	privileged.Require(t)
 	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true})
@@ -203,55 +204,54 @@ func TestPrivilegedEgressFirewallServiceAddresses(t *testing.T) {
 	}
 	ns, free := l.CP.Namespace(t), l.CP.Namespace(t)
 	a0, a1 := addPod(t, l.Nodes[0], ns, "a0", lab.PodOptions{}), addPod(t, l.Nodes[1], ns, "a1", lab.PodOptions{})
+	f0 := addPod(t, l.Nodes[0], free, "f0", lab.PodOptions{})
 	backend := addPod(t, l.Nodes[1], free, "backend", lab.PodOptions{})
 	if err := backend.Serve(8080); err != nil {
 		t.Fatal(err)
 	}
+	if err := l.Nodes[1].Serve(9090); err != nil {
+		t.Fatal(err)
+	}
 	applyFirewall(t, l, ns, denyAll)
-	selectorlessService(t, l, free, "app", []backendPort{{"http", corev1.ProtocolTCP, 80, 8080}},
-		[]string{backend.IPv4.String()}, []string{backend.IPv6.String()})
+	node1 := l.Nodes[1].IPv4
 	kc := l.CP.Client(t)
-	svc, err := kc.CoreV1().Services(free).Get(ctx, "app", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// loadBalancer makes a Service of the backend's port 8080 on port 80 with these external IPs,
+	// of type LoadBalancer with these ingress IPs.
+	loadBalancer := func(name string, external []string, ingress ...string) {
+		t.Helper()
+		selectorlessService(t, l, free, name, []backendPort{{"http", corev1.ProtocolTCP, 80, 8080}},
+			[]string{backend.IPv4.String()}, []string{backend.IPv6.String()})
+		svc, err := kc.CoreV1().Services(free).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc.Spec.Type, svc.Spec.ExternalIPs = corev1.ServiceTypeLoadBalancer, external
+		if svc, err = kc.CoreV1().Services(free).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, ip := range ingress {
+			svc.Status.LoadBalancer.Ingress = append(svc.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+		}
+		if _, err := kc.CoreV1().Services(free).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	svc.Spec.Type = corev1.ServiceTypeLoadBalancer
-	svc.Spec.ExternalIPs = []string{"198.51.100.50", "2001:db8:50::50"}
-	if svc, err = kc.CoreV1().Services(free).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "198.51.100.51"}, {IP: "2001:db8:50::51"}}
-	if _, err := kc.CoreV1().Services(free).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	loadBalancer("app", []string{"203.0.113.10", "2001:db8::10"}, "198.51.100.51", "2001:db8:50::51")
+	loadBalancer("servicelb", nil, node1.String()) // a load balancer that reports a node's address
 	var cases []reach
 	for _, p := range []*lab.Pod{a0, a1} {
 		cases = append(cases,
 			reach{p, "198.51.100.51:80", false, lab.OK}, reach{p, "[2001:db8:50::51]:80", false, lab.OK}, // load-balancer IPs
-			reach{p, "203.0.113.10:80", false, lab.Timeout}, reach{p, "[2001:db8::10]:80", false, lab.Timeout},
+			reach{p, "203.0.113.10:80", false, lab.OK}, reach{p, "[2001:db8::10]:80", false, lab.OK}, // external IPs
+			reach{p, lab.HostPort(node1, 80), false, lab.OK}, // the node's address as load-balancer IP
+			// The same addresses' other ports.
+			reach{p, "203.0.113.10:443", false, lab.Timeout}, reach{p, "[2001:db8::10]:443", false, lab.Timeout},
+			reach{p, lab.HostPort(node1, 9090), false, lab.Timeout},
 		)
 	}
-	cases = append(cases, reach{a0, "198.51.100.50:80", false, lab.Timeout}, reach{a0, "[2001:db8:50::50]:80", false, lab.Timeout}) // external IPs
-	// A load balancer that reports a node's address as the ingress IP (k3s' ServiceLB): the
-	// node's other ports stay denied.
-	if err := l.Nodes[1].Serve(9090); err != nil {
-		t.Fatal(err)
-	}
-	nodeLB := svc.DeepCopy()
-	nodeLB.ObjectMeta = metav1.ObjectMeta{Name: "servicelb", Namespace: free}
-	nodeLB.Spec.ClusterIP, nodeLB.Spec.ClusterIPs, nodeLB.Spec.ExternalIPs = "", nil, nil
-	for i := range nodeLB.Spec.Ports {
-		nodeLB.Spec.Ports[i].NodePort = 0
-	}
-	if nodeLB, err = kc.CoreV1().Services(free).Create(ctx, nodeLB, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	nodeLB.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: l.Nodes[1].IPv4.String()}}
-	if _, err := kc.CoreV1().Services(free).UpdateStatus(ctx, nodeLB, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cases = append(cases, reach{a0, lab.HostPort(l.Nodes[1].IPv4, 9090), false, lab.Timeout})
-	poll.Eventually(t, "the Service's addresses reached, the outside denied", 10*time.Second, func() error {
+	cases = append(cases, reach{f0, "203.0.113.10:443", false, lab.OK}, reach{f0, "[2001:db8::10]:443", false, lab.OK},
+		reach{f0, lab.HostPort(node1, 9090), false, lab.OK})
+	poll.Eventually(t, "the Service's addresses reached, their other ports denied", 10*time.Second, func() error {
 		for _, c := range cases {
 			if err := c.check(); err != nil {
 				return err

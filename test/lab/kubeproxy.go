@@ -17,7 +17,8 @@ import (
 
 // The kube-proxy stand-in serves Services in every node, as kube-proxy's nftables mode does in
 // spirit: a table inet labproxy whose nat chains (prerouting for pods, output for the node)
-// DNAT each cluster IP, external IP and load-balancer ingress IP and port to one of the
+// DNAT each cluster IP, external IP and load-balancer ingress IP (but one in ipMode Proxy)
+// and port to one of the
 // Service's ready endpoints (numgen random), from the EndpointSlices. It rewrites the whole
 // table in each node after any change.
 
@@ -103,7 +104,9 @@ func proxyTable(listServices func(labels.Selector) ([]*corev1.Service, error),
 		vips := slices.Concat(svc.Spec.ClusterIPs, svc.Spec.ExternalIPs)
 		if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
 			for _, ing := range svc.Status.LoadBalancer.Ingress {
-				vips = append(vips, ing.IP)
+				if ing.IPMode == nil || *ing.IPMode == corev1.LoadBalancerIPModeVIP { // Proxy: the load balancer is reached
+					vips = append(vips, ing.IP)
+				}
 			}
 		}
 		for _, cip := range vips {

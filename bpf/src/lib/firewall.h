@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 // EgressFirewall, for flows the pod initiates (a conntrack reply is never dropped) to
-// destinations outside the cluster and service networks (egressd_cluster): one LPM lookup by
+// destinations outside the cluster and service networks (egressd_cluster) and other than a
+// Service's frontend (egressd_frontends): one LPM lookup by
 // (namespace, destination) gives the first rule without ports that contains it, and, when a rule
 // restricted to ports comes before it, one LPM lookup by (namespace, protocol, port,
 // destination) the first such rule; the earlier of the two decides; no match allows. The decision per (namespace, destination, protocol,
@@ -58,6 +59,27 @@ struct {
 	__type(value, struct fw_entry);
 } egressd_fw_ports SEC(".maps");
 
+// A Service frontend outside the service networks: an address, protocol and port that
+// kube-proxy DNATs for pods on their node (a load-balancer ingress IP, an external IP).
+struct frontend_key {
+	struct addr dst;
+	__u8 proto;
+	__u8 pad;
+	__u16 port; // network byte order
+};
+
+// The Services' frontends outside the service networks. Their flows are judged after DNAT, by
+// the backend, as cluster IPs' are (upstream applies its ACLs after its load balancers); only
+// the Service's ports: the address's other ports stay judged here.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct frontend_key);
+	__type(value, __u8);
+} egressd_frontends SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
@@ -111,7 +133,8 @@ struct {
 	__type(value, struct verdict_slot);
 } egressd_fw_verdicts SEC(".maps");
 
-// The generation of the firewall entries (egressd_fw, egressd_fw_ports, egressd_cluster): the
+// The generation of the firewall entries (egressd_fw, egressd_fw_ports, egressd_cluster,
+// egressd_frontends): the
 // agent increments it after changing them, which makes every cached decision stale.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -123,12 +146,18 @@ struct {
 
 // decide evaluates the firewall of namespace ns_id for p into v: the first rule without ports
 // containing the destination (egressd_fw), unless an earlier rule naming the packet's protocol
-// and port contains it (egressd_fw_ports). Two lookups at most, for 1 rule or 8000.
+// and port contains it (egressd_fw_ports). After the two exemptions, two lookups at most, for 1
+// rule or 8000.
 static __always_inline void decide(struct packet *p, __u32 ns_id, struct verdict *v)
 {
 	struct cluster_key ck = {.prefixlen = 32 + (p->dst.family == 4 ? 32 : 128), .dst = p->dst};
 	if (bpf_map_lookup_elem(&egressd_cluster, &ck))
 		return;
+	if (p->dport) {
+		struct frontend_key fk = {.dst = p->dst, .proto = p->proto, .port = bpf_htons(p->dport)};
+		if (bpf_map_lookup_elem(&egressd_frontends, &fk))
+			return;
+	}
 	struct lpm_key k = {};
 	lpm_key_of(&k, ns_id, &p->dst);
 	struct fw_entry *e = bpf_map_lookup_elem(&egressd_fw, &k);

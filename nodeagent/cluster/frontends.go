@@ -1,0 +1,64 @@
+package cluster
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/watchers"
+)
+
+// Frontends are the Services' frontends outside the service networks that kube-proxy (and the
+// CNIs that replace it) DNATs for a pod on the pod's node: each port of the load-balancer
+// ingress IPs and of spec.externalIPs. Upstream's OVN load balancers translate them before its
+// ACLs, so EgressFirewall judges such a flow by the backend, after DNAT, as it does a cluster
+// IP's. The classifier, which sees the packet before DNAT, lets a frontend's flows through by
+// address, protocol and port: the address's other ports stay judged (an external IP is any
+// address a Service author picks; a load-balancer IP may be a node's, as k3s' ServiceLB
+// reports). Left out, as kube-proxy leaves them: an ingress IP in ipMode Proxy (the load
+// balancer itself is reached), the ingress of a Service no longer of type LoadBalancer, and
+// Services without a cluster IP (headless, ExternalName).
+func Frontends(snap *watchers.Snapshot) []dataplane.Frontend {
+	if snap.Services == nil {
+		return nil
+	}
+	services, err := snap.Services.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	var out []dataplane.Frontend
+	for _, svc := range services {
+		if len(svc.Spec.ClusterIPs) == 0 || svc.Spec.ClusterIPs[0] == corev1.ClusterIPNone || svc.Spec.Type == corev1.ServiceTypeExternalName {
+			continue
+		}
+		addrs := slices.Clone(svc.Spec.ExternalIPs)
+		if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+			for _, ing := range svc.Status.LoadBalancer.Ingress {
+				if ing.IPMode == nil || *ing.IPMode == corev1.LoadBalancerIPModeVIP {
+					addrs = append(addrs, ing.IP)
+				}
+			}
+		}
+		for _, s := range addrs {
+			a, err := netip.ParseAddr(s)
+			if err != nil {
+				continue // a hostname ingress, or an invalid address the API let through
+			}
+			for _, p := range svc.Spec.Ports {
+				proto, ok := dataplane.ProtocolNumber(string(cmp.Or(p.Protocol, corev1.ProtocolTCP)))
+				if !ok || p.Port <= 0 || p.Port > 65535 {
+					continue
+				}
+				out = append(out, dataplane.Frontend{Addr: a.Unmap(), Port: dataplane.Port{Protocol: proto, Port: uint16(p.Port)}})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b dataplane.Frontend) int {
+		return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Port.Port, b.Port.Port))
+	})
+	return slices.Compact(out)
+}

@@ -1,0 +1,53 @@
+package cluster
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/egressd/egressd/dataplane"
+)
+
+// A Service's frontends are each port of its external IPs and of its load-balancer ingress IPs
+// (a node's address too), but an ingress IP in ipMode Proxy, a hostname, the ingress of a
+// Service no longer of type LoadBalancer, and the addresses of Services kube-proxy does not
+// serve (headless, ExternalName). None is a cluster network.
+func TestFrontends(t *testing.T) {
+	proxy, vip := corev1.LoadBalancerIPModeProxy, corev1.LoadBalancerIPModeVIP
+	web := []corev1.ServicePort{{Name: "http", Port: 80}, {Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53}, {Name: "sctp", Protocol: corev1.ProtocolSCTP, Port: 9}}
+	svc := func(name string, typ corev1.ServiceType, clusterIP string, ports []corev1.ServicePort, external []string, ingress ...corev1.LoadBalancerIngress) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+			Spec:   corev1.ServiceSpec{Type: typ, ClusterIPs: []string{clusterIP}, Ports: ports, ExternalIPs: external},
+			Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: ingress}}}
+	}
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, s := range []*corev1.Service{
+		svc("lb", corev1.ServiceTypeLoadBalancer, "10.96.0.10", web[:1], nil,
+			corev1.LoadBalancerIngress{IP: "198.51.100.1"}, corev1.LoadBalancerIngress{IP: "2001:db8::1", IPMode: &vip},
+			corev1.LoadBalancerIngress{IP: "198.51.100.2", IPMode: &proxy}, corev1.LoadBalancerIngress{Hostname: "lb.example.com"}),
+		svc("servicelb", corev1.ServiceTypeLoadBalancer, "10.96.0.11", web[:1], nil, corev1.LoadBalancerIngress{IP: "172.18.0.2"}),
+		svc("external", corev1.ServiceTypeClusterIP, "10.96.0.12", web, []string{"192.0.2.7", "::ffff:192.0.2.8"}),
+		svc("same-frontend", corev1.ServiceTypeNodePort, "10.96.0.13", web[:1], []string{"192.0.2.7"}),
+		svc("was-lb", corev1.ServiceTypeClusterIP, "10.96.0.14", web[:1], nil, corev1.LoadBalancerIngress{IP: "198.51.100.3"}),
+		svc("headless", corev1.ServiceTypeClusterIP, corev1.ClusterIPNone, web[:1], []string{"192.0.2.9"}),
+		svc("name", corev1.ServiceTypeExternalName, "", web[:1], []string{"192.0.2.10"}),
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "no-cluster-ip"}, Spec: corev1.ServiceSpec{Ports: web[:1], ExternalIPs: []string{"192.0.2.11"}}},
+	} {
+		_ = idx.Add(s)
+	}
+	snap := snapshot(nil)
+	snap.Services = corelisters.NewServiceLister(idx)
+	f := func(a string, proto uint8, port uint16) dataplane.Frontend {
+		return dataplane.Frontend{Addr: netip.MustParseAddr(a), Port: dataplane.Port{Protocol: proto, Port: port}}
+	}
+	want := []dataplane.Frontend{f("172.18.0.2", 6, 80), f("192.0.2.7", 6, 80), f("192.0.2.7", 17, 53), f("192.0.2.7", 132, 9),
+		f("192.0.2.8", 6, 80), f("192.0.2.8", 17, 53), f("192.0.2.8", 132, 9), f("198.51.100.1", 6, 80), f("2001:db8::1", 6, 80)}
+	if got := Frontends(snap); !slices.Equal(got, want) {
+		t.Errorf("frontends\n got %v\nwant %v", got, want)
+	}
+}
