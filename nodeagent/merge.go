@@ -25,7 +25,7 @@ type parts struct {
 // merge combines the parts into the node's desired state. It owns what crosses features: a
 // pod's entry carries what every feature wants of it. It also returns the objects the state was
 // compiled from that get a status entry, with their compile errors.
-func merge(networks []netip.Prefix, frontends []dataplane.Frontend, p *parts, st *steering, mask uint32) (dataplane.State, map[dataplane.Origin]error) {
+func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *parts, st *steering, mask uint32) (dataplane.State, map[dataplane.Origin]error) {
 	objects := make(map[dataplane.Origin]error, len(p.firewall.Firewalls)+len(p.qos.QoS)+len(p.routes.Policies))
 	s := dataplane.State{Classifier: dataplane.ClassifierState{
 		ClusterNetworks:  networks,
@@ -93,9 +93,7 @@ func merge(networks []netip.Prefix, frontends []dataplane.Frontend, p *parts, st
 	s.Nftables.SNAT = append(slices.Clip(p.service.SNAT), eip.SNAT...)
 	s.Tunnel = u.state(len(s.Nftables.SNAT) > 0)
 	byAddr := func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) }
-	// Not the Services' frontends: their flows are steered or not by where DNAT sends them
-	// (steerRules in dataplane/nft), and a frontend's other ports stay steered.
-	s.Nftables.Exempt = union(p.egressIP.Exempt, p.service.Exempt, byAddr)
+	s.Nftables.Exempt = union(union(p.egressIP.Exempt, p.service.Exempt, byAddr), vips, byAddr)
 	s.Classifier.SteerExempt = s.Nftables.Exempt
 	s.Nftables.Guarded = union(p.egressIP.Guarded, p.service.Guarded, netip.Addr.Compare)
 	s.Nftables.Secondary = p.egressIP.Secondary

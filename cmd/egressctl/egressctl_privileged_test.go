@@ -187,7 +187,7 @@ egress:   none: dropped by the firewall
 		{podA.String(), "10.96.0.10", "tcp/53", `source:   pod address 10.244.0.5 in namespace a
 firewall: not applied: 10.96.0.10 is in the cluster or service networks
 qos:      no EgressQoS rule: DSCP left as the pod set it
-routing:  no mark: 10.96.0.10 is a cluster network or a node address (not steered; a Service's backend outside the cluster gets the mark after DNAT)
+routing:  no mark: 10.96.0.10 is a cluster network, a load-balancer IP or a node address (not steered; a Service's backend outside the cluster gets the mark after DNAT)
 egress:   not steered nor SNATed: the node's own routing, source as the CNI makes it
 `},
 		{podB.String(), "203.0.113.10", "tcp/443", `source:   pod address 10.244.0.6 in namespace b
@@ -217,7 +217,7 @@ routing:  no mark: the node's own routing
 egress:   source 192.0.2.100 (egress IP, SNATed on this node), the node's own routing
 `},
 		{remote.String(), "10.244.1.9", "", `source:   10.244.2.5 is no pod the classifier knows (no firewall, QoS or mark): its packets pass it untouched
-routing:  no mark: 10.244.1.9 is a cluster network or a node address (not steered; a Service's backend outside the cluster gets the mark after DNAT)
+routing:  no mark: 10.244.1.9 is a cluster network, a load-balancer IP or a node address (not steered; a Service's backend outside the cluster gets the mark after DNAT)
 egress:   not steered nor SNATed: the node's own routing, source as the CNI makes it
 `},
 		{guarded.String(), "203.0.113.10", "", `source:   10.244.2.7 is no pod the classifier knows (no firewall, QoS or mark): its packets pass it untouched

@@ -232,7 +232,7 @@ func routingStep(t traced) string {
 	case tr.Verdict == "deny":
 		return "not routed: dropped by the firewall"
 	case !t.routed && tr.Mark == 0 && tr.SteerExempt:
-		return "no mark: " + t.dst.String() + " is a cluster network or a node address (not steered; a Service's backend outside the cluster gets the mark after DNAT)"
+		return "no mark: " + t.dst.String() + " is a cluster network, a load-balancer IP or a node address (not steered; a Service's backend outside the cluster gets the mark after DNAT)"
 	case !t.routed && tr.Mark == 0:
 		return "no mark: the node's own routing"
 	case !t.routed:

@@ -129,7 +129,7 @@ type Trace struct {
 	DSCP    int
 	QoSRule int
 	QoSText string
-	// SteerExempt: the destination is a cluster network or a node address,
+	// SteerExempt: the destination is a cluster network, a load-balancer IP or a node address,
 	// to which no pod's traffic is steered nor SNATed to an egress IP (the agent gives the
 	// classifier and nftables the same exemptions).
 	SteerExempt bool

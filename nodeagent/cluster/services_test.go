@@ -51,3 +51,37 @@ func TestFrontends(t *testing.T) {
 		t.Errorf("frontends\n got %v\nwant %v", got, want)
 	}
 }
+
+// A Service's load-balancer ingress IPs are VIPs, except an ingress IP in ipMode Proxy, one
+// that is a node's address (k3s' ServiceLB, kube-vip), and the ingress of a Service that is no
+// longer of type LoadBalancer; its external IPs, which any Service author sets to any address,
+// are not. None is a cluster network.
+func TestLoadBalancerVIPs(t *testing.T) {
+	proxy, vip := corev1.LoadBalancerIPModeProxy, corev1.LoadBalancerIPModeVIP
+	lb := func(name string, typ corev1.ServiceType, external []string, ingress ...corev1.LoadBalancerIngress) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+			Spec:   corev1.ServiceSpec{Type: typ, ExternalIPs: external},
+			Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: ingress}}}
+	}
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, s := range []*corev1.Service{
+		lb("lb", corev1.ServiceTypeLoadBalancer, nil, corev1.LoadBalancerIngress{IP: "198.51.100.1"}, corev1.LoadBalancerIngress{IP: "2001:db8::1", IPMode: &vip},
+			corev1.LoadBalancerIngress{IP: "198.51.100.2", IPMode: &proxy}, corev1.LoadBalancerIngress{Hostname: "lb.example.com"}),
+		lb("servicelb", corev1.ServiceTypeLoadBalancer, nil, corev1.LoadBalancerIngress{IP: "172.18.0.2"}, corev1.LoadBalancerIngress{IP: "172.18.1.9"}),
+		lb("external", corev1.ServiceTypeClusterIP, []string{"192.0.2.7"}),
+		lb("was-lb", corev1.ServiceTypeClusterIP, nil, corev1.LoadBalancerIngress{IP: "198.51.100.3"}),
+	} {
+		_ = idx.Add(s)
+	}
+	node := podNode("a", "10.244.0.0/24")
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "172.18.0.2"}}
+	node.Annotations = map[string]string{HostCIDRsKey: `["172.18.0.2/24","172.18.1.9/24"]`}
+	snap := snapshot([]*corev1.Node{node})
+	snap.Services = corelisters.NewServiceLister(idx)
+	if got, want := LoadBalancerVIPs(snap), prefixes("198.51.100.1/32", "2001:db8::1/128"); !slices.Equal(got, want) {
+		t.Errorf("load-balancer VIPs\n got %v\nwant %v", got, want)
+	}
+	if got, want := Networks(snap, NetworkFlags{}), prefixes("10.244.0.0/24"); !slices.Equal(got, want) {
+		t.Errorf("networks\n got %v\nwant %v", got, want)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"go4.org/netipx"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -61,4 +62,48 @@ func Frontends(snap *watchers.Snapshot) []dataplane.Frontend {
 		return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Port.Port, b.Port.Port))
 	})
 	return slices.Compact(out)
+}
+
+// LoadBalancerVIPs are the Services' load-balancer ingress IPs, as host prefixes, to which no
+// pod's traffic is steered nor SNATed to an egress IP: kube-proxy (and the CNIs that replace
+// it) DNATs them on the pod's node, and upstream's OVN load balancers before its reroutes. The
+// whole address: kube-proxy's IPVS mode DNATs only at the input hook, after the routing
+// decision a mark would take, where the iptables and nftables modes have egressd fix a mark
+// after DNAT (as for external IPs). Left out: an ingress IP whose ipMode is Proxy (the load
+// balancer itself is reached), and one that is a node's address (exempt as such).
+func LoadBalancerVIPs(snap *watchers.Snapshot) []netip.Prefix {
+	if snap.Services == nil {
+		return nil
+	}
+	services, err := snap.Services.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	nodeAddrs := map[netip.Addr]bool{}
+	if snap.Nodes != nil {
+		nodes, _ := snap.Nodes.List(labels.Everything())
+		for _, n := range nodes {
+			for _, a := range HostAddresses(n) {
+				nodeAddrs[a.Unmap()] = true
+			}
+		}
+	}
+	var b netipx.IPSetBuilder
+	for _, svc := range services {
+		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+			continue
+		}
+		for _, ing := range svc.Status.LoadBalancer.Ingress {
+			a, err := netip.ParseAddr(ing.IP)
+			if err != nil || nodeAddrs[a.Unmap()] || (ing.IPMode != nil && *ing.IPMode != corev1.LoadBalancerIPModeVIP) {
+				continue
+			}
+			b.Add(a.Unmap())
+		}
+	}
+	set, err := b.IPSet()
+	if err != nil || set.Equal(&netipx.IPSet{}) {
+		return nil
+	}
+	return set.Prefixes()
 }
