@@ -21,6 +21,11 @@ type NftablesState struct {
 	// KeepBackendDSCP are the namespaces whose EgressQoS failed to compile: their elements
 	// stay as they were.
 	KeepBackendDSCP []string
+	// Frontends are the Services' frontends the classifier lets through (ClassifierState);
+	// FirewalledPods the local pods under an EgressFirewall: a flow of one to a frontend that
+	// leaves without DNAT is dropped (it would reach the address itself unjudged).
+	Frontends      []Frontend
+	FirewalledPods []netip.Addr
 
 	// EgressIP. The classifier stamps the bits of SteerMask in skb->mark on the packets of
 	// local pods that leave through another node (their egress node); policy routing sends them

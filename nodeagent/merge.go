@@ -63,11 +63,22 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 	}
 	s.Classifier.SteerExempt = p.egressIP.Exempt
 	s.Nftables.BackendDenies = p.firewall.BackendDenies
+	firewalled := map[string]bool{}
 	for _, fw := range p.firewall.Firewalls {
+		firewalled[fw.Origin.Namespace] = true
 		objects[fw.Origin] = fw.Err
 		if fw.Err != nil {
 			s.Nftables.KeepBackendDenies = append(s.Nftables.KeepBackendDenies, fw.Origin.Namespace)
 		}
+	}
+	if len(frontends) > 0 {
+		s.Nftables.Frontends = frontends
+		for _, pod := range p.pods {
+			if firewalled[pod.Origin.Namespace] {
+				s.Nftables.FirewalledPods = append(s.Nftables.FirewalledPods, pod.IPs...)
+			}
+		}
+		slices.SortFunc(s.Nftables.FirewalledPods, netip.Addr.Compare)
 	}
 	s.Nftables.BackendDSCP = p.qos.BackendDSCP
 	for _, q := range p.qos.QoS {

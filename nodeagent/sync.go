@@ -251,7 +251,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 		mask = dataplane.DefaultMarkMask
 	}
 	l.steering.mode, l.steering.node = l.Steering, l.Node
-	state, objects := merge(networks, cluster.LoadBalancerVIPs(l.Snapshot), cluster.Frontends(l.Snapshot), &l.parts, &l.steering, mask)
+	state, objects := merge(networks, cluster.LoadBalancerVIPs(l.Snapshot), cluster.Frontends(l.Snapshot, l.Node), &l.parts, &l.steering, mask)
 	for i := range state.BFD {
 		state.BFD[i].MinTx, state.BFD[i].MinRx, state.BFD[i].Multiplier = l.GatewayBFD.MinTx, l.GatewayBFD.MinRx, l.GatewayBFD.Multiplier
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -30,6 +31,9 @@ func Inspect(pinRoot string) (*Inspector, error) {
 			continue // a ring buffer, the agent's to consume
 		}
 		m, err := ebpf.LoadPinnedMap(filepath.Join(pinRoot, name), &ebpf.LoadPinOptions{ReadOnly: true})
+		if errors.Is(err, os.ErrNotExist) && name == "egressd_frontends" {
+			continue // an agent older than the map: it has no frontends
+		}
 		if err != nil {
 			in.Close()
 			return nil, fmt.Errorf("open %s (is egressd running with --bpf-pin-root %s?): %w", name, pinRoot, err)
@@ -146,9 +150,9 @@ func (in *Inspector) Trace(src, dst netip.Addr, proto uint8, port uint16) (Trace
 	host := netip.PrefixFrom(dst, dst.BitLen())
 	var one uint8
 	tr.Exempt = in.maps["egressd_cluster"].Lookup(prefixKey(host), &one) == nil
-	if !tr.Exempt && port != 0 {
+	if frontends := in.maps["egressd_frontends"]; !tr.Exempt && port != 0 && frontends != nil {
 		fk := frontendKey(dataplane.Frontend{Addr: dst, Port: dataplane.Port{Protocol: proto, Port: port}})
-		tr.Frontend = in.maps["egressd_frontends"].Lookup(fk, &one) == nil
+		tr.Frontend = frontends.Lookup(fk, &one) == nil
 		tr.Exempt = tr.Frontend
 	}
 	tr.SteerExempt = in.maps["egressd_steer_exempt"].Lookup(prefixKey(host), &one) == nil

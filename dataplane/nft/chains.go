@@ -37,7 +37,7 @@ var baseChains = []baseChain{
 	// After DNAT (kube-proxy's, at dstnat) and before the routing decision it steers.
 	{"prerouting_dstnat", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, *nftables.ChainPriorityNATDest + 10, []string{steerPodsChain}},
 	{"forward_mangle", nftables.ChainTypeFilter, nftables.ChainHookForward, *nftables.ChainPriorityMangle, []string{qosBackendsChain}},
-	{"forward_filter", nftables.ChainTypeFilter, nftables.ChainHookForward, *nftables.ChainPriorityFilter, []string{serviceBackendsChain}},
+	{"forward_filter", nftables.ChainTypeFilter, nftables.ChainHookForward, *nftables.ChainPriorityFilter, []string{serviceBackendsChain, frontendsChain}},
 	// A backend on this node (a hostNetwork endpoint, the API server of a control-plane node):
 	// after DNAT the connection is delivered locally, not forwarded.
 	{"input_filter", nftables.ChainTypeFilter, nftables.ChainHookInput, *nftables.ChainPriorityFilter, []string{serviceBackendsChain}},
@@ -63,6 +63,9 @@ func activeTargets(c contents) []string {
 	if has(backendDSCP4Set, backendDSCP6Set) {
 		out = append(out, qosBackendsChain)
 	}
+	if has(firewalled4Set, firewalled6Set) && has(frontends4Set, frontends6Set) {
+		out = append(out, frontendsChain)
+	}
 	if has(snat4Set, snat6Set, addrs4Set, addrs6Set, guarded4Set, guarded6Set, secondary4Set, secondary6Set, remotePods4Set, remotePods6Set,
 		steerNexthops4Set, steerNexthops6Set, steerDevicesSet, extrouteGateways4Set, extrouteGateways6Set, extrouteMarksSet) {
 		out = append(out, egressIPPrerouting, egressIPSNAT, egressIPGuard)
@@ -77,13 +80,13 @@ func activeTargets(c contents) []string {
 }
 
 // regularChains are the features' chains, in the order they are created.
-var regularChains = []string{serviceBackendsChain, qosBackendsChain, egressIPPrerouting, egressIPSNAT, egressIPGuardSteered, egressIPGuard, extroutePrerouting, steerPodsChain}
+var regularChains = []string{serviceBackendsChain, frontendsChain, qosBackendsChain, egressIPPrerouting, egressIPSNAT, egressIPGuardSteered, egressIPGuard, extroutePrerouting, steerPodsChain}
 
 // setDefs are every set and map of the table.
-var setDefs = slices.Concat(backendSets, qosSets, egressIPSets, extrouteSets, steerSets)
+var setDefs = slices.Concat(backendSets, frontendSets, qosSets, egressIPSets, extrouteSets, steerSets)
 
 // objects are the named counters of the table.
-var objects = []string{leaksCounter, misroutedCounter, unknownCounter}
+var objects = []string{leaksCounter, misroutedCounter, unknownCounter, frontendDrops}
 
 // tableSize is the number of chains, sets and objects the table holds (the kernel's "use" of
 // the table) besides the base chains in use and the qos_dscp_<n>, extroute_return_<mark> and
@@ -133,7 +136,7 @@ func writeTable(c *nftables.Conn, mask uint32, elems contents) error {
 	for _, name := range objects {
 		c.AddObj(&nftables.CounterObj{Table: table, Name: name})
 	}
-	rules := map[string][][]expr.Any{serviceBackendsChain: backendRules(sets), qosBackendsChain: qosRules(sets)}
+	rules := map[string][][]expr.Any{serviceBackendsChain: backendRules(sets), frontendsChain: frontendRules(sets), qosBackendsChain: qosRules(sets)}
 	for _, name := range dscps {
 		var d uint8
 		fmt.Sscanf(name, "qos_dscp_%d", &d)

@@ -113,7 +113,7 @@ func (t *Table) objectCounters() map[string]Counters {
 func (t *Table) readCounters() {
 	t.denyCounts.observe(t.elementCounters(backendDeny4Set, backendDeny6Set))
 	t.snatCounts.observe(t.elementCounters(addrs4Set, addrs6Set))
-	t.leakCounts.observe(t.objectCounters())
+	t.objectCounts.observe(t.objectCounters())
 }
 
 // Counters are the packets and bytes dropped after DNAT per EgressFirewall rule (the Origin of
@@ -145,11 +145,20 @@ type LeakDrops struct {
 	Unknown Counters
 }
 
+// FrontendDrops are the packets of firewalled pods to a Service's frontend that left without
+// DNAT and were dropped, since the agent started.
+func (t *Table) FrontendDrops() Counters {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.readCounters()
+	return t.objectCounts.total()[frontendDrops]
+}
+
 // LeakDrops are the leak guard's drops since the agent started.
 func (t *Table) LeakDrops() LeakDrops {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.readCounters()
-	c := t.leakCounts.total()
+	c := t.objectCounts.total()
 	return LeakDrops{Unsteered: c[leaksCounter], Misrouted: c[misroutedCounter], Unknown: c[unknownCounter]}
 }

@@ -16,13 +16,16 @@ var (
 			"the conntrack entries of the connections they brought to local pods were deleted.", prometheus.CounterValue)
 	descGatewayFlows = promdesc.New("egressd_externalroute_conntrack_deleted_total",
 		"Conntrack entries deleted because the external gateway their connection came through went.", prometheus.CounterValue)
+	descFrontendDrops = promdesc.New("egressd_egressfirewall_frontend_drops_total",
+		"Packets of pods under an EgressFirewall to a Service's load-balancer, external or node-port address and port that were about to "+
+			"leave the node without DNAT (kube-proxy not serving the Service), dropped rather than let reach that address unjudged.", prometheus.CounterValue)
 	descLeakDrops = promdesc.New("egressd_egressip_leak_drops_total",
 		"Packets of pods served by an EgressIP that the leak guard dropped rather than let leave with the pod address: "+
 			"unsteered (not SNATed), misrouted (steered, but towards no egress node of its path) or "+
 			"unknown_pod (another node's pod, steered here before this node learnt it from the API).", prometheus.CounterValue, "reason")
 )
 
-// collector exports the table's EgressIP counters and its external gateways' flushes.
+// collector exports the table's EgressIP counters, its frontend drops and its external gateways' flushes.
 type collector struct{ t *Table }
 
 // NewCollector is the Prometheus collector of the table's EgressIP counters.
@@ -32,6 +35,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descSNATPackets.Desc
 	ch <- descSNATBytes.Desc
 	ch <- descLeakDrops.Desc
+	ch <- descFrontendDrops.Desc
 	ch <- descGatewaysGone.Desc
 	ch <- descGatewayFlows.Desc
 }
@@ -45,6 +49,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- descLeakDrops.Sample(float64(d.Unsteered.Packets), "unsteered")
 	ch <- descLeakDrops.Sample(float64(d.Misrouted.Packets), "misrouted")
 	ch <- descLeakDrops.Sample(float64(d.Unknown.Packets), "unknown_pod")
+	ch <- descFrontendDrops.Sample(float64(c.t.FrontendDrops().Packets))
 	gone, entries := c.t.gatewayFlushes()
 	ch <- descGatewaysGone.Sample(float64(gone))
 	ch <- descGatewayFlows.Sample(float64(entries))

@@ -123,9 +123,9 @@ type Table struct {
 	dscp map[string]dataplane.BackendDSCP
 	// Counter accumulators: they keep counts of removed or reset elements so that what the
 	// readers return never goes back.
-	denyCounts tally[dataplane.Origin]
-	snatCounts tally[netip.Addr]
-	leakCounts tally[string]
+	denyCounts   tally[dataplane.Origin]
+	snatCounts   tally[netip.Addr]
+	objectCounts tally[string]
 	// drops is what ServeACLLog has logged of the backend denies' counters.
 	drops dropLog
 	// ct deletes conntrack entries (conntrack.go), in the table's namespace; unflushed are the
@@ -152,7 +152,7 @@ func New() (*Table, error) {
 		return nil, fmt.Errorf("conntrack netlink socket: %w", err)
 	}
 	return &Table{conn: c, denyCounts: newTally[dataplane.Origin](), snatCounts: newTally[netip.Addr](),
-		leakCounts: newTally[string](), drops: newDropLog(), ct: ct, unflushed: map[netip.Addr]bool{}}, nil
+		objectCounts: newTally[string](), drops: newDropLog(), ct: ct, unflushed: map[netip.Addr]bool{}}, nil
 }
 
 // Close releases the netlink connection; the table stays as programmed.

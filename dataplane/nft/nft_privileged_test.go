@@ -57,6 +57,9 @@ func fullState() *dataplane.NftablesState {
 		SteerDevices: []string{"egressd-vx"},
 		Steered: []dataplane.SteeredPod{{Pod: a("10.244.0.6"), Mark: 0x10000}, {Pod: a("fd00:10:244::6"), Mark: 0x20000},
 			{Pod: a("10.244.1.9"), Mark: 0x10000, Remote: true}},
+		Frontends: []dataplane.Frontend{{Addr: a("198.51.100.80"), Port: dataplane.Port{Protocol: 6, Port: 80}},
+			{Addr: a("2001:db8::80"), Port: dataplane.Port{Protocol: 17, Port: 53}}},
+		FirewalledPods: []netip.Addr{a("10.244.0.7"), a("fd00:10:244::5")},
 	}
 }
 
@@ -237,6 +240,17 @@ func sortedElements(listing string) string {
 func sendDNATed(t *testing.T, ns *netns.NS, pod, svc, backend string, n int) nft.Counters {
 	t.Helper()
 	svcAP, backendAP := netip.MustParseAddrPort(svc), netip.MustParseAddrPort(backend)
+	return sendForwarded(t, ns, pod, svc, backendAP.Addr(), n,
+		"nft add table ip labproxy",
+		"nft add chain ip labproxy pre { type nat hook prerouting priority dstnat ; }",
+		fmt.Sprintf("nft add rule ip labproxy pre ip daddr %s udp dport %d dnat to %s", svcAP.Addr(), svcAP.Port(), backend))
+}
+
+// sendForwarded makes ns a router that forwards to out (after the script), then sends n UDP
+// datagrams from a pod with address pod behind ns to dst. Returns what the datagrams amount to
+// at the forward hook.
+func sendForwarded(t *testing.T, ns *netns.NS, pod, dst string, out netip.Addr, n int, script ...string) nft.Counters {
+	t.Helper()
 	p := netns.New(t, "pod")
 	netns.Veth(t, ns, "pod0", p, "eth0")
 	p.Addr(t, "eth0", pod+"/24")
@@ -245,19 +259,13 @@ func sendDNATed(t *testing.T, ns *netns.NS, pod, svc, backend string, n int) nft
 	if err := p.Script("ip route add default via " + gw.String()); err != nil {
 		t.Fatal(err)
 	}
-	netns.Veth(t, ns, "ext0", netns.New(t, "ext"), "eth0") // where the backend is: a route is enough
-	if err := ns.Script(
-		"sysctl -qw net.ipv4.ip_forward=1",
-		"ip route add "+backendAP.Addr().String()+"/32 dev ext0",
-		"nft add table ip labproxy",
-		"nft add chain ip labproxy pre { type nat hook prerouting priority dstnat ; }",
-		fmt.Sprintf("nft add rule ip labproxy pre ip daddr %s udp dport %d dnat to %s", svcAP.Addr(), svcAP.Port(), backend),
-	); err != nil {
+	netns.Veth(t, ns, "ext0", netns.New(t, "ext"), "eth0") // where out is: a route is enough
+	if err := ns.Script(append([]string{"sysctl -qw net.ipv4.ip_forward=1", "ip route add " + out.String() + "/32 dev ext0"}, script...)...); err != nil {
 		t.Fatal(err)
 	}
 	payload := []byte("0123456789")
 	if err := p.Do(func() error {
-		c, err := net.Dial("udp", svc)
+		c, err := net.Dial("udp", dst)
 		if err != nil {
 			return err
 		}
@@ -272,6 +280,44 @@ func sendDNATed(t *testing.T, ns *netns.NS, pod, svc, backend string, n int) nft
 		t.Fatal(err)
 	}
 	return nft.Counters{Packets: uint64(n), Bytes: uint64(n * (20 + 8 + len(payload)))}
+}
+
+// TestPrivilegedTableFrontendsWithoutDNAT: a firewalled pod's flow to a Service's frontend that
+// is forwarded without DNAT is dropped and counted; the same flow DNATed is not (the backend
+// judges it), nor is a pod without firewall's.
+func TestPrivilegedTableFrontendsWithoutDNAT(t *testing.T) {
+	privileged.Require(t)
+	for _, c := range []struct {
+		name string
+		pod  string
+		dnat bool
+		drop bool
+	}{{"without DNAT", "10.244.0.5", false, true}, {"DNATed", "10.244.0.5", true, false}, {"a pod without firewall", "10.244.0.6", false, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			ns := netns.New(t, "nft")
+			apply, _, _ := tableIn(t, ns)
+			a := netip.MustParseAddr
+			apply(&dataplane.NftablesState{FirewalledPods: []netip.Addr{a("10.244.0.5")},
+				Frontends: []dataplane.Frontend{{Addr: a("203.0.113.10"), Port: dataplane.Port{Protocol: 17, Port: 53}}}})
+			var sent nft.Counters
+			if c.dnat {
+				sent = sendDNATed(t, ns, c.pod, "203.0.113.10:53", "203.0.113.11:53", 3)
+			} else {
+				sent = sendForwarded(t, ns, c.pod, "203.0.113.10:53", a("203.0.113.10"), 3)
+			}
+			want := "packets 0 bytes 0"
+			time.Sleep(100 * time.Millisecond) // the datagrams through the forward hook
+			if c.drop {
+				want = fmt.Sprintf("packets %d bytes %d", sent.Packets, sent.Bytes)
+			}
+			poll.Eventually(t, "the drops counted", 5*time.Second, func() error {
+				if out := ns.MustRun(t, "nft", "list", "counter", "inet", "egressd", "fw_frontend_drops"); !strings.Contains(out, want) {
+					return fmt.Errorf("want %q:\n%s", want, out)
+				}
+				return nil
+			})
+		})
+	}
 }
 
 // TestPrivilegedTableBackendDSCP: backend DSCP elements are updated in place while the DSCP

@@ -62,6 +62,7 @@ func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 	denies, dscp := t.wantDenies(s), t.wantDSCP(s)
 	want := contents{}
 	addDenies(want, denies)
+	addFrontends(want, s)
 	addDSCP(want, dscp)
 	failed := addEgressIP(want, s)
 	addReturnPaths(want, s)
@@ -215,5 +216,5 @@ func (t *Table) relabel(rewrite bool) {
 	for _, o := range objects {
 		names[o] = o
 	}
-	t.leakCounts.relabel(names, rewrite)
+	t.objectCounts.relabel(names, rewrite)
 }

@@ -15,15 +15,17 @@ import (
 
 // Frontends are the Services' frontends outside the service networks that kube-proxy (and the
 // CNIs that replace it) DNATs for a pod on the pod's node: each port of the load-balancer
-// ingress IPs and of spec.externalIPs. Upstream's OVN load balancers translate them before its
-// ACLs, so EgressFirewall judges such a flow by the backend, after DNAT, as it does a cluster
-// IP's. The classifier, which sees the packet before DNAT, lets a frontend's flows through by
-// address, protocol and port: the address's other ports stay judged (an external IP is any
-// address a Service author picks; a load-balancer IP may be a node's, as k3s' ServiceLB
-// reports). Left out, as kube-proxy leaves them: an ingress IP in ipMode Proxy (the load
-// balancer itself is reached), the ingress of a Service no longer of type LoadBalancer, and
-// Services without a cluster IP (headless, ExternalName).
-func Frontends(snap *watchers.Snapshot) []dataplane.Frontend {
+// ingress IPs and of spec.externalIPs, and each node port on the addresses of node (the
+// agent's). Upstream's OVN load balancers translate them before its ACLs, so EgressFirewall
+// judges such a flow by the backend, after DNAT, as it does a cluster IP's. The classifier,
+// which sees the packet before DNAT, lets a frontend's flows through by address, protocol and
+// port: the address's other ports stay judged (an external IP is any address a Service author
+// picks; a load-balancer IP may be a node's, as k3s' ServiceLB reports), and nftables drops a
+// frontend's flow that leaves the node without DNAT (kube-proxy late, or not serving it). Left
+// out, as kube-proxy leaves them: an address of a family the Service has no cluster IP of, an
+// ingress IP in ipMode Proxy (the load balancer itself is reached), the ingress of a Service no
+// longer of type LoadBalancer, and Services without a cluster IP (headless, ExternalName).
+func Frontends(snap *watchers.Snapshot, node string) []dataplane.Frontend {
 	if snap.Services == nil {
 		return nil
 	}
@@ -31,10 +33,22 @@ func Frontends(snap *watchers.Snapshot) []dataplane.Frontend {
 	if err != nil {
 		return nil
 	}
+	var own []netip.Addr
+	if snap.Nodes != nil {
+		if n, err := snap.Nodes.Get(node); err == nil {
+			own = HostAddresses(n)
+		}
+	}
 	var out []dataplane.Frontend
 	for _, svc := range services {
 		if len(svc.Spec.ClusterIPs) == 0 || svc.Spec.ClusterIPs[0] == corev1.ClusterIPNone || svc.Spec.Type == corev1.ServiceTypeExternalName {
 			continue
+		}
+		families := map[bool]bool{} // by Is4
+		for _, c := range svc.Spec.ClusterIPs {
+			if a, err := netip.ParseAddr(c); err == nil {
+				families[a.Unmap().Is4()] = true
+			}
 		}
 		addrs := slices.Clone(svc.Spec.ExternalIPs)
 		if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
@@ -44,17 +58,25 @@ func Frontends(snap *watchers.Snapshot) []dataplane.Frontend {
 				}
 			}
 		}
-		for _, s := range addrs {
-			a, err := netip.ParseAddr(s)
-			if err != nil {
-				continue // a hostname ingress, or an invalid address the API let through
+		for _, p := range svc.Spec.Ports {
+			proto, ok := dataplane.ProtocolNumber(string(cmp.Or(p.Protocol, corev1.ProtocolTCP)))
+			if !ok {
+				continue
 			}
-			for _, p := range svc.Spec.Ports {
-				proto, ok := dataplane.ProtocolNumber(string(cmp.Or(p.Protocol, corev1.ProtocolTCP)))
-				if !ok || p.Port <= 0 || p.Port > 65535 {
-					continue
+			add := func(a netip.Addr, port int32) {
+				if a = a.Unmap(); families[a.Is4()] && port > 0 && port <= 65535 {
+					out = append(out, dataplane.Frontend{Addr: a, Port: dataplane.Port{Protocol: proto, Port: uint16(port)}})
 				}
-				out = append(out, dataplane.Frontend{Addr: a.Unmap(), Port: dataplane.Port{Protocol: proto, Port: uint16(p.Port)}})
+			}
+			for _, s := range addrs {
+				if a, err := netip.ParseAddr(s); err == nil { // else a hostname ingress, or an invalid address the API let through
+					add(a, p.Port)
+				}
+			}
+			if svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+				for _, a := range own {
+					add(a, p.NodePort)
+				}
 			}
 		}
 	}

@@ -74,7 +74,9 @@ func ExternalBackends(in *cluster.Input) ([]Backend, error) {
 			continue
 		}
 		for _, ep := range eps.Endpoints {
-			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+			// kube-proxy sends to the ready endpoints, or to the serving terminating ones when
+			// none is ready.
+			if c := ep.Conditions; c.Ready != nil && !*c.Ready && (c.Serving == nil || !*c.Serving) {
 				continue
 			}
 			for _, a := range ep.Addresses {

@@ -44,12 +44,16 @@ func TestCompileServiceBackends(t *testing.T) {
 	efA := ef("a", cidrRule(ovnv1.EgressFirewallRuleAllow, "203.0.113.0/24", tcp), cidrRule(ovnv1.EgressFirewallRuleDeny, "0.0.0.0/0"))
 	efB := ef("b", cidrRule(ovnv1.EgressFirewallRuleAllow, "0.0.0.0/0"))
 	efA.UID, efB.UID = "uid-a", "uid-b" // compiled once per object
+	draining := endpointSlice("svc", "draining", 53, corev1.ProtocolUDP, false, "198.51.100.3")
+	draining.Endpoints[0].Conditions.Serving, draining.Endpoints[0].Conditions.Terminating = ptr.To(true), ptr.To(true)
 	snap := watcherstest.Snapshot(
 		efA, efB, pa, pb,
 		service("svc", "ext", "10.96.0.20"),
 		endpointSlice("svc", "ext", 443, corev1.ProtocolTCP, true, "203.0.113.10", "10.244.1.9"), // a pod backend is the classifier's
 		endpointSlice("svc", "ext", 53, corev1.ProtocolUDP, true, "203.0.113.10"),
 		endpointSlice("svc", "ext", 80, corev1.ProtocolSCTP, false, "198.51.100.1"), // not ready
+		service("svc", "draining", "10.96.0.21"),
+		draining, // terminating but serving: kube-proxy's fallback when none is ready
 		service("svc", "headless", "None"),
 		endpointSlice("svc", "headless", 80, corev1.ProtocolTCP, true, "198.51.100.2"),
 	)
@@ -63,6 +67,9 @@ func TestCompileServiceBackends(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []dataplane.BackendDeny{{
+		Origin: dataplane.Origin{Kind: "EgressFirewall", Namespace: "a", Name: "default", Rule: 1},
+		Pod:    netip.MustParseAddr("10.244.0.5"), Backend: netip.MustParseAddr("198.51.100.3"), Protocol: 17, Port: 53,
+	}, {
 		Origin: dataplane.Origin{Kind: "EgressFirewall", Namespace: "a", Name: "default", Rule: 1},
 		Pod:    netip.MustParseAddr("10.244.0.5"), Backend: netip.MustParseAddr("203.0.113.10"), Protocol: 17, Port: 53,
 	}}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -187,11 +188,13 @@ spec:
 // TestPrivilegedEgressFirewallServiceAddresses: a pod under Deny 0.0.0.0/0 reaches a Service
 // of the cluster through its load-balancer IP and its external IP, as through its cluster IP:
 // kube-proxy DNATs them on the pod's node, and upstream's load balancers translate them before
-// its ACLs, so the flow is judged by the backend (a pod: allowed). On the routed node the
-// classifier sees it before DNAT and lets through the Service's ports only; on the bridged one
-// br_netfilter DNATs first. The addresses' other ports stay denied: the external IP is an
-// outside host's address (any Service author picks those), and a load balancer may report a
-// node's address (k3s' ServiceLB); a pod without firewall reaches those ports.
+// its ACLs, so the flow is judged by the backend (a pod: allowed; one outside: denied). On the
+// routed node the classifier sees it before DNAT and lets through the Service's ports only; on
+// the bridged one br_netfilter DNATs first. The addresses' other ports stay denied: the external
+// IP is an outside host's address (any Service author picks those), and a load balancer may
+// report a node's address (k3s' ServiceLB). A Service's port that kube-proxy does not translate
+// (no endpoint) is dropped rather than let reach the address itself. A pod without firewall
+// reaches all of them.
 func TestPrivilegedEgressFirewallServiceAddresses(t *testing.T) {
 	privileged.Require(t)
 	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true})
@@ -215,12 +218,11 @@ func TestPrivilegedEgressFirewallServiceAddresses(t *testing.T) {
 	applyFirewall(t, l, ns, denyAll)
 	node1 := l.Nodes[1].IPv4
 	kc := l.CP.Client(t)
-	// loadBalancer makes a Service of the backend's port 8080 on port 80 with these external IPs,
-	// of type LoadBalancer with these ingress IPs.
-	loadBalancer := func(name string, external []string, ingress ...string) {
+	// loadBalancer makes a Service of port port to the backends' target port, with these
+	// external IPs, of type LoadBalancer with these ingress IPs.
+	loadBalancer := func(name string, port, target int32, v4, v6, external []string, ingress ...string) {
 		t.Helper()
-		selectorlessService(t, l, free, name, []backendPort{{"http", corev1.ProtocolTCP, 80, 8080}},
-			[]string{backend.IPv4.String()}, []string{backend.IPv6.String()})
+		selectorlessService(t, l, free, name, []backendPort{{"p", corev1.ProtocolTCP, port, target}}, v4, v6)
 		svc, err := kc.CoreV1().Services(free).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -236,22 +238,45 @@ func TestPrivilegedEgressFirewallServiceAddresses(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	loadBalancer("app", []string{"203.0.113.10", "2001:db8::10"}, "198.51.100.51", "2001:db8:50::51")
-	loadBalancer("servicelb", nil, node1.String()) // a load balancer that reports a node's address
+	pod4, pod6 := []string{backend.IPv4.String()}, []string{backend.IPv6.String()}
+	web := []string{"203.0.113.10", "2001:db8::10"}
+	loadBalancer("app", 80, 8080, pod4, pod6, web, "198.51.100.51", "2001:db8:50::51")
+	loadBalancer("servicelb", 80, 8080, pod4, pod6, nil, node1.String()) // a load balancer that reports a node's address
+	// A Service whose backend is outside (the web host), through its own external IP: judged by
+	// the backend after DNAT, denied.
+	loadBalancer("outside", 8443, 443, web[:1], web[1:], []string{"198.51.100.60", "2001:db8:60::60"})
+	// A Service kube-proxy does not serve (no endpoint: no DNAT) on the web host's address: its
+	// port is a frontend for the classifier, and the flow would reach the web host unjudged.
+	loadBalancer("unserved", 443, 443, nil, nil, web)
+	// served: through a frontend, the backend pod answers (not the web host at the same address).
+	served := func(p *lab.Pod, dst string) error {
+		if r := p.TCP(dst, lab.ClientOptions{Timeout: quick}); r.Outcome != lab.OK || r.Seen.Host != free+"/backend" {
+			return fmt.Errorf("%s/%s -> %s: %s, want the backend pod to answer", p.Namespace, p.Name, dst, r)
+		}
+		return nil
+	}
 	var cases []reach
 	for _, p := range []*lab.Pod{a0, a1} {
 		cases = append(cases,
-			reach{p, "198.51.100.51:80", false, lab.OK}, reach{p, "[2001:db8:50::51]:80", false, lab.OK}, // load-balancer IPs
-			reach{p, "203.0.113.10:80", false, lab.OK}, reach{p, "[2001:db8::10]:80", false, lab.OK}, // external IPs
-			reach{p, lab.HostPort(node1, 80), false, lab.OK}, // the node's address as load-balancer IP
-			// The same addresses' other ports.
-			reach{p, "203.0.113.10:443", false, lab.Timeout}, reach{p, "[2001:db8::10]:443", false, lab.Timeout},
+			// The same addresses' other ports; the outside backend; the unserved Service's port.
+			reach{p, "203.0.113.10:8080", false, lab.Timeout}, reach{p, "[2001:db8::10]:8080", false, lab.Timeout},
 			reach{p, lab.HostPort(node1, 9090), false, lab.Timeout},
+			reach{p, "198.51.100.60:8443", false, lab.Timeout}, reach{p, "[2001:db8:60::60]:8443", false, lab.Timeout},
+			reach{p, "203.0.113.10:443", false, lab.Timeout}, reach{p, "[2001:db8::10]:443", false, lab.Timeout},
 		)
 	}
-	cases = append(cases, reach{f0, "203.0.113.10:443", false, lab.OK}, reach{f0, "[2001:db8::10]:443", false, lab.OK},
-		reach{f0, lab.HostPort(node1, 9090), false, lab.OK})
-	poll.Eventually(t, "the Service's addresses reached, their other ports denied", 10*time.Second, func() error {
+	// A pod without firewall reaches them all.
+	cases = append(cases, reach{f0, "203.0.113.10:8080", false, lab.OK}, reach{f0, "[2001:db8::10]:8080", false, lab.OK},
+		reach{f0, lab.HostPort(node1, 9090), false, lab.OK}, reach{f0, "198.51.100.60:8443", false, lab.OK},
+		reach{f0, "203.0.113.10:443", false, lab.OK})
+	poll.Eventually(t, "the Services' addresses reach their backend pod, their other ports and backends are denied", 10*time.Second, func() error {
+		for _, p := range []*lab.Pod{a0, a1} {
+			for _, dst := range []string{"198.51.100.51:80", "[2001:db8:50::51]:80", "203.0.113.10:80", "[2001:db8::10]:80", lab.HostPort(node1, 80)} {
+				if err := served(p, dst); err != nil {
+					return err
+				}
+			}
+		}
 		for _, c := range cases {
 			if err := c.check(); err != nil {
 				return err
@@ -259,6 +284,10 @@ func TestPrivilegedEgressFirewallServiceAddresses(t *testing.T) {
 		}
 		return nil
 	})
+	dropped, err := l.Nodes[0].Agent.Sample("egressd_egressfirewall_frontend_drops_total")
+	if n, _ := strconv.Atoi(dropped); err != nil || n == 0 {
+		t.Errorf("egressd_egressfirewall_frontend_drops_total on %s: %q (%v), want the unserved Service's drops counted", l.Nodes[0].Name, dropped, err)
+	}
 }
 
 // waitBackendDenied waits until n's table holds the deny elements (pod . backend . protocol .

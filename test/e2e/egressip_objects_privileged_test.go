@@ -133,3 +133,42 @@ spec:
 		t.Log(strings.Join(egressIPItemsTB(e.Lab, name), " "))
 	}
 }
+
+// TestPrivilegedEgressIPSpreadsFlows: an EgressIP with two addresses on two egress nodes spreads
+// a pod's flows over both, as upstream's reroute policy naming both nodes does (per flow: each
+// TCP connection, from a new source port, keeps one address); none leaves with another source.
+// With one address left in the spec, every flow leaves with it.
+func TestPrivilegedEgressIPSpreadsFlows(t *testing.T) {
+	privileged.Require(t)
+	e := newEIPLab(t, 3)
+	n1, n2 := e.Nodes[1], e.Nodes[2]
+	pod := addPod(t, e.Nodes[0], e.ns, "spread", lab.PodOptions{Labels: map[string]string{"app": "eip"}})
+	v4 := netip.MustParseAddr(eip4)
+	name := e.egressIP(t, "spread", "eip", v4, eip4b)
+	e.waitPlaced(t, name, 20*time.Second, map[*lab.Node]netip.Addr{n1: v4, n2: eip4b})
+	eventuallySource(t, "two addresses", pod, webAddr(v4), v4)
+	// sources opens flows TCP connections and counts their sources as the web host sees them.
+	sources := func(flows int) map[netip.Addr]int {
+		seen := map[netip.Addr]int{}
+		for range flows {
+			r := pod.TCP(webAddr(v4), lab.ClientOptions{Timeout: quick})
+			if r.Outcome != lab.OK {
+				t.Fatalf("a flow through the EgressIP: %s", r)
+			}
+			seen[r.Seen.Src]++
+		}
+		return seen
+	}
+	// 24 flows all on one address by chance: 2 in 2^24.
+	seen := sources(24)
+	t.Logf("24 flows: sources %v", seen)
+	if len(seen) != 2 || seen[v4] == 0 || seen[eip4b] == 0 {
+		t.Errorf("24 flows through an EgressIP with two addresses left with %v, want both %s and %s and nothing else", seen, v4, eip4b)
+	}
+	e.egressIP(t, "spread", "eip", v4)
+	e.waitPlaced(t, name, 20*time.Second, map[*lab.Node]netip.Addr{n1: v4})
+	eventuallySource(t, "one address left", pod, webAddr(v4), v4)
+	if seen := sources(12); len(seen) != 1 || seen[v4] != 12 {
+		t.Errorf("12 flows through an EgressIP with one address left with %v, want all with %s", seen, v4)
+	}
+}

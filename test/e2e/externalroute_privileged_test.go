@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +32,7 @@ func gatewaysSeen(t *testing.T, p *lab.Pod, dst string, flows int) (macs, source
 
 // TestPrivilegedExternalRoute: the pods of a targeted namespace reach a destination through
 // two static gateways, spread per flow over both, with their pod IPs (no masquerade), on both
-// CNI shapes; a gateway whose BFD session (FRR bfdd) goes down is left out at once and the
+// CNI shapes, over UDP, TCP and ICMP; a gateway whose BFD session (FRR bfdd) goes down is left out at once and the
 // flows continue on the survivor; the status as upstream writes it; other namespaces are
 // untouched.
 func TestPrivilegedExternalRoute(t *testing.T) {
@@ -80,6 +83,24 @@ func TestPrivilegedExternalRoute(t *testing.T) {
 			return nil
 		})
 	}
+	// TCP and ICMP take the gateways too: each TCP connection through one of them with the pod
+	// IP, and the pings are forwarded by the gateways (counted in their forward hook).
+	echoes := countForwardedEchoes(t, gws)
+	for _, p := range pods {
+		for range 4 {
+			r := p.TCP("192.0.2.50:80", lab.ClientOptions{Timeout: quick})
+			if r.Outcome != lab.OK || (r.Seen.MAC != mac1 && r.Seen.MAC != mac2) || r.Seen.Src != p.IPv4 {
+				t.Errorf("%s: a TCP connection to 192.0.2.50:80: %s, want it through gw1 (%s) or gw2 (%s) with the pod IP", p.Name, r, mac1, mac2)
+			}
+		}
+		before := echoes(p.IPv4)
+		if out, err := p.NS.Run("ping", "-c", "5", "-i", "0.2", "-W", "1", "192.0.2.50"); err != nil {
+			t.Errorf("%s: ping 192.0.2.50: %v\n%s", p.Name, err, out)
+		}
+		if n := echoes(p.IPv4) - before; n < 5 {
+			t.Errorf("%s: the gateways forwarded %d of its 5 echo requests to 192.0.2.50", p.Name, n)
+		}
+	}
 	if _, sources := gatewaysSeen(t, other, "192.0.2.50:80", 4); sources[l.Nodes[0].IPv4.String()] != 4 {
 		t.Errorf("a namespace the policy does not target: sources %v, want its node's address (masquerade)", sources)
 	}
@@ -94,6 +115,39 @@ func TestPrivilegedExternalRoute(t *testing.T) {
 			}
 			return nil
 		})
+	}
+}
+
+// countForwardedEchoes counts, on each gateway, the ICMP echo requests it forwards, by source;
+// it returns the sum over the gateways for a source.
+func countForwardedEchoes(t *testing.T, gws []*lab.External) func(src netip.Addr) int {
+	t.Helper()
+	for _, gw := range gws {
+		cmd := gw.NS.Command("nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(`table ip echoes {
+	set sources { type ipv4_addr; flags dynamic; counter; }
+	chain forward {
+		type filter hook forward priority filter; policy accept;
+		icmp type echo-request add @sources { ip saddr }
+	}
+}
+`)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("echo counters on a gateway: %v: %s", err, out)
+		}
+	}
+	element := regexp.MustCompile(`([0-9.]+) counter packets (\d+)`)
+	return func(src netip.Addr) int {
+		total := 0
+		for _, gw := range gws {
+			for _, m := range element.FindAllStringSubmatch(gw.NS.MustRun(t, "nft", "list", "set", "ip", "echoes", "sources"), -1) {
+				if m[1] == src.String() {
+					n, _ := strconv.Atoi(m[2])
+					total += n
+				}
+			}
+		}
+		return total
 	}
 }
 

@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	ovnac "github.com/egressd/egressd/api/generated/applyconfiguration/k8sovn/v1"
 	"github.com/egressd/egressd/api/generated/clientset/versioned"
@@ -88,4 +90,49 @@ spec: {egress: [{type: Deny, to: {cidrSelector: 192.0.2.0/24}}]}`)
 		}
 		return nil
 	})
+}
+
+// TestPrivilegedStatusIgnoreNodes: a node that --status-ignore-nodes selects (one egressd does
+// not run on) is not waited for: the aggregate of EgressFirewall and EgressQoS is applied while
+// it never reports; without the label the aggregate is unknown (unset) until it reports, and
+// applied again once it is labelled.
+func TestPrivilegedStatusIgnoreNodes(t *testing.T) {
+	privileged.Require(t)
+	const ignored = "example.com/no-egressd"
+	l := lab.New(t, lab.Options{Nodes: 1, Agents: true, AgentArgs: []string{"--status-ignore-nodes=" + ignored + "=true"}})
+	ctx := context.Background()
+	ns := l.CP.Namespace(t)
+	windows := "windows-" + l.ID
+	if _, err := l.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: windows,
+		Labels: map[string]string{ignored: "true"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Client.CoreV1().Nodes().Delete(context.Background(), windows, metav1.DeleteOptions{}) })
+	applyFirewall(t, l, ns, `
+apiVersion: k8s.ovn.org/v1
+kind: EgressFirewall
+metadata: {name: default}
+spec: {egress: [{type: Deny, to: {cidrSelector: 192.0.2.0/24}}]}`)
+	applyAndWait(t, l, ns, "apiVersion: k8s.ovn.org/v1\nkind: EgressQoS\nmetadata: {name: default}\nspec: {egress: [{dscp: 46}]}", qosApplied)
+
+	wait := func(step, fw, qos string) {
+		t.Helper()
+		for kind, want := range map[string]string{"EgressFirewall": fw, "EgressQoS": qos} {
+			if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", kind, ns, "default", "status.status", want, 20*time.Second); err != nil {
+				t.Fatalf("%s: %v", step, err)
+			}
+		}
+	}
+	label := func(value *string) {
+		t.Helper()
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{ignored: value}}})
+		if _, err := l.Client.CoreV1().Nodes().Patch(ctx, windows, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	label(nil)
+	wait("the node no longer ignored", "", "")
+	yes := "true"
+	label(&yes)
+	wait("the node ignored again", fwApplied, qosApplied)
 }

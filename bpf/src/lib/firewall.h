@@ -74,7 +74,7 @@ struct frontend_key {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 1048576);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct frontend_key);
 	__type(value, __u8);

@@ -1,0 +1,86 @@
+package nft
+
+import (
+	"encoding/binary"
+	"net/netip"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+
+	"github.com/egressd/egressd/dataplane"
+)
+
+// EgressFirewall's net under the Services' frontends (dataplane.Frontend): the classifier lets a
+// firewalled pod's flow to a frontend's address, protocol and port through, to be judged after
+// kube-proxy's DNAT by the backend. One that is forwarded without DNAT (kube-proxy not serving
+// the Service yet, or not at all) would reach the address itself unjudged: it is dropped here
+// (fail closed). Only forwarded flows: kube-proxy's IPVS mode takes a frontend's flows at the
+// input hook, where it translates them later.
+
+const (
+	firewalled4Set = "fw_pods4"
+	firewalled6Set = "fw_pods6"
+	frontends4Set  = "fw_frontends4"
+	frontends6Set  = "fw_frontends6"
+	// frontendsChain drops what the classifier let through as a frontend's and DNAT did not
+	// translate.
+	frontendsChain = "fw_frontends_without_dnat"
+	// frontendDrops counts its drops.
+	frontendDrops = "fw_frontend_drops"
+)
+
+// frontendSets: the local pods under an EgressFirewall, and the frontends as address . l4proto
+// . port.
+var frontendSets = []*nftables.Set{
+	{Table: table, Name: firewalled4Set, KeyType: nftables.TypeIPAddr},
+	{Table: table, Name: firewalled6Set, KeyType: nftables.TypeIP6Addr},
+	{Table: table, Name: frontends4Set, Concatenation: true,
+		KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetProto, nftables.TypeInetService)},
+	{Table: table, Name: frontends6Set, Concatenation: true,
+		KeyType: nftables.MustConcatSetType(nftables.TypeIP6Addr, nftables.TypeInetProto, nftables.TypeInetService)},
+}
+
+// addFrontends adds the firewalled pods and the frontends to the wanted contents.
+func addFrontends(c contents, s *dataplane.NftablesState) {
+	for _, p := range s.FirewalledPods {
+		c.add(family(p, firewalled4Set, firewalled6Set), string(p.AsSlice()), "", nftables.SetElement{Key: p.AsSlice()})
+	}
+	for _, f := range s.Frontends {
+		k := frontendKey(f.Addr, f.Protocol, f.Port.Port)
+		c.add(family(f.Addr, frontends4Set, frontends6Set), string(k), "", nftables.SetElement{Key: k})
+	}
+}
+
+// frontendKey is the concatenation address . protocol . port, each field padded to 4 bytes.
+func frontendKey(a netip.Addr, proto uint8, port uint16) []byte {
+	k := append(a.AsSlice(), proto, 0, 0, 0)
+	k = binary.BigEndian.AppendUint16(k, port)
+	return append(k, 0, 0)
+}
+
+// frontendRules: ct direction original ct status & dnat == 0 <ip|ip6> saddr @fw_pods<4|6>
+// <ip|ip6> daddr . meta l4proto . th dport @fw_frontends<4|6> counter name fw_frontend_drops drop
+func frontendRules(sets map[string]*nftables.Set) [][]expr.Any {
+	var rules [][]expr.Any
+	for _, v4 := range []bool{true, false} {
+		pods, frontends, regs := sets[firewalled6Set], sets[frontends6Set], uint32(4)
+		if v4 {
+			pods, frontends, regs = sets[firewalled4Set], sets[frontends4Set], 1
+		}
+		var r []expr.Any
+		r = append(r, nfproto(v4)...)
+		r = append(r, ctDirection(ctDirOriginal)...)
+		r = append(r, ctStatus(ctStatusDstNAT, true)...)
+		rules = append(rules, append(r,
+			addrField(v4, true, 1), lookup(pods, 1, false),
+			addrField(v4, false, 9),
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 9 + regs},
+			&expr.Payload{DestRegister: 10 + regs, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			lookup(frontends, 9, false),
+			&expr.Objref{Type: unix.NFT_OBJECT_COUNTER, Name: frontendDrops},
+			&expr.Verdict{Kind: expr.VerdictDrop},
+		))
+	}
+	return rules
+}
