@@ -26,13 +26,6 @@ import (
 // ingress IP in ipMode Proxy (the load balancer itself is reached), the ingress of a Service no
 // longer of type LoadBalancer, and Services without a cluster IP (headless, ExternalName).
 func Frontends(snap *watchers.Snapshot, node string) []dataplane.Frontend {
-	if snap.Services == nil {
-		return nil
-	}
-	services, err := snap.Services.List(labels.Everything())
-	if err != nil {
-		return nil
-	}
 	var own []netip.Addr
 	if snap.Nodes != nil {
 		if n, err := snap.Nodes.Get(node); err == nil {
@@ -40,7 +33,7 @@ func Frontends(snap *watchers.Snapshot, node string) []dataplane.Frontend {
 		}
 	}
 	var out []dataplane.Frontend
-	for _, svc := range services {
+	for _, svc := range services(snap) {
 		if len(svc.Spec.ClusterIPs) == 0 || svc.Spec.ClusterIPs[0] == corev1.ClusterIPNone || svc.Spec.Type == corev1.ServiceTypeExternalName {
 			continue
 		}
@@ -94,13 +87,6 @@ func Frontends(snap *watchers.Snapshot, node string) []dataplane.Frontend {
 // after DNAT (as for external IPs). Left out: an ingress IP whose ipMode is Proxy (the load
 // balancer itself is reached), and one that is a node's address (exempt as such).
 func LoadBalancerVIPs(snap *watchers.Snapshot) []netip.Prefix {
-	if snap.Services == nil {
-		return nil
-	}
-	services, err := snap.Services.List(labels.Everything())
-	if err != nil {
-		return nil
-	}
 	nodeAddrs := map[netip.Addr]bool{}
 	if snap.Nodes != nil {
 		nodes, _ := snap.Nodes.List(labels.Everything())
@@ -111,7 +97,7 @@ func LoadBalancerVIPs(snap *watchers.Snapshot) []netip.Prefix {
 		}
 	}
 	var b netipx.IPSetBuilder
-	for _, svc := range services {
+	for _, svc := range services(snap) {
 		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
 			continue
 		}
@@ -128,4 +114,16 @@ func LoadBalancerVIPs(snap *watchers.Snapshot) []netip.Prefix {
 		return nil
 	}
 	return set.Prefixes()
+}
+
+// services are the cluster's Services, none before the informers run.
+func services(snap *watchers.Snapshot) []*corev1.Service {
+	if snap.Services == nil {
+		return nil
+	}
+	out, err := snap.Services.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	return out
 }
