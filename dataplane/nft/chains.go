@@ -41,6 +41,9 @@ var baseChains = []baseChain{
 	// A backend on this node (a hostNetwork endpoint, the API server of a control-plane node):
 	// after DNAT the connection is delivered locally, not forwarded.
 	{"input_filter", nftables.ChainTypeFilter, nftables.ChainHookInput, *nftables.ChainPriorityFilter, []string{serviceBackendsChain}},
+	// After IPVS (98, 99), which takes the flows of the frontends it serves at the input hook: a
+	// frontend on one of the node's addresses that nothing translated.
+	{"input_srcnat", nftables.ChainTypeFilter, nftables.ChainHookInput, *nftables.ChainPriorityNATSource + 1, []string{frontendsChain}},
 	// Before the CNI's masquerade, which is at srcnat.
 	{"postrouting_srcnat", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, *nftables.ChainPriorityNATSource - 10, []string{egressIPSNAT}},
 	// After every NAT: the source address here is the one the packet leaves with.
@@ -80,7 +83,7 @@ func activeTargets(c contents) []string {
 }
 
 // regularChains are the features' chains, in the order they are created.
-var regularChains = []string{serviceBackendsChain, frontendsChain, qosBackendsChain, egressIPPrerouting, egressIPSNAT, egressIPGuardSteered, egressIPGuard, extroutePrerouting, steerPodsChain}
+var regularChains = []string{serviceBackendsChain, frontendReject, frontendsChain, qosBackendsChain, egressIPPrerouting, egressIPSNAT, egressIPGuardSteered, egressIPGuard, extroutePrerouting, steerPodsChain}
 
 // setDefs are every set and map of the table.
 var setDefs = slices.Concat(backendSets, frontendSets, qosSets, egressIPSets, extrouteSets, steerSets)
@@ -136,7 +139,8 @@ func writeTable(c *nftables.Conn, mask uint32, elems contents) error {
 	for _, name := range objects {
 		c.AddObj(&nftables.CounterObj{Table: table, Name: name})
 	}
-	rules := map[string][][]expr.Any{serviceBackendsChain: backendRules(sets), frontendsChain: frontendRules(sets), qosBackendsChain: qosRules(sets)}
+	rules := map[string][][]expr.Any{serviceBackendsChain: backendRules(sets), frontendsChain: frontendRules(sets),
+		frontendReject: frontendRejectRules(), qosBackendsChain: qosRules(sets)}
 	for _, name := range dscps {
 		var d uint8
 		fmt.Sscanf(name, "qos_dscp_%d", &d)
@@ -251,6 +255,22 @@ func ctDirection(dir byte) []expr.Any {
 func lookup(s *nftables.Set, reg uint32, invert bool) *expr.Lookup {
 	return &expr.Lookup{SourceRegister: reg, SetName: s.Name, SetID: s.ID, Invert: invert}
 }
+
+// ctState matches a conntrack state bit (ct state <state>).
+func ctState(bit uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(bit), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+	}
+}
+
+// Conntrack states (include/uapi/linux/netfilter/nf_conntrack_common.h: NF_CT_STATE_BIT(IP_CT_NEW)
+// and NF_CT_STATE_UNTRACKED_BIT).
+const (
+	ctStateNew       = 1 << 3
+	ctStateUntracked = 1 << 6
+)
 
 // Status bits of a conntrack entry (include/uapi/linux/netfilter/nf_conntrack_common.h).
 const (

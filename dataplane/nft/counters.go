@@ -145,8 +145,8 @@ type LeakDrops struct {
 	Unknown Counters
 }
 
-// FrontendDrops are the packets of firewalled pods to a Service's frontend that left without
-// DNAT and were dropped, since the agent started.
+// FrontendDrops are the packets of firewalled pods to a Service's frontend that no DNAT
+// translated, rejected since the agent started.
 func (t *Table) FrontendDrops() Counters {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -3,6 +3,7 @@ package nft
 import (
 	"encoding/binary"
 	"net/netip"
+	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -13,20 +14,22 @@ import (
 
 // EgressFirewall's net under the Services' frontends (dataplane.Frontend): the classifier lets a
 // firewalled pod's flow to a frontend's address, protocol and port through, to be judged after
-// kube-proxy's DNAT by the backend. One that is forwarded without DNAT (kube-proxy not serving
-// the Service yet, or not at all) would reach the address itself unjudged: it is dropped here
-// (fail closed). Only forwarded flows: kube-proxy's IPVS mode takes a frontend's flows at the
-// input hook, where it translates them later.
+// kube-proxy's DNAT by the backend. A new flow that DNAT did not translate (a Service without
+// endpoint, or kube-proxy not serving it yet, or not at all) would reach the address itself
+// unjudged: it is rejected here, as kube-proxy and upstream's load balancers reject a Service
+// without endpoint. Forwarded flows, and those delivered to the node (a frontend on one of its
+// addresses) after IPVS, which takes a frontend's flows at the input hook before this.
 
 const (
 	firewalled4Set = "fw_pods4"
 	firewalled6Set = "fw_pods6"
 	frontends4Set  = "fw_frontends4"
 	frontends6Set  = "fw_frontends6"
-	// frontendsChain drops what the classifier let through as a frontend's and DNAT did not
-	// translate.
+	// frontendsChain rejects what the classifier let through as a frontend's and DNAT did not
+	// translate, by going to frontendReject.
 	frontendsChain = "fw_frontends_without_dnat"
-	// frontendDrops counts its drops.
+	frontendReject = "fw_frontend_reject"
+	// frontendDrops counts its rejects.
 	frontendDrops = "fw_frontend_drops"
 )
 
@@ -59,8 +62,12 @@ func frontendKey(a netip.Addr, proto uint8, port uint16) []byte {
 	return append(k, 0, 0)
 }
 
-// frontendRules: ct direction original ct status & dnat == 0 <ip|ip6> saddr @fw_pods<4|6>
-// <ip|ip6> daddr . meta l4proto . th dport @fw_frontends<4|6> counter name fw_frontend_drops drop
+// frontendRules, for new flows (a connection that predates the Service keeps going) and
+// untracked ones:
+//
+//	ct state new ct status & dnat == 0 <ip|ip6> saddr @fw_pods<4|6> <ip|ip6> daddr . meta
+//	l4proto . th dport @fw_frontends<4|6> goto fw_frontend_reject
+//	ct state untracked <the same>
 func frontendRules(sets map[string]*nftables.Set) [][]expr.Any {
 	var rules [][]expr.Any
 	for _, v4 := range []bool{true, false} {
@@ -68,19 +75,29 @@ func frontendRules(sets map[string]*nftables.Set) [][]expr.Any {
 		if v4 {
 			pods, frontends, regs = sets[firewalled4Set], sets[frontends4Set], 1
 		}
-		var r []expr.Any
-		r = append(r, nfproto(v4)...)
-		r = append(r, ctDirection(ctDirOriginal)...)
-		r = append(r, ctStatus(ctStatusDstNAT, true)...)
-		rules = append(rules, append(r,
+		judged := []expr.Any{
 			addrField(v4, true, 1), lookup(pods, 1, false),
 			addrField(v4, false, 9),
 			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 9 + regs},
 			&expr.Payload{DestRegister: 10 + regs, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 			lookup(frontends, 9, false),
-			&expr.Objref{Type: unix.NFT_OBJECT_COUNTER, Name: frontendDrops},
-			&expr.Verdict{Kind: expr.VerdictDrop},
-		))
+			&expr.Verdict{Kind: expr.VerdictGoto, Chain: frontendReject},
+		}
+		rules = append(rules,
+			slices.Concat(nfproto(v4), ctState(ctStateNew), ctStatus(ctStatusDstNAT, true), judged),
+			slices.Concat(nfproto(v4), ctState(ctStateUntracked), judged))
 	}
 	return rules
+}
+
+// frontendRejectRules: counter name fw_frontend_drops; meta l4proto tcp reject with tcp reset;
+// reject with icmpx port-unreachable. A reset for TCP: ICMP errors are rate-limited per peer,
+// and a connection attempt would then wait for its timeout instead of being refused.
+func frontendRejectRules() [][]expr.Any {
+	return [][]expr.Any{
+		{&expr.Objref{Type: unix.NFT_OBJECT_COUNTER, Name: frontendDrops}},
+		{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+			&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}},
+		{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_PORT_UNREACH}},
+	}
 }

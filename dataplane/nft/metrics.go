@@ -17,8 +17,8 @@ var (
 	descGatewayFlows = promdesc.New("egressd_externalroute_conntrack_deleted_total",
 		"Conntrack entries deleted because the external gateway their connection came through went.", prometheus.CounterValue)
 	descFrontendDrops = promdesc.New("egressd_egressfirewall_frontend_drops_total",
-		"Packets of pods under an EgressFirewall to a Service's load-balancer, external or node-port address and port that were about to "+
-			"leave the node without DNAT (kube-proxy not serving the Service), dropped rather than let reach that address unjudged.", prometheus.CounterValue)
+		"New flows of pods under an EgressFirewall to a Service's load-balancer, external or node-port address and port that no DNAT "+
+			"translated (no endpoint, or kube-proxy not serving the Service), rejected rather than let reach that address unjudged.", prometheus.CounterValue)
 	descLeakDrops = promdesc.New("egressd_egressip_leak_drops_total",
 		"Packets of pods served by an EgressIP that the leak guard dropped rather than let leave with the pod address: "+
 			"unsteered (not SNATed), misrouted (steered, but towards no egress node of its path) or "+

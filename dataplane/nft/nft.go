@@ -15,8 +15,9 @@
 //	prerouting_mangle   type filter hook prerouting  priority mangle        -> egressip_prerouting
 //	prerouting_dstnat   type filter hook prerouting  priority dstnat + 10   -> steer_unmarked
 //	forward_mangle      type filter hook forward     priority mangle        -> qos_service_backends
-//	forward_filter      type filter hook forward     priority filter        -> fw_service_backends
+//	forward_filter      type filter hook forward     priority filter        -> fw_service_backends, fw_frontends_without_dnat
 //	input_filter        type filter hook input       priority filter        -> fw_service_backends
+//	input_srcnat        type filter hook input       priority srcnat + 1    -> fw_frontends_without_dnat
 //	postrouting_srcnat  type nat    hook postrouting priority srcnat - 10   -> egressip_snat
 //	postrouting_guard   type filter hook postrouting priority srcnat + 200  -> egressip_guard
 //
@@ -36,6 +37,11 @@
 //     counter per element (its drops are also ACL-logged from these counters when the
 //     namespace asks, acllog.go). Both forward_filter (a backend elsewhere) and input_filter (a backend
 //     on this node: a hostNetwork endpoint, the API server on a control-plane node) jump here.
+//   - fw_frontends_without_dnat: rejects (fw_frontend_reject: TCP reset, else icmpx
+//     port-unreachable), counted by the named counter fw_frontend_drops, a new or untracked flow of a local pod under an EgressFirewall (set
+//     fw_pods4/6) to a Service's frontend (set fw_frontends4/6: address . l4proto . port; the
+//     classifier let it through to be judged by its backend) that DNAT did not translate.
+//     input_srcnat jumps here after IPVS (priorities 98, 99), which takes what it translates.
 //   - qos_service_backends: sets the DSCP EgressQoS gives a local pod's DNATed traffic to a
 //     Service backend (upstream's to-lport QoS sees the backend): verdict map
 //     qos_backend_dscp4/6 (pod . backend . l4proto . port : jump qos_dscp_<n>).

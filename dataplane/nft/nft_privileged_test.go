@@ -265,13 +265,15 @@ func sendForwarded(t *testing.T, ns *netns.NS, pod, dst string, out netip.Addr, 
 	}
 	payload := []byte("0123456789")
 	if err := p.Do(func() error {
-		c, err := net.Dial("udp", dst)
+		// Unconnected, with one source port: an ICMP error in answer does not fail the next write.
+		c, err := net.ListenPacket("udp4", pod+":0")
 		if err != nil {
 			return err
 		}
 		defer c.Close()
+		to := net.UDPAddrFromAddrPort(netip.MustParseAddrPort(dst))
 		for range n {
-			if _, err := c.Write(payload); err != nil {
+			if _, err := c.WriteTo(payload, to); err != nil {
 				return err
 			}
 		}

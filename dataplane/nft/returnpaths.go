@@ -114,11 +114,7 @@ func extrouteRules(mask uint32, sets map[string]*nftables.Set) [][]expr.Any {
 	if mask == 0 {
 		return nil
 	}
-	newState := []expr.Any{
-		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
-		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: binaryutil.NativeEndian.PutUint32(ctStateNew), Xor: make([]byte, 4)},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
-	}
+	newState := ctState(ctStateNew)
 	var rules [][]expr.Any
 	for _, v4 := range []bool{true, false} {
 		set, macReg := sets[extrouteGateways6Set], uint32(13)
@@ -153,9 +149,6 @@ func returnRules(chain string, mask uint32) [][]expr.Any {
 		slices.Concat(ctDirection(ctDirReply), setMark(m, mask, false)),
 	}
 }
-
-// ctStateNew is ct state new (NF_CT_STATE_BIT(IP_CT_NEW)).
-const ctStateNew = 1 << 3
 
 // gatewayFlows matches the conntrack entries whose mark bits under mask are not a live return
 // path's.

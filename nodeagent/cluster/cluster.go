@@ -48,6 +48,18 @@ func (in *Input) InNetworks(a netip.Addr) bool {
 // HostAddresses are every host address of a node: the host-cidrs its agent publishes (all
 // addresses, secondary ones included), and the Node's internal and external addresses.
 func HostAddresses(n *corev1.Node) []netip.Addr {
+	out := localAddresses(n)
+	for _, a := range n.Status.Addresses {
+		if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == corev1.NodeExternalIP {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// localAddresses are the addresses on a node (its agent's host-cidrs), and its internal ones:
+// where kube-proxy serves node ports, unlike a cloud's external IP, which is not on the node.
+func localAddresses(n *corev1.Node) []netip.Addr {
 	var out []netip.Addr
 	var cidrs []string
 	if err := json.Unmarshal([]byte(n.Annotations[HostCIDRsKey]), &cidrs); err == nil {
@@ -58,10 +70,7 @@ func HostAddresses(n *corev1.Node) []netip.Addr {
 		}
 	}
 	for _, a := range n.Status.Addresses {
-		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
-			continue
-		}
-		if ip, err := netip.ParseAddr(a.Address); err == nil {
+		if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == corev1.NodeInternalIP {
 			out = append(out, ip)
 		}
 	}

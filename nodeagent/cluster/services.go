@@ -20,29 +20,22 @@ import (
 // judges such a flow by the backend, after DNAT, as it does a cluster IP's. The classifier,
 // which sees the packet before DNAT, lets a frontend's flows through by address, protocol and
 // port: the address's other ports stay judged (an external IP is any address a Service author
-// picks; a load-balancer IP may be a node's, as k3s' ServiceLB reports), and nftables drops a
-// frontend's flow that leaves the node without DNAT (kube-proxy late, or not serving it). Left
-// out, as kube-proxy leaves them: an address of a family the Service has no cluster IP of, an
-// ingress IP in ipMode Proxy (the load balancer itself is reached), the ingress of a Service no
-// longer of type LoadBalancer, and Services without a cluster IP (headless, ExternalName).
+// picks; a load-balancer IP may be a node's, as k3s' ServiceLB reports), and nftables rejects a
+// frontend's new flow that no DNAT translated (no endpoint, kube-proxy late or not serving it).
+// Left out, as kube-proxy leaves them: an address of a family the Service has no cluster IP of,
+// an ingress IP in ipMode Proxy (the load balancer itself is reached), the ingress of a Service
+// no longer of type LoadBalancer, the Services it does not proxy (services), and node ports on
+// an address not on the node (a cloud's external IP).
 func Frontends(snap *watchers.Snapshot, node string) []dataplane.Frontend {
 	var own []netip.Addr
 	if snap.Nodes != nil {
 		if n, err := snap.Nodes.Get(node); err == nil {
-			own = HostAddresses(n)
+			own = localAddresses(n)
 		}
 	}
 	var out []dataplane.Frontend
 	for _, svc := range services(snap) {
-		if len(svc.Spec.ClusterIPs) == 0 || svc.Spec.ClusterIPs[0] == corev1.ClusterIPNone || svc.Spec.Type == corev1.ServiceTypeExternalName {
-			continue
-		}
-		families := map[bool]bool{} // by Is4
-		for _, c := range svc.Spec.ClusterIPs {
-			if a, err := netip.ParseAddr(c); err == nil {
-				families[a.Unmap().Is4()] = true
-			}
-		}
+		families := families(svc)
 		addrs := slices.Clone(svc.Spec.ExternalIPs)
 		if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
 			for _, ing := range svc.Status.LoadBalancer.Ingress {
@@ -101,9 +94,10 @@ func LoadBalancerVIPs(snap *watchers.Snapshot) []netip.Prefix {
 		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
 			continue
 		}
+		families := families(svc)
 		for _, ing := range svc.Status.LoadBalancer.Ingress {
 			a, err := netip.ParseAddr(ing.IP)
-			if err != nil || nodeAddrs[a.Unmap()] || (ing.IPMode != nil && *ing.IPMode != corev1.LoadBalancerIPModeVIP) {
+			if err != nil || nodeAddrs[a.Unmap()] || !families[a.Unmap().Is4()] || (ing.IPMode != nil && *ing.IPMode != corev1.LoadBalancerIPModeVIP) {
 				continue
 			}
 			b.Add(a.Unmap())
@@ -116,14 +110,39 @@ func LoadBalancerVIPs(snap *watchers.Snapshot) []netip.Prefix {
 	return set.Prefixes()
 }
 
-// services are the cluster's Services, none before the informers run.
+// proxyName is the label of a Service that another proxy than kube-proxy serves: kube-proxy,
+// and upstream, leave it alone.
+const proxyName = "service.kubernetes.io/service-proxy-name"
+
+// services are the Services kube-proxy serves (none before the informers run): not those of
+// another proxy, nor those without a cluster IP (headless, ExternalName).
 func services(snap *watchers.Snapshot) []*corev1.Service {
 	if snap.Services == nil {
 		return nil
 	}
-	out, err := snap.Services.List(labels.Everything())
+	all, err := snap.Services.List(labels.Everything())
 	if err != nil {
 		return nil
+	}
+	var out []*corev1.Service
+	for _, svc := range all {
+		if _, other := svc.Labels[proxyName]; other || len(svc.Spec.ClusterIPs) == 0 || svc.Spec.ClusterIPs[0] == corev1.ClusterIPNone ||
+			svc.Spec.Type == corev1.ServiceTypeExternalName {
+			continue
+		}
+		out = append(out, svc)
+	}
+	return out
+}
+
+// families are the address families of a Service's cluster IPs, by Is4: kube-proxy serves its
+// other addresses of those only.
+func families(svc *corev1.Service) map[bool]bool {
+	out := map[bool]bool{}
+	for _, c := range svc.Spec.ClusterIPs {
+		if a, err := netip.ParseAddr(c); err == nil {
+			out[a.Unmap().Is4()] = true
+		}
 	}
 	return out
 }

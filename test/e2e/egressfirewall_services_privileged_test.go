@@ -193,8 +193,8 @@ spec:
 // the bridged one br_netfilter DNATs first. The addresses' other ports stay denied: the external
 // IP is an outside host's address (any Service author picks those), and a load balancer may
 // report a node's address (k3s' ServiceLB). A Service's port that kube-proxy does not translate
-// (no endpoint) is dropped rather than let reach the address itself. A pod without firewall
-// reaches all of them.
+// (no endpoint) is rejected rather than let reach the address itself, forwarded or delivered to
+// the pod's own node. A pod without firewall reaches all of them.
 func TestPrivilegedEgressFirewallServiceAddresses(t *testing.T) {
 	privileged.Require(t)
 	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true})
@@ -245,9 +245,14 @@ func TestPrivilegedEgressFirewallServiceAddresses(t *testing.T) {
 	// A Service whose backend is outside (the web host), through its own external IP: judged by
 	// the backend after DNAT, denied.
 	loadBalancer("outside", 8443, 443, web[:1], web[1:], []string{"198.51.100.60", "2001:db8:60::60"})
-	// A Service kube-proxy does not serve (no endpoint: no DNAT) on the web host's address: its
-	// port is a frontend for the classifier, and the flow would reach the web host unjudged.
+	// Services without endpoint (no DNAT) on the web host's address and on node-0's: their ports
+	// are frontends for the classifier, and the flows would reach the web host, or node-0's own
+	// socket, unjudged.
 	loadBalancer("unserved", 443, 443, nil, nil, web)
+	loadBalancer("unserved-node", 9091, 9091, nil, nil, nil, l.Nodes[0].IPv4.String())
+	if err := l.Nodes[0].Serve(9091); err != nil {
+		t.Fatal(err)
+	}
 	// served: through a frontend, the backend pod answers (not the web host at the same address).
 	served := func(p *lab.Pod, dst string) error {
 		if r := p.TCP(dst, lab.ClientOptions{Timeout: quick}); r.Outcome != lab.OK || r.Seen.Host != free+"/backend" {
@@ -262,13 +267,15 @@ func TestPrivilegedEgressFirewallServiceAddresses(t *testing.T) {
 			reach{p, "203.0.113.10:8080", false, lab.Timeout}, reach{p, "[2001:db8::10]:8080", false, lab.Timeout},
 			reach{p, lab.HostPort(node1, 9090), false, lab.Timeout},
 			reach{p, "198.51.100.60:8443", false, lab.Timeout}, reach{p, "[2001:db8:60::60]:8443", false, lab.Timeout},
-			reach{p, "203.0.113.10:443", false, lab.Timeout}, reach{p, "[2001:db8::10]:443", false, lab.Timeout},
+			// Rejected, as kube-proxy rejects a Service without endpoint.
+			reach{p, "203.0.113.10:443", false, lab.Refused}, reach{p, "[2001:db8::10]:443", false, lab.Refused},
+			reach{p, lab.HostPort(l.Nodes[0].IPv4, 9091), false, lab.Refused},
 		)
 	}
 	// A pod without firewall reaches them all.
 	cases = append(cases, reach{f0, "203.0.113.10:8080", false, lab.OK}, reach{f0, "[2001:db8::10]:8080", false, lab.OK},
 		reach{f0, lab.HostPort(node1, 9090), false, lab.OK}, reach{f0, "198.51.100.60:8443", false, lab.OK},
-		reach{f0, "203.0.113.10:443", false, lab.OK})
+		reach{f0, "203.0.113.10:443", false, lab.OK}, reach{f0, lab.HostPort(l.Nodes[0].IPv4, 9091), false, lab.OK})
 	poll.Eventually(t, "the Services' addresses reach their backend pod, their other ports and backends are denied", 10*time.Second, func() error {
 		for _, p := range []*lab.Pod{a0, a1} {
 			for _, dst := range []string{"198.51.100.51:80", "[2001:db8:50::51]:80", "203.0.113.10:80", "[2001:db8::10]:80", lab.HostPort(node1, 80)} {
