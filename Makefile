@@ -48,7 +48,7 @@ bench-memory: controlplane-bin ## agent RSS with 10,000 pods and 1,000 namespace
 bench-bfd: deps ## BFD: CPU of 200 sessions at 100ms x 3, detection time over 20 failures (root, FRR)
 	$(GO) test ./dataplane/bfd -run '^$$' -bench Privileged -benchtime 1x
 
-bench-cni: deps controlplane-bin ## time egressd-cni adds to a pod's CNI ADD: p50/p99 over 200 pods added 16, 4 and 1 at a time, empty node and 1000 firewalls; attaching the classifier to 16 new interfaces (tc filters, tcx links)
+bench-cni: deps controlplane-bin ## time egressd-cni adds to a pod's CNI ADD: p50/p99 over 200 pods added 16, 4 and 1 at a time, empty node (and a no-op plugin in its place) and 1000 firewalls; attaching the classifier to 16 new interfaces (tc filters, tcx links)
 	$(GO) test ./dataplane/tc -run '^$$' -bench PrivilegedAttach -benchtime 4x
 	$(GO) test ./test/e2e -run '^$$' -bench 'PrivilegedCNIAdd' -benchtime 1x -timeout 20m -v
 
