@@ -28,26 +28,9 @@ import (
 // not concerned.
 func TestDeployNodePolicy(t *testing.T) {
 	cp := controlplane.Shared(t)
-	ns := cp.Namespace(t)
 	admin := cp.Client(t)
 	ctx := context.Background()
-	user := "system:serviceaccount:" + ns + ":egressd"
-	cleanup, err := kube.GrantAgentRBAC(ctx, admin, "../../deploy/rbac.yaml", ns, user)
-	if cleanup != nil {
-		t.Cleanup(cleanup)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// The policies as deployed, for this test's ServiceAccount and under names of their own.
-	uninstall, err := kube.InstallAgentPolicies(ctx, cp.Config, filepath.Join(deployDir, "node-policy.yaml"), user, ns)
-	if uninstall != nil {
-		t.Cleanup(uninstall)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns, user := agentUnderPolicies(t, cp, "node-policy.yaml")
 
 	own, other := ns+"-a", ns+"-b"
 	for _, n := range []string{own, other} {
@@ -173,4 +156,28 @@ func TestDeployNodePolicy(t *testing.T) {
 			t.Errorf("the agent changing an EgressIP's %s: %v, want denied (%s)", what, err, denied)
 		}
 	}
+}
+
+// agentUnderPolicies makes a namespace whose ServiceAccount egressd has the agent's RBAC
+// (deploy/rbac.yaml) and is under the policies of deploy/<file> as deployed (under names of
+// their own), all undone when the test ends; it returns the namespace and the agent's user.
+func agentUnderPolicies(t *testing.T, cp *controlplane.ControlPlane, file string) (ns, user string) {
+	t.Helper()
+	ns = cp.Namespace(t)
+	user = "system:serviceaccount:" + ns + ":egressd"
+	cleanup, err := kube.GrantAgentRBAC(context.Background(), cp.Client(t), "../../deploy/rbac.yaml", ns, user)
+	if cleanup != nil {
+		t.Cleanup(cleanup)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	uninstall, err := kube.InstallAgentPolicies(context.Background(), cp.Config, filepath.Join(deployDir, file), user, ns)
+	if uninstall != nil {
+		t.Cleanup(uninstall)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns, user
 }

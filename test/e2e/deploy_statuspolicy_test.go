@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -26,23 +25,8 @@ import (
 // not add or change another node's entry, nor write without the node-name claim.
 func TestDeployStatusPolicy(t *testing.T) {
 	cp := controlplane.Shared(t)
-	ns := cp.Namespace(t)
 	ctx := context.Background()
-	user := "system:serviceaccount:" + ns + ":egressd"
-	cleanup, err := kube.GrantAgentRBAC(ctx, cp.Client(t), "../../deploy/rbac.yaml", ns, user)
-	if cleanup != nil {
-		t.Cleanup(cleanup)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	uninstall, err := kube.InstallAgentPolicies(ctx, cp.Config, filepath.Join(deployDir, "status-policy.yaml"), user, ns)
-	if uninstall != nil {
-		t.Cleanup(uninstall)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns, user := agentUnderPolicies(t, cp, "status-policy.yaml")
 	own, other := ns+"-a", ns+"-b"
 	admin := versioned.NewForConfigOrDie(cp.Config)
 	if _, err := admin.K8sOVNV1().EgressFirewalls(ns).Create(ctx, &ovnv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Name: "default"},
