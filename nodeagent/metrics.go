@@ -16,15 +16,11 @@ type Metrics struct {
 	Registry     *prometheus.Registry
 	SyncDuration *prometheus.HistogramVec
 	SyncErrors   *prometheus.CounterVec
-	Leader       prometheus.Gauge
 	// Latency is from an object change arriving to the kernel being programmed for it.
 	Latency prometheus.Histogram
 	// SteeredPaths names the object of each steering mark (egressctl routes reads it: the
 	// kernel's rules and tables know only the mark).
 	SteeredPaths *prometheus.GaugeVec
-	// LeaderHolder names the agent holding the leader Lease, as this one last observed it, so
-	// that egressctl status tells it from the node without access to the API server.
-	LeaderHolder *prometheus.GaugeVec
 	// Objects and ObjectFailures are what the last sync made of each API object on this node
 	// (egressctl status, alerts on objects not applied).
 	Objects        *prometheus.GaugeVec
@@ -62,14 +58,6 @@ func NewMetrics() *Metrics {
 			Name: "egressd_pod_addresses_outside_cluster_networks",
 			Help: "Local pod addresses outside the cluster networks (discovered from the Nodes' spec.podCIDRs unless --cluster-cidr is set); nonzero means the networks are wrong.",
 		}),
-		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "egressd_leader",
-			Help: "1 while this agent holds the leader Lease and runs the cluster controllers.",
-		}),
-		LeaderHolder: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "egressd_leader_holder",
-			Help: "1 for the node whose agent holds the leader Lease, as this agent last observed it.",
-		}, []string{"node"}),
 		Objects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "egressd_objects",
 			Help: "API objects the last sync programmed on this node, by kind and result (applied, failed).",
@@ -92,7 +80,7 @@ func NewMetrics() *Metrics {
 // Collectors are the agent's own metrics (NewMetrics registers them, with the Go and process
 // collectors); the metrics reference is generated from them.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.SyncDuration, m.SyncErrors, m.Leader, m.LeaderHolder, m.Latency, m.SteeredPaths,
+	return []prometheus.Collector{m.SyncDuration, m.SyncErrors, m.Latency, m.SteeredPaths,
 		m.OutsideNetworks, m.Objects, m.ObjectFailures, m.buildInfo}
 }
 

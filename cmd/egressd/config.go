@@ -13,7 +13,6 @@ import (
 	"time"
 
 	flag "github.com/spf13/pflag"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/classifier"
@@ -22,8 +21,6 @@ import (
 	"github.com/egressd/egressd/dataplane/tunnel"
 	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
-	"github.com/egressd/egressd/nodeagent/egressip"
-	"github.com/egressd/egressd/nodeagent/egressrouter"
 	"github.com/egressd/egressd/nodeagent/reachability"
 )
 
@@ -38,15 +35,10 @@ type config struct {
 	reachabilityAddr string
 	clusterCIDRs     prefixList
 	serviceCIDRs     prefixList
-	leaderElectionNS string
-	leaseDuration    time.Duration
-	renewDeadline    time.Duration
-	retryPeriod      time.Duration
 	debounce         time.Duration
 	resync           time.Duration
 	dnsServers       []string
 	dnsMinTTL        time.Duration
-	statusIgnore     labels.Selector
 	legacyGateways   bool
 	gatewayBFD       time.Duration
 	gatewayBFDMult   uint8
@@ -57,7 +49,6 @@ type config struct {
 	markMask         uint32
 	routing          routing.Config
 	healthPort       uint16
-	egressIPCloud    egressip.CloudMode
 	steering         nodeagent.SteeringMode
 	tunnel           tunnel.Config
 	cniSocket        string
@@ -66,7 +57,6 @@ type config struct {
 	cniConfDir       string
 	cniFailOpen      bool
 	loosenRPFilter   bool
-	routerImage      string
 }
 
 // prefixList is a comma-separated list of CIDRs, v4 and/or v6.
@@ -116,10 +106,9 @@ func nodeEnvironment() environment {
 	return environment{nodeName: os.Getenv("NODE_NAME"), namespace: ns, cniBinary: defaultCNIBinary(), dnsServers: defaultDNSServers()}
 }
 
-// newFlagSet declares the agent's flags into c, with the node-dependent defaults of env; cloud
-// and ignore receive the flags that parseFlags converts after parsing.
-func newFlagSet(c *config, env environment) (fs *flag.FlagSet, cloud, ignore *string) {
-	fs = flag.NewFlagSet("egressd", flag.ContinueOnError)
+// newFlagSet declares the agent's flags into c, with the node-dependent defaults of env.
+func newFlagSet(c *config, env environment) *flag.FlagSet {
+	fs := flag.NewFlagSet("egressd", flag.ContinueOnError)
 	fs.SortFlags = false
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "path to a kubeconfig; empty uses the in-cluster configuration")
 	fs.StringVar(&c.nodeName, "node-name", env.nodeName, "name of the Node this agent runs on (default $NODE_NAME)")
@@ -128,13 +117,9 @@ func newFlagSet(c *config, env environment) (fs *flag.FlagSet, cloud, ignore *st
 	fs.BoolVar(&c.profiling, "profiling", false, "also serve Go's runtime profiles (pprof) at /debug/pprof/ on the metrics address, for diagnosing CPU and memory use")
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":9477", "host:port serving /healthz and /readyz")
 	fs.StringVar(&c.reachabilityAddr, "egress-health-bind-address", fmt.Sprintf(":%d", reachability.DefaultPort),
-		"host:port serving grpc.health.v1 Service_Egress_IP, probed by the leader to judge this node's reachability for EgressIP and EgressService (upstream's egressip-node-healthcheck-port); \"0\" disables, and the node is then unreachable for them")
+		"host:port serving grpc.health.v1 Service_Egress_IP, probed by the controller to judge this node's reachability for EgressIP and EgressService (upstream's egressip-node-healthcheck-port); \"0\" disables, and the node is then unreachable for them")
 	fs.Var(&c.clusterCIDRs, "cluster-cidr", "comma-separated pod network CIDRs, replacing those discovered from the Nodes' spec.podCIDRs (for a CNI with its own IPAM, e.g. Calico's IP pools)")
 	fs.Var(&c.serviceCIDRs, "service-cidr", "comma-separated service network CIDRs, added to those of the ServiceCIDR objects (for a cluster without them)")
-	fs.StringVar(&c.leaderElectionNS, "leader-election-namespace", env.namespace, "namespace of the leader election Lease (default $POD_NAMESPACE or egressd)")
-	fs.DurationVar(&c.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a Lease is valid without renewal")
-	fs.DurationVar(&c.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing before giving up leadership")
-	fs.DurationVar(&c.retryPeriod, "leader-election-retry-period", 2*time.Second, "interval between leader election attempts")
 	fs.DurationVar(&c.debounce, "sync-debounce", 10*time.Millisecond, "quiet period that coalesces a burst of changes into one sync")
 	fs.DurationVar(&c.resync, "sync-period", 5*time.Minute, "period of the full re-sync that repairs drift of kernel state")
 	fs.UintVar(&c.aclLogRate, "acl-logging-rate-limit", classifier.DefaultACLLogRate, "EgressFirewall verdicts logged per second per rule for namespaces annotated k8s.ovn.org/acl-logging; 0 logs none")
@@ -146,55 +131,60 @@ func newFlagSet(c *config, env environment) (fs *flag.FlagSet, cloud, ignore *st
 	fs.IntVar(&c.routing.RulePriorityCount, "rule-priority-count", c.routing.RulePriorityCount, "size of egressd's ip rule priority range")
 	fs.IntVar(&c.routing.TableBase, "route-table-base", c.routing.TableBase, "first routing table ID of egressd's reserved range")
 	fs.IntVar(&c.routing.TableCount, "route-table-count", c.routing.TableCount, "size of egressd's routing table range")
-	fs.Uint16Var(&c.healthPort, "egressip-health-port", reachability.DefaultPort, "port of the gRPC health service (Service_Egress_IP) the leader probes on every egress node, as upstream")
+	fs.Uint16Var(&c.healthPort, "egressip-health-port", reachability.DefaultPort, "port of the gRPC health service (Service_Egress_IP) on the other nodes, to which this agent announces its new pods that leave through them (the controller probes the same port)")
 	fs.DurationVar(&c.addressLifetime, "egress-address-lifetime", 40*time.Second, "valid lifetime of the egress addresses this node hosts, renewed every 5 s (or a third of it) while the agent runs: an agent gone longer loses them; keep it above the leader's 30 s grace for an absent agent plus a renewal, so that they go after the leader moved them, not before (0: forever)")
 	fs.DurationVar(&c.gatewayBFD, "external-gateway-bfd-interval", 300*time.Millisecond, "desired transmit and required receive interval of the BFD sessions to external gateways (bfdEnabled hops): a gateway is taken out once its detection multiplier times the slower of this and its own transmit interval passed without its packets")
 	fs.Uint8Var(&c.gatewayBFDMult, "external-gateway-bfd-multiplier", 3, "BFD detection multiplier this node announces to external gateways (how many of its intervals a gateway waits before it takes this node for down)")
 	fs.BoolVar(&c.legacyGateways, "external-gateway-annotations", false, "also honour the legacy external gateway annotations of older OVN-Kubernetes (k8s.ovn.org/routing-external-gws, routing-namespaces, routing-network, bfd-enabled), merged with AdminPolicyBasedExternalRoutes as upstream did")
-	cloud = fs.String("egressip-cloud", "auto", "request egress IPs from the cloud through CloudPrivateIPConfigs (OpenShift's cloud-network-config-controller attaches them to the node's NIC) before using them: true, false, or auto (while any node carries the cloud.network.openshift.io/egress-ipconfig annotation)")
 	c.steering = nodeagent.SteerAuto
 	fs.Var(&c.steering, "egressip-steering", "how steered traffic (EgressIP, EgressService) reaches the egress node, the same on every node: direct (routed with the pod's source), vxlan (through egressd's own VXLAN device "+dataplane.TunnelDevice+", for fabrics and clouds that drop a pod's source), or auto (direct to a node on this node's primary network, vxlan beyond it and always in a cloud, i.e. when nodes carry the cloud's egress-ipconfig annotation)")
 	fs.Uint32Var(&c.tunnel.VNI, "vxlan-vni", tunnel.DefaultVNI, "VNI of egressd's VXLAN tunnel, the same on every node")
 	fs.Uint16Var(&c.tunnel.Port, "vxlan-port", tunnel.DefaultPort, "UDP port of egressd's VXLAN tunnel, the same on every node (not flannel's or Cilium's 8472, nor Calico's 4789)")
-	ignore = fs.String("status-ignore-nodes", "", "label selector of nodes egressd does not run on: they are not waited for in the aggregate status of EgressFirewall and EgressQoS")
 	fs.StringVar(&c.cniSocket, "cni-socket", cniapi.DefaultSocket, "unix socket on which egressd's chained CNI plugin (egressd-cni) hands over new pods; \"\" disables")
 	fs.StringVar(&c.cniConfDir, "cni-conf-dir", "", "the host's CNI configuration directory: egressd-cni is appended to the primary network configuration there, and kept there (\"\": not installed, chain it by hand)")
 	fs.StringVar(&c.cniBinDir, "cni-bin-dir", "", "the host's CNI plugin directory: the agent installs egressd-cni there at start (with --cni-conf-dir; \"\": installed by the DaemonSet's init container, egressd install-cni, so that the agent needs no write access to the host's plugins)")
 	fs.StringVar(&c.cniBinary, "cni-plugin-binary", env.cniBinary, "the egressd-cni executable to install (with --cni-conf-dir; default egressd-cni next to egressd)")
 	fs.BoolVar(&c.loosenRPFilter, "loosen-rp-filter", true, "set net.ipv4.conf.<interface>.rp_filter to 2 (loose) where it is strict on an interface egressd routes pods' traffic through other than the default route's (a secondary network's egress IP, an external gateway's): the replies arrive there. Put back when no longer used, or by egressctl cleanup (remembered in the directory of --cni-socket, /run/egressd by default: give egressctl cleanup the same --cni-socket). false: only reported, and what an earlier agent loosened is put back")
 	fs.BoolVar(&c.cniFailOpen, "cni-fail-open", false, "installed chain entry lets a pod start when egressd does not answer its CNI ADD in time, unprogrammed until egressd is back (default: fail closed, the runtime retries)")
-	fs.StringVar(&c.routerImage, "egress-router-image", egressrouter.DefaultImage, "image of the EgressRouter router pods the leader creates: egressd's own (they run \"egressd router-pod\")")
 	fs.IntVarP(&c.verbosity, "v", "v", 0, "log verbosity: 0 info, 1 debug, higher adds client-go detail")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or text")
-	return fs, cloud, ignore
+	movedToController(fs)
+	return fs
+}
+
+// movedToController keeps the flags of the cluster-wide decisions, which moved to egressd
+// controller, as accepted no-ops: an agent started with a previous release's arguments starts,
+// and says where the flag went.
+func movedToController(fs *flag.FlagSet) {
+	for _, name := range []string{"leader-election-namespace", "leader-election-lease-duration", "leader-election-renew-deadline",
+		"leader-election-retry-period", "egressip-cloud", "status-ignore-nodes", "egress-router-image"} {
+		fs.String(name, "", "")
+		_ = fs.MarkDeprecated(name, "it is a flag of egressd controller now, which makes the cluster-wide decisions; the agent ignores it")
+	}
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	c := &config{}
-	fs, cloud, ignore := newFlagSet(c, nodeEnvironment())
-	fs.SetOutput(stderr)
-	fs.Usage = func() {} // an error is one line; the full usage only on --help
-	err := fs.Parse(args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "Usage of egressd:\n%s", fs.FlagUsages())
-		}
+	if err := parseFlagSet(newFlagSet(c, nodeEnvironment()), "egressd", args, stderr); err != nil {
 		return nil, err
 	}
-	if c.egressIPCloud, err = egressip.ParseCloudMode(*cloud); err != nil {
-		return nil, fmt.Errorf("--egressip-cloud: %w", err)
-	}
-	sel, err := labels.Parse(*ignore)
-	if err != nil {
-		return nil, fmt.Errorf("--status-ignore-nodes: %w", err)
-	}
-	if *ignore != "" {
-		c.statusIgnore = sel
+	return c, c.validate()
+}
+
+// parseFlagSet parses args into fs: an error is one line, the full usage only on --help.
+func parseFlagSet(fs *flag.FlagSet, command string, args []string, stderr io.Writer) error {
+	fs.SetOutput(stderr)
+	fs.Usage = func() {}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "Usage of %s:\n%s", command, fs.FlagUsages())
+		}
+		return err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+		return fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	return c, c.validate()
+	return nil
 }
 
 func (c *config) validate() error {
@@ -223,14 +213,8 @@ func (c *config) validate() error {
 			bad("egress-health-bind-address", "%v", err)
 		}
 	}
-	if c.leaderElectionNS == "" {
-		bad("leader-election-namespace", "required")
-	}
 	if c.aclLogRate > 100000 {
 		bad("acl-logging-rate-limit", "%d is more than 100000 lines per second", c.aclLogRate)
-	}
-	if c.leaseDuration <= c.renewDeadline || c.renewDeadline <= c.retryPeriod || c.retryPeriod <= 0 {
-		bad("leader-election-lease-duration", "need lease duration (%s) > renew deadline (%s) > retry period (%s) > 0", c.leaseDuration, c.renewDeadline, c.retryPeriod)
 	}
 	if c.debounce < 0 || c.resync <= 0 {
 		bad("sync-period", "sync period must be > 0 and debounce >= 0")
@@ -254,9 +238,6 @@ func (c *config) validate() error {
 	}
 	if c.tunnel.Port == 0 {
 		bad("vxlan-port", "must not be 0")
-	}
-	if c.routerImage == "" {
-		bad("egress-router-image", "required")
 	}
 	if c.logFormat != "json" && c.logFormat != "text" {
 		bad("log-format", "%q is not json or text", c.logFormat)

@@ -4,6 +4,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/egressd/egressd/dataplane/tunnel"
 	"github.com/egressd/egressd/nodeagent"
@@ -17,7 +18,7 @@ func TestParseFlagsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.nodeName != "node-a" || c.bpfPinRoot != "/sys/fs/bpf/egressd" || c.metricsAddr != ":9476" ||
-		c.leaderElectionNS != "egressd" || c.kubeconfig != "" || c.reachabilityAddr != ":9107" ||
+		c.kubeconfig != "" || c.reachabilityAddr != ":9107" ||
 		c.steering != nodeagent.SteerAuto || c.tunnel != (tunnel.Config{VNI: 229, Port: 4799}) {
 		t.Errorf("defaults: %+v", c)
 	}
@@ -44,7 +45,6 @@ func TestParseFlagsErrorsNameTheFlag(t *testing.T) {
 		"--metrics-bind-address":           {"--node-name=n", "--metrics-bind-address=:99999"},
 		"--health-probe-bind-address":      {"--node-name=n", "--health-probe-bind-address=nohost"},
 		"--egress-health-bind-address":     {"--node-name=n", "--egress-health-bind-address=:9107x"},
-		"--leader-election-lease-duration": {"--node-name=n", "--leader-election-lease-duration=1s"},
 		"--log-format":                     {"--node-name=n", "--log-format=xml"},
 		"--egressip-steering":              {"--node-name=n", "--egressip-steering=gre"},
 		"--vxlan-vni":                      {"--node-name=n", "--vxlan-vni=16777216"},
@@ -60,5 +60,47 @@ func TestParseFlagsErrorsNameTheFlag(t *testing.T) {
 	c, err := parseFlags([]string{"--node-name=n", "--cluster-cidr=10.0.0.0/8,10.1.0.0/16"}, io.Discard)
 	if err != nil || len(c.clusterCIDRs) != 2 {
 		t.Errorf("two v4 cluster CIDRs: %v", err)
+	}
+}
+
+// The flags that moved to egressd controller are accepted and ignored, so that an agent started
+// with a previous release's arguments still starts.
+func TestParseFlagsMovedToController(t *testing.T) {
+	if _, err := parseFlags([]string{"--node-name=n", "--leader-election-namespace=x", "--leader-election-lease-duration=15s",
+		"--egressip-cloud=true", "--status-ignore-nodes=a=b", "--egress-router-image=i"}, io.Discard); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestParseControllerFlags(t *testing.T) {
+	t.Setenv("POD_NAMESPACE", "")
+	t.Setenv("POD_NAME", "egressd-controller-x")
+	t.Setenv("NODE_NAME", "cp-1")
+	c, err := parseControllerFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.identity != "egressd-controller-x@cp-1" || c.leaderElectionNS != "egressd" || c.metricsAddr != ":9478" || c.healthAddr != ":9479" {
+		t.Errorf("defaults: %+v", c)
+	}
+	// 450 ms of silence in probes 150 ms apart: three misses, as before the flag.
+	if r := c.reachability(); r == nil || r.Misses != 3 || r.Interval != 150*time.Millisecond {
+		t.Errorf("reachability %+v", r)
+	}
+	c, err = parseControllerFlags([]string{"--egressip-reachability-total-timeout=0"}, io.Discard)
+	if err != nil || c.reachability() != nil {
+		t.Errorf("total timeout 0 disables the probes: %v, %+v", err, c)
+	}
+	for flag, args := range map[string][]string{
+		"--leader-election-lease-duration":      {"--leader-election-lease-duration=500ms"},
+		"--egressip-reachability-total-timeout": {"--egressip-reachability-total-timeout=-1s"},
+		"--egressip-reachability-interval":      {"--egressip-reachability-total-timeout=1s", "--egressip-reachability-interval=2s"},
+		"--egressip-cloud":                      {"--egressip-cloud=maybe"},
+		"--status-ignore-nodes":                 {"--status-ignore-nodes=a in (b"},
+		"--log-format":                          {"--log-format=xml"},
+	} {
+		if _, err := parseControllerFlags(args, io.Discard); err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s: err = %v", flag, err)
+		}
 	}
 }

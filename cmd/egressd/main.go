@@ -1,4 +1,7 @@
 // Command egressd is the node agent: it watches the egress APIs and programs this node's kernel.
+// `egressd controller` makes the cluster-wide decisions (controller.go); `egressd router-pod`
+// and `egressd install-cni` are the small jobs of a router pod and of the DaemonSet's init
+// container.
 package main
 
 import (
@@ -26,7 +29,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -40,12 +42,9 @@ import (
 	"github.com/egressd/egressd/internal/cniinstall"
 	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/nodeagent"
-	"github.com/egressd/egressd/nodeagent/cloudprivateip"
 	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/cniserver"
-	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/nodeagent/egressrouter"
-	"github.com/egressd/egressd/nodeagent/egressservice"
 	"github.com/egressd/egressd/nodeagent/externalroute"
 	"github.com/egressd/egressd/nodeagent/podannounce"
 	"github.com/egressd/egressd/nodeagent/reachability"
@@ -58,54 +57,64 @@ import (
 const shutdownBudget = 5 * time.Second
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "router-pod" {
-		os.Exit(routerPod(os.Args[2:], os.Stderr))
-	}
-	if len(os.Args) > 1 && os.Args[1] == "install-cni" {
-		os.Exit(installCNI(os.Args[2:], os.Stderr))
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "router-pod":
+			os.Exit(routerPod(os.Args[2:], os.Stderr))
+		case "install-cni":
+			os.Exit(installCNI(os.Args[2:], os.Stderr))
+		case "controller":
+			os.Exit(controllerMain(os.Args[2:], os.Stderr))
+		}
 	}
 	cfg, err := parseFlags(os.Args[1:], os.Stderr)
 	if err != nil {
-		if !errors.Is(err, pflag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "egressd:", err)
-		}
-		os.Exit(2)
+		os.Exit(usageError("egressd", err))
 	}
-	log := newLogger(cfg)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := run(ctx, cfg, log); err != nil {
-		log.Error("egressd failed", "err", err)
-		os.Exit(1)
-	}
-	log.Info("egressd stopped")
+	log := newLogger(cfg.verbosity, cfg.logFormat, "node", cfg.nodeName)
+	os.Exit(runUntilSignal(log, "egressd", func(ctx context.Context) error { return run(ctx, cfg, log) }))
 }
 
-func newLogger(cfg *config) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: slog.Level(-4 * min(cfg.verbosity, 1))}
+// usageError reports a command line error (not --help) and returns the exit code.
+func usageError(command string, err error) int {
+	if !errors.Is(err, pflag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, command+":", err)
+	}
+	return 2
+}
+
+// runUntilSignal runs a process's main function until SIGTERM or SIGINT; the exit code.
+func runUntilSignal(log *slog.Logger, what string, run func(ctx context.Context) error) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx); err != nil {
+		log.Error(what+" failed", "err", err)
+		return 1
+	}
+	log.Info(what + " stopped")
+	return 0
+}
+
+// newLogger is the process's structured log, with attrs on every line.
+func newLogger(verbosity int, format string, attrs ...any) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: slog.Level(-4 * min(verbosity, 1))}
 	var h slog.Handler = slog.NewJSONHandler(os.Stderr, opts)
-	if cfg.logFormat == "text" {
+	if format == "text" {
 		h = slog.NewTextHandler(os.Stderr, opts)
 	}
-	log := slog.New(h).With("node", cfg.nodeName)
+	log := slog.New(h).With(attrs...)
 	// client-go logs through klog: route it into the same structured stream.
 	klog.SetSlogLogger(log.With("component", "client-go"))
 	kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(kfs)
-	_ = kfs.Set("v", fmt.Sprint(max(cfg.verbosity-1, 0)))
+	_ = kfs.Set("v", fmt.Sprint(max(verbosity-1, 0)))
 	return log
 }
 
 func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	log.Info("starting egressd", "version", version.String(), "pinRoot", cfg.bpfPinRoot,
 		"clusterCIDRs", cfg.clusterCIDRs.String(), "serviceCIDRs", cfg.serviceCIDRs.String())
-	restCfg, err := clientcmd.BuildConfigFromFlags("", cfg.kubeconfig)
-	if err != nil {
-		return fmt.Errorf("kubeconfig %q: %w", cfg.kubeconfig, err)
-	}
-	restCfg.UserAgent = "egressd/" + version.Version + " node=" + cfg.nodeName
-	restCfg.QPS, restCfg.Burst = 50, 100
-	kube, egress, err := clients(restCfg)
+	kube, egress, err := clients(cfg.kubeconfig, "egressd/"+version.Version+" node="+cfg.nodeName, 50, 100)
 	if err != nil {
 		return err
 	}
@@ -145,7 +154,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Resync:       cfg.resync,
 	}
 
-	recorder, stopEvents := eventRecorder(ctx, kube, cfg.nodeName)
+	recorder, stopEvents := eventRecorder(ctx, kube, "egressd", cfg.nodeName)
 	defer stopEvents()
 	statusWriter := &status.Writer{Node: cfg.nodeName, Client: egress, Kube: kube, Snapshot: w.Snapshot(), Recorder: recorder,
 		// Its entries' objects, and what the node's annotations and labels are made from.
@@ -154,36 +163,9 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Log: log.With("component", "status")}
 	loop.Status = statusWriter
 	loop.Recorder = recorder
-	aggregator := &status.Aggregator{Client: egress, Snapshot: w.Snapshot(),
-		Changed: w.Subscribe(true, &ovnv1.EgressFirewall{}, &ovnv1.EgressQoS{}, &ovnv1.AdminPolicyBasedExternalRoute{}, &corev1.Node{}),
-		Ignore:  cfg.statusIgnore,
-		Log:     log.With("component", "status-aggregator")}
-	prober := reachability.NewProber(reachability.Config{})
-	defer prober.Stop()
-	eipMetrics, serviceMetrics := egressip.NewMetrics(), egressservice.NewMetrics()
 	announceMetrics := podannounce.NewMetrics()
 	cniMetrics := cniserver.NewMetrics()
-	metrics.Registry.MustRegister(componentCollectors(dp, prober, eipMetrics, serviceMetrics, announceMetrics, cniMetrics)...)
-	egressIPs := &egressip.Controller{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true), Probes: prober,
-		HealthPort: cfg.healthPort, Recorder: recorder, Log: log.With("component", "egressip-controller"), Metrics: eipMetrics,
-		Cloud: cfg.egressIPCloud, Requester: &cloudprivateip.Requester{Client: egress, Recorder: recorder, Log: log.With("component", "cloudprivateip")}}
-
-	// EgressService host election: its own prober (Set replaces the probed nodes), same port.
-	serviceProber := reachability.NewProber(reachability.Config{})
-	defer serviceProber.Stop()
-	egressServices := &egressservice.Controller{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true),
-		Networks: loop.Networks, Probes: serviceProber, HealthPort: cfg.healthPort, Recorder: recorder,
-		Log: log.With("component", "egressservice-controller"), Metrics: serviceMetrics}
-
-	// EgressRouter: the leader places router pods (its own prober); the node side answers
-	// their CNI ADD with the router's configuration, which egressd-cni applies. A router moved
-	// is a pod deleted and made again, every connection through it reset: its node must be
-	// silent for 2 s (4 probes 500 ms apart), not the 450 ms that move an egress IP.
-	routerProber := reachability.NewProber(reachability.Config{Interval: 500 * time.Millisecond, Misses: 4})
-	defer routerProber.Stop()
-	egressRouters := &egressrouter.Controller{Client: egress, Kube: kube, Snapshot: w.Snapshot(), Changed: w.Subscribe(false),
-		Probes: routerProber, HealthPort: cfg.healthPort, Image: cfg.routerImage, Recorder: recorder,
-		Log: log.With("component", "egressrouter-controller")}
+	metrics.Registry.MustRegister(agentCollectors(dp, announceMetrics, cniMetrics)...)
 
 	loop.Announced = store
 	loop.Triggers = append(loop.Triggers, store.Changed())
@@ -212,7 +194,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 			}()
 		}
 	}
-	servers, err := serve(cfg, metrics, loop, log)
+	servers, err := serve(endpoints{health: cfg.healthAddr, metrics: cfg.metricsAddr, profiling: cfg.profiling}, metrics.Registry, loop.Synced, log)
 	if err != nil {
 		return err
 	}
@@ -236,11 +218,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		defer timer.Stop()
 		wg.Wait()
 		w.Shutdown()
-		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		for _, s := range servers {
-			_ = s.Shutdown(sctx)
-		}
+		shutdown(servers)
 	}()
 
 	if err := w.Start(ctx, log); err != nil {
@@ -251,43 +229,39 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	}
 	wg.Go(func() { loop.Run(ctx) })
 	wg.Go(func() { statusWriter.Run(ctx) })
-	elector := &nodeagent.LeaderElection{
-		Client: kube, Namespace: cfg.leaderElectionNS, Identity: cfg.nodeName,
-		Controllers: []nodeagent.Controller{aggregator.Run, egressIPs.Run, egressServices.Run, egressRouters.Run},
-		Metrics:     metrics, Log: log.With("component", "leader-election"),
-		LeaseDuration: cfg.leaseDuration, RenewDeadline: cfg.renewDeadline, RetryPeriod: cfg.retryPeriod,
-	}
-	wg.Go(func() {
-		if err := elector.Run(ctx); err != nil {
-			log.Error("leader election", "err", err)
-		}
-	})
 	<-ctx.Done()
 	log.Info("shutting down")
 	return nil
 }
 
-// componentCollectors are the metrics the agent registers besides nodeagent.Metrics' own: the
-// dataplane's, those of the leader's EgressIP assignment, EgressService election and
-// reachability probes, the pod announcements' and the CNI plugin's calls'. The metrics reference
+// agentCollectors are the metrics the agent registers besides nodeagent.Metrics' own: the
+// dataplane's, the pod announcements' and the CNI plugin's calls'. The metrics reference
 // (docs/reference/metrics.md) is generated from the same list.
-func componentCollectors(dp *kernel.Applier, prober *reachability.Prober, eip *egressip.Metrics, svc *egressservice.Metrics,
-	announce *podannounce.Metrics, cni *cniserver.Metrics) []prometheus.Collector {
-	return slices.Concat(dp.Collectors(), prober.Collectors(), eip.Collectors(), svc.Collectors(), announce.Collectors(), cni.Collectors())
+func agentCollectors(dp *kernel.Applier, announce *podannounce.Metrics, cni *cniserver.Metrics) []prometheus.Collector {
+	return slices.Concat(dp.Collectors(), announce.Collectors(), cni.Collectors())
 }
 
-// eventRecorder records Events (on the objects whose status says why they failed).
-func eventRecorder(ctx context.Context, kube kubernetes.Interface, node string) (record.EventRecorder, func()) {
+// eventRecorder records Events (on the objects whose status says why they failed), as
+// component egressd (the agent) or egressd-controller, from host.
+func eventRecorder(ctx context.Context, kube kubernetes.Interface, component, host string) (record.EventRecorder, func()) {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = ovnv1.AddToScheme(scheme)
 	_ = netopv1.AddToScheme(scheme)
 	b := record.NewBroadcaster(record.WithContext(ctx))
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-	return b.NewRecorder(scheme, corev1.EventSource{Component: "egressd", Host: node}), b.Shutdown
+	return b.NewRecorder(scheme, corev1.EventSource{Component: component, Host: host}), b.Shutdown
 }
 
-func clients(cfg *rest.Config) (kubernetes.Interface, versioned.Interface, error) {
+// clients of the API server from a kubeconfig (in-cluster when ""), with the process's user
+// agent and client-side rate limit.
+func clients(kubeconfig, userAgent string, qps float32, burst int) (kubernetes.Interface, versioned.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubeconfig %q: %w", kubeconfig, err)
+	}
+	cfg.UserAgent = userAgent
+	cfg.QPS, cfg.Burst = qps, burst
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
@@ -299,32 +273,48 @@ func clients(cfg *rest.Config) (kubernetes.Interface, versioned.Interface, error
 	return kube, egress, nil
 }
 
+// shutdown stops the HTTP servers, giving requests in flight a second.
+func shutdown(servers []*http.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, s := range servers {
+		_ = s.Shutdown(ctx)
+	}
+}
+
+// endpoints are a process's HTTP addresses: /healthz and /readyz, /metrics ("0": none), and
+// the runtime profiles beside the metrics.
+type endpoints struct {
+	health, metrics string
+	profiling       bool
+}
+
 // serve starts the metrics and health endpoints. Binding happens here, synchronously, so that a
 // port in use fails the start with a clear error.
-func serve(cfg *config, m *nodeagent.Metrics, loop *nodeagent.SyncLoop, log *slog.Logger) ([]*http.Server, error) {
+func serve(eps endpoints, reg *prometheus.Registry, ready func() bool, log *slog.Logger) ([]*http.Server, error) {
 	health := http.NewServeMux()
 	health.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	health.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !loop.Synced() {
+		if !ready() {
 			http.Error(w, "caches not synced or first sync not finished", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	handlers := map[string]http.Handler{cfg.healthAddr: health}
-	if cfg.metricsAddr != "0" {
+	handlers := map[string]http.Handler{eps.health: health}
+	if eps.metrics != "0" {
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry}))
-		if cfg.profiling {
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		if eps.profiling {
 			mux.HandleFunc("/debug/pprof/", pprof.Index)
 			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		}
-		if cfg.metricsAddr == cfg.healthAddr {
+		if eps.metrics == eps.health {
 			health.Handle("/metrics", mux)
 		} else {
-			handlers[cfg.metricsAddr] = mux
+			handlers[eps.metrics] = mux
 		}
 	}
 	var servers []*http.Server

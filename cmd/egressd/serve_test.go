@@ -14,14 +14,14 @@ import (
 func TestServeProfiling(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, profiling := range []bool{false, true} {
-		cfg := &config{metricsAddr: freeAddr(t), healthAddr: freeAddr(t), profiling: profiling}
-		servers, err := serve(cfg, nodeagent.NewMetrics(), &nodeagent.SyncLoop{}, log)
+		eps := endpoints{metrics: freeAddr(t), health: freeAddr(t), profiling: profiling}
+		servers, err := serve(eps, nodeagent.NewMetrics().Registry, func() bool { return false }, log)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := map[string]int{cfg.metricsAddr: http.StatusNotFound, cfg.healthAddr: http.StatusNotFound}
+		want := map[string]int{eps.metrics: http.StatusNotFound, eps.health: http.StatusNotFound}
 		if profiling {
-			want[cfg.metricsAddr] = http.StatusOK
+			want[eps.metrics] = http.StatusOK
 		}
 		for addr, code := range want {
 			resp, err := http.Get("http://" + addr + "/debug/pprof/goroutine?debug=1")

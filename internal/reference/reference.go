@@ -23,6 +23,9 @@ func Flags(fs *pflag.FlagSet) string {
 	var b strings.Builder
 	b.WriteString("| flag | type | default | description |\n|---|---|---|---|\n")
 	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Deprecated != "" {
+			return // accepted for old command lines, documented where it moved
+		}
 		name := "`--" + f.Name + "`"
 		if f.Shorthand != "" {
 			name = "`-" + f.Shorthand + "`, " + name

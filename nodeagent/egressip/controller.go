@@ -130,18 +130,9 @@ func ReconcileLoop(ctx context.Context, period time.Duration, changed <-chan str
 	}
 }
 
-// reconcile runs one assignment and writes what changed; it reports whether another run must
-// follow at once (additions held back behind removals).
-func (c *Controller) reconcile(ctx context.Context) bool {
-	eips, err := c.Snapshot.EgressIPs.List(labels.Everything())
-	if err != nil {
-		return false
-	}
-	apiNodes, err := c.Snapshot.Nodes.List(labels.Everything())
-	if err != nil {
-		return false
-	}
-	cloud := c.cloud(apiNodes)
+// nodes are the API's nodes as the assignment sees them, and the health endpoints of the
+// assignable ones (the nodes to probe).
+func (c *Controller) nodes(apiNodes []*corev1.Node, cloud bool) ([]Node, map[string]netip.AddrPort) {
 	targets := map[string]netip.AddrPort{}
 	nodes := make([]Node, 0, len(apiNodes))
 	for _, n := range apiNodes {
@@ -156,9 +147,57 @@ func (c *Controller) reconcile(ctx context.Context) bool {
 		}
 		nodes = append(nodes, node)
 	}
+	return nodes, targets
+}
+
+// Standby keeps probing the assignable nodes while this replica does not lead (changed: its
+// own subscription to the API's changes), so that a replica taking over already knows which
+// nodes are unreachable: when the leader's node fails together with an egress node, the egress
+// IPs move as soon as the Lease does, not a probe window later.
+func (c *Controller) Standby(ctx context.Context, changed <-chan struct{}) {
+	StandbyLoop(ctx, changed, func() {
+		apiNodes, err := c.Snapshot.Nodes.List(labels.Everything())
+		if err != nil {
+			return
+		}
+		_, targets := c.nodes(apiNodes, c.cloud(apiNodes))
+		c.Probes.Set(targets)
+	})
+}
+
+// StandbyLoop runs setTargets after every change and every second until ctx ends: the leader's
+// ReconcileLoop clears the probes when its term ends, and the standby sets them again.
+func StandbyLoop(ctx context.Context, changed <-chan struct{}, setTargets func()) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		setTargets()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-changed:
+		}
+	}
+}
+
+// reconcile runs one assignment and writes what changed; it reports whether another run must
+// follow at once (additions held back behind removals).
+func (c *Controller) reconcile(ctx context.Context) bool {
+	eips, err := c.Snapshot.EgressIPs.List(labels.Everything())
+	if err != nil {
+		return false
+	}
+	apiNodes, err := c.Snapshot.Nodes.List(labels.Everything())
+	if err != nil {
+		return false
+	}
+	cloud := c.cloud(apiNodes)
+	nodes, targets := c.nodes(apiNodes, cloud)
 	// The probed nodes first, then their verdicts: a node just added to the probes counts as
-	// reachable until its probes say otherwise, so a new leader (whose prober starts empty)
-	// keeps the assignments it finds instead of clearing them all at its first reconcile.
+	// reachable until its probes say otherwise, so a new leader whose prober starts empty
+	// keeps the assignments it finds instead of clearing them all at its first reconcile
+	// (a standby's prober is warm: see Standby).
 	c.Probes.Set(targets)
 	for i := range nodes {
 		nodes[i].Reachable = c.Probes.Reachable(nodes[i].Name)

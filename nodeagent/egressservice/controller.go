@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
 
@@ -22,10 +23,11 @@ import (
 )
 
 // Controller is the leader's EgressService controller: it probes the candidate nodes (the
-// EgressIP health probes), elects a host per EgressService (Elect) and writes status.host. The
-// host's own agent labels its Node (nodeagent/status): agents change only their own Node.
+// EgressIP health probes), elects a host per EgressService (Elect), writes status.host and
+// moves the host's node label (labels.go).
 type Controller struct {
 	Client   versioned.Interface
+	Kube     kubernetes.Interface
 	Snapshot *watchers.Snapshot
 	// Networks are the cluster networks of the command line (an endpoint outside the cluster
 	// networks is host-networked).
@@ -55,6 +57,30 @@ func (c *Controller) Run(ctx context.Context) {
 	})
 }
 
+// targets are the nodes to probe: every Ready node with a primary address.
+func (c *Controller) targets(apiNodes []*corev1.Node) map[string]netip.AddrPort {
+	targets := map[string]netip.AddrPort{}
+	for _, n := range apiNodes {
+		if !nodeReady(n) {
+			continue
+		}
+		if p, err := egressip.ParsePrimaryIfAddr(n.Annotations[egressip.PrimaryIfAddrAnnotation]); err == nil {
+			targets[n.Name] = netip.AddrPortFrom(p.ProbeAddress(), c.HealthPort)
+		}
+	}
+	return targets
+}
+
+// Standby keeps the candidates probed while this replica does not lead (see
+// egressip.Controller.Standby).
+func (c *Controller) Standby(ctx context.Context, changed <-chan struct{}) {
+	egressip.StandbyLoop(ctx, changed, func() {
+		if apiNodes, err := c.Snapshot.Nodes.List(labels.Everything()); err == nil {
+			c.Probes.Set(c.targets(apiNodes))
+		}
+	})
+}
+
 func (c *Controller) reconcile(ctx context.Context) error {
 	ess, err := c.Snapshot.EgressServices.List(labels.Everything())
 	if err != nil {
@@ -65,15 +91,7 @@ func (c *Controller) reconcile(ctx context.Context) error {
 		return err
 	}
 	// Probe every Ready node with a primary address: candidates start reachable.
-	targets := map[string]netip.AddrPort{}
-	for _, n := range apiNodes {
-		if !nodeReady(n) {
-			continue
-		}
-		if p, err := egressip.ParsePrimaryIfAddr(n.Annotations[egressip.PrimaryIfAddrAnnotation]); err == nil {
-			targets[n.Name] = netip.AddrPortFrom(p.ProbeAddress(), c.HealthPort)
-		}
-	}
+	targets := c.targets(apiNodes)
 	c.Probes.Set(targets)
 	candidates := make([]Candidate, 0, len(apiNodes))
 	for _, n := range apiNodes {
@@ -103,17 +121,25 @@ func (c *Controller) reconcile(ctx context.Context) error {
 	results := Elect(reqs, candidates)
 	var errs []error
 	hosts := make([]string, 0, len(results))
+	labelled := map[string]string{} // node label -> the host that carries it
 	var moves [][2]string
 	for _, r := range results {
 		key := r.Namespace + "/" + r.Name
 		es := byKey[key]
 		host := es.Status.Host
+		if host != NoHost && host != NoSNATHost {
+			labelled[NodeLabel(es.Namespace, es.Name)] = host
+		}
 		if r.Host != es.Status.Host {
 			wrote, err := c.writeHost(ctx, es, r.Host)
 			if err != nil {
 				errs = append(errs, err)
 				hosts = append(hosts, host)
 				continue
+			}
+			delete(labelled, NodeLabel(es.Namespace, es.Name))
+			if r.Host != NoHost && r.Host != NoSNATHost {
+				labelled[NodeLabel(es.Namespace, es.Name)] = r.Host
 			}
 			if wrote { // not when the cache was behind a write of ours
 				c.Log.Info("egress service host", "object", "EgressService "+key, "host", r.Host, "previous", es.Status.Host, "reason", r.Reason)
@@ -126,6 +152,9 @@ func (c *Controller) reconcile(ctx context.Context) error {
 	}
 	if c.Metrics != nil {
 		c.Metrics.record(hosts, moves)
+	}
+	if err := c.reconcileLabels(ctx, apiNodes, labelled); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) != 0 {
 		return fmt.Errorf("%v", errs)

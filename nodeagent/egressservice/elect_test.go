@@ -3,6 +3,7 @@ package egressservice
 import (
 	"context"
 	"errors"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	"log/slog"
 	"net/netip"
 	"reflect"
@@ -124,7 +125,8 @@ func TestControllerReconcile(t *testing.T) {
 		slice("a", "web", "web-1", discoveryv1.AddressTypeIPv4, [2]string{"n2", "10.244.2.5"})}
 	ovn := ovnfake.NewSimpleClientset(es)
 	probes := &fakeProbes{down: map[string]bool{}}
-	c := &Controller{Client: ovn, Snapshot: watcherstest.Snapshot(objs...), Networks: cluster.NetworkFlags{Pods: networks}, Probes: probes,
+	kube := kubefake.NewClientset(n1, n2)
+	c := &Controller{Client: ovn, Kube: kube, Snapshot: watcherstest.Snapshot(objs...), Networks: cluster.NetworkFlags{Pods: networks}, Probes: probes,
 		Recorder: record.NewFakeRecorder(10), Log: slog.New(slog.DiscardHandler), recorded: map[string]string{}}
 	ctx := context.Background()
 	check := func(wantHost string) {
@@ -132,6 +134,15 @@ func TestControllerReconcile(t *testing.T) {
 		got, _ := ovn.K8sOVNV1().EgressServices("a").Get(ctx, "web", metav1.GetOptions{})
 		if got.Status.Host != wantHost {
 			t.Errorf("status.host %q, want %q", got.Status.Host, wantHost)
+		}
+		// The host alone carries the service's label; the label of a service gone is off.
+		for _, name := range []string{"n1", "n2"} {
+			n, _ := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			_, web := n.Labels[NodeLabel("a", "web")]
+			_, gone := n.Labels[NodeLabel("a", "gone")]
+			if web != (name == wantHost) || gone {
+				t.Errorf("%s labels %v, host %s", name, n.Labels, wantHost)
+			}
 		}
 	}
 	if err := c.reconcile(ctx); err != nil {
@@ -142,8 +153,8 @@ func TestControllerReconcile(t *testing.T) {
 	probes.down["n1"] = true
 	es = es.DeepCopy()
 	es.Status.Host = "n1"
-	n1 = n1.DeepCopy()
-	n1.Labels = map[string]string{NodeLabel("a", "web"): ""}
+	// The snapshot follows the API (the controller's own label write included).
+	n1, _ = kube.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
 	c.Snapshot = watcherstest.Snapshot(es, n1, n2, objs[3], objs[4])
 	if err := c.reconcile(ctx); err != nil {
 		t.Fatal(err)
@@ -217,7 +228,7 @@ func TestControllerCacheBehind(t *testing.T) {
 	objs := []runtime.Object{stale, readyNode("n1", nil), readyNode("n2", nil), lbService("a", "web", "172.18.0.210"),
 		slice("a", "web", "web-1", discoveryv1.AddressTypeIPv4, [2]string{"n2", "10.244.2.5"})}
 	m := NewMetrics()
-	c := &Controller{Client: ovn, Snapshot: watcherstest.Snapshot(objs...), Networks: cluster.NetworkFlags{Pods: networks},
+	c := &Controller{Client: ovn, Kube: kubefake.NewClientset(objs[1], objs[2]), Snapshot: watcherstest.Snapshot(objs...), Networks: cluster.NetworkFlags{Pods: networks},
 		Probes: &fakeProbes{down: map[string]bool{"n1": true}}, Recorder: record.NewFakeRecorder(10), Log: slog.New(slog.DiscardHandler),
 		recorded: map[string]string{}, Metrics: m}
 	if err := c.reconcile(context.Background()); err != nil {

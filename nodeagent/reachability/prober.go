@@ -201,3 +201,16 @@ func (p *Prober) record(node string, t *target, kind string, o outcome, rtt time
 	default:
 	}
 }
+
+// Unprobed stands for a Prober where probing is disabled (upstream's reachability total
+// timeout of 0): every node counts as reachable, so only the Node's Ready condition decides.
+type Unprobed struct{}
+
+// Set does nothing.
+func (Unprobed) Set(map[string]netip.AddrPort) {}
+
+// Reachable is always true.
+func (Unprobed) Reachable(string) bool { return true }
+
+// Changed never fires.
+func (Unprobed) Changed() <-chan struct{} { return nil }

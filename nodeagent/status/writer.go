@@ -52,9 +52,6 @@ type Writer struct {
 
 	pending     chan report
 	pendingOnce sync.Once // Run and Report start concurrently
-	// labelWaits are the EgressService labels held back while another Node carries them, since
-	// when (serviceLabels).
-	labelWaits map[string]time.Time
 }
 
 // coalesce is how long the writer lets newer reports replace one before it writes.
@@ -69,7 +66,6 @@ type report struct {
 // Run writes reported statuses until ctx ends.
 func (w *Writer) Run(ctx context.Context) {
 	var last report
-	var again <-chan time.Time // a label held back is due
 	// written are the outcomes written (or found in place) by the last pass, of the kinds
 	// byOutcome: a sync's report looks again only at what changed (a thousand firewalls, and a
 	// report after every pod's sync); a change of the objects themselves looks at all.
@@ -95,16 +91,9 @@ func (w *Writer) Run(ctx context.Context) {
 			last, all = r, false
 		case <-w.Changed:
 			r = last // entries already right are skipped
-		case <-again:
-			r = last
 		}
-		after, err := w.publishNodeAnnotations(ctx, r.hostCIDRs)
-		if err != nil {
+		if err := w.publishNodeAnnotations(ctx, r.hostCIDRs); err != nil {
 			w.Log.Error("publish node annotations", "node", w.Node, "err", err)
-		}
-		again = nil
-		if after > 0 {
-			again = time.After(after)
 		}
 		kept := 0 // entries of written that r still holds
 		for origin, err := range r.objects {

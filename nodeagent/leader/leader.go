@@ -1,4 +1,6 @@
-package nodeagent
+// Package leader runs the controller's cluster-wide decisions in one replica at a time, by a
+// coordination Lease, and keeps the standby replicas warm.
+package leader
 
 import (
 	"context"
@@ -7,19 +9,48 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
-// LeaseName is the coordination Lease the agents compete for.
+// LeaseName is the coordination Lease the controller's replicas compete for: the one the agents
+// of releases before the controller held, so that during the upgrade the last such leader and
+// the new controller never decide at once.
 const LeaseName = "egressd-leader"
 
 // Controller is a cluster-wide controller run only by the leader, until ctx ends.
 type Controller func(ctx context.Context)
 
-// LeaderElection runs the cluster controllers while this agent holds the Lease.
+// Metrics say who leads.
+type Metrics struct {
+	Leader prometheus.Gauge
+	// Holder names the replica holding the Lease, as this one last observed it.
+	Holder *prometheus.GaugeVec
+}
+
+// NewMetrics returns the leader election's metrics, for the caller's registry.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "egressd_leader",
+			Help: "1 while this controller replica holds the leader Lease and runs the cluster controllers.",
+		}),
+		Holder: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "egressd_leader_holder",
+			Help: "1 for the replica holding the leader Lease (its identity: pod name, and node), as this replica last observed it.",
+		}, []string{"identity"}),
+	}
+}
+
+// Collectors are the metrics, for the caller's registry.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.Leader, m.Holder}
+}
+
+// LeaderElection runs the cluster controllers while this replica holds the Lease.
 type LeaderElection struct {
 	Client      kubernetes.Interface
 	Namespace   string
@@ -59,8 +90,8 @@ func (e *LeaderElection) Run(ctx context.Context) error {
 					e.Log.Info("stopped leading", "lease", e.Namespace+"/"+LeaseName)
 				},
 				OnNewLeader: func(id string) {
-					e.Metrics.LeaderHolder.Reset()
-					e.Metrics.LeaderHolder.WithLabelValues(id).Set(1)
+					e.Metrics.Holder.Reset()
+					e.Metrics.Holder.WithLabelValues(id).Set(1)
 					e.Log.Info("leader", "identity", id)
 				},
 			},

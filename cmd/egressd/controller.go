@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	corev1 "k8s.io/api/core/v1"
+
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/internal/version"
+	"github.com/egressd/egressd/nodeagent/cloudprivateip"
+	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/nodeagent/egressip"
+	"github.com/egressd/egressd/nodeagent/egressrouter"
+	"github.com/egressd/egressd/nodeagent/egressservice"
+	"github.com/egressd/egressd/nodeagent/leader"
+	"github.com/egressd/egressd/nodeagent/reachability"
+	"github.com/egressd/egressd/nodeagent/status"
+	"github.com/egressd/egressd/watchers"
+)
+
+// controllerMain runs `egressd controller`: every cluster-wide decision (EgressIP assignment
+// and its cloud requests, EgressService hosts and their node labels, EgressRouter placement,
+// the aggregate statuses), in the replica holding the Lease. It never touches a node's kernel;
+// the agents program their nodes from what it writes, and keep doing so while it is away.
+func controllerMain(args []string, stderr io.Writer) int {
+	cfg, err := parseControllerFlags(args, stderr)
+	if err != nil {
+		return usageError("egressd controller", err)
+	}
+	log := newLogger(cfg.verbosity, cfg.logFormat, "component", "controller", "identity", cfg.identity)
+	return runUntilSignal(log, "egressd controller", func(ctx context.Context) error { return runController(ctx, cfg, log) })
+}
+
+// prober is what the controllers probe egress nodes with: a Prober, or Unprobed when the
+// reachability probes are disabled.
+type prober interface {
+	egressip.Reachability
+	Stop()
+}
+
+type unprobed struct{ reachability.Unprobed }
+
+func (unprobed) Stop() {}
+
+func newProber(cfg *reachability.Config) prober {
+	if cfg == nil {
+		return unprobed{}
+	}
+	return reachability.NewProber(*cfg)
+}
+
+func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger) error {
+	log.Info("starting egressd controller", "version", version.String(), "lease", cfg.leaderElectionNS+"/"+leader.LeaseName,
+		"leaseDuration", cfg.leaseDuration, "reachabilityTotalTimeout", cfg.reachTotalTimeout)
+	// The controller writes every object's status and assignment for the whole cluster: a
+	// higher client rate than an agent's own entries.
+	kube, egress, err := clients(cfg.kubeconfig, "egressd-controller/"+version.Version+" "+cfg.identity, 100, 200)
+	if err != nil {
+		return err
+	}
+	w, err := watchers.New(kube, egress, 0)
+	if err != nil {
+		return err
+	}
+	recorder, stopEvents := eventRecorder(ctx, kube, "egressd-controller", cfg.identity)
+	defer stopEvents()
+	networks := cluster.NetworkFlags{Pods: cfg.clusterCIDRs, Services: cfg.serviceCIDRs}
+
+	reg := prometheus.NewRegistry()
+	leaderMetrics := leader.NewMetrics()
+	eipMetrics, serviceMetrics := egressip.NewMetrics(), egressservice.NewMetrics()
+	eipProber, serviceProber := newProber(cfg.reachability()), newProber(cfg.reachability())
+	defer eipProber.Stop()
+	defer serviceProber.Stop()
+	// A router moved is a pod deleted and made again, every connection through it reset: its
+	// node must be silent for 2 s (4 probes 500 ms apart), not the probe window that moves an
+	// egress IP. Disabled with the others.
+	routerProbes := &reachability.Config{Interval: 500 * time.Millisecond, Misses: 4}
+	if cfg.reachability() == nil {
+		routerProbes = nil
+	}
+	routerProber := newProber(routerProbes)
+	defer routerProber.Stop()
+	reg.MustRegister(controllerCollectors(leaderMetrics, eipProber, eipMetrics, serviceMetrics)...)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	aggregator := &status.Aggregator{Client: egress, Snapshot: w.Snapshot(),
+		Changed: w.Subscribe(true, &ovnv1.EgressFirewall{}, &ovnv1.EgressQoS{}, &ovnv1.AdminPolicyBasedExternalRoute{}, &corev1.Node{}),
+		Ignore:  cfg.statusIgnore, Log: log.With("component", "status-aggregator")}
+	egressIPs := &egressip.Controller{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true), Probes: eipProber,
+		HealthPort: cfg.healthPort, Recorder: recorder, Log: log.With("component", "egressip-controller"), Metrics: eipMetrics,
+		Cloud: cfg.egressIPCloud, Requester: &cloudprivateip.Requester{Client: egress, Recorder: recorder, Log: log.With("component", "cloudprivateip")}}
+	egressServices := &egressservice.Controller{Client: egress, Kube: kube, Snapshot: w.Snapshot(), Changed: w.Subscribe(true),
+		Networks: networks, Probes: serviceProber, HealthPort: cfg.healthPort, Recorder: recorder,
+		Log: log.With("component", "egressservice-controller"), Metrics: serviceMetrics}
+	egressRouters := &egressrouter.Controller{Client: egress, Kube: kube, Snapshot: w.Snapshot(), Changed: w.Subscribe(false),
+		Probes: routerProber, HealthPort: cfg.healthPort, Image: cfg.routerImage, Recorder: recorder,
+		Log: log.With("component", "egressrouter-controller")}
+
+	var synced atomic.Bool
+	servers, err := serve(endpoints{health: cfg.healthAddr, metrics: cfg.metricsAddr, profiling: cfg.profiling}, reg, synced.Load, log)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	defer func() {
+		timer := time.AfterFunc(shutdownBudget, func() {
+			log.Error("shutdown took too long, exiting", "budget", shutdownBudget)
+			os.Exit(1)
+		})
+		defer timer.Stop()
+		wg.Wait()
+		w.Shutdown()
+		shutdown(servers)
+	}()
+	if err := w.Start(ctx, log); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	synced.Store(true)
+	// A standby keeps its caches and its probes of egress nodes warm: taking over, it moves an
+	// egress IP off a node that failed with the leader's without waiting for probes of its own.
+	wg.Go(func() { egressIPs.Standby(ctx, w.Subscribe(false, &corev1.Node{})) })
+	wg.Go(func() { egressServices.Standby(ctx, w.Subscribe(false, &corev1.Node{})) })
+	elector := &leader.LeaderElection{
+		Client: kube, Namespace: cfg.leaderElectionNS, Identity: cfg.identity,
+		Controllers: []leader.Controller{aggregator.Run, egressIPs.Run, egressServices.Run, egressRouters.Run},
+		Metrics:     leaderMetrics, Log: log.With("component", "leader-election"),
+		LeaseDuration: cfg.leaseDuration, RenewDeadline: cfg.renewDeadline, RetryPeriod: cfg.retryPeriod,
+	}
+	wg.Go(func() {
+		if err := elector.Run(ctx); err != nil {
+			log.Error("leader election", "err", err)
+		}
+	})
+	<-ctx.Done()
+	log.Info("shutting down")
+	return nil
+}
+
+// controllerCollectors are the controller's metrics: who leads, the EgressIP assignment, the
+// EgressService election and the reachability probes of egress nodes. The metrics reference
+// (docs/reference/controller-metrics.md) is generated from the same list.
+func controllerCollectors(lm *leader.Metrics, probes prober, eip *egressip.Metrics, svc *egressservice.Metrics) []prometheus.Collector {
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "egressd_controller_build_info",
+		Help: "1, labelled with the version of this controller.",
+	}, []string{"version"})
+	info.WithLabelValues(version.String()).Set(1)
+	out := slices.Concat(lm.Collectors(), eip.Collectors(), svc.Collectors(), []prometheus.Collector{info})
+	if p, ok := probes.(*reachability.Prober); ok {
+		out = append(out, p.Collectors()...)
+	}
+	return out
+}
