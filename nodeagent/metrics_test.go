@@ -1,15 +1,11 @@
 package nodeagent
 
 import (
-	"context"
 	"errors"
-	"log/slog"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/egressd/egressd/dataplane"
 )
@@ -41,26 +37,4 @@ egressd_objects{kind="EgressQoS",result="failed"} 1
 	if n := testutil.CollectAndCount(m.ObjectFailures); n != 0 {
 		t.Errorf("%d failures left after a sync without any", n)
 	}
-}
-
-// The holder of the Lease is exported as this agent observes it.
-func TestLeaderHolderMetric(t *testing.T) {
-	m := NewMetrics()
-	ctx, cancel := context.WithCancel(t.Context())
-	e := &LeaderElection{Client: fake.NewClientset(), Namespace: "egressd", Identity: "node-a", Metrics: m,
-		Log: slog.New(slog.DiscardHandler), LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond}
-	done := make(chan error)
-	go func() { done <- e.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	want := `# HELP egressd_leader_holder 1 for the node whose agent holds the leader Lease, as this agent last observed it.
-# TYPE egressd_leader_holder gauge
-egressd_leader_holder{node="node-a"} 1
-`
-	var err error
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if err = testutil.CollectAndCompare(m.LeaderHolder, strings.NewReader(want)); err == nil {
-			return
-		}
-	}
-	t.Errorf("egressd_leader_holder never named node-a alone: %v", err)
 }

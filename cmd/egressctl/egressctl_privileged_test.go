@@ -362,13 +362,12 @@ func TestPrivilegedJSON(t *testing.T) {
 	}
 }
 
-// egressctl status: the agent's leader and objects from its metrics, the kernel's rules and
+// egressctl status: the agent's objects from its metrics, the kernel's rules and
 // egress IPs, the BFD session.
 func TestPrivilegedStatus(t *testing.T) {
 	n := newNode(t)
 	got := n.egressctl(t, "status", "--bpf-pin-root", n.root, "--metrics-address", n.metrics)
 	for _, want := range []string{
-		"\nleader:             none seen yet\n",
 		"\nclassifier:         3 EgressFirewall rules, 1 EgressQoS rules\n",
 		"\negress IPs hosted:  192.0.2.100 on ext0\n",
 		"\nEgressIP eip                       0x10000  1\n",

@@ -194,12 +194,10 @@ func TestRunFlagsBeforeAndAfterTheCommand(t *testing.T) {
 	}
 }
 
-// egressctl status reads the agent's version, the leader and its objects under the names and
+// egressctl status reads the agent's version and its objects under the names and
 // labels the agent exports them with.
 func TestStatusFromTheAgentsMetrics(t *testing.T) {
 	m := nodeagent.NewMetrics()
-	m.Leader.Set(0)
-	m.LeaderHolder.WithLabelValues("node-b").Set(1)
 	m.Objects.WithLabelValues("EgressFirewall", "applied").Set(2)
 	m.Objects.WithLabelValues("EgressFirewall", "failed").Set(1)
 	m.Objects.WithLabelValues("EgressQoS", "applied").Set(1)
@@ -226,7 +224,6 @@ func TestStatusFromTheAgentsMetrics(t *testing.T) {
 	}
 	want := `egressctl:          v1
 agent:              v2
-leader:             node-b
 sync errors:        apply 1, egressfirewall 3 since the agent started
 classifier:         3 EgressFirewall rules, 1 EgressQoS rules
 egress IPs hosted:  192.0.2.100 on eth0

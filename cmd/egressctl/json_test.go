@@ -44,7 +44,7 @@ func TestJSONShapes(t *testing.T) {
 			Tunnel: &tunnelReport{Device: "egressd-vxlan", VNI: 229, Port: 4799, Local: a("172.18.0.10"), MAC: "02:e5:ac:12:00:0a",
 				Peers: []tunnelPeer{{Underlay: a("172.18.0.11"), MAC: "02:e5:ac:12:00:0b", Nexthops: []netip.Addr{a("172.18.0.11"), a("fe80::e5:acff:fe12:b")}}}}},
 		trace,
-		statusReport{EgressctlVersion: "v1", AgentVersion: "v1", Leader: "node-a", LeaderHere: true,
+		statusReport{EgressctlVersion: "v1", AgentVersion: "v1",
 			SyncErrors: []featureErrors{{"apply", 1}}, Objects: []objectCount{{"EgressFirewall", 2, 1}},
 			Failing:       []failingObject{{"EgressFirewall", "b/default", "dnsName rule 2: no answer"}},
 			FirewallRules: 3, QoSRules: 1, SteeredPaths: []steeredPath{{pathOf{"EgressIP", "eip"}, "0x10000", 2}},

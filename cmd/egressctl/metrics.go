@@ -18,8 +18,6 @@ import (
 const (
 	metricSteeredPaths  = "egressd_steered_path_pod_addresses"
 	metricBuildInfo     = "egressd_build_info"
-	metricLeader        = "egressd_leader"
-	metricLeaderHolder  = "egressd_leader_holder"
 	metricObjects       = "egressd_objects"
 	metricObjectFailure = "egressd_object_failure"
 	metricSyncErrors    = "egressd_sync_errors_total"

@@ -20,11 +20,8 @@ import (
 // down is exactly when status is run.
 type statusReport struct {
 	EgressctlVersion string `json:"egressctlVersion"`
-	// AgentVersion, Leader and LeaderHere come from the agent's metrics.
+	// AgentVersion comes from the agent's metrics.
 	AgentVersion string `json:"agentVersion,omitempty"`
-	// Leader is the node whose agent holds the leader Lease, as this node's agent last saw it.
-	Leader     string `json:"leader,omitempty"`
-	LeaderHere bool   `json:"leaderHere"`
 	// SyncErrors are the agent's failed sync steps since it started, by feature (the compile
 	// of an API, or the apply), those without any left out.
 	SyncErrors []featureErrors `json:"syncErrors"`
@@ -102,14 +99,6 @@ func (r *statusReport) fromMetrics(families map[string]*dto.MetricFamily) {
 	for _, s := range samples(families, metricBuildInfo) {
 		r.AgentVersion = s.labels["version"]
 	}
-	for _, s := range samples(families, metricLeaderHolder) {
-		if s.value == 1 {
-			r.Leader = s.labels["node"]
-		}
-	}
-	for _, s := range samples(families, metricLeader) {
-		r.LeaderHere = s.value == 1
-	}
 	for _, s := range samples(families, metricSyncErrors) {
 		if s.value > 0 {
 			r.SyncErrors = append(r.SyncErrors, featureErrors{Feature: s.labels["feature"], Errors: int(s.value)})
@@ -149,21 +138,12 @@ func (r *statusReport) fromMetrics(families map[string]*dto.MetricFamily) {
 
 func (r statusReport) writeText(out io.Writer) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	agent, leader := "unknown (metrics not read)", "unknown (metrics not read)"
+	agent := "unknown (metrics not read)"
 	if r.AgentVersion != "" {
 		agent = r.AgentVersion
 	}
-	switch {
-	case r.LeaderHere:
-		leader = r.Leader + " (this node)"
-	case r.Leader != "":
-		leader = r.Leader
-	case r.AgentVersion != "":
-		leader = "none seen yet"
-	}
 	fmt.Fprintf(w, "egressctl:\t%s\n", r.EgressctlVersion)
 	fmt.Fprintf(w, "agent:\t%s\n", agent)
-	fmt.Fprintf(w, "leader:\t%s\n", leader)
 	if r.AgentVersion != "" {
 		syncErrors := "none since the agent started"
 		if len(r.SyncErrors) > 0 {
