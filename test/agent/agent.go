@@ -87,8 +87,6 @@ type Options struct {
 	LogDir     string
 	Node       string
 	Kubeconfig string
-	// LeaderNamespace holds the Lease.
-	LeaderNamespace string
 	// Args are extra flags.
 	Args []string
 	// Wrap runs the agent through another command (e.g. nsenter into a node's netns).
@@ -136,49 +134,110 @@ func Start(t testing.TB, o Options) *Process {
 	return p
 }
 
-// Launch runs egressd with fast leader-election timers and free loopback ports. It dies with
-// the calling process.
+// Launch runs an egressd agent on free loopback ports. It dies with the calling process.
 func Launch(o Options) (*Process, error) {
+	if o.PinRoot == "" {
+		o.PinRoot = "/sys/fs/bpf/egressd-test-" + o.Node
+	}
+	return launch(o.Node, o.LogDir, o.Wrap, o.Dial, func(p *Process) []string {
+		p.pinRoot = o.PinRoot
+		args := append([]string{o.Binary,
+			"--node-name", o.Node,
+			"--kubeconfig", o.Kubeconfig,
+			"--metrics-bind-address", p.MetricsAddr,
+			"--health-probe-bind-address", p.HealthAddr,
+			"--bpf-pin-root", o.PinRoot,
+			"--log-format", "text",
+			// Its own CNI socket (o.Args may set another): agents of a test share the filesystem.
+			"--cni-socket", shortSocket(o.LogDir, o.Node),
+		}, o.Args...)
+		if len(o.Wrap) == 0 {
+			// Agents sharing the test's network namespace must not compete for the health port;
+			// the lab's agents each have their node's namespace and serve it as in production.
+			args = append(args, "--egress-health-bind-address", "127.0.0.1:0")
+		}
+		return args
+	})
+}
+
+// ControllerOptions of one egressd controller process.
+type ControllerOptions struct {
+	// Binary is the egressd to run (as egressd controller).
+	Binary string
+	// Name is the replica's identity in the Lease and names its log, <name>.log in LogDir.
+	Name       string
+	LogDir     string
+	Kubeconfig string
+	// LeaderNamespace holds the Lease.
+	LeaderNamespace string
+	// Args are extra flags (later ones win: they may set other lease timers).
+	Args []string
+	// Wrap runs it through another command (e.g. nsenter into a node's netns).
+	Wrap []string
+	// Dial reaches its HTTP endpoints (default: a plain dial).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// LaunchController runs egressd controller on free loopback ports, with lease timers that
+// hold on a loaded test machine (3 s; the shipped 1.2 s are what the failover tests set). It
+// dies with the calling process.
+func LaunchController(o ControllerOptions) (*Process, error) {
+	return launch(o.Name, o.LogDir, o.Wrap, o.Dial, func(p *Process) []string {
+		return append([]string{o.Binary, "controller",
+			"--identity", o.Name,
+			"--kubeconfig", o.Kubeconfig,
+			"--leader-election-namespace", o.LeaderNamespace,
+			"--metrics-bind-address", p.MetricsAddr,
+			"--health-probe-bind-address", p.HealthAddr,
+			"--leader-election-lease-duration", "3s",
+			"--leader-election-renew-deadline", "2s",
+			"--leader-election-retry-period", "250ms",
+			"--log-format", "text",
+		}, o.Args...)
+	})
+}
+
+// StartController runs egressd controller for a test (see LaunchController): stopped, and its
+// log printed if the test failed, when the test ends.
+func StartController(t testing.TB, o ControllerOptions) *Process {
+	t.Helper()
+	bin, err := Command("egressd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Binary, o.LogDir = bin, t.TempDir()
+	p, err := LaunchController(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			t.Logf("egressd controller %s log:\n%s", o.Name, p.Log())
+		}
+	})
+	return p
+}
+
+// launch starts the command args returns for the process (whose addresses it fills in), with
+// its output in <name>.log.
+func launch(name, logDir string, wrap []string, dial func(ctx context.Context, network, addr string) (net.Conn, error), args func(*Process) []string) (*Process, error) {
 	ports, err := controlplane.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
 	p := &Process{
-		Node:        o.Node,
+		Node:        name,
 		MetricsAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
 		HealthAddr:  fmt.Sprintf("127.0.0.1:%d", ports[1]),
-		LogPath:     filepath.Join(o.LogDir, o.Node+".log"),
+		LogPath:     filepath.Join(logDir, name+".log"),
 		done:        make(chan struct{}),
 		http:        &http.Client{Timeout: 2 * time.Second},
 	}
-	if o.Dial != nil {
-		p.http.Transport = &http.Transport{DialContext: o.Dial, DisableKeepAlives: true}
+	if dial != nil {
+		p.http.Transport = &http.Transport{DialContext: dial, DisableKeepAlives: true}
 	}
-	if o.PinRoot == "" {
-		o.PinRoot = "/sys/fs/bpf/egressd-test-" + o.Node
-	}
-	p.pinRoot = o.PinRoot
-	args := append([]string{
-		"--node-name", o.Node,
-		"--kubeconfig", o.Kubeconfig,
-		"--leader-election-namespace", o.LeaderNamespace,
-		"--metrics-bind-address", p.MetricsAddr,
-		"--health-probe-bind-address", p.HealthAddr,
-		"--bpf-pin-root", o.PinRoot,
-		"--leader-election-lease-duration", "4s",
-		"--leader-election-renew-deadline", "3s",
-		"--leader-election-retry-period", "500ms",
-		"--log-format", "text",
-		// Its own CNI socket (o.Args may set another): agents of a test share the filesystem.
-		"--cni-socket", shortSocket(o.LogDir, o.Node),
-	}, o.Args...)
-	if len(o.Wrap) == 0 {
-		// Agents sharing the test's network namespace must not compete for the health port;
-		// the lab's agents each have their node's namespace and serve it as in production.
-		args = append(args, "--egress-health-bind-address", "127.0.0.1:0")
-	}
-	argv := append(append([]string{}, o.Wrap...), o.Binary)
-	argv = append(argv, args...)
+	argv := append(append([]string{}, wrap...), args(p)...)
 	logf, err := os.Create(p.LogPath)
 	if err != nil {
 		return nil, err
@@ -187,7 +246,7 @@ func Launch(o Options) (*Process, error) {
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := spawn.Start(p.cmd); err != nil {
 		logf.Close()
-		return nil, fmt.Errorf("start egressd %s: %w", o.Node, err)
+		return nil, fmt.Errorf("start egressd %s: %w", name, err)
 	}
 	go func() { _ = p.cmd.Wait(); logf.Close(); close(p.done) }()
 	return p, nil

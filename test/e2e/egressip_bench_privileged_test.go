@@ -89,7 +89,7 @@ func leaderTrial(b *testing.B, i int, timers [3]string) time.Duration {
 	b.Logf("trial %d: leader and egress node %s off the network; %s back through %s after %s", i, leader.Name, v4, to.Name, took.Round(time.Millisecond))
 	back := time.Now()
 	for time.Since(back) < 8*time.Second {
-		if h := leaseHolder(context.Background(), l.Client, l.LeaderNamespace()); h == leader.Name {
+		if h := leaseHolder(context.Background(), l.Client, l.LeaderNamespace()); h == "controller@"+leader.Name {
 			b.Logf("trial %d: FINDING: %s took the Lease back from %s %s after it came back", i, leader.Name, to.Name, time.Since(back).Round(time.Millisecond))
 			break
 		}

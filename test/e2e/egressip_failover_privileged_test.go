@@ -130,7 +130,7 @@ func reachable(t testing.TB, leader, node *lab.Node, want bool) {
 		v = "1"
 	}
 	poll.Eventually(t, "the leader's verdict on "+node.Name, 20*time.Second, func() error {
-		got, err := leader.Agent.Sample(`egressd_reachability_node_reachable{node="` + node.Name + `"}`)
+		got, err := leader.Controller.Sample(`egressd_reachability_node_reachable{node="` + node.Name + `"}`)
 		if err != nil || got != v {
 			return errString("egressd_reachability_node_reachable = " + got)
 		}

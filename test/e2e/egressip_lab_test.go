@@ -214,17 +214,15 @@ func inCluster(a netip.Addr) bool {
 	return false
 }
 
-// leaderNode waits for a leader and returns its node.
+// leaderNode waits for a leading controller replica and returns the node it runs on.
 func leaderNode(t testing.TB, l *lab.Lab) *lab.Node {
 	t.Helper()
 	var n *lab.Node
 	poll.Eventually(t, "a leader", 20*time.Second, func() error {
-		h := leaseHolder(context.Background(), l.Client, l.LeaderNamespace())
-		if i := slices.IndexFunc(l.Nodes, func(n *lab.Node) bool { return n.Name == h }); i >= 0 {
-			n = l.Nodes[i]
-			return nil
+		if n = l.LeaderNode(context.Background()); n == nil {
+			return fmt.Errorf("holder %q", leaseHolder(context.Background(), l.Client, l.LeaderNamespace()))
 		}
-		return fmt.Errorf("holder %q", h)
+		return nil
 	})
 	return n
 }

@@ -198,7 +198,7 @@ spec:
 	leader := leaderNode(t, l)
 	series := fmt.Sprintf(`egressd_egressip_unassigned{egressip=%q,reason="NoMatchingNodeFound"}`, name)
 	poll.Eventually(t, "the leader counts the unassigned egress IP", 10*time.Second, func() error {
-		if v, err := leader.Agent.Sample(series); err != nil || v != "1" {
+		if v, err := leader.Controller.Sample(series); err != nil || v != "1" {
 			return fmt.Errorf("%s on %s = %q (%v)", series, leader.Name, v, err)
 		}
 		return nil

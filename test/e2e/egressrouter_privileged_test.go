@@ -47,9 +47,7 @@ func TestPrivilegedEgressRouter(t *testing.T) {
 	ctx := context.Background()
 	r := newRouterLab(t)
 	n0, n1, n2 := r.Nodes[0], r.Nodes[1], r.Nodes[2]
-	if h := leaseHolder(ctx, r.Client, r.LeaderNamespace()); h != n0.Name {
-		poll.Eventually(t, "the leader on "+n0.Name, 20*time.Second, holds(ctx, r.Client, r.LeaderNamespace(), n0.Name))
-	}
+	poll.Eventually(t, "the leader on "+n0.Name, 20*time.Second, holds(ctx, r.Client, r.LeaderNamespace(), "controller@"+n0.Name))
 
 	// Degraded routers, each with a reason a user can act on.
 	bad := r.CP.Namespace(t)

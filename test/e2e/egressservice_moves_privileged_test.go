@@ -195,7 +195,7 @@ func TestPrivilegedEgressServiceMoves(t *testing.T) {
 	leader := leaderNode(t, l)
 	movesOff0 := `egressd_egressservice_moves_total{node="` + n0.Name + `"}`
 	hostedOn1 := `egressd_egressservice_hosted{node="` + n1.Name + `"}`
-	before := map[string]float64{movesOff0: sample(t, leader, movesOff0), hostedOn1: sample(t, leader, hostedOn1)}
+	before := map[string]float64{movesOff0: sampleOf(t, leader.Controller, movesOff0), hostedOn1: sampleOf(t, leader.Controller, hostedOn1)}
 	labels := watchLabel(t, l, label)
 	setLabel(n1, &yes)
 	setLabel(n0, nil)
@@ -213,7 +213,7 @@ func TestPrivilegedEgressServiceMoves(t *testing.T) {
 	labels.check(t, "nodeSelector move")
 	poll.Eventually(t, "the leader's metrics of the move", 10*time.Second, func() error {
 		for series, was := range before {
-			if v := sample(t, leader, series); v != was+1 {
+			if v := sampleOf(t, leader.Controller, series); v != was+1 {
 				return fmt.Errorf("%s = %v, want %v", series, v, was+1)
 			}
 		}

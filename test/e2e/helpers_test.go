@@ -139,7 +139,13 @@ func selectorlessService(t *testing.T, l *lab.Lab, ns, name string, ports []back
 // sample reads a series of the node's agent's metrics; absent is 0.
 func sample(t testing.TB, n *lab.Node, series string) float64 {
 	t.Helper()
-	v, err := n.Agent.Sample(series)
+	return sampleOf(t, n.Agent, series)
+}
+
+// sampleOf reads a series of p's metrics (an agent's or a controller's); absent is 0.
+func sampleOf(t testing.TB, p *agent.Process, series string) float64 {
+	t.Helper()
+	v, err := p.Sample(series)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,13 +26,12 @@ func BenchmarkPrivilegedAgentMemory(b *testing.B) {
 	privileged.Require(b)
 	const namespaces, podsPerNS, nodes = 1000, 10, 100
 	cp := controlplane.Shared(b)
-	ns := cp.Namespace(b)
 	ctx := context.Background()
 	kubeconfig, err := cp.KubeconfigFor("egressd-bench", "system:masters")
 	if err != nil {
 		b.Fatal(err)
 	}
-	baseline := agent.Start(b, agent.Options{Node: "baseline", Kubeconfig: kubeconfig, LeaderNamespace: ns})
+	baseline := agent.Start(b, agent.Options{Node: "baseline", Kubeconfig: kubeconfig})
 	if err := baseline.WaitReady(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -46,7 +45,7 @@ func BenchmarkPrivilegedAgentMemory(b *testing.B) {
 	populate(b, client, namespaces, podsPerNS, nodes)
 	b.Logf("created %d namespaces, %d pods, %d nodes in %s", namespaces, namespaces*podsPerNS, nodes, time.Since(start).Round(time.Second))
 
-	loaded := agent.Start(b, agent.Options{Node: "loaded", Kubeconfig: kubeconfig, LeaderNamespace: ns})
+	loaded := agent.Start(b, agent.Options{Node: "loaded", Kubeconfig: kubeconfig})
 	start = time.Now()
 	if err := loaded.WaitReady(ctx); err != nil {
 		b.Fatal(err)

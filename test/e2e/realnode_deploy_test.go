@@ -17,37 +17,29 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/egressd/egressd/nodeagent"
+	"github.com/egressd/egressd/nodeagent/leader"
 	"github.com/egressd/egressd/test/lab"
 	"github.com/egressd/egressd/test/node"
 	"github.com/egressd/egressd/test/poll"
 )
 
-// deployObjects are the objects of deploy/'s kustomization with the DaemonSet's image set to
-// ref (what `kustomize edit set image` does).
+// deployObjects are the objects of deploy/'s kustomization with the DaemonSet's and the
+// controller Deployment's image set to ref (what `kustomize edit set image` does).
 // The DaemonSet's CNI hostPath volumes name the node's directories (the chart's cni.confDir
 // and cni.binDir do the same for a distribution whose CNI lives elsewhere).
 func deployObjects(t *testing.T, ref string, n *node.Node) []*unstructured.Unstructured {
 	t.Helper()
 	objs := kustomizeBase(t)
-	found := false
+	found, controller := false, false
 	for _, o := range objs {
+		if o.GetKind() == "Deployment" && o.GetName() == "egressd-controller" {
+			setImage(t, o, ref, "containers")
+			controller = true
+		}
 		if o.GetKind() != "DaemonSet" || o.GetName() != "egressd" {
 			continue
 		}
-		for _, kind := range []string{"initContainers", "containers"} {
-			containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", kind)
-			for _, ci := range containers {
-				c := ci.(map[string]any)
-				if !strings.HasPrefix(fmt.Sprint(c["image"]), egressdRepo+":") {
-					t.Fatalf("deploy/daemonset.yaml: %s %v image %v, want %s:<tag>", kind, c["name"], c["image"], egressdRepo)
-				}
-				c["image"] = ref
-			}
-			if err := unstructured.SetNestedSlice(o.Object, containers, "spec", "template", "spec", kind); err != nil {
-				t.Fatal(err)
-			}
-		}
+		setImage(t, o, ref, "initContainers", "containers")
 		volumes, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "volumes")
 		paths := map[string]string{"cni-conf": n.CNIConfDir(), "cni-bin": n.CNIBinDir()}
 		for _, v := range volumes {
@@ -65,10 +57,28 @@ func deployObjects(t *testing.T, ref string, n *node.Node) []*unstructured.Unstr
 		}
 		found = true
 	}
-	if !found {
-		t.Fatal("deploy/ has no DaemonSet egressd")
+	if !found || !controller {
+		t.Fatalf("deploy/ lacks the DaemonSet egressd (%t) or the Deployment egressd-controller (%t)", found, controller)
 	}
 	return objs
+}
+
+// setImage sets ref as the image of every container of the pod template's lists kinds.
+func setImage(t *testing.T, o *unstructured.Unstructured, ref string, kinds ...string) {
+	t.Helper()
+	for _, kind := range kinds {
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", kind)
+		for _, ci := range containers {
+			c := ci.(map[string]any)
+			if !strings.HasPrefix(fmt.Sprint(c["image"]), egressdRepo+":") {
+				t.Fatalf("deploy/: %s %s: %s %v image %v, want %s:<tag>", o.GetKind(), o.GetName(), kind, c["name"], c["image"], egressdRepo)
+			}
+			c["image"] = ref
+		}
+		if err := unstructured.SetNestedSlice(o.Object, containers, "spec", "template", "spec", kind); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func applyDeploy(ctx context.Context, t *testing.T, l *lab.Lab, n *node.Node, ref string) {
@@ -191,13 +201,14 @@ func checkAgentSecurity(t *testing.T, n *node.Node, p *corev1.Pod) {
 
 var capBits = map[string]int{"NET_ADMIN": 12, "NET_RAW": 13, "PERFMON": 38, "BPF": 39}
 
-// awaitLeader waits until the node's agent holds the leader Lease, acquired after since, and
-// returns when it acquired it.
-func awaitLeader(ctx context.Context, t *testing.T, l *lab.Lab, holder string, since time.Time) time.Time {
+// awaitLeader waits until a pod of the controller Deployment running image ref on the node
+// holds the leader Lease (identity <pod>@<node>), acquired after since, and returns when it
+// acquired it.
+func awaitLeader(ctx context.Context, t *testing.T, l *lab.Lab, node, ref string, since time.Time) time.Time {
 	t.Helper()
 	var acquired time.Time
-	err := poll.Until(ctx, "Lease egressd/"+nodeagent.LeaseName+" held by "+holder, time.Minute, func() error {
-		lease, err := l.Client.CoordinationV1().Leases("egressd").Get(ctx, nodeagent.LeaseName, metav1.GetOptions{})
+	err := poll.Until(ctx, "Lease egressd/"+leader.LeaseName+" held by egressd controller "+ref+" on "+node, 2*time.Minute, func() error {
+		lease, err := l.Client.CoordinationV1().Leases("egressd").Get(ctx, leader.LeaseName, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -208,8 +219,16 @@ func awaitLeader(ctx context.Context, t *testing.T, l *lab.Lab, holder string, s
 		if lease.Spec.AcquireTime != nil {
 			at = lease.Spec.AcquireTime.Time
 		}
-		if h != holder || !at.After(since) {
+		pod, on, _ := strings.Cut(h, "@")
+		if on != node || !strings.HasPrefix(pod, "egressd-controller-") || !at.After(since) {
 			return fmt.Errorf("holder %q acquired at %s", h, at)
+		}
+		p, err := l.Client.CoreV1().Pods("egressd").Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if img := p.Spec.Containers[0].Image; img != ref {
+			return fmt.Errorf("holder %s runs %s", pod, img)
 		}
 		acquired = at
 		return nil

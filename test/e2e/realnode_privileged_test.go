@@ -44,7 +44,8 @@ var (
 // and imported without a registry. deploy/ is applied as `kubectl apply -k deploy/` would
 // (with the image set to the lab's build, as `kustomize edit set image` does), and then:
 //   - the DaemonSet's pod runs on the node with the shipped security context (not privileged,
-//     the four capabilities and no other), becomes Ready and holds the leader Lease;
+//     the four capabilities and no other) and becomes Ready; the controller Deployment's pod
+//     runs beside it and holds the leader Lease;
 //   - egressd's classifier is attached to a real pod's interface, and that pod's own traffic
 //     is judged as an external host sees it: its EgressFirewall passes one host and denies the
 //     other, its EgressQoS marks DSCP 46;
@@ -136,7 +137,7 @@ func TestPrivilegedRealNode(t *testing.T) {
 	if err := n.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	lease := awaitLeader(ctx, t, l, n.Name, time.Time{})
+	lease := awaitLeader(ctx, t, l, n.Name, v1.Ref, time.Time{})
 
 	// A tenant whose pod may reach one external host only, with DSCP 46.
 	policy := fmt.Sprintf(`apiVersion: v1
@@ -200,7 +201,7 @@ spec:
 	rolled := time.Now()
 	t.Logf("rolled to %s (pod %s) in %s", v2.Ref, newPod.Name, rolled.Sub(rollStart).Round(time.Millisecond))
 	checkAgentSecurity(t, n, newPod)
-	awaitLeader(ctx, t, l, n.Name, lease)
+	awaitLeader(ctx, t, l, n.Name, v2.Ref, lease)
 
 	sent := awaitStreamEnd(ctx, t, n)
 	if end := stream.CreationTimestamp.Add(streamFor); rolled.After(end) {

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/egressd/egressd/nodeagent/leader"
 	"github.com/egressd/egressd/test/agent"
 	"github.com/egressd/egressd/test/kube"
 )
@@ -22,28 +23,35 @@ import (
 const apiForwardAddr = "127.0.0.1:6443"
 
 // agentUser is the identity of the agents: the DaemonSet's service account, with the RBAC of
-// deploy/rbac.yaml.
-const agentUser = "system:serviceaccount:egressd:egressd"
+// deploy/rbac.yaml; controllerUser the controller's, with deploy/controller-rbac.yaml.
+const (
+	agentUser      = kube.DeployedAgent
+	controllerUser = kube.DeployedController
+)
 
 // LeaderNamespace is the namespace of the lab's leader-election Lease.
 func (l *Lab) LeaderNamespace() string { return "egressd-" + l.ID }
 
-// StartAgents forwards the API server into every node and starts egressd there.
+// StartAgents forwards the API server into every node and starts egressd there, and egressd
+// controller on the nodes of ControllerNodes.
 func (l *Lab) StartAgents(ctx context.Context) error {
 	ns := l.LeaderNamespace()
 	if _, err := l.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
 	l.onClose(func() { _ = l.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
-	cleanup, err := kube.GrantAgentRBAC(ctx, l.Client, filepath.Join(repoRoot(), "deploy", "rbac.yaml"), ns, agentUser)
-	l.onClose(cleanup)
-	if err != nil {
-		return err
+	for file, user := range map[string]string{"rbac.yaml": agentUser, "controller-rbac.yaml": controllerUser} {
+		cleanup, err := kube.GrantAgentRBAC(ctx, l.Client, filepath.Join(repoRoot(), "deploy", file), ns, user)
+		l.onClose(cleanup)
+		if err != nil {
+			return err
+		}
 	}
-	// The pod policy as shipped; not the node identity one: the agents' client certificates
-	// cannot carry the node-name claim of a pod-bound token (the real node's DaemonSet runs
-	// under both).
-	uninstall, err := kube.InstallAgentPolicies(ctx, l.CP.Config, filepath.Join(repoRoot(), "deploy", "router-pod-policy.yaml"), agentUser, l.ID)
+	// The controller's pod policy as shipped; not the node identity ones: the agents' client
+	// certificates cannot carry the node-name claim of a pod-bound token (the real node's
+	// DaemonSet runs under them).
+	uninstall, err := kube.InstallPolicies(ctx, l.CP.Config, filepath.Join(repoRoot(), "deploy", "router-pod-policy.yaml"),
+		map[string]string{kube.DeployedController: controllerUser}, l.ID)
 	if uninstall != nil {
 		l.onClose(uninstall)
 	}
@@ -60,6 +68,53 @@ func (l *Lab) StartAgents(ctx context.Context) error {
 		if err := n.StartAgent(ctx); err != nil {
 			return err
 		}
+	}
+	for _, i := range l.controllerNodes() {
+		if err := l.Nodes[i].StartController(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// controllerNodes are ControllerNodes, or the first node without a kubelet.
+func (l *Lab) controllerNodes() []int {
+	if l.opts.ControllerNodes != nil {
+		return l.opts.ControllerNodes
+	}
+	for i, n := range l.Nodes {
+		if !n.Kubelet {
+			return []int{i}
+		}
+	}
+	return nil
+}
+
+// StartController starts a replica of egressd controller inside the node's namespace (whose
+// API forwarder it uses: cutting the node off cuts the replica off), named controller@<node>,
+// and waits until it is ready (caches synced; leading or not).
+func (n *Node) StartController(ctx context.Context) error {
+	kubeconfig, err := n.lab.CP.KubeconfigAt("https://"+apiForwardAddr, controllerUser)
+	if err != nil {
+		return err
+	}
+	bin, err := agent.Command("egressd")
+	if err != nil {
+		return err
+	}
+	p, err := agent.LaunchController(agent.ControllerOptions{
+		Binary: bin, Name: "controller@" + n.Name, LogDir: n.lab.Dir, Kubeconfig: kubeconfig,
+		LeaderNamespace: n.lab.LeaderNamespace(), Wrap: []string{"nsenter", "--net=" + n.NS.Path()}, Dial: n.Dial,
+		Args: n.lab.opts.ControllerArgs,
+	})
+	if err != nil {
+		return err
+	}
+	n.Controller = p
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := p.WaitReady(rctx); err != nil {
+		return fmt.Errorf("%w\n%s", err, tail(p.Log(), 40))
 	}
 	return nil
 }
@@ -193,8 +248,8 @@ func (n *Node) StartAgent(ctx context.Context) error {
 	}
 	p, err := agent.Launch(agent.Options{
 		Binary: bin, LogDir: n.lab.Dir, Node: n.Name, Kubeconfig: kubeconfig,
-		LeaderNamespace: n.lab.LeaderNamespace(), PinRoot: PinRoot(n.lab.ID, n.Name),
-		Wrap: append([]string{"nsenter", "--net=" + n.NS.Path()}, wrap...), Dial: n.Dial,
+		PinRoot: PinRoot(n.lab.ID, n.Name),
+		Wrap:    append([]string{"nsenter", "--net=" + n.NS.Path()}, wrap...), Dial: n.Dial,
 		Args: append(args, n.lab.opts.AgentArgs...),
 	})
 	if err != nil {
@@ -205,6 +260,20 @@ func (n *Node) StartAgent(ctx context.Context) error {
 	defer cancel()
 	if err := p.WaitReady(rctx); err != nil {
 		return fmt.Errorf("%w\n%s", err, tail(p.Log(), 40))
+	}
+	return nil
+}
+
+// LeaderNode is the node whose controller replica holds the Lease (nil while none does).
+func (l *Lab) LeaderNode(ctx context.Context) *Node {
+	lease, err := l.Client.CoordinationV1().Leases(l.LeaderNamespace()).Get(ctx, leader.LeaseName, metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil {
+		return nil
+	}
+	for _, n := range l.Nodes {
+		if *lease.Spec.HolderIdentity == "controller@"+n.Name {
+			return n
+		}
 	}
 	return nil
 }

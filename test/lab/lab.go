@@ -63,6 +63,11 @@ type Options struct {
 	Agents bool
 	// AgentArgs are extra egressd flags.
 	AgentArgs []string
+	// ControllerNodes are the indices of the nodes in whose namespace a replica of egressd
+	// controller runs with the agents (as a hostNetwork pod would; default: the first node
+	// that no kubelet runs). ControllerArgs are its extra flags.
+	ControllerNodes []int
+	ControllerArgs  []string
 	// InstallCNI gives each node a CNI configuration directory holding only its primary
 	// plugin's list and an empty plugin directory, and lets the agent install egressd-cni there
 	// (--cni-conf-dir); pods are then created from the first file of that directory, as

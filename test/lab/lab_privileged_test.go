@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/egressd/egressd/dataplane/bfd"
-	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/test/controlplane"
 	"github.com/egressd/egressd/test/frr"
 	"github.com/egressd/egressd/test/lab"
@@ -113,27 +112,23 @@ func TestPrivilegedLabConnectivity(t *testing.T) {
 	}
 }
 
-// Agents run in every node's namespace, ready, one holding the Lease, metrics reachable.
+// Agents run in every node's namespace, ready, metrics reachable; of two controller replicas,
+// one holds the Lease and says so in its metrics, the other does not.
 func TestPrivilegedLabAgents(t *testing.T) {
 	privileged.Require(t)
-	l := lab.New(t, lab.Options{Nodes: 2, Agents: true})
+	l := lab.New(t, lab.Options{Nodes: 2, Agents: true, ControllerNodes: []int{0, 1}})
 	ctx := context.Background()
-	holder := ""
-	poll.Eventually(t, "a node holds the Lease", 20*time.Second, func() error {
-		lease, err := l.Client.CoordinationV1().Leases(l.LeaderNamespace()).Get(ctx, nodeagent.LeaseName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+	var holder *lab.Node
+	poll.Eventually(t, "a controller replica holds the Lease", 20*time.Second, func() error {
+		if holder = l.LeaderNode(ctx); holder == nil {
 			return fmt.Errorf("no holder")
 		}
-		holder = *lease.Spec.HolderIdentity
 		return nil
 	})
 	poll.Eventually(t, "one leader, the Lease holder", 10*time.Second, func() error {
 		var leaders []string
 		for _, n := range l.Nodes {
-			v, err := n.Agent.Metric("egressd_leader")
+			v, err := n.Controller.Metric("egressd_leader")
 			if err != nil {
 				return fmt.Errorf("%s metrics: %v", n.Name, err)
 			}
@@ -141,8 +136,8 @@ func TestPrivilegedLabAgents(t *testing.T) {
 				leaders = append(leaders, n.Name)
 			}
 		}
-		if len(leaders) != 1 || leaders[0] != holder {
-			return fmt.Errorf("leaders %v, Lease holder %q", leaders, holder)
+		if len(leaders) != 1 || leaders[0] != holder.Name {
+			return fmt.Errorf("leaders %v, Lease holder %q", leaders, holder.Name)
 		}
 		return nil
 	})

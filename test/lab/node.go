@@ -20,17 +20,19 @@ import (
 // Node is a lab node: a namespace with eth0 on the fabric, a pod CIDR per family, host-gw
 // routes to the other nodes' pod CIDRs, forwarding on and a CNI-style masquerade rule.
 type Node struct {
-	Index  int
-	Name   string
-	NS     *netns.NS
-	CNI    CNI
-	IPv4   netip.Addr
-	IPv6   netip.Addr
-	PodV4  netip.Prefix
-	PodV6  netip.Prefix
-	Agent  *agent.Process
-	lab    *Lab
-	podSeq int
+	Index int
+	Name  string
+	NS    *netns.NS
+	CNI   CNI
+	IPv4  netip.Addr
+	IPv6  netip.Addr
+	PodV4 netip.Prefix
+	PodV6 netip.Prefix
+	Agent *agent.Process
+	// Controller is the replica of egressd controller in the node's namespace, if any.
+	Controller *agent.Process
+	lab        *Lab
+	podSeq     int
 	// agentStarted: egressd was started on the node, so its plugin is in the node's CNI chain
 	// (the DaemonSet installs it), whether the agent still runs or not.
 	agentStarted atomic.Bool
