@@ -158,7 +158,8 @@ func (c *Controller) candidates() ([]candidate, error) {
 		if p, err := egressip.ParsePrimaryIfAddr(n.Annotations[egressip.PrimaryIfAddrAnnotation]); err == nil && ready {
 			targets[n.Name] = netip.AddrPortFrom(p.ProbeAddress(), c.HealthPort)
 		}
-		out = append(out, candidate{Name: n.Name, Ready: ready, HostCIDRs: hostCIDRs(n)})
+		out = append(out, candidate{Name: n.Name, Ready: ready, Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints,
+			HostCIDRs: hostCIDRs(n)})
 	}
 	c.Probes.Set(targets)
 	for i := range out {
@@ -200,7 +201,8 @@ func (c *Controller) place(ctx context.Context, er *netopv1.EgressRouter, nodes 
 	if compileErr == nil {
 		first = cfg.Addresses[0]
 	}
-	p := decide(first, er.Spec.NetworkInterface.Macvlan.Master, specHash(&er.Spec), compileErr, nodes, pods, load, c.avoiding(er, pods))
+	p := decide(first, er.Spec.NetworkInterface.Macvlan.Master, specHash(&er.Spec), compileErr, nodes,
+		newPod(er, "", c.Image).Spec.Tolerations, pods, load, c.avoiding(er, pods))
 	retry := p.Create != "" && c.refused[er.UID]
 	if !retry {
 		delete(c.refused, er.UID)

@@ -5,6 +5,9 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 )
 
 // candidate is a node as placement sees it.
@@ -12,6 +15,10 @@ type candidate struct {
 	Name string
 	// Ready is the Node's Ready condition; Reachable, the leader's health probes of its agent.
 	Ready, Reachable bool
+	// Unschedulable is the Node's spec.unschedulable (kubectl cordon; drain cordons first).
+	Unschedulable bool
+	// Taints are the Node's spec.taints.
+	Taints []corev1.Taint
 	// HostCIDRs are the node's addresses with their prefix lengths (k8s.ovn.org/host-cidrs).
 	HostCIDRs []netip.Prefix
 }
@@ -35,6 +42,9 @@ const (
 	reasonInvalidSpec     = "InvalidSpec"
 	// reasonPodRefused: the API server refused the router pod (quota, pod security, policy).
 	reasonPodRefused = "RouterPodRefused"
+	// reasonNoSchedulableNode: nodes on the router's network are usable, but none takes a new
+	// router pod: each is cordoned or has a taint the router pod does not tolerate.
+	reasonNoSchedulableNode = "NoSchedulableNode"
 )
 
 // decision is what the leader does for one EgressRouter.
@@ -55,13 +65,31 @@ type decision struct {
 // macvlan.master set and no node holding an address on that network (a NIC may carry none),
 // every Ready, reachable node is eligible and the master's presence is checked on the node.
 // A kept pod stays where it is (no move back when a better node returns); a new one goes to
-// the eligible node with the fewest routers (load), then by name. Nodes in avoid (where this
-// spec's configuration failed: a node without the master NIC, say, or where its pod stayed
-// unready) are not eligible, unless no other is: then a pod there stays, and its node keeps
-// trying. A stuck pod (its router gone, or never configured because the node's chain lacked
-// egressd-cni) moves to another node as a failed configuration does, and likewise stays when
-// no other node is left.
-func decide(first netip.Prefix, master, hash string, compileErr error, nodes []candidate, pods []routerPod, load map[string]int, avoid []string) decision {
+// the eligible node with the fewest taints it does not tolerate of effect PreferNoSchedule,
+// then the fewest routers (load), then by name. Nodes in avoid (where this spec's configuration
+// failed: a node without the master NIC, say, or where its pod stayed unready) are not
+// eligible, unless no other is: then a pod there stays, and its node keeps trying. A stuck pod
+// (its router gone, or never configured because the node's chain lacked egressd-cni) moves to
+// another node as a failed configuration does, and likewise stays when no other node is left.
+//
+// The pod is bound by nodeName, so no scheduler checks cordons and taints: decide does, against
+// the router pod's tolerations (newPod's), as the scheduler and the taint manager would:
+//   - A cordoned node (spec.unschedulable) takes no new router pod, but a router pod already
+//     there stays: cordon means "no new pods", and moving a working router would interrupt its
+//     traffic for nothing. Once that pod is gone (kubectl drain evicts it; or someone deletes
+//     it), its replacement goes to another node, never back to the cordoned one. Unlike the
+//     scheduler, decide does not let a toleration of node.kubernetes.io/unschedulable through
+//     (the router pod tolerates every taint so that taint eviction leaves it to the leader, not
+//     to land on drained nodes); that taint, mirroring the cordon, is said once, as "cordoned".
+//   - A taint of effect NoSchedule the pod does not tolerate: no new pod; one there stays.
+//   - NoExecute not tolerated: no new pod, and one there moves (the taint manager would evict
+//     it; the kubelet refuses such a pod too).
+//   - PreferNoSchedule not tolerated: a new pod goes elsewhere when another node is eligible.
+//
+// When eligible nodes exist but all are excluded so, the reason is NoSchedulableNode, and its
+// message names each node and why ("node-2: cordoned; node-3: taint dedicated=infra:NoSchedule
+// not tolerated").
+func decide(first netip.Prefix, master, hash string, compileErr error, nodes []candidate, tolerations []corev1.Toleration, pods []routerPod, load map[string]int, avoid []string) decision {
 	var p decision
 	if compileErr != nil {
 		for _, pod := range pods {
@@ -70,20 +98,31 @@ func decide(first netip.Prefix, master, hash string, compileErr error, nodes []c
 		p.Reason, p.Message = reasonInvalidSpec, compileErr.Error()
 		return p
 	}
-	eligible := eligible(first, master, nodes)
-	if others := slices.DeleteFunc(slices.Clone(eligible), func(n string) bool { return slices.Contains(avoid, n) }); len(others) > 0 {
-		eligible = others
+	usable := eligible(first, master, nodes)
+	fits := map[string]fit{}
+	for _, n := range nodes {
+		fits[n.Name] = fitOf(n, tolerations)
 	}
-	var unusable, stale, failed, stuck []string
+	// keep: where a router pod may stay; place: where a new one may go.
+	keep := slices.DeleteFunc(slices.Clone(usable), func(n string) bool { return fits[n].evict })
+	place := slices.DeleteFunc(slices.Clone(keep), func(n string) bool { return fits[n].refuse })
+	if others := slices.DeleteFunc(slices.Clone(place), func(n string) bool { return slices.Contains(avoid, n) }); len(others) > 0 {
+		place = others
+		keep = slices.DeleteFunc(keep, func(n string) bool { return slices.Contains(avoid, n) })
+	}
+	var unusable, evicted, stale, failed, stuck []string
 	for _, pod := range pods {
 		switch {
-		case pod.stuck && pod.specHash == hash && !slices.Contains(eligible, pod.Node): // its node is in avoid (Controller.avoiding), another is not
+		case fits[pod.Node].evict && slices.Contains(usable, pod.Node):
+			evicted = append(evicted, pod.Node+" ("+fits[pod.Node].why+")")
+			p.Delete = append(p.Delete, pod.Name)
+		case pod.stuck && pod.specHash == hash && !slices.Contains(keep, pod.Node): // its node is in avoid (Controller.avoiding), another is not
 			stuck = append(stuck, pod.Name+" on node "+pod.Node)
 			p.Delete = append(p.Delete, pod.Name)
-		case !slices.Contains(eligible, pod.Node) && slices.Contains(avoid, pod.Node):
+		case !slices.Contains(keep, pod.Node) && slices.Contains(avoid, pod.Node):
 			failed = append(failed, pod.Node)
 			p.Delete = append(p.Delete, pod.Name)
-		case !slices.Contains(eligible, pod.Node):
+		case !slices.Contains(keep, pod.Node):
 			unusable = append(unusable, pod.Node)
 			p.Delete = append(p.Delete, pod.Name)
 		case pod.specHash != hash:
@@ -98,7 +137,7 @@ func decide(first netip.Prefix, master, hash string, compileErr error, nodes []c
 	if p.Keep != "" {
 		return p
 	}
-	if len(eligible) == 0 {
+	if len(usable) == 0 {
 		p.Reason = reasonNoNode
 		p.Message = fmt.Sprintf("no Ready node whose agent answers has an address in %s (a NIC on the router's network)", first.Masked())
 		if master != "" {
@@ -106,13 +145,31 @@ func decide(first netip.Prefix, master, hash string, compileErr error, nodes []c
 		}
 		return p
 	}
-	p.Create = slices.MinFunc(eligible, func(a, b string) int {
+	if len(place) == 0 { // avoid empties no list: every usable node is cordoned or tainted
+		var excluded []string
+		for _, n := range usable {
+			excluded = append(excluded, n+": "+fits[n].why)
+		}
+		p.Reason = reasonNoSchedulableNode
+		p.Message = fmt.Sprintf("no Ready node whose agent answers and has an address in %s takes a new router pod: %s", first.Masked(), strings.Join(excluded, "; "))
+		if master != "" && !anyOnNetwork(first, nodes) {
+			p.Message = "no Ready node whose agent answers takes a new router pod: " + strings.Join(excluded, "; ")
+		}
+		return p
+	}
+	p.Create = slices.MinFunc(place, func(a, b string) int {
+		if fits[a].prefer != fits[b].prefer {
+			return fits[a].prefer - fits[b].prefer
+		}
 		if load[a] != load[b] {
 			return load[a] - load[b]
 		}
 		return strings.Compare(a, b)
 	})
 	switch {
+	case len(evicted) > 0:
+		p.Reason = reasonNodeUnavailable
+		p.Message = fmt.Sprintf("node %s evicts the router pod: router pod recreated on node %s", strings.Join(evicted, ", "), p.Create)
 	case len(stuck) > 0:
 		p.Reason = reasonUnready
 		p.Message = fmt.Sprintf("router pod %s was not ready for %.0fs (its router is not there): router pod recreated on node %s", strings.Join(stuck, ", "), (2 * unreadyAfter).Seconds(), p.Create)
@@ -130,6 +187,48 @@ func decide(first netip.Prefix, master, hash string, compileErr error, nodes []c
 		p.Message = fmt.Sprintf("router pod created on node %s", p.Create)
 	}
 	return p
+}
+
+// fit is what a node's cordon and taints allow a router pod (see decide).
+type fit struct {
+	// refuse: no new router pod (cordoned, or a NoSchedule or NoExecute taint not tolerated);
+	// evict: a router pod there goes too (a NoExecute taint not tolerated).
+	refuse, evict bool
+	// prefer is the number of PreferNoSchedule taints not tolerated (fewer is better).
+	prefer int
+	// why explains refuse: "cordoned, taint dedicated=infra:NoSchedule not tolerated".
+	why string
+}
+
+func fitOf(n candidate, tolerations []corev1.Toleration) fit {
+	var f fit
+	var why []string
+	if n.Unschedulable {
+		f.refuse = true
+		why = append(why, "cordoned")
+	}
+	for i := range n.Taints {
+		t := &n.Taints[i]
+		if n.Unschedulable && t.Key == corev1.TaintNodeUnschedulable {
+			continue // the cordon, said already
+		}
+		// Comparison operators (Lt, Gt: a feature gate's) are off: the router pod uses none.
+		if slices.ContainsFunc(tolerations, func(tol corev1.Toleration) bool { return tol.ToleratesTaint(klog.Background(), t, false) }) {
+			continue
+		}
+		switch t.Effect {
+		case corev1.TaintEffectNoExecute:
+			f.evict = true
+			fallthrough
+		case corev1.TaintEffectNoSchedule:
+			f.refuse = true
+			why = append(why, "taint "+t.ToString()+" not tolerated")
+		case corev1.TaintEffectPreferNoSchedule:
+			f.prefer++
+		}
+	}
+	f.why = strings.Join(why, ", ")
+	return f
 }
 
 // eligible are the nodes a router on first's network may run on (see decide), by name.

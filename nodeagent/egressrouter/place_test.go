@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -87,7 +88,109 @@ func TestPlace(t *testing.T) {
 			want: decision{Delete: []string{"r1"}, Reason: reasonInvalidSpec}, msg: "redirectRules[0]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := decide(first, tc.master, "h", tc.compileErr, tc.nodes, tc.pods, tc.load, tc.avoid)
+			got := decide(first, tc.master, "h", tc.compileErr, tc.nodes, nil, tc.pods, tc.load, tc.avoid)
+			msg := got.Message
+			got.Message = ""
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+			if !strings.Contains(msg, tc.msg) {
+				t.Errorf("message %q does not say %q", msg, tc.msg)
+			}
+		})
+	}
+}
+
+// Placement respects cordons and taints as the scheduler and the taint manager would (the
+// router pod is bound by nodeName: no scheduler looks).
+func TestPlaceCordonTaints(t *testing.T) {
+	first := netip.MustParsePrefix("172.18.0.200/24")
+	onNet := []netip.Prefix{netip.MustParsePrefix("172.18.0.10/24")}
+	offNet := []netip.Prefix{netip.MustParsePrefix("10.1.0.1/16")}
+	cordonTaint := corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}
+	infra := func(effect corev1.TaintEffect) corev1.Taint {
+		return corev1.Taint{Key: "dedicated", Value: "infra", Effect: effect}
+	}
+	node := func(name string, cordoned bool, taints ...corev1.Taint) candidate {
+		if cordoned { // as the node lifecycle controller mirrors it
+			taints = append(taints, cordonTaint)
+		}
+		return candidate{Name: name, Ready: true, Reachable: true, Unschedulable: cordoned, Taints: taints, HostCIDRs: onNet}
+	}
+	offNetwork := candidate{Name: "c", Ready: true, Reachable: true, HostCIDRs: offNet}
+	r1On := func(n string) []routerPod { return []routerPod{{Name: "r1", Node: n, specHash: "h"}} }
+	tolerateInfra := func(effect corev1.TaintEffect) []corev1.Toleration {
+		return []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "infra", Effect: effect}}
+	}
+	for _, tc := range []struct {
+		name        string
+		master      string
+		nodes       []candidate
+		tolerations []corev1.Toleration
+		pods        []routerPod
+		load        map[string]int
+		avoid       []string
+		want        decision
+		msg         string
+	}{
+		{name: "cordoned: no new pod there", nodes: []candidate{node("a", true), node("b", false)}, load: map[string]int{"b": 3},
+			want: decision{Create: "b", Reason: reasonCreated}, msg: "created on node b"},
+		{name: "cordon alone keeps the router where it is", nodes: []candidate{node("a", true), node("b", false)}, pods: r1On("a"),
+			want: decision{Keep: "r1"}},
+		{name: "drained: the evicted router comes back on another node, not the cordoned one",
+			nodes: []candidate{node("a", true), node("b", false)}, load: map[string]int{"b": 3}, // the pod on a is gone
+			want: decision{Create: "b", Reason: reasonCreated}},
+		{name: "cordoned: the router pod's own tolerations (every taint) do not let it on",
+			nodes: []candidate{node("a", true), node("b", false)}, tolerations: newPod(&netopv1.EgressRouter{}, "", "").Spec.Tolerations,
+			want: decision{Create: "b", Reason: reasonCreated}},
+		{name: "spec changed on a cordoned node: the new pod goes elsewhere", nodes: []candidate{node("a", true), node("b", false)},
+			pods: []routerPod{{Name: "r1", Node: "a", specHash: "old"}},
+			want: decision{Delete: []string{"r1"}, Create: "b", Reason: reasonSpecChanged}},
+		{name: "NoSchedule not tolerated: no new pod there", nodes: []candidate{node("a", false, infra(corev1.TaintEffectNoSchedule)), node("b", false)},
+			want: decision{Create: "b", Reason: reasonCreated}},
+		{name: "NoSchedule tolerated: allowed", nodes: []candidate{node("a", false, infra(corev1.TaintEffectNoSchedule)), node("b", false)},
+			tolerations: tolerateInfra(corev1.TaintEffectNoSchedule), want: decision{Create: "a", Reason: reasonCreated}},
+		{name: "NoSchedule not tolerated: the router there stays", nodes: []candidate{node("a", false, infra(corev1.TaintEffectNoSchedule)), node("b", false)},
+			pods: r1On("a"), want: decision{Keep: "r1"}},
+		{name: "NoExecute not tolerated: the router moves", nodes: []candidate{node("a", false, infra(corev1.TaintEffectNoExecute)), node("b", false)},
+			pods: r1On("a"), want: decision{Delete: []string{"r1"}, Create: "b", Reason: reasonNodeUnavailable},
+			msg: "node a (taint dedicated=infra:NoExecute not tolerated) evicts the router pod: router pod recreated on node b"},
+		{name: "NoExecute tolerated: the router stays", nodes: []candidate{node("a", false, infra(corev1.TaintEffectNoExecute)), node("b", false)},
+			tolerations: []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}}, pods: r1On("a"), want: decision{Keep: "r1"}},
+		{name: "NoExecute tolerated only for NoSchedule: the router moves",
+			nodes:       []candidate{node("a", false, infra(corev1.TaintEffectNoExecute)), node("b", false)},
+			tolerations: tolerateInfra(corev1.TaintEffectNoSchedule), pods: r1On("a"),
+			want: decision{Delete: []string{"r1"}, Create: "b", Reason: reasonNodeUnavailable}},
+		{name: "NoExecute on the only node: the router goes, none replaces it",
+			nodes: []candidate{node("a", false, infra(corev1.TaintEffectNoExecute)), offNetwork}, pods: r1On("a"),
+			want: decision{Delete: []string{"r1"}, Reason: reasonNoSchedulableNode}, msg: "a: taint dedicated=infra:NoExecute not tolerated"},
+		{name: "PreferNoSchedule: another node preferred, even more loaded",
+			nodes: []candidate{node("a", false, infra(corev1.TaintEffectPreferNoSchedule)), node("b", false)}, load: map[string]int{"b": 3},
+			want: decision{Create: "b", Reason: reasonCreated}},
+		{name: "PreferNoSchedule tolerated: by load and name as usual",
+			nodes: []candidate{node("a", false, infra(corev1.TaintEffectPreferNoSchedule)), node("b", false)}, load: map[string]int{"b": 3},
+			tolerations: tolerateInfra(corev1.TaintEffectPreferNoSchedule), want: decision{Create: "a", Reason: reasonCreated}},
+		{name: "PreferNoSchedule on the only node: used", nodes: []candidate{node("a", false, infra(corev1.TaintEffectPreferNoSchedule)), offNetwork},
+			want: decision{Create: "a", Reason: reasonCreated}},
+		{name: "PreferNoSchedule: the router there stays",
+			nodes: []candidate{node("a", false, infra(corev1.TaintEffectPreferNoSchedule)), node("b", false)}, pods: r1On("a"),
+			want: decision{Keep: "r1"}},
+		{name: "every node cordoned or tainted: no router, each node and why",
+			nodes: []candidate{node("a", true, infra(corev1.TaintEffectNoSchedule)), node("b", false, infra(corev1.TaintEffectNoExecute)), offNetwork},
+			want:  decision{Reason: reasonNoSchedulableNode},
+			msg:   "no Ready node whose agent answers and has an address in 172.18.0.0/24 takes a new router pod: a: cordoned, taint dedicated=infra:NoSchedule not tolerated; b: taint dedicated=infra:NoExecute not tolerated"},
+		{name: "master set, no node on the network, all cordoned", master: "ens5",
+			nodes: []candidate{{Name: "c", Ready: true, Reachable: true, Unschedulable: true, HostCIDRs: offNet}},
+			want:  decision{Reason: reasonNoSchedulableNode}, msg: "no Ready node whose agent answers takes a new router pod: c: cordoned"},
+		{name: "configuration failed on its node, the other cordoned: the router stays",
+			nodes: []candidate{node("a", false), node("b", true)}, pods: r1On("a"), avoid: []string{"a"},
+			want: decision{Keep: "r1"}},
+		{name: "NotReady and tainted: said as before", nodes: []candidate{
+			{Name: "a", Reachable: true, HostCIDRs: onNet, Taints: []corev1.Taint{infra(corev1.TaintEffectNoExecute)}}, node("b", false)},
+			pods: r1On("a"), want: decision{Delete: []string{"r1"}, Create: "b", Reason: reasonNodeUnavailable}, msg: "node a is not Ready"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := decide(first, tc.master, "h", nil, tc.nodes, tc.tolerations, tc.pods, tc.load, tc.avoid)
 			msg := got.Message
 			got.Message = ""
 			if !reflect.DeepEqual(got, tc.want) {
@@ -116,6 +219,8 @@ func TestConditions(t *testing.T) {
 			conds: must(forDecision(decision{Create: "b", Delete: []string{"r1"}, Reason: reasonNodeUnavailable}))},
 		{name: "no node", want: [3]string{"False NoNodeForNetwork", "False NoNodeForNetwork", "True NoNodeForNetwork"},
 			conds: must(forDecision(decision{Reason: reasonNoNode}))},
+		{name: "no schedulable node", want: [3]string{"False NoSchedulableNode", "False NoSchedulableNode", "True NoSchedulableNode"},
+			conds: must(forDecision(decision{Reason: reasonNoSchedulableNode, Message: "node-2: cordoned"}))},
 		{name: "configured", want: [3]string{"True RouterConfigured", "False RouterConfigured", "False AsExpected"},
 			conds: forConfiguration("r1", "a", "serves", nil)},
 		{name: "configuration failed", want: [3]string{"False ConfigurationFailed", "False ConfigurationFailed", "True ConfigurationFailed"},
