@@ -47,7 +47,13 @@ func newPod(er *netopv1.EgressRouter, node, image string) *corev1.Pod {
 			AutomountServiceAccountToken:  ptr.To(false),
 			EnableServiceLinks:            ptr.To(false),
 			TerminationGracePeriodSeconds: ptr.To[int64](5),
-			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			// Only the taints of a failing node: the controller moves a router off a node
+			// that stopped answering itself (2 s), before the taint manager's eviction would.
+			// Other taints an admin sets keep routers away, as they keep other pods (place.go).
+			Tolerations: []corev1.Toleration{
+				{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+				{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+			},
 			Containers: []corev1.Container{{
 				Name:    "router",
 				Image:   image,

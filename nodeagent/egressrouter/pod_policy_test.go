@@ -20,9 +20,9 @@ import (
 
 func TestMain(m *testing.M) { controlplane.Main(m) }
 
-// TestRouterPodAdmission: with deploy/rbac.yaml and the admission policy of
-// deploy/router-pod-policy.yaml, an agent (its ServiceAccount, impersonated) may create the router
-// pod newPod makes and delete it, and no other pod: not one that is not an EgressRouter's, nor
+// TestRouterPodAdmission: with deploy/controller-rbac.yaml and the admission policy of
+// deploy/router-pod-policy.yaml, the controller (its ServiceAccount, impersonated) may create the
+// router pod newPod makes and delete it, and no other pod: not one that is not an EgressRouter's, nor
 // a router pod with more privileges (host namespaces or ports, capabilities, volumes, seccomp or
 // AppArmor unconfined); the API server's own denial says why.
 func TestRouterPodAdmission(t *testing.T) {
@@ -30,22 +30,22 @@ func TestRouterPodAdmission(t *testing.T) {
 	ns := cp.Namespace(t)
 	ctx := context.Background()
 	admin := cp.Client(t)
-	user := "system:serviceaccount:" + ns + ":egressd"
-	revoke, err := kube.GrantAgentRBAC(ctx, admin, "../../deploy/rbac.yaml", ns, user)
+	user := "system:serviceaccount:" + ns + ":egressd-controller"
+	revoke, err := kube.GrantAgentRBAC(ctx, admin, "../../deploy/controller-rbac.yaml", ns, user)
 	if revoke != nil {
 		t.Cleanup(revoke)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	uninstall, err := kube.InstallAgentPolicies(ctx, cp.Config, "../../deploy/router-pod-policy.yaml", user, ns)
+	uninstall, err := kube.InstallPolicies(ctx, cp.Config, "../../deploy/router-pod-policy.yaml", map[string]string{kube.DeployedController: user}, ns)
 	if uninstall != nil {
 		t.Cleanup(uninstall)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent, err := kube.Impersonate(cp.Config, user, ns, ns+"-node")
+	controller, err := kube.Impersonate(cp.Config, user, ns, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,14 +75,14 @@ func TestRouterPodAdmission(t *testing.T) {
 	sc := privileged.Spec.Containers[0].SecurityContext
 	sc.Privileged, sc.AllowPrivilegeEscalation = ptr.To(true), nil
 	poll.Eventually(t, "a privileged router pod denied", 30*time.Second, func() error {
-		if _, err := create(agent.CoreV1().Pods(ns), privileged); err == nil || !strings.Contains(err.Error(), "runs unprivileged") {
+		if _, err := create(controller.CoreV1().Pods(ns), privileged); err == nil || !strings.Contains(err.Error(), "runs unprivileged") {
 			return fmt.Errorf("created: %v", err)
 		}
 		return nil
 	})
 	var made *corev1.Pod
-	poll.Eventually(t, "the agent creates the router pod", 30*time.Second, func() error {
-		made, err = create(agent.CoreV1().Pods(ns), newPod(er, ns+"-node", DefaultImage))
+	poll.Eventually(t, "the controller creates the router pod", 30*time.Second, func() error {
+		made, err = create(controller.CoreV1().Pods(ns), newPod(er, ns+"-node", DefaultImage))
 		return err
 	})
 
@@ -124,8 +124,8 @@ func TestRouterPodAdmission(t *testing.T) {
 	} {
 		p := newPod(er, ns+"-node", DefaultImage)
 		d.change(p)
-		if _, err := create(agent.CoreV1().Pods(ns), p); err == nil || !strings.Contains(err.Error(), d.want) {
-			t.Errorf("the agent creating a router pod %s: %v, want denied (%s)", d.what, err, d.want)
+		if _, err := create(controller.CoreV1().Pods(ns), p); err == nil || !strings.Contains(err.Error(), d.want) {
+			t.Errorf("the controller creating a router pod %s: %v, want denied (%s)", d.what, err, d.want)
 		}
 	}
 
@@ -135,10 +135,10 @@ func TestRouterPodAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatalf("an admin creating a host-network pod: %v", err)
 	}
-	if err := agent.CoreV1().Pods(ns).Delete(ctx, workload.Name, metav1.DeleteOptions{}); err == nil || !strings.Contains(err.Error(), "only EgressRouter pods") {
-		t.Errorf("the agent deleting a workload pod: %v, want denied", err)
+	if err := controller.CoreV1().Pods(ns).Delete(ctx, workload.Name, metav1.DeleteOptions{}); err == nil || !strings.Contains(err.Error(), "only EgressRouter pods") {
+		t.Errorf("the controller deleting a workload pod: %v, want denied", err)
 	}
-	if err := agent.CoreV1().Pods(ns).Delete(ctx, made.Name, metav1.DeleteOptions{}); err != nil {
-		t.Errorf("the agent deleting the router pod it made: %v", err)
+	if err := controller.CoreV1().Pods(ns).Delete(ctx, made.Name, metav1.DeleteOptions{}); err != nil {
+		t.Errorf("the controller deleting the router pod it made: %v", err)
 	}
 }
