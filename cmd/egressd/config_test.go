@@ -92,7 +92,7 @@ func TestParseControllerFlags(t *testing.T) {
 		t.Errorf("total timeout 0 disables the probes: %v, %+v", err, c)
 	}
 	for flag, args := range map[string][]string{
-		"--leader-election-lease-duration":      {"--leader-election-lease-duration=500ms"},
+		"--leader-election-lease-duration":      {"--leader-election-lease-duration=1500ms"},
 		"--egressip-reachability-total-timeout": {"--egressip-reachability-total-timeout=-1s"},
 		"--egressip-reachability-interval":      {"--egressip-reachability-total-timeout=1s", "--egressip-reachability-interval=2s"},
 		"--egressip-cloud":                      {"--egressip-cloud=maybe"},

@@ -62,8 +62,8 @@ func newControllerFlagSet(c *controllerConfig, env environment, identity string)
 	fs.BoolVar(&c.profiling, "profiling", false, "also serve Go's runtime profiles (pprof) at /debug/pprof/ on the metrics address")
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":9479", "host:port serving /healthz and /readyz (ready once the caches synced, leading or not)")
 	fs.StringVar(&c.leaderElectionNS, "leader-election-namespace", env.namespace, "namespace of the leader election Lease (default $POD_NAMESPACE or egressd)")
-	fs.DurationVar(&c.leaseDuration, "leader-election-lease-duration", 1200*time.Millisecond,
-		"how long the Lease is valid without renewal: a standby replica takes over that long after the leader's last renewal, so that a leader lost with its node moves no egress IP later than this plus a write (the dataplane does not change on a change of leader)")
+	fs.DurationVar(&c.leaseDuration, "leader-election-lease-duration", time.Second,
+		"how long the Lease is valid without renewal, in whole seconds (the Lease records seconds): a standby replica takes over that long after it last saw the leader renew, so that a leader lost with its node moves no egress IP much later than this (the dataplane does not change on a change of leader)")
 	fs.DurationVar(&c.renewDeadline, "leader-election-renew-deadline", 800*time.Millisecond, "how long the leader retries renewing before it stops deciding (an API server slower than this makes the replicas take turns; nothing on the nodes changes)")
 	fs.DurationVar(&c.retryPeriod, "leader-election-retry-period", 200*time.Millisecond, "interval between the leader's renewals and the standby's looks at the Lease")
 	fs.Var(&c.clusterCIDRs, "cluster-cidr", "comma-separated pod network CIDRs, replacing those discovered from the Nodes' spec.podCIDRs: the same as the agents'")
@@ -119,7 +119,11 @@ func (c *controllerConfig) validate() error {
 	if c.leaderElectionNS == "" {
 		bad("leader-election-namespace", "required")
 	}
-	// client-go's own rule, with its jitter factor of 1.2 on the retry period.
+	// client-go's own rule, with its jitter factor of 1.2 on the retry period; the Lease
+	// object holds whole seconds (client-go truncates: 1.5 s would be 1 s, 0.5 s none).
+	if c.leaseDuration%time.Second != 0 {
+		bad("leader-election-lease-duration", "%s is not a whole number of seconds", c.leaseDuration)
+	}
 	if c.leaseDuration <= c.renewDeadline || float64(c.renewDeadline) <= 1.2*float64(c.retryPeriod) || c.retryPeriod <= 0 {
 		bad("leader-election-lease-duration", "need lease duration (%s) > renew deadline (%s) > 1.2 x retry period (%s) > 0", c.leaseDuration, c.renewDeadline, c.retryPeriod)
 	}

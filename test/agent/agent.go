@@ -179,7 +179,7 @@ type ControllerOptions struct {
 }
 
 // LaunchController runs egressd controller on free loopback ports, with lease timers that
-// hold on a loaded test machine (3 s; the shipped 1.2 s are what the failover tests set). It
+// hold on a loaded test machine (3 s; the shipped 1 s is what the failover tests set). It
 // dies with the calling process.
 func LaunchController(o ControllerOptions) (*Process, error) {
 	return launch(o.Name, o.LogDir, o.Wrap, o.Dial, func(p *Process) []string {

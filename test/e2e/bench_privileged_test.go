@@ -34,7 +34,7 @@ func spread(b *testing.B, name string, ds []time.Duration) (lo, med, hi time.Dur
 // also cuts it off the API server, as when the node's only network is gone) while the flow
 // streams, and returns the time until the web host sees the flow with ip again from another
 // node of l. The node is restored before it returns.
-func failoverTrial(b *testing.B, l *lab.Lab, from *lab.Node, ip netip.Addr, capture *lab.Capture, port uint16, cut bool) (time.Duration, *lab.Node) {
+func failoverTrial(b testing.TB, l *lab.Lab, from *lab.Node, ip netip.Addr, capture *lab.Capture, port uint16, cut bool) (time.Duration, *lab.Node) {
 	b.Helper()
 	others := map[string]*lab.Node{}
 	for _, n := range l.Nodes {
