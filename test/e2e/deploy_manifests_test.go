@@ -200,23 +200,65 @@ func TestDeployManifestsDryRun(t *testing.T) {
 			"tolerations[0].key=dedicated", "tolerations[0].operator=Exists", "tolerations[0].effect=NoSchedule",
 			"nodeSelector.kubernetes\\.io/os=linux", "resources.limits.memory=512Mi",
 			"seccompProfile.type=Unconfined", "podAnnotations.a=b", "createNamespace=false",
+			"controller.replicas=3", "controller.ports.metrics=19478", "controller.ports.health=19479",
+			"controller.extraArgs[0]=--egressip-cloud=false", "controller.nodeSelector.kubernetes\\.io/os=linux",
+			"controller.resources.limits.memory=512Mi", "controller.podAnnotations.a=b", "controller.priorityClassName=",
+			"controller.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=node-role.kubernetes.io/control-plane",
+			"controller.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
 		}, ","))
-		ds := byKindName(objs)["DaemonSet/edge-egressd"]
-		if ds == nil {
-			t.Fatalf("no DaemonSet edge-egressd in %d objects", len(objs))
+		containerArgs := func(kind, name string) string {
+			t.Helper()
+			o := byKindName(objs)[kind+"/"+name]
+			if o == nil {
+				t.Fatalf("no %s %s in %d objects", kind, name, len(objs))
+			}
+			c, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			return fmt.Sprint(c[0].(map[string]any)["args"])
 		}
-		c, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
-		args := fmt.Sprint(c[0].(map[string]any)["args"])
+		args := containerArgs("DaemonSet", "edge-egressd")
 		for _, want := range []string{"--cluster-cidr=10.0.0.0/16,fd00::/48", "--service-cidr=10.1.0.0/16", "--fwmark-mask=0x0f000000", "--rule-priority-base=2000", "--rule-priority-count=100",
 			"--route-table-base=3000", "--route-table-count=200", "--metrics-bind-address=:19476",
 			"--health-probe-bind-address=:19477", "--egress-health-bind-address=:19107", "--egressip-health-port=19107",
-			"--log-format=text", "--v=1", "--external-gateway-annotations",
-			"--egress-router-image=registry.example/egressd:v1.2.3"} {
+			"--log-format=text", "--v=1", "--external-gateway-annotations"} {
 			if !strings.Contains(args, want) {
-				t.Errorf("args %s lack %s", args, want)
+				t.Errorf("the agent's args %s lack %s", args, want)
 			}
 		}
+		// The router pods are the controller's: their image is its flag.
+		if strings.Contains(args, "--egress-router-image") {
+			t.Errorf("the agent's args %s hold --egress-router-image", args)
+		}
+		args = containerArgs("Deployment", "edge-egressd-controller")
+		if !strings.HasPrefix(args, "[controller ") {
+			t.Errorf("the controller's args %s do not start with the subcommand controller", args)
+		}
+		for _, want := range []string{"--egress-router-image=registry.example/egressd:v1.2.3", "--cluster-cidr=10.0.0.0/16,fd00::/48", "--service-cidr=10.1.0.0/16", "--metrics-bind-address=:19478",
+			"--health-probe-bind-address=:19479", "--egressip-health-port=19107", "--log-format=text", "--v=1", "--egressip-cloud=false"} {
+			if !strings.Contains(args, want) {
+				t.Errorf("the controller's args %s lack %s", args, want)
+			}
+		}
+		for _, unwanted := range []string{"--external-gateway-annotations", "--fwmark-mask", "--egress-health-bind-address"} {
+			if strings.Contains(args, unwanted) {
+				t.Errorf("the controller's args %s hold the agent's %s", args, unwanted)
+			}
+		}
+		if d := byKindName(objs)["Deployment/edge-egressd-controller"]; d != nil {
+			if r, _, _ := unstructured.NestedFieldNoCopy(d.Object, "spec", "replicas"); fmt.Sprint(r) != "3" {
+				t.Errorf("the controller's replicas: %v, want 3", r)
+			}
+		}
+		if byKindName(objs)["PodDisruptionBudget/edge-egressd-controller"] == nil {
+			t.Errorf("no PodDisruptionBudget for 3 controller replicas")
+		}
 		dryRunApply(t, cp, objs)
+	})
+	t.Run("helm-one-controller", func(t *testing.T) {
+		// A single replica has no PodDisruptionBudget: minAvailable 1 would block every drain.
+		objs := helmTemplate(t, "egressd", cp.Namespace(t), "--set", "controller.replicas=1")
+		if pdb := byKindName(objs)["PodDisruptionBudget/egressd-controller"]; pdb != nil {
+			t.Errorf("a PodDisruptionBudget for one controller replica")
+		}
 	})
 }
 
@@ -261,6 +303,13 @@ func TestDeployChartMatchesKustomize(t *testing.T) {
 			fields = [][]string{{"spec"}}
 		case "DaemonSet":
 			fields = [][]string{{"spec", "selector"}, {"spec", "updateStrategy"}, {"spec", "template"}}
+		case "Deployment":
+			fields = [][]string{{"spec", "replicas"}, {"spec", "selector"}, {"spec", "strategy"}, {"spec", "template"}}
+		case "PodDisruptionBudget":
+			fields = [][]string{{"spec"}}
+		case "ServiceAccount":
+		default:
+			t.Errorf("%s: this test does not know which fields of a %s to compare", k, b.GetKind())
 		}
 		if b.GetNamespace() != c.GetNamespace() {
 			t.Errorf("%s: namespace %q in the base, %q in the chart", k, b.GetNamespace(), c.GetNamespace())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,13 +25,15 @@ import (
 // TestDeployNodePolicy: with deploy/node-policy.yaml installed, an agent (its ServiceAccount
 // with the node-name claim of its pod-bound token, and deploy/rbac.yaml) may publish its
 // annotations on its own Node, and nothing else: not on another Node, not other annotations,
-// not labels, not without the claim; and change only EgressIPs' status. Others (an admin) are
-// not concerned.
+// no label at all, not without the claim. The controller (deploy/controller-rbac.yaml) may set
+// and remove the EgressService hosts' labels (egress-service.k8s.ovn.org/) on any Node and
+// nothing else there, and change only EgressIPs' status. Others (an admin) are not concerned.
 func TestDeployNodePolicy(t *testing.T) {
 	cp := controlplane.Shared(t)
 	admin := cp.Client(t)
 	ctx := context.Background()
-	ns, user := agentUnderPolicies(t, cp, "node-policy.yaml")
+	u := underPolicies(t, cp, "node-policy.yaml")
+	ns := u.ns
 
 	own, other := ns+"-a", ns+"-b"
 	for _, n := range []string{own, other} {
@@ -41,13 +44,14 @@ func TestDeployNodePolicy(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{}) })
 	}
-	agentOn := func(node string) kubernetes.Interface {
+	as := func(user, node string) kubernetes.Interface {
 		c, err := kube.Impersonate(cp.Config, user, ns, node)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c
 	}
+	agentOn := func(node string) kubernetes.Interface { return as(u.agent, node) }
 	patch := func(c kubernetes.Interface, node, p string) error {
 		_, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(p), metav1.PatchOptions{FieldManager: "egressd"})
 		return err
@@ -73,18 +77,14 @@ func TestDeployNodePolicy(t *testing.T) {
 	if err := patch(agent, own, `{"metadata":{"annotations":{"k8s.ovn.org/host-cidrs":null}}}`); err != nil {
 		t.Errorf("the agent removing its own annotation: %v", err)
 	}
-	// The host of an EgressService labels itself (upstream's label), and unlabels itself.
-	if err := patch(agent, own, `{"metadata":{"labels":{"egress-service.k8s.ovn.org/app-web":""}}}`); err != nil {
-		t.Errorf("the agent labeling its own Node as an EgressService host: %v", err)
-	}
-	if err := patch(agent, own, `{"metadata":{"labels":{"egress-service.k8s.ovn.org/app-web":null}}}`); err != nil {
-		t.Errorf("the agent removing its own EgressService host label: %v", err)
-	}
 	for _, d := range []struct{ what, who, node, patch, want string }{
 		{"another annotation", own, own, `{"metadata":{"annotations":{"example.com/other":"x"}}}`, "only its own annotations"},
 		{"changing an annotation not its own", own, own, `{"metadata":{"annotations":{"example.com/keep":"2"}}}`, "only its own annotations"},
 		{"removing an annotation not its own", own, own, `{"metadata":{"annotations":{"example.com/keep":null}}}`, "only its own annotations"},
 		{"a label", own, own, `{"metadata":{"labels":{"k8s.ovn.org/egress-assignable":""}}}`, "labels"},
+		{"removing a label", own, own, `{"metadata":{"labels":{"role":null}}}`, "labels"},
+		// The EgressService host's label is the controller's now.
+		{"its own EgressService label", own, own, `{"metadata":{"labels":{"egress-service.k8s.ovn.org/app-web":""}}}`, "labels"},
 		{"the spec", own, own, `{"spec":{"unschedulable":true}}`, "labels"},
 		{"another node's EgressService label", own, other, `{"metadata":{"labels":{"egress-service.k8s.ovn.org/app-web":""}}}`, "only the Node its pod runs on"},
 		{"without the node claim", "", own, publish, "only the Node its pod runs on"},
@@ -98,13 +98,61 @@ func TestDeployNodePolicy(t *testing.T) {
 		t.Errorf("an admin labeling a node: %v", err)
 	}
 
-	// EgressIPs: the agent (the leader) updates their status, and nothing else.
+	// The controller moves an EgressService's host: it labels the new host and unlabels the old
+	// one (nodeagent/egressservice), on any Node, with or without a node-name claim (its pod's
+	// node is none of its business).
+	ctrl := as(u.controller, "")
+	const hostLabel = "egress-service.k8s.ovn.org/app-web"
+	poll.Eventually(t, "the controller is denied another label", 20*time.Second, func() error {
+		if err := patch(ctrl, own, `{"metadata":{"labels":{"role":"infra"}}}`); err == nil || !strings.Contains(err.Error(), "only a Node's egress-service.k8s.ovn.org/ labels") {
+			return fmt.Errorf("got %v", err)
+		}
+		return nil
+	})
+	for _, step := range []struct{ what, node, patch string }{
+		{"labelling the host", own, `{"metadata":{"labels":{"` + hostLabel + `":""}}}`},
+		{"labelling the new host", other, `{"metadata":{"labels":{"` + hostLabel + `":""}}}`},
+		{"unlabelling the old host", own, `{"metadata":{"labels":{"` + hostLabel + `":null}}}`},
+	} {
+		if err := patch(ctrl, step.node, step.patch); err != nil {
+			t.Errorf("the controller %s %s: %v", step.what, step.node, err)
+		}
+	}
+	if err := patch(as(u.controller, own), own, `{"metadata":{"labels":{"`+hostLabel+`":""}}}`); err != nil {
+		t.Errorf("the controller, with a node-name claim, labelling a host: %v", err)
+	}
+	// (Each a change: a patch that changes nothing is no write to refuse.)
+	for _, d := range []struct{ what, patch, want string }{
+		{"another label", `{"metadata":{"labels":{"example.com/other":"x"}}}`, "only a Node's egress-service.k8s.ovn.org/ labels"},
+		{"changing another label", `{"metadata":{"labels":{"role":"infra"}}}`, "only a Node's egress-service.k8s.ovn.org/ labels"},
+		{"removing another label", `{"metadata":{"labels":{"role":null}}}`, "only a Node's egress-service.k8s.ovn.org/ labels"},
+		{"an annotation", `{"metadata":{"annotations":{"example.com/keep":"2"}}}`, "annotations or spec"},
+		{"the agent's annotation", `{"metadata":{"annotations":{"k8s.ovn.org/node-primary-ifaddr":"{\"ipv4\":\"192.0.2.9/24\"}"}}}`, "annotations or spec"},
+		{"the spec", `{"spec":{"unschedulable":true}}`, "annotations or spec"},
+		{"a taint", `{"spec":{"taints":[{"key":"example.com/x","effect":"NoSchedule"}]}}`, "annotations or spec"},
+	} {
+		err := patch(ctrl, other, d.patch)
+		if err == nil || !strings.Contains(err.Error(), d.want) {
+			t.Errorf("the controller changing %s of %s: %v, want denied (%s)", d.what, other, err, d.want)
+		}
+	}
+	got, err := admin.CoreV1().Nodes().Get(ctx, other, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Labels["role"] != "worker" || got.Labels["example.com/other"] != "" || got.Annotations["example.com/keep"] != "1" ||
+		strings.Contains(got.Annotations["k8s.ovn.org/node-primary-ifaddr"], "192.0.2.9") || got.Spec.Unschedulable ||
+		slices.ContainsFunc(got.Spec.Taints, func(t corev1.Taint) bool { return t.Key == "example.com/x" }) {
+		t.Errorf("node %s changed by denied patches: labels %v, annotations %v, spec %+v", other, got.Labels, got.Annotations, got.Spec)
+	}
+
+	// EgressIPs: the controller (its leader) patches their status, and nothing else.
 	gvr := schema.GroupVersionResource{Group: "k8s.ovn.org", Version: "v1", Resource: "egressips"}
 	adminDyn, err := dynamic.NewForConfig(cp.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	agentDyn, err := dynamic.NewForConfig(kube.ImpersonateConfig(cp.Config, user, ns, own))
+	ctrlDyn, err := dynamic.NewForConfig(kube.ImpersonateConfig(cp.Config, u.controller, ns, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,11 +166,11 @@ func TestDeployNodePolicy(t *testing.T) {
 	t.Cleanup(func() { _ = adminDyn.Resource(gvr).Delete(context.Background(), name, metav1.DeleteOptions{}) })
 	// As the leader writes it (nodeagent/egressip/controller.go): a merge patch.
 	patchEIP := func(p string) error {
-		_, err := agentDyn.Resource(gvr).Patch(ctx, name, types.MergePatchType, []byte(p), metav1.PatchOptions{FieldManager: "egressd-leader"})
+		_, err := ctrlDyn.Resource(gvr).Patch(ctx, name, types.MergePatchType, []byte(p), metav1.PatchOptions{FieldManager: "egressd-leader"})
 		return err
 	}
 	const denied = "may change only an EgressIP's status"
-	poll.Eventually(t, "the agent is denied changing an EgressIP's spec", 20*time.Second, func() error {
+	poll.Eventually(t, "the controller is denied changing an EgressIP's spec", 20*time.Second, func() error {
 		if err := patchEIP(`{"spec":{"egressIPs":["198.51.100.9"]}}`); err == nil || !strings.Contains(err.Error(), denied) {
 			return fmt.Errorf("got %v", err)
 		}
@@ -130,20 +178,15 @@ func TestDeployNodePolicy(t *testing.T) {
 	})
 	// The leader writes addresses in their canonical form, whatever the spec's.
 	if err := patchEIP(`{"status":{"items":[{"node":"` + own + `","egressIP":"192.0.2.77"},{"node":"` + own + `","egressIP":"2001:db8::77"}]}}`); err != nil {
-		t.Errorf("the agent assigning the EgressIP (status.items): %v", err)
+		t.Errorf("the controller assigning the EgressIP (status.items): %v", err)
 	}
-	// The previous release's leader updates the object it read, its absent podSelector as {}.
-	cur, err := adminDyn.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = unstructured.SetNestedMap(cur.Object, map[string]any{}, "spec", "podSelector")
-	_ = unstructured.SetNestedSlice(cur.Object, []any{}, "status", "items")
-	if _, err := agentDyn.Resource(gvr).Update(ctx, cur, metav1.UpdateOptions{FieldManager: "egressd-leader"}); err != nil {
-		t.Errorf("the previous release's leader updating the EgressIP's status (podSelector {}): %v", err)
+	// An absent podSelector written as {} selects the same pods (the previous release's
+	// leader wrote back what it read so): let through.
+	if err := patchEIP(`{"spec":{"podSelector":{}},"status":{"items":[]}}`); err != nil {
+		t.Errorf("the controller writing an absent podSelector as {}: %v", err)
 	}
 	if err := patchEIP(`{"status":{"items":[{"node":"` + other + `","egressIP":"198.51.100.9"}]}}`); err == nil || !strings.Contains(err.Error(), "only the addresses an EgressIP requests") {
-		t.Errorf("the agent assigning an address the EgressIP does not request: %v, want denied", err)
+		t.Errorf("the controller assigning an address the EgressIP does not request: %v, want denied", err)
 	}
 	for what, p := range map[string]string{
 		"an owner":               `{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"x","uid":"00000000-0000-0000-0000-000000000001"}]}}`,
@@ -153,31 +196,41 @@ func TestDeployNodePolicy(t *testing.T) {
 		"a label":                `{"metadata":{"labels":{"x":"y"}}}`,
 	} {
 		if err := patchEIP(p); err == nil || !strings.Contains(err.Error(), denied) {
-			t.Errorf("the agent changing an EgressIP's %s: %v, want denied (%s)", what, err, denied)
+			t.Errorf("the controller changing an EgressIP's %s: %v, want denied (%s)", what, err, denied)
 		}
 	}
 }
 
-// agentUnderPolicies makes a namespace whose ServiceAccount egressd has the agent's RBAC
-// (deploy/rbac.yaml) and is under the policies of deploy/<file> as deployed (under names of
-// their own), all undone when the test ends; it returns the namespace and the agent's user.
-func agentUnderPolicies(t *testing.T, cp *controlplane.ControlPlane, file string) (ns, user string) {
+// egressdUsers are the users of the agent and the controller standing, in the test namespace
+// ns, for the ServiceAccounts egressd and egressd-controller of the namespace egressd.
+type egressdUsers struct{ ns, agent, controller string }
+
+// underPolicies makes a namespace whose ServiceAccounts egressd and egressd-controller have
+// the agent's and the controller's RBAC (deploy/rbac.yaml, deploy/controller-rbac.yaml with its
+// Role in the namespace) and are under the policies of deploy/<files> as deployed (under names
+// of their own), all undone when the test ends.
+func underPolicies(t *testing.T, cp *controlplane.ControlPlane, files ...string) egressdUsers {
 	t.Helper()
-	ns = cp.Namespace(t)
-	user = "system:serviceaccount:" + ns + ":egressd"
-	cleanup, err := kube.GrantAgentRBAC(context.Background(), cp.Client(t), "../../deploy/rbac.yaml", ns, user)
-	if cleanup != nil {
-		t.Cleanup(cleanup)
+	ns := cp.Namespace(t)
+	u := egressdUsers{ns: ns, agent: "system:serviceaccount:" + ns + ":egressd", controller: "system:serviceaccount:" + ns + ":egressd-controller"}
+	for rbac, user := range map[string]string{"rbac.yaml": u.agent, "controller-rbac.yaml": u.controller} {
+		cleanup, err := kube.GrantAgentRBAC(context.Background(), cp.Client(t), filepath.Join(deployDir, rbac), ns, user)
+		if cleanup != nil {
+			t.Cleanup(cleanup)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err != nil {
-		t.Fatal(err)
+	users := map[string]string{kube.DeployedAgent: u.agent, kube.DeployedController: u.controller}
+	for _, file := range files {
+		uninstall, err := kube.InstallPolicies(context.Background(), cp.Config, filepath.Join(deployDir, file), users, ns)
+		if uninstall != nil {
+			t.Cleanup(uninstall)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
-	uninstall, err := kube.InstallAgentPolicies(context.Background(), cp.Config, filepath.Join(deployDir, file), user, ns)
-	if uninstall != nil {
-		t.Cleanup(uninstall)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ns, user
+	return u
 }

@@ -9,11 +9,15 @@ import (
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/test/controlplane"
 	"github.com/egressd/egressd/test/kube"
 	"github.com/egressd/egressd/test/poll"
 )
+
+// leaseName is the Lease the controller's replicas compete for: the name the previous
+// release's agents competed for, so that during an upgrade an old leading agent and a new
+// controller never decide at once. A contract of the manifests, hence a literal here.
+const leaseName = "egressd-leader"
 
 // call is one API request as RBAC sees it.
 type call struct {
@@ -38,71 +42,27 @@ func (c call) String() string {
 	return s
 }
 
-// TestDeployRBAC asks the real API server whether the agent's ServiceAccount, holding exactly
-// what deploy/rbac.yaml grants, may make each call the agent makes, and may not make a few it
-// must not: its permissions are enough and no more than needed.
-func TestDeployRBAC(t *testing.T) {
-	cp := controlplane.Shared(t)
-	ns := cp.Namespace(t) // stands for the agents' namespace (leader election)
-	client := cp.Client(t)
-	ctx := context.Background()
-	user := "system:serviceaccount:" + ns + ":egressd"
-	cleanup, err := kube.GrantAgentRBAC(ctx, client, "../../deploy/rbac.yaml", ns, user)
-	if cleanup != nil {
-		t.Cleanup(cleanup)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+const ovnGroup, netopGroup, cloudGroup, leaseGroup = "k8s.ovn.org", "network.operator.openshift.io", "cloud.network.openshift.io", "coordination.k8s.io"
 
-	const ovn, netop, cloud = "k8s.ovn.org", "network.operator.openshift.io", "cloud.network.openshift.io"
-	var allowed []call
-	// Informers (watchers/watchers.go).
+// informerCalls are the lists and watches of the informers both processes run
+// (watchers/watchers.go).
+func informerCalls() []call {
+	var calls []call
 	for _, r := range []struct{ group, resource string }{
 		{"", "nodes"}, {"", "namespaces"}, {"", "pods"}, {"", "services"},
 		{"discovery.k8s.io", "endpointslices"}, {"networking.k8s.io", "servicecidrs"},
-		{ovn, "egressfirewalls"}, {ovn, "egressqoses"}, {ovn, "egressips"},
-		{ovn, "adminpolicybasedexternalroutes"}, {ovn, "egressservices"},
-		{netop, "egressrouters"}, {cloud, "cloudprivateipconfigs"},
+		{ovnGroup, "egressfirewalls"}, {ovnGroup, "egressqoses"}, {ovnGroup, "egressips"},
+		{ovnGroup, "adminpolicybasedexternalroutes"}, {ovnGroup, "egressservices"},
+		{netopGroup, "egressrouters"}, {cloudGroup, "cloudprivateipconfigs"},
 	} {
-		allowed = append(allowed, call{verb: "list", group: r.group, resource: r.resource}, call{verb: "watch", group: r.group, resource: r.resource})
+		calls = append(calls, call{verb: "list", group: r.group, resource: r.resource}, call{verb: "watch", group: r.group, resource: r.resource})
 	}
-	allowed = append(allowed,
-		// The leader's EgressIP assignment (nodeagent/egressip/controller.go).
-		call{verb: "get", group: ovn, resource: "egressips", name: "eip"},
-		call{verb: "patch", group: ovn, resource: "egressips", name: "eip"},
-		call{verb: "update", group: ovn, resource: "egressips", name: "eip"}, // the previous release's leader
-		// The leader's EgressService host election (nodeagent/egressservice/controller.go).
-		call{verb: "get", group: ovn, resource: "egressservices", ns: "app", name: "s"},
-		call{verb: "update", group: ovn, resource: "egressservices", sub: "status", ns: "app", name: "s"},
-		// The leader's cloud requests, specs only (nodeagent/cloudprivateip/requester.go).
-		call{verb: "create", group: cloud, resource: "cloudprivateipconfigs"},
-		call{verb: "get", group: cloud, resource: "cloudprivateipconfigs", name: "192.0.2.10"},
-		call{verb: "update", group: cloud, resource: "cloudprivateipconfigs", name: "192.0.2.10"},
-		call{verb: "delete", group: cloud, resource: "cloudprivateipconfigs", name: "192.0.2.10"},
-		// A pod the CNI plugin announces before the informer has it (nodeagent/cniserver).
-		call{verb: "get", resource: "pods", ns: "app", name: "p"},
-		// EgressRouter: router pods (the leader) and the conditions (leader and nodes)
-		// (nodeagent/egressrouter).
-		call{verb: "create", resource: "pods", ns: "app"},
-		call{verb: "delete", resource: "pods", ns: "app", name: "router-x"},
-		call{verb: "get", group: netop, resource: "egressrouters", ns: "app", name: "r"},
-		call{verb: "patch", group: netop, resource: "egressrouters", sub: "status", ns: "app", name: "r"},
-		// Status by server-side apply (nodeagent/status).
-		call{verb: "patch", group: ovn, resource: "egressfirewalls", sub: "status", ns: "app", name: "default"},
-		call{verb: "patch", group: ovn, resource: "egressqoses", sub: "status", ns: "app", name: "default"},
-		call{verb: "patch", group: ovn, resource: "adminpolicybasedexternalroutes", sub: "status", name: "r"},
-		// Node annotations (nodeagent/status/nodeannotations.go).
-		call{verb: "patch", resource: "nodes", name: "node-a"},
-		// Events (client-go's recorder), in any object's namespace.
-		call{verb: "create", resource: "events", ns: "app"},
-		call{verb: "patch", resource: "events", ns: "app", name: "e"},
-		// Leader election (nodeagent/leader.go, client-go's LeaseLock).
-		call{verb: "create", group: "coordination.k8s.io", resource: "leases", ns: ns},
-		call{verb: "get", group: "coordination.k8s.io", resource: "leases", ns: ns, name: nodeagent.LeaseName},
-		call{verb: "update", group: "coordination.k8s.io", resource: "leases", ns: ns, name: nodeagent.LeaseName},
-	)
-	denied := []call{
+	return calls
+}
+
+// neverCalls are what neither process may do, ns being the processes' namespace.
+func neverCalls(ns string) []call {
+	return []call{
 		{verb: "delete", resource: "nodes", name: "node-a"},
 		{verb: "update", resource: "nodes", name: "node-a"},
 		{verb: "patch", resource: "nodes", sub: "status", name: "node-a"},
@@ -113,24 +73,122 @@ func TestDeployRBAC(t *testing.T) {
 		{verb: "get", resource: "secrets", ns: "app", name: "s"},
 		{verb: "list", resource: "secrets", ns: ns},
 		{verb: "get", resource: "configmaps", ns: ns, name: "c"},
-		{verb: "delete", group: ovn, resource: "egressips", name: "eip"},
-		{verb: "create", group: ovn, resource: "egressips"},
-		{verb: "update", group: ovn, resource: "egressfirewalls", ns: "app", name: "default"},
-		{verb: "update", group: ovn, resource: "egressservices", ns: "app", name: "s"},
+		{verb: "delete", group: ovnGroup, resource: "egressips", name: "eip"},
+		{verb: "create", group: ovnGroup, resource: "egressips"},
+		{verb: "update", group: ovnGroup, resource: "egressips", name: "eip"},
+		{verb: "update", group: ovnGroup, resource: "egressfirewalls", ns: "app", name: "default"},
+		{verb: "update", group: ovnGroup, resource: "egressservices", ns: "app", name: "s"},
 		// The status is the cloud-network-config-controller's.
-		{verb: "update", group: cloud, resource: "cloudprivateipconfigs", sub: "status", name: "192.0.2.10"},
-		{verb: "patch", group: cloud, resource: "cloudprivateipconfigs", sub: "status", name: "192.0.2.10"},
-		{verb: "update", group: netop, resource: "egressrouters", ns: "app", name: "r"},
-		{verb: "delete", group: netop, resource: "egressrouters", ns: "app", name: "r"},
-		{verb: "create", group: netop, resource: "egressrouters", ns: "app"},
+		{verb: "update", group: cloudGroup, resource: "cloudprivateipconfigs", sub: "status", name: "192.0.2.10"},
+		{verb: "patch", group: cloudGroup, resource: "cloudprivateipconfigs", sub: "status", name: "192.0.2.10"},
+		{verb: "update", group: netopGroup, resource: "egressrouters", ns: "app", name: "r"},
+		{verb: "delete", group: netopGroup, resource: "egressrouters", ns: "app", name: "r"},
+		{verb: "create", group: netopGroup, resource: "egressrouters", ns: "app"},
 		{verb: "delete", resource: "events", ns: "app", name: "e"},
-		{verb: "update", group: "coordination.k8s.io", resource: "leases", ns: ns, name: "someone-else"},
-		{verb: "update", group: "coordination.k8s.io", resource: "leases", ns: "kube-system", name: nodeagent.LeaseName},
-		{verb: "create", group: "coordination.k8s.io", resource: "leases", ns: "kube-system"},
+		{verb: "update", group: leaseGroup, resource: "leases", ns: ns, name: "someone-else"},
+		{verb: "update", group: leaseGroup, resource: "leases", ns: "kube-system", name: leaseName},
+		{verb: "create", group: leaseGroup, resource: "leases", ns: "kube-system"},
 		{verb: "escalate", group: "rbac.authorization.k8s.io", resource: "clusterroles", name: "egressd"},
 		{verb: "create", group: "rbac.authorization.k8s.io", resource: "clusterrolebindings"},
 	}
+}
 
+// TestDeployRBAC asks the real API server whether each process's ServiceAccount, holding
+// exactly what its manifest grants (deploy/rbac.yaml for the agent, deploy/controller-rbac.yaml
+// for the controller), may make each call the process makes, and may not make those it must
+// not: each has enough and no more. The agent, in particular, may make none of the controller's
+// cluster-wide writes: a stolen agent token hurts one node, not the cluster.
+func TestDeployRBAC(t *testing.T) {
+	cp := controlplane.Shared(t)
+	ns := cp.Namespace(t) // stands for the namespace egressd (the controller's Lease)
+
+	t.Run("agent", func(t *testing.T) {
+		allowed := append(informerCalls(),
+			// A pod the CNI plugin announces before the informer has it (nodeagent/cniserver).
+			call{verb: "get", resource: "pods", ns: "app", name: "p"},
+			// EgressRouter: the node's condition about the router pod it hosts
+			// (nodeagent/egressrouter/conditions.go).
+			call{verb: "get", group: netopGroup, resource: "egressrouters", ns: "app", name: "r"},
+			call{verb: "patch", group: netopGroup, resource: "egressrouters", sub: "status", ns: "app", name: "r"},
+			// The node's status entries by server-side apply (nodeagent/status).
+			call{verb: "patch", group: ovnGroup, resource: "egressfirewalls", sub: "status", ns: "app", name: "default"},
+			call{verb: "patch", group: ovnGroup, resource: "egressqoses", sub: "status", ns: "app", name: "default"},
+			call{verb: "patch", group: ovnGroup, resource: "adminpolicybasedexternalroutes", sub: "status", name: "r"},
+			// Node annotations (nodeagent/status/nodeannotations.go).
+			call{verb: "patch", resource: "nodes", name: "node-a"},
+			// Events (client-go's recorder), in any object's namespace.
+			call{verb: "create", resource: "events", ns: "app"},
+			call{verb: "patch", resource: "events", ns: "app", name: "e"},
+		)
+		denied := append(neverCalls(ns),
+			// The controller's: router pods, the Lease, EgressIP assignment, cloud requests,
+			// EgressService hosts.
+			call{verb: "create", resource: "pods", ns: "app"},
+			call{verb: "delete", resource: "pods", ns: "app", name: "router-x"},
+			call{verb: "create", group: leaseGroup, resource: "leases", ns: ns},
+			call{verb: "get", group: leaseGroup, resource: "leases", ns: ns, name: leaseName},
+			call{verb: "update", group: leaseGroup, resource: "leases", ns: ns, name: leaseName},
+			call{verb: "get", group: ovnGroup, resource: "egressips", name: "eip"},
+			call{verb: "patch", group: ovnGroup, resource: "egressips", name: "eip"},
+			call{verb: "create", group: cloudGroup, resource: "cloudprivateipconfigs"},
+			call{verb: "get", group: cloudGroup, resource: "cloudprivateipconfigs", name: "192.0.2.10"},
+			call{verb: "update", group: cloudGroup, resource: "cloudprivateipconfigs", name: "192.0.2.10"},
+			call{verb: "delete", group: cloudGroup, resource: "cloudprivateipconfigs", name: "192.0.2.10"},
+			call{verb: "get", group: ovnGroup, resource: "egressservices", ns: "app", name: "s"},
+			call{verb: "update", group: ovnGroup, resource: "egressservices", sub: "status", ns: "app", name: "s"},
+		)
+		checkRBAC(t, cp, "../../deploy/rbac.yaml", ns, "system:serviceaccount:"+ns+":egressd", allowed, denied)
+	})
+
+	t.Run("controller", func(t *testing.T) {
+		allowed := append(informerCalls(),
+			// Leader election (client-go's LeaseLock).
+			call{verb: "create", group: leaseGroup, resource: "leases", ns: ns},
+			call{verb: "get", group: leaseGroup, resource: "leases", ns: ns, name: leaseName},
+			call{verb: "update", group: leaseGroup, resource: "leases", ns: ns, name: leaseName},
+			// EgressIP assignment: a merge patch of status.items (nodeagent/egressip/controller.go).
+			call{verb: "get", group: ovnGroup, resource: "egressips", name: "eip"},
+			call{verb: "patch", group: ovnGroup, resource: "egressips", name: "eip"},
+			// Cloud requests, specs only (nodeagent/cloudprivateip/requester.go).
+			call{verb: "create", group: cloudGroup, resource: "cloudprivateipconfigs"},
+			call{verb: "get", group: cloudGroup, resource: "cloudprivateipconfigs", name: "192.0.2.10"},
+			call{verb: "update", group: cloudGroup, resource: "cloudprivateipconfigs", name: "192.0.2.10"},
+			call{verb: "delete", group: cloudGroup, resource: "cloudprivateipconfigs", name: "192.0.2.10"},
+			// EgressService host election (nodeagent/egressservice/controller.go).
+			call{verb: "get", group: ovnGroup, resource: "egressservices", ns: "app", name: "s"},
+			call{verb: "update", group: ovnGroup, resource: "egressservices", sub: "status", ns: "app", name: "s"},
+			// EgressRouter: router pods and the placement conditions (nodeagent/egressrouter).
+			call{verb: "get", resource: "pods", ns: "app", name: "router-x"},
+			call{verb: "create", resource: "pods", ns: "app"},
+			call{verb: "delete", resource: "pods", ns: "app", name: "router-x"},
+			call{verb: "get", group: netopGroup, resource: "egressrouters", ns: "app", name: "r"},
+			call{verb: "patch", group: netopGroup, resource: "egressrouters", sub: "status", ns: "app", name: "r"},
+			// The aggregate status and gone nodes' entries (nodeagent/status).
+			call{verb: "patch", group: ovnGroup, resource: "egressfirewalls", sub: "status", ns: "app", name: "default"},
+			call{verb: "patch", group: ovnGroup, resource: "egressqoses", sub: "status", ns: "app", name: "default"},
+			call{verb: "patch", group: ovnGroup, resource: "adminpolicybasedexternalroutes", sub: "status", name: "r"},
+			// The EgressService hosts' labels.
+			call{verb: "patch", resource: "nodes", name: "node-a"},
+			call{verb: "create", resource: "events", ns: "app"},
+			call{verb: "patch", resource: "events", ns: "app", name: "e"},
+		)
+		checkRBAC(t, cp, "../../deploy/controller-rbac.yaml", ns, "system:serviceaccount:"+ns+":egressd-controller", allowed, neverCalls(ns))
+	})
+}
+
+// checkRBAC grants user the RBAC of the manifest at path (its Role in ns) and asks the API
+// server, by SubjectAccessReview, that user may make every allowed call and none of denied.
+func checkRBAC(t *testing.T, cp *controlplane.ControlPlane, path, ns, user string, allowed, denied []call) {
+	t.Helper()
+	client := cp.Client(t)
+	ctx := context.Background()
+	cleanup, err := kube.GrantAgentRBAC(ctx, client, path, ns, user)
+	if cleanup != nil {
+		t.Cleanup(cleanup)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 	// The groups a ServiceAccount's token carries, so that what every authenticated user may do
 	// (discovery, self reviews) counts too.
 	groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
@@ -156,12 +214,12 @@ func TestDeployRBAC(t *testing.T) {
 			}
 			return nil
 		}); err != nil {
-			t.Errorf("the agent needs to %s, but may not: %v", c, err)
+			t.Errorf("%s needs to %s, but may not: %v", user, c, err)
 		}
 	}
 	for _, c := range denied {
 		if ok, why := may(c); ok {
-			t.Errorf("the agent may %s, which it must not (%s)", c, why)
+			t.Errorf("%s may %s, which it must not (%s)", user, c, why)
 		}
 	}
 }

@@ -4,27 +4,69 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
+	"sort"
 	"strings"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
 
-// deployedAgent is the agent's ServiceAccount as deploy/ names it.
-const deployedAgent = "system:serviceaccount:egressd:egressd"
+// The ServiceAccounts' users as deploy/ names them.
+const (
+	// DeployedAgent is the agent's (the DaemonSet's) user.
+	DeployedAgent = "system:serviceaccount:egressd:egressd"
+	// DeployedController is the controller's (the Deployment's) user.
+	DeployedController = "system:serviceaccount:egressd:egressd-controller"
+)
+
+// serviceAccountUser matches a whole ServiceAccount user name, so that one user is never
+// replaced inside a longer one (the agent's is a prefix of the controller's).
+var serviceAccountUser = regexp.MustCompile(`system:serviceaccount:[a-z0-9.-]+:[a-z0-9.-]+`)
+
+// replaceUsers replaces in doc every ServiceAccount user that is a key of users by its value,
+// whole names only; named says whether doc held any.
+func replaceUsers(doc string, users map[string]string) (out string, named bool) {
+	out = serviceAccountUser.ReplaceAllStringFunc(doc, func(u string) string {
+		if to, ok := users[u]; ok {
+			named = true
+			return to
+		}
+		return u
+	})
+	return out, named
+}
 
 // InstallAgentPolicies applies the admission policies of the manifest at path
-// (deploy/node-policy.yaml, deploy/router-pod-policy.yaml) for user instead of the deployed agent, each policy and binding
-// renamed with suffix so that tests on a shared control plane do not meet. It returns a cleanup.
+// (deploy/node-policy.yaml, deploy/status-policy.yaml) for user instead of the deployed agent,
+// each policy and binding renamed with suffix so that tests on a shared control plane do not
+// meet. It is InstallPolicies with the agent's user alone: the file must name it. It returns a
+// cleanup.
 func InstallAgentPolicies(ctx context.Context, cfg *rest.Config, path, user, suffix string) (func(), error) {
+	return InstallPolicies(ctx, cfg, path, map[string]string{DeployedAgent: user}, suffix)
+}
+
+// InstallPolicies applies the admission policies of the manifest at path (deploy/node-policy.yaml,
+// deploy/status-policy.yaml, deploy/router-pod-policy.yaml) with each deployed user that is a key
+// of users (DeployedAgent, DeployedController) replaced by its value, each policy and binding
+// renamed with suffix so that tests on a shared control plane do not meet. A user the map does
+// not name stays as deployed. The file must name at least one of the users. It returns a
+// cleanup.
+func InstallPolicies(ctx context.Context, cfg *rest.Config, path string, users map[string]string, suffix string) (func(), error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	if !strings.Contains(string(raw), deployedAgent) {
-		return nil, fmt.Errorf("%s does not name the agent's ServiceAccount %s", path, deployedAgent)
+	doc, named := replaceUsers(string(raw), users)
+	if !named {
+		deployed := make([]string, 0, len(users))
+		for u := range users {
+			deployed = append(deployed, u)
+		}
+		sort.Strings(deployed)
+		return nil, fmt.Errorf("%s names none of the ServiceAccounts %s", path, strings.Join(deployed, ", "))
 	}
-	objs, err := Decode(strings.ReplaceAll(string(raw), deployedAgent, user))
+	objs, err := Decode(doc)
 	if err != nil {
 		return nil, err
 	}

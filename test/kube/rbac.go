@@ -12,9 +12,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// GrantAgentRBAC gives user the permissions of the RBAC manifest at path (deploy/rbac.yaml):
-// its ClusterRole, and its Role created in ns (the leader-election namespace). Agents under test
-// thereby run with exactly the permissions a cluster admin installs. It returns a cleanup.
+// GrantAgentRBAC gives user the permissions of the RBAC manifest at path (deploy/rbac.yaml for
+// the agent, deploy/controller-rbac.yaml for the controller): its ClusterRole, and its Role, if
+// any, created in ns (the leader-election namespace). Processes under test thereby run with
+// exactly the permissions a cluster admin installs. It returns a cleanup.
 func GrantAgentRBAC(ctx context.Context, client kubernetes.Interface, path, ns, user string) (func(), error) {
 	doc, err := os.ReadFile(path)
 	if err != nil {

@@ -15,3 +15,7 @@
 {{- define "egressd.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "egressd.name" . }}
 {{- end }}
+
+{{- define "egressd.controllerSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "egressd.name" . }}-controller
+{{- end }}
