@@ -38,18 +38,18 @@ func TestParseFlagsDualStack(t *testing.T) {
 func TestParseFlagsErrorsNameTheFlag(t *testing.T) {
 	t.Setenv("NODE_NAME", "")
 	for flag, args := range map[string][]string{
-		"--node-name":                      {},
-		"--cluster-cidr":                   {"--node-name=n", "--cluster-cidr=10.0.0.0/33"},
-		"--service-cidr":                   {"--node-name=n", "--service-cidr=10.96.0.1/16"},
-		"--bpf-pin-root":                   {"--node-name=n", "--bpf-pin-root=x"},
-		"--metrics-bind-address":           {"--node-name=n", "--metrics-bind-address=:99999"},
-		"--health-probe-bind-address":      {"--node-name=n", "--health-probe-bind-address=nohost"},
-		"--egress-health-bind-address":     {"--node-name=n", "--egress-health-bind-address=:9107x"},
-		"--log-format":                     {"--node-name=n", "--log-format=xml"},
-		"--egressip-steering":              {"--node-name=n", "--egressip-steering=gre"},
-		"--vxlan-vni":                      {"--node-name=n", "--vxlan-vni=16777216"},
-		"--vxlan-port":                     {"--node-name=n", "--vxlan-port=0"},
-		"--profiling":                      {"--node-name=n", "--profiling", "--metrics-bind-address=0"},
+		"--node-name":                  {},
+		"--cluster-cidr":               {"--node-name=n", "--cluster-cidr=10.0.0.0/33"},
+		"--service-cidr":               {"--node-name=n", "--service-cidr=10.96.0.1/16"},
+		"--bpf-pin-root":               {"--node-name=n", "--bpf-pin-root=x"},
+		"--metrics-bind-address":       {"--node-name=n", "--metrics-bind-address=:99999"},
+		"--health-probe-bind-address":  {"--node-name=n", "--health-probe-bind-address=nohost"},
+		"--egress-health-bind-address": {"--node-name=n", "--egress-health-bind-address=:9107x"},
+		"--log-format":                 {"--node-name=n", "--log-format=xml"},
+		"--egressip-steering":          {"--node-name=n", "--egressip-steering=gre"},
+		"--vxlan-vni":                  {"--node-name=n", "--vxlan-vni=16777216"},
+		"--vxlan-port":                 {"--node-name=n", "--vxlan-port=0"},
+		"--profiling":                  {"--node-name=n", "--profiling", "--metrics-bind-address=0"},
 	} {
 		_, err := parseFlags(args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), flag) {
@@ -93,6 +93,7 @@ func TestParseControllerFlags(t *testing.T) {
 	}
 	for flag, args := range map[string][]string{
 		"--leader-election-lease-duration":      {"--leader-election-lease-duration=1500ms"},
+		"renew deadline (900ms) + 1.2 x retry":  {"--leader-election-renew-deadline=900ms"},
 		"--egressip-reachability-total-timeout": {"--egressip-reachability-total-timeout=-1s"},
 		"--egressip-reachability-interval":      {"--egressip-reachability-total-timeout=1s", "--egressip-reachability-interval=2s"},
 		"--egressip-cloud":                      {"--egressip-cloud=maybe"},

@@ -64,8 +64,8 @@ func newControllerFlagSet(c *controllerConfig, env environment, identity string)
 	fs.StringVar(&c.leaderElectionNS, "leader-election-namespace", env.namespace, "namespace of the leader election Lease (default $POD_NAMESPACE or egressd)")
 	fs.DurationVar(&c.leaseDuration, "leader-election-lease-duration", time.Second,
 		"how long the Lease is valid without renewal, in whole seconds (the Lease records seconds): a standby replica takes over that long after it last saw the leader renew, so that a leader lost with its node moves no egress IP much later than this (the dataplane does not change on a change of leader)")
-	fs.DurationVar(&c.renewDeadline, "leader-election-renew-deadline", 800*time.Millisecond, "how long the leader retries renewing before it stops deciding (an API server slower than this makes the replicas take turns; nothing on the nodes changes)")
-	fs.DurationVar(&c.retryPeriod, "leader-election-retry-period", 200*time.Millisecond, "interval between the leader's renewals and the standby's looks at the Lease")
+	fs.DurationVar(&c.renewDeadline, "leader-election-renew-deadline", 600*time.Millisecond, "how long the leader retries renewing before it stops deciding (an API server slower than this makes the replicas take turns; nothing on the nodes changes); with the retry period, less than the lease duration, so that a leader cut off has stopped before a standby takes over")
+	fs.DurationVar(&c.retryPeriod, "leader-election-retry-period", 150*time.Millisecond, "interval between the leader's renewals and the standby's looks at the Lease")
 	fs.Var(&c.clusterCIDRs, "cluster-cidr", "comma-separated pod network CIDRs, replacing those discovered from the Nodes' spec.podCIDRs: the same as the agents'")
 	fs.Var(&c.serviceCIDRs, "service-cidr", "comma-separated service network CIDRs, added to those of the ServiceCIDR objects: the same as the agents'")
 	fs.Uint16Var(&c.healthPort, "egressip-health-port", reachability.DefaultPort, "port of the agents' gRPC health service (Service_Egress_IP) probed on every egress node, as upstream")
@@ -124,8 +124,14 @@ func (c *controllerConfig) validate() error {
 	if c.leaseDuration%time.Second != 0 {
 		bad("leader-election-lease-duration", "%s is not a whole number of seconds", c.leaseDuration)
 	}
-	if c.leaseDuration <= c.renewDeadline || float64(c.renewDeadline) <= 1.2*float64(c.retryPeriod) || c.retryPeriod <= 0 {
-		bad("leader-election-lease-duration", "need lease duration (%s) > renew deadline (%s) > 1.2 x retry period (%s) > 0", c.leaseDuration, c.renewDeadline, c.retryPeriod)
+	// A leader cut off stops deciding at the latest a retry period (jittered) plus the renew
+	// deadline after its last renewal; a standby takes over a lease duration after it last saw
+	// one: the first must come before the second, or two replicas decide at once (seen with
+	// 1 s / 800 ms / 200 ms: an egress IP moved back by the old leader).
+	jitteredRetry := time.Duration(1.2 * float64(c.retryPeriod))
+	if c.leaseDuration <= c.renewDeadline+jitteredRetry || c.renewDeadline <= jitteredRetry || c.retryPeriod <= 0 {
+		bad("leader-election-lease-duration", "need lease duration (%s) > renew deadline (%s) + 1.2 x retry period (%s), renew deadline > 1.2 x retry period > 0",
+			c.leaseDuration, c.renewDeadline, c.retryPeriod)
 	}
 	if c.reachTotalTimeout < 0 {
 		bad("egressip-reachability-total-timeout", "%s is negative", c.reachTotalTimeout)

@@ -100,7 +100,7 @@ func TestPrivilegedControllerLifecycle(t *testing.T) {
 	defer cancel()
 	kubeconfig := controllerKubeconfig(t, cp, ns, "system:serviceaccount:egressd:egressd-controller")
 	// The shipped timers (1 s): a handover here is a release, quicker than an expiry.
-	timers := []string{"--leader-election-lease-duration=1s", "--leader-election-renew-deadline=800ms", "--leader-election-retry-period=200ms"}
+	timers := []string{"--leader-election-lease-duration=1s", "--leader-election-renew-deadline=600ms", "--leader-election-retry-period=150ms"}
 
 	a := agent.StartController(t, agent.ControllerOptions{Name: "ctl-a", Kubeconfig: kubeconfig, LeaderNamespace: ns, Args: timers})
 	if err := a.WaitReady(ctx); err != nil {

@@ -34,8 +34,8 @@ func benchFailover(b *testing.B, e *eipLab, trials int) {
 
 // shippedTimers are egressd controller's default leader-election timers, which the lab's
 // controllers otherwise lengthen for a loaded machine.
-var shippedTimers = []string{"--leader-election-lease-duration=1s", "--leader-election-renew-deadline=800ms",
-	"--leader-election-retry-period=200ms"}
+var shippedTimers = []string{"--leader-election-lease-duration=1s", "--leader-election-renew-deadline=600ms",
+	"--leader-election-retry-period=150ms"}
 
 // BenchmarkPrivilegedEgressIPLeaderFailover: the egress node is also the node of the leading
 // controller replica (a small cluster's case), and it loses all its network (fabric link and
@@ -81,7 +81,6 @@ type leaderLab struct {
 func newLeaderLab(t testing.TB) *leaderLab {
 	l := lab.New(t, lab.Options{Nodes: 3, Agents: true, ControllerNodes: []int{0, 1}, ControllerArgs: shippedTimers,
 		NodeLabels: map[int]map[string]string{0: {assignable: ""}, 1: {assignable: ""}}})
-	t.Cleanup(l.Close) // labs sharing the control plane would assign each other's EgressIPs
 	web, err := l.AddExternal("web", lab.ExternalOptions{}, web4.String(), web6.String())
 	if err != nil {
 		t.Fatal(err)

@@ -121,6 +121,9 @@ func New(t testing.TB, opts Options) *Lab {
 				if n.Agent != nil {
 					t.Logf("egressd on %s:\n%s", n.Name, tail(n.Agent.Log(), 60))
 				}
+				if n.Controller != nil {
+					t.Logf("egressd controller on %s:\n%s", n.Name, tail(n.Controller.Log(), 60))
+				}
 			}
 		}
 		l.Close()
