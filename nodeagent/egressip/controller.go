@@ -57,6 +57,8 @@ type Controller struct {
 	// lost is since when this leader has found each node unable to keep egress IPs (for the
 	// reassignment time).
 	lost map[string]time.Time
+	// wasIsolated: the last reconcile found no probed node reachable (logged once).
+	wasIsolated bool
 }
 
 // CloudMode says whether egress IPs are requested from the cloud first.
@@ -150,6 +152,34 @@ func (c *Controller) nodes(apiNodes []*corev1.Node, cloud bool) ([]Node, map[str
 	return nodes, targets
 }
 
+// isolated reports whether none of the probed nodes answers: then it is this controller that is
+// cut off (its pod network, its node), not every egress node at once, and it moves nothing.
+// Said once when it starts and when it ends.
+func (c *Controller) isolated(targets map[string]netip.AddrPort) bool {
+	is := Isolated(targets, c.Probes)
+	if is != c.wasIsolated {
+		if is {
+			c.Log.Error("no egress node answers the reachability probes: this controller takes itself for isolated and moves no egress IP", "probed", len(targets))
+		} else {
+			c.Log.Info("egress nodes answer the reachability probes again", "probed", len(targets))
+		}
+	}
+	c.wasIsolated = is
+	return is
+}
+
+// Isolated reports whether probes find none of the nodes of targets reachable, of two or more:
+// a single probed node's silence cannot tell its failure from the controller's, and is taken
+// for the node's, as before there was this check.
+func Isolated(targets map[string]netip.AddrPort, probes Reachability) bool {
+	for n := range targets {
+		if probes.Reachable(n) {
+			return false
+		}
+	}
+	return len(targets) > 1
+}
+
 // Standby keeps probing the assignable nodes while this replica does not lead (changed: its
 // own subscription to the API's changes), so that a replica taking over already knows which
 // nodes are unreachable: when the leader's node fails together with an egress node, the egress
@@ -199,6 +229,9 @@ func (c *Controller) reconcile(ctx context.Context) bool {
 	// keeps the assignments it finds instead of clearing them all at its first reconcile
 	// (a standby's prober is warm: see Standby).
 	c.Probes.Set(targets)
+	if c.isolated(targets) {
+		return false
+	}
 	for i := range nodes {
 		nodes[i].Reachable = c.Probes.Reachable(nodes[i].Name)
 	}

@@ -126,3 +126,31 @@ func TestControllerRecordsAReturningCondition(t *testing.T) {
 		t.Errorf("the node lost again: events %q, want the condition recorded again", got)
 	}
 }
+
+// A controller that reaches no probed node takes itself for isolated: it moves nothing (every
+// node unreachable at once is far likelier its own network than all of theirs); once one
+// answers again, it assigns as before.
+func TestControllerIsolatedMovesNothing(t *testing.T) {
+	e := eip("a", 0, ips("10.0.0.100"), "10.0.0.100@n1")
+	objs := []runtime.Object{e, assignableNode("n1", "10.0.0.1/24"), assignableNode("n2", "10.0.0.2/24")}
+	client := ovnfake.NewSimpleClientset(e)
+	probes := &proberLike{down: map[string]bool{"n1": true, "n2": true}}
+	c := &Controller{Client: client, Snapshot: watcherstest.Snapshot(objs...), Probes: probes, HealthPort: 9107,
+		Recorder: record.NewFakeRecorder(10), Log: slog.New(slog.DiscardHandler), recorded: map[Event]bool{}}
+	ctx := context.Background()
+	c.reconcile(ctx)
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "patch" || a.GetVerb() == "update" {
+			t.Fatalf("an isolated controller wrote the EgressIP: %v", a)
+		}
+	}
+	probes.down["n2"] = false
+	c.reconcile(ctx)
+	got, err := client.K8sOVNV1().EgressIPs().Get(ctx, "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []ovnv1.EgressIPStatusItem{{Node: "n2", EgressIP: "10.0.0.100"}}; !slices.Equal(got.Status.Items, want) {
+		t.Errorf("n2 answering again: %v, want %v", got.Status.Items, want)
+	}
+}

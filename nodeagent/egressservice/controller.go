@@ -93,6 +93,9 @@ func (c *Controller) reconcile(ctx context.Context) error {
 	// Probe every Ready node with a primary address: candidates start reachable.
 	targets := c.targets(apiNodes)
 	c.Probes.Set(targets)
+	if egressip.Isolated(targets, c.Probes) {
+		return fmt.Errorf("no node answers the reachability probes: this controller takes itself for isolated and moves no EgressService host")
+	}
 	candidates := make([]Candidate, 0, len(apiNodes))
 	for _, n := range apiNodes {
 		_, probed := targets[n.Name]
