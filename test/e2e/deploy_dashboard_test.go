@@ -13,41 +13,75 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// scrapeLabels are the labels Prometheus gives every series of the agents' ServiceMonitor
-// (node by its relabeling); a metric's own label of the same name is renamed exported_<name>.
-var scrapeLabels = []string{"job", "instance", "namespace", "pod", "container", "service", "endpoint", "node"}
+// The jobs of deploy/monitoring's two scrapes: the Prometheus Operator names a ServiceMonitor's
+// job after the Service it scrapes.
+const (
+	agentJob      = "egressd-metrics"
+	controllerJob = "egressd-controller-metrics"
+)
 
-// exportedMetrics reads the metrics reference, which the agent's registered collectors
-// generate (a golden test keeps it so), into each series name the agent exposes and its
-// labels; histograms expose _bucket (with le), _sum and _count.
-func exportedMetrics(t *testing.T) map[string][]string {
+// scrapeLabels are the labels Prometheus gives every series of a job: the agents'
+// ServiceMonitor adds node (the agent's node, by its relabeling), so that a metric's own label
+// of that name would be renamed exported_<name>; the controller's adds none, and the
+// controller's metrics keep their own node label (an egress node, a probed node).
+var scrapeLabels = map[string][]string{
+	agentJob:      {"job", "instance", "namespace", "pod", "container", "service", "endpoint", "node"},
+	controllerJob: {"job", "instance", "namespace", "pod", "container", "service", "endpoint"},
+}
+
+// metric is a series name one of egressd's processes exposes: its labels, and the job that
+// scrapes it.
+type metric struct {
+	labels []string
+	job    string
+}
+
+// exportedMetrics reads the metrics references, which the agent's and the controller's
+// registered collectors generate (a golden test keeps them so), into each series name a
+// process exposes, its labels and its job; histograms expose _bucket (with le), _sum and
+// _count. up is each job's.
+func exportedMetrics(t *testing.T) map[string]metric {
 	t.Helper()
-	raw, err := os.ReadFile("../../docs/reference/metrics.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	row := regexp.MustCompile("^\\| `(egressd_[a-z0-9_]+)` \\| ([a-z]+) \\| ([^|]*) \\|")
-	out := map[string][]string{"up": nil}
-	for _, line := range strings.Split(string(raw), "\n") {
-		m := row.FindStringSubmatch(line)
-		if m == nil {
-			continue
+	out := map[string]metric{"up": {}}
+	for _, ref := range []struct{ file, job string }{
+		{"../../docs/reference/metrics.md", agentJob},
+		{"../../docs/reference/controller-metrics.md", controllerJob},
+	} {
+		raw, err := os.ReadFile(ref.file)
+		if err != nil {
+			t.Fatal(err)
 		}
-		var labels []string
-		for _, l := range strings.Split(m[3], ",") {
-			if l = strings.Trim(strings.TrimSpace(l), "`"); l != "" && l != "—" {
-				labels = append(labels, l)
+		row := regexp.MustCompile("^\\| `(egressd_[a-z0-9_]+)` \\| ([a-z]+) \\| ([^|]*) \\|")
+		n := 0
+		add := func(name string, labels []string) {
+			if prev, ok := out[name]; ok {
+				t.Fatalf("%s is in %s and in the reference of job %s: a query could not tell them apart by name", name, ref.file, prev.job)
 			}
+			out[name] = metric{labels: labels, job: ref.job}
+			n++
 		}
-		if m[2] == "histogram" {
-			out[m[1]+"_bucket"] = append(slices.Clone(labels), "le")
-			out[m[1]+"_sum"], out[m[1]+"_count"] = labels, labels
-			continue
+		for _, line := range strings.Split(string(raw), "\n") {
+			m := row.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			var labels []string
+			for _, l := range strings.Split(m[3], ",") {
+				if l = strings.Trim(strings.TrimSpace(l), "`"); l != "" && l != "—" {
+					labels = append(labels, l)
+				}
+			}
+			if m[2] == "histogram" {
+				add(m[1]+"_bucket", append(slices.Clone(labels), "le"))
+				add(m[1]+"_sum", labels)
+				add(m[1]+"_count", labels)
+				continue
+			}
+			add(m[1], labels)
 		}
-		out[m[1]] = labels
-	}
-	if len(out) < 20 {
-		t.Fatalf("%d metrics in docs/reference/metrics.md: the table's format changed", len(out))
+		if n < 10 {
+			t.Fatalf("%d metrics in %s: the table's format changed", n, ref.file)
+		}
 	}
 	return out
 }
@@ -55,16 +89,21 @@ func exportedMetrics(t *testing.T) map[string][]string {
 var (
 	selector    = regexp.MustCompile(`\b(egressd_[a-z0-9_]+|up)\b(\{[^}]*\})?`)
 	matcherName = regexp.MustCompile(`([a-z_]+)\s*(=~|!~|!=|=)`)
+	jobMatcher  = regexp.MustCompile(`\bjob\s*(=~|!~|!=|=)\s*"([^"]*)"`)
 	grouping    = regexp.MustCompile(`\b(?:by|on|ignoring|without)\s*\(([^)]*)\)`)
 	labelValues = regexp.MustCompile(`label_values\(\s*([a-z0-9_]+)\s*,\s*([a-z_]+)\s*\)`)
 )
 
-// checkQuery finds what in a PromQL expression the agents' scrape cannot give: a metric the
-// agent does not export, a label a matcher or grouping names that neither the expression's
-// metrics nor the scrape carry (exported_node only where a metric has its own node label).
-func checkQuery(expr string, exported map[string][]string) []error {
+// checkQuery finds what in a PromQL expression the two scrapes cannot give: a metric neither
+// process exports; a controller metric read without job="egressd-controller-metrics" (an
+// agent of the previous release exported egressd_leader and the EgressIP assignment's series
+// itself, and would be counted during the upgrade); a job matcher naming another job than the
+// metric's (up: one of the two, by equality); a label a matcher or grouping names that neither
+// the expression's metrics nor their scrapes carry (exported_node only where a metric has its
+// own node label and its scrape adds node).
+func checkQuery(expr string, exported map[string]metric) []error {
 	var errs []error
-	known := slices.Clone(scrapeLabels)
+	var known []string
 	sels := selector.FindAllStringSubmatch(expr, -1)
 	for _, v := range labelValues.FindAllStringSubmatch(expr, -1) {
 		sels = append(sels, []string{v[0], v[1], fmt.Sprintf("{%s=\"\"}", v[2])})
@@ -73,13 +112,33 @@ func checkQuery(expr string, exported map[string][]string) []error {
 		return []error{fmt.Errorf("%q reads no egressd metric", expr)}
 	}
 	for _, m := range sels {
-		labels, ok := exported[m[1]]
+		mt, ok := exported[m[1]]
 		if !ok {
-			errs = append(errs, fmt.Errorf("%s: the agent does not export it", m[1]))
+			errs = append(errs, fmt.Errorf("%s: neither the agent nor the controller exports it", m[1]))
 			continue
 		}
-		known = append(known, labels...)
-		if slices.Contains(labels, "node") {
+		jobs := jobMatcher.FindAllStringSubmatch(m[2], -1)
+		switch {
+		case m[1] == "up":
+			if len(jobs) != 1 || jobs[0][1] != "=" || scrapeLabels[jobs[0][2]] == nil {
+				errs = append(errs, fmt.Errorf("%s: up of another job than %s or %s", m[0], agentJob, controllerJob))
+				known = append(known, "job")
+				continue
+			}
+			mt.job = jobs[0][2]
+		case mt.job == controllerJob && (len(jobs) != 1 || jobs[0][1] != "=" || jobs[0][2] != controllerJob):
+			errs = append(errs, fmt.Errorf("%s: the controller's metric, read without job=%q", m[0], controllerJob))
+		default:
+			for _, j := range jobs {
+				if j[1] != "=" || j[2] != mt.job {
+					errs = append(errs, fmt.Errorf("%s: the metric of job %s, selected by job%s%q", m[0], mt.job, j[1], j[2]))
+				}
+			}
+		}
+		scrape := scrapeLabels[mt.job]
+		known = append(known, scrape...)
+		known = append(known, mt.labels...)
+		if slices.Contains(mt.labels, "node") && slices.Contains(scrape, "node") {
 			known = append(known, "exported_node")
 		}
 	}
@@ -101,8 +160,9 @@ func checkQuery(expr string, exported map[string][]string) []error {
 }
 
 // TestDeployDashboard checks the Grafana dashboard of deploy/monitoring: every panel queries,
-// every query and variable reads metrics the agent exports with the labels they have, and the
-// kustomization ships it as the ConfigMap Grafana's sidecar loads.
+// every query and variable reads metrics the agent or the controller exports, from its job,
+// with the labels they have, and the kustomization ships it as the ConfigMap Grafana's sidecar
+// loads.
 func TestDeployDashboard(t *testing.T) {
 	dir := filepath.Join(deployDir, "monitoring")
 	raw, err := os.ReadFile(filepath.Join(dir, "egressd-dashboard.json"))
