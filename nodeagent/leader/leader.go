@@ -65,6 +65,9 @@ type LeaderElection struct {
 	// next term's without waiting for the last's, which a lost and retaken Lease would
 	// otherwise run side by side with them.
 	leading sync.Mutex
+	// endTerm cancels the running term's controllers (nil between terms).
+	termMu  sync.Mutex
+	endTerm context.CancelFunc
 }
 
 // Run campaigns for the Lease until ctx ends; on ctx end a held Lease is released so that
@@ -77,7 +80,7 @@ func (e *LeaderElection) Run(ctx context.Context) error {
 	}
 	for ctx.Err() == nil { // a lost Lease ends RunOrDie: campaign again
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            releaseGuard{lock},
+			Lock:            releaseGuard{Interface: lock, stopTerm: e.stopTerm},
 			LeaseDuration:   e.LeaseDuration,
 			RenewDeadline:   e.RenewDeadline,
 			RetryPeriod:     e.RetryPeriod,
@@ -110,6 +113,16 @@ func (e *LeaderElection) lead(ctx context.Context) {
 	if ctx.Err() != nil {
 		return // this term ended while the last one's controllers were stopping
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	e.termMu.Lock()
+	e.endTerm = cancel
+	e.termMu.Unlock()
+	defer func() {
+		e.termMu.Lock()
+		e.endTerm = nil
+		e.termMu.Unlock()
+		cancel()
+	}()
 	e.Metrics.Leader.Set(1)
 	e.Log.Info("started leading, running cluster controllers", "lease", e.Namespace+"/"+LeaseName, "controllers", len(e.Controllers))
 	var wg sync.WaitGroup
@@ -119,14 +132,33 @@ func (e *LeaderElection) lead(ctx context.Context) {
 	wg.Wait()
 }
 
-// releaseGuard refuses to release (write an empty holder into) a Lease that no longer names
-// this agent. client-go releases on every end of leadership, also after losing the Lease, and
-// judges from its last observed record: an agent cut off from the API server for longer than
-// the Lease, coming back, would otherwise clear the new leader's Lease and take it over.
-type releaseGuard struct{ resourcelock.Interface }
+// stopTerm ends the running term's controllers and waits until they returned.
+func (e *LeaderElection) stopTerm() {
+	e.termMu.Lock()
+	if e.endTerm != nil {
+		e.endTerm()
+	}
+	e.termMu.Unlock()
+	e.leading.Lock() // held by lead until its controllers returned
+	e.leading.Unlock()
+}
+
+// releaseGuard guards client-go's release of the Lease (an empty holder written), which it
+// makes at every end of leadership, also after failing to renew:
+//   - it first stops the term's controllers: client-go cancels their context only once the
+//     release returned, and a replica cut off and back within that call would decide beside
+//     the standby that took over (seen: an egress IP moved back by the old leader);
+//   - it refuses to release a Lease that no longer names this replica: client-go judges from
+//     its last observed record, and a replica cut off for longer than the Lease, coming back,
+//     would otherwise clear the new leader's Lease and take it over.
+type releaseGuard struct {
+	resourcelock.Interface
+	stopTerm func()
+}
 
 func (g releaseGuard) Update(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
 	if rec.HolderIdentity == "" {
+		g.stopTerm()
 		cur, _, err := g.Interface.Get(ctx)
 		if err != nil {
 			return fmt.Errorf("read the Lease before releasing it: %w", err)

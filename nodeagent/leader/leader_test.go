@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,21 +30,51 @@ func (f *fakeLock) Update(_ context.Context, rec resourcelock.LeaderElectionReco
 
 func (f *fakeLock) Identity() string { return "node-a" }
 
-// A release (empty holder) is written only while the Lease still names this agent; renewals
-// are never held back.
+// A release (empty holder) stops the term's controllers first, and is written only while the
+// Lease still names this replica; renewals are never held back nor stop anything.
 func TestReleaseGuard(t *testing.T) {
 	ctx := context.Background()
+	stopped := 0
+	stop := func() { stopped++ }
 	taken := &fakeLock{holder: "node-b"}
-	if err := (releaseGuard{taken}).Update(ctx, resourcelock.LeaderElectionRecord{}); err == nil || len(taken.written) != 0 {
-		t.Errorf("released a Lease node-b holds: err %v, written %v", err, taken.written)
+	if err := (releaseGuard{taken, stop}).Update(ctx, resourcelock.LeaderElectionRecord{}); err == nil || len(taken.written) != 0 || stopped != 1 {
+		t.Errorf("released a Lease node-b holds: err %v, written %v, controllers stopped %d times", err, taken.written, stopped)
 	}
-	if err := (releaseGuard{taken}).Update(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "node-a"}); err != nil || len(taken.written) != 1 {
-		t.Errorf("an update naming us was held back: %v", err)
+	if err := (releaseGuard{taken, stop}).Update(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "node-a"}); err != nil || len(taken.written) != 1 || stopped != 1 {
+		t.Errorf("an update naming us was held back (%v) or stopped the controllers (%d)", err, stopped)
 	}
 	ours := &fakeLock{holder: "node-a"}
-	if err := (releaseGuard{ours}).Update(ctx, resourcelock.LeaderElectionRecord{}); err != nil || len(ours.written) != 1 {
+	if err := (releaseGuard{ours, stop}).Update(ctx, resourcelock.LeaderElectionRecord{}); err != nil || len(ours.written) != 1 || stopped != 2 {
 		t.Errorf("did not release our own Lease: err %v, written %v", err, ours.written)
 	}
+}
+
+// The term's controllers are stopped, and have returned, before a release goes out.
+func TestStopTermWaitsForTheControllers(t *testing.T) {
+	var returned atomic.Bool
+	controller := func(ctx context.Context) {
+		<-ctx.Done()
+		returned.Store(true)
+	}
+	e := &LeaderElection{Controllers: []Controller{controller}, Metrics: NewMetrics(), Log: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithCancel(context.Background()) // client-go's, not cancelled until the release returned
+	defer cancel()
+	done := make(chan struct{})
+	go func() { e.lead(ctx); close(done) }()
+	for {
+		e.termMu.Lock()
+		started := e.endTerm != nil
+		e.termMu.Unlock()
+		if started {
+			break
+		}
+		runtime.Gosched()
+	}
+	e.stopTerm()
+	if !returned.Load() {
+		t.Fatal("stopTerm returned before the controller did")
+	}
+	<-done
 }
 
 // A term's controllers start only once the last term's have returned: a Lease lost and taken
