@@ -19,6 +19,7 @@ import (
 type controllerConfig struct {
 	kubeconfig        string
 	identity          string
+	nodeName          string
 	metricsAddr       string
 	healthAddr        string
 	profiling         bool
@@ -58,6 +59,7 @@ func newControllerFlagSet(c *controllerConfig, env environment, identity string)
 	fs.SortFlags = false
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "path to a kubeconfig; empty uses the in-cluster configuration")
 	fs.StringVar(&c.identity, "identity", identity, "this replica's name in the leader Lease (default $POD_NAME@$NODE_NAME)")
+	fs.StringVar(&c.nodeName, "node-name", env.nodeName, "the node this replica runs on (default $NODE_NAME): it answers this replica's probes whatever the network, so it does not count when the replica asks whether it is cut off from every egress node")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":9478", "host:port serving Prometheus metrics on /metrics; \"0\" disables")
 	fs.BoolVar(&c.profiling, "profiling", false, "also serve Go's runtime profiles (pprof) at /debug/pprof/ on the metrics address")
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":9479", "host:port serving /healthz and /readyz (ready once the caches synced, leading or not)")

@@ -57,6 +57,9 @@ type Controller struct {
 	// lost is since when this leader has found each node unable to keep egress IPs (for the
 	// reassignment time).
 	lost map[string]time.Time
+	// Self is the node this controller runs on: it always answers its own probes, also when
+	// its network is gone, so it does not count against isolation.
+	Self string
 	// wasIsolated: the last reconcile found no probed node reachable (logged once).
 	wasIsolated bool
 }
@@ -156,7 +159,7 @@ func (c *Controller) nodes(apiNodes []*corev1.Node, cloud bool) ([]Node, map[str
 // cut off (its pod network, its node), not every egress node at once, and it moves nothing.
 // Said once when it starts and when it ends.
 func (c *Controller) isolated(targets map[string]netip.AddrPort) bool {
-	is := Isolated(targets, c.Probes)
+	is := Isolated(targets, c.Self, c.Probes)
 	if is != c.wasIsolated {
 		if is {
 			c.Log.Error("no egress node answers the reachability probes: this controller takes itself for isolated and moves no egress IP", "probed", len(targets))
@@ -168,16 +171,23 @@ func (c *Controller) isolated(targets map[string]netip.AddrPort) bool {
 	return is
 }
 
-// Isolated reports whether probes find none of the nodes of targets reachable, of two or more:
-// a single probed node's silence cannot tell its failure from the controller's, and is taken
-// for the node's, as before there was this check.
-func Isolated(targets map[string]netip.AddrPort, probes Reachability) bool {
+// Isolated reports whether probes find none of the nodes of targets reachable but self (the
+// controller's own node, which answers it whatever its network), of two or more others: a
+// single probed node's silence cannot tell its failure from the controller's, and is taken for
+// the node's, as before there was this check. A replica back from a cut is isolated until its
+// probes find the others again: it moves nothing on the verdicts of its cut.
+func Isolated(targets map[string]netip.AddrPort, self string, probes Reachability) bool {
+	others := 0
 	for n := range targets {
+		if n == self {
+			continue
+		}
+		others++
 		if probes.Reachable(n) {
 			return false
 		}
 	}
-	return len(targets) > 1
+	return others > 1
 }
 
 // Standby keeps probing the assignable nodes while this replica does not lead (changed: its

@@ -131,11 +131,12 @@ func TestControllerRecordsAReturningCondition(t *testing.T) {
 // node unreachable at once is far likelier its own network than all of theirs); once one
 // answers again, it assigns as before.
 func TestControllerIsolatedMovesNothing(t *testing.T) {
+	// n3 runs the controller: it answers, whatever the controller's network.
 	e := eip("a", 0, ips("10.0.0.100"), "10.0.0.100@n1")
-	objs := []runtime.Object{e, assignableNode("n1", "10.0.0.1/24"), assignableNode("n2", "10.0.0.2/24")}
+	objs := []runtime.Object{e, assignableNode("n1", "10.0.0.1/24"), assignableNode("n2", "10.0.0.2/24"), assignableNode("n3", "10.0.0.3/24")}
 	client := ovnfake.NewSimpleClientset(e)
 	probes := &proberLike{down: map[string]bool{"n1": true, "n2": true}}
-	c := &Controller{Client: client, Snapshot: watcherstest.Snapshot(objs...), Probes: probes, HealthPort: 9107,
+	c := &Controller{Client: client, Snapshot: watcherstest.Snapshot(objs...), Probes: probes, HealthPort: 9107, Self: "n3",
 		Recorder: record.NewFakeRecorder(10), Log: slog.New(slog.DiscardHandler), recorded: map[Event]bool{}}
 	ctx := context.Background()
 	c.reconcile(ctx)

@@ -41,6 +41,8 @@ type Controller struct {
 	Log        *slog.Logger
 	// Metrics, when set, count the services per host and the moves.
 	Metrics *Metrics
+	// Self is the node this controller runs on (see egressip.Controller.Self).
+	Self string
 
 	recorded map[string]string // namespace/name -> last reason recorded
 }
@@ -93,7 +95,7 @@ func (c *Controller) reconcile(ctx context.Context) error {
 	// Probe every Ready node with a primary address: candidates start reachable.
 	targets := c.targets(apiNodes)
 	c.Probes.Set(targets)
-	if egressip.Isolated(targets, c.Probes) {
+	if egressip.Isolated(targets, c.Self, c.Probes) {
 		return fmt.Errorf("no node answers the reachability probes: this controller takes itself for isolated and moves no EgressService host")
 	}
 	candidates := make([]Candidate, 0, len(apiNodes))

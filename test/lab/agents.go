@@ -105,7 +105,7 @@ func (n *Node) StartController(ctx context.Context) error {
 	p, err := agent.LaunchController(agent.ControllerOptions{
 		Binary: bin, Name: "controller@" + n.Name, LogDir: n.lab.Dir, Kubeconfig: kubeconfig,
 		LeaderNamespace: n.lab.LeaderNamespace(), Wrap: []string{"nsenter", "--net=" + n.NS.Path()}, Dial: n.Dial,
-		Args: n.lab.opts.ControllerArgs,
+		Args: append([]string{"--node-name", n.Name}, n.lab.opts.ControllerArgs...),
 	})
 	if err != nil {
 		return err
