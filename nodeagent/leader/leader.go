@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,9 +66,13 @@ type LeaderElection struct {
 	// next term's without waiting for the last's, which a lost and retaken Lease would
 	// otherwise run side by side with them.
 	leading sync.Mutex
-	// endTerm cancels the running term's controllers (nil between terms).
-	termMu  sync.Mutex
-	endTerm context.CancelFunc
+	// endTerm cancels the running term's controllers (nil between terms); stepDown ends the
+	// running client-go elector (its Run), which then releases the Lease.
+	termMu   sync.Mutex
+	endTerm  context.CancelFunc
+	stepDown context.CancelFunc
+	// renewed is when a write of the Lease naming this replica last succeeded (unix ns).
+	renewed atomic.Int64
 }
 
 // Run campaigns for the Lease until ctx ends; on ctx end a held Lease is released so that
@@ -79,8 +84,12 @@ func (e *LeaderElection) Run(ctx context.Context) error {
 		LockConfig: resourcelock.ResourceLockConfig{Identity: e.Identity},
 	}
 	for ctx.Err() == nil { // a lost Lease ends RunOrDie: campaign again
+		electorCtx, stepDown := context.WithCancel(ctx)
+		e.termMu.Lock()
+		e.stepDown = stepDown
+		e.termMu.Unlock()
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            releaseGuard{Interface: lock, stopTerm: e.stopTerm},
+			Lock:            lockGuard{Interface: lock, stopTerm: e.stopTerm, renewed: &e.renewed},
 			LeaseDuration:   e.LeaseDuration,
 			RenewDeadline:   e.RenewDeadline,
 			RetryPeriod:     e.RetryPeriod,
@@ -100,9 +109,11 @@ func (e *LeaderElection) Run(ctx context.Context) error {
 			},
 		})
 		if err != nil {
+			stepDown()
 			return err
 		}
-		le.Run(ctx)
+		le.Run(electorCtx)
+		stepDown()
 	}
 	return nil
 }
@@ -123,6 +134,8 @@ func (e *LeaderElection) lead(ctx context.Context) {
 		e.termMu.Unlock()
 		cancel()
 	}()
+	e.renewed.Store(time.Now().UnixNano()) // just acquired
+	go e.watchRenewals(ctx)
 	e.Metrics.Leader.Set(1)
 	e.Log.Info("started leading, running cluster controllers", "lease", e.Namespace+"/"+LeaseName, "controllers", len(e.Controllers))
 	var wg sync.WaitGroup
@@ -130,6 +143,33 @@ func (e *LeaderElection) lead(ctx context.Context) {
 		wg.Go(func() { c(ctx) })
 	}
 	wg.Wait()
+}
+
+// watchRenewals steps down once the Lease has gone the renew deadline without a renewal: a
+// standby takes over a lease duration after it last saw one, and client-go itself gives up
+// only a retry period later still, and releases before it cancels the controllers' context,
+// with a read of the Lease that may take another renew deadline. A replica cut off and back
+// meanwhile kept deciding beside the new leader (seen: an egress IP moved back and forth).
+func (e *LeaderElection) watchRenewals(ctx context.Context) {
+	t := time.NewTicker(max(e.RetryPeriod/2, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if since := time.Since(time.Unix(0, e.renewed.Load())); since > e.RenewDeadline {
+			e.Log.Warn("the Lease was not renewed within the renew deadline: stepping down", "lease", e.Namespace+"/"+LeaseName,
+				"sinceRenewal", since.Round(time.Millisecond), "renewDeadline", e.RenewDeadline)
+			e.termMu.Lock()
+			if e.stepDown != nil {
+				e.stepDown()
+			}
+			e.termMu.Unlock()
+			return
+		}
+	}
 }
 
 // stopTerm ends the running term's controllers and waits until they returned.
@@ -143,20 +183,34 @@ func (e *LeaderElection) stopTerm() {
 	e.leading.Unlock()
 }
 
-// releaseGuard guards client-go's release of the Lease (an empty holder written), which it
-// makes at every end of leadership, also after failing to renew:
+// lockGuard records each successful write of the Lease naming this replica (its renewals, for
+// watchRenewals), and guards client-go's release of the Lease (an empty holder written), which
+// it makes at every end of leadership, also after failing to renew:
 //   - it first stops the term's controllers: client-go cancels their context only once the
 //     release returned, and a replica cut off and back within that call would decide beside
 //     the standby that took over (seen: an egress IP moved back by the old leader);
 //   - it refuses to release a Lease that no longer names this replica: client-go judges from
 //     its last observed record, and a replica cut off for longer than the Lease, coming back,
 //     would otherwise clear the new leader's Lease and take it over.
-type releaseGuard struct {
+type lockGuard struct {
 	resourcelock.Interface
 	stopTerm func()
+	renewed  *atomic.Int64
 }
 
-func (g releaseGuard) Update(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
+func (g lockGuard) Create(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
+	err := g.Interface.Create(ctx, rec)
+	g.record(rec, err)
+	return err
+}
+
+func (g lockGuard) record(rec resourcelock.LeaderElectionRecord, err error) {
+	if err == nil && rec.HolderIdentity == g.Identity() && g.renewed != nil {
+		g.renewed.Store(time.Now().UnixNano())
+	}
+}
+
+func (g lockGuard) Update(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
 	if rec.HolderIdentity == "" {
 		g.stopTerm()
 		cur, _, err := g.Interface.Get(ctx)
@@ -167,5 +221,7 @@ func (g releaseGuard) Update(ctx context.Context, rec resourcelock.LeaderElectio
 			return fmt.Errorf("not releasing the Lease: %q holds it now", cur.HolderIdentity)
 		}
 	}
-	return g.Interface.Update(ctx, rec)
+	err := g.Interface.Update(ctx, rec)
+	g.record(rec, err)
+	return err
 }

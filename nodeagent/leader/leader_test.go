@@ -3,8 +3,8 @@ package leader
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,14 +37,14 @@ func TestReleaseGuard(t *testing.T) {
 	stopped := 0
 	stop := func() { stopped++ }
 	taken := &fakeLock{holder: "node-b"}
-	if err := (releaseGuard{taken, stop}).Update(ctx, resourcelock.LeaderElectionRecord{}); err == nil || len(taken.written) != 0 || stopped != 1 {
+	if err := (lockGuard{taken, stop, nil}).Update(ctx, resourcelock.LeaderElectionRecord{}); err == nil || len(taken.written) != 0 || stopped != 1 {
 		t.Errorf("released a Lease node-b holds: err %v, written %v, controllers stopped %d times", err, taken.written, stopped)
 	}
-	if err := (releaseGuard{taken, stop}).Update(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "node-a"}); err != nil || len(taken.written) != 1 || stopped != 1 {
+	if err := (lockGuard{taken, stop, nil}).Update(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "node-a"}); err != nil || len(taken.written) != 1 || stopped != 1 {
 		t.Errorf("an update naming us was held back (%v) or stopped the controllers (%d)", err, stopped)
 	}
 	ours := &fakeLock{holder: "node-a"}
-	if err := (releaseGuard{ours, stop}).Update(ctx, resourcelock.LeaderElectionRecord{}); err != nil || len(ours.written) != 1 || stopped != 2 {
+	if err := (lockGuard{ours, stop, nil}).Update(ctx, resourcelock.LeaderElectionRecord{}); err != nil || len(ours.written) != 1 || stopped != 2 {
 		t.Errorf("did not release our own Lease: err %v, written %v", err, ours.written)
 	}
 }
