@@ -18,7 +18,7 @@ build: ## egressd and egressctl into bin/
 generate: ## deepcopy, clientset, listers, informers, CRDs from api/; bpf2go objects from bpf/src (CLANG=clang-N to pick a compiler)
 	CLANG=$(CLANG) hack/update-codegen.sh
 
-docs: ## docs/reference (flags of egressd and egressctl, metrics) from the code that declares them
+docs: ## docs/reference (flags and metrics of the agent and egressd controller, egressctl's flags) from the code that declares them
 	$(GO) test ./cmd/egressd ./cmd/egressctl -run '^TestReferenceDocs$$' -count=1 -update
 
 verify-generate: ## fails if the committed generated code or docs/reference is stale (BPF objects: byte for byte only with the recorded clang major, see bpf/doc.go; BPF_VERIFY_STRICT=1 fails otherwise)

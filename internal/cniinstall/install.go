@@ -91,7 +91,7 @@ func (in *Installer) Run(ctx context.Context) error {
 			if pause := churn.wrote(time.Now()); pause > 0 {
 				in.Log.Error("the primary CNI keeps rewriting its configuration without egressd-cni: chaining it again less often, new pods meanwhile are programmed from the API only",
 					"file", file, "rewrites", churnWrites, "within", churnWindow, "next", pause,
-					"fix", "have the primary CNI keep egressd-cni in its chain (README, manual chaining; Cilium: cni.exclusive=false and cni.customConf)")
+					"fix", "have the primary CNI keep egressd-cni in its chain (docs/features/egressd-cni.md, installation; Cilium: cni.exclusive=false and cni.customConf)")
 				select {
 				case <-ctx.Done():
 					return nil
@@ -204,16 +204,10 @@ func (in *Installer) ensure() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	conf, err := asList(file, raw)
-	if err != nil {
+	conf, err := chain(file, raw, in.Entry)
+	if err != nil || conf == nil {
 		return "", err
 	}
-	plugins, _ := conf["plugins"].([]any)
-	entry := normalize(in.Entry)
-	if n := len(plugins); n > 0 && reflect.DeepEqual(plugins[n-1], entry) && count(plugins) == 1 {
-		return "", nil
-	}
-	conf["plugins"] = append(without(plugins), entry)
 	out := file
 	if !isList(file) { // a single plugin's .conf: the chain needs a list
 		out = strings.TrimSuffix(file, filepath.Ext(file)) + ".conflist"
@@ -227,6 +221,22 @@ func (in *Installer) ensure() (string, error) {
 		}
 	}
 	return out, nil
+}
+
+// chain is the configuration raw (of file) as a list whose last plugin is entry, the only
+// egressd-cni of the list; nil when it is so already.
+func chain(file string, raw []byte, entry map[string]any) (map[string]any, error) {
+	conf, err := asList(file, raw)
+	if err != nil {
+		return nil, err
+	}
+	plugins, _ := conf["plugins"].([]any)
+	e := normalize(entry)
+	if n := len(plugins); n > 0 && reflect.DeepEqual(plugins[n-1], e) && count(plugins) == 1 {
+		return nil, nil
+	}
+	conf["plugins"] = append(without(plugins), e)
+	return conf, nil
 }
 
 // Uninstall removes egressd-cni from every configuration list of confDir and its binary from
@@ -244,7 +254,7 @@ func Uninstall(binDir, confDir string) error {
 			continue
 		}
 		var conf map[string]any
-		if json.Unmarshal(raw, &conf) != nil {
+		if unmarshal(raw, &conf) != nil {
 			continue // not ours to judge
 		}
 		plugins, _ := conf["plugins"].([]any)
@@ -278,33 +288,62 @@ func isList(file string) bool { return filepath.Ext(file) == ".conflist" }
 // asList reads a configuration as a list, a single plugin's becoming a list of one.
 func asList(file string, raw []byte) (map[string]any, error) {
 	var conf map[string]any
-	if err := json.Unmarshal(raw, &conf); err != nil {
+	if err := unmarshal(raw, &conf); err != nil {
 		return nil, fmt.Errorf("CNI configuration %s: %w", file, err)
 	}
-	if _, ok := conf["plugins"]; ok {
+	if p, ok := conf["plugins"]; ok {
+		if _, ok := p.([]any); !ok {
+			return nil, fmt.Errorf("CNI configuration %s: plugins is not a list", file)
+		}
 		return conf, nil
 	}
 	if _, ok := conf["type"]; !ok {
 		return nil, fmt.Errorf("CNI configuration %s has neither plugins nor a type", file)
 	}
-	list := map[string]any{"cniVersion": conf["cniVersion"], "name": conf["name"]}
-	delete(conf, "cniVersion")
-	delete(conf, "name")
+	// A list needs a name and a version the runtime reads as strings (libcni.ConfListFromConf's
+	// defaults): absent from a single plugin's configuration, they are empty, not null.
+	list := map[string]any{"cniVersion": "", "name": ""}
+	for _, k := range []string{"cniVersion", "name"} {
+		if v, ok := conf[k]; ok {
+			list[k] = v
+			delete(conf, k)
+		}
+	}
 	list["plugins"] = []any{conf}
 	return list, nil
+}
+
+// unmarshal is json.Unmarshal keeping numbers as written (json.Number): a configuration is
+// written back with the numbers of the plugins egressd does not know unchanged, not rounded
+// through float64.
+func unmarshal(raw []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	if err := d.Decode(v); err != nil {
+		return err
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return errors.New("invalid data after the top-level value")
+	}
+	return nil
 }
 
 // normalize gives the entry the shape it has once read back from JSON, to compare them.
 func normalize(entry map[string]any) any {
 	b, _ := json.Marshal(entry) // a map of plain values always marshals
 	var out any
-	_ = json.Unmarshal(b, &out)
+	_ = unmarshal(b, &out)
 	return out
 }
 
+// isOurs reports whether the runtime reads p as egressd-cni: libcni decodes the plugin into a
+// struct, whose field "type" takes any case of the key ("Type", "TYPE"), the last one winning.
 func isOurs(p any) bool {
-	m, _ := p.(map[string]any)
-	return m["type"] == PluginType
+	b, err := json.Marshal(p)
+	var c struct {
+		Type string `json:"type"`
+	}
+	return err == nil && json.Unmarshal(b, &c) == nil && c.Type == PluginType
 }
 
 func count(plugins []any) int {

@@ -83,7 +83,7 @@ func (m *Metrics) observeUnassigned(plan Plan) {
 	}
 }
 
-// forget drops what only the leader exports, once this agent stops leading: another agent
+// forget drops what only the leader exports, once this replica stops leading: another
 // reports the assignment now.
 func (m *Metrics) forget() {
 	m.Assigned.Reset()

@@ -79,8 +79,8 @@ type decision struct {
 //     traffic for nothing. Once that pod is gone (kubectl drain evicts it; or someone deletes
 //     it), its replacement goes to another node, never back to the cordoned one. Unlike the
 //     scheduler, decide does not let a toleration of node.kubernetes.io/unschedulable through
-//     (the router pod tolerates every taint so that taint eviction leaves it to the leader, not
-//     to land on drained nodes); that taint, mirroring the cordon, is said once, as "cordoned".
+//     (a router pod created on a cordoned node would bypass the cordon: the controller sets
+//     its nodeName); that taint, mirroring the cordon, is said once, as "cordoned".
 //   - A taint of effect NoSchedule the pod does not tolerate: no new pod; one there stays.
 //   - NoExecute not tolerated: no new pod, and one there moves (the taint manager would evict
 //     it; the kubelet refuses such a pod too).

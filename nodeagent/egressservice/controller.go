@@ -51,6 +51,9 @@ type Controller struct {
 // period), until ctx ends.
 func (c *Controller) Run(ctx context.Context) {
 	c.recorded = map[string]string{}
+	if c.Metrics != nil {
+		defer c.Metrics.forget()
+	}
 	egressip.ReconcileLoop(ctx, 5*time.Second, c.Changed, c.Probes, func(ctx context.Context) bool {
 		if err := c.reconcile(ctx); err != nil {
 			c.Log.Error("egress services", "err", err)

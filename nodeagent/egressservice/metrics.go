@@ -32,6 +32,9 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Hosted, m.Moves}
 }
 
+// forget drops the per-host gauge once this replica stops leading: another reports it now.
+func (m *Metrics) forget() { m.Hosted.Reset() }
+
 // record sets the services per host from the hosts of every EgressService, and counts the
 // moves off a node (from, to) the last reconcile wrote.
 func (m *Metrics) record(hosts []string, moves [][2]string) {
