@@ -40,11 +40,24 @@ import (
 const (
 	PodsByNode      = "node"
 	PodsByNamespace = cache.NamespaceIndex // every informer of the factory has it
+	// PodsByIP indexes pods of the pod network by the addresses their status shows.
+	PodsByIP = "ip"
 )
 
 // PodIndexers are the indexes the pod cache adds to the factory's namespace index.
 var PodIndexers = cache.Indexers{
 	PodsByNode: func(obj any) ([]string, error) { return []string{obj.(*corev1.Pod).Spec.NodeName}, nil },
+	PodsByIP: func(obj any) ([]string, error) {
+		p := obj.(*corev1.Pod)
+		if p.Spec.HostNetwork {
+			return nil, nil
+		}
+		ips := make([]string, 0, len(p.Status.PodIPs))
+		for _, ip := range p.Status.PodIPs {
+			ips = append(ips, ip.IP)
+		}
+		return ips, nil
+	},
 }
 
 // Snapshot is the read-only view of the cluster that nodeagent compiles from. Listers read the

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/egressd/egressd/nodeagent/reachability"
 	"github.com/egressd/egressd/watchers/watcherstest"
@@ -32,7 +33,8 @@ func (f *fakeStore) AnnounceRemote(_ context.Context, _ *corev1.Pod, ips []netip
 
 // An announcement over the agents' gRPC server: answered as the store decides when it matches
 // the receiver's view of the API (the pod on the announcing node, the call from that node's
-// address, the addresses in its pod network), refused otherwise, each counted.
+// address, the addresses in its pod network, one per family, nobody else's, the Pod's own once
+// it shows them), refused otherwise, each counted.
 func TestAnnounce(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Spec: corev1.NodeSpec{PodCIDRs: []string{"10.244.1.0/24"}},
 		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}}}
@@ -41,9 +43,20 @@ func TestAnnounce(t *testing.T) {
 	pod := func(name, node string) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Spec: corev1.PodSpec{NodeName: node}}
 	}
-	store := &fakeStore{snat: map[netip.Addr]bool{netip.MustParseAddr("10.244.1.5"): true}}
+	// A pod of the node that runs with its address, one that finished (its address free again),
+	// one whose status shows its address, and a node whose address is in the pod network.
+	withIP := func(p *corev1.Pod, ip string, phase corev1.PodPhase) *corev1.Pod {
+		p.UID, p.Status.PodIPs, p.Status.Phase = "uid-"+types.UID(p.Name), []corev1.PodIP{{IP: ip}}, phase
+		return p
+	}
+	neighbour := withIP(pod("neighbour", "a"), "10.244.1.7", corev1.PodRunning)
+	done := withIP(pod("done", "a"), "10.244.1.8", corev1.PodSucceeded)
+	shown := withIP(pod("shown", "a"), "10.244.1.4", corev1.PodRunning)
+	infra := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "infra"},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.244.1.9"}}}}
+	store := &fakeStore{snat: map[netip.Addr]bool{netip.MustParseAddr("10.244.1.5"): true, netip.MustParseAddr("10.244.1.8"): true, netip.MustParseAddr("10.244.1.4"): true}}
 	metrics := NewMetrics()
-	r := &Receiver{Snapshot: watcherstest.Snapshot(node, far, pod("web", "a"), pod("db", "b"), pod("remote", "far")),
+	r := &Receiver{Snapshot: watcherstest.Snapshot(node, far, infra, pod("web", "a"), pod("db", "b"), pod("remote", "far"), neighbour, done, shown),
 		Store: store, Metrics: metrics, Log: slog.New(slog.DiscardHandler)}
 	srv := reachability.NewServer("127.0.0.1:0", r.Register)
 	if err := srv.Start(); err != nil {
@@ -68,6 +81,12 @@ func TestAnnounce(t *testing.T) {
 		{"an address outside the node's pod network", "a", "web", []netip.Addr{a("10.244.2.5")}, "denied"},
 		{"from an address that is not the pod's node's", "far", "remote", []netip.Addr{a("10.244.1.5")}, "denied"},
 		{"an unknown pod", "a", "nope", []netip.Addr{a("10.244.1.5")}, "denied"},
+		{"another running pod's address", "a", "web", []netip.Addr{a("10.244.1.7")}, "denied"},
+		{"a finished pod's address", "a", "web", []netip.Addr{a("10.244.1.8")}, "served"},
+		{"a node's address", "a", "web", []netip.Addr{a("10.244.1.9")}, "denied"},
+		{"two addresses of a family", "a", "web", []netip.Addr{a("10.244.1.5"), a("10.244.1.6")}, "denied"},
+		{"the addresses its Pod shows", "a", "shown", []netip.Addr{a("10.244.1.4")}, "served"},
+		{"others than its Pod shows", "a", "shown", []netip.Addr{a("10.244.1.6")}, "denied"},
 	} {
 		before := testutil.ToFloat64(metrics.announcements.WithLabelValues("received", c.result))
 		ann.Node = c.node
@@ -76,10 +95,10 @@ func TestAnnounce(t *testing.T) {
 			t.Errorf("%s: received %q counted %v times, want once", c.what, c.result, got)
 		}
 	}
-	if got := testutil.ToFloat64(metrics.announcements.WithLabelValues("sent", "served")); got != 1 {
-		t.Errorf("sent served = %v, want 1", got)
+	if got := testutil.ToFloat64(metrics.announcements.WithLabelValues("sent", "served")); got != 3 {
+		t.Errorf("sent served = %v, want 3", got)
 	}
-	if got := testutil.ToFloat64(metrics.announcements.WithLabelValues("sent", "failed")); got != 4 {
-		t.Errorf("sent failed = %v, want the 4 refused", got)
+	if got := testutil.ToFloat64(metrics.announcements.WithLabelValues("sent", "failed")); got != 8 {
+		t.Errorf("sent failed = %v, want the 8 refused", got)
 	}
 }

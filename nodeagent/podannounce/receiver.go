@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/egressip"
@@ -54,7 +55,10 @@ func (r *Receiver) announce(ctx context.Context, req *Request) (*Reply, error) {
 
 // validate checks the announcement against this node's view of the API: the pod runs on the
 // announcing node, the call comes from an address of that node, and the addresses are in its
-// pod networks (when the Node has spec.podCIDRs).
+// pod networks (when the Node has spec.podCIDRs), one per family, held by no other pod and no
+// node, and those the Pod object shows once it shows any: an announcement only stands in for
+// the Pod's status until the kubelet writes it, and must not lend a pod another's address (it
+// would leave with the other's egress IP) nor give it a junk one.
 func (r *Receiver) validate(ctx context.Context, req *Request) (*corev1.Pod, []netip.Addr, error) {
 	pod, err := r.Snapshot.Pods.Pods(req.Namespace).Get(req.Name)
 	if err != nil {
@@ -83,15 +87,67 @@ func (r *Receiver) validate(ctx context.Context, req *Request) (*corev1.Pod, []n
 		if err != nil {
 			return nil, nil, status.Errorf(codes.InvalidArgument, "address %q: %v", s, err)
 		}
+		a = a.Unmap()
+		if slices.ContainsFunc(ips, func(b netip.Addr) bool { return b.Is4() == a.Is4() }) {
+			return nil, nil, status.Errorf(codes.InvalidArgument, "more than one address of a family: %v", req.IPs)
+		}
 		if len(cidrs) > 0 && !slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Contains(a) }) {
 			return nil, nil, status.Errorf(codes.PermissionDenied, "address %s is in no pod network of node %s %v", a, req.Node, cidrs)
+		}
+		if err := r.unclaimed(pod, a); err != nil {
+			return nil, nil, err
 		}
 		ips = append(ips, a)
 	}
 	if len(ips) == 0 {
 		return nil, nil, status.Error(codes.InvalidArgument, "no address")
 	}
+	if shown := podIPs(pod); len(shown) > 0 && !slices.Equal(sorted(shown), sorted(ips)) {
+		return nil, nil, status.Errorf(codes.PermissionDenied, "pod %s/%s shows addresses %v, not %v", req.Namespace, req.Name, shown, ips)
+	}
 	return pod, ips, nil
+}
+
+// unclaimed refuses an address another pod's status shows (a pod that has not finished) or
+// a node holds.
+func (r *Receiver) unclaimed(pod *corev1.Pod, a netip.Addr) error {
+	holders, err := r.Snapshot.PodIndex.ByIndex(watchers.PodsByIP, a.String())
+	if err != nil {
+		return status.Errorf(codes.Internal, "pods by address: %v", err)
+	}
+	for _, o := range holders {
+		p := o.(*corev1.Pod)
+		if p.UID != pod.UID && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			return status.Errorf(codes.PermissionDenied, "address %s is pod %s/%s's", a, p.Namespace, p.Name)
+		}
+	}
+	nodes, err := r.Snapshot.Nodes.List(labels.Everything())
+	if err != nil {
+		return status.Errorf(codes.Internal, "nodes: %v", err)
+	}
+	for _, n := range nodes {
+		if slices.Contains(nodeAddresses(n), a) {
+			return status.Errorf(codes.PermissionDenied, "address %s is node %s's", a, n.Name)
+		}
+	}
+	return nil
+}
+
+// podIPs are the addresses the Pod's status shows.
+func podIPs(p *corev1.Pod) []netip.Addr {
+	var out []netip.Addr
+	for _, ip := range p.Status.PodIPs {
+		if a, err := netip.ParseAddr(ip.IP); err == nil {
+			out = append(out, a.Unmap())
+		}
+	}
+	return out
+}
+
+func sorted(a []netip.Addr) []netip.Addr {
+	s := slices.Clone(a)
+	slices.SortFunc(s, func(x, y netip.Addr) int { return x.Compare(y) })
+	return s
 }
 
 // callerAddr is the address the call came from.

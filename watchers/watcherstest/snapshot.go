@@ -18,7 +18,7 @@ import (
 // Snapshot is a Snapshot over the given objects, as the informers would hold them.
 func Snapshot(objs ...runtime.Object) *watchers.Snapshot {
 	nsIdx := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
-	pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, watchers.PodsByNode: watchers.PodIndexers[watchers.PodsByNode]})
+	pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, watchers.PodsByNode: watchers.PodIndexers[watchers.PodsByNode], watchers.PodsByIP: watchers.PodIndexers[watchers.PodsByIP]})
 	nodes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	efs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
 	qos := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
