@@ -177,8 +177,17 @@ func (s *Server) add(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusOK, cniapi.Response{Programmed: time.Now()})
 		return
 	}
-	pod, source := s.pod(ctx, req.Namespace, req.Name)
+	pod, source, err := s.pod(ctx, req.Namespace, req.Name)
 	s.Metrics.object(source)
+	if err != nil {
+		// Its labels decide which policies select it: programmed by namespace alone it would
+		// leave with the node's address, not its egress IP. Fail closed; the runtime retries
+		// (failOpen lets it start unprogrammed instead).
+		fail(w, http.StatusServiceUnavailable, cniapi.CodeTryAgainLater, "egressd cannot read Pod %s/%s, whose labels select its egress policies: %v", req.Namespace, req.Name, err)
+		s.Metrics.added("failed", time.Since(start))
+		s.Log.Error("CNI ADD refused: the Pod object is not readable", "pod", req.Namespace+"/"+req.Name, "sandbox", req.ContainerID, "err", err)
+		return
+	}
 	looked := time.Since(start)
 	if req.UID != "" && pod.UID != "" && string(pod.UID) != req.UID {
 		s.Log.Info("CNI ADD for a pod whose object has another UID; using the namespace only", "pod", req.Namespace+"/"+req.Name)
@@ -219,24 +228,23 @@ func (s *Server) add(w http.ResponseWriter, r *http.Request) {
 }
 
 // pod is the pod's object: from the informer, else from the API (the kubelet calls the CNI
-// after the object exists), else a bare object with its namespace and name only; and where it
-// came from (informer, api, none).
-func (s *Server) pod(ctx context.Context, namespace, name string) (*corev1.Pod, string) {
+// after the object exists); and where it came from (informer, api, none: then an error).
+func (s *Server) pod(ctx context.Context, namespace, name string) (*corev1.Pod, string, error) {
 	if s.Pods != nil {
 		if p, err := s.Pods.Pods(namespace).Get(name); err == nil {
-			return p, "informer"
+			return p, "informer", nil
 		}
 	}
-	if s.Kube != nil {
-		gctx, cancel := context.WithTimeout(ctx, getTimeout)
-		defer cancel()
-		p, err := s.Kube.CoreV1().Pods(namespace).Get(gctx, name, metav1.GetOptions{})
-		if err == nil {
-			return p, "api"
-		}
-		s.Log.Info("pod of a CNI ADD not readable; programming it by namespace until its object arrives", "pod", namespace+"/"+name, "err", err)
+	if s.Kube == nil {
+		return nil, "none", fmt.Errorf("not in the cache and no API client")
 	}
-	return bare(namespace, name, s.Node), "none"
+	gctx, cancel := context.WithTimeout(ctx, getTimeout)
+	defer cancel()
+	p, err := s.Kube.CoreV1().Pods(namespace).Get(gctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, "none", err
+	}
+	return p, "api", nil
 }
 
 func (s *Server) del(w http.ResponseWriter, r *http.Request) {
@@ -291,7 +299,10 @@ func (s *Server) routerResult(w http.ResponseWriter, r *http.Request) {
 	if res.Error != "" {
 		failure = errors.New(res.Error)
 	}
-	pod, _ := s.pod(r.Context(), res.Namespace, res.Name)
+	pod, _, err := s.pod(r.Context(), res.Namespace, res.Name)
+	if err != nil {
+		pod = bare(res.Namespace, res.Name, s.Node) // the router's condition names it by name
+	}
 	s.Routers.Configured(r.Context(), pod, res.Master, failure)
 	reply(w, http.StatusOK, cniapi.Response{})
 }
