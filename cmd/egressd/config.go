@@ -30,6 +30,7 @@ type config struct {
 	nodeName         string
 	bpfPinRoot       string
 	profiling        bool
+	metricsAuth      bool
 	metricsAddr      string
 	healthAddr       string
 	reachabilityAddr string
@@ -115,6 +116,7 @@ func newFlagSet(c *config, env environment) *flag.FlagSet {
 	fs.StringVar(&c.bpfPinRoot, "bpf-pin-root", "/sys/fs/bpf/egressd", "bpffs directory under which egressd pins its maps, programs and links")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":9476", "host:port serving Prometheus metrics on /metrics; \"0\" disables")
 	fs.BoolVar(&c.profiling, "profiling", false, "also serve Go's runtime profiles (pprof) at /debug/pprof/ on the metrics address, for diagnosing CPU and memory use")
+	fs.BoolVar(&c.metricsAuth, "metrics-auth", true, "require of /metrics and /debug/pprof/ callers a bearer token whose user may get that path (TokenReview and SubjectAccessReview against the API server, as the kubelet does; grant it with the ClusterRole egressd-metrics-reader): the port is reachable from pods. false serves them to anyone who reaches the port")
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":9477", "host:port serving /healthz and /readyz")
 	fs.StringVar(&c.reachabilityAddr, "egress-health-bind-address", fmt.Sprintf(":%d", reachability.DefaultPort),
 		"host:port serving grpc.health.v1 Service_Egress_IP, probed by the controller to judge this node's reachability for EgressIP and EgressService (upstream's egressip-node-healthcheck-port); \"0\" disables, and the node is then unreachable for them")

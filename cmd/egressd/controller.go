@@ -107,7 +107,8 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 		Log: log.With("component", "egressrouter-controller")}
 
 	var synced atomic.Bool
-	servers, err := serve(endpoints{health: cfg.healthAddr, metrics: cfg.metricsAddr, profiling: cfg.profiling}, reg, synced.Load, log)
+	servers, err := serve(endpoints{health: cfg.healthAddr, metrics: cfg.metricsAddr, profiling: cfg.profiling,
+		guard: metricsGuard(cfg.metricsAuth, kube, log)}, reg, synced.Load, log)
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ type controllerConfig struct {
 	metricsAddr       string
 	healthAddr        string
 	profiling         bool
+	metricsAuth       bool
 	leaderElectionNS  string
 	leaseDuration     time.Duration
 	renewDeadline     time.Duration
@@ -62,6 +63,7 @@ func newControllerFlagSet(c *controllerConfig, env environment, identity string)
 	fs.StringVar(&c.nodeName, "node-name", env.nodeName, "the node this replica runs on (default $NODE_NAME): it answers this replica's probes whatever the network, so it does not count when the replica asks whether it is cut off from every egress node")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":9478", "host:port serving Prometheus metrics on /metrics; \"0\" disables")
 	fs.BoolVar(&c.profiling, "profiling", false, "also serve Go's runtime profiles (pprof) at /debug/pprof/ on the metrics address")
+	fs.BoolVar(&c.metricsAuth, "metrics-auth", true, "require of /metrics and /debug/pprof/ callers a bearer token whose user may get that path (TokenReview and SubjectAccessReview against the API server, as the kubelet does; grant it with the ClusterRole egressd-metrics-reader): the port is reachable from pods. false serves them to anyone who reaches the port")
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":9479", "host:port serving /healthz and /readyz (ready once the caches synced, leading or not)")
 	fs.StringVar(&c.leaderElectionNS, "leader-election-namespace", env.namespace, "namespace of the leader election Lease (default $POD_NAMESPACE or egressd)")
 	fs.DurationVar(&c.leaseDuration, "leader-election-lease-duration", time.Second,

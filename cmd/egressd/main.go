@@ -40,6 +40,7 @@ import (
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/kernel"
 	"github.com/egressd/egressd/internal/cniinstall"
+	"github.com/egressd/egressd/internal/httpauth"
 	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/nodeagent/cluster"
@@ -194,7 +195,8 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 			}()
 		}
 	}
-	servers, err := serve(endpoints{health: cfg.healthAddr, metrics: cfg.metricsAddr, profiling: cfg.profiling}, metrics.Registry, loop.Synced, log)
+	servers, err := serve(endpoints{health: cfg.healthAddr, metrics: cfg.metricsAddr, profiling: cfg.profiling,
+		guard: metricsGuard(cfg.metricsAuth, kube, log)}, metrics.Registry, loop.Synced, log)
 	if err != nil {
 		return err
 	}
@@ -273,6 +275,14 @@ func clients(kubeconfig, userAgent string, qps float32, burst int) (kubernetes.I
 	return kube, egress, nil
 }
 
+// metricsGuard is the guard of the metrics and profiles (nil when --metrics-auth=false).
+func metricsGuard(on bool, kube kubernetes.Interface, log *slog.Logger) *httpauth.Guard {
+	if !on {
+		return nil
+	}
+	return &httpauth.Guard{Client: kube, Log: log.With("component", "metrics-auth")}
+}
+
 // shutdown stops the HTTP servers, giving requests in flight a second.
 func shutdown(servers []*http.Server) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -283,10 +293,12 @@ func shutdown(servers []*http.Server) {
 }
 
 // endpoints are a process's HTTP addresses: /healthz and /readyz, /metrics ("0": none), and
-// the runtime profiles beside the metrics.
+// the runtime profiles beside the metrics; guard, when set, admits only callers allowed to get
+// the metrics' and profiles' paths (the health endpoints stay open to the kubelet's probes).
 type endpoints struct {
 	health, metrics string
 	profiling       bool
+	guard           *httpauth.Guard
 }
 
 // serve starts the metrics and health endpoints. Binding happens here, synchronously, so that a
@@ -311,10 +323,15 @@ func serve(eps endpoints, reg *prometheus.Registry, ready func() bool, log *slog
 			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		}
+		var h http.Handler = mux
+		if eps.guard != nil {
+			h = eps.guard.Wrap(mux)
+		}
 		if eps.metrics == eps.health {
-			health.Handle("/metrics", mux)
+			health.Handle("/metrics", h)
+			health.Handle("/debug/pprof/", h)
 		} else {
-			handlers[eps.metrics] = mux
+			handlers[eps.metrics] = h
 		}
 	}
 	var servers []*http.Server

@@ -148,6 +148,8 @@ func Launch(o Options) (*Process, error) {
 			"--health-probe-bind-address", p.HealthAddr,
 			"--bpf-pin-root", o.PinRoot,
 			"--log-format", "text",
+			// Tests scrape without a token (the guard has its own tests).
+			"--metrics-auth=false",
 			// Its own CNI socket (o.Args may set another): agents of a test share the filesystem.
 			"--cni-socket", shortSocket(o.LogDir, o.Node),
 		}, o.Args...)
@@ -193,6 +195,7 @@ func LaunchController(o ControllerOptions) (*Process, error) {
 			"--leader-election-renew-deadline", "2s",
 			"--leader-election-retry-period", "250ms",
 			"--log-format", "text",
+			"--metrics-auth=false",
 		}, o.Args...)
 	})
 }
