@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -242,5 +246,32 @@ BFD sessions: none
 `
 	if got := out.String(); got != want {
 		t.Errorf("status:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// egressctl sends the pod's ServiceAccount token with a scrape (the agent guards /metrics),
+// and says how to get access when the agent refuses it.
+func TestScrapeSendsTheToken(t *testing.T) {
+	dir := t.TempDir()
+	was := tokenFile
+	tokenFile = filepath.Join(dir, "token")
+	defer func() { tokenFile = was }()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer s3cret" {
+			http.Error(w, "no", http.StatusUnauthorized)
+			return
+		}
+		fmt.Fprintln(w, "egressd_build_info{version=\"v1\"} 1")
+	}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	if _, err := scrape(t.Context(), addr); err == nil || !strings.Contains(err.Error(), "run egressctl in the agent's pod") {
+		t.Errorf("without a token: %v", err)
+	}
+	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if families, err := scrape(t.Context(), addr); err != nil || families["egressd_build_info"] == nil {
+		t.Errorf("with the token: %v, %v", families, err)
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -27,6 +29,10 @@ const (
 var errNoMetrics = errors.New("not read (--metrics-address 0)")
 
 // scrape reads the metrics of the agent serving them on address (host:port; "0": none).
+// tokenFile is the ServiceAccount token sent with a scrape when it exists: the agent's own,
+// inside its pod (the agent guards /metrics, --metrics-auth).
+var tokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
 func scrape(ctx context.Context, address string) (map[string]*dto.MetricFamily, error) {
 	if address == "0" {
 		return nil, errNoMetrics
@@ -39,11 +45,17 @@ func scrape(ctx context.Context, address string) (map[string]*dto.MetricFamily, 
 		return nil, fmt.Errorf("metrics address %q: %w", address, err)
 	}
 	req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
+	if token, err := os.ReadFile(tokenFile); err == nil {
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		return nil, fmt.Errorf("GET %s: %s: the agent serves its metrics to a ServiceAccount allowed to get /metrics: run egressctl in the agent's pod (its token, %s, is sent)", url, resp.Status, tokenFile)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
