@@ -18,6 +18,11 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
@@ -56,7 +61,13 @@ type agent struct {
 func startAgent(t *testing.T, fail bool) *agent {
 	t.Helper()
 	a := &agent{socket: filepath.Join(t.TempDir(), "cni.sock"), store: cniserver.NewStore(), fail: fail}
-	srv := &cniserver.Server{Node: "n", Store: a.store, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Synced: func() bool { return true }}
+	// The API holds every pod asked for (the agent fails an ADD whose Pod it cannot read).
+	kube := fake.NewClientset()
+	kube.PrependReactor("get", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		get := action.(k8stesting.GetAction)
+		return true, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: get.GetNamespace(), Name: get.GetName()}, Spec: corev1.PodSpec{NodeName: "n"}}, nil
+	})
+	srv := &cniserver.Server{Node: "n", Store: a.store, Kube: kube, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Synced: func() bool { return true }}
 	if err := srv.Listen(a.socket); err != nil {
 		t.Fatal(err)
 	}
