@@ -3,6 +3,7 @@ package egressfirewall
 import (
 	"fmt"
 	"net/netip"
+	"regexp"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +29,8 @@ func rules(in *cluster.Input, ef *ovnv1.EgressFirewall, nodes []*corev1.Node) ([
 		rule := dataplane.FirewallRule{Index: i, Deny: r.Type != ovnv1.EgressFirewallRuleAllow, Text: ruleText(r)}
 		var err error
 		switch {
+		case destinations(r.To) != 1:
+			err = fmt.Errorf("rule destination must set exactly one of cidrSelector, dnsName and nodeSelector")
 		case r.To.CIDRSelector != "":
 			var p netip.Prefix
 			if p, err = cluster.ParseCIDR(r.To.CIDRSelector); err == nil {
@@ -36,6 +39,10 @@ func rules(in *cluster.Input, ef *ovnv1.EgressFirewall, nodes []*corev1.Node) ([
 		case r.To.DNSName != "":
 			if strings.HasPrefix(r.To.DNSName, "*.") {
 				err = fmt.Errorf("wildcard dns name is not supported as rule destination, %s", r.To.DNSName)
+				break
+			}
+			if !dnsName.MatchString(r.To.DNSName) {
+				err = fmt.Errorf("invalid dns name %q", r.To.DNSName)
 				break
 			}
 			// Until the name first resolves it matches nothing, as upstream's empty address set.
@@ -47,19 +54,56 @@ func rules(in *cluster.Input, ef *ovnv1.EgressFirewall, nodes []*corev1.Node) ([
 		case r.To.NodeSelector != nil:
 			rule.Prefixes, err = nodeAddresses(r.To.NodeSelector, nodes)
 		}
+		if err == nil {
+			rule.Ports, err = ports(r.Ports)
+		}
 		if err != nil {
 			// Upstream prints the cidrSelector here whatever the destination kind; so do we.
 			errs = append(errs, fmt.Errorf("cannot create EgressFirewall Rule to destination %s for namespace %s: %w", r.To.CIDRSelector, ef.Namespace, err))
 			continue
 		}
-		for _, p := range r.Ports {
-			proto, _ := dataplane.ProtocolNumber(p.Protocol) // the API accepts TCP, UDP and SCTP only
-			rule.Ports = append(rule.Ports, dataplane.Port{Protocol: proto, Port: uint16(p.Port)})
-		}
 		rules = append(rules, rule)
 	}
-	// One line, as upstream's aggregate prints several errors: "[e1, e2]".
-	return rules, utilerrors.NewAggregate(errs)
+	if len(errs) > 0 {
+		// No partial result: the firewall fails as a whole. One line, as upstream's aggregate
+		// prints several errors: "[e1, e2]".
+		return nil, utilerrors.NewAggregate(errs)
+	}
+	return rules, nil
+}
+
+// dnsName is the API's pattern of a rule's dnsName (api/k8sovn/v1).
+var dnsName = regexp.MustCompile(`^(\*\.)?([A-Za-z0-9-]+\.)*[A-Za-z0-9-]+\.?$`)
+
+// destinations counts the kinds of destination a rule sets; the API wants exactly one.
+func destinations(to ovnv1.EgressFirewallDestination) int {
+	n := 0
+	for _, set := range []bool{to.CIDRSelector != "", to.DNSName != "", to.NodeSelector != nil} {
+		if set {
+			n++
+		}
+	}
+	return n
+}
+
+// apiProtocols are the protocols of a rule's ports the API accepts (any case, as before).
+var apiProtocols = map[string]bool{"tcp": true, "udp": true, "sctp": true}
+
+// ports are a rule's ports as the API accepts them: TCP, UDP or SCTP, 1 to 65535 (not
+// truncated into another port).
+func ports(in []ovnv1.EgressFirewallPort) ([]dataplane.Port, error) {
+	var out []dataplane.Port
+	for _, p := range in {
+		proto, ok := dataplane.ProtocolNumber(p.Protocol)
+		if !ok || !apiProtocols[strings.ToLower(p.Protocol)] {
+			return nil, fmt.Errorf("invalid protocol %q: want TCP, UDP or SCTP", p.Protocol)
+		}
+		if p.Port < 1 || p.Port > 65535 {
+			return nil, fmt.Errorf("invalid port %d: want 1 to 65535", p.Port)
+		}
+		out = append(out, dataplane.Port{Protocol: proto, Port: uint16(p.Port)})
+	}
+	return out, nil
 }
 
 // nodeAddresses are every host address of the nodes a selector picks: the host-cidrs each

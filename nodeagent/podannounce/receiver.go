@@ -87,6 +87,11 @@ func (r *Receiver) validate(ctx context.Context, req *Request) (*corev1.Pod, []n
 		if err != nil {
 			return nil, nil, status.Errorf(codes.InvalidArgument, "address %q: %v", s, err)
 		}
+		if a.Zone() != "" {
+			// No pod address has one; with it the address escapes the checks below (the pods'
+			// index, the nodes' addresses, a prefix's Contains), yet is programmed as without.
+			return nil, nil, status.Errorf(codes.InvalidArgument, "address %q: a pod address has no zone", s)
+		}
 		a = a.Unmap()
 		if slices.ContainsFunc(ips, func(b netip.Addr) bool { return b.Is4() == a.Is4() }) {
 			return nil, nil, status.Errorf(codes.InvalidArgument, "more than one address of a family: %v", req.IPs)
