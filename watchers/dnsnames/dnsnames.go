@@ -72,6 +72,11 @@ func (r *Resolver) Want(names []string) {
 	}
 	for name := range want {
 		if _, ok := r.entries[name]; !ok {
+			if len(r.entries) >= MaxNames {
+				r.log.Error("more dnsName names than resolved at once: the rest are not resolved (their rules match nothing)",
+					"max", MaxNames, "wanted", len(want))
+				break
+			}
 			ctx, cancel := context.WithCancel(r.ctx)
 			r.entries[name] = &entry{cancel: cancel}
 			go r.run(ctx, name)
@@ -140,8 +145,18 @@ func (r *Resolver) set(name string, addrs []netip.Addr) {
 	}
 }
 
-// resolve asks for A and AAAA; the TTL is the minimum over the answers' records, CNAMEs
-// included. No address at all is a failure (upstream keeps the previous addresses then).
+// MaxAddresses caps the addresses kept per name (a name answered with more keeps the lowest):
+// each is an LPM entry per namespace that uses the name.
+const MaxAddresses = 256
+
+// MaxNames caps the names resolved at once (each has its own refresh): EgressFirewalls are
+// written by namespace owners, and 10,000 namespaces with two dnsName rules each fit.
+const MaxNames = 20000
+
+// resolve asks for A and AAAA; the TTL is the minimum over the records used, CNAMEs
+// included. Only the records of the name asked and of its CNAME chain count: an answer that
+// carries others (a resolver's glue, or a forged reply) does not extend what the name allows.
+// No address at all is a failure (upstream keeps the previous addresses then).
 func (r *Resolver) resolve(ctx context.Context, name string) ([]netip.Addr, time.Duration, error) {
 	var addrs []netip.Addr
 	ttl := uint32(1<<32 - 1)
@@ -152,7 +167,11 @@ func (r *Resolver) resolve(ctx context.Context, name string) ([]netip.Addr, time
 			errs = append(errs, err)
 			continue
 		}
+		chain := cnameChain(dns.Fqdn(name), resp.Answer)
 		for _, rr := range resp.Answer {
+			if !chain[strings.ToLower(rr.Header().Name)] {
+				continue
+			}
 			var ip netip.Addr
 			switch v := rr.(type) {
 			case *dns.A:
@@ -174,7 +193,28 @@ func (r *Resolver) resolve(ctx context.Context, name string) ([]netip.Addr, time
 		return nil, 0, errors.Join(errs...)
 	}
 	slices.SortFunc(addrs, netip.Addr.Compare)
-	return slices.Compact(addrs), time.Duration(ttl) * time.Second, nil
+	addrs = slices.Compact(addrs)
+	if len(addrs) > MaxAddresses {
+		r.log.Warn("dns name answered with more addresses than kept", "name", name, "addresses", len(addrs), "kept", MaxAddresses)
+		addrs = addrs[:MaxAddresses]
+	}
+	return addrs, time.Duration(ttl) * time.Second, nil
+}
+
+// cnameChain is the set of owner names (lower case, fully qualified) the answer for name
+// reaches: name and the targets of the CNAMEs from it, followed in any order.
+func cnameChain(name string, answer []dns.RR) map[string]bool {
+	chain := map[string]bool{strings.ToLower(name): true}
+	for grew := true; grew; {
+		grew = false
+		for _, rr := range answer {
+			if c, ok := rr.(*dns.CNAME); ok && chain[strings.ToLower(c.Hdr.Name)] && !chain[strings.ToLower(c.Target)] {
+				chain[strings.ToLower(c.Target)] = true
+				grew = true
+			}
+		}
+	}
+	return chain
 }
 
 // exchange asks the servers in order until one answers (a server failure or refusal counts as
@@ -182,6 +222,7 @@ func (r *Resolver) resolve(ctx context.Context, name string) ([]netip.Addr, time
 func (r *Resolver) exchange(ctx context.Context, name string, qtype uint16) (*dns.Msg, error) {
 	m := new(dns.Msg)
 	m.SetQuestion(dns.Fqdn(name), qtype)
+	m.SetEdns0(1232, false) // the DNS flag day's size: most answers in one datagram, no fragments
 	var errs []error
 	for _, server := range r.servers {
 		resp, _, err := r.client.ExchangeContext(ctx, m, server)
@@ -196,6 +237,8 @@ func (r *Resolver) exchange(ctx context.Context, name string, qtype uint16) (*dn
 			errs = append(errs, fmt.Errorf("%s: %s %s: %s", server, name, dns.TypeToString[qtype], dns.RcodeToString[resp.Rcode]))
 		case resp.Rcode != dns.RcodeSuccess:
 			return nil, fmt.Errorf("%s: %s %s: %s", server, name, dns.TypeToString[qtype], dns.RcodeToString[resp.Rcode])
+		case len(resp.Question) != 1 || !strings.EqualFold(resp.Question[0].Name, m.Question[0].Name) || resp.Question[0].Qtype != qtype:
+			errs = append(errs, fmt.Errorf("%s: the answer is for another question than %s %s", server, name, dns.TypeToString[qtype]))
 		default:
 			return resp, nil
 		}

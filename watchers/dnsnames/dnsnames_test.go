@@ -27,6 +27,10 @@ type server struct {
 	queries int
 	// cnameTTL, when set, answers through a CNAME (name -> target.example.) with this TTL.
 	cnameTTL uint32
+	// other adds an A record of another name to every answer; otherQuestion answers as if
+	// asked about another name.
+	other         string
+	otherQuestion bool
 }
 
 func (s *server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
@@ -56,6 +60,20 @@ func (s *server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 			m.Answer = append(m.Answer, &dns.AAAA{Hdr: hdr, AAAA: a.AsSlice()})
 		}
 	}
+	if s.other != "" {
+		m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: "other.example.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: s.ttl},
+			A: netip.MustParseAddr(s.other).AsSlice()})
+	}
+	if s.otherQuestion {
+		m.Question[0].Name = "other.example."
+	}
+	if _, udp := w.RemoteAddr().(*net.UDPAddr); udp { // as servers do: TC set, the client asks over TCP
+		size := dns.MinMsgSize
+		if o := req.IsEdns0(); o != nil {
+			size = int(o.UDPSize())
+		}
+		m.Truncate(size)
+	}
 	_ = w.WriteMsg(m)
 }
 
@@ -80,6 +98,12 @@ func serve(t *testing.T, s *server) string {
 	srv := &dns.Server{PacketConn: pc, Handler: s}
 	go func() { _ = srv.ActivateAndServe() }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
+	// TCP on the same port, for truncated answers.
+	if l, err := net.Listen("tcp", pc.LocalAddr().String()); err == nil {
+		tcp := &dns.Server{Listener: l, Handler: s}
+		go func() { _ = tcp.ActivateAndServe() }()
+		t.Cleanup(func() { _ = tcp.Shutdown() })
+	}
 	return pc.LocalAddr().String()
 }
 
@@ -218,4 +242,38 @@ func TestCanonical(t *testing.T) {
 			t.Errorf("%q -> %q, want %q", in, got, want)
 		}
 	}
+}
+
+// Only the asked name's records (and its CNAME chain's) count: an extra address of another name
+// in the answer is not allowed by the rule; an answer to another question is no answer; a name
+// with more than MaxAddresses addresses keeps MaxAddresses.
+func TestResolverTakesOnlyTheAnswerToItsQuestion(t *testing.T) {
+	glue := &server{cnameTTL: 60, other: "198.51.100.66"}
+	glue.set(60, false, "203.0.113.50")
+	r := start(t, glue)
+	r.Want([]string{"www.example.com"})
+	waitAddrs(t, r, "www.example.com", "203.0.113.50")
+
+	liar := &server{otherQuestion: true}
+	liar.set(60, false, "198.51.100.67")
+	honest := &server{}
+	honest.set(60, false, "203.0.113.51")
+	r = start(t, liar, honest)
+	r.Want([]string{"www.example.com"})
+	waitAddrs(t, r, "www.example.com", "203.0.113.51")
+
+	var many []string
+	for i := range MaxAddresses + 10 {
+		many = append(many, fmt.Sprintf("10.9.%d.%d", i/250, i%250+1))
+	}
+	big := &server{}
+	big.set(60, false, many...)
+	r = start(t, big)
+	r.Want([]string{"www.example.com"})
+	poll.Eventually(t, "www.example.com resolved", 5*time.Second, func() error {
+		if n := len(r.Lookup("www.example.com")); n != MaxAddresses {
+			return fmt.Errorf("%d addresses, want %d", n, MaxAddresses)
+		}
+		return nil
+	})
 }
