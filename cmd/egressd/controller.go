@@ -106,6 +106,10 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 		Probes: routerProber, HealthPort: cfg.healthPort, Image: cfg.routerImage, Recorder: recorder,
 		Log: log.With("component", "egressrouter-controller")}
 
+	// The standbys' own subscriptions, taken before the watchers start (Subscribe is not safe
+	// once they run).
+	eipNodes, serviceNodes := w.Subscribe(false, &corev1.Node{}), w.Subscribe(false, &corev1.Node{})
+
 	var synced atomic.Bool
 	servers, err := serve(endpoints{health: cfg.healthAddr, metrics: cfg.metricsAddr, profiling: cfg.profiling,
 		guard: metricsGuard(cfg.metricsAuth, kube, log)}, reg, synced.Load, log)
@@ -132,8 +136,8 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 	synced.Store(true)
 	// A standby keeps its caches and its probes of egress nodes warm: taking over, it moves an
 	// egress IP off a node that failed with the leader's without waiting for probes of its own.
-	wg.Go(func() { egressIPs.Standby(ctx, w.Subscribe(false, &corev1.Node{})) })
-	wg.Go(func() { egressServices.Standby(ctx, w.Subscribe(false, &corev1.Node{})) })
+	wg.Go(func() { egressIPs.Standby(ctx, eipNodes) })
+	wg.Go(func() { egressServices.Standby(ctx, serviceNodes) })
 	elector := &leader.LeaderElection{
 		Client: kube, Namespace: cfg.leaderElectionNS, Identity: cfg.identity,
 		Controllers: []leader.Controller{aggregator.Run, egressIPs.Run, egressServices.Run, egressRouters.Run},
