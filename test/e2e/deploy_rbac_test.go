@@ -8,6 +8,7 @@ import (
 
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/egressd/egressd/test/controlplane"
 	"github.com/egressd/egressd/test/kube"
@@ -19,12 +20,17 @@ import (
 // controller never decide at once. A contract of the manifests, hence a literal here.
 const leaseName = "egressd-leader"
 
-// call is one API request as RBAC sees it.
+// call is one API request as RBAC sees it: a resource's, or, with path, a non-resource URL's
+// (e.g. get /metrics).
 type call struct {
 	verb, group, resource, sub, ns, name string
+	path                                 string
 }
 
 func (c call) String() string {
+	if c.path != "" {
+		return c.verb + " " + c.path
+	}
 	r := c.resource
 	if c.sub != "" {
 		r += "/" + c.sub
@@ -43,6 +49,26 @@ func (c call) String() string {
 }
 
 const ovnGroup, netopGroup, cloudGroup, leaseGroup = "k8s.ovn.org", "network.operator.openshift.io", "cloud.network.openshift.io", "coordination.k8s.io"
+
+// metricsGuardCalls are the reviews of the metrics guard both processes run (--metrics-auth,
+// internal/httpauth): who a scrape's token is, and whether that user may get the path.
+func metricsGuardCalls() []call {
+	return []call{
+		{verb: "create", group: "authentication.k8s.io", resource: "tokenreviews"},
+		{verb: "create", group: "authorization.k8s.io", resource: "subjectaccessreviews"},
+	}
+}
+
+// Non-resource calls on the processes' metrics ports. Profiles are never granted with the
+// metrics: they need a grant of their own.
+var (
+	getMetrics  = call{verb: "get", path: "/metrics"}
+	getProfiles = []call{
+		{verb: "get", path: "/debug/pprof/"},
+		{verb: "get", path: "/debug/pprof/profile"},
+		{verb: "get", path: "/debug/pprof/heap"},
+	}
+)
 
 // informerCalls are the lists and watches of the informers both processes run
 // (watchers/watchers.go).
@@ -120,6 +146,7 @@ func TestDeployRBAC(t *testing.T) {
 			call{verb: "create", resource: "events", ns: "app"},
 			call{verb: "patch", resource: "events", ns: "app", name: "e"},
 		)
+		allowed = append(allowed, metricsGuardCalls()...)
 		denied := append(neverCalls(ns),
 			// The controller's: router pods, the Lease, EgressIP assignment, cloud requests,
 			// EgressService hosts.
@@ -137,6 +164,8 @@ func TestDeployRBAC(t *testing.T) {
 			call{verb: "get", group: ovnGroup, resource: "egressservices", ns: "app", name: "s"},
 			call{verb: "update", group: ovnGroup, resource: "egressservices", sub: "status", ns: "app", name: "s"},
 		)
+		denied = append(denied, getMetrics)
+		denied = append(denied, getProfiles...)
 		checkRBAC(t, cp, "../../deploy/rbac.yaml", ns, "system:serviceaccount:"+ns+":egressd", allowed, denied)
 	})
 
@@ -172,7 +201,22 @@ func TestDeployRBAC(t *testing.T) {
 			call{verb: "create", resource: "events", ns: "app"},
 			call{verb: "patch", resource: "events", ns: "app", name: "e"},
 		)
-		checkRBAC(t, cp, "../../deploy/controller-rbac.yaml", ns, "system:serviceaccount:"+ns+":egressd-controller", allowed, neverCalls(ns))
+		allowed = append(allowed, metricsGuardCalls()...)
+		// Nothing reads metrics with the controller's token.
+		denied := append(append(neverCalls(ns), getMetrics), getProfiles...)
+		checkRBAC(t, cp, "../../deploy/controller-rbac.yaml", ns, "system:serviceaccount:"+ns+":egressd-controller", allowed, denied)
+	})
+
+	// The ClusterRole egressd-metrics-reader, for Prometheus: the metrics and nothing else, not
+	// the profiles, not a review (it serves no guard), no API object.
+	t.Run("metrics-reader", func(t *testing.T) {
+		denied := append(append(neverCalls(ns), getProfiles...), metricsGuardCalls()...)
+		denied = append(denied,
+			call{verb: "list", resource: "pods"},
+			call{verb: "get", resource: "nodes", sub: "metrics", name: "node-a"},
+			call{verb: "get", path: "/debug/pprof/cmdline"},
+		)
+		checkRBAC(t, cp, "../../deploy/metrics-reader.yaml", ns, "system:serviceaccount:"+ns+":prometheus", []call{getMetrics}, denied)
 	})
 }
 
@@ -189,17 +233,27 @@ func checkRBAC(t *testing.T, cp *controlplane.ControlPlane, path, ns, user strin
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkCalls(t, client, user, ns, allowed, denied)
+}
+
+// checkCalls asks the API server, by SubjectAccessReview, that the ServiceAccount user of
+// namespace ns may make every allowed call and none of denied.
+func checkCalls(t *testing.T, client kubernetes.Interface, user, ns string, allowed, denied []call) {
+	t.Helper()
+	ctx := context.Background()
 	// The groups a ServiceAccount's token carries, so that what every authenticated user may do
 	// (discovery, self reviews) counts too.
 	groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
 	may := func(c call) (bool, string) {
-		sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
-			User: user, Groups: groups,
-			ResourceAttributes: &authzv1.ResourceAttributes{
+		spec := authzv1.SubjectAccessReviewSpec{User: user, Groups: groups}
+		if c.path != "" {
+			spec.NonResourceAttributes = &authzv1.NonResourceAttributes{Path: c.path, Verb: c.verb}
+		} else {
+			spec.ResourceAttributes = &authzv1.ResourceAttributes{
 				Verb: c.verb, Group: c.group, Resource: c.resource, Subresource: c.sub, Namespace: c.ns, Name: c.name,
-			},
-		}}
-		res, err := client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+			}
+		}
+		res, err := client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{Spec: spec}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("%s: %v", c, err)
 		}
