@@ -145,6 +145,9 @@ func TestDeployRBAC(t *testing.T) {
 			// Events (client-go's recorder), in any object's namespace.
 			call{verb: "create", resource: "events", ns: "app"},
 			call{verb: "patch", resource: "events", ns: "app", name: "e"},
+			// egressctl, run in the agent's pod, reads the agent's metrics with the pod's
+			// token (cmd/egressctl/metrics.go).
+			getMetrics,
 		)
 		allowed = append(allowed, metricsGuardCalls()...)
 		denied := append(neverCalls(ns),
@@ -164,7 +167,6 @@ func TestDeployRBAC(t *testing.T) {
 			call{verb: "get", group: ovnGroup, resource: "egressservices", ns: "app", name: "s"},
 			call{verb: "update", group: ovnGroup, resource: "egressservices", sub: "status", ns: "app", name: "s"},
 		)
-		denied = append(denied, getMetrics)
 		denied = append(denied, getProfiles...)
 		checkRBAC(t, cp, "../../deploy/rbac.yaml", ns, "system:serviceaccount:"+ns+":egressd", allowed, denied)
 	})
