@@ -105,7 +105,7 @@ func request(args *skel.CmdArgs, c *netConf, strict bool) (*cniapi.Request, erro
 	}
 	req := &cniapi.Request{ContainerID: args.ContainerID, Netns: args.Netns, IfName: args.IfName,
 		Namespace: string(k.K8S_POD_NAMESPACE), Name: string(k.K8S_POD_NAME), UID: string(k.K8S_POD_UID),
-		Timeout: c.timeout * 9 / 10} // egressd's answer "not in time" arrives before the plugin gives up
+		Timeout: c.timeout - c.timeout/10} // egressd's answer "not in time" arrives before the plugin gives up (9/10, not overflowing)
 	if strict && (req.Namespace == "" || req.Name == "") {
 		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, "egressd-cni: CNI_ARGS lack K8S_POD_NAMESPACE or K8S_POD_NAME",
 			"egressd-cni serves Kubernetes pods: the runtime must pass the pod's namespace and name")
@@ -126,7 +126,13 @@ func request(args *skel.CmdArgs, c *netConf, strict bool) (*cniapi.Request, erro
 			continue
 		}
 		ones, _ := ip.Address.Mask.Size()
-		x := cniapi.IP{Address: netip.PrefixFrom(a.Unmap(), ones)}
+		a = a.Unmap()
+		x := cniapi.IP{Address: netip.PrefixFrom(a, ones)}
+		if !x.Address.IsValid() {
+			// An IPv4-mapped address in an IPv6 prefix (::ffff:10.0.0.5/120): sent invalid, the
+			// address would be dropped, the pod unprogrammed. The address is what egressd needs.
+			x.Address = netip.PrefixFrom(a, a.BitLen())
+		}
 		if ip.Interface != nil && *ip.Interface >= 0 && *ip.Interface < len(prev.Interfaces) {
 			x.Interface = prev.Interfaces[*ip.Interface].Name
 		}
