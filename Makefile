@@ -5,9 +5,10 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X github.com/egressd/egressd/internal/version.Version=$(VERSION)
 IMAGE    ?= ghcr.io/egressd/egressd:$(VERSION)
 CLANG    ?= clang
+FUZZTIME ?= 5m
 export EGRESSD_REQUIRE_PRIVILEGED ?= 0
 
-.PHONY: all build generate docs verify-generate deps controlplane-bin node-bin image-archive test test-unit bench-memory bench-bfd bench-firewall bench-cni bench-egressip bench-egressservice bench-externalroute demo demo-down \
+.PHONY: all build generate docs verify-generate deps controlplane-bin node-bin image-archive test test-unit fuzz bench-memory bench-bfd bench-firewall bench-cni bench-egressip bench-egressservice bench-externalroute demo demo-down \
         controlplane-up controlplane-down image clean
 
 all: build
@@ -41,6 +42,13 @@ test: deps controlplane-bin node-bin ## every tier: unit, bpf, dataplane, contro
 
 test-unit: ## tests that need neither root nor a control plane
 	$(GO) test -count=1 ./api/... ./cmd/... ./dataplane/... ./nodeagent/... ./watchers/...
+
+fuzz: ## fuzz what reaches the agent from outside its trust, each target FUZZTIME (5m) in turn (their seeds run in every go test)
+	$(GO) test ./nodeagent/podannounce -run '^$$' -fuzz '^FuzzAnnouncement$$' -fuzztime $(FUZZTIME) -timeout 0
+	$(GO) test ./nodeagent/cniserver -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZTIME) -timeout 0
+	$(GO) test ./cmd/egressd-cni -run '^$$' -fuzz '^FuzzStdin$$' -fuzztime $(FUZZTIME) -timeout 0
+	$(GO) test ./internal/cniinstall -run '^$$' -fuzz '^FuzzChain$$' -fuzztime $(FUZZTIME) -timeout 0
+	$(GO) test ./nodeagent/egressfirewall -run '^$$' -fuzz '^FuzzCompileRule$$' -fuzztime $(FUZZTIME) -timeout 0
 
 bench-memory: controlplane-bin ## agent RSS with 10,000 pods and 1,000 namespaces in the API server
 	$(GO) test ./test/e2e -run '^$$' -bench PrivilegedAgentMemory -benchtime 1x
