@@ -41,7 +41,7 @@ test: deps controlplane-bin node-bin ## every tier: unit, bpf, dataplane, contro
 	set -o pipefail; EGRESSD_RACE=1 GORACE=halt_on_error=1 $(GO) test -race -json -count=1 -timeout 45m ./... 2>&1 | $(GO) run ./hack/testsummary
 
 test-unit: ## tests that need neither root nor a control plane
-	$(GO) test -count=1 ./api/... ./cmd/... ./dataplane/... ./nodeagent/... ./watchers/...
+	$(GO) test -count=1 ./api/... ./cmd/... ./dataplane/... ./internal/... ./nodeagent/... ./watchers/...
 
 fuzz: ## fuzz what reaches the agent from outside its trust, each target FUZZTIME (5m) in turn (their seeds run in every go test)
 	$(GO) test ./nodeagent/podannounce -run '^$$' -fuzz '^FuzzAnnouncement$$' -fuzztime $(FUZZTIME) -timeout 0
