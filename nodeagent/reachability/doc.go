@@ -54,6 +54,18 @@
 // grace period, so that a new leader does not move every egress IP away before it has measured
 // anything; a dead one is found out within the detection time like any other.
 //
+// # What the server accepts
+//
+// The [Server] answers anything that reaches the node, so it serves only what the protocol
+// needs (health Check; Watch and List answer Unimplemented) and the agents' pod announcements,
+// within limits a caller cannot exceed: 16 RPCs at once per connection, 64 KiB messages, 16 KiB
+// of metadata, 5 s to finish the HTTP/2 handshake, GOAWAY after 30 s without RPCs and after 5
+// min in any case, and 8 open connections per peer address, 256 in all (the others are reset
+// at once and counted in egressd_reachability_connections_refused_total). The leader needs one
+// connection per node; its connect probes leave at once and never count against it
+// (TestLoopbackProbesWithinLimits). Authentication is not the server's: a crowd of 32 addresses
+// can still fill its 256 connections.
+//
 // # Limits
 //
 // A leader cut off from the network sees every node silent and declares them all unreachable,
