@@ -204,6 +204,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		receiver := &podannounce.Receiver{Snapshot: w.Snapshot(), Store: store, Metrics: announceMetrics,
 			Log: log.With("component", "pod-announce")}
 		rs := reachability.NewServer(cfg.reachabilityAddr, receiver.Register)
+		metrics.Registry.MustRegister(rs.Collectors()...)
 		if err := rs.Start(); err != nil {
 			return err
 		}
@@ -238,7 +239,8 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 
 // agentCollectors are the metrics the agent registers besides nodeagent.Metrics' own: the
 // dataplane's, the pod announcements' and the CNI plugin's calls'. The metrics reference
-// (docs/reference/metrics.md) is generated from the same list.
+// (docs/reference/metrics.md) is generated from the same list, and the egress health server's
+// (registered where it starts).
 func agentCollectors(dp *kernel.Applier, announce *podannounce.Metrics, cni *cniserver.Metrics) []prometheus.Collector {
 	return slices.Concat(dp.Collectors(), announce.Collectors(), cni.Collectors())
 }

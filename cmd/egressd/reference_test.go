@@ -31,7 +31,7 @@ func TestReferenceDocs(t *testing.T) {
 	// A zero Applier describes the dataplane's metrics without a kernel: its collectors read
 	// the kernel only when collected.
 	collectors := slices.Concat(nodeagent.NewMetrics().Collectors(),
-		agentCollectors(&kernel.Applier{}, podannounce.NewMetrics(), cniserver.NewMetrics()))
+		agentCollectors(&kernel.Applier{}, podannounce.NewMetrics(), cniserver.NewMetrics()), reachability.NewServer("").Collectors())
 	table, err := reference.Metrics(collectors)
 	if err != nil {
 		t.Fatal(err)
