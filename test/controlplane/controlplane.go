@@ -186,7 +186,9 @@ func (cp *ControlPlane) start(ctx context.Context, bins Binaries, opts Options) 
 	fmt.Fprintln(opts.Log, "starting kube-controller-manager")
 	controllers := "endpointslice,endpointslicemirroring,namespace,garbagecollector,serviceaccount,serviceaccount-token"
 	if opts.Scheduler != "" {
-		controllers += ",daemonset,root-ca-cert-publisher"
+		// A real node runs deploy/ whole: the agents' DaemonSet and the controller's
+		// Deployment (with its ReplicaSets and PodDisruptionBudget).
+		controllers += ",daemonset,root-ca-cert-publisher,deployment,replicaset,disruption"
 	}
 	// Only controllers the lab needs: nodes are played by the lab, so node lifecycle must not
 	// taint them for lack of a kubelet heartbeat.
