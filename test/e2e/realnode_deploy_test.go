@@ -234,9 +234,31 @@ func awaitLeader(ctx context.Context, t *testing.T, l *lab.Lab, node, ref string
 		return nil
 	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\n%s", err, controllerState(ctx, l))
 	}
 	return acquired
+}
+
+// controllerState says where the controller Deployment's pods are: its status, its pods'
+// phases and conditions, and the namespace's warning events.
+func controllerState(ctx context.Context, l *lab.Lab) string {
+	var b strings.Builder
+	if d, err := l.Client.AppsV1().Deployments("egressd").Get(ctx, "egressd-controller", metav1.GetOptions{}); err != nil {
+		fmt.Fprintf(&b, "Deployment egressd-controller: %v\n", err)
+	} else {
+		fmt.Fprintf(&b, "Deployment egressd-controller: %+v\n", d.Status)
+	}
+	if pods, err := l.Client.CoreV1().Pods("egressd").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=egressd-controller"}); err == nil {
+		for _, p := range pods.Items {
+			fmt.Fprintf(&b, "pod %s on %q: %s %+v %+v\n", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.Conditions, p.Status.ContainerStatuses)
+		}
+	}
+	if evs, err := l.Client.CoreV1().Events("egressd").List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"}); err == nil {
+		for _, e := range evs.Items {
+			fmt.Fprintf(&b, "event %s %s/%s: %s\n", e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Message)
+		}
+	}
+	return b.String()
 }
 
 // awaitChained waits until the node's CNI list ends with egressd-cni (the agent installed it),
