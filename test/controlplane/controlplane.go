@@ -187,8 +187,11 @@ func (cp *ControlPlane) start(ctx context.Context, bins Binaries, opts Options) 
 	controllers := "endpointslice,endpointslicemirroring,namespace,garbagecollector,serviceaccount,serviceaccount-token"
 	if opts.Scheduler != "" {
 		// A real node runs deploy/ whole: the agents' DaemonSet and the controller's
-		// Deployment (with its ReplicaSets and PodDisruptionBudget).
-		controllers += ",daemonset,root-ca-cert-publisher,deployment,replicaset,disruption"
+		// Deployment (with its ReplicaSets and PodDisruptionBudget); its kubelet registers
+		// the Node tainted not-ready, which node lifecycle takes off once it is Ready (the
+		// DaemonSet tolerates everything, the Deployment does not). Its nodes all have a
+		// kubelet's heartbeat.
+		controllers += ",daemonset,root-ca-cert-publisher,deployment,replicaset,disruption,nodelifecycle"
 	}
 	// Only controllers the lab needs: nodes are played by the lab, so node lifecycle must not
 	// taint them for lack of a kubelet heartbeat.
