@@ -156,9 +156,9 @@ func checkAgentSecurity(t *testing.T, n *node.Node, p *corev1.Pod) {
 		}
 		want |= 1 << bit
 	}
-	pids := n.Processes("egressd")
+	pids := agentProcesses(n)
 	if len(pids) != 1 {
-		t.Fatalf("egressd processes on %s: %v, want one", n.Name, pids)
+		t.Fatalf("egressd agent processes on %s: %v, want one", n.Name, pids)
 	}
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pids[0]))
 	if err != nil {
@@ -237,6 +237,23 @@ func awaitLeader(ctx context.Context, t *testing.T, l *lab.Lab, node, ref string
 		t.Fatalf("%v\n%s", err, controllerState(ctx, l))
 	}
 	return acquired
+}
+
+// agentProcesses are the node's egressd processes but the controller's replicas (egressd
+// controller), which the Deployment may run there too.
+func agentProcesses(n *node.Node) []int {
+	var out []int
+	for _, pid := range n.Processes("egressd") {
+		argv, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		if args := strings.Split(string(argv), "\x00"); len(args) > 1 && args[1] == "controller" {
+			continue
+		}
+		out = append(out, pid)
+	}
+	return out
 }
 
 // controllerState says where the controller Deployment's pods are: its status, its pods'
