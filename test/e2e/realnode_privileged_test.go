@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/egressd/egressd/dataplane/tc"
 	"github.com/egressd/egressd/test/controlplane"
 	"github.com/egressd/egressd/test/lab"
@@ -231,6 +233,15 @@ spec:
 
 	// kubectl delete -k deploy/, then the documented cleanup on the node.
 	deleteDeploy(ctx, t, l, n, v2.Ref)
+	// The controller's pods are in the pod network: the kubelet tears their sandboxes down
+	// (CNI DEL) before their objects go.
+	poll.Eventually(t, "no pod of egressd left", 2*time.Minute, func() error {
+		pods, err := l.Client.CoreV1().Pods("egressd").List(ctx, metav1.ListOptions{})
+		if err != nil || len(pods.Items) > 0 {
+			return fmt.Errorf("pods %v (%v)", len(pods.Items), err)
+		}
+		return nil
+	})
 	poll.Eventually(t, "no egressd process on the node", time.Minute, func() error {
 		if p := n.Processes("egressd"); len(p) > 0 {
 			return fmt.Errorf("egressd pids %v", p)
