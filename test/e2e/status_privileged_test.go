@@ -99,7 +99,7 @@ spec: {egress: [{type: Deny, to: {cidrSelector: 192.0.2.0/24}}]}`)
 func TestPrivilegedStatusIgnoreNodes(t *testing.T) {
 	privileged.Require(t)
 	const ignored = "example.com/no-egressd"
-	l := lab.New(t, lab.Options{Nodes: 1, Agents: true, AgentArgs: []string{"--status-ignore-nodes=" + ignored + "=true"}})
+	l := lab.New(t, lab.Options{Nodes: 1, Agents: true, ControllerArgs: []string{"--status-ignore-nodes=" + ignored + "=true"}})
 	ctx := context.Background()
 	ns := l.CP.Namespace(t)
 	windows := "windows-" + l.ID
