@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -140,7 +141,15 @@ func (e *leaderLab) leaderTrial(t testing.TB, i int) (time.Duration, bool) {
 			// Open: seen once in CI under the race detector (the new leader moved the IP back
 			// 0.6 s after the old node returned; cause not found). Reported, not failed, until
 			// understood: the failover itself is what this trial measures.
-			t.Logf("trial %d: FINDING: the IP moved back to %q after %s came back", i, n, host.Name)
+			var verdicts []string
+			if ln := e.LeaderNode(context.Background()); ln != nil {
+				for _, nd := range e.Nodes {
+					v, _ := ln.Controller.Sample(`egressd_reachability_node_reachable{node="` + nd.Name + `"}`)
+					verdicts = append(verdicts, nd.Name+"="+v)
+				}
+				verdicts = append(verdicts, "leader "+ln.Name)
+			}
+			t.Logf("trial %d: FINDING: the IP moved back to %q after %s came back (the leader's verdicts: %v)", i, n, host.Name, verdicts)
 			break
 		}
 	}
