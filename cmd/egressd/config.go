@@ -200,16 +200,7 @@ func (c *config) validate() error {
 	if !filepath.IsAbs(c.bpfPinRoot) {
 		bad("bpf-pin-root", "%q must be an absolute path", c.bpfPinRoot)
 	}
-	if c.metricsAddr != "0" {
-		if err := checkHostPort(c.metricsAddr); err != nil {
-			bad("metrics-bind-address", "%v", err)
-		}
-	} else if c.profiling {
-		bad("profiling", "needs the metrics address (--metrics-bind-address is \"0\")")
-	}
-	if err := checkHostPort(c.healthAddr); err != nil {
-		bad("health-probe-bind-address", "%v", err)
-	}
+	checkEndpoints(c.healthAddr, c.metricsAddr, c.profiling, bad)
 	if c.reachabilityAddr != "0" {
 		if err := checkHostPort(c.reachabilityAddr); err != nil {
 			bad("egress-health-bind-address", "%v", err)
@@ -245,6 +236,21 @@ func (c *config) validate() error {
 		bad("log-format", "%q is not json or text", c.logFormat)
 	}
 	return errors.Join(errs...)
+}
+
+// checkEndpoints checks the flags of a process's HTTP endpoints (the agent's and the
+// controller's have the same names and meaning).
+func checkEndpoints(health, metrics string, profiling bool, bad func(flag, format string, a ...any)) {
+	if metrics != "0" {
+		if err := checkHostPort(metrics); err != nil {
+			bad("metrics-bind-address", "%v", err)
+		}
+	} else if profiling {
+		bad("profiling", "needs the metrics address (--metrics-bind-address is \"0\")")
+	}
+	if err := checkHostPort(health); err != nil {
+		bad("health-probe-bind-address", "%v", err)
+	}
 }
 
 func checkHostPort(s string) error {

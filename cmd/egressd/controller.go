@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -117,16 +116,7 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 		return err
 	}
 	var wg sync.WaitGroup
-	defer func() {
-		timer := time.AfterFunc(shutdownBudget, func() {
-			log.Error("shutdown took too long, exiting", "budget", shutdownBudget)
-			os.Exit(1)
-		})
-		defer timer.Stop()
-		wg.Wait()
-		w.Shutdown()
-		shutdown(servers)
-	}()
+	defer shutdown(log, &wg, w, servers)
 	if err := w.Start(ctx, log); err != nil {
 		if ctx.Err() != nil {
 			return nil

@@ -110,16 +110,7 @@ func (c *controllerConfig) validate() error {
 	if c.identity == "" {
 		bad("identity", "required (or set $POD_NAME)")
 	}
-	if c.metricsAddr != "0" {
-		if err := checkHostPort(c.metricsAddr); err != nil {
-			bad("metrics-bind-address", "%v", err)
-		}
-	} else if c.profiling {
-		bad("profiling", "needs the metrics address (--metrics-bind-address is \"0\")")
-	}
-	if err := checkHostPort(c.healthAddr); err != nil {
-		bad("health-probe-bind-address", "%v", err)
-	}
+	checkEndpoints(c.healthAddr, c.metricsAddr, c.profiling, bad)
 	if c.leaderElectionNS == "" {
 		bad("leader-election-namespace", "required")
 	}

@@ -212,17 +212,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		log.Info("serving", "addr", rs.Addr().String(), "what", "egress health check")
 	}
 	var wg sync.WaitGroup
-	defer func() {
-		// Bound the shutdown: whatever hangs after SIGTERM must not hold the node's pod.
-		timer := time.AfterFunc(shutdownBudget, func() {
-			log.Error("shutdown took too long, exiting", "budget", shutdownBudget)
-			os.Exit(1)
-		})
-		defer timer.Stop()
-		wg.Wait()
-		w.Shutdown()
-		shutdown(servers)
-	}()
+	defer shutdown(log, &wg, w, servers)
 
 	if err := w.Start(ctx, log); err != nil {
 		if ctx.Err() != nil {
@@ -285,8 +275,17 @@ func metricsGuard(on bool, kube kubernetes.Interface, log *slog.Logger) *httpaut
 	return &httpauth.Guard{Client: kube, Log: log.With("component", "metrics-auth")}
 }
 
-// shutdown stops the HTTP servers, giving requests in flight a second.
-func shutdown(servers []*http.Server) {
+// shutdown waits for the process's goroutines, stops the watchers and the HTTP servers (a
+// second for requests in flight), within shutdownBudget: whatever hangs after SIGTERM must not
+// hold the pod.
+func shutdown(log *slog.Logger, wg *sync.WaitGroup, w *watchers.Watchers, servers []*http.Server) {
+	timer := time.AfterFunc(shutdownBudget, func() {
+		log.Error("shutdown took too long, exiting", "budget", shutdownBudget)
+		os.Exit(1)
+	})
+	defer timer.Stop()
+	wg.Wait()
+	w.Shutdown()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	for _, s := range servers {
