@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"testing"
 
+	"k8s.io/client-go/kubernetes/fake"
+
 	"github.com/egressd/egressd/nodeagent"
 )
 
@@ -48,4 +50,35 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// With the guard (--metrics-auth, the default), /metrics and the profiles refuse a caller
+// without a token while the health endpoints stay open to the kubelet's probes.
+func TestServeGuardsMetrics(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	eps := endpoints{metrics: freeAddr(t), health: freeAddr(t), profiling: true, guard: metricsGuard(true, fake.NewClientset(), log)}
+	servers, err := serve(eps, nodeagent.NewMetrics().Registry, func() bool { return true }, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, s := range servers {
+			s.Close()
+		}
+	}()
+	for url, want := range map[string]int{
+		"http://" + eps.metrics + "/metrics":                       http.StatusUnauthorized,
+		"http://" + eps.metrics + "/debug/pprof/goroutine?debug=1": http.StatusUnauthorized,
+		"http://" + eps.health + "/healthz":                        http.StatusOK,
+		"http://" + eps.health + "/readyz":                         http.StatusOK,
+	} {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s without a token: %s, want %d", url, resp.Status, want)
+		}
+	}
 }
