@@ -38,7 +38,7 @@ node-bin: ## build (or find cached) kubelet, kube-scheduler, containerd for the 
 	$(GO) run ./test/node/cmd/realnode build
 
 test: deps controlplane-bin node-bin ## every tier: unit, bpf, dataplane, control plane, end to end; race detector on, agents included
-	set -o pipefail; EGRESSD_RACE=1 GORACE=halt_on_error=1 $(GO) test -race -json -count=1 -timeout 45m ./... 2>&1 | $(GO) run ./hack/testsummary
+	set -o pipefail; EGRESSD_RACE=1 GORACE="halt_on_error=1 atexit_sleep_ms=0" $(GO) test -race -json -count=1 -timeout 45m ./... 2>&1 | $(GO) run ./hack/testsummary
 
 test-unit: ## tests that need neither root nor a control plane
 	$(GO) test -count=1 ./api/... ./cmd/... ./dataplane/... ./internal/... ./nodeagent/... ./watchers/...

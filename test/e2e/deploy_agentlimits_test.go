@@ -142,6 +142,22 @@ func TestDeployAgentLimits(t *testing.T) {
 		return applyFW(ctrlOVN, "egressd-leader", ovnac.EgressFirewallStatus().WithStatus(verdict))
 	})
 
+	// The status and router-pod policies in force too: a dry run goes through admission and
+	// changes nothing, so it can probe until the policy refuses.
+	dry := []string{metav1.DryRunAll}
+	poll.Eventually(t, "the status and router-pod policies in force", 30*time.Second, func() error {
+		_, err := agentOVN.K8sOVNV1().EgressFirewalls(ns).ApplyStatus(ctx, ovnac.EgressFirewall("default", ns).
+			WithStatus(ovnac.EgressFirewallStatus().WithStatus("EgressFirewall Rules applied")),
+			metav1.ApplyOptions{FieldManager: "egressd-leader", Force: true, DryRun: dry})
+		if !apierrors.IsInvalid(err) {
+			return fmt.Errorf("the agent writing the aggregate (dry run): %v", err)
+		}
+		if err := ctrl.CoreV1().Pods(ns).Delete(ctx, workload.Name, metav1.DeleteOptions{DryRun: dry}); !apierrors.IsInvalid(err) {
+			return fmt.Errorf("the controller deleting a workload pod (dry run): %v", err)
+		}
+		return nil
+	})
+
 	// The attacks.
 	routerPod := func() *corev1.Pod {
 		return &corev1.Pod{

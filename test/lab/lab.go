@@ -245,6 +245,13 @@ func (l *Lab) attach(member *netns.NS, tag string) (string, error) {
 
 // Close stops agents and servers, deletes every namespace and the lab's files.
 func (l *Lab) Close() {
+	// Controllers first: one left running outlives its node's namespace (its process keeps it)
+	// and goes on deciding for the cluster-scoped objects of the labs that follow.
+	for _, n := range l.Nodes {
+		if n.Controller != nil {
+			n.Controller.Kill()
+		}
+	}
 	for _, n := range l.Nodes {
 		if n.Agent != nil {
 			n.Agent.Kill()
