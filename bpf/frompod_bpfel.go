@@ -122,6 +122,7 @@ type FromPodPodInfo struct {
 	Log      uint8
 	Pad      [3]uint8
 	Mark     uint32
+	Ifindex  uint32
 }
 
 type FromPodPortKey struct {
@@ -190,11 +191,13 @@ const (
 	FromPodMapEgressdFwStats     = "egressd_fw_stats"
 	FromPodMapEgressdFwUnparsed  = "egressd_fw_unparsed"
 	FromPodMapEgressdFwVerdicts  = "egressd_fw_verdicts"
+	FromPodMapEgressdGuarded     = "egressd_guarded"
 	FromPodMapEgressdIds         = "egressd_ids"
 	FromPodMapEgressdPods        = "egressd_pods"
 	FromPodMapEgressdQos         = "egressd_qos"
 	FromPodMapEgressdQosRules    = "egressd_qos_rules"
 	FromPodMapEgressdQosStats    = "egressd_qos_stats"
+	FromPodMapEgressdSpoofed     = "egressd_spoofed"
 	FromPodMapEgressdSteerExempt = "egressd_steer_exempt"
 	FromPodProgEgressdFrompod    = "egressd_frompod"
 	FromPodProgEgressdTopod      = "egressd_topod"
@@ -267,11 +270,13 @@ type FromPodMapSpecs struct {
 	EgressdFwStats     *ebpf.MapSpec `ebpf:"egressd_fw_stats"`
 	EgressdFwUnparsed  *ebpf.MapSpec `ebpf:"egressd_fw_unparsed"`
 	EgressdFwVerdicts  *ebpf.MapSpec `ebpf:"egressd_fw_verdicts"`
+	EgressdGuarded     *ebpf.MapSpec `ebpf:"egressd_guarded"`
 	EgressdIds         *ebpf.MapSpec `ebpf:"egressd_ids"`
 	EgressdPods        *ebpf.MapSpec `ebpf:"egressd_pods"`
 	EgressdQos         *ebpf.MapSpec `ebpf:"egressd_qos"`
 	EgressdQosRules    *ebpf.MapSpec `ebpf:"egressd_qos_rules"`
 	EgressdQosStats    *ebpf.MapSpec `ebpf:"egressd_qos_stats"`
+	EgressdSpoofed     *ebpf.MapSpec `ebpf:"egressd_spoofed"`
 	EgressdSteerExempt *ebpf.MapSpec `ebpf:"egressd_steer_exempt"`
 }
 
@@ -318,11 +323,13 @@ type FromPodMaps struct {
 	EgressdFwStats     *ebpf.Map `ebpf:"egressd_fw_stats"`
 	EgressdFwUnparsed  *ebpf.Map `ebpf:"egressd_fw_unparsed"`
 	EgressdFwVerdicts  *ebpf.Map `ebpf:"egressd_fw_verdicts"`
+	EgressdGuarded     *ebpf.Map `ebpf:"egressd_guarded"`
 	EgressdIds         *ebpf.Map `ebpf:"egressd_ids"`
 	EgressdPods        *ebpf.Map `ebpf:"egressd_pods"`
 	EgressdQos         *ebpf.Map `ebpf:"egressd_qos"`
 	EgressdQosRules    *ebpf.Map `ebpf:"egressd_qos_rules"`
 	EgressdQosStats    *ebpf.Map `ebpf:"egressd_qos_stats"`
+	EgressdSpoofed     *ebpf.Map `ebpf:"egressd_spoofed"`
 	EgressdSteerExempt *ebpf.Map `ebpf:"egressd_steer_exempt"`
 }
 
@@ -342,11 +349,13 @@ func (m *FromPodMaps) Close() error {
 		m.EgressdFwStats,
 		m.EgressdFwUnparsed,
 		m.EgressdFwVerdicts,
+		m.EgressdGuarded,
 		m.EgressdIds,
 		m.EgressdPods,
 		m.EgressdQos,
 		m.EgressdQosRules,
 		m.EgressdQosStats,
+		m.EgressdSpoofed,
 		m.EgressdSteerExempt,
 	)
 }

@@ -2,7 +2,9 @@
 // egressd's classifier on the host side of every pod-facing interface (tcx ingress), where a
 // pod's packets still carry its own source address, before routing, DNAT and masquerade.
 //
-//   1. the source must be a known local pod (egressd_pods), else the packet is not ours;
+//   1. the source must be a known local pod (egressd_pods), else the packet is not ours; on an
+//      interface that faces only pods, it must be a pod behind that interface, else the packet
+//      is forged and dropped (lib/guard.h);
 //   2. EgressFirewall (lib/firewall.h): new flows to destinations outside the cluster are
 //      allowed or dropped by the namespace's first matching rule, decisions cached per CPU;
 //   3. EgressQoS (lib/qos.h): the DSCP of the pod's QoS class for the destination;
@@ -23,6 +25,7 @@
 #include "lib/firewall.h"
 #include "lib/qos.h"
 #include "lib/steer.h"
+#include "lib/guard.h"
 
 SEC("tcx/ingress")
 int egressd_frompod(struct __sk_buff *skb)
@@ -31,6 +34,8 @@ int egressd_frompod(struct __sk_buff *skb)
 	if (parse(skb, &p))
 		return TCX_NEXT; // not IP, or malformed: not ours to judge
 	struct pod_info *pod = bpf_map_lookup_elem(&egressd_pods, &p.src);
+	if (spoofed(skb, &p, pod))
+		return TCX_DROP;
 	if (!pod)
 		return TCX_NEXT;
 	__u32 ns_id = pod->ns_id, class = pod->qos_class, mark = pod->mark;

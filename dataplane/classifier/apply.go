@@ -15,14 +15,15 @@ import (
 var linkScoped = []netip.Prefix{netip.MustParsePrefix("fe80::/10"), netip.MustParsePrefix("ff00::/8")}
 
 // Apply writes the classifier's part of s, returning failures per object. A policy that failed
-// to compile or does not fit keeps every entry it had (fail closed).
-func (c *Classifier) Apply(s *dataplane.ClassifierState) map[dataplane.Origin]error {
+// to compile or does not fit keeps every entry it had (fail closed). facing is the index of the
+// host interface that faces each pod address (where its packets must come in, see Guard).
+func (c *Classifier) Apply(s *dataplane.ClassifierState, facing map[netip.Addr]int) map[dataplane.Origin]error {
 	failed := map[dataplane.Origin]error{}
 	want := newContent()
 	a := newIDs()
 	fws, list, reused := c.firewallsFor(s, a, failed)
 	want.ids = c.namesOf(a)
-	keep := c.pods(s, a, fws, &want, failed) // QoS classes whose previous entries stay
+	keep := c.pods(s, a, fws, facing, &want, failed) // QoS classes whose previous entries stay
 	for _, q := range s.QoS {
 		id := a.namespace(q.Origin.Namespace)
 		for _, r := range q.Rules {
@@ -91,7 +92,7 @@ func (c *Classifier) Apply(s *dataplane.ClassifierState) map[dataplane.Origin]er
 
 // pods computes the entries of the local pods (and the QoS entries of the classes they
 // use) into want; it returns the classes whose EgressQoS failed, whose entries stay.
-func (c *Classifier) pods(s *dataplane.ClassifierState, a *ids, fws firewalls, want *content, failed map[dataplane.Origin]error) map[qosClass]bool {
+func (c *Classifier) pods(s *dataplane.ClassifierState, a *ids, fws firewalls, facing map[netip.Addr]int, want *content, failed map[dataplane.Origin]error) map[qosClass]bool {
 	keep := map[qosClass]bool{}
 	qosByNS := map[string]dataplane.QoS{}
 	for _, q := range s.QoS {
@@ -126,8 +127,19 @@ func (c *Classifier) pods(s *dataplane.ClassifierState, a *ids, fws firewalls, w
 			if markErr != nil { // the mark it had stays (fail closed)
 				info.Mark = c.written.pods[k].Mark
 			}
+			info.Ifindex = uint32(facing[ip])
 			want.pods[k] = info
 		}
 	}
 	return keep
+}
+
+// Guard makes the interfaces of ifindexes, and only those, drop a packet whose source is not an
+// address of a pod behind them (bpf/src/lib/guard.h): the interfaces that face pods alone.
+func (c *Classifier) Guard(ifindexes []int) error {
+	want := make(map[uint32]uint8, len(ifindexes))
+	for _, i := range ifindexes {
+		want[uint32(i)] = 1
+	}
+	return syncMap(c.objs.EgressdGuarded, c.written.guarded, want)
 }

@@ -92,6 +92,22 @@ func (c *Classifier) UnparsedCounters() (UnparsedStats, error) {
 	return out, err
 }
 
+// SpoofStats counts the packets dropped on guarded interfaces for a forged source, summed over
+// CPUs (egressd_spoofed).
+type SpoofStats struct {
+	// Unknown: a source no pod of the node has.
+	Unknown uint64
+	// OtherPod: the source of a pod behind another interface.
+	OtherPod uint64
+}
+
+// SpoofCounters reads the counters of forged sources.
+func (c *Classifier) SpoofCounters() (SpoofStats, error) {
+	var out SpoofStats
+	err := sumStats(c.objs.EgressdSpoofed, &out.Unknown, &out.OtherPod)
+	return out, err
+}
+
 // sumStats reads entries 0, 1, ... of a per-CPU array of counters into v, summed over CPUs.
 func sumStats(m *ebpf.Map, v ...*uint64) error {
 	for i, p := range v {

@@ -147,6 +147,7 @@ func (c *Classifier) read() error {
 		readMap(c.objs.EgressdPods, w.pods), readMap(c.objs.EgressdCluster, w.cluster), readMap(c.objs.EgressdQos, w.qos),
 		readMap(c.objs.EgressdIds, w.ids), readMap(c.objs.EgressdQosRules, w.qosRules),
 		readMap(c.objs.EgressdSteerExempt, w.steerExempt), readMap(c.objs.EgressdFrontends, w.frontends),
+		readMap(c.objs.EgressdGuarded, w.guarded),
 		readMap(c.objs.EgressdFw, fw), readMap(c.objs.EgressdFwPorts, ports), readMap(c.objs.EgressdFwRules, texts),
 	}
 	var zero uint32

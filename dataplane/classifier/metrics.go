@@ -28,6 +28,7 @@ var (
 	descQoSMarked  = promdesc.New("egressd_egressqos_marked_packets_total", "Packets an EgressQoS rule marked (set the DSCP of) on this node.", prometheus.CounterValue, "namespace", "rule", "dscp")
 	descFwUnparsed = promdesc.New("egressd_egressfirewall_unparsed_packets_total", "Packets from pods under an EgressFirewall on this node whose transport header the classifier did not read (more than 4 IPv6 extension headers, or a header cut short), by what the firewall did: judged (by destination alone, since no rule restricted to ports could decide them), dropped (a rule restricted to ports could: a port rule is never skipped by hiding the port).", prometheus.CounterValue, "result")
 	descFwFrags    = promdesc.New("egressd_egressfirewall_fragments_total", "Fragments of datagrams from pods under an EgressFirewall on this node, by what the firewall did: tracked (a first fragment, whose verdict the rest follow), followed (a later fragment judged by its first), unmatched (a later fragment whose first was not seen, judged by destination alone), dropped (a later fragment whose first was not seen, dropped since rules restricted to ports could decide it).", prometheus.CounterValue, "result")
+	descSpoofed    = promdesc.New("egressd_spoofed_packets_total", "Packets from pods dropped on this node for a forged source address (an interface that faces pods alone lets out only the addresses of the pods behind it), by reason: unknown_source (no pod of the node has it), other_pod (a pod behind another interface has it). Whatever the pod's policies.", prometheus.CounterValue, "reason")
 	descFirewalls  = promdesc.New("egressd_egressfirewalls", "EgressFirewalls programmed on this node.", prometheus.GaugeValue)
 	descFwRules    = promdesc.New("egressd_egressfirewall_rules", "EgressFirewall rules programmed on this node.", prometheus.GaugeValue)
 )
@@ -45,7 +46,7 @@ type ruleInfo struct {
 
 // Describe implements prometheus.Collector.
 func (m *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []promdesc.Desc{descFwPackets, descFwBytes, descQoSMarked, descFirewalls, descFwRules, descFwFrags, descFwUnparsed} {
+	for _, d := range []promdesc.Desc{descFwPackets, descFwBytes, descQoSMarked, descFirewalls, descFwRules, descFwFrags, descFwUnparsed, descSpoofed} {
 		ch <- d.Desc
 	}
 }
@@ -74,6 +75,10 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- descFwPackets.Sample(float64(v.Packets), l...)
 			ch <- descFwBytes.Sample(float64(v.Bytes), l...)
 		}
+	}
+	if sp, err := m.c.SpoofCounters(); err == nil {
+		ch <- descSpoofed.Sample(float64(sp.Unknown), "unknown_source")
+		ch <- descSpoofed.Sample(float64(sp.OtherPod), "other_pod")
 	}
 	if f, err := m.c.FragmentCounters(); err == nil {
 		for result, v := range map[string]uint64{"tracked": f.Tracked, "followed": f.Followed, "unmatched": f.Unmatched, "dropped": f.Dropped} {

@@ -19,6 +19,8 @@ type content struct {
 	// steerExempt are the destinations pods' marks never apply to.
 	steerExempt map[bpf.FromPodClusterKey]uint8
 	frontends   map[bpf.FromPodFrontendKey]uint8
+	// guarded are the interfaces whose packets must come from a pod behind them.
+	guarded map[uint32]uint8
 }
 
 func newContent() content {
@@ -26,7 +28,7 @@ func newContent() content {
 		pods: map[bpf.FromPodAddr]bpf.FromPodPodInfo{}, cluster: map[bpf.FromPodClusterKey]uint8{},
 		qos: map[bpf.FromPodLpmKey]bpf.FromPodQosValue{}, ids: map[uint32]bpf.FromPodName{},
 		qosRules: map[bpf.FromPodStatKey]bpf.FromPodRuleText{}, steerExempt: map[bpf.FromPodClusterKey]uint8{},
-		frontends: map[bpf.FromPodFrontendKey]uint8{},
+		frontends: map[bpf.FromPodFrontendKey]uint8{}, guarded: map[uint32]uint8{},
 	}
 }
 

@@ -122,6 +122,9 @@ type Applier struct {
 	loosener *rpfilter.Loosener
 	// strictWarned are the interfaces reversePath last warned of. Apply's goroutine only.
 	strictWarned []string
+	// unguardedSaid is why each pod-facing interface whose sources are not checked is not, as
+	// last said (guardable). Apply's goroutine only.
+	unguardedSaid map[string]string
 	// strictRPFilter exports them.
 	strictRPFilter *prometheus.GaugeVec
 	// phases times each phase of Apply: where a slow sync spends its time.
@@ -201,7 +204,7 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	d := &Applier{classifier: c, attachers: []*tc.Attacher{toPod, a}, facings: facings, nft: t, addresses: owned, routing: router,
 		tunnel: tun, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log,
 		podsInForce: o.PodsInForce, phases: newPhases(), eventsLost: newEventsLost(), reattached: newReattached(), tableLost: newTableLost(),
-		loosener: loosener, strictRPFilter: newStrictRPFilter(), recheck: map[int]bool{}, kept: map[int]bool{}}
+		loosener: loosener, strictRPFilter: newStrictRPFilter(), recheck: map[int]bool{}, kept: map[int]bool{}, unguardedSaid: map[string]string{}}
 	if inUse := router.InUse(); len(inUse) > 0 {
 		d.inherited, d.inheritUntil = map[netip.Addr]bool{}, time.Now().Add(inheritGrace)
 		for _, gw := range inUse {
@@ -321,8 +324,12 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 		defer d.reversePath()
 		return d.routing.Apply(routes, up)
 	})
-	phase("classifier", func() map[dataplane.Origin]error { return d.classifier.Apply(&s.Classifier) })
-	phase("attach", func() map[dataplane.Origin]error { return d.attach(s, res.Failed) })
+	var f faced
+	phase("classifier", func() map[dataplane.Origin]error {
+		f = d.face(s)
+		return d.classifier.Apply(&s.Classifier, f.indices())
+	})
+	phase("attach", func() map[dataplane.Origin]error { return d.attach(s, f, res.Failed) })
 	// Removals, in reverse.
 	phase("removals", func() map[dataplane.Origin]error {
 		if err := d.routing.Prune(routes); err != nil {

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"errors"
+	"maps"
 	"net/netip"
 	"time"
 
@@ -11,6 +12,40 @@ import (
 	"github.com/egressd/egressd/dataplane/tc"
 )
 
+// faced is where the packets of each local pod address come in: the interface facing it.
+type faced struct {
+	byAddr map[netip.Addr]facing
+	failed map[dataplane.Origin]error
+}
+
+// face finds the interface facing every pod address of s; a pod whose address faces none fails.
+func (d *Applier) face(s *dataplane.State) faced {
+	f := faced{byAddr: map[netip.Addr]facing{}, failed: map[dataplane.Origin]error{}}
+	ips := map[netip.Addr]bool{}
+	for _, p := range s.Classifier.Pods {
+		for _, ip := range p.IPs {
+			ips[ip] = true
+			name, idx, err := d.facings.of(ip)
+			if err != nil {
+				f.failed[p.Origin] = err
+				continue
+			}
+			f.byAddr[ip] = facing{name, idx}
+		}
+	}
+	d.facings.keepOnly(ips)
+	return f
+}
+
+// indices are the interface indices of f's addresses, for the classifier's pod entries.
+func (f faced) indices() map[netip.Addr]int {
+	out := make(map[netip.Addr]int, len(f.byAddr))
+	for ip, fc := range f.byAddr {
+		out[ip] = fc.index
+	}
+	return out
+}
+
 // attach keeps the classifier on exactly the interfaces facing the pods; a failure is the
 // failure of every pod behind that interface. The interfaces are attached one by one, both
 // hooks, in the pods' order: once all of a pod's interfaces are attached and one of them was
@@ -18,30 +53,28 @@ import (
 // podsInForce hears of it then, with before, their failures. Under a burst of new pods each
 // new interface waits for the RTNL lock that the CNI plugins setting up other pods hold; a
 // pod's ADD need not wait for all of them.
-func (d *Applier) attach(s *dataplane.State, before map[dataplane.Origin]error) map[dataplane.Origin]error {
+func (d *Applier) attach(s *dataplane.State, f faced, before map[dataplane.Origin]error) map[dataplane.Origin]error {
 	type owner struct {
 		iface  string
 		origin dataplane.Origin
 	}
-	failed := map[dataplane.Origin]error{}
+	failed := maps.Clone(f.failed)
 	want := map[string]int{}
 	var order []string
 	owners := map[string][]dataplane.Origin{}
 	seen := map[owner]bool{}
 	left := map[dataplane.Origin]int{} // interfaces of each pod not attached yet
-	ips := map[netip.Addr]bool{}
 	for _, p := range s.Classifier.Pods {
 		for _, ip := range p.IPs {
-			ips[ip] = true
-			name, idx, err := d.facings.of(ip)
-			if err != nil {
-				failed[p.Origin] = err
-				continue
+			fc, ok := f.byAddr[ip]
+			if !ok {
+				continue // failed
 			}
+			name := fc.name
 			if _, ok := want[name]; !ok {
 				order = append(order, name)
 			}
-			want[name] = idx
+			want[name] = fc.index
 			if o := (owner{name, p.Origin}); !seen[o] {
 				seen[o] = true
 				owners[name] = append(owners[name], p.Origin)
@@ -49,7 +82,10 @@ func (d *Applier) attach(s *dataplane.State, before map[dataplane.Origin]error) 
 			}
 		}
 	}
-	d.facings.keepOnly(ips)
+	// Before the program runs on a new interface: it judges sources from its first packet.
+	if err := d.classifier.Guard(d.guardable(want)); err != nil {
+		d.log.Error("list the interfaces whose pods' sources are checked", "err", err)
+	}
 	d.recheckMu.Lock()
 	// Before Detach: the deletions it makes are no news (recheckHooks).
 	clear(d.kept)

@@ -39,17 +39,44 @@ func (p *Pod) SCTP(to *External, dst netip.AddrPort, timeout time.Duration) (boo
 // SCTPSeen is SCTP for a packet that may arrive at another port (after DNAT): it returns what
 // the external host saw of it (its source after NAT) when it arrived at port within timeout.
 func (p *Pod) SCTPSeen(to *External, dst netip.AddrPort, port uint16, timeout time.Duration) (Observation, bool, error) {
+	return p.sctpFrom(to, netip.Addr{}, dst, port, timeout)
+}
+
+// SpoofedSCTP is SCTP with a forged source address, as a pod with NET_RAW can send: it reports
+// whether the external host saw the packet arrive within timeout.
+func (p *Pod) SpoofedSCTP(to *External, src netip.Addr, dst netip.AddrPort, timeout time.Duration) (bool, error) {
+	_, ok, err := p.sctpFrom(to, src, dst, dst.Port(), timeout)
+	return ok, err
+}
+
+// sctpFrom sends the SCTP INIT from src (the invalid address: the pod's own, as routed).
+func (p *Pod) sctpFrom(to *External, src netip.Addr, dst netip.AddrPort, port uint16, timeout time.Duration) (Observation, bool, error) {
 	sport := uint16(20000 + sctpPorts.Add(1)%40000)
 	err := p.NS.Do(func() error {
 		family, sa := unix.AF_INET6, unix.Sockaddr(&unix.SockaddrInet6{Addr: dst.Addr().As16()})
+		level, transparent := unix.SOL_IPV6, unix.IPV6_TRANSPARENT
 		if dst.Addr().Is4() {
 			family, sa = unix.AF_INET, &unix.SockaddrInet4{Addr: dst.Addr().As4()}
+			level, transparent = unix.SOL_IP, unix.IP_TRANSPARENT
 		}
 		fd, err := unix.Socket(family, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_SCTP)
 		if err != nil {
 			return fmt.Errorf("raw SCTP socket: %w", err)
 		}
 		defer unix.Close(fd)
+		if src.IsValid() {
+			// Transparent: the kernel sends from an address the pod does not hold.
+			if err := unix.SetsockoptInt(fd, level, transparent, 1); err != nil {
+				return fmt.Errorf("transparent socket: %w", err)
+			}
+			from := unix.Sockaddr(&unix.SockaddrInet6{Addr: src.As16()})
+			if src.Is4() {
+				from = &unix.SockaddrInet4{Addr: src.As4()}
+			}
+			if err := unix.Bind(fd, from); err != nil {
+				return fmt.Errorf("bind to %s: %w", src, err)
+			}
+		}
 		return unix.Sendto(fd, sctpInit(sport, dst.Port()), 0, sa)
 	})
 	if err != nil {

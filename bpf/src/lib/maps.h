@@ -15,6 +15,7 @@ struct pod_info {
 	__u8 log;        // LOG_ALLOW | LOG_DENY
 	__u8 pad[3];
 	__u32 mark;      // routing mark (within mark_mask) of the pod's egress; 0: none
+	__u32 ifindex;   // the host interface facing the pod, where its packets come in (lib/guard.h)
 };
 
 struct {
