@@ -21,6 +21,7 @@ import (
 	"github.com/egressd/egressd/dataplane/tunnel"
 	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
+	"github.com/egressd/egressd/nodeagent/podannounce"
 	"github.com/egressd/egressd/nodeagent/reachability"
 )
 
@@ -50,6 +51,8 @@ type config struct {
 	markMask         uint32
 	routing          routing.Config
 	healthPort       uint16
+	announceToken    string
+	announceIdentity string
 	steering         nodeagent.SteeringMode
 	tunnel           tunnel.Config
 	cniSocket        string
@@ -133,6 +136,8 @@ func newFlagSet(c *config, env environment) *flag.FlagSet {
 	fs.IntVar(&c.routing.RulePriorityCount, "rule-priority-count", c.routing.RulePriorityCount, "size of egressd's ip rule priority range")
 	fs.IntVar(&c.routing.TableBase, "route-table-base", c.routing.TableBase, "first routing table ID of egressd's reserved range")
 	fs.IntVar(&c.routing.TableCount, "route-table-count", c.routing.TableCount, "size of egressd's routing table range")
+	fs.StringVar(&c.announceToken, "pod-announce-token-file", podannounce.DefaultTokenFile, "this agent's pod-bound ServiceAccount token for audience "+podannounce.Audience+" (a projected volume), sent with each announcement of a new pod to its egress nodes, which check it with a TokenReview: its node-name claim must be the pod's node")
+	fs.StringVar(&c.announceIdentity, "pod-announce-identity", "system:serviceaccount:"+env.namespace+":egressd", "the agents' ServiceAccount user, the only one whose tokens may announce pods")
 	fs.Uint16Var(&c.healthPort, "egressip-health-port", reachability.DefaultPort, "port of the gRPC health service (Service_Egress_IP) on the other nodes, to which this agent announces its new pods that leave through them (the controller probes the same port)")
 	fs.DurationVar(&c.addressLifetime, "egress-address-lifetime", 40*time.Second, "valid lifetime of the egress addresses this node hosts, renewed every 5 s (or a third of it) while the agent runs: an agent gone longer loses them; keep it above the leader's 30 s grace for an absent agent plus a renewal, so that they go after the leader moved them, not before (0: forever)")
 	fs.DurationVar(&c.gatewayBFD, "external-gateway-bfd-interval", 300*time.Millisecond, "desired transmit and required receive interval of the BFD sessions to external gateways (bfdEnabled hops): a gateway is taken out once its detection multiplier times the slower of this and its own transmit interval passed without its packets")

@@ -170,7 +170,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 
 	loop.Announced = store
 	loop.Triggers = append(loop.Triggers, store.Changed())
-	announcer := &podannounce.Announcer{Node: cfg.nodeName, Port: cfg.healthPort, Metrics: announceMetrics,
+	announcer := &podannounce.Announcer{Node: cfg.nodeName, Port: cfg.healthPort, TokenFile: cfg.announceToken, Metrics: announceMetrics,
 		Log: log.With("component", "pod-announce")}
 	defer announcer.Close()
 	// The CNI socket is served before the caches sync: a plugin's ADD waits for the first sync.
@@ -202,7 +202,8 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	}
 	if cfg.reachabilityAddr != "0" {
 		receiver := &podannounce.Receiver{Snapshot: w.Snapshot(), Store: store, Metrics: announceMetrics,
-			Log: log.With("component", "pod-announce")}
+			Auth: &podannounce.TokenReviewer{Client: kube, Identity: cfg.announceIdentity},
+			Log:  log.With("component", "pod-announce")}
 		rs := reachability.NewServer(cfg.reachabilityAddr, receiver.Register)
 		metrics.Registry.MustRegister(rs.Collectors()...)
 		if err := rs.Start(); err != nil {

@@ -14,10 +14,12 @@ import (
 // Announcer announces this node's new pods to the agents of their egress nodes.
 type Announcer struct {
 	// Node is this node's name; Port the egress health port of every agent.
-	Node    string
-	Port    uint16
-	Metrics *Metrics
-	Log     *slog.Logger
+	Node string
+	Port uint16
+	// TokenFile holds this agent's pod-bound token for Audience, sent with every announcement.
+	TokenFile string
+	Metrics   *Metrics
+	Log       *slog.Logger
 
 	mu    sync.Mutex
 	conns map[netip.Addr]*grpc.ClientConn
@@ -61,7 +63,8 @@ func (a *Announcer) conn(addr netip.Addr) *grpc.ClientConn {
 		a.conns = map[netip.Addr]*grpc.ClientConn{}
 	}
 	// NewClient fails only on a malformed target, which an address and port cannot make.
-	c, _ := grpc.NewClient(netip.AddrPortFrom(addr, a.Port).String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, _ := grpc.NewClient(netip.AddrPortFrom(addr, a.Port).String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(tokenFile(a.TokenFile)))
 	a.conns[addr] = c
 	return c
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
@@ -61,7 +62,7 @@ func FuzzAnnouncement(f *testing.F) {
 		pod("remote", "far", "", corev1.PodPending), pod("pending", "", "", corev1.PodPending),
 		pod("other", "far", "10.244.9.7", corev1.PodRunning), pod("other6", "far", "fd00:10:244:9::7", corev1.PodRunning),
 		pod("done", "far", "10.244.9.8", corev1.PodSucceeded), pod("shown", "far", "10.244.9.6", corev1.PodRunning)),
-		Metrics: NewMetrics(), Log: slog.New(slog.DiscardHandler)}
+		Metrics: NewMetrics(), Log: slog.New(slog.DiscardHandler), Auth: nodeTokens{}}
 	callers := map[string]netip.Addr{"a": netip.MustParseAddr("127.0.0.1"), "far": netip.MustParseAddr("192.0.2.9")}
 	cidrs := map[string][]netip.Prefix{"a": {netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:10:244:1::/64")}}
 	taken := []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("192.0.2.9"), netip.MustParseAddr("fd00:10:244:9::1"),
@@ -73,7 +74,8 @@ func FuzzAnnouncement(f *testing.F) {
 		if err := (jsonCodec{}).Unmarshal(msg, &req); err != nil {
 			return // gRPC refuses the call: it never reaches the receiver
 		}
-		ctx := context.Background()
+		// The sender's token is its node's (what the token review checks is TestAnnounce's).
+		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer node:"+req.Node))
 		caller, perr := netip.ParseAddr(from)
 		if perr == nil {
 			ctx = peer.NewContext(ctx, &peer.Peer{Addr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(caller, 40000))})

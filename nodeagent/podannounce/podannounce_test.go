@@ -2,8 +2,12 @@ package podannounce
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -29,6 +33,16 @@ func (f *fakeStore) AnnounceRemote(_ context.Context, _ *corev1.Pod, ips []netip
 		}
 	}
 	return false, nil
+}
+
+// nodeTokens takes the token "node:<name>" for a token of that node's agent.
+type nodeTokens struct{}
+
+func (nodeTokens) Node(_ context.Context, token string) (string, error) {
+	if node, ok := strings.CutPrefix(token, "node:"); ok {
+		return node, nil
+	}
+	return "", errors.New("not a token")
 }
 
 // An announcement over the agents' gRPC server: answered as the store decides when it matches
@@ -57,13 +71,14 @@ func TestAnnounce(t *testing.T) {
 	store := &fakeStore{snat: map[netip.Addr]bool{netip.MustParseAddr("10.244.1.5"): true, netip.MustParseAddr("10.244.1.8"): true, netip.MustParseAddr("10.244.1.4"): true}}
 	metrics := NewMetrics()
 	r := &Receiver{Snapshot: watcherstest.Snapshot(node, far, infra, pod("web", "a"), pod("db", "b"), pod("remote", "far"), neighbour, done, shown),
-		Store: store, Metrics: metrics, Log: slog.New(slog.DiscardHandler)}
+		Store: store, Metrics: metrics, Log: slog.New(slog.DiscardHandler), Auth: nodeTokens{}}
 	srv := reachability.NewServer("127.0.0.1:0", r.Register)
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Stop()
-	ann := &Announcer{Node: "a", Port: srv.Addr().Port(), Metrics: metrics, Log: slog.New(slog.DiscardHandler)}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	ann := &Announcer{Node: "a", Port: srv.Addr().Port(), TokenFile: tokenFile, Metrics: metrics, Log: slog.New(slog.DiscardHandler)}
 	defer ann.Close()
 	to := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
 	a := netip.MustParseAddr
@@ -74,22 +89,32 @@ func TestAnnounce(t *testing.T) {
 		name   string
 		ips    []netip.Addr
 		result string
+		token  string // "node:<node>" when empty
 	}{
-		{"a pod this node SNATs", "a", "web", []netip.Addr{a("10.244.1.5")}, "served"},
-		{"a pod it does not", "a", "web", []netip.Addr{a("10.244.1.6")}, "not_served"},
-		{"a pod of another node", "a", "db", []netip.Addr{a("10.244.1.5")}, "denied"},
-		{"an address outside the node's pod network", "a", "web", []netip.Addr{a("10.244.2.5")}, "denied"},
-		{"from an address that is not the pod's node's", "far", "remote", []netip.Addr{a("10.244.1.5")}, "denied"},
-		{"an unknown pod", "a", "nope", []netip.Addr{a("10.244.1.5")}, "denied"},
-		{"another running pod's address", "a", "web", []netip.Addr{a("10.244.1.7")}, "denied"},
-		{"a finished pod's address", "a", "web", []netip.Addr{a("10.244.1.8")}, "served"},
-		{"a node's address", "a", "web", []netip.Addr{a("10.244.1.9")}, "denied"},
-		{"two addresses of a family", "a", "web", []netip.Addr{a("10.244.1.5"), a("10.244.1.6")}, "denied"},
-		{"the addresses its Pod shows", "a", "shown", []netip.Addr{a("10.244.1.4")}, "served"},
-		{"others than its Pod shows", "a", "shown", []netip.Addr{a("10.244.1.6")}, "denied"},
+		{"without a token", "a", "web", []netip.Addr{a("10.244.1.5")}, "denied", "-"},
+		{"with a token of another node", "a", "web", []netip.Addr{a("10.244.1.5")}, "denied", "node:far"},
+		{"a pod this node SNATs", "a", "web", []netip.Addr{a("10.244.1.5")}, "served", ""},
+		{"a pod it does not", "a", "web", []netip.Addr{a("10.244.1.6")}, "not_served", ""},
+		{"a pod of another node", "a", "db", []netip.Addr{a("10.244.1.5")}, "denied", ""},
+		{"an address outside the node's pod network", "a", "web", []netip.Addr{a("10.244.2.5")}, "denied", ""},
+		{"from an address that is not the pod's node's", "far", "remote", []netip.Addr{a("10.244.1.5")}, "denied", ""},
+		{"an unknown pod", "a", "nope", []netip.Addr{a("10.244.1.5")}, "denied", ""},
+		{"another running pod's address", "a", "web", []netip.Addr{a("10.244.1.7")}, "denied", ""},
+		{"a finished pod's address", "a", "web", []netip.Addr{a("10.244.1.8")}, "served", ""},
+		{"a node's address", "a", "web", []netip.Addr{a("10.244.1.9")}, "denied", ""},
+		{"two addresses of a family", "a", "web", []netip.Addr{a("10.244.1.5"), a("10.244.1.6")}, "denied", ""},
+		{"the addresses its Pod shows", "a", "shown", []netip.Addr{a("10.244.1.4")}, "served", ""},
+		{"others than its Pod shows", "a", "shown", []netip.Addr{a("10.244.1.6")}, "denied", ""},
 	} {
 		before := testutil.ToFloat64(metrics.announcements.WithLabelValues("received", c.result))
 		ann.Node = c.node
+		token := c.token
+		if token == "" {
+			token = "node:" + c.node
+		}
+		if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		ann.Announce(context.Background(), to, "ns", c.name, c.ips)
 		if got := testutil.ToFloat64(metrics.announcements.WithLabelValues("received", c.result)) - before; got != 1 {
 			t.Errorf("%s: received %q counted %v times, want once", c.what, c.result, got)
@@ -98,7 +123,7 @@ func TestAnnounce(t *testing.T) {
 	if got := testutil.ToFloat64(metrics.announcements.WithLabelValues("sent", "served")); got != 3 {
 		t.Errorf("sent served = %v, want 3", got)
 	}
-	if got := testutil.ToFloat64(metrics.announcements.WithLabelValues("sent", "failed")); got != 8 {
-		t.Errorf("sent failed = %v, want the 8 refused", got)
+	if got := testutil.ToFloat64(metrics.announcements.WithLabelValues("sent", "failed")); got != 10 {
+		t.Errorf("sent failed = %v, want the 10 refused", got)
 	}
 }

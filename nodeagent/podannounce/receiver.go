@@ -6,9 +6,11 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
@@ -27,6 +29,8 @@ type Store interface {
 
 // Receiver serves the announcements of other nodes' agents.
 type Receiver struct {
+	// Auth names the node of the sender's token; the announcement must be of that node's pod.
+	Auth     Authenticator
 	Snapshot *watchers.Snapshot
 	Store    Store
 	Metrics  *Metrics
@@ -60,6 +64,13 @@ func (r *Receiver) announce(ctx context.Context, req *Request) (*Reply, error) {
 // the Pod's status until the kubelet writes it, and must not lend a pod another's address (it
 // would leave with the other's egress IP) nor give it a junk one.
 func (r *Receiver) validate(ctx context.Context, req *Request) (*corev1.Pod, []netip.Addr, error) {
+	sender, err := r.Auth.Node(ctx, bearer(ctx))
+	if err != nil {
+		return nil, nil, status.Errorf(codes.Unauthenticated, "announcement of pod %s/%s: %v", req.Namespace, req.Name, err)
+	}
+	if sender != req.Node {
+		return nil, nil, status.Errorf(codes.PermissionDenied, "the token of node %s announces a pod of node %q", sender, req.Node)
+	}
 	pod, err := r.Snapshot.Pods.Pods(req.Namespace).Get(req.Name)
 	if err != nil {
 		return nil, nil, status.Errorf(codes.NotFound, "pod %s/%s: %v", req.Namespace, req.Name, err)
@@ -153,6 +164,17 @@ func sorted(a []netip.Addr) []netip.Addr {
 	s := slices.Clone(a)
 	slices.SortFunc(s, func(x, y netip.Addr) int { return x.Compare(y) })
 	return s
+}
+
+// bearer is the call's bearer token ("" for none).
+func bearer(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		if t, ok := strings.CutPrefix(v, "Bearer "); ok {
+			return t
+		}
+	}
+	return ""
 }
 
 // callerAddr is the address the call came from.

@@ -6,14 +6,20 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/egressd/egressd/nodeagent/leader"
+	"github.com/egressd/egressd/nodeagent/podannounce"
 	"github.com/egressd/egressd/test/agent"
 	"github.com/egressd/egressd/test/kube"
 )
@@ -230,7 +236,11 @@ func (n *Node) StartAgent(ctx context.Context) error {
 	n.agentStarted.Store(true)
 	// No cluster networks on the command line: the agents discover them (the nodes' podCIDRs,
 	// the API server's ServiceCIDR), as in the shipped DaemonSet.
-	args := []string{"--cni-socket", n.CNISocket()}
+	token, err := n.announceToken(ctx)
+	if err != nil {
+		return fmt.Errorf("node %s: the token that authenticates its pod announcements: %w", n.Name, err)
+	}
+	args := []string{"--cni-socket", n.CNISocket(), "--pod-announce-token-file", token}
 	if n.lab.opts.InstallCNI {
 		plugin, err := agent.Command("egressd-cni")
 		if err != nil {
@@ -276,4 +286,34 @@ func (l *Lab) LeaderNode(ctx context.Context) *Node {
 		}
 	}
 	return nil
+}
+
+// announceToken writes the node's token for its pod announcements, as the DaemonSet projects
+// it: a token of the agents' ServiceAccount for podannounce.Audience, bound to a Pod of the
+// node (so it carries the node-name claim); the Pod only stands for the DaemonSet's (no kubelet
+// runs it). It returns the file's path.
+func (n *Node) announceToken(ctx context.Context) (string, error) {
+	c := n.lab.Client
+	ns, sa, _ := strings.Cut(strings.TrimPrefix(agentUser, "system:serviceaccount:"), ":")
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	pod, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "egressd-" + n.lab.ID + "-" + n.Name},
+		Spec: corev1.PodSpec{NodeName: n.Name, ServiceAccountName: sa, AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{Name: "egressd", Image: "ghcr.io/egressd/egressd:lab"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	n.lab.onClose(func() { _ = c.CoreV1().Pods(ns).Delete(context.Background(), pod.Name, metav1.DeleteOptions{}) })
+	tr, err := c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
+		Audiences: []string{podannounce.Audience}, ExpirationSeconds: ptr.To[int64](3600),
+		BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(n.lab.Dir, n.Name+".announce-token")
+	return path, os.WriteFile(path, []byte(tr.Status.Token), 0o600)
 }
