@@ -31,6 +31,7 @@ type config struct {
 	nodeName         string
 	bpfPinRoot       string
 	profiling        bool
+	profilingBind    string
 	metricsAuth      bool
 	metricsAddr      string
 	healthAddr       string
@@ -118,7 +119,8 @@ func newFlagSet(c *config, env environment) *flag.FlagSet {
 	fs.StringVar(&c.nodeName, "node-name", env.nodeName, "name of the Node this agent runs on (default $NODE_NAME)")
 	fs.StringVar(&c.bpfPinRoot, "bpf-pin-root", "/sys/fs/bpf/egressd", "bpffs directory under which egressd pins its maps, programs and links")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":9476", "host:port serving Prometheus metrics on /metrics; \"0\" disables")
-	fs.BoolVar(&c.profiling, "profiling", false, "also serve Go's runtime profiles (pprof) at /debug/pprof/ on the metrics address, for diagnosing CPU and memory use")
+	fs.BoolVar(&c.profiling, "profiling", false, "also serve Go's runtime profiles (pprof) at /debug/pprof/ on --profiling-bind-address, for diagnosing CPU and memory use")
+	fs.StringVar(&c.profilingBind, "profiling-bind-address", defaultProfilingAddr, "loopback host:port of the runtime profiles (--profiling): reachable from the node alone")
 	fs.BoolVar(&c.metricsAuth, "metrics-auth", true, "require of /metrics and /debug/pprof/ callers a bearer token whose user may get that path (TokenReview and SubjectAccessReview against the API server, as the kubelet does; grant it with the ClusterRole egressd-metrics-reader): the port is reachable from pods. false serves them to anyone who reaches the port")
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":9477", "host:port serving /healthz and /readyz")
 	fs.StringVar(&c.reachabilityAddr, "egress-health-bind-address", fmt.Sprintf(":%d", reachability.DefaultPort),
@@ -205,7 +207,7 @@ func (c *config) validate() error {
 	if !filepath.IsAbs(c.bpfPinRoot) {
 		bad("bpf-pin-root", "%q must be an absolute path", c.bpfPinRoot)
 	}
-	checkEndpoints(c.healthAddr, c.metricsAddr, c.profiling, bad)
+	checkEndpoints(c.healthAddr, c.metricsAddr, c.profilingBind, bad)
 	if c.reachabilityAddr != "0" {
 		if err := checkHostPort(c.reachabilityAddr); err != nil {
 			bad("egress-health-bind-address", "%v", err)
@@ -245,17 +247,33 @@ func (c *config) validate() error {
 
 // checkEndpoints checks the flags of a process's HTTP endpoints (the agent's and the
 // controller's have the same names and meaning).
-func checkEndpoints(health, metrics string, profiling bool, bad func(flag, format string, a ...any)) {
+func checkEndpoints(health, metrics, profiling string, bad func(flag, format string, a ...any)) {
 	if metrics != "0" {
 		if err := checkHostPort(metrics); err != nil {
 			bad("metrics-bind-address", "%v", err)
 		}
-	} else if profiling {
-		bad("profiling", "needs the metrics address (--metrics-bind-address is \"0\")")
+	}
+	if err := checkLoopback(profiling); err != nil {
+		bad("profiling-bind-address", "%v", err)
 	}
 	if err := checkHostPort(health); err != nil {
 		bad("health-probe-bind-address", "%v", err)
 	}
+}
+
+// defaultProfilingAddr is where both processes serve their runtime profiles with --profiling.
+const defaultProfilingAddr = "127.0.0.1:9475"
+
+// checkLoopback checks a host:port whose host is a loopback address.
+func checkLoopback(s string) error {
+	if err := checkHostPort(s); err != nil {
+		return err
+	}
+	host, _, _ := net.SplitHostPort(s)
+	if a, err := netip.ParseAddr(host); host != "localhost" && (err != nil || !a.IsLoopback()) {
+		return fmt.Errorf("%q: the host must be a loopback address (127.0.0.1, ::1, localhost)", s)
+	}
+	return nil
 }
 
 func checkHostPort(s string) error {
@@ -309,4 +327,14 @@ func (c *config) rpFilterState() string {
 		socket = cniapi.DefaultSocket
 	}
 	return filepath.Join(filepath.Dir(socket), rpfilter.StateFile)
+}
+
+// profilingAddr is where the runtime profiles are served ("": not at all).
+func (c *config) profilingAddr() string { return profilingAddr(c.profiling, c.profilingBind) }
+
+func profilingAddr(on bool, addr string) string {
+	if !on {
+		return ""
+	}
+	return addr
 }

@@ -49,7 +49,7 @@ func TestParseFlagsErrorsNameTheFlag(t *testing.T) {
 		"--egressip-steering":          {"--node-name=n", "--egressip-steering=gre"},
 		"--vxlan-vni":                  {"--node-name=n", "--vxlan-vni=16777216"},
 		"--vxlan-port":                 {"--node-name=n", "--vxlan-port=0"},
-		"--profiling":                  {"--node-name=n", "--profiling", "--metrics-bind-address=0"},
+		"--profiling-bind-address":     {"--node-name=n", "--profiling", "--profiling-bind-address=0.0.0.0:9475"},
 	} {
 		_, err := parseFlags(args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), flag) {

@@ -110,7 +110,7 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 	eipNodes, serviceNodes := w.Subscribe(false, &corev1.Node{}), w.Subscribe(false, &corev1.Node{})
 
 	var synced atomic.Bool
-	servers, err := serve(endpoints{health: cfg.healthAddr, metrics: cfg.metricsAddr, profiling: cfg.profiling,
+	servers, err := serve(endpoints{health: cfg.healthAddr, metrics: cfg.metricsAddr, profiling: cfg.profilingAddr(),
 		guard: metricsGuard(cfg.metricsAuth, kube, log)}, reg, synced.Load, log)
 	if err != nil {
 		return err

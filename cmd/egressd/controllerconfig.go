@@ -23,6 +23,7 @@ type controllerConfig struct {
 	metricsAddr       string
 	healthAddr        string
 	profiling         bool
+	profilingBind     string
 	metricsAuth       bool
 	leaderElectionNS  string
 	leaseDuration     time.Duration
@@ -62,7 +63,8 @@ func newControllerFlagSet(c *controllerConfig, env environment, identity string)
 	fs.StringVar(&c.identity, "identity", identity, "this replica's name in the leader Lease (default $POD_NAME@$NODE_NAME)")
 	fs.StringVar(&c.nodeName, "node-name", env.nodeName, "the node this replica runs on (default $NODE_NAME): it answers this replica's probes whatever the network, so it does not count when the replica asks whether it is cut off from every egress node")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":9478", "host:port serving Prometheus metrics on /metrics; \"0\" disables")
-	fs.BoolVar(&c.profiling, "profiling", false, "also serve Go's runtime profiles (pprof) at /debug/pprof/ on the metrics address")
+	fs.BoolVar(&c.profiling, "profiling", false, "also serve Go's runtime profiles (pprof) at /debug/pprof/ on --profiling-bind-address")
+	fs.StringVar(&c.profilingBind, "profiling-bind-address", defaultProfilingAddr, "loopback host:port of the runtime profiles (--profiling): reachable from the pod alone")
 	fs.BoolVar(&c.metricsAuth, "metrics-auth", true, "require of /metrics and /debug/pprof/ callers a bearer token whose user may get that path (TokenReview and SubjectAccessReview against the API server, as the kubelet does; grant it with the ClusterRole egressd-metrics-reader): the port is reachable from pods. false serves them to anyone who reaches the port")
 	fs.StringVar(&c.healthAddr, "health-probe-bind-address", ":9479", "host:port serving /healthz and /readyz (ready once the caches synced, leading or not)")
 	fs.StringVar(&c.leaderElectionNS, "leader-election-namespace", env.namespace, "namespace of the leader election Lease (default $POD_NAMESPACE or egressd)")
@@ -110,7 +112,7 @@ func (c *controllerConfig) validate() error {
 	if c.identity == "" {
 		bad("identity", "required (or set $POD_NAME)")
 	}
-	checkEndpoints(c.healthAddr, c.metricsAddr, c.profiling, bad)
+	checkEndpoints(c.healthAddr, c.metricsAddr, c.profilingBind, bad)
 	if c.leaderElectionNS == "" {
 		bad("leader-election-namespace", "required")
 	}
@@ -152,3 +154,6 @@ func (c *controllerConfig) reachability() *reachability.Config {
 	misses := int((c.reachTotalTimeout + c.reachInterval/2) / c.reachInterval)
 	return &reachability.Config{Interval: c.reachInterval, Misses: max(misses, 1)}
 }
+
+// profilingAddr is where the runtime profiles are served ("": not at all).
+func (c *controllerConfig) profilingAddr() string { return profilingAddr(c.profiling, c.profilingBind) }

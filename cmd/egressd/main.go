@@ -195,7 +195,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 			}()
 		}
 	}
-	servers, err := serve(endpoints{health: cfg.healthAddr, metrics: cfg.metricsAddr, profiling: cfg.profiling,
+	servers, err := serve(endpoints{health: cfg.healthAddr, metrics: cfg.metricsAddr, profiling: cfg.profilingAddr(),
 		guard: metricsGuard(cfg.metricsAuth, kube, log)}, metrics.Registry, loop.Synced, log)
 	if err != nil {
 		return err
@@ -295,12 +295,19 @@ func shutdown(log *slog.Logger, wg *sync.WaitGroup, w *watchers.Watchers, server
 }
 
 // endpoints are a process's HTTP addresses: /healthz and /readyz, /metrics ("0": none), and
-// the runtime profiles beside the metrics; guard, when set, admits only callers allowed to get
-// the metrics' and profiles' paths (the health endpoints stay open to the kubelet's probes).
+// the runtime profiles on a loopback address ("": none); guard, when set, admits only callers
+// allowed to get the metrics' and profiles' paths (the health endpoints stay open to the
+// kubelet's probes).
 type endpoints struct {
-	health, metrics string
-	profiling       bool
-	guard           *httpauth.Guard
+	health, metrics, profiling string
+	guard                      *httpauth.Guard
+}
+
+func (eps endpoints) guarded(h http.Handler) http.Handler {
+	if eps.guard != nil {
+		return eps.guard.Wrap(h)
+	}
+	return h
 }
 
 // serve starts the metrics and health endpoints. Binding happens here, synchronously, so that a
@@ -319,22 +326,21 @@ func serve(eps endpoints, reg *prometheus.Registry, ready func() bool, log *slog
 	if eps.metrics != "0" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		if eps.profiling {
-			mux.HandleFunc("/debug/pprof/", pprof.Index)
-			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		}
-		var h http.Handler = mux
-		if eps.guard != nil {
-			h = eps.guard.Wrap(mux)
-		}
-		if eps.metrics == eps.health {
+		if h := eps.guarded(mux); eps.metrics == eps.health {
 			health.Handle("/metrics", h)
-			health.Handle("/debug/pprof/", h)
 		} else {
 			handlers[eps.metrics] = h
 		}
+	}
+	if eps.profiling != "" {
+		// Its own loopback listener: a profile is for someone on the node, never a pod's to
+		// start (a CPU profile costs the agent while it runs).
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		handlers[eps.profiling] = eps.guarded(mux)
 	}
 	var servers []*http.Server
 	for addr, h := range handlers {

@@ -12,18 +12,21 @@ import (
 	"github.com/egressd/egressd/nodeagent"
 )
 
-// The runtime profiles are served on the metrics address, and only with --profiling.
+// The runtime profiles are served on their own address alone, and only with --profiling.
 func TestServeProfiling(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, profiling := range []bool{false, true} {
-		eps := endpoints{metrics: freeAddr(t), health: freeAddr(t), profiling: profiling}
+		eps := endpoints{metrics: freeAddr(t), health: freeAddr(t)}
+		if profiling {
+			eps.profiling = freeAddr(t)
+		}
 		servers, err := serve(eps, nodeagent.NewMetrics().Registry, func() bool { return false }, log)
 		if err != nil {
 			t.Fatal(err)
 		}
 		want := map[string]int{eps.metrics: http.StatusNotFound, eps.health: http.StatusNotFound}
 		if profiling {
-			want[eps.metrics] = http.StatusOK
+			want[eps.profiling] = http.StatusOK
 		}
 		for addr, code := range want {
 			resp, err := http.Get("http://" + addr + "/debug/pprof/goroutine?debug=1")
@@ -56,7 +59,7 @@ func freeAddr(t *testing.T) string {
 // without a token while the health endpoints stay open to the kubelet's probes.
 func TestServeGuardsMetrics(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	eps := endpoints{metrics: freeAddr(t), health: freeAddr(t), profiling: true, guard: metricsGuard(true, fake.NewClientset(), log)}
+	eps := endpoints{metrics: freeAddr(t), health: freeAddr(t), profiling: freeAddr(t), guard: metricsGuard(true, fake.NewClientset(), log)}
 	servers, err := serve(eps, nodeagent.NewMetrics().Registry, func() bool { return true }, log)
 	if err != nil {
 		t.Fatal(err)
@@ -67,10 +70,10 @@ func TestServeGuardsMetrics(t *testing.T) {
 		}
 	}()
 	for url, want := range map[string]int{
-		"http://" + eps.metrics + "/metrics":                       http.StatusUnauthorized,
-		"http://" + eps.metrics + "/debug/pprof/goroutine?debug=1": http.StatusUnauthorized,
-		"http://" + eps.health + "/healthz":                        http.StatusOK,
-		"http://" + eps.health + "/readyz":                         http.StatusOK,
+		"http://" + eps.metrics + "/metrics":                         http.StatusUnauthorized,
+		"http://" + eps.profiling + "/debug/pprof/goroutine?debug=1": http.StatusUnauthorized,
+		"http://" + eps.health + "/healthz":                          http.StatusOK,
+		"http://" + eps.health + "/readyz":                           http.StatusOK,
 	} {
 		resp, err := http.Get(url)
 		if err != nil {
