@@ -256,6 +256,16 @@ func chain(file string, raw []byte, entry map[string]any) (map[string]any, error
 // Uninstall removes egressd-cni from every configuration list of confDir and its binary from
 // binDir. Missing directories are fine: nothing was installed.
 func Uninstall(binDir, confDir string) error {
+	err := Unchain(confDir)
+	if rerr := os.Remove(filepath.Join(binDir, PluginType)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
+	return err
+}
+
+// Unchain removes egressd-cni from every configuration list of confDir (a missing directory is
+// fine) and leaves its binary: what an agent, which cannot write the host's plugins, can undo.
+func Unchain(confDir string) error {
 	var errs []error
 	files, err := libcni.ConfFiles(confDir, []string{".conflist"})
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -263,9 +273,6 @@ func Uninstall(binDir, confDir string) error {
 	}
 	for _, f := range files {
 		errs = append(errs, unchain(f))
-	}
-	if err := os.Remove(filepath.Join(binDir, PluginType)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
