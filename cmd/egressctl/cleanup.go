@@ -21,10 +21,11 @@ import (
 	"github.com/egressd/egressd/internal/cniinstall"
 )
 
-// cleanupReport lists what cleanup removed, in order; a cleanup that failed lists what it
-// removed before the failure.
+// cleanupReport lists what cleanup removed, in order, and the steps that failed (cleanup goes
+// on past a failure: what it can remove, it removes).
 type cleanupReport struct {
 	Removed []string `json:"removed"`
+	Failed  []string `json:"failed,omitempty"`
 }
 
 func (r cleanupReport) writeText(w io.Writer) error {
@@ -46,7 +47,6 @@ type step struct {
 // cleanup removes egressd-cni from the node's CNI chain when asked, then, per kernel facility,
 // what egressd owns, then the pin root itself.
 func cleanup(o options) (cleanupReport, error) {
-	r := cleanupReport{Removed: []string{}}
 	rpState := filepath.Join(filepath.Dir(o.cniSocket), rpfilter.StateFile)
 	steps := []step{
 		{"detach the classifier from the pod-facing interfaces", "detached the classifier: its tc filters, and its tcx links pinned under " + tc.LinksDir(o.pinRoot),
@@ -85,13 +85,24 @@ func cleanup(o options) (cleanupReport, error) {
 			"removed egressd-cni from the CNI configuration lists in " + o.cniConfDir + " and its binary from " + o.cniBinDir,
 			func() error { return cniinstall.Uninstall(o.cniBinDir, o.cniConfDir) }})
 	}
+	return runSteps(steps)
+}
+
+// runSteps runs every step, also after one failed (each removes something of its own: a
+// table left behind is no reason to leave the routes), and returns every failure.
+func runSteps(steps []step) (cleanupReport, error) {
+	r := cleanupReport{Removed: []string{}}
+	var errs []error
 	for _, s := range steps {
 		if err := s.remove(); err != nil {
-			return r, fmt.Errorf("%s: %w", s.do, err)
+			err = fmt.Errorf("%s: %w", s.do, err)
+			r.Failed = append(r.Failed, err.Error())
+			errs = append(errs, err)
+			continue
 		}
 		r.Removed = append(r.Removed, s.done)
 	}
-	return r, nil
+	return r, errors.Join(errs...)
 }
 
 // removeSocketDir removes the agent's CNI socket (left by an agent that was killed), the init

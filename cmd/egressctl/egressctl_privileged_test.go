@@ -385,8 +385,8 @@ func TestPrivilegedStatus(t *testing.T) {
 	}
 }
 
-// cleanup removes egressd's objects step by step; when a step fails, its report lists the
-// steps done and the error names the one that failed.
+// cleanup removes egressd's objects step by step; when a step fails, the others still run, its
+// report lists the steps done and those that failed, and the error names each failure.
 func TestPrivilegedCleanup(t *testing.T) {
 	n := newNode(t)
 	stranger := n.root + "/not-egressds" // a directory: bpffs holds no regular files
@@ -411,8 +411,9 @@ func TestPrivilegedCleanup(t *testing.T) {
 		return code, r, errs.String()
 	}
 	code, r, errs := cleanup()
-	if want := "egressctl cleanup: remove " + n.root + ": directory not empty\n"; code != 1 || len(r.Removed) != 8 || errs != want {
-		t.Errorf("cleanup with a stranger in the pin root: exit %d, removed %q, %q; want exit 1, 8 steps, %q", code, r.Removed, errs, want)
+	if want := "egressctl cleanup: remove " + n.root + ": directory not empty\n"; code != 1 || len(r.Removed) != 8 || errs != want ||
+		len(r.Failed) != 1 || r.Failed[0]+"\n" != strings.TrimPrefix(want, "egressctl cleanup: ") {
+		t.Errorf("cleanup with a stranger in the pin root: exit %d, removed %q, failed %q, %q; want exit 1, 8 steps, %q", code, r.Removed, r.Failed, errs, want)
 	}
 	if out, err := n.ns.Run("nft", "list", "table", "inet", "egressd"); err == nil {
 		t.Errorf("after cleanup, the table is still there:\n%s", out)

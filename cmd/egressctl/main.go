@@ -36,7 +36,8 @@ Commands:
                counters (read from its metrics)
   egressip     egress IPs this node hosts, the pods it SNATs to them, and egressd's routing
   cleanup      remove every kernel object egressd owns on this node (stop the agent first,
-               or it re-creates them)
+               or it re-creates them); a step that fails does not stop the others, and
+               exit status 1 names every step that failed
   version      print the version
   help         print this help
 
@@ -99,7 +100,7 @@ var commands = map[string]command{
 	"trace":    {takesArgs: true, read: func(o options, args []string) (report, error) { return reading(trace(o, args)) }},
 	"routes":   {read: func(o options, _ []string) (report, error) { return reading(readRoutes(o)) }},
 	"egressip": {read: func(o options, _ []string) (report, error) { return reading(readEgressIP(o)) }},
-	// cleanup's report says what it removed also when it stops on an error.
+	// cleanup's report says what it removed also when a step failed.
 	"cleanup": {read: func(o options, _ []string) (report, error) { return cleanup(o) }},
 	"version": {read: func(options, []string) (report, error) { return versionReport{Version: version.String()}, nil }},
 }

@@ -174,6 +174,8 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Log: log.With("component", "pod-announce")}
 	defer announcer.Close()
 	// The CNI socket is served before the caches sync: a plugin's ADD waits for the first sync.
+	installed := make(chan struct{}) // the installer stopped
+	var ownDaemonSet *daemonSetWatch
 	if cfg.cniSocket != "" {
 		cs := &cniserver.Server{Node: cfg.nodeName, Store: store, Pods: w.Snapshot().Pods, Kube: kube,
 			Synced: loop.Synced, Peers: announcer, Metrics: cniMetrics, Log: log.With("component", "cni"),
@@ -189,10 +191,14 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 				Entry:      map[string]any{"type": cniinstall.PluginType, "socket": cfg.cniSocket, "failOpen": cfg.cniFailOpen},
 				Log:        log.With("component", "cni-install")}
 			go func() {
+				defer close(installed)
 				if err := in.Run(ctx); err != nil {
 					log.Error("egressd-cni not installed: new pods are programmed from the API only", "component", "cni-install", "err", err)
 				}
 			}()
+			if cfg.cniDaemonSet != "" {
+				ownDaemonSet = watchDaemonSet(ctx, kube, cfg.podNamespace, cfg.cniDaemonSet, log.With("component", "cni-install"))
+			}
 		}
 	}
 	servers, err := serve(endpoints{health: cfg.healthAddr, metrics: cfg.metricsAddr, profiling: cfg.profilingAddr(),
@@ -225,6 +231,10 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	wg.Go(func() { statusWriter.Run(ctx) })
 	<-ctx.Done()
 	log.Info("shutting down")
+	if ownDaemonSet != nil {
+		<-installed // it would chain egressd-cni again
+		ownDaemonSet.unchainIfDeleted(cfg.cniConfDir)
+	}
 	return nil
 }
 

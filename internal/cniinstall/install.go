@@ -177,7 +177,7 @@ func InstallBinary(binary, binDir string, log *slog.Logger) error {
 		log.Info("egressd-cni already installed", "path", dst)
 		return nil
 	}
-	if err := writeAtomic(dst, src, 0o755); err != nil {
+	if err := writeAtomic(dst, src, 0o755, nil); err != nil {
 		return fmt.Errorf("install egressd-cni into %s: %w", binDir, err)
 	}
 	log.Info("egressd-cni installed", "path", dst)
@@ -190,17 +190,31 @@ func WriteStatus(file string, err error) error {
 	if err != nil {
 		s = "failed: " + err.Error()
 	}
-	return writeAtomic(file, []byte(s+"\n"), 0o644)
+	return writeAtomic(file, []byte(s+"\n"), 0o644, nil)
 }
 
+// editAttempts bounds the edits of a configuration that changes under each of them.
+const editAttempts = 3
+
 // ensure appends the entry to the primary configuration unless it is its last plugin already;
-// it returns the file it wrote, "" when nothing changed.
+// it returns the file it wrote, "" when nothing changed. An edit of a file the primary CNI
+// rewrote meanwhile is not renamed over it: the edit starts again from the new content.
 func (in *Installer) ensure() (string, error) {
+	for range editAttempts {
+		out, err := in.ensureOnce()
+		if !errors.Is(err, errChanged) {
+			return out, err
+		}
+	}
+	return "", fmt.Errorf("CNI configuration in %s changed under each of %d edits", in.ConfDir, editAttempts)
+}
+
+func (in *Installer) ensureOnce() (string, error) {
 	file, err := primary(in.ConfDir)
 	if err != nil {
 		return "", err
 	}
-	raw, err := os.ReadFile(file)
+	raw, mode, err := readConf(file)
 	if err != nil {
 		return "", err
 	}
@@ -212,7 +226,7 @@ func (in *Installer) ensure() (string, error) {
 	if !isList(file) { // a single plugin's .conf: the chain needs a list
 		out = strings.TrimSuffix(file, filepath.Ext(file)) + ".conflist"
 	}
-	if err := writeJSON(out, conf); err != nil {
+	if err := writeJSON(out, conf, mode, unchanged(file, raw)); err != nil {
 		return "", err
 	}
 	if out != file {
@@ -242,32 +256,49 @@ func chain(file string, raw []byte, entry map[string]any) (map[string]any, error
 // Uninstall removes egressd-cni from every configuration list of confDir and its binary from
 // binDir. Missing directories are fine: nothing was installed.
 func Uninstall(binDir, confDir string) error {
+	err := Unchain(confDir)
+	if rerr := os.Remove(filepath.Join(binDir, PluginType)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
+	return err
+}
+
+// Unchain removes egressd-cni from every configuration list of confDir (a missing directory is
+// fine) and leaves its binary: what an agent, which cannot write the host's plugins, can undo.
+func Unchain(confDir string) error {
 	var errs []error
 	files, err := libcni.ConfFiles(confDir, []string{".conflist"})
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
 	for _, f := range files {
-		raw, err := os.ReadFile(f)
+		errs = append(errs, unchain(f))
+	}
+	return errors.Join(errs...)
+}
+
+// unchain removes egressd-cni from the configuration list file, again from the new content
+// when the file changes under the edit.
+func unchain(file string) error {
+	for range editAttempts {
+		raw, mode, err := readConf(file)
 		if err != nil {
-			errs = append(errs, err)
-			continue
+			return err
 		}
 		var conf map[string]any
 		if unmarshal(raw, &conf) != nil {
-			continue // not ours to judge
+			return nil // not ours to judge
 		}
 		plugins, _ := conf["plugins"].([]any)
 		if count(plugins) == 0 {
-			continue
+			return nil
 		}
 		conf["plugins"] = without(plugins)
-		errs = append(errs, writeJSON(f, conf))
+		if err := writeJSON(file, conf, mode, unchanged(file, raw)); !errors.Is(err, errChanged) {
+			return err
+		}
 	}
-	if err := os.Remove(filepath.Join(binDir, PluginType)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return fmt.Errorf("CNI configuration %s changed under each of %d edits", file, editAttempts)
 }
 
 // primary is the configuration the runtime uses: the first file in name order (libcni's and
@@ -364,34 +395,4 @@ func without(plugins []any) []any {
 		}
 	}
 	return out
-}
-
-func writeJSON(file string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return writeAtomic(file, append(b, '\n'), 0o644)
-}
-
-// writeAtomic writes through a temporary file in the same directory, named so that no runtime
-// reads it as a configuration, then renames it into place.
-func writeAtomic(file string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(file), ".egressd-*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // after a successful rename there is nothing to remove
-	if _, err := io.Copy(tmp, bytes.NewReader(data)); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), file)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -295,5 +296,67 @@ func TestRunFollowsTheInitContainersStatus(t *testing.T) {
 		if !tc.chained && (err == nil || !strings.Contains(err.Error(), "permission denied")) {
 			t.Errorf("%s: Run: %v, want the init container's failure", tc.name, err)
 		}
+	}
+}
+
+// A rewrite keeps the file's permissions (a primary CNI may keep its file private).
+func TestEnsureKeepsTheMode(t *testing.T) {
+	in := installer(t)
+	primaryFile := write(t, in.ConfDir, "10-flannel.conflist", flannel)
+	if err := os.Chmod(primaryFile, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.ensure(); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(primaryFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode after the chaining: %v (%v), want 0600", fi.Mode().Perm(), err)
+	}
+	if err := Uninstall(in.BinDir, in.ConfDir); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(primaryFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode after Uninstall: %v (%v), want 0600", fi.Mode().Perm(), err)
+	}
+}
+
+// The primary CNI writing its file between the read and the rename of an edit: its new content
+// is not lost, the edit starts again from it.
+func TestEnsureRedoesAnEditOfAFileChangedMeanwhile(t *testing.T) {
+	in := installer(t)
+	primaryFile := write(t, in.ConfDir, "10-flannel.conflist", flannel)
+	newer := `{"cniVersion":"0.3.1","name":"cbr0","plugins":[{"type":"flannel"},{"type":"bandwidth"}]}`
+	writes := 0
+	beforeCompare = func() {
+		if writes++; writes == 1 {
+			write(t, in.ConfDir, "10-flannel.conflist", newer)
+		}
+	}
+	t.Cleanup(func() { beforeCompare = func() {} })
+	if file, err := in.ensure(); err != nil || file != primaryFile {
+		t.Fatalf("ensure = %q, %v; want %s", file, err, primaryFile)
+	}
+	if got := types(t, primaryFile); !equal(got, []string{"flannel", "bandwidth", PluginType}) {
+		t.Errorf("chain %v, want the primary's new content with egressd-cni", got)
+	}
+	// Uninstall too.
+	writes = 0
+	newer = `{"cniVersion":"0.3.1","name":"cbr0","plugins":[{"type":"flannel"},{"type":"tuning"},{"type":"egressd-cni"}]}`
+	if err := Uninstall(in.BinDir, in.ConfDir); err != nil {
+		t.Fatal(err)
+	}
+	if got := types(t, primaryFile); !equal(got, []string{"flannel", "tuning"}) {
+		t.Errorf("after Uninstall: %v, want the primary's new content without egressd-cni", got)
+	}
+	// A file that changes under every edit: an error, nothing renamed over it.
+	beforeCompare = func() {
+		writes++
+		write(t, in.ConfDir, "10-flannel.conflist", strings.Replace(flannel, "cbr0", fmt.Sprint("cbr", writes), 1))
+	}
+	if _, err := in.ensure(); err == nil || !strings.Contains(err.Error(), "changed under each") {
+		t.Errorf("ensure on a file changing under every edit: %v", err)
+	}
+	if got := types(t, primaryFile); !equal(got, []string{"flannel", "portmap"}) {
+		t.Errorf("chain %v, want the primary's last write", got)
 	}
 }

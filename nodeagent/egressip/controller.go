@@ -62,6 +62,8 @@ type Controller struct {
 	Self string
 	// wasIsolated: the last reconcile found no probed node reachable (logged once).
 	wasIsolated bool
+	// marks are the upstream marks this leader wrote that its cache did not show yet (mark.go).
+	marks map[string]int
 }
 
 // CloudMode says whether egress IPs are requested from the cloud first.
@@ -242,6 +244,7 @@ func (c *Controller) reconcile(ctx context.Context) bool {
 	if c.isolated(targets) {
 		return false
 	}
+	c.writeMarks(ctx, eips)
 	for i := range nodes {
 		nodes[i].Reachable = c.Probes.Reachable(nodes[i].Name)
 	}

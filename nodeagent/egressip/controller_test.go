@@ -45,6 +45,7 @@ func assignableNode(name, primary string) *corev1.Node {
 // its probes then find unreachable.
 func TestControllerNewLeaderKeepsAssignments(t *testing.T) {
 	e := eip("a", 0, ips("10.0.0.100", "10.0.0.101"), "10.0.0.100@n1", "10.0.0.101@n2")
+	e.Annotations = map[string]string{MarkAnnotation: "50000"}
 	objs := []runtime.Object{e, assignableNode("n1", "10.0.0.1/24"), assignableNode("n2", "10.0.0.2/24"), assignableNode("n3", "10.0.0.3/24")}
 	client := ovnfake.NewSimpleClientset(e)
 	probes := &proberLike{down: map[string]bool{}}

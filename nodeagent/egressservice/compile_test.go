@@ -162,4 +162,11 @@ func TestCompileNetwork(t *testing.T) {
 	if n1 := compileNode(t, "n1", objs...); len(n1.Rules)+len(n1.SNAT) != 0 {
 		t.Errorf("Network with host n1: %+v", n1)
 	}
+	// Host ALL on a Service that is not a LoadBalancer (the controller writes it as upstream):
+	// nothing, as upstream's nodes, until it is one with an ingress IP.
+	objs[len(objs)-1] = egressService("a", "web", "ALL", ovnv1.SourceIPNetwork, "blue")
+	objs[2].(*corev1.Service).Spec.Type = corev1.ServiceTypeClusterIP
+	if n1 := compileNode(t, "n1", objs...); len(n1.Rules)+len(n1.SNAT)+len(n1.Guarded) != 0 {
+		t.Errorf("Network, host ALL, ClusterIP Service on n1: %+v", n1)
+	}
 }

@@ -156,7 +156,7 @@ func (c *Controller) reconcile(ctx context.Context) error {
 			host = r.Host
 		}
 		hosts = append(hosts, host)
-		c.event(es, r.Reason)
+		c.event(es, r.Host, r.Reason)
 	}
 	if c.Metrics != nil {
 		c.Metrics.record(hosts, moves)
@@ -202,21 +202,26 @@ func (c *Controller) writeHost(ctx context.Context, es *ovnv1.EgressService, hos
 	return wrote, nil
 }
 
-// event records a Warning when a service wanting a host has none, once per reason.
-func (c *Controller) event(es *ovnv1.EgressService, reason string) {
+// event records a Warning when a service wanting a host has none, or its host ALL waits for
+// a usable Service, once per reason.
+func (c *Controller) event(es *ovnv1.EgressService, host, reason string) {
 	key := es.Namespace + "/" + es.Name
 	if reason == "" || c.recorded[key] == reason {
 		c.recorded[key] = reason
 		return
 	}
 	c.recorded[key] = reason
+	outcome := ": no node allocated"
+	if host == NoSNATHost {
+		outcome = ": host ALL, but no node applies it until then"
+	}
 	msg := map[string]string{
-		ReasonNoLoadBalancer: "no Service of the same name of type LoadBalancer: no node allocated",
-		ReasonNoIngressIP:    "the LoadBalancer Service has no ingress IP yet: no node allocated",
-		ReasonNoEndpoints:    "the Service has no cluster-networked endpoints: no node allocated",
-		ReasonNoNode:         "no Ready, reachable node matches the nodeSelector: no node allocated",
-		ReasonBadSelector:    "invalid nodeSelector: no node allocated",
-	}[reason]
+		ReasonNoLoadBalancer: "no Service of the same name of type LoadBalancer",
+		ReasonNoIngressIP:    "the LoadBalancer Service has no ingress IP yet",
+		ReasonNoEndpoints:    "the Service has no cluster-networked endpoints",
+		ReasonNoNode:         "no Ready, reachable node matches the nodeSelector",
+		ReasonBadSelector:    "invalid nodeSelector",
+	}[reason] + outcome
 	ref := &corev1.ObjectReference{Kind: "EgressService", APIVersion: ovnv1.SchemeGroupVersion.String(),
 		Namespace: es.Namespace, Name: es.Name, UID: es.UID, ResourceVersion: es.ResourceVersion}
 	c.Recorder.Event(ref, corev1.EventTypeWarning, reason, msg)

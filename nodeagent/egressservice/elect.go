@@ -31,7 +31,9 @@ type Request struct {
 	Namespace, Name string
 	// Current is its status.host.
 	Current string
-	// Network: sourceIPBy Network, host "ALL".
+	// Network: sourceIPBy Network with its Service present, host "ALL" (upstream writes it
+	// before looking at the Service's type or ingress IPs; the agents apply nothing until the
+	// Service is a LoadBalancer with an ingress IP, as upstream's nodes).
 	Network bool
 	// Unusable says why its Service cannot be used (ReasonNoLoadBalancer, ReasonNoIngressIP);
 	// "" for a LoadBalancer with an ingress IP.
@@ -46,7 +48,8 @@ type Request struct {
 type Result struct {
 	Namespace, Name string
 	Host            string
-	// Reason, when Host is "" for a service that wanted one, says why.
+	// Reason says why Host is "" for a service that wanted one, or why the Service of a host
+	// "ALL" is not used yet.
 	Reason string
 }
 
@@ -59,8 +62,8 @@ const (
 	ReasonBadSelector    = "InvalidNodeSelector"
 )
 
-// Elect places every request as upstream's cluster manager does: "" without a LoadBalancer
-// ingress IP; "ALL" for sourceIPBy Network; "" without cluster-networked endpoints; a current host that
+// Elect places every request as upstream's cluster manager does: "ALL" for sourceIPBy Network;
+// "" without a LoadBalancer ingress IP; "" without cluster-networked endpoints; a current host that
 // is Ready, reachable and still selected keeps its services; others go to an eligible node with no
 // allocation, else the least loaded one (ties by name). Requests are placed in namespace/name
 // order so the outcome does not depend on listing order.
@@ -81,10 +84,10 @@ func Elect(reqs []Request, nodes []Candidate) []Result {
 		r := &reqs[i]
 		out[i] = Result{Namespace: r.Namespace, Name: r.Name}
 		switch {
+		case r.Network:
+			out[i].Host, out[i].Reason = NoSNATHost, r.Unusable
 		case r.Unusable != "":
 			out[i].Reason = r.Unusable
-		case r.Network:
-			out[i].Host = NoSNATHost
 		case len(r.EndpointNodes) == 0:
 			out[i].Reason = ReasonNoEndpoints
 		case r.Selector == nil:
@@ -122,7 +125,7 @@ func Elect(reqs []Request, nodes []Candidate) []Result {
 // (nil when missing) and its endpoints.
 func RequestFor(es *ovnv1.EgressService, svc *corev1.Service, eps []endpoint) Request {
 	r := Request{Namespace: es.Namespace, Name: es.Name, Current: es.Status.Host,
-		Network: es.Spec.SourceIPBy == ovnv1.SourceIPNetwork}
+		Network: svc != nil && es.Spec.SourceIPBy == ovnv1.SourceIPNetwork}
 	if svc == nil || svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
 		r.Unusable = ReasonNoLoadBalancer
 		return r

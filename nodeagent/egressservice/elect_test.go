@@ -63,8 +63,8 @@ func TestElect(t *testing.T) {
 		{"not a LoadBalancer", []Request{{Namespace: "a", Name: "s1", Current: "n1", Selector: all, EndpointNodes: []string{"n1"}, Unusable: ReasonNoLoadBalancer}},
 			map[string]string{"s1": "|" + ReasonNoLoadBalancer}},
 		{"Network: ALL", []Request{{Namespace: "a", Name: "s1", Network: true}}, map[string]string{"s1": "ALL|"}},
-		{"Network without an ingress IP: none", []Request{{Namespace: "a", Name: "s1", Network: true, Unusable: ReasonNoIngressIP}},
-			map[string]string{"s1": "|" + ReasonNoIngressIP}},
+		{"Network without an ingress IP: ALL, and why", []Request{{Namespace: "a", Name: "s1", Network: true, Unusable: ReasonNoIngressIP}},
+			map[string]string{"s1": "ALL|" + ReasonNoIngressIP}},
 	} {
 		if got := hosts(Elect(tc.reqs, nodes)); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
@@ -73,17 +73,29 @@ func TestElect(t *testing.T) {
 }
 
 // The Service decides whether a host is wanted: missing or not a LoadBalancer, or without
-// an ingress IP, none (for sourceIPBy Network too, as upstream reconciles nothing then).
+// an ingress IP, none. sourceIPBy Network gets ALL once its Service exists, of any type, as
+// upstream's cluster manager writes it before looking at the type or the ingress IPs.
 func TestRequestForUnusable(t *testing.T) {
 	clusterIP := lbService("a", "web", "172.18.0.210")
 	clusterIP.Spec.Type = corev1.ServiceTypeClusterIP
 	for _, tc := range []struct {
-		svc  *corev1.Service
-		want string
-	}{{nil, ReasonNoLoadBalancer}, {clusterIP, ReasonNoLoadBalancer}, {lbService("a", "web"), ReasonNoIngressIP}, {lbService("a", "web", "172.18.0.210"), ""}} {
+		what              string
+		svc               *corev1.Service
+		want, wantNetwork string
+	}{{"no Service", nil, ReasonNoLoadBalancer, "|" + ReasonNoLoadBalancer},
+		{"ClusterIP", clusterIP, ReasonNoLoadBalancer, "ALL|" + ReasonNoLoadBalancer},
+		{"LB without ingress", lbService("a", "web"), ReasonNoIngressIP, "ALL|" + ReasonNoIngressIP},
+		{"LB", lbService("a", "web", "172.18.0.210"), "", "ALL|"}} {
 		for _, by := range []ovnv1.SourceIPMode{"", ovnv1.SourceIPNetwork} {
-			if r := RequestFor(egressService("a", "web", "", by, ""), tc.svc, nil); r.Unusable != tc.want {
-				t.Errorf("%v, sourceIPBy %q: %q, want %q", tc.svc, by, r.Unusable, tc.want)
+			r := RequestFor(egressService("a", "web", "", by, ""), tc.svc, nil)
+			if r.Unusable != tc.want {
+				t.Errorf("%s, sourceIPBy %q: %q, want %q", tc.what, by, r.Unusable, tc.want)
+			}
+			if by != ovnv1.SourceIPNetwork {
+				continue
+			}
+			if got := hosts(Elect([]Request{r}, nil))["web"]; got != tc.wantNetwork {
+				t.Errorf("%s, sourceIPBy Network: elected %q, want %q", tc.what, got, tc.wantNetwork)
 			}
 		}
 	}
@@ -206,6 +218,37 @@ func TestControllerEvents(t *testing.T) {
 	}
 	want := []string{"Warning NoLoadBalancer no Service of the same name of type LoadBalancer: no node allocated",
 		"Warning NoIngressIP the LoadBalancer Service has no ingress IP yet: no node allocated"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("events %q, want %q", got, want)
+	}
+}
+
+// sourceIPBy Network on a Service that is not a LoadBalancer: status.host ALL as upstream, no
+// node labelled, and a Warning that says no node applies it yet.
+func TestControllerNetworkNotLoadBalancer(t *testing.T) {
+	es := egressService("a", "web", "", ovnv1.SourceIPNetwork, "blue")
+	svc := lbService("a", "web")
+	svc.Spec.Type = corev1.ServiceTypeClusterIP
+	n1 := readyNode("n1", nil)
+	ovn, kube, rec := ovnfake.NewSimpleClientset(es), kubefake.NewClientset(n1), record.NewFakeRecorder(10)
+	c := &Controller{Client: ovn, Kube: kube, Snapshot: watcherstest.Snapshot(es, n1, svc), Networks: cluster.NetworkFlags{Pods: networks},
+		Probes: &fakeProbes{}, Recorder: rec, Log: slog.New(slog.DiscardHandler), recorded: map[string]string{}}
+	ctx := context.Background()
+	if err := c.reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := ovn.K8sOVNV1().EgressServices("a").Get(ctx, "web", metav1.GetOptions{}); got.Status.Host != NoSNATHost {
+		t.Errorf("status.host %q, want %q", got.Status.Host, NoSNATHost)
+	}
+	if n, _ := kube.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{}); len(n.Labels) != 0 {
+		t.Errorf("n1 labels %v, want none", n.Labels)
+	}
+	close(rec.Events)
+	var got []string
+	for e := range rec.Events {
+		got = append(got, e)
+	}
+	want := []string{"Warning NoLoadBalancer no Service of the same name of type LoadBalancer: host ALL, but no node applies it until then"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("events %q, want %q", got, want)
 	}

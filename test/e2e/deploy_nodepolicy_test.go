@@ -146,7 +146,8 @@ func TestDeployNodePolicy(t *testing.T) {
 		t.Errorf("node %s changed by denied patches: labels %v, annotations %v, spec %+v", other, got.Labels, got.Annotations, got.Spec)
 	}
 
-	// EgressIPs: the controller (its leader) patches their status, and nothing else.
+	// EgressIPs: the controller (its leader) patches their status and upstream's mark, and
+	// nothing else.
 	gvr := schema.GroupVersionResource{Group: "k8s.ovn.org", Version: "v1", Resource: "egressips"}
 	adminDyn, err := dynamic.NewForConfig(cp.Config)
 	if err != nil {
@@ -188,7 +189,19 @@ func TestDeployNodePolicy(t *testing.T) {
 	if err := patchEIP(`{"status":{"items":[{"node":"` + other + `","egressIP":"198.51.100.9"}]}}`); err == nil || !strings.Contains(err.Error(), "only the addresses an EgressIP requests") {
 		t.Errorf("the controller assigning an address the EgressIP does not request: %v, want denied", err)
 	}
+	// Upstream's mark, as the leader writes it (nodeagent/egressip/mark.go): set, and changed
+	// from an invalid one, within upstream's range; never removed, never out of the range.
+	for _, m := range []string{"60000", "abc"} {
+		if err := patchEIP(`{"metadata":{"annotations":{"k8s.ovn.org/egressip-mark":"` + m + `"}}}`); err == nil || !strings.Contains(err.Error(), "only to a mark of upstream's range") {
+			t.Errorf("the controller setting mark %s: %v, want denied", m, err)
+		}
+	}
+	if err := patchEIP(`{"metadata":{"annotations":{"k8s.ovn.org/egressip-mark":"50007"}}}`); err != nil {
+		t.Errorf("the controller setting the EgressIP's mark: %v", err)
+	}
 	for what, p := range map[string]string{
+		"its mark (removal)":     `{"metadata":{"annotations":{"k8s.ovn.org/egressip-mark":null}}}`,
+		"an annotation":          `{"metadata":{"annotations":{"example.com/x":"y"}}}`,
 		"an owner":               `{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"x","uid":"00000000-0000-0000-0000-000000000001"}]}}`,
 		"a finalizer":            `{"metadata":{"finalizers":["example.com/hold"]}}`,
 		"its namespace selector": `{"spec":{"namespaceSelector":{"matchLabels":{"team":"b"}}}}`,

@@ -148,9 +148,18 @@ func TestDeployRBAC(t *testing.T) {
 			// egressctl, run in the agent's pod, reads the agent's metrics with the pod's
 			// token (cmd/egressctl/metrics.go).
 			getMetrics,
+			// Its own DaemonSet, by name: its deletion takes egressd-cni out of the chain
+			// (cmd/egressd/unchain.go).
+			call{verb: "list", group: "apps", resource: "daemonsets", ns: ns, name: "egressd"},
+			call{verb: "watch", group: "apps", resource: "daemonsets", ns: ns, name: "egressd"},
 		)
 		allowed = append(allowed, metricsGuardCalls()...)
 		denied := append(neverCalls(ns),
+			// Only its own DaemonSet, and only to follow it.
+			call{verb: "list", group: "apps", resource: "daemonsets", ns: ns},
+			call{verb: "watch", group: "apps", resource: "daemonsets", ns: ns, name: "other"},
+			call{verb: "get", group: "apps", resource: "daemonsets", ns: ns, name: "egressd"},
+			call{verb: "delete", group: "apps", resource: "daemonsets", ns: ns, name: "egressd"},
 			// The controller's: router pods, the Lease, EgressIP assignment, cloud requests,
 			// EgressService hosts.
 			call{verb: "create", resource: "pods", ns: "app"},
@@ -169,6 +178,18 @@ func TestDeployRBAC(t *testing.T) {
 		)
 		denied = append(denied, getProfiles...)
 		checkRBAC(t, cp, "../../deploy/rbac.yaml", ns, "system:serviceaccount:"+ns+":egressd", allowed, denied)
+		// The informer's real list of its own DaemonSet, by a field selector the API server
+		// turns into the name RBAC's resourceNames match.
+		agent, err := kubernetes.NewForConfig(kube.ImpersonateConfig(cp.Config, "system:serviceaccount:"+ns+":egressd", ns, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := agent.AppsV1().DaemonSets(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "metadata.name=egressd"}); err != nil {
+			t.Errorf("the agent listing its own DaemonSet by name: %v", err)
+		}
+		if _, err := agent.AppsV1().DaemonSets(ns).List(context.Background(), metav1.ListOptions{}); err == nil {
+			t.Error("the agent listed every DaemonSet of its namespace")
+		}
 	})
 
 	t.Run("controller", func(t *testing.T) {
