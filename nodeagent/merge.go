@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/egressfirewall"
 	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/nodeagent/egressqos"
@@ -128,7 +129,7 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 }
 
 // externalGateway reports whether a policy names this node (its primary address) as a gateway.
-func externalGateway(policies []externalroute.Policy, self egressip.PrimaryIfAddr) bool {
+func externalGateway(policies []externalroute.Policy, self cluster.PrimaryIfAddr) bool {
 	for _, pol := range policies {
 		for _, gw := range pol.Gateways {
 			if gw == self.V4.Addr() || gw == self.V6.Addr() {

@@ -15,6 +15,7 @@ import (
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/internal/golden"
+	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/watchers/watcherstest"
 )
@@ -39,7 +40,7 @@ func pod(ns, name, node string, labels map[string]string, ips ...string) *corev1
 }
 
 func node(name, primary string, podCIDRs ...string) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{egressip.PrimaryIfAddrAnnotation: primary}},
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{cluster.PrimaryIfAddrAnnotation: primary}},
 		Spec: corev1.NodeSpec{PodCIDRs: podCIDRs}}
 }
 

@@ -16,7 +16,7 @@ import (
 
 // Nodes of the tests: n1 (this node) and n2 share 172.18.0.0/24 and fc00::/64; n3 is on
 // another subnet of both families; n4 has IPv6 only, off n1's network.
-var testPrimaries = map[string]egressip.PrimaryIfAddr{
+var testPrimaries = map[string]cluster.PrimaryIfAddr{
 	"n1": {V4: netip.MustParsePrefix("172.18.0.2/24"), V6: netip.MustParsePrefix("fc00::2/64")},
 	"n2": {V4: netip.MustParsePrefix("172.18.0.3/24"), V6: netip.MustParsePrefix("fc00::3/64")},
 	"n3": {V4: netip.MustParsePrefix("172.19.5.7/24"), V6: netip.MustParsePrefix("fc01::7/64")},
@@ -77,11 +77,11 @@ func TestUnderlayState(t *testing.T) {
 		t.Errorf("auto, steering to n2 and n3:\n got %+v\nwant %+v", got, want)
 	}
 
-	onOneNetwork := map[string]egressip.PrimaryIfAddr{"n1": testPrimaries["n1"], "n2": testPrimaries["n2"]}
+	onOneNetwork := map[string]cluster.PrimaryIfAddr{"n1": testPrimaries["n1"], "n2": testPrimaries["n2"]}
 	for _, tc := range []struct {
 		name      string
 		mode      SteeringMode
-		primaries map[string]egressip.PrimaryIfAddr
+		primaries map[string]cluster.PrimaryIfAddr
 		receives  bool
 		local     string
 	}{

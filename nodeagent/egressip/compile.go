@@ -40,7 +40,7 @@ type Part struct {
 	Events []Event
 	// Primaries are every node's primary interface addresses, by node name (this node's
 	// included): steering reaches an egress node directly or through the tunnel by them.
-	Primaries map[string]PrimaryIfAddr
+	Primaries map[string]cluster.PrimaryIfAddr
 	// Cloud says some node carries the cloud's egress-ipconfig annotation: the nodes are VMs
 	// whose fabric checks source addresses even on one subnet.
 	Cloud bool
@@ -82,7 +82,7 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 	if err != nil {
 		return part, err
 	}
-	part.Primaries, part.Exempt = NodeNetworks(in, nodes)
+	part.Primaries, part.Exempt = cluster.NodeNetworks(in, nodes)
 	part.RemotePods = remotePodNetworks(in.Node, nodes)
 	part.Cloud = slices.ContainsFunc(nodes, func(n *corev1.Node) bool {
 		_, ok := n.Annotations[CloudConfigAnnotation]
@@ -112,7 +112,7 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 			egress[e.Name] = append(egress[e.Name], egressNode{node: it.Node, ip: ip, via: via})
 			if it.Node == in.Node {
 				part.Addresses = append(part.Addresses, dataplane.Address{Origin: origin(e.Name), Addr: ip})
-				if self, ok := primary[in.Node]; ok && !part.Cloud && !self.contains(ip) {
+				if self, ok := primary[in.Node]; ok && !part.Cloud && !self.Contains(ip) {
 					part.Secondary = append(part.Secondary, ip)
 				}
 			}
@@ -181,29 +181,6 @@ func (c *Compiler) addPod(part *Part, in *cluster.Input, pod *corev1.Pod, eip st
 				Pod: dataplane.Origin{Kind: cluster.KindPod, Namespace: pod.Namespace, Name: pod.Name}})
 		}
 	}
-}
-
-// NodeNetworks are, for the features that send pods out through a chosen node (EgressIP,
-// EgressService), every node's primary interface address, and the destinations they never
-// apply to: the cluster networks and every node address (pod to node traffic keeps its node IP
-// source, as upstream).
-func NodeNetworks(in *cluster.Input, nodes []*corev1.Node) (map[string]PrimaryIfAddr, []netip.Prefix) {
-	primary := map[string]PrimaryIfAddr{}
-	exempt := slices.Clone(in.Networks)
-	for _, n := range nodes {
-		if p, err := ParsePrimaryIfAddr(n.Annotations[PrimaryIfAddrAnnotation]); err == nil {
-			primary[n.Name] = p
-			for _, a := range []netip.Prefix{p.V4, p.V6} {
-				if a.IsValid() {
-					exempt = append(exempt, netip.PrefixFrom(a.Addr(), a.Addr().BitLen()))
-				}
-			}
-		}
-		for _, a := range cluster.HostAddresses(n) {
-			exempt = append(exempt, netip.PrefixFrom(a, a.BitLen()))
-		}
-	}
-	return primary, exempt
 }
 
 // remotePodNetworks are the spec.podCIDRs of every node but this one. (A CNI with its own IPAM

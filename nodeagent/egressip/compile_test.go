@@ -28,7 +28,7 @@ func compileNode(t *testing.T, c *Compiler, node string, objs ...runtime.Object)
 
 func clusterNode(name, primary4 string) *corev1.Node {
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{
-		PrimaryIfAddrAnnotation: `{"ipv4":"` + primary4 + `"}`}}}
+		cluster.PrimaryIfAddrAnnotation: `{"ipv4":"` + primary4 + `"}`}}}
 }
 
 func runningPod(ns, name, node string, labels map[string]string, ips ...string) *corev1.Pod {

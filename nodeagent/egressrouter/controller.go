@@ -155,7 +155,7 @@ func (c *Controller) candidates() ([]candidate, error) {
 	out := make([]candidate, 0, len(apiNodes))
 	for _, n := range apiNodes {
 		ready := nodeReady(n)
-		if p, err := egressip.ParsePrimaryIfAddr(n.Annotations[egressip.PrimaryIfAddrAnnotation]); err == nil && ready {
+		if p, err := cluster.ParsePrimaryIfAddr(n.Annotations[cluster.PrimaryIfAddrAnnotation]); err == nil && ready {
 			targets[n.Name] = netip.AddrPortFrom(p.ProbeAddress(), c.HealthPort)
 		}
 		out = append(out, candidate{Name: n.Name, Ready: ready, Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints,

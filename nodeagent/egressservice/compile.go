@@ -90,7 +90,7 @@ func Compile(in *cluster.Input) (Part, error) {
 	if err != nil {
 		return part, err
 	}
-	primary, exempt := egressip.NodeNetworks(in, nodes)
+	primary, exempt := cluster.NodeNetworks(in, nodes)
 	part.Exempt = append(part.Exempt, exempt...)
 	services, err := Services(in)
 	if err != nil {

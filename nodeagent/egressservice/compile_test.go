@@ -35,7 +35,7 @@ func node(name, primary4, primary6 string) *corev1.Node {
 		v = `{"ipv4":"` + primary4 + `","ipv6":"` + primary6 + `"}`
 	}
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{
-		egressip.PrimaryIfAddrAnnotation: v}}}
+		cluster.PrimaryIfAddrAnnotation: v}}}
 }
 
 func lbService(ns, name string, ingress ...string) *corev1.Service {

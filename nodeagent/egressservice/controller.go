@@ -69,7 +69,7 @@ func (c *Controller) targets(apiNodes []*corev1.Node) map[string]netip.AddrPort 
 		if !nodeReady(n) {
 			continue
 		}
-		if p, err := egressip.ParsePrimaryIfAddr(n.Annotations[egressip.PrimaryIfAddrAnnotation]); err == nil {
+		if p, err := cluster.ParsePrimaryIfAddr(n.Annotations[cluster.PrimaryIfAddrAnnotation]); err == nil {
 			targets[n.Name] = netip.AddrPortFrom(p.ProbeAddress(), c.HealthPort)
 		}
 	}
