@@ -20,7 +20,7 @@ func TestMergeRemotePods(t *testing.T) {
 		return egressip.Part{Guarded: guarded, RemotePods: remote, Primaries: map[string]cluster.PrimaryIfAddr{"n1": self}}
 	}
 	gatewayPolicy := func(gw string) externalroute.Part {
-		return externalroute.Part{Policies: []externalroute.Policy{{Origin: dataplane.Origin{Kind: externalroute.KindExternalRoute, Name: "gws"},
+		return externalroute.Part{Policies: []externalroute.Policy{{Origin: dataplane.Origin{Kind: cluster.KindExternalRoute, Name: "gws"},
 			Gateways: []netip.Addr{a(gw)}}}}
 	}
 	for _, c := range []struct {

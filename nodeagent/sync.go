@@ -409,7 +409,7 @@ func (l *SyncLoop) recordEvents(events []egressip.Event) {
 // network no routing table or VRF of this node is named by, an SNAT conflict): it has no status
 // field of its own to say so.
 func (l *SyncLoop) recordServiceFailure(o dataplane.Origin, err error) {
-	if l.Recorder == nil || o.Kind != egressservice.KindEgressService {
+	if l.Recorder == nil || o.Kind != cluster.KindEgressService {
 		return
 	}
 	ref := &corev1.ObjectReference{Kind: "EgressService", APIVersion: ovnv1.SchemeGroupVersion.String(), Namespace: o.Namespace, Name: o.Name}

@@ -21,7 +21,7 @@ type Part struct {
 	// node to that IP, for destinations outside Exempt.
 	SNAT []dataplane.SNAT
 	// Steer sends local pods' traffic to the egress nodes of their object.
-	Steer []Steer
+	Steer []cluster.Steer
 	// Secondary are this node's egress IPs on a secondary host network (outside its primary
 	// interface's): what is SNATed to one must leave through the interface that holds it, by
 	// that interface's routes, as upstream's per-interface tables (bare metal only: in cloud
@@ -45,18 +45,6 @@ type Part struct {
 	// whose fabric checks source addresses even on one subnet.
 	Cloud bool
 }
-
-// Steer sends one family of a local pod's traffic through the egress nodes Via (per-flow ECMP
-// when several).
-type Steer struct {
-	Origin dataplane.Origin // the EgressIP
-	Pod    dataplane.Origin
-	PodIP  netip.Addr
-	Via    []netip.Addr
-}
-
-// KindEgressIP is the kind of the elements EgressIP compiles.
-const KindEgressIP dataplane.Kind = "EgressIP"
 
 // Compiler compiles EgressIPs into this node's part, remembering which object serves each pod
 // so that the first claim holds across syncs.
@@ -141,7 +129,7 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 	slices.SortFunc(part.Guarded, netip.Addr.Compare)
 	slices.SortFunc(part.RemotePods, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	slices.SortFunc(part.SNAT, func(a, b dataplane.SNAT) int { return a.Pod.Compare(b.Pod) })
-	slices.SortFunc(part.Steer, func(a, b Steer) int { return a.PodIP.Compare(b.PodIP) })
+	slices.SortFunc(part.Steer, func(a, b cluster.Steer) int { return a.PodIP.Compare(b.PodIP) })
 	slices.SortFunc(part.Addresses, func(a, b dataplane.Address) int { return a.Addr.Compare(b.Addr) })
 	slices.SortFunc(part.Secondary, netip.Addr.Compare)
 	return part, nil
@@ -177,7 +165,7 @@ func (c *Compiler) addPod(part *Part, in *cluster.Input, pod *corev1.Pod, eip st
 		}
 		if local {
 			slices.SortFunc(via, netip.Addr.Compare)
-			part.Steer = append(part.Steer, Steer{Origin: origin(eip), PodIP: addr, Via: via,
+			part.Steer = append(part.Steer, cluster.Steer{Origin: origin(eip), PodIP: addr, Via: via,
 				Pod: dataplane.Origin{Kind: cluster.KindPod, Namespace: pod.Namespace, Name: pod.Name}})
 		}
 	}
@@ -201,7 +189,9 @@ func remotePodNetworks(self string, nodes []*corev1.Node) []netip.Prefix {
 	return out
 }
 
-func origin(name string) dataplane.Origin { return dataplane.Origin{Kind: KindEgressIP, Name: name} }
+func origin(name string) dataplane.Origin {
+	return dataplane.Origin{Kind: cluster.KindEgressIP, Name: name}
+}
 
 // candidate is a pod and the objects that select it.
 type candidate struct {

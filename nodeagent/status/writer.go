@@ -13,7 +13,6 @@ import (
 	"github.com/egressd/egressd/api/generated/clientset/versioned"
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
-	"github.com/egressd/egressd/nodeagent/externalroute"
 	"github.com/egressd/egressd/watchers"
 )
 
@@ -25,9 +24,9 @@ type entryWriter func(ctx context.Context, w *Writer, o dataplane.Origin, failur
 
 // entryWriters are the kinds that get a per-node status entry.
 var entryWriters = map[dataplane.Kind]entryWriter{
-	cluster.KindEgressFirewall:      writeFirewallEntry,
-	cluster.KindEgressQoS:           writeQoSEntry,
-	externalroute.KindExternalRoute: writeRouteEntry,
+	cluster.KindEgressFirewall: writeFirewallEntry,
+	cluster.KindEgressQoS:      writeQoSEntry,
+	cluster.KindExternalRoute:  writeRouteEntry,
 }
 
 // byOutcome are the kinds whose entry is a function of the sync's outcome alone: an outcome
