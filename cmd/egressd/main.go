@@ -161,7 +161,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		// Its entries' objects, and what the node's annotations and labels are made from.
 		Changed: w.Subscribe(true, &ovnv1.EgressFirewall{}, &ovnv1.EgressQoS{}, &ovnv1.AdminPolicyBasedExternalRoute{},
 			&ovnv1.EgressService{}, &corev1.Node{}),
-		Log: log.With("component", "status")}
+		RouteGateways: externalroute.ConfiguredGateways, Log: log.With("component", "status")}
 	loop.Status = statusWriter
 	loop.Recorder = recorder
 	announceMetrics := podannounce.NewMetrics()

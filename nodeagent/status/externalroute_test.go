@@ -16,6 +16,7 @@ import (
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/watchers"
 	"github.com/egressd/egressd/watchers/watcherstest"
 )
 
@@ -72,7 +73,10 @@ func TestWriteRouteEntry(t *testing.T) {
 		applied = append(applied, appliedStatus{obj.Status, p.PatchOptions, p.Subresource})
 		return true, &obj, nil
 	})
-	w := &Writer{Node: "n1", Client: client, Snapshot: watcherstest.Snapshot(pol)}
+	w := &Writer{Node: "n1", Client: client, Snapshot: watcherstest.Snapshot(pol),
+		RouteGateways: func(*watchers.Snapshot, string) ([]netip.Addr, error) {
+			return []netip.Addr{netip.MustParseAddr("192.0.2.1")}, nil
+		}}
 	o := dataplane.Origin{Kind: cluster.KindExternalRoute, Name: "pol"}
 	if err := writeRouteEntry(context.Background(), w, o, nil); err != nil || len(applied) != 1 {
 		t.Fatalf("%v, %d applies", err, len(applied))

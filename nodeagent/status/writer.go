@@ -48,6 +48,10 @@ type Writer struct {
 	// Changed, when set, signals status changes made by others: the last outcome is written
 	// again where an entry of this node went missing or stale.
 	Changed <-chan struct{}
+	// RouteGateways lists the gateways an AdminPolicyBasedExternalRoute configures now, which
+	// its success entry names (externalroute.ConfiguredGateways: the feature computes them,
+	// this package only writes).
+	RouteGateways func(snap *watchers.Snapshot, policy string) ([]netip.Addr, error)
 
 	pending     chan report
 	pendingOnce sync.Once // Run and Report start concurrently
