@@ -117,13 +117,14 @@ func TestDesiredStateGolden(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			app := &recordingApplier{}
-			l := newLoop(app, nil, 0)
-			l.Node = "n1"
-			l.Networks.Pods = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/48")}
-			l.Snapshot = watcherstest.Snapshot(append(append([]runtime.Object{}, common...), tc.objs...)...)
+			l := newLoop(app, nil, 0, func(c *Config, d *Deps) {
+				c.Node = "n1"
+				c.Networks.Pods = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/48")}
+				d.Snapshot = watcherstest.Snapshot(append(append([]runtime.Object{}, common...), tc.objs...)...)
+			})
 			l.sync(context.Background())
 			golden.Assert(t, "testdata/"+tc.name+".golden", stateJSON(t, app.state()))
-			if err := testutil.CollectAndCompare(l.Metrics.SteeredPaths, strings.NewReader(tc.paths)); err != nil {
+			if err := testutil.CollectAndCompare(l.deps.Metrics.SteeredPaths, strings.NewReader(tc.paths)); err != nil {
 				t.Error(err)
 			}
 		})
