@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/egressfirewall"
 	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/nodeagent/egressqos"
@@ -40,7 +41,7 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 		mode = SteerVXLAN // a cloud drops a pod source on the wire even between VMs of one subnet
 	}
 	u := newUnderlay(mode, st.node, p.egressIP.Primaries)
-	paths := steeredPaths(append(append([]egressip.Steer{}, p.service.Steer...), eip.Steer...), eip, p.routes.Routes, u.hop)
+	paths := steeredPaths(append(append([]cluster.Steer{}, p.service.Steer...), eip.Steer...), eip, p.routes.Routes, u.hop)
 	returns := returnPaths(paths)
 	slots := st.plan(append(slices.Clip(paths), returns...), mask)
 	local := map[netip.Addr]bool{}
@@ -128,7 +129,7 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 }
 
 // externalGateway reports whether a policy names this node (its primary address) as a gateway.
-func externalGateway(policies []externalroute.Policy, self egressip.PrimaryIfAddr) bool {
+func externalGateway(policies []externalroute.Policy, self cluster.PrimaryIfAddr) bool {
 	for _, pol := range policies {
 		for _, gw := range pol.Gateways {
 			if gw == self.V4.Addr() || gw == self.V6.Addr() {
@@ -166,7 +167,7 @@ func withoutServed(p egressip.Part, served []netip.Addr) egressip.Part {
 	}
 	out := p
 	out.SNAT = slices.DeleteFunc(slices.Clone(p.SNAT), func(s dataplane.SNAT) bool { return slices.Contains(served, s.Pod) })
-	out.Steer = slices.DeleteFunc(slices.Clone(p.Steer), func(s egressip.Steer) bool { return slices.Contains(served, s.PodIP) })
+	out.Steer = slices.DeleteFunc(slices.Clone(p.Steer), func(s cluster.Steer) bool { return slices.Contains(served, s.PodIP) })
 	return out
 }
 

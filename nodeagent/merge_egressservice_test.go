@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/nodeagent/egressservice"
 )
@@ -13,19 +14,19 @@ import (
 // steering (and, on the host node, its SNAT) wins; EgressIP keeps its other pods.
 func TestMergeEgressServiceBeatsEgressIP(t *testing.T) {
 	a := netip.MustParseAddr
-	eipO := dataplane.Origin{Kind: egressip.KindEgressIP, Name: "eip"}
+	eipO := dataplane.Origin{Kind: cluster.KindEgressIP, Name: "eip"}
 	esO := egressservice.Origin("a", "web")
 	both, other := a("10.244.1.5"), a("10.244.1.6")
 	p := &parts{
 		pods: []dataplane.Pod{{Origin: dataplane.Origin{Kind: "Pod", Namespace: "a", Name: "p"}, IPs: []netip.Addr{both}},
 			{Origin: dataplane.Origin{Kind: "Pod", Namespace: "a", Name: "q"}, IPs: []netip.Addr{other}}},
 		egressIP: egressip.Part{
-			Steer:   []egressip.Steer{{Origin: eipO, PodIP: both, Via: []netip.Addr{a("192.0.2.2")}}, {Origin: eipO, PodIP: other, Via: []netip.Addr{a("192.0.2.2")}}},
+			Steer:   []cluster.Steer{{Origin: eipO, PodIP: both, Via: []netip.Addr{a("192.0.2.2")}}, {Origin: eipO, PodIP: other, Via: []netip.Addr{a("192.0.2.2")}}},
 			SNAT:    []dataplane.SNAT{{Origin: eipO, Pod: a("10.244.2.7"), To: a("192.0.2.100")}},
 			Guarded: []netip.Addr{both, other}, Exempt: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
 		},
 		service: egressservice.Part{
-			Steer:   []egressip.Steer{{Origin: esO, PodIP: both, Via: []netip.Addr{a("192.0.2.3")}}},
+			Steer:   []cluster.Steer{{Origin: esO, PodIP: both, Via: []netip.Addr{a("192.0.2.3")}}},
 			SNAT:    []dataplane.SNAT{{Origin: esO, Pod: a("10.244.2.7"), To: a("172.18.0.210")}},
 			Served:  []netip.Addr{both, a("10.244.2.7")},
 			Guarded: []netip.Addr{both, a("10.244.2.7")}, Exempt: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("192.0.2.3/32")},

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/nodeagent/externalroute"
 )
@@ -14,12 +15,12 @@ import (
 func TestMergeRemotePods(t *testing.T) {
 	a, pfx := netip.MustParseAddr, netip.MustParsePrefix
 	remote := []netip.Prefix{pfx("10.244.2.0/24")}
-	self := egressip.PrimaryIfAddr{V4: pfx("192.0.2.1/24")}
+	self := cluster.PrimaryIfAddr{V4: pfx("192.0.2.1/24")}
 	eip := func(guarded ...netip.Addr) egressip.Part {
-		return egressip.Part{Guarded: guarded, RemotePods: remote, Primaries: map[string]egressip.PrimaryIfAddr{"n1": self}}
+		return egressip.Part{Guarded: guarded, RemotePods: remote, Primaries: map[string]cluster.PrimaryIfAddr{"n1": self}}
 	}
 	gatewayPolicy := func(gw string) externalroute.Part {
-		return externalroute.Part{Policies: []externalroute.Policy{{Origin: dataplane.Origin{Kind: externalroute.KindExternalRoute, Name: "gws"},
+		return externalroute.Part{Policies: []externalroute.Policy{{Origin: dataplane.Origin{Kind: cluster.KindExternalRoute, Name: "gws"},
 			Gateways: []netip.Addr{a(gw)}}}}
 	}
 	for _, c := range []struct {

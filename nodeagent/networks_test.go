@@ -32,12 +32,11 @@ func TestPodAddressesOutsideClusterNetworks(t *testing.T) {
 		{"discovered from the node", nil, 1},
 		{"--cluster-cidr", []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("192.168.0.0/16")}, 0},
 	} {
-		l := newLoop(&recordingApplier{}, nil, 0)
-		l.Node = "n1"
-		l.Networks.Pods = tc.pods
-		l.Snapshot = watcherstest.Snapshot(objs...)
+		l := newLoop(&recordingApplier{}, nil, 0, func(c *Config, d *Deps) {
+			c.Node, c.Networks.Pods, d.Snapshot = "n1", tc.pods, watcherstest.Snapshot(objs...)
+		})
 		l.sync(context.Background())
-		if got := testutil.ToFloat64(l.Metrics.OutsideNetworks); got != tc.want {
+		if got := testutil.ToFloat64(l.deps.Metrics.OutsideNetworks); got != tc.want {
 			t.Errorf("%s: %v pod addresses outside the cluster networks, want %v", tc.name, got, tc.want)
 		}
 	}

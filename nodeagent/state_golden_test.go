@@ -15,6 +15,7 @@ import (
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/internal/golden"
+	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/watchers/watcherstest"
 )
@@ -39,7 +40,7 @@ func pod(ns, name, node string, labels map[string]string, ips ...string) *corev1
 }
 
 func node(name, primary string, podCIDRs ...string) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{egressip.PrimaryIfAddrAnnotation: primary}},
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{cluster.PrimaryIfAddrAnnotation: primary}},
 		Spec: corev1.NodeSpec{PodCIDRs: podCIDRs}}
 }
 
@@ -116,13 +117,14 @@ func TestDesiredStateGolden(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			app := &recordingApplier{}
-			l := newLoop(app, nil, 0)
-			l.Node = "n1"
-			l.Networks.Pods = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/48")}
-			l.Snapshot = watcherstest.Snapshot(append(append([]runtime.Object{}, common...), tc.objs...)...)
+			l := newLoop(app, nil, 0, func(c *Config, d *Deps) {
+				c.Node = "n1"
+				c.Networks.Pods = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/48")}
+				d.Snapshot = watcherstest.Snapshot(append(append([]runtime.Object{}, common...), tc.objs...)...)
+			})
 			l.sync(context.Background())
 			golden.Assert(t, "testdata/"+tc.name+".golden", stateJSON(t, app.state()))
-			if err := testutil.CollectAndCompare(l.Metrics.SteeredPaths, strings.NewReader(tc.paths)); err != nil {
+			if err := testutil.CollectAndCompare(l.deps.Metrics.SteeredPaths, strings.NewReader(tc.paths)); err != nil {
 				t.Error(err)
 			}
 		})

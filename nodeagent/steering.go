@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/nodeagent/externalroute"
 )
@@ -38,7 +39,7 @@ type path struct {
 // the pod node's gateway router, which only traffic leaving on that node meets; a pod whose
 // egress IP is on its own node, in its primary network, still leaves through the gateways,
 // SNATed to the egress IP.
-func steeredPaths(steers []egressip.Steer, eip egressip.Part, routes []externalroute.Route, reach func(netip.Addr) dataplane.Nexthop) []path {
+func steeredPaths(steers []cluster.Steer, eip egressip.Part, routes []externalroute.Route, reach func(netip.Addr) dataplane.Nexthop) []path {
 	out := make([]path, 0, len(steers)+len(routes))
 	taken := map[netip.Addr]bool{}
 	for _, st := range steers {
@@ -78,7 +79,7 @@ const kindGateway dataplane.Kind = "ExternalGateway"
 func returnPaths(paths []path) []path {
 	bfd := map[netip.Addr]bool{}
 	for _, p := range paths {
-		if p.origin.Kind == externalroute.KindExternalRoute {
+		if p.origin.Kind == cluster.KindExternalRoute {
 			for _, h := range p.hops {
 				bfd[h.Gateway] = bfd[h.Gateway] || h.BFD
 			}
@@ -86,7 +87,7 @@ func returnPaths(paths []path) []path {
 	}
 	var out []path
 	for _, p := range paths {
-		if p.origin.Kind != externalroute.KindExternalRoute {
+		if p.origin.Kind != cluster.KindExternalRoute {
 			continue
 		}
 		for _, h := range p.hops {

@@ -1,33 +1,27 @@
-// Package nodeagent is egressd's brain: the per-API compile steps (one package each), the merge
-// of their parts into the node's desired state, a level-triggered sync loop that hands that state
-// to the dataplane and reports the result, and the leader-elected cluster controllers.
+// Package nodeagent is egressd's brain on a node: a level-triggered sync loop that compiles
+// every feature's part of the node state (features.go: one API each, its pure compile in
+// nodeagent/<api>), merges the parts into the node's desired state (merge.go), hands that state
+// to the dataplane and reports the result. The packages below it hold the features, what they
+// share (nodeagent/cluster) and the Lease and loops of the cluster controllers (nodeagent/leader).
 package nodeagent
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 
-	"log/slog"
-	"net/netip"
-	"sync/atomic"
-	"time"
-
-	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
-
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
-	"github.com/egressd/egressd/nodeagent/egressfirewall"
-	"github.com/egressd/egressd/nodeagent/egressip"
-	"github.com/egressd/egressd/nodeagent/egressqos"
-	"github.com/egressd/egressd/nodeagent/egressservice"
-	"github.com/egressd/egressd/nodeagent/externalroute"
 	"github.com/egressd/egressd/watchers"
 )
 
@@ -50,58 +44,66 @@ type Announced interface {
 	// Overlay returns the snapshot to compile from and the announced pods of this node.
 	Overlay(snap *watchers.Snapshot) (*watchers.Snapshot, []*corev1.Pod)
 	Applied(state *dataplane.State, res dataplane.Result)
+	// Changed signals newly announced pods: they need a sync at once.
+	Changed() <-chan struct{}
 }
 
-// SyncLoop recomputes the whole desired state after any change and applies it.
-type SyncLoop struct {
+// Config are the sync loop's settings (the agent's command line).
+type Config struct {
 	Node string
 	// Networks are the cluster networks of the command line; the rest is discovered
 	// (cluster.Networks). Cluster networks are never subject to EgressFirewall.
 	Networks cluster.NetworkFlags
-	Snapshot *watchers.Snapshot
-	// Changed signals API changes; a burst is coalesced by Debounce.
-	Changed <-chan struct{}
-	// Triggers signal other changes that need a sync at once: the kernel (links, addresses),
-	// DNS answers, BFD sessions, health results.
-	Triggers []<-chan struct{}
-	Applier  dataplane.Applier
-	// Status, when set, reports each sync's outcome on the API objects.
-	Status Reporter
-	// DNS resolves the names of dnsName rules.
-	DNS Names
-	// PendingSince, when set, says when the oldest change this sync handles arrived.
-	PendingSince func() time.Time
-	Metrics      *Metrics
-	Log          *slog.Logger
 	// Debounce coalesces bursts of changes into one sync.
 	Debounce time.Duration
 	// Resync re-applies the state periodically, repairing drift made behind egressd's back.
 	Resync time.Duration
-
 	// MarkMask are the skb->mark bits egressd may use (dataplane.DefaultMarkMask when 0).
 	MarkMask uint32
 	// Steering is how steered traffic reaches egress nodes ("": auto).
 	Steering SteeringMode
+	// LegacyGateways compiles the namespace and pod annotations of older OVN-Kubernetes'
+	// external gateways too.
+	LegacyGateways bool
+	// GatewayBFD holds the timers of the BFD sessions to external gateways (MinTx, MinRx,
+	// Multiplier; zero: the dataplane's defaults).
+	GatewayBFD dataplane.BFDPeer
+}
+
+// Deps are what the sync loop reads, applies to and reports to.
+type Deps struct {
+	Snapshot *watchers.Snapshot
+	// Changed signals API changes; a burst is coalesced by Config.Debounce.
+	Changed <-chan struct{}
+	// Triggers signal other changes that need a sync at once: the kernel (links, addresses),
+	// BFD sessions, health results. DNS answers and announced pods trigger one too.
+	Triggers []<-chan struct{}
+	// PendingSince, when set, says when the oldest change this sync handles arrived.
+	PendingSince func() time.Time
+	// DNS resolves the names of dnsName rules.
+	DNS     Names
+	Applier dataplane.Applier
+	// Status, when set, reports each sync's outcome on the API objects.
+	Status Reporter
 	// Recorder, when set, records the compile steps' events (EgressIP's UndefinedRequest) and
 	// EgressServices this node failed to program.
 	Recorder EventRecorder
 	// Announced, when set, supplies pods announced before their Pod objects show them (the CNI
 	// plugin's ADD) and learns the outcome of every sync (nodeagent/cniserver.Store).
 	Announced Announced
+	Metrics   *Metrics
+	Log       *slog.Logger
+}
 
-	synced    atomic.Bool
-	firewalls egressfirewall.Compiler
-	egressIPs egressip.Compiler
-	// Routes compiles AdminPolicyBasedExternalRoutes (Routes.Legacy: the namespace and pod
-	// annotations of older OVN-Kubernetes too).
-	Routes externalroute.Compiler
-	// GatewayBFD holds the timers of the BFD sessions to external gateways (MinTx, MinRx,
-	// Multiplier; zero: the dataplane's defaults).
-	GatewayBFD dataplane.BFDPeer
-	steering   steering
-	recorded   map[egressip.Event]bool
-	// parts are the last parts each feature compiled; a feature whose compile fails keeps its
-	// previous part (fail closed: never an empty part because a lister failed).
+// SyncLoop recomputes the whole desired state after any change and applies it.
+type SyncLoop struct {
+	cfg      Config
+	deps     Deps
+	features []feature
+	triggers []<-chan struct{}
+	synced   atomic.Bool
+	steering steering
+	// parts are the last parts each feature compiled.
 	parts parts
 	// failing is the last error logged per object, so that a persistent failure is logged
 	// when it starts or changes, not at every sync.
@@ -111,15 +113,28 @@ type SyncLoop struct {
 	retry   backoff
 }
 
+// New builds the sync loop of the node cfg.Node, with every feature.
+func New(cfg Config, deps Deps) *SyncLoop {
+	if cfg.MarkMask == 0 {
+		cfg.MarkMask = dataplane.DefaultMarkMask
+	}
+	triggers := append([]<-chan struct{}{deps.DNS.Changed()}, deps.Triggers...)
+	if deps.Announced != nil {
+		triggers = append(triggers, deps.Announced.Changed())
+	}
+	return &SyncLoop{cfg: cfg, deps: deps, features: newFeatures(cfg, deps), triggers: triggers,
+		steering: steering{mode: cfg.Steering, node: cfg.Node}}
+}
+
 // Synced reports whether the first sync has finished (readiness).
 func (l *SyncLoop) Synced() bool { return l.synced.Load() }
 
 // Run syncs once, then after every debounced change, trigger (which cuts a debounce short),
 // retry or resync period, until ctx ends.
 func (l *SyncLoop) Run(ctx context.Context) {
-	resync := time.NewTicker(l.Resync)
+	resync := time.NewTicker(l.cfg.Resync)
 	defer resync.Stop()
-	triggered := fanIn(ctx, append([]<-chan struct{}{l.DNS.Changed()}, l.Triggers...))
+	triggered := fanIn(ctx, l.triggers)
 	for {
 		l.sync(ctx)
 		select {
@@ -128,20 +143,20 @@ func (l *SyncLoop) Run(ctx context.Context) {
 		case <-resync.C:
 		case <-triggered:
 		case <-l.retry.after():
-		case <-l.Changed:
+		case <-l.deps.Changed:
 			// Let a burst of API events settle, unless something needs a sync at once (a pod
 			// whose CNI ADD waits for it): the sync reads the latest state either way.
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(l.Debounce):
+			case <-time.After(l.cfg.Debounce):
 			case <-triggered:
 			}
 		}
 		// The informers signal a change after their caches hold it: this sync covers any
 		// change signalled so far, which need not cost a debounced sync of its own.
 		select {
-		case <-l.Changed:
+		case <-l.deps.Changed:
 		default:
 		}
 	}
@@ -179,92 +194,48 @@ func fanIn(ctx context.Context, in []<-chan struct{}) <-chan struct{} {
 func (l *SyncLoop) compile(feature string, f func() error) {
 	start := time.Now()
 	err := f()
-	l.Metrics.SyncDuration.WithLabelValues(feature).Observe(time.Since(start).Seconds())
+	l.deps.Metrics.SyncDuration.WithLabelValues(feature).Observe(time.Since(start).Seconds())
 	if err != nil {
-		l.Metrics.SyncErrors.WithLabelValues(feature).Inc()
-		l.Log.Error("compile failed, keeping the feature's previous state", "feature", feature, "err", err)
+		l.deps.Metrics.SyncErrors.WithLabelValues(feature).Inc()
+		l.deps.Log.Error("compile failed, keeping the feature's previous state", "feature", feature, "err", err)
 	}
 }
 
 func (l *SyncLoop) sync(ctx context.Context) {
 	var since time.Time
-	if l.PendingSince != nil {
-		since = l.PendingSince()
+	if l.deps.PendingSince != nil {
+		since = l.deps.PendingSince()
 	}
-	networks := cluster.Networks(l.Snapshot, l.Networks)
-	snap, announced := l.Snapshot, []*corev1.Pod(nil)
-	if l.Announced != nil {
-		snap, announced = l.Announced.Overlay(l.Snapshot)
+	networks := cluster.Networks(l.deps.Snapshot, l.cfg.Networks)
+	snap, announced := l.deps.Snapshot, []*corev1.Pod(nil)
+	if l.deps.Announced != nil {
+		snap, announced = l.deps.Announced.Overlay(l.deps.Snapshot)
 	}
-	in := &cluster.Input{Snap: snap, Node: l.Node, Networks: networks, Lookup: l.DNS.Lookup}
+	in := &cluster.Input{Snap: snap, Node: l.cfg.Node, Networks: networks, Lookup: l.deps.DNS.Lookup}
 	l.compile("pods", func() error {
-		pods, err := cluster.LocalPods(snap, l.Node, announced...)
-		if err == nil {
-			l.parts.pods = pods
-		}
-		return err
+		pods, err := cluster.LocalPods(snap, l.cfg.Node, announced...)
+		return keep(&l.parts.pods, pods, err)
 	})
 	in.Pods = l.parts.pods
 	l.checkNetworks(in)
-	l.compile("egressfirewall", func() error {
-		p, err := l.firewalls.Compile(in)
-		if err == nil {
-			l.parts.firewall = p
-		}
-		return err
-	})
-	l.compile("egressqos", func() error {
-		p, err := egressqos.Compile(in)
-		if err == nil {
-			l.parts.qos = p
-		}
-		return err
-	})
-	l.compile("egressip", func() error {
-		p, err := l.egressIPs.Compile(in)
-		if err == nil {
-			l.parts.egressIP = p
-		}
-		return err
-	})
-	l.compile("egressservice", func() error {
-		p, err := egressservice.Compile(in)
-		if err == nil {
-			l.parts.service = p
-		}
-		return err
-	})
-	l.compile("externalroute", func() error {
-		p, err := l.Routes.Compile(in)
-		if err == nil {
-			l.parts.routes = p
-			for _, w := range p.Warnings {
-				l.Log.Debug("external gateway", "warning", w)
-			}
-		}
-		return err
-	})
-	l.recordEvents(l.parts.egressIP.Events)
-	l.DNS.Want(l.parts.firewall.DNSNames)
-	mask := l.MarkMask
-	if mask == 0 {
-		mask = dataplane.DefaultMarkMask
+	for _, f := range l.features {
+		l.compile(f.name(), func() error { return f.compile(in, &l.parts) })
 	}
-	l.steering.mode, l.steering.node = l.Steering, l.Node
-	state, objects := merge(networks, cluster.LoadBalancerVIPs(l.Snapshot), cluster.Frontends(l.Snapshot, l.Node), &l.parts, &l.steering, mask)
+	mask := l.cfg.MarkMask
+	state, objects := merge(networks, cluster.LoadBalancerVIPs(l.deps.Snapshot), cluster.Frontends(l.deps.Snapshot, l.cfg.Node), &l.parts, &l.steering, mask)
 	for i := range state.BFD {
-		state.BFD[i].MinTx, state.BFD[i].MinRx, state.BFD[i].Multiplier = l.GatewayBFD.MinTx, l.GatewayBFD.MinRx, l.GatewayBFD.Multiplier
+		state.BFD[i].MinTx, state.BFD[i].MinRx, state.BFD[i].Multiplier = l.cfg.GatewayBFD.MinTx, l.cfg.GatewayBFD.MinRx, l.cfg.GatewayBFD.Multiplier
 	}
-	l.Metrics.observePaths(&state)
+	l.deps.Metrics.observePaths(&state)
 
 	start := time.Now()
-	res := l.Applier.Apply(ctx, &state)
-	l.Metrics.SyncDuration.WithLabelValues("apply").Observe(time.Since(start).Seconds())
+	res := l.deps.Applier.Apply(ctx, &state)
+	l.deps.Metrics.SyncDuration.WithLabelValues("apply").Observe(time.Since(start).Seconds())
 	if !since.IsZero() {
-		l.Metrics.Latency.Observe(time.Since(since).Seconds())
+		l.deps.Metrics.Latency.Observe(time.Since(since).Seconds())
 	}
-	if l.Announced != nil {
-		l.Announced.Applied(&state, res)
+	if l.deps.Announced != nil {
+		l.deps.Announced.Applied(&state, res)
 	}
 	// Paths beyond the node's steering slots are not in the state: they fail as if applying
 	// them had (logged, counted, in their objects' status and Events, retried).
@@ -288,12 +259,12 @@ func (l *SyncLoop) sync(ctx context.Context) {
 		}
 	}
 	blamePods(objects, res.Failed)
-	l.Metrics.observeObjects(objects, res.Failed)
-	if l.Status != nil {
-		l.Status.Report(objects, res)
+	l.deps.Metrics.observeObjects(objects, res.Failed)
+	if l.deps.Status != nil {
+		l.deps.Status.Report(objects, res)
 	}
 	if !l.synced.Swap(true) {
-		l.Log.Info("first sync finished", "duration", time.Since(start).Round(time.Microsecond))
+		l.deps.Log.Info("first sync finished", "duration", time.Since(start).Round(time.Microsecond))
 	}
 }
 
@@ -367,16 +338,20 @@ func applyFailed(compiled map[dataplane.Origin]error, failed map[dataplane.Origi
 func (l *SyncLoop) logFailures(failed map[dataplane.Origin]error) {
 	failing := map[dataplane.Origin]string{}
 	for origin, err := range failed {
-		l.Metrics.SyncErrors.WithLabelValues("apply").Inc()
+		l.deps.Metrics.SyncErrors.WithLabelValues("apply").Inc()
 		failing[origin] = err.Error()
 		if l.failing[origin] != err.Error() {
-			l.Log.Error("apply failed", "object", origin.String(), "err", err)
-			l.recordServiceFailure(origin, err)
+			l.deps.Log.Error("apply failed", "object", origin.String(), "err", err)
+			for _, f := range l.features {
+				if w, ok := f.(applyWatcher); ok {
+					w.applyFailed(origin, err)
+				}
+			}
 		}
 	}
 	for origin := range l.failing {
 		if _, still := failing[origin]; !still {
-			l.Log.Info("applied again", "object", origin.String())
+			l.deps.Log.Info("applied again", "object", origin.String())
 		}
 	}
 	l.failing = failing
@@ -385,35 +360,6 @@ func (l *SyncLoop) logFailures(failed map[dataplane.Origin]error) {
 // EventRecorder records an Event on an object (client-go's record.EventRecorder has this).
 type EventRecorder interface {
 	Event(object runtime.Object, eventtype, reason, message string)
-}
-
-// recordEvents records the compile steps' events that were not recorded before: a lasting
-// condition is reported once, not at every sync.
-func (l *SyncLoop) recordEvents(events []egressip.Event) {
-	if l.Recorder == nil {
-		return
-	}
-	seen := map[egressip.Event]bool{}
-	for _, e := range events {
-		seen[e] = true
-		if l.recorded[e] {
-			continue
-		}
-		ref := &corev1.ObjectReference{Kind: "EgressIP", APIVersion: ovnv1.SchemeGroupVersion.String(), Name: e.EgressIP}
-		l.Recorder.Event(ref, e.Type, e.Reason, e.Message)
-	}
-	l.recorded = seen
-}
-
-// recordServiceFailure records a Warning on an EgressService this node failed to program (a
-// network no routing table or VRF of this node is named by, an SNAT conflict): it has no status
-// field of its own to say so.
-func (l *SyncLoop) recordServiceFailure(o dataplane.Origin, err error) {
-	if l.Recorder == nil || o.Kind != egressservice.KindEgressService {
-		return
-	}
-	ref := &corev1.ObjectReference{Kind: "EgressService", APIVersion: ovnv1.SchemeGroupVersion.String(), Namespace: o.Namespace, Name: o.Name}
-	l.Recorder.Event(ref, corev1.EventTypeWarning, "EgressServiceNotApplied", fmt.Sprintf("%s: %v", l.Node, err))
 }
 
 // checkNetworks reports local pod addresses outside the cluster networks, once when their number
@@ -429,9 +375,9 @@ func (l *SyncLoop) checkNetworks(in *cluster.Input) {
 			}
 		}
 	}
-	l.Metrics.OutsideNetworks.Set(float64(outside))
+	l.deps.Metrics.OutsideNetworks.Set(float64(outside))
 	if outside != l.outside && outside > 0 {
-		l.Log.Warn("pod addresses outside the cluster networks: traffic to them is judged as leaving the cluster; set --cluster-cidr",
+		l.deps.Log.Warn("pod addresses outside the cluster networks: traffic to them is judged as leaving the cluster; set --cluster-cidr",
 			"addresses", outside, "example", example, "networks", in.Networks)
 	}
 	l.outside = outside

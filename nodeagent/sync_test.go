@@ -55,12 +55,16 @@ func (a *recordingApplier) state() dataplane.State {
 	return a.last
 }
 
-func newLoop(app dataplane.Applier, changed chan struct{}, debounce time.Duration) *SyncLoop {
-	return &SyncLoop{
-		Node: "n", Changed: changed, Applier: app, Metrics: NewMetrics(),
-		Snapshot: watcherstest.Snapshot(), DNS: noNames{},
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Debounce: debounce, Resync: time.Hour,
+// newLoop is a loop of node "n" over an empty snapshot; set changes its settings and
+// dependencies before New builds it.
+func newLoop(app dataplane.Applier, changed chan struct{}, debounce time.Duration, set ...func(*Config, *Deps)) *SyncLoop {
+	cfg := Config{Node: "n", Debounce: debounce, Resync: time.Hour}
+	deps := Deps{Changed: changed, Applier: app, Metrics: NewMetrics(), Snapshot: watcherstest.Snapshot(), DNS: noNames{},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, f := range set {
+		f(&cfg, &deps)
 	}
+	return New(cfg, deps)
 }
 
 func run(t *testing.T, l *SyncLoop) {
@@ -95,7 +99,7 @@ func TestSyncLoopDebouncesBursts(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // the changes are spread over 100 ms
 	}
 	// One sync for the burst, and at most one more for changes that came during it.
-	time.Sleep(2 * l.Debounce)
+	time.Sleep(2 * l.cfg.Debounce)
 	if n := app.n.Load() - 1; n < 1 || n > 2 {
 		t.Errorf("10 changes over 100 ms caused %d syncs, want 1 (2 at most)", n)
 	}
@@ -132,10 +136,10 @@ func TestSyncLoopKeepsPartOfFailedCompile(t *testing.T) {
 		Egress: []ovnv1.EgressFirewallRule{{Type: "Deny", To: ovnv1.EgressFirewallDestination{CIDRSelector: "0.0.0.0/0"}}}}}
 	changed := make(chan struct{}, 1)
 	app := &recordingApplier{}
-	l := newLoop(app, changed, time.Millisecond)
-	l.Snapshot = watcherstest.Snapshot(ef)
+	snap := watcherstest.Snapshot(ef)
 	broken := &atomic.Bool{}
-	l.Snapshot.EgressFirewalls = failingFirewalls{l.Snapshot.EgressFirewalls, broken}
+	snap.EgressFirewalls = failingFirewalls{snap.EgressFirewalls, broken}
+	l := newLoop(app, changed, time.Millisecond, func(_ *Config, d *Deps) { d.Snapshot = snap })
 	run(t, l)
 	eventually(t, "the first sync", l.Synced)
 	if fws := app.state().Classifier.Firewalls; len(fws) != 1 {
@@ -175,9 +179,9 @@ func TestSyncLoopReportsCompileFailures(t *testing.T) {
 	q := &ovnv1.EgressQoS{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "default"}, Spec: ovnv1.EgressQoSSpec{Egress: []ovnv1.EgressQoSRule{
 		{DSCP: 46, PodSelector: metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Bogus"}}}}}}}
 	rep := &recordingReporter{}
-	l := newLoop(&recordingApplier{}, make(chan struct{}), time.Millisecond)
-	l.Snapshot = watcherstest.Snapshot(q)
-	l.Status = rep
+	l := newLoop(&recordingApplier{}, make(chan struct{}), time.Millisecond, func(_ *Config, d *Deps) {
+		d.Snapshot, d.Status = watcherstest.Snapshot(q), rep
+	})
 	l.sync(context.Background())
 	rep.mu.Lock()
 	defer rep.mu.Unlock()
@@ -195,9 +199,9 @@ func TestSyncLoopBlamesPodFailuresOnPolicies(t *testing.T) {
 	other := &ovnv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "default", UID: "v"}}
 	rep := &recordingReporter{}
 	app := &recordingApplier{failFirst: 1, failing: dataplane.Origin{Kind: "Pod", Namespace: "ns", Name: "web"}}
-	l := newLoop(app, make(chan struct{}), time.Millisecond)
-	l.Snapshot = watcherstest.Snapshot(ef, other)
-	l.Status = rep
+	l := newLoop(app, make(chan struct{}), time.Millisecond, func(_ *Config, d *Deps) {
+		d.Snapshot, d.Status = watcherstest.Snapshot(ef, other), rep
+	})
 	l.sync(context.Background())
 	rep.mu.Lock()
 	defer rep.mu.Unlock()
@@ -241,8 +245,7 @@ func TestSyncLoopRecordsServiceFailures(t *testing.T) {
 	o := egressservice.Origin("a", "web")
 	app := &recordingApplier{failFirst: 3, failing: o}
 	rec := record.NewFakeRecorder(10)
-	l := newLoop(app, make(chan struct{}), time.Millisecond)
-	l.Recorder = rec
+	l := newLoop(app, make(chan struct{}), time.Millisecond, func(_ *Config, d *Deps) { d.Recorder = rec })
 	run(t, l)
 	eventually(t, "the retries", func() bool { return app.n.Load() >= 4 })
 	select {
@@ -263,8 +266,7 @@ func TestSyncLoopRecordsServiceFailures(t *testing.T) {
 func TestSyncLoopTriggerCutsDebounce(t *testing.T) {
 	changed, trigger := make(chan struct{}, 1), make(chan struct{}, 1)
 	app := &recordingApplier{}
-	l := newLoop(app, changed, time.Hour)
-	l.Triggers = []<-chan struct{}{trigger}
+	l := newLoop(app, changed, time.Hour, func(_ *Config, d *Deps) { d.Triggers = []<-chan struct{}{trigger} })
 	run(t, l)
 	eventually(t, "the first sync", l.Synced)
 	changed <- struct{}{}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
-	"github.com/egressd/egressd/nodeagent/egressip"
 )
 
 // SteeringMode says how a pod's node sends steered traffic (EgressIP, EgressService) to the
@@ -46,14 +45,14 @@ func (m *SteeringMode) Type() string { return "string" }
 type underlay struct {
 	mode  SteeringMode
 	node  string
-	local egressip.PrimaryIfAddr
+	local cluster.PrimaryIfAddr
 	// nodes are the names of the other nodes, by each of their primary addresses.
 	nodes     map[netip.Addr]string
-	primaries map[string]egressip.PrimaryIfAddr
+	primaries map[string]cluster.PrimaryIfAddr
 	peers     map[string]*dataplane.TunnelPeer
 }
 
-func newUnderlay(mode SteeringMode, node string, primaries map[string]egressip.PrimaryIfAddr) *underlay {
+func newUnderlay(mode SteeringMode, node string, primaries map[string]cluster.PrimaryIfAddr) *underlay {
 	u := &underlay{mode: mode, node: node, local: primaries[node], nodes: map[netip.Addr]string{},
 		primaries: primaries, peers: map[string]*dataplane.TunnelPeer{}}
 	for name, p := range primaries {
@@ -68,7 +67,7 @@ func newUnderlay(mode SteeringMode, node string, primaries map[string]egressip.P
 
 // endpoint is the underlay address of a node: its primary IPv4 address when this node has
 // one (IPv6 traffic too goes over IPv4), else its primary IPv6 address.
-func (u *underlay) endpoint(p egressip.PrimaryIfAddr) netip.Addr {
+func (u *underlay) endpoint(p cluster.PrimaryIfAddr) netip.Addr {
 	if u.local.V4.IsValid() {
 		return p.V4.Addr()
 	}
@@ -77,7 +76,7 @@ func (u *underlay) endpoint(p egressip.PrimaryIfAddr) netip.Addr {
 
 // beyond reports whether the address a is off the primary network of p, the family's: a
 // packet between them crosses a router (or p has no network of a's family).
-func beyond(p egressip.PrimaryIfAddr, a netip.Addr) bool {
+func beyond(p cluster.PrimaryIfAddr, a netip.Addr) bool {
 	own := p.V4
 	if a.Is6() {
 		own = p.V6

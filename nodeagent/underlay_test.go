@@ -16,7 +16,7 @@ import (
 
 // Nodes of the tests: n1 (this node) and n2 share 172.18.0.0/24 and fc00::/64; n3 is on
 // another subnet of both families; n4 has IPv6 only, off n1's network.
-var testPrimaries = map[string]egressip.PrimaryIfAddr{
+var testPrimaries = map[string]cluster.PrimaryIfAddr{
 	"n1": {V4: netip.MustParsePrefix("172.18.0.2/24"), V6: netip.MustParsePrefix("fc00::2/64")},
 	"n2": {V4: netip.MustParsePrefix("172.18.0.3/24"), V6: netip.MustParsePrefix("fc00::3/64")},
 	"n3": {V4: netip.MustParsePrefix("172.19.5.7/24"), V6: netip.MustParsePrefix("fc01::7/64")},
@@ -77,11 +77,11 @@ func TestUnderlayState(t *testing.T) {
 		t.Errorf("auto, steering to n2 and n3:\n got %+v\nwant %+v", got, want)
 	}
 
-	onOneNetwork := map[string]egressip.PrimaryIfAddr{"n1": testPrimaries["n1"], "n2": testPrimaries["n2"]}
+	onOneNetwork := map[string]cluster.PrimaryIfAddr{"n1": testPrimaries["n1"], "n2": testPrimaries["n2"]}
 	for _, tc := range []struct {
 		name      string
 		mode      SteeringMode
-		primaries map[string]egressip.PrimaryIfAddr
+		primaries map[string]cluster.PrimaryIfAddr
 		receives  bool
 		local     string
 	}{
@@ -115,11 +115,11 @@ func TestUnderlayState(t *testing.T) {
 // tunnel state to the dataplane.
 func TestMergeVXLANSteering(t *testing.T) {
 	a := netip.MustParseAddr
-	eipO := dataplane.Origin{Kind: egressip.KindEgressIP, Name: "eip"}
+	eipO := dataplane.Origin{Kind: cluster.KindEgressIP, Name: "eip"}
 	p := &parts{
 		pods: []dataplane.Pod{{Origin: dataplane.Origin{Kind: "Pod", Namespace: "a", Name: "p"}, IPs: []netip.Addr{a("10.244.1.5"), a("fd00:10:244:1::5")}}},
 		egressIP: egressip.Part{
-			Steer: []egressip.Steer{{Origin: eipO, PodIP: a("10.244.1.5"), Via: []netip.Addr{a("172.19.5.7")}},
+			Steer: []cluster.Steer{{Origin: eipO, PodIP: a("10.244.1.5"), Via: []netip.Addr{a("172.19.5.7")}},
 				{Origin: eipO, PodIP: a("fd00:10:244:1::5"), Via: []netip.Addr{a("fc01::7")}}},
 			Guarded:   []netip.Addr{a("10.244.1.5"), a("fd00:10:244:1::5")},
 			Primaries: testPrimaries,
@@ -149,12 +149,12 @@ func TestMergeVXLANSteering(t *testing.T) {
 func TestMergeOutOfSteeringSlots(t *testing.T) {
 	a := netip.MustParseAddr
 	const mask = 0x00010000 // one slot
-	eipA, eipB := dataplane.Origin{Kind: egressip.KindEgressIP, Name: "eip-a"}, dataplane.Origin{Kind: egressip.KindEgressIP, Name: "eip-b"}
+	eipA, eipB := dataplane.Origin{Kind: cluster.KindEgressIP, Name: "eip-a"}, dataplane.Origin{Kind: cluster.KindEgressIP, Name: "eip-b"}
 	podA, podB := dataplane.Origin{Kind: "Pod", Namespace: "a", Name: "pa"}, dataplane.Origin{Kind: "Pod", Namespace: "a", Name: "pb"}
 	p := &parts{
 		pods: []dataplane.Pod{{Origin: podA, IPs: []netip.Addr{a("10.244.1.5")}}, {Origin: podB, IPs: []netip.Addr{a("10.244.1.6")}}},
 		egressIP: egressip.Part{
-			Steer: []egressip.Steer{{Origin: eipA, PodIP: a("10.244.1.5"), Via: []netip.Addr{a("172.18.0.3")}},
+			Steer: []cluster.Steer{{Origin: eipA, PodIP: a("10.244.1.5"), Via: []netip.Addr{a("172.18.0.3")}},
 				{Origin: eipB, PodIP: a("10.244.1.6"), Via: []netip.Addr{a("172.18.0.3")}}},
 			Guarded:   []netip.Addr{a("10.244.1.5"), a("10.244.1.6")},
 			Primaries: testPrimaries,
@@ -191,7 +191,7 @@ func TestSteeringSlotsFitTheRoutingRanges(t *testing.T) {
 	const mask = 0xff0000
 	var paths []path
 	for i := range 100 {
-		paths = append(paths, path{origin: dataplane.Origin{Kind: egressip.KindEgressIP, Name: fmt.Sprintf("eip-%03d", i)}})
+		paths = append(paths, path{origin: dataplane.Origin{Kind: cluster.KindEgressIP, Name: fmt.Sprintf("eip-%03d", i)}})
 	}
 	st := &steering{node: "n1"}
 	slots := st.plan(paths, mask)

@@ -20,6 +20,7 @@ import (
 	"github.com/egressd/egressd/dataplane/rpfilter"
 	"github.com/egressd/egressd/dataplane/tunnel"
 	"github.com/egressd/egressd/nodeagent"
+	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
 	"github.com/egressd/egressd/nodeagent/podannounce"
 	"github.com/egressd/egressd/nodeagent/reachability"
@@ -344,4 +345,23 @@ func profilingAddr(on bool, addr string) string {
 		return ""
 	}
 	return addr
+}
+
+// networks are the cluster networks of the command line.
+func (c *config) networks() cluster.NetworkFlags {
+	return cluster.NetworkFlags{Pods: c.clusterCIDRs, Services: c.serviceCIDRs}
+}
+
+// syncConfig is the sync loop's part of the command line.
+func (c *config) syncConfig() nodeagent.Config {
+	return nodeagent.Config{
+		Node:           c.nodeName,
+		Networks:       c.networks(),
+		Debounce:       c.debounce,
+		Resync:         c.resync,
+		MarkMask:       c.markMask,
+		Steering:       c.steering,
+		LegacyGateways: c.legacyGateways,
+		GatewayBFD:     dataplane.BFDPeer{MinTx: c.gatewayBFD, MinRx: c.gatewayBFD, Multiplier: c.gatewayBFDMult},
+	}
 }

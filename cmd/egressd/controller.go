@@ -42,7 +42,7 @@ func controllerMain(args []string, stderr io.Writer) int {
 // prober is what the controllers probe egress nodes with: a Prober, or Unprobed when the
 // reachability probes are disabled.
 type prober interface {
-	egressip.Reachability
+	leader.Reachability
 	Stop()
 }
 

@@ -36,14 +36,12 @@ import (
 	"github.com/egressd/egressd/api/generated/clientset/versioned"
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	netopv1 "github.com/egressd/egressd/api/networkoperator/v1"
-	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/kernel"
 	"github.com/egressd/egressd/internal/cniinstall"
 	"github.com/egressd/egressd/internal/httpauth"
 	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/nodeagent"
-	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/cniserver"
 	"github.com/egressd/egressd/nodeagent/egressrouter"
 	"github.com/egressd/egressd/nodeagent/externalroute"
@@ -136,40 +134,30 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		return err
 	}
 	defer dp.Close()
-	loop := &nodeagent.SyncLoop{
-		Node:         cfg.nodeName,
-		Networks:     cluster.NetworkFlags{Pods: cfg.clusterCIDRs, Services: cfg.serviceCIDRs},
-		Snapshot:     w.Snapshot(),
-		Changed:      w.Subscribe(false),
-		Triggers:     []<-chan struct{}{dp.Changed()},
-		PendingSince: w.TakePending,
-		DNS:          dnsnames.New(ctx, cfg.dnsServers, cfg.dnsMinTTL, log.With("component", "dns")),
-		Applier:      dp,
-		Metrics:      metrics,
-		Log:          log.With("component", "sync"),
-		Debounce:     cfg.debounce,
-		MarkMask:     cfg.markMask,
-		Steering:     cfg.steering,
-		Routes:       externalroute.Compiler{Legacy: cfg.legacyGateways},
-		GatewayBFD:   dataplane.BFDPeer{MinTx: cfg.gatewayBFD, MinRx: cfg.gatewayBFD, Multiplier: cfg.gatewayBFDMult},
-		Resync:       cfg.resync,
-	}
-
 	recorder, stopEvents := eventRecorder(ctx, kube, "egressd", cfg.nodeName)
 	defer stopEvents()
 	statusWriter := &status.Writer{Node: cfg.nodeName, Client: egress, Kube: kube, Snapshot: w.Snapshot(), Recorder: recorder,
 		// Its entries' objects, and what the node's annotations and labels are made from.
 		Changed: w.Subscribe(true, &ovnv1.EgressFirewall{}, &ovnv1.EgressQoS{}, &ovnv1.AdminPolicyBasedExternalRoute{},
 			&ovnv1.EgressService{}, &corev1.Node{}),
-		Log: log.With("component", "status")}
-	loop.Status = statusWriter
-	loop.Recorder = recorder
+		RouteGateways: externalroute.ConfiguredGateways, Log: log.With("component", "status")}
+	loop := nodeagent.New(cfg.syncConfig(), nodeagent.Deps{
+		Snapshot:     w.Snapshot(),
+		Changed:      w.Subscribe(false),
+		Triggers:     []<-chan struct{}{dp.Changed()},
+		PendingSince: w.TakePending,
+		DNS:          dnsnames.New(ctx, cfg.dnsServers, cfg.dnsMinTTL, log.With("component", "dns")),
+		Applier:      dp,
+		Status:       statusWriter,
+		Recorder:     recorder,
+		Announced:    store,
+		Metrics:      metrics,
+		Log:          log.With("component", "sync"),
+	})
 	announceMetrics := podannounce.NewMetrics()
 	cniMetrics := cniserver.NewMetrics()
 	metrics.Registry.MustRegister(agentCollectors(dp, announceMetrics, cniMetrics)...)
 
-	loop.Announced = store
-	loop.Triggers = append(loop.Triggers, store.Changed())
 	announcer := &podannounce.Announcer{Node: cfg.nodeName, Port: cfg.healthPort, TokenFile: cfg.announceToken, Metrics: announceMetrics,
 		Log: log.With("component", "pod-announce")}
 	defer announcer.Close()
@@ -179,7 +167,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if cfg.cniSocket != "" {
 		cs := &cniserver.Server{Node: cfg.nodeName, Store: store, Pods: w.Snapshot().Pods, Kube: kube,
 			Synced: loop.Synced, Peers: announcer, Metrics: cniMetrics, Log: log.With("component", "cni"),
-			Routers: &egressrouter.Node{Node: cfg.nodeName, Snapshot: w.Snapshot(), Networks: loop.Networks,
+			Routers: &egressrouter.Node{Node: cfg.nodeName, Snapshot: w.Snapshot(), Networks: cfg.networks(),
 				Client: egress, Recorder: recorder, Log: log.With("component", "egressrouter")}}
 		if err := cs.Listen(cfg.cniSocket); err != nil {
 			return err

@@ -20,9 +20,12 @@ import (
 // Kinds of the objects the node state is compiled from.
 const (
 	KindPod            dataplane.Kind = "Pod"
+	KindNode           dataplane.Kind = "Node"
 	KindEgressFirewall dataplane.Kind = "EgressFirewall"
 	KindEgressQoS      dataplane.Kind = "EgressQoS"
-	KindNode           dataplane.Kind = "Node"
+	KindEgressIP       dataplane.Kind = "EgressIP"
+	KindEgressService  dataplane.Kind = "EgressService"
+	KindExternalRoute  dataplane.Kind = "AdminPolicyBasedExternalRoute"
 )
 
 // HostCIDRsKey is upstream's Node annotation of every host address with its prefix length.
@@ -38,6 +41,16 @@ type Input struct {
 	Lookup func(name string) []netip.Addr
 	// Pods are this node's pods whose traffic egressd classifies (LocalPods).
 	Pods []dataplane.Pod
+}
+
+// Steer sends one family of a local pod's traffic through the egress nodes Via (per-flow ECMP
+// when several): what EgressIP and EgressService compile for a pod whose egress node is
+// another, and merge gives a steering slot.
+type Steer struct {
+	Origin dataplane.Origin // the EgressIP or EgressService
+	Pod    dataplane.Origin
+	PodIP  netip.Addr
+	Via    []netip.Addr
 }
 
 // InNetworks reports whether a is inside the cluster networks.

@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"net/netip"
 	"slices"
+	"sort"
 
 	"go4.org/netipx"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/egressd/egressd/dataplane"
@@ -145,4 +147,67 @@ func families(svc *corev1.Service) map[bool]bool {
 		}
 	}
 	return out
+}
+
+// Backend is one address, protocol and port a Service load-balances to.
+type Backend struct {
+	Addr  netip.Addr
+	Proto uint8
+	Port  uint16
+}
+
+// ExternalBackends are the ready endpoints outside the cluster networks of Services that have a
+// cluster IP (headless Services are not load-balanced), with their ports, in order: EgressFirewall
+// judges and EgressQoS marks traffic to them after DNAT too.
+func ExternalBackends(in *Input) ([]Backend, error) {
+	all, err := in.Snap.EndpointSlices.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	seen := map[Backend]bool{}
+	for _, eps := range all {
+		name := eps.Labels[discoveryv1.LabelServiceName]
+		if name == "" || eps.AddressType == discoveryv1.AddressTypeFQDN {
+			continue
+		}
+		svc, err := in.Snap.Services.Services(eps.Namespace).Get(name)
+		if err != nil || len(svc.Spec.ClusterIPs) == 0 || svc.Spec.ClusterIPs[0] == corev1.ClusterIPNone {
+			continue
+		}
+		for _, ep := range eps.Endpoints {
+			// kube-proxy sends to the ready endpoints, or to the serving terminating ones when
+			// none is ready.
+			if c := ep.Conditions; c.Ready != nil && !*c.Ready && (c.Serving == nil || !*c.Serving) {
+				continue
+			}
+			for _, a := range ep.Addresses {
+				addr, err := netip.ParseAddr(a)
+				if err != nil || in.InNetworks(addr) {
+					continue
+				}
+				for _, port := range eps.Ports {
+					if port.Port == nil {
+						continue
+					}
+					proto := corev1.ProtocolTCP
+					if port.Protocol != nil {
+						proto = *port.Protocol
+					}
+					number, _ := dataplane.ProtocolNumber(string(proto))
+					seen[Backend{Addr: addr, Proto: number, Port: uint16(*port.Port)}] = true
+				}
+			}
+		}
+	}
+	out := make([]Backend, 0, len(seen))
+	for b := range seen {
+		out = append(out, b)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if c := out[i].Addr.Compare(out[j].Addr); c != 0 {
+			return c < 0
+		}
+		return out[i].Proto < out[j].Proto || out[i].Proto == out[j].Proto && out[i].Port < out[j].Port
+	})
+	return out, nil
 }

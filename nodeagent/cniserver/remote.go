@@ -10,7 +10,6 @@ import (
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
-	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/watchers"
 )
 
@@ -98,7 +97,7 @@ func snatted(state *dataplane.State) map[netip.Addr]bool {
 func steerTargets(state *dataplane.State) map[podKey][]netip.Addr {
 	gateways := map[int][]netip.Addr{}
 	for _, t := range state.Routing.Tables {
-		if t.Origin.Kind != egressip.KindEgressIP {
+		if t.Origin.Kind != cluster.KindEgressIP {
 			continue
 		}
 		for _, r := range t.Routes {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
-	"github.com/egressd/egressd/nodeagent/egressip"
 )
 
 // Another node's pod its agent announced: the compile steps see it with its CNI addresses,
@@ -112,7 +111,7 @@ func TestSteerTargets(t *testing.T) {
 		Routing: dataplane.RoutingState{
 			Rules: []dataplane.RouteRule{{Mark: 0x10000, Table: 1}, {Mark: 0x10000, Table: 1, IPv6: true}, {Mark: 0x20000, Table: 2}},
 			Tables: []dataplane.RouteTable{
-				{Origin: dataplane.Origin{Kind: egressip.KindEgressIP, Name: "eip"}, ID: 1, Routes: []dataplane.Route{
+				{Origin: dataplane.Origin{Kind: cluster.KindEgressIP, Name: "eip"}, ID: 1, Routes: []dataplane.Route{
 					{Nexthops: []dataplane.Nexthop{{Gateway: a("192.0.2.2")}, {Gateway: a("192.0.2.3")}}},
 					{Via: &dataplane.Nexthop{Gateway: a("2001:db8::2")}}}},
 				{Origin: dataplane.Origin{Kind: "AdminPolicyBasedExternalRoute", Name: "gws"}, ID: 2, Routes: []dataplane.Route{

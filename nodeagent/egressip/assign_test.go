@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/nodeagent/cluster"
 )
 
 // node is a labeled, Ready, reachable node whose primary interface has the given addresses
@@ -153,7 +154,7 @@ func TestAssign(t *testing.T) {
 		want:  map[string]want{"a": {items: []string{"10.0.0.100@n1"}, changed: true}},
 	}, {
 		name:   "node gone from the cluster, or without its primary interface annotation: its IP moves",
-		nodes:  []Node{n2.with(func(n *Node) { n.Primary = PrimaryIfAddr{} }), n3},
+		nodes:  []Node{n2.with(func(n *Node) { n.Primary = cluster.PrimaryIfAddr{} }), n3},
 		eips:   []*ovnv1.EgressIP{eip("a", 0, ips("10.0.0.100", "10.0.0.101"), "10.0.0.100@n1", "10.0.0.101@n2")},
 		want:   map[string]want{"a": {items: []string{"10.0.0.100@n3"}, changed: true, unassigned: []string{"10.0.0.101 NoMatchingNodeFound"}}},
 		events: []string{"Warning a UnassignedRequest: Not all egress IPs for EgressIP: a could be assigned, please tag more nodes"},

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+
+	"github.com/egressd/egressd/nodeagent/cluster"
 )
 
 // CloudConfigAnnotation is set on each node by OpenShift's cloud-network-config-controller: the
@@ -76,7 +78,7 @@ func capacity(p *int) int {
 
 // cloudSubnet is a cloud subnet of the annotation: its prefix, masked.
 func cloudSubnet(s string, v4 bool) (netip.Prefix, error) {
-	p, err := parseFamilyPrefix(s, v4, CloudConfigAnnotation)
+	p, err := cluster.ParseFamilyPrefix(s, v4, CloudConfigAnnotation)
 	return p.Masked(), err
 }
 

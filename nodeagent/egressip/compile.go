@@ -21,7 +21,7 @@ type Part struct {
 	// node to that IP, for destinations outside Exempt.
 	SNAT []dataplane.SNAT
 	// Steer sends local pods' traffic to the egress nodes of their object.
-	Steer []Steer
+	Steer []cluster.Steer
 	// Secondary are this node's egress IPs on a secondary host network (outside its primary
 	// interface's): what is SNATed to one must leave through the interface that holds it, by
 	// that interface's routes, as upstream's per-interface tables (bare metal only: in cloud
@@ -40,23 +40,11 @@ type Part struct {
 	Events []Event
 	// Primaries are every node's primary interface addresses, by node name (this node's
 	// included): steering reaches an egress node directly or through the tunnel by them.
-	Primaries map[string]PrimaryIfAddr
+	Primaries map[string]cluster.PrimaryIfAddr
 	// Cloud says some node carries the cloud's egress-ipconfig annotation: the nodes are VMs
 	// whose fabric checks source addresses even on one subnet.
 	Cloud bool
 }
-
-// Steer sends one family of a local pod's traffic through the egress nodes Via (per-flow ECMP
-// when several).
-type Steer struct {
-	Origin dataplane.Origin // the EgressIP
-	Pod    dataplane.Origin
-	PodIP  netip.Addr
-	Via    []netip.Addr
-}
-
-// KindEgressIP is the kind of the elements EgressIP compiles.
-const KindEgressIP dataplane.Kind = "EgressIP"
 
 // Compiler compiles EgressIPs into this node's part, remembering which object serves each pod
 // so that the first claim holds across syncs.
@@ -82,7 +70,7 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 	if err != nil {
 		return part, err
 	}
-	part.Primaries, part.Exempt = NodeNetworks(in, nodes)
+	part.Primaries, part.Exempt = cluster.NodeNetworks(in, nodes)
 	part.RemotePods = remotePodNetworks(in.Node, nodes)
 	part.Cloud = slices.ContainsFunc(nodes, func(n *corev1.Node) bool {
 		_, ok := n.Annotations[CloudConfigAnnotation]
@@ -112,7 +100,7 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 			egress[e.Name] = append(egress[e.Name], egressNode{node: it.Node, ip: ip, via: via})
 			if it.Node == in.Node {
 				part.Addresses = append(part.Addresses, dataplane.Address{Origin: origin(e.Name), Addr: ip})
-				if self, ok := primary[in.Node]; ok && !part.Cloud && !self.contains(ip) {
+				if self, ok := primary[in.Node]; ok && !part.Cloud && !self.Contains(ip) {
 					part.Secondary = append(part.Secondary, ip)
 				}
 			}
@@ -141,7 +129,7 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 	slices.SortFunc(part.Guarded, netip.Addr.Compare)
 	slices.SortFunc(part.RemotePods, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	slices.SortFunc(part.SNAT, func(a, b dataplane.SNAT) int { return a.Pod.Compare(b.Pod) })
-	slices.SortFunc(part.Steer, func(a, b Steer) int { return a.PodIP.Compare(b.PodIP) })
+	slices.SortFunc(part.Steer, func(a, b cluster.Steer) int { return a.PodIP.Compare(b.PodIP) })
 	slices.SortFunc(part.Addresses, func(a, b dataplane.Address) int { return a.Addr.Compare(b.Addr) })
 	slices.SortFunc(part.Secondary, netip.Addr.Compare)
 	return part, nil
@@ -177,33 +165,10 @@ func (c *Compiler) addPod(part *Part, in *cluster.Input, pod *corev1.Pod, eip st
 		}
 		if local {
 			slices.SortFunc(via, netip.Addr.Compare)
-			part.Steer = append(part.Steer, Steer{Origin: origin(eip), PodIP: addr, Via: via,
+			part.Steer = append(part.Steer, cluster.Steer{Origin: origin(eip), PodIP: addr, Via: via,
 				Pod: dataplane.Origin{Kind: cluster.KindPod, Namespace: pod.Namespace, Name: pod.Name}})
 		}
 	}
-}
-
-// NodeNetworks are, for the features that send pods out through a chosen node (EgressIP,
-// EgressService), every node's primary interface address, and the destinations they never
-// apply to: the cluster networks and every node address (pod to node traffic keeps its node IP
-// source, as upstream).
-func NodeNetworks(in *cluster.Input, nodes []*corev1.Node) (map[string]PrimaryIfAddr, []netip.Prefix) {
-	primary := map[string]PrimaryIfAddr{}
-	exempt := slices.Clone(in.Networks)
-	for _, n := range nodes {
-		if p, err := ParsePrimaryIfAddr(n.Annotations[PrimaryIfAddrAnnotation]); err == nil {
-			primary[n.Name] = p
-			for _, a := range []netip.Prefix{p.V4, p.V6} {
-				if a.IsValid() {
-					exempt = append(exempt, netip.PrefixFrom(a.Addr(), a.Addr().BitLen()))
-				}
-			}
-		}
-		for _, a := range cluster.HostAddresses(n) {
-			exempt = append(exempt, netip.PrefixFrom(a, a.BitLen()))
-		}
-	}
-	return primary, exempt
 }
 
 // remotePodNetworks are the spec.podCIDRs of every node but this one. (A CNI with its own IPAM
@@ -224,7 +189,9 @@ func remotePodNetworks(self string, nodes []*corev1.Node) []netip.Prefix {
 	return out
 }
 
-func origin(name string) dataplane.Origin { return dataplane.Origin{Kind: KindEgressIP, Name: name} }
+func origin(name string) dataplane.Origin {
+	return dataplane.Origin{Kind: cluster.KindEgressIP, Name: name}
+}
 
 // candidate is a pod and the objects that select it.
 type candidate struct {

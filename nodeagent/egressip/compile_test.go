@@ -28,7 +28,7 @@ func compileNode(t *testing.T, c *Compiler, node string, objs ...runtime.Object)
 
 func clusterNode(name, primary4 string) *corev1.Node {
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{
-		PrimaryIfAddrAnnotation: `{"ipv4":"` + primary4 + `"}`}}}
+		cluster.PrimaryIfAddrAnnotation: `{"ipv4":"` + primary4 + `"}`}}}
 }
 
 func runningPod(ns, name, node string, labels map[string]string, ips ...string) *corev1.Pod {
@@ -57,9 +57,9 @@ func TestCompileSteersAndSNATs(t *testing.T) {
 		runningPod("a", "other", "n1", map[string]string{"app": "y"}, "10.244.1.6"),
 		runningPod("b", "p3", "n1", map[string]string{"app": "x"}, "10.244.1.7"),
 	}
-	o := dataplane.Origin{Kind: KindEgressIP, Name: "eip"}
+	o := dataplane.Origin{Kind: cluster.KindEgressIP, Name: "eip"}
 	n1 := compileNode(t, &Compiler{}, "n1", objs...)
-	wantSteer := []Steer{{Origin: o, Pod: dataplane.Origin{Kind: cluster.KindPod, Namespace: "a", Name: "p1"},
+	wantSteer := []cluster.Steer{{Origin: o, Pod: dataplane.Origin{Kind: cluster.KindPod, Namespace: "a", Name: "p1"},
 		PodIP: netip.MustParseAddr("10.244.1.5"), Via: []netip.Addr{netip.MustParseAddr("192.0.2.2")}}}
 	if !reflect.DeepEqual(n1.Steer, wantSteer) || len(n1.SNAT) != 0 || len(n1.Addresses) != 0 {
 		t.Errorf("n1: steer %+v snat %+v addresses %+v, want only %+v", n1.Steer, n1.SNAT, n1.Addresses, wantSteer)

@@ -18,17 +18,9 @@ import (
 	"github.com/egressd/egressd/api/generated/clientset/versioned"
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/nodeagent/cloudprivateip"
+	"github.com/egressd/egressd/nodeagent/leader"
 	"github.com/egressd/egressd/watchers"
 )
-
-// Reachability is the leader's view of which nodes' agents answer their health probes.
-type Reachability interface {
-	// Set replaces the probed nodes and their health endpoints.
-	Set(targets map[string]netip.AddrPort)
-	Reachable(node string) bool
-	// Changed signals a node becoming reachable or unreachable.
-	Changed() <-chan struct{}
-}
 
 // Controller is the leader's EgressIP controller: it probes the assignable nodes, places every
 // egress IP (Assign) and writes status.items, recording upstream's events.
@@ -37,7 +29,7 @@ type Controller struct {
 	Snapshot *watchers.Snapshot
 	// Changed signals API changes, status included (another leader's writes, node changes).
 	Changed <-chan struct{}
-	Probes  Reachability
+	Probes  leader.Reachability
 	// HealthPort is the port of every agent's health endpoint on its node's primary address.
 	HealthPort uint16
 	Recorder   record.EventRecorder
@@ -112,29 +104,7 @@ func (c *Controller) Run(ctx context.Context) {
 		defer c.Metrics.forget()
 	}
 	// true: removals were written; place the additions at once.
-	ReconcileLoop(ctx, 30*time.Second, c.Changed, c.Probes, c.reconcile)
-}
-
-// ReconcileLoop is the loop of a leader's controller that probes nodes (EgressIP, EgressService,
-// EgressRouter): reconcile after every API change, probe verdict and period, until ctx ends,
-// at once again when reconcile says so. Probing is the leader's: the probes stop when it
-// returns.
-func ReconcileLoop(ctx context.Context, period time.Duration, changed <-chan struct{}, probes Reachability, reconcile func(context.Context) bool) {
-	defer probes.Set(nil)
-	tick := time.NewTicker(period)
-	defer tick.Stop()
-	for {
-		if reconcile(ctx) {
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		case <-changed:
-		case <-probes.Changed():
-		}
-	}
+	leader.ReconcileLoop(ctx, 30*time.Second, c.Changed, c.Probes, c.reconcile)
 }
 
 // nodes are the API's nodes as the assignment sees them, and the health endpoints of the
@@ -161,7 +131,7 @@ func (c *Controller) nodes(apiNodes []*corev1.Node, cloud bool) ([]Node, map[str
 // cut off (its pod network, its node), not every egress node at once, and it moves nothing.
 // Said once when it starts and when it ends.
 func (c *Controller) isolated(targets map[string]netip.AddrPort) bool {
-	is := Isolated(targets, c.Self, c.Probes)
+	is := leader.Isolated(targets, c.Self, c.Probes)
 	if is != c.wasIsolated {
 		if is {
 			c.Log.Error("no egress node answers the reachability probes: this controller takes itself for isolated and moves no egress IP", "probed", len(targets))
@@ -173,31 +143,12 @@ func (c *Controller) isolated(targets map[string]netip.AddrPort) bool {
 	return is
 }
 
-// Isolated reports whether probes find none of the nodes of targets reachable but self (the
-// controller's own node, which answers it whatever its network), of two or more others: a
-// single probed node's silence cannot tell its failure from the controller's, and is taken for
-// the node's, as before there was this check. A replica back from a cut is isolated until its
-// probes find the others again: it moves nothing on the verdicts of its cut.
-func Isolated(targets map[string]netip.AddrPort, self string, probes Reachability) bool {
-	others := 0
-	for n := range targets {
-		if n == self {
-			continue
-		}
-		others++
-		if probes.Reachable(n) {
-			return false
-		}
-	}
-	return others > 1
-}
-
 // Standby keeps probing the assignable nodes while this replica does not lead (changed: its
 // own subscription to the API's changes), so that a replica taking over already knows which
 // nodes are unreachable: when the leader's node fails together with an egress node, the egress
 // IPs move as soon as the Lease does, not a probe window later.
 func (c *Controller) Standby(ctx context.Context, changed <-chan struct{}) {
-	StandbyLoop(ctx, changed, func() {
+	leader.StandbyLoop(ctx, changed, func() {
 		apiNodes, err := c.Snapshot.Nodes.List(labels.Everything())
 		if err != nil {
 			return
@@ -205,22 +156,6 @@ func (c *Controller) Standby(ctx context.Context, changed <-chan struct{}) {
 		_, targets := c.nodes(apiNodes, c.cloud(apiNodes))
 		c.Probes.Set(targets)
 	})
-}
-
-// StandbyLoop runs setTargets after every change and every second until ctx ends: the leader's
-// ReconcileLoop clears the probes when its term ends, and the standby sets them again.
-func StandbyLoop(ctx context.Context, changed <-chan struct{}, setTargets func()) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		setTargets()
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		case <-changed:
-		}
-	}
 }
 
 // reconcile runs one assignment and writes what changed; it reports whether another run must

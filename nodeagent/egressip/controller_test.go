@@ -17,6 +17,7 @@ import (
 
 	ovnfake "github.com/egressd/egressd/api/generated/clientset/versioned/fake"
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/watchers/watcherstest"
 )
 
@@ -36,7 +37,7 @@ func (p *proberLike) Changed() <-chan struct{} { return nil }
 
 func assignableNode(name, primary string) *corev1.Node {
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{AssignableLabel: ""},
-		Annotations: map[string]string{PrimaryIfAddrAnnotation: `{"ipv4":"` + primary + `"}`}},
+		Annotations: map[string]string{cluster.PrimaryIfAddrAnnotation: `{"ipv4":"` + primary + `"}`}},
 		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 }
 

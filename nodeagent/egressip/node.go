@@ -11,84 +11,9 @@ import (
 	"github.com/egressd/egressd/nodeagent/cluster"
 )
 
-// Upstream's node label and annotation keys (SEMANTICS.md §0.2).
-const (
-	// AssignableLabel marks a node that may host egress IPs; its value is ignored.
-	AssignableLabel = "k8s.ovn.org/egress-assignable"
-	// PrimaryIfAddrAnnotation holds the node's primary interface address, see PrimaryIfAddr.
-	PrimaryIfAddrAnnotation = "k8s.ovn.org/node-primary-ifaddr"
-)
-
-// PrimaryIfAddr is the node-primary-ifaddr annotation: the address and prefix length of the
-// node's primary interface per family (e.g. 10.0.0.2/24), unmasked as upstream writes it. Its
-// subnets are the primary network, which hosts egress IPs first.
-type PrimaryIfAddr struct {
-	V4, V6 netip.Prefix
-}
-
-// primaryIfAddrJSON is upstream's wire form, {"ipv4":"10.0.0.2/24","ipv6":"fd00::2/64"}.
-type primaryIfAddrJSON struct {
-	IPv4 string `json:"ipv4,omitempty"`
-	IPv6 string `json:"ipv6,omitempty"`
-}
-
-// ParsePrimaryIfAddr reads the annotation value. As upstream, a value without any address is an
-// error: such a node has no egress IP configuration and cannot host egress IPs.
-func ParsePrimaryIfAddr(s string) (PrimaryIfAddr, error) {
-	var raw primaryIfAddrJSON
-	if err := json.Unmarshal([]byte(s), &raw); err != nil {
-		return PrimaryIfAddr{}, fmt.Errorf("failed to unmarshal annotation %s: %w", PrimaryIfAddrAnnotation, err)
-	}
-	if raw.IPv4 == "" && raw.IPv6 == "" {
-		return PrimaryIfAddr{}, fmt.Errorf("annotation %s does not have any IP information set", PrimaryIfAddrAnnotation)
-	}
-	var p PrimaryIfAddr
-	var err error
-	if p.V4, err = parseFamilyPrefix(raw.IPv4, true, PrimaryIfAddrAnnotation); err != nil {
-		return PrimaryIfAddr{}, err
-	}
-	if p.V6, err = parseFamilyPrefix(raw.IPv6, false, PrimaryIfAddrAnnotation); err != nil {
-		return PrimaryIfAddr{}, err
-	}
-	return p, nil
-}
-
-// parseFamilyPrefix reads one family's prefix of an annotation; "" is none.
-func parseFamilyPrefix(s string, v4 bool, annotation string) (netip.Prefix, error) {
-	if s == "" {
-		return netip.Prefix{}, nil
-	}
-	p, err := netip.ParsePrefix(s)
-	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("annotation %s: %w", annotation, err)
-	}
-	if p.Addr().Is4() != v4 {
-		return netip.Prefix{}, fmt.Errorf("annotation %s: %s is not an address of its family", annotation, s)
-	}
-	return p, nil
-}
-
-// Format is the annotation value the agent publishes on its own Node, in upstream's form.
-func (p PrimaryIfAddr) Format() string {
-	var raw primaryIfAddrJSON
-	if p.V4.IsValid() {
-		raw.IPv4 = p.V4.String()
-	}
-	if p.V6.IsValid() {
-		raw.IPv6 = p.V6.String()
-	}
-	b, _ := json.Marshal(raw) // a struct of two strings always marshals
-	return string(b)
-}
-
-// ProbeAddress is the address the leader probes a node's agent on: its primary IPv4 address,
-// else its primary IPv6 address.
-func (p PrimaryIfAddr) ProbeAddress() netip.Addr {
-	if p.V4.IsValid() {
-		return p.V4.Addr()
-	}
-	return p.V6.Addr()
-}
+// AssignableLabel is upstream's label of a node that may host egress IPs (SEMANTICS.md §0.2);
+// its value is ignored.
+const AssignableLabel = "k8s.ovn.org/egress-assignable"
 
 // parseHostCIDRs reads the host-cidrs annotation value.
 func parseHostCIDRs(s string) ([]netip.Prefix, error) {
@@ -117,7 +42,7 @@ type Node struct {
 	// Reachable is the leader's latest health probe of the node's agent.
 	Reachable bool
 	// Primary is the node's primary interface; a node without it cannot host egress IPs.
-	Primary PrimaryIfAddr
+	Primary cluster.PrimaryIfAddr
 	// HostCIDRs are the node's host addresses with prefix lengths: the secondary networks
 	// that may host an egress IP, and addresses an egress IP must not equal.
 	HostCIDRs []netip.Prefix
@@ -143,8 +68,8 @@ func NodeFromAPI(n *corev1.Node, reachable, cloud bool) (Node, error) {
 		}
 	}
 	var errs []error
-	if v, ok := n.Annotations[PrimaryIfAddrAnnotation]; ok {
-		p, err := ParsePrimaryIfAddr(v)
+	if v, ok := n.Annotations[cluster.PrimaryIfAddrAnnotation]; ok {
+		p, err := cluster.ParsePrimaryIfAddr(v)
 		out.Primary = p
 		errs = append(errs, err)
 	}
@@ -191,12 +116,7 @@ func (n *Node) assignable() bool {
 }
 
 // inPrimary says whether the primary network can host ip.
-func (n *Node) inPrimary(ip netip.Addr) bool { return n.Primary.contains(ip) }
-
-// contains says whether the primary network holds ip.
-func (p PrimaryIfAddr) contains(ip netip.Addr) bool {
-	return p.V4.IsValid() && p.V4.Contains(ip) || p.V6.IsValid() && p.V6.Contains(ip)
-}
+func (n *Node) inPrimary(ip netip.Addr) bool { return n.Primary.Contains(ip) }
 
 // secondaryNetwork is the longest host CIDR of the node, other than the primary interface's
 // and of a global unicast address, that contains ip (upstream's secondary host network).

@@ -12,39 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-func TestPrimaryIfAddrRoundTrip(t *testing.T) {
-	for _, tc := range []struct {
-		in      string
-		want    PrimaryIfAddr
-		format  string
-		wantErr string
-	}{
-		{in: `{"ipv4":"10.0.0.2/24","ipv6":"fd00::2/64"}`,
-			want:   PrimaryIfAddr{V4: netip.MustParsePrefix("10.0.0.2/24"), V6: netip.MustParsePrefix("fd00::2/64")},
-			format: `{"ipv4":"10.0.0.2/24","ipv6":"fd00::2/64"}`},
-		{in: `{"ipv4":"10.0.0.2/24"}`, want: PrimaryIfAddr{V4: netip.MustParsePrefix("10.0.0.2/24")}, format: `{"ipv4":"10.0.0.2/24"}`},
-		{in: `{"ipv6":"fd00::2/64"}`, want: PrimaryIfAddr{V6: netip.MustParsePrefix("fd00::2/64")}, format: `{"ipv6":"fd00::2/64"}`},
-		{in: `{}`, wantErr: "does not have any IP information set"},
-		{in: `{"ipv4":"10.0.0.2"}`, wantErr: "no '/'"},
-		{in: `{"ipv4":"fd00::2/64"}`, wantErr: "not an address of its family"},
-		{in: `not json`, wantErr: "failed to unmarshal"},
-	} {
-		got, err := ParsePrimaryIfAddr(tc.in)
-		if tc.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("ParsePrimaryIfAddr(%s) error = %v, want %q", tc.in, err, tc.wantErr)
-			}
-			continue
-		}
-		if err != nil || got != tc.want {
-			t.Errorf("ParsePrimaryIfAddr(%s) = %+v, %v; want %+v", tc.in, got, err, tc.want)
-		}
-		if f := got.Format(); f != tc.format {
-			t.Errorf("Format() = %s, want %s", f, tc.format)
-		}
-	}
-}
-
 func TestParseHostCIDRs(t *testing.T) {
 	got, err := parseHostCIDRs(`["10.0.0.2/24","192.168.5.7/16","fd00::2/64"]`)
 	want := []netip.Prefix{netip.MustParsePrefix("10.0.0.2/24"), netip.MustParsePrefix("192.168.5.7/16"), netip.MustParsePrefix("fd00::2/64")}
@@ -62,8 +29,8 @@ func TestNodeFromAPI(t *testing.T) {
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{AssignableLabel: ""},
 			Annotations: map[string]string{
-				PrimaryIfAddrAnnotation: `{"ipv4":"10.0.0.2/24"}`,
-				cluster.HostCIDRsKey:    `["10.0.0.2/24","172.16.0.9/16"]`,
+				cluster.PrimaryIfAddrAnnotation: `{"ipv4":"10.0.0.2/24"}`,
+				cluster.HostCIDRsKey:            `["10.0.0.2/24","172.16.0.9/16"]`,
 			}},
 		Status: corev1.NodeStatus{
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionTrue},
@@ -74,7 +41,7 @@ func TestNodeFromAPI(t *testing.T) {
 	}
 	got, err := NodeFromAPI(n, true, false)
 	want := Node{Name: "n1", Labeled: true, Ready: true, Reachable: true,
-		Primary:   PrimaryIfAddr{V4: netip.MustParsePrefix("10.0.0.2/24")},
+		Primary:   cluster.PrimaryIfAddr{V4: netip.MustParsePrefix("10.0.0.2/24")},
 		HostCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.2/24"), netip.MustParsePrefix("172.16.0.9/16")},
 		Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("203.0.113.9")}}
 	if err != nil || !reflect.DeepEqual(got, want) {
@@ -87,7 +54,7 @@ func TestNodeFromAPI(t *testing.T) {
 	// Unlabeled, not Ready, a broken annotation: the rest is still read, and the error says why.
 	n.Labels = nil
 	n.Status.Conditions[1].Status = corev1.ConditionFalse
-	n.Annotations[PrimaryIfAddrAnnotation] = `{}`
+	n.Annotations[cluster.PrimaryIfAddrAnnotation] = `{}`
 	got, err = NodeFromAPI(n, true, false)
 	if err == nil || got.Labeled || got.Ready || got.configured() || len(got.HostCIDRs) != 2 {
 		t.Errorf("NodeFromAPI = %+v, %v", got, err)
@@ -96,7 +63,7 @@ func TestNodeFromAPI(t *testing.T) {
 
 func TestNodeNetworks(t *testing.T) {
 	n := Node{
-		Primary: PrimaryIfAddr{V4: netip.MustParsePrefix("10.0.0.2/24"), V6: netip.MustParsePrefix("fd00::2/64")},
+		Primary: cluster.PrimaryIfAddr{V4: netip.MustParsePrefix("10.0.0.2/24"), V6: netip.MustParsePrefix("fd00::2/64")},
 		HostCIDRs: []netip.Prefix{
 			netip.MustParsePrefix("10.0.0.2/24"),    // the primary one: never secondary
 			netip.MustParsePrefix("10.0.0.7/8"),     // contains the primary subnet
@@ -142,7 +109,7 @@ func TestNodeNetworks(t *testing.T) {
 func TestNodeFromAPICloud(t *testing.T) {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{AssignableLabel: ""},
 		Annotations: map[string]string{
-			PrimaryIfAddrAnnotation: `{"ipv4":"10.0.128.5/18"}`,
+			cluster.PrimaryIfAddrAnnotation: `{"ipv4":"10.0.128.5/18"}`,
 			// As the CNCC writes it on AWS: one entry, the ENI, its subnets, per-family capacity.
 			CloudConfigAnnotation: `[{"interface":"eni-0123","ifaddr":{"ipv4":"10.0.128.0/18","ipv6":"2600:1f18::/64"},"capacity":{"ipv4":14,"ipv6":15}}]`,
 		}},

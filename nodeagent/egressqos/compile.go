@@ -13,7 +13,6 @@ import (
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
-	"github.com/egressd/egressd/nodeagent/egressfirewall"
 )
 
 // maxRules is upstream's limit of rules per EgressQoS (SEMANTICS.md section 2.2).
@@ -103,7 +102,7 @@ func Compile(in *cluster.Input) (Part, error) {
 // the (pod, backend, protocol, port) its DSCP, which the dataplane sets after DNAT. The
 // classifier, before DNAT, only sees the Service's address.
 func serviceBackendDSCP(in *cluster.Input, part Part) ([]dataplane.BackendDSCP, error) {
-	backends, err := egressfirewall.ExternalBackends(in)
+	backends, err := cluster.ExternalBackends(in)
 	if err != nil || len(backends) == 0 {
 		return nil, err
 	}

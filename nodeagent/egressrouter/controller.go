@@ -23,7 +23,7 @@ import (
 	"github.com/egressd/egressd/api/generated/clientset/versioned"
 	netopv1 "github.com/egressd/egressd/api/networkoperator/v1"
 	"github.com/egressd/egressd/nodeagent/cluster"
-	"github.com/egressd/egressd/nodeagent/egressip"
+	"github.com/egressd/egressd/nodeagent/leader"
 	"github.com/egressd/egressd/watchers"
 )
 
@@ -43,7 +43,7 @@ type Controller struct {
 	// Changed signals API changes.
 	Changed <-chan struct{}
 	// Probes is this controller's own prober (Set replaces the probed nodes).
-	Probes     egressip.Reachability
+	Probes     leader.Reachability
 	HealthPort uint16
 	// Image runs the router pods (egressd's own).
 	Image    string
@@ -71,7 +71,7 @@ type createdPod struct {
 func (c *Controller) Run(ctx context.Context) {
 	c.created, c.refused, c.recorded = map[types.UID]createdPod{}, map[types.UID]bool{}, map[types.UID]string{}
 	c.avoid, c.unreadySeen = map[types.UID]*avoided{}, map[types.UID]time.Time{}
-	egressip.ReconcileLoop(ctx, 5*time.Second, c.Changed, c.Probes, func(ctx context.Context) bool {
+	leader.ReconcileLoop(ctx, 5*time.Second, c.Changed, c.Probes, func(ctx context.Context) bool {
 		if err := c.reconcile(ctx); err != nil {
 			c.Log.Error("egress routers", "err", err)
 		}
@@ -155,7 +155,7 @@ func (c *Controller) candidates() ([]candidate, error) {
 	out := make([]candidate, 0, len(apiNodes))
 	for _, n := range apiNodes {
 		ready := nodeReady(n)
-		if p, err := egressip.ParsePrimaryIfAddr(n.Annotations[egressip.PrimaryIfAddrAnnotation]); err == nil && ready {
+		if p, err := cluster.ParsePrimaryIfAddr(n.Annotations[cluster.PrimaryIfAddrAnnotation]); err == nil && ready {
 			targets[n.Name] = netip.AddrPortFrom(p.ProbeAddress(), c.HealthPort)
 		}
 		out = append(out, candidate{Name: n.Name, Ready: ready, Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints,

@@ -24,11 +24,7 @@ import (
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
-	"github.com/egressd/egressd/nodeagent/egressip"
 )
-
-// KindEgressService is the kind of the elements EgressService compiles.
-const KindEgressService dataplane.Kind = "EgressService"
 
 // Upstream's reserved values of status.host.
 const (
@@ -43,7 +39,7 @@ type Part struct {
 	SNAT []dataplane.SNAT
 	// Steer sends local endpoints of services hosted on another node to the host's primary
 	// address (same shape as EgressIP's steering: the merge gives each service a path).
-	Steer []egressip.Steer
+	Steer []cluster.Steer
 	// Guarded are every served endpoint address (any node): never leaves un-SNATed.
 	Guarded []netip.Addr
 	// Served are the endpoint addresses an EgressService serves with an LB IP: EgressIP does
@@ -79,7 +75,7 @@ type endpoint struct {
 
 // Origin of an EgressService's elements.
 func Origin(namespace, name string) dataplane.Origin {
-	return dataplane.Origin{Kind: KindEgressService, Namespace: namespace, Name: name}
+	return dataplane.Origin{Kind: cluster.KindEgressService, Namespace: namespace, Name: name}
 }
 
 // Compile computes this node's part from the EgressServices, their Services and EndpointSlices,
@@ -90,7 +86,7 @@ func Compile(in *cluster.Input) (Part, error) {
 	if err != nil {
 		return part, err
 	}
-	primary, exempt := egressip.NodeNetworks(in, nodes)
+	primary, exempt := cluster.NodeNetworks(in, nodes)
 	part.Exempt = append(part.Exempt, exempt...)
 	services, err := Services(in)
 	if err != nil {
@@ -131,7 +127,7 @@ func Compile(in *cluster.Input) (Part, error) {
 			case host == in.Node:
 				part.SNAT = append(part.SNAT, dataplane.SNAT{Origin: o, Pod: ep.ip, To: lb})
 			case ep.node == in.Node:
-				st := egressip.Steer{Origin: o, PodIP: ep.ip, Pod: podOf(in, ep.ip)}
+				st := cluster.Steer{Origin: o, PodIP: ep.ip, Pod: podOf(in, ep.ip)}
 				if via.IsValid() {
 					st.Via = []netip.Addr{via}
 				}
@@ -146,7 +142,7 @@ func Compile(in *cluster.Input) (Part, error) {
 	slices.SortFunc(part.Served, netip.Addr.Compare)
 	part.Served = slices.Compact(part.Served)
 	slices.SortFunc(part.SNAT, func(a, b dataplane.SNAT) int { return a.Pod.Compare(b.Pod) })
-	slices.SortFunc(part.Steer, func(a, b egressip.Steer) int { return a.PodIP.Compare(b.PodIP) })
+	slices.SortFunc(part.Steer, func(a, b cluster.Steer) int { return a.PodIP.Compare(b.PodIP) })
 	slices.SortStableFunc(part.Rules, func(a, b NetworkRule) int { return a.Src.Compare(b.Src) })
 	return part, nil
 }

@@ -13,7 +13,6 @@ import (
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
-	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/watchers/watcherstest"
 )
 
@@ -35,7 +34,7 @@ func node(name, primary4, primary6 string) *corev1.Node {
 		v = `{"ipv4":"` + primary4 + `","ipv6":"` + primary6 + `"}`
 	}
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{
-		egressip.PrimaryIfAddrAnnotation: v}}}
+		cluster.PrimaryIfAddrAnnotation: v}}}
 }
 
 func lbService(ns, name string, ingress ...string) *corev1.Service {
@@ -86,7 +85,7 @@ func TestCompileLoadBalancerIP(t *testing.T) {
 		t.Errorf("host n1: snat %+v steer %+v, want snat %+v", n1.SNAT, n1.Steer, wantSNAT)
 	}
 	n2 := compileNode(t, "n2", objs...)
-	wantSteer := []egressip.Steer{{Origin: o, PodIP: a("10.244.2.5"), Via: []netip.Addr{a("192.0.2.1")}}}
+	wantSteer := []cluster.Steer{{Origin: o, PodIP: a("10.244.2.5"), Via: []netip.Addr{a("192.0.2.1")}}}
 	if !reflect.DeepEqual(n2.Steer, wantSteer) || len(n2.SNAT) != 0 {
 		t.Errorf("n2: steer %+v snat %+v, want steer %+v", n2.Steer, n2.SNAT, wantSteer)
 	}

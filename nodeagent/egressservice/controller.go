@@ -18,7 +18,7 @@ import (
 	"github.com/egressd/egressd/api/generated/clientset/versioned"
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/nodeagent/cluster"
-	"github.com/egressd/egressd/nodeagent/egressip"
+	"github.com/egressd/egressd/nodeagent/leader"
 	"github.com/egressd/egressd/watchers"
 )
 
@@ -35,13 +35,14 @@ type Controller struct {
 	// Changed signals API changes, status included.
 	Changed <-chan struct{}
 	// Probes is this controller's own prober (Set replaces the probed nodes).
-	Probes     egressip.Reachability
+	Probes     leader.Reachability
 	HealthPort uint16
 	Recorder   record.EventRecorder
 	Log        *slog.Logger
 	// Metrics, when set, count the services per host and the moves.
 	Metrics *Metrics
-	// Self is the node this controller runs on (see egressip.Controller.Self).
+	// Self is the node this controller runs on: it answers its own probes whatever its network,
+	// so it does not count against isolation (leader.Isolated).
 	Self string
 
 	recorded map[string]string // namespace/name -> last reason recorded
@@ -54,7 +55,7 @@ func (c *Controller) Run(ctx context.Context) {
 	if c.Metrics != nil {
 		defer c.Metrics.forget()
 	}
-	egressip.ReconcileLoop(ctx, 5*time.Second, c.Changed, c.Probes, func(ctx context.Context) bool {
+	leader.ReconcileLoop(ctx, 5*time.Second, c.Changed, c.Probes, func(ctx context.Context) bool {
 		if err := c.reconcile(ctx); err != nil {
 			c.Log.Error("egress services", "err", err)
 		}
@@ -69,17 +70,17 @@ func (c *Controller) targets(apiNodes []*corev1.Node) map[string]netip.AddrPort 
 		if !nodeReady(n) {
 			continue
 		}
-		if p, err := egressip.ParsePrimaryIfAddr(n.Annotations[egressip.PrimaryIfAddrAnnotation]); err == nil {
+		if p, err := cluster.ParsePrimaryIfAddr(n.Annotations[cluster.PrimaryIfAddrAnnotation]); err == nil {
 			targets[n.Name] = netip.AddrPortFrom(p.ProbeAddress(), c.HealthPort)
 		}
 	}
 	return targets
 }
 
-// Standby keeps the candidates probed while this replica does not lead (see
-// egressip.Controller.Standby).
+// Standby keeps the candidates probed while this replica does not lead, so that a replica
+// taking over already knows which nodes are unreachable (leader.StandbyLoop).
 func (c *Controller) Standby(ctx context.Context, changed <-chan struct{}) {
-	egressip.StandbyLoop(ctx, changed, func() {
+	leader.StandbyLoop(ctx, changed, func() {
 		if apiNodes, err := c.Snapshot.Nodes.List(labels.Everything()); err == nil {
 			c.Probes.Set(c.targets(apiNodes))
 		}
@@ -98,7 +99,7 @@ func (c *Controller) reconcile(ctx context.Context) error {
 	// Probe every Ready node with a primary address: candidates start reachable.
 	targets := c.targets(apiNodes)
 	c.Probes.Set(targets)
-	if egressip.Isolated(targets, c.Self, c.Probes) {
+	if leader.Isolated(targets, c.Self, c.Probes) {
 		return fmt.Errorf("no node answers the reachability probes: this controller takes itself for isolated and moves no EgressService host")
 	}
 	candidates := make([]Candidate, 0, len(apiNodes))

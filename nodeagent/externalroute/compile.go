@@ -20,9 +20,6 @@ import (
 	"github.com/egressd/egressd/watchers"
 )
 
-// KindExternalRoute is the kind of the elements this package compiles.
-const KindExternalRoute dataplane.Kind = "AdminPolicyBasedExternalRoute"
-
 // Part is what AdminPolicyBasedExternalRoute adds to this node's state.
 type Part struct {
 	Routes   []Route  // one per (local target pod address) with the gateways of its family
@@ -34,7 +31,7 @@ type Part struct {
 
 // Route sends one local pod address through gateways.
 type Route struct {
-	Origin   dataplane.Origin // the policy (Kind KindExternalRoute, Name); legacy only: Namespace, no Name
+	Origin   dataplane.Origin // the policy (Kind cluster.KindExternalRoute, Name); legacy only: Namespace, no Name
 	Pod      dataplane.Origin // the local pod (cluster.KindPod)
 	PodIP    netip.Addr
 	Gateways []Gateway // same family as PodIP, sorted, deduplicated
@@ -121,7 +118,7 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 		if p.DeletionTimestamp != nil {
 			continue // upstream handles a policy being deleted as deleted
 		}
-		o := dataplane.Origin{Kind: KindExternalRoute, Name: p.Name}
+		o := dataplane.Origin{Kind: cluster.KindExternalRoute, Name: p.Name}
 		h, warnings, targets, err := compilePolicy(in, namespaces, p, refs)
 		part.Warnings = append(part.Warnings, warnings...)
 		pol := Policy{Origin: o, Gateways: h.addresses(), Err: err}

@@ -61,7 +61,7 @@ func policy(name, team string, created int, static ...string) *ovnv1.AdminPolicy
 func gw(ip string, bfd bool) Gateway { return Gateway{IP: netip.MustParseAddr(ip), BFD: bfd} }
 
 func route(policyName, ns, podName, ip string, gws ...Gateway) Route {
-	return Route{Origin: dataplane.Origin{Kind: KindExternalRoute, Name: policyName},
+	return Route{Origin: dataplane.Origin{Kind: cluster.KindExternalRoute, Name: policyName},
 		Pod: dataplane.Origin{Kind: cluster.KindPod, Namespace: ns, Name: podName}, PodIP: netip.MustParseAddr(ip), Gateways: gws}
 }
 
@@ -91,7 +91,7 @@ func TestStaticHops(t *testing.T) {
 	if !reflect.DeepEqual(part.Routes, want) {
 		t.Errorf("routes\n got %+v\nwant %+v", part.Routes, want)
 	}
-	wantPol := []Policy{{Origin: dataplane.Origin{Kind: KindExternalRoute, Name: "pol"},
+	wantPol := []Policy{{Origin: dataplane.Origin{Kind: cluster.KindExternalRoute, Name: "pol"},
 		Gateways: []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.9"), netip.MustParseAddr("2001:db8::1")}}}
 	if !reflect.DeepEqual(part.Policies, wantPol) {
 		t.Errorf("policies %+v, want %+v", part.Policies, wantPol)

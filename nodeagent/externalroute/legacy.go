@@ -25,7 +25,7 @@ const (
 // addLegacy merges the legacy gateways into the policies' routes as upstream did: per pod, the
 // union; a gateway a policy already routes the pod through is the policy's (its BFD setting
 // holds, and the route keeps the policy's origin). A pod that only annotations route gets the
-// origin {KindExternalRoute, Namespace: its namespace} with no Name.
+// origin {cluster.KindExternalRoute, Namespace: its namespace} with no Name.
 func addLegacy(in *cluster.Input, namespaces []*corev1.Namespace, routes []Route) ([]Route, []string) {
 	groups, warnings := legacyGroups(in, namespaces)
 	pods := slices.Clone(in.Pods)
@@ -39,7 +39,7 @@ func addLegacy(in *cluster.Input, namespaces []*corev1.Namespace, routes []Route
 		for _, ip := range pod.IPs {
 			i := slices.IndexFunc(routes, func(r Route) bool { return r.PodIP == ip })
 			if i < 0 {
-				routes = append(routes, Route{Origin: dataplane.Origin{Kind: KindExternalRoute, Namespace: pod.Origin.Namespace},
+				routes = append(routes, Route{Origin: dataplane.Origin{Kind: cluster.KindExternalRoute, Namespace: pod.Origin.Namespace},
 					Pod: pod.Origin, PodIP: ip})
 				i = len(routes) - 1
 			}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
 )
 
 func annotated(ns *corev1.Namespace, kv ...string) *corev1.Namespace {
@@ -36,7 +37,7 @@ func legacyGW(name, serves, network, status string, bfd bool) *corev1.Pod {
 
 func legacyRoute(ns, podName, ip string, gws ...Gateway) Route {
 	r := route("", ns, podName, ip, gws...)
-	r.Origin = dataplane.Origin{Kind: KindExternalRoute, Namespace: ns}
+	r.Origin = dataplane.Origin{Kind: cluster.KindExternalRoute, Namespace: ns}
 	return r
 }
 

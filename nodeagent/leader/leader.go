@@ -1,5 +1,7 @@
 // Package leader runs the controller's cluster-wide decisions in one replica at a time, by a
-// coordination Lease, and keeps the standby replicas warm.
+// coordination Lease, and keeps the standby replicas warm: the Lease (LeaderElection), and the
+// loops the features' controllers share (loops.go): the leader's reconcile loop with its
+// probes of nodes, the standby's, and the check that the leader is not the one cut off.
 package leader
 
 import (

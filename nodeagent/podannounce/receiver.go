@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/egressd/egressd/nodeagent/cluster"
-	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/watchers"
 )
 
@@ -192,7 +191,7 @@ func callerAddr(ctx context.Context) netip.Addr {
 // nodeAddresses are a node's host addresses and its primary interface's.
 func nodeAddresses(n *corev1.Node) []netip.Addr {
 	out := cluster.HostAddresses(n)
-	if p, err := egressip.ParsePrimaryIfAddr(n.Annotations[egressip.PrimaryIfAddrAnnotation]); err == nil {
+	if p, err := cluster.ParsePrimaryIfAddr(n.Annotations[cluster.PrimaryIfAddrAnnotation]); err == nil {
 		for _, a := range []netip.Prefix{p.V4, p.V6} {
 			if a.IsValid() {
 				out = append(out, a.Addr())

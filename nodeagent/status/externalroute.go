@@ -14,7 +14,6 @@ import (
 	ovnac "github.com/egressd/egressd/api/generated/applyconfiguration/k8sovn/v1"
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
-	"github.com/egressd/egressd/nodeagent/externalroute"
 )
 
 // routeFailed marks a failed node entry; upstream's aggregate looks for it anywhere in a
@@ -44,7 +43,7 @@ func writeRouteEntry(ctx context.Context, w *Writer, o dataplane.Origin, failure
 	}
 	var gateways []netip.Addr
 	if failure == nil {
-		if gateways, err = externalroute.ConfiguredGateways(w.Snapshot, o.Name); err != nil {
+		if gateways, err = w.RouteGateways(w.Snapshot, o.Name); err != nil {
 			return nil // changed since the sync: the next one reports it
 		}
 	}

@@ -15,7 +15,8 @@ import (
 	"github.com/egressd/egressd/api/generated/clientset/versioned/fake"
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
-	"github.com/egressd/egressd/nodeagent/externalroute"
+	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/watchers"
 	"github.com/egressd/egressd/watchers/watcherstest"
 )
 
@@ -72,8 +73,11 @@ func TestWriteRouteEntry(t *testing.T) {
 		applied = append(applied, appliedStatus{obj.Status, p.PatchOptions, p.Subresource})
 		return true, &obj, nil
 	})
-	w := &Writer{Node: "n1", Client: client, Snapshot: watcherstest.Snapshot(pol)}
-	o := dataplane.Origin{Kind: externalroute.KindExternalRoute, Name: "pol"}
+	w := &Writer{Node: "n1", Client: client, Snapshot: watcherstest.Snapshot(pol),
+		RouteGateways: func(*watchers.Snapshot, string) ([]netip.Addr, error) {
+			return []netip.Addr{netip.MustParseAddr("192.0.2.1")}, nil
+		}}
+	o := dataplane.Origin{Kind: cluster.KindExternalRoute, Name: "pol"}
 	if err := writeRouteEntry(context.Background(), w, o, nil); err != nil || len(applied) != 1 {
 		t.Fatalf("%v, %d applies", err, len(applied))
 	}
@@ -93,7 +97,7 @@ func TestWriteRouteEntry(t *testing.T) {
 		t.Errorf("changed entry: %v %+v", err, applied)
 	}
 	// A legacy origin (no object) and a deleted policy write nothing.
-	if err := writeRouteEntry(context.Background(), w, dataplane.Origin{Kind: externalroute.KindExternalRoute, Namespace: "a"}, nil); err != nil || len(applied) != 2 {
+	if err := writeRouteEntry(context.Background(), w, dataplane.Origin{Kind: cluster.KindExternalRoute, Namespace: "a"}, nil); err != nil || len(applied) != 2 {
 		t.Errorf("legacy origin: %v, %d applies", err, len(applied))
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/egressd/egressd/nodeagent/cluster"
-	"github.com/egressd/egressd/nodeagent/egressip"
 )
 
 // publishNodeAnnotations keeps the node facts other agents read on the agent's own Node, in
@@ -37,7 +36,7 @@ func (w *Writer) publishNodeAnnotations(ctx context.Context, cidrs []netip.Prefi
 	}
 	want := map[string]string{cluster.HostCIDRsKey: string(hostCIDRs)}
 	if p := primaryIfAddr(node, cidrs); p.V4.IsValid() || p.V6.IsValid() {
-		want[egressip.PrimaryIfAddrAnnotation] = p.Format()
+		want[cluster.PrimaryIfAddrAnnotation] = p.Format()
 	}
 	changed := false
 	for k, v := range want {
@@ -55,8 +54,8 @@ func (w *Writer) publishNodeAnnotations(ctx context.Context, cidrs []netip.Prefi
 }
 
 // primaryIfAddr is, per family, the host CIDR holding the Node's first internal IP.
-func primaryIfAddr(n *corev1.Node, cidrs []netip.Prefix) egressip.PrimaryIfAddr {
-	var p egressip.PrimaryIfAddr
+func primaryIfAddr(n *corev1.Node, cidrs []netip.Prefix) cluster.PrimaryIfAddr {
+	var p cluster.PrimaryIfAddr
 	for _, a := range n.Status.Addresses {
 		if a.Type != corev1.NodeInternalIP {
 			continue

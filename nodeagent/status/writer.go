@@ -13,7 +13,6 @@ import (
 	"github.com/egressd/egressd/api/generated/clientset/versioned"
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
-	"github.com/egressd/egressd/nodeagent/externalroute"
 	"github.com/egressd/egressd/watchers"
 )
 
@@ -25,9 +24,9 @@ type entryWriter func(ctx context.Context, w *Writer, o dataplane.Origin, failur
 
 // entryWriters are the kinds that get a per-node status entry.
 var entryWriters = map[dataplane.Kind]entryWriter{
-	cluster.KindEgressFirewall:      writeFirewallEntry,
-	cluster.KindEgressQoS:           writeQoSEntry,
-	externalroute.KindExternalRoute: writeRouteEntry,
+	cluster.KindEgressFirewall: writeFirewallEntry,
+	cluster.KindEgressQoS:      writeQoSEntry,
+	cluster.KindExternalRoute:  writeRouteEntry,
 }
 
 // byOutcome are the kinds whose entry is a function of the sync's outcome alone: an outcome
@@ -49,6 +48,10 @@ type Writer struct {
 	// Changed, when set, signals status changes made by others: the last outcome is written
 	// again where an entry of this node went missing or stale.
 	Changed <-chan struct{}
+	// RouteGateways lists the gateways an AdminPolicyBasedExternalRoute configures now, which
+	// its success entry names (externalroute.ConfiguredGateways: the feature computes them,
+	// this package only writes).
+	RouteGateways func(snap *watchers.Snapshot, policy string) ([]netip.Addr, error)
 
 	pending     chan report
 	pendingOnce sync.Once // Run and Report start concurrently
