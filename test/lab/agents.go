@@ -291,8 +291,12 @@ func (l *Lab) LeaderNode(ctx context.Context) *Node {
 // announceToken writes the node's token for its pod announcements, as the DaemonSet projects
 // it: a token of the agents' ServiceAccount for podannounce.Audience, bound to a Pod of the
 // node (so it carries the node-name claim); the Pod only stands for the DaemonSet's (no kubelet
-// runs it). It returns the file's path.
+// runs it). It returns the file's path; an agent started again reuses it (valid an hour).
 func (n *Node) announceToken(ctx context.Context) (string, error) {
+	path := filepath.Join(n.lab.Dir, n.Name+".announce-token")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
 	c := n.lab.Client
 	ns, sa, _ := strings.Cut(strings.TrimPrefix(agentUser, "system:serviceaccount:"), ":")
 	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -314,6 +318,5 @@ func (n *Node) announceToken(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(n.lab.Dir, n.Name+".announce-token")
 	return path, os.WriteFile(path, []byte(tr.Status.Token), 0o600)
 }
