@@ -64,7 +64,7 @@ func NewMetrics() *Metrics {
 		}, []string{"kind", "result"}),
 		ObjectFailures: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "egressd_object_failure",
-			Help: "1 per API object the last sync failed to program on this node, with the reason (the error its status carries).",
+			Help: "1 per API object the last sync failed to program on this node, by reason: invalid (it did not compile: the node keeps enforcing its previous rules), dataplane (the kernel refused part of it). The error itself is in the object's status, its Events and the agent's log.",
 		}, []string{"kind", "object", "reason"}),
 		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "egressd_build_info",
@@ -85,9 +85,11 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 }
 
 // observeObjects sets Objects and ObjectFailures from a sync's outcome: the objects compiled
-// (with their compile or apply error) and the dataplane's failures of objects that have no
-// status of their own on this node (EgressIP, EgressService, pods).
-func (m *Metrics) observeObjects(objects, failed map[dataplane.Origin]error) {
+// (with their compile or apply error; invalid: those that did not compile) and the dataplane's
+// failures of objects that have no status of their own on this node (EgressIP, EgressService,
+// pods). A failure's label is its kind of reason, never the error's text: a label set that
+// grows with every new text is a series each, and the text is the status's.
+func (m *Metrics) observeObjects(objects, failed map[dataplane.Origin]error, invalid map[dataplane.Origin]bool) {
 	m.Objects.Reset()
 	m.ObjectFailures.Reset()
 	// Counted here, set once per kind and result: a thousand firewalls are a thousand lookups
@@ -104,7 +106,11 @@ func (m *Metrics) observeObjects(objects, failed map[dataplane.Origin]error) {
 			return
 		}
 		counts[[2]string{string(o.Kind), "failed"}]++
-		m.ObjectFailures.WithLabelValues(string(o.Kind), objectName(o), err.Error()).Set(1)
+		reason := "dataplane"
+		if invalid[o] {
+			reason = "invalid"
+		}
+		m.ObjectFailures.WithLabelValues(string(o.Kind), objectName(o), reason).Set(1)
 	}
 	for o, err := range objects {
 		count(o, err)

@@ -253,13 +253,17 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	}
 	// An object reports what the dataplane failed of it, else what failed to compile (the
 	// dataplane keeps enforcing its previous rules then, and may have nothing to say).
+	invalid := map[dataplane.Origin]bool{}
+	for o, err := range objects {
+		invalid[o] = err != nil && res.Failed[o] == nil
+	}
 	for o := range objects {
 		if err := res.Failed[o]; err != nil {
 			objects[o] = err
 		}
 	}
 	blamePods(objects, res.Failed)
-	l.deps.Metrics.observeObjects(objects, res.Failed)
+	l.deps.Metrics.observeObjects(objects, res.Failed, invalid)
 	if l.deps.Status != nil {
 		l.deps.Status.Report(objects, res)
 	}

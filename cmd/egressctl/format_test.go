@@ -205,7 +205,7 @@ func TestStatusFromTheAgentsMetrics(t *testing.T) {
 	m.Objects.WithLabelValues("EgressFirewall", "applied").Set(2)
 	m.Objects.WithLabelValues("EgressFirewall", "failed").Set(1)
 	m.Objects.WithLabelValues("EgressQoS", "applied").Set(1)
-	m.ObjectFailures.WithLabelValues("EgressFirewall", "b/default", "dnsName rule 2: no DNS answer").Set(1)
+	m.ObjectFailures.WithLabelValues("EgressFirewall", "b/default", "invalid").Set(1)
 	m.SteeredPaths.WithLabelValues("EgressIP", "eip", "0x10000").Set(2)
 	m.SyncErrors.WithLabelValues("egressfirewall").Add(3)
 	m.SyncErrors.WithLabelValues("apply").Add(1)
@@ -236,8 +236,8 @@ KIND            APPLIED  FAILED
 EgressFirewall  2        1
 EgressQoS       1        0
 
-FAILING         OBJECT     REASON
-EgressFirewall  b/default  dnsName rule 2: no DNS answer
+FAILING         OBJECT     REASON (the error: the object's status, the agent's log)
+EgressFirewall  b/default  invalid
 
 STEERED PATH  MARK     LOCAL POD ADDRESSES
 EgressIP eip  0x10000  2

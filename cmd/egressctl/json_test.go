@@ -46,7 +46,7 @@ func TestJSONShapes(t *testing.T) {
 		trace,
 		statusReport{EgressctlVersion: "v1", AgentVersion: "v1",
 			SyncErrors: []featureErrors{{"apply", 1}}, Objects: []objectCount{{"EgressFirewall", 2, 1}},
-			Failing:       []failingObject{{"EgressFirewall", "b/default", "dnsName rule 2: no answer"}},
+			Failing:       []failingObject{{"EgressFirewall", "b/default", "invalid"}},
 			FirewallRules: 3, QoSRules: 1, SteeredPaths: []steeredPath{{pathOf{"EgressIP", "eip"}, "0x10000", 2}},
 			BFDSessions: newBFDSessions(sessions), EgressIPs: hosted, Unread: []string{"classifier: no pins"}},
 		cleanupReport{Removed: []string{"removed nftables table inet egressd"}},

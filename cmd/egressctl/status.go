@@ -26,7 +26,8 @@ type statusReport struct {
 	// of an API, or the apply), those without any left out.
 	SyncErrors []featureErrors `json:"syncErrors"`
 	// Objects are the API objects the agent's last sync programmed, by kind; Failing those it
-	// failed to program, with the reason.
+	// failed to program, with the kind of reason (invalid, dataplane; the error is in the
+	// object's status and the agent's log).
 	Objects []objectCount   `json:"objects"`
 	Failing []failingObject `json:"failing"`
 	// FirewallRules and QoSRules are the rules the classifier holds.
@@ -188,7 +189,7 @@ func (r statusReport) writeText(out io.Writer) error {
 	if len(r.Failing) > 0 {
 		fmt.Fprintln(out)
 		w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "FAILING\tOBJECT\tREASON")
+		fmt.Fprintln(w, "FAILING\tOBJECT\tREASON (the error: the object's status, the agent's log)")
 		for _, f := range r.Failing {
 			fmt.Fprintf(w, "%s\t%s\t%s\n", f.Kind, f.Object, f.Reason)
 		}
