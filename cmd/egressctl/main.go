@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/egressd/egressd/dataplane/routing"
+	"github.com/egressd/egressd/internal/pinroot"
 	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
 )
@@ -69,7 +70,7 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.SortFlags = false
 	*o = options{routing: routing.DefaultConfig()}
 	fs.StringVarP(&o.output, "output", "o", "text", "output format: text or json (the same report; json's field names are stable)")
-	fs.StringVar(&o.pinRoot, "bpf-pin-root", "/sys/fs/bpf/egressd", "the agent's --bpf-pin-root (status, firewall, qos, trace, cleanup)")
+	fs.StringVar(&o.pinRoot, "bpf-pin-root", pinroot.Default(), "the agent's --bpf-pin-root (status, firewall, qos, trace, cleanup; default $"+pinroot.Env+" or /sys/fs/bpf/egressd)")
 	fs.StringVar(&o.metricsAddress, "metrics-address", "127.0.0.1:9476", "host:port of the agent's metrics endpoint (its --metrics-bind-address), where status, trace, routes and egressip read what only the agent knows; \"0\" skips it")
 	fs.IntVar(&o.routing.RulePriorityBase, "rule-priority-base", o.routing.RulePriorityBase, "the agent's --rule-priority-base")
 	fs.IntVar(&o.routing.RulePriorityCount, "rule-priority-count", o.routing.RulePriorityCount, "the agent's --rule-priority-count")

@@ -19,6 +19,7 @@ import (
 	"github.com/egressd/egressd/dataplane/routing"
 	"github.com/egressd/egressd/dataplane/rpfilter"
 	"github.com/egressd/egressd/dataplane/tunnel"
+	"github.com/egressd/egressd/internal/pinroot"
 	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
@@ -120,7 +121,7 @@ func newFlagSet(c *config, env environment) *flag.FlagSet {
 	fs.SortFlags = false
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "path to a kubeconfig; empty uses the in-cluster configuration")
 	fs.StringVar(&c.nodeName, "node-name", env.nodeName, "name of the Node this agent runs on (default $NODE_NAME)")
-	fs.StringVar(&c.bpfPinRoot, "bpf-pin-root", "/sys/fs/bpf/egressd", "bpffs directory under which egressd pins its maps, programs and links")
+	fs.StringVar(&c.bpfPinRoot, "bpf-pin-root", pinroot.Default(), "bpffs directory under which egressd pins its maps, programs and links (default $"+pinroot.Env+" or /sys/fs/bpf/egressd)")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":9476", "host:port serving Prometheus metrics on /metrics; \"0\" disables")
 	fs.BoolVar(&c.profiling, "profiling", false, "also serve Go's runtime profiles (pprof) at /debug/pprof/ on --profiling-bind-address, for diagnosing CPU and memory use")
 	fs.StringVar(&c.profilingBind, "profiling-bind-address", defaultProfilingAddr, "loopback host:port of the runtime profiles (--profiling): reachable from the node alone")
