@@ -248,9 +248,10 @@ spec:
 		}
 		return nil
 	})
-	// The agent leaves egressd-cni in the chain when it stops (an upgrade opens no window):
-	// the cleanup takes it out.
-	awaitChained(t, n, true)
+	// An agent stopped because its DaemonSet is deleted takes egressd-cni out of the chain (a
+	// restart or an upgrade leaves it: no window), so that no new pod waits on a fail-closed
+	// plugin whose agent is gone; the cleanup removes the rest.
+	awaitChained(t, n, false)
 	out, err := n.Command(filepath.Join(dir, "egressd-lab-2", "egressctl"), "cleanup",
 		"--cni-conf-dir", n.CNIConfDir(), "--cni-bin-dir", n.CNIBinDir()).CombinedOutput()
 	if err != nil {
