@@ -282,15 +282,22 @@ func controllerState(ctx context.Context, l *lab.Lab) string {
 // or, with want false, no longer has it (the cleanup removed it).
 func awaitChained(t *testing.T, n *node.Node, want bool) {
 	t.Helper()
+	awaitCNI(t, n, want, want)
+}
+
+// awaitCNI waits until egressd-cni is chained in the node's conflist, and its binary installed,
+// as wanted.
+func awaitCNI(t *testing.T, n *node.Node, chain, binary bool) {
+	t.Helper()
 	file := filepath.Join(n.CNIConfDir(), "10-realnode.conflist")
-	poll.Eventually(t, fmt.Sprintf("egressd-cni chained %v in %s", want, file), 30*time.Second, func() error {
+	poll.Eventually(t, fmt.Sprintf("egressd-cni chained %v (binary %v) in %s", chain, binary, file), 30*time.Second, func() error {
 		l, err := libcni.ConfListFromFile(file)
 		if err != nil {
 			return err
 		}
 		chained := len(l.Plugins) == 2 && l.Plugins[1].Network.Type == "egressd-cni"
 		_, binErr := os.Stat(filepath.Join(n.CNIBinDir(), "egressd-cni"))
-		if chained != want || (binErr == nil) != want {
+		if chained != chain || (binErr == nil) != binary {
 			return fmt.Errorf("%d plugins, last %s; binary: %v", len(l.Plugins), l.Plugins[len(l.Plugins)-1].Network.Type, binErr)
 		}
 		return nil

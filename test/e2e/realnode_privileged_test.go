@@ -250,8 +250,8 @@ spec:
 	})
 	// An agent stopped because its DaemonSet is deleted takes egressd-cni out of the chain (a
 	// restart or an upgrade leaves it: no window), so that no new pod waits on a fail-closed
-	// plugin whose agent is gone; the cleanup removes the rest.
-	awaitChained(t, n, false)
+	// plugin whose agent is gone; the cleanup removes the rest (the binary).
+	awaitCNI(t, n, false, true)
 	out, err := n.Command(filepath.Join(dir, "egressd-lab-2", "egressctl"), "cleanup",
 		"--cni-conf-dir", n.CNIConfDir(), "--cni-bin-dir", n.CNIBinDir()).CombinedOutput()
 	if err != nil {
