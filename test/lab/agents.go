@@ -305,7 +305,9 @@ func (n *Node) announceToken(ctx context.Context) (string, error) {
 	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", err
 	}
-	pod, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "egressd-" + n.lab.ID + "-" + n.Name},
+	// The kubelet stand-in leaves it alone (it would run it in a sandbox of its own).
+	pod, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "egressd-" + n.lab.ID + "-" + n.Name,
+		Annotations: map[string]string{labPodAnnotation: "true"}},
 		Spec: corev1.PodSpec{NodeName: n.Name, ServiceAccountName: sa, AutomountServiceAccountToken: ptr.To(false),
 			Containers: []corev1.Container{{Name: "egressd", Image: "ghcr.io/egressd/egressd:lab"}}}}, metav1.CreateOptions{})
 	if err != nil {
