@@ -3,6 +3,7 @@ package reachability
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -20,6 +21,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/egressd/egressd/test/poll"
 )
 
 // envChild makes the test binary a bare agent or leader, in a process of its own that the
@@ -96,6 +99,18 @@ func startChildServer(t *testing.T, mode string) (*exec.Cmd, netip.AddrPort) {
 		t.Fatalf("child server said %q: %v", line, err)
 	}
 	return cmd, addr
+}
+
+// waitFor polls cond (test/poll) until it holds, failing the test if d passes first: for tests
+// over real sockets, which synctest's fake clock cannot drive.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	poll.Eventually(t, what, d, func() error {
+		if !cond() {
+			return errors.New("not yet")
+		}
+		return nil
+	})
 }
 
 func startServer(t *testing.T, addr string) *Server {
