@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -74,47 +75,62 @@ func run(t *testing.T, l *SyncLoop) {
 	t.Cleanup(func() { cancel(); <-done })
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+// settle, in a synctest bubble, moves the fake clock by d (at once) and returns when the loop
+// is durably blocked again: what was due by then has happened, and nothing more will happen
+// until the clock moves again.
+func settle(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
 }
 
 // Changes arriving within the debounce window of the first cost one sync for all of them; a
-// loop without debounce would sync for each.
+// loop without debounce would sync for each. On the bubble's fake clock.
 func TestSyncLoopDebouncesBursts(t *testing.T) {
-	changed := make(chan struct{}, 1)
-	app := &recordingApplier{}
-	l := newLoop(app, changed, 300*time.Millisecond)
-	run(t, l)
-	eventually(t, "the first sync", l.Synced)
-	for range 10 { // like an informer: a full channel means a sync is already pending
-		select {
-		case changed <- struct{}{}:
-		default:
+	synctest.Test(t, func(t *testing.T) {
+		changed := make(chan struct{}, 1)
+		app := &recordingApplier{}
+		l := newLoop(app, changed, 300*time.Millisecond)
+		run(t, l)
+		settle(0)
+		if !l.Synced() {
+			t.Fatal("no first sync")
 		}
-		time.Sleep(10 * time.Millisecond) // the changes are spread over 100 ms
-	}
-	// One sync for the burst, and at most one more for changes that came during it.
-	time.Sleep(2 * l.cfg.Debounce)
-	if n := app.n.Load() - 1; n < 1 || n > 2 {
-		t.Errorf("10 changes over 100 ms caused %d syncs, want 1 (2 at most)", n)
-	}
+		for range 10 { // like an informer: a full channel means a sync is already pending
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+			settle(10 * time.Millisecond) // the changes are spread over 100 ms
+		}
+		// One sync for the burst: the sync starts after the last change (the fake clock does not
+		// move during it), so none came during it.
+		settle(2 * l.cfg.Debounce)
+		if n := app.n.Load() - 1; n != 1 {
+			t.Errorf("10 changes over 100 ms caused %d syncs, want 1", n)
+		}
+	})
 }
 
-// A failed apply is retried by itself, without waiting for a change or the resync.
+// A failed apply is retried by itself, without waiting for a change or the resync (an hour:
+// the bubble's fake clock never reaches it here).
 func TestSyncLoopRetriesFailedApply(t *testing.T) {
-	app := &recordingApplier{failFirst: 3}
-	l := newLoop(app, make(chan struct{}), time.Millisecond)
-	run(t, l)
-	eventually(t, "three retries after the failed first apply", func() bool { return app.n.Load() >= 4 })
-	time.Sleep(3 * retryFirst) // succeeded: no more retries
-	if n := app.n.Load(); n != 4 {
-		t.Errorf("applies %d, want 4 (1 + 3 retries, none after success)", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		app := &recordingApplier{failFirst: 3}
+		l := newLoop(app, make(chan struct{}), time.Millisecond)
+		run(t, l)
+		settle(0)
+		if n := app.n.Load(); n != 1 {
+			t.Fatalf("applies %d before any retry was due, want 1", n)
+		}
+		settle(retryFirst + 2*retryFirst + 4*retryFirst) // three retries, backing off
+		if n := app.n.Load(); n != 4 {
+			t.Fatalf("applies %d, want 4 (1 + 3 retries)", n)
+		}
+		settle(retryMax) // succeeded: no more retries, not even after the longest backoff
+		if n := app.n.Load(); n != 4 {
+			t.Errorf("applies %d, want 4 (1 + 3 retries, none after success)", n)
+		}
+	})
 }
 
 // failingFirewalls is a lister that fails while broken is set.
@@ -132,25 +148,33 @@ func (f failingFirewalls) List(s labels.Selector) ([]*ovnv1.EgressFirewall, erro
 
 // A feature whose compile fails keeps its previous part: the firewall stays enforced.
 func TestSyncLoopKeepsPartOfFailedCompile(t *testing.T) {
-	ef := &ovnv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "default", UID: "u"}, Spec: ovnv1.EgressFirewallSpec{
-		Egress: []ovnv1.EgressFirewallRule{{Type: "Deny", To: ovnv1.EgressFirewallDestination{CIDRSelector: "0.0.0.0/0"}}}}}
-	changed := make(chan struct{}, 1)
-	app := &recordingApplier{}
-	snap := watcherstest.Snapshot(ef)
-	broken := &atomic.Bool{}
-	snap.EgressFirewalls = failingFirewalls{snap.EgressFirewalls, broken}
-	l := newLoop(app, changed, time.Millisecond, func(_ *Config, d *Deps) { d.Snapshot = snap })
-	run(t, l)
-	eventually(t, "the first sync", l.Synced)
-	if fws := app.state().Classifier.Firewalls; len(fws) != 1 {
-		t.Fatalf("first sync: firewalls %+v", fws)
-	}
-	broken.Store(true)
-	changed <- struct{}{}
-	eventually(t, "a sync with the lister failing", func() bool { return app.n.Load() >= 2 })
-	if fws := app.state().Classifier.Firewalls; len(fws) != 1 || len(fws[0].Rules) != 1 {
-		t.Errorf("after a failed compile: firewalls %+v, want the previous one", fws)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ef := &ovnv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "default", UID: "u"}, Spec: ovnv1.EgressFirewallSpec{
+			Egress: []ovnv1.EgressFirewallRule{{Type: "Deny", To: ovnv1.EgressFirewallDestination{CIDRSelector: "0.0.0.0/0"}}}}}
+		changed := make(chan struct{}, 1)
+		app := &recordingApplier{}
+		snap := watcherstest.Snapshot(ef)
+		broken := &atomic.Bool{}
+		snap.EgressFirewalls = failingFirewalls{snap.EgressFirewalls, broken}
+		l := newLoop(app, changed, time.Millisecond, func(_ *Config, d *Deps) { d.Snapshot = snap })
+		run(t, l)
+		settle(0)
+		if !l.Synced() {
+			t.Fatal("no first sync")
+		}
+		if fws := app.state().Classifier.Firewalls; len(fws) != 1 {
+			t.Fatalf("first sync: firewalls %+v", fws)
+		}
+		broken.Store(true)
+		changed <- struct{}{}
+		settle(l.cfg.Debounce)
+		if n := app.n.Load(); n != 2 {
+			t.Fatalf("%d applies, want 2: the first, and one with the lister failing", n)
+		}
+		if fws := app.state().Classifier.Firewalls; len(fws) != 1 || len(fws[0].Rules) != 1 {
+			t.Errorf("after a failed compile: firewalls %+v, want the previous one", fws)
+		}
+	})
 }
 
 // noNames is a resolver that knows no name.
@@ -242,39 +266,55 @@ func TestBlamePodsOneLine(t *testing.T) {
 // An EgressService this node fails to program (it has no status field) gets a Warning event
 // naming the node, once while it fails the same way.
 func TestSyncLoopRecordsServiceFailures(t *testing.T) {
-	o := egressservice.Origin("a", "web")
-	app := &recordingApplier{failFirst: 3, failing: o}
-	rec := record.NewFakeRecorder(10)
-	l := newLoop(app, make(chan struct{}), time.Millisecond, func(_ *Config, d *Deps) { d.Recorder = rec })
-	run(t, l)
-	eventually(t, "the retries", func() bool { return app.n.Load() >= 4 })
-	select {
-	case e := <-rec.Events:
-		if want := "Warning EgressServiceNotApplied n: no route to pod address 10.244.0.5"; e != want {
-			t.Errorf("event %q, want %q", e, want)
+	synctest.Test(t, func(t *testing.T) {
+		o := egressservice.Origin("a", "web")
+		app := &recordingApplier{failFirst: 3, failing: o}
+		rec := record.NewFakeRecorder(10)
+		l := newLoop(app, make(chan struct{}), time.Millisecond, func(_ *Config, d *Deps) { d.Recorder = rec })
+		run(t, l)
+		settle(retryFirst + 2*retryFirst + 4*retryFirst) // the three retries
+		if n := app.n.Load(); n != 4 {
+			t.Fatalf("%d applies, want 4: three failed, the last not", n)
 		}
-	default:
-		t.Fatal("no event")
-	}
-	if len(rec.Events) != 0 {
-		t.Errorf("%d more events for the same failure", len(rec.Events))
-	}
+		select {
+		case e := <-rec.Events:
+			if want := "Warning EgressServiceNotApplied n: no route to pod address 10.244.0.5"; e != want {
+				t.Errorf("event %q, want %q", e, want)
+			}
+		default:
+			t.Fatal("no event")
+		}
+		if len(rec.Events) != 0 {
+			t.Errorf("%d more events for the same failure", len(rec.Events))
+		}
+	})
 }
 
 // A trigger (a pod whose CNI ADD waits) does not wait out the debounce of an API change that
 // came just before it.
 func TestSyncLoopTriggerCutsDebounce(t *testing.T) {
-	changed, trigger := make(chan struct{}, 1), make(chan struct{}, 1)
-	app := &recordingApplier{}
-	l := newLoop(app, changed, time.Hour, func(_ *Config, d *Deps) { d.Triggers = []<-chan struct{}{trigger} })
-	run(t, l)
-	eventually(t, "the first sync", l.Synced)
-	changed <- struct{}{}
-	time.Sleep(10 * time.Millisecond) // the loop is in the debounce
-	trigger <- struct{}{}
-	eventually(t, "a sync for the trigger, within the hour's debounce", func() bool { return app.n.Load() == 2 })
-	time.Sleep(50 * time.Millisecond) // the change was covered by that sync: no more
-	if n := app.n.Load(); n != 2 {
-		t.Errorf("%d syncs, want 2 (the first, and one for the change and the trigger)", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		changed, trigger := make(chan struct{}, 1), make(chan struct{}, 1)
+		app := &recordingApplier{}
+		l := newLoop(app, changed, time.Hour, func(_ *Config, d *Deps) { d.Triggers = []<-chan struct{}{trigger} })
+		run(t, l)
+		settle(0)
+		if !l.Synced() {
+			t.Fatal("no first sync")
+		}
+		changed <- struct{}{}
+		settle(10 * time.Millisecond) // the loop is in the debounce
+		if n := app.n.Load(); n != 1 {
+			t.Fatalf("%d syncs within the hour's debounce and before the trigger, want 1", n)
+		}
+		trigger <- struct{}{}
+		settle(0) // a sync for the trigger, without the fake clock moving
+		if n := app.n.Load(); n != 2 {
+			t.Fatalf("%d syncs after the trigger, within the hour's debounce, want 2", n)
+		}
+		settle(time.Minute) // the change was covered by that sync: no more
+		if n := app.n.Load(); n != 2 {
+			t.Errorf("%d syncs, want 2 (the first, and one for the change and the trigger)", n)
+		}
+	})
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"testing"
-	"time"
+	"testing/synctest"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
@@ -13,88 +13,87 @@ import (
 // Another node's pod its agent announced: the compile steps see it with its CNI addresses,
 // LocalPods does not; the announcement is decided by the first sync that included it, served
 // when the applied state SNATs its addresses; once the Pod object shows them it is dropped.
+// In a bubble: "not decided" is checked once the announcing goroutine is durably blocked.
 func TestRemoteAnnouncement(t *testing.T) {
-	s := NewStore()
-	obj := pod("ns", "web", nil)
-	obj.Spec.NodeName = "other"
-	a4 := netip.MustParseAddr("10.0.1.5")
-	snatState := &dataplane.State{Nftables: dataplane.NftablesState{SNAT: []dataplane.SNAT{{Pod: a4, To: netip.MustParseAddr("192.0.2.100")}}}}
+	synctest.Test(t, func(t *testing.T) {
+		s := NewStore()
+		obj := pod("ns", "web", nil)
+		obj.Spec.NodeName = "other"
+		a4 := netip.MustParseAddr("10.0.1.5")
+		snatState := &dataplane.State{Nftables: dataplane.NftablesState{SNAT: []dataplane.SNAT{{Pod: a4, To: netip.MustParseAddr("192.0.2.100")}}}}
 
-	type result struct {
-		served bool
-		err    error
-	}
-	results := make(chan result, 1)
-	go func() {
-		served, err := s.AnnounceRemote(context.Background(), obj, []netip.Addr{a4})
-		results <- result{served, err}
-	}()
-	waitAnnounced(t, s)
-	// A sync that began before the announcement decides nothing.
-	s.Applied(snatState, dataplane.Result{})
-	select {
-	case r := <-results:
-		t.Fatalf("decided by a sync that did not include it: %+v", r)
-	case <-time.After(20 * time.Millisecond):
-	}
-	snap, announced := s.Overlay(snapshot(obj))
-	if len(announced) != 0 {
-		t.Errorf("another node's pod among this node's announced pods: %+v", announced)
-	}
-	if got, err := snap.Pods.Pods("ns").Get("web"); err != nil || got.Status.PodIP != "10.0.1.5" {
-		t.Errorf("lister gives %+v (%v), want the pod with its announced address", got, err)
-	}
-	if local, _ := cluster.LocalPods(snap, "n", announced...); len(local) != 0 {
-		t.Errorf("LocalPods lists %+v", local)
-	}
-	s.Applied(snatState, dataplane.Result{})
-	if r := <-results; !r.served || r.err != nil {
-		t.Errorf("announcement: %+v, want served", r)
-	}
-	if n := s.keepOnly(nil); n != 0 {
-		t.Errorf("CNI GC dropped %d announcements of other nodes' pods", n)
-	}
+		type result struct {
+			served bool
+			err    error
+		}
+		results := make(chan result, 1)
+		go func() {
+			served, err := s.AnnounceRemote(context.Background(), obj, []netip.Addr{a4})
+			results <- result{served, err}
+		}()
+		waitAnnounced(t, s)
+		// A sync that began before the announcement decides nothing.
+		s.Applied(snatState, dataplane.Result{})
+		synctest.Wait()
+		select {
+		case r := <-results:
+			t.Fatalf("decided by a sync that did not include it: %+v", r)
+		default:
+		}
+		snap, announced := s.Overlay(snapshot(obj))
+		if len(announced) != 0 {
+			t.Errorf("another node's pod among this node's announced pods: %+v", announced)
+		}
+		if got, err := snap.Pods.Pods("ns").Get("web"); err != nil || got.Status.PodIP != "10.0.1.5" {
+			t.Errorf("lister gives %+v (%v), want the pod with its announced address", got, err)
+		}
+		if local, _ := cluster.LocalPods(snap, "n", announced...); len(local) != 0 {
+			t.Errorf("LocalPods lists %+v", local)
+		}
+		s.Applied(snatState, dataplane.Result{})
+		if r := <-results; !r.served || r.err != nil {
+			t.Errorf("announcement: %+v, want served", r)
+		}
+		if n := s.keepOnly(nil); n != 0 {
+			t.Errorf("CNI GC dropped %d announcements of other nodes' pods", n)
+		}
 
-	// Not served here: decided, not served.
-	go func() {
-		served, err := s.AnnounceRemote(context.Background(), obj, []netip.Addr{netip.MustParseAddr("10.0.1.6")})
-		results <- result{served, err}
-	}()
-	waitAnnounced(t, s)
-	s.Overlay(snapshot(obj))
-	s.Applied(snatState, dataplane.Result{})
-	if r := <-results; r.served || r.err != nil {
-		t.Errorf("announcement of an address not SNATed here: %+v, want not served", r)
-	}
+		// Not served here: decided, not served.
+		go func() {
+			served, err := s.AnnounceRemote(context.Background(), obj, []netip.Addr{netip.MustParseAddr("10.0.1.6")})
+			results <- result{served, err}
+		}()
+		waitAnnounced(t, s)
+		s.Overlay(snapshot(obj))
+		s.Applied(snatState, dataplane.Result{})
+		if r := <-results; r.served || r.err != nil {
+			t.Errorf("announcement of an address not SNATed here: %+v, want not served", r)
+		}
 
-	// The Pod object shows the address: the announcement goes.
-	shown := pod("ns", "web", nil, "10.0.1.6")
-	shown.Spec.NodeName = "other"
-	s.Overlay(snapshot(shown))
-	s.mu.Lock()
-	left := len(s.byID)
-	s.mu.Unlock()
-	if left != 0 {
-		t.Errorf("%d announcements left once the Pod object shows the address", left)
-	}
+		// The Pod object shows the address: the announcement goes.
+		shown := pod("ns", "web", nil, "10.0.1.6")
+		shown.Spec.NodeName = "other"
+		s.Overlay(snapshot(shown))
+		s.mu.Lock()
+		left := len(s.byID)
+		s.mu.Unlock()
+		if left != 0 {
+			t.Errorf("%d announcements left once the Pod object shows the address", left)
+		}
+	})
 }
 
-// waitAnnounced waits until the store holds an undecided announcement.
+// waitAnnounced waits until the announcing goroutine is durably blocked (synctest), and fails
+// unless the store then holds an undecided announcement.
 func waitAnnounced(t *testing.T, s *Store) {
 	t.Helper()
-	for range 200 {
-		s.mu.Lock()
-		n := 0
-		for _, e := range s.byID {
-			if e.programmed.IsZero() {
-				n++
-			}
-		}
-		s.mu.Unlock()
-		if n > 0 {
+	synctest.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.byID {
+		if e.programmed.IsZero() {
 			return
 		}
-		time.Sleep(time.Millisecond)
 	}
 	t.Fatal("no announcement")
 }

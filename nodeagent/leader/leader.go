@@ -66,8 +66,11 @@ type LeaderElection struct {
 
 	// leading is held by a term's lead until its controllers returned: client-go starts the
 	// next term's without waiting for the last's, which a lost and retaken Lease would
-	// otherwise run side by side with them.
-	leading sync.Mutex
+	// otherwise run side by side with them. A token in a channel of one (made on first use),
+	// not a mutex: a lead waiting for the last term is then durably blocked, which lets the
+	// tests run it under testing/synctest.
+	leadingOnce sync.Once
+	leading     chan struct{}
 	// endTerm cancels the running term's controllers (nil between terms); stepDown ends the
 	// running client-go elector (its Run), which then releases the Lease.
 	termMu   sync.Mutex
@@ -121,8 +124,9 @@ func (e *LeaderElection) Run(ctx context.Context) error {
 }
 
 func (e *LeaderElection) lead(ctx context.Context) {
-	e.leading.Lock()
-	defer e.leading.Unlock()
+	leading := e.leadingToken()
+	leading <- struct{}{}
+	defer func() { <-leading }()
 	if ctx.Err() != nil {
 		return // this term ended while the last one's controllers were stopping
 	}
@@ -181,8 +185,15 @@ func (e *LeaderElection) stopTerm() {
 		e.endTerm()
 	}
 	e.termMu.Unlock()
-	e.leading.Lock() // held by lead until its controllers returned
-	e.leading.Unlock()
+	leading := e.leadingToken()
+	leading <- struct{}{} // held by lead until its controllers returned
+	<-leading
+}
+
+// leadingToken is the channel holding the running term's token (see leading).
+func (e *LeaderElection) leadingToken() chan struct{} {
+	e.leadingOnce.Do(func() { e.leading = make(chan struct{}, 1) })
+	return e.leading
 }
 
 // lockGuard records each successful write of the Lease naming this replica (its renewals, for

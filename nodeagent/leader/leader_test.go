@@ -7,7 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
+	"testing/synctest"
 
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
@@ -78,37 +78,45 @@ func TestStopTermWaitsForTheControllers(t *testing.T) {
 }
 
 // A term's controllers start only once the last term's have returned: a Lease lost and taken
-// again never runs one controller twice at once.
+// again never runs one controller twice at once. In a bubble: once all is quiescent, the second
+// term has had every chance to start its controller while the first's is slow to stop.
 func TestLeadWaitsForTheLastTerm(t *testing.T) {
-	var running, most atomic.Int32
-	stopping := make(chan struct{})
-	controller := func(ctx context.Context) {
-		n := running.Add(1)
-		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+	synctest.Test(t, func(t *testing.T) {
+		var running, most atomic.Int32
+		stopping := make(chan struct{})
+		controller := func(ctx context.Context) {
+			n := running.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			<-ctx.Done()
+			<-stopping // slow to stop
+			running.Add(-1)
 		}
-		<-ctx.Done()
-		<-stopping // slow to stop
-		running.Add(-1)
-	}
-	e := &LeaderElection{Controllers: []Controller{controller}, Metrics: NewMetrics(), Log: slog.New(slog.DiscardHandler)}
-	first, endFirst := context.WithCancel(context.Background())
-	second, endSecond := context.WithCancel(context.Background())
-	defer endSecond()
-	var wg sync.WaitGroup
-	wg.Go(func() { e.lead(first) })
-	for running.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	endFirst() // the Lease lost; the controller takes its time to stop
-	wg.Go(func() { e.lead(second) })
-	time.Sleep(50 * time.Millisecond)
-	close(stopping)
-	for running.Load() == 0 { // the second term's controller
-		time.Sleep(time.Millisecond)
-	}
-	endSecond()
-	wg.Wait()
-	if m := most.Load(); m != 1 {
-		t.Errorf("%d controllers ran at once, want 1", m)
-	}
+		e := &LeaderElection{Controllers: []Controller{controller}, Metrics: NewMetrics(), Log: slog.New(slog.DiscardHandler)}
+		first, endFirst := context.WithCancel(t.Context())
+		second, endSecond := context.WithCancel(t.Context())
+		defer endSecond()
+		var wg sync.WaitGroup
+		wg.Go(func() { e.lead(first) })
+		synctest.Wait()
+		if running.Load() != 1 {
+			t.Errorf("%d controllers running in the first term, want 1", running.Load())
+		}
+		endFirst() // the Lease lost; the controller takes its time to stop
+		wg.Go(func() { e.lead(second) })
+		synctest.Wait() // the second term's lead has done all it could before the first's returned
+		if m := most.Load(); m != 1 {
+			t.Errorf("%d controllers ran at once while the first term's was stopping, want 1", m)
+		}
+		close(stopping)
+		synctest.Wait()
+		if running.Load() != 1 { // the second term's controller
+			t.Errorf("%d controllers running once the first term's returned, want 1 (the second term's)", running.Load())
+		}
+		endSecond()
+		wg.Wait()
+		if m := most.Load(); m != 1 {
+			t.Errorf("%d controllers ran at once, want 1", m)
+		}
+	})
 }

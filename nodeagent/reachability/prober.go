@@ -23,6 +23,26 @@ type Config struct {
 	healthEvery time.Duration // period and deadline of health Checks (1 s); tests shorten it
 	probe       probeFunc     // layer 1; tests inject fake networks and network namespaces
 	dial        dialFunc      // layer 2's connection; likewise
+	health      healthFunc    // layer 2 (gRPC over dial); tests inject a fake transport, no sockets
+}
+
+// healthFunc opens layer 2's connection to addr, which Checks every every.
+type healthFunc func(dial dialFunc, addr netip.AddrPort, every time.Duration) (healthChecker, error)
+
+// healthChecker is layer 2's connection to one target: a gRPC health client (healthClient), or
+// a test's fake.
+type healthChecker interface {
+	check(ctx context.Context, timeout time.Duration) (outcome, time.Duration)
+	close()
+}
+
+// grpcHealth is the production healthFunc.
+func grpcHealth(dial dialFunc, addr netip.AddrPort, every time.Duration) (healthChecker, error) {
+	hc, err := newHealthClient(dial, addr, every)
+	if err != nil {
+		return nil, err
+	}
+	return hc, nil
 }
 
 func (c Config) withDefaults() Config {
@@ -43,6 +63,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.dial == nil {
 		c.dial = dialTCP
+	}
+	if c.health == nil {
+		c.health = grpcHealth
 	}
 	return c
 }
@@ -157,7 +180,7 @@ func (p *Prober) connectLoop(ctx context.Context, node string, t *target) {
 // healthLoop runs layer 2: a health Check every healthEvery over one connection.
 func (p *Prober) healthLoop(ctx context.Context, node string, t *target) {
 	defer p.wg.Done()
-	hc, err := newHealthClient(p.cfg.dial, t.addr, p.cfg.healthEvery)
+	hc, err := p.cfg.health(p.cfg.dial, t.addr, p.cfg.healthEvery)
 	if err != nil { // only for invalid options: the node then never says SERVING
 		p.record(node, t, "health", localError, 0)
 		return

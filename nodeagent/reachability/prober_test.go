@@ -3,103 +3,73 @@ package reachability
 import (
 	"bytes"
 	"context"
-	"net"
 	"net/netip"
-	"os"
 	"runtime"
 	"runtime/pprof"
 	"sync"
-	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// netMode is how fakeNet treats dials to one address.
+// netMode is how fakeNet treats one address.
 type netMode int
 
 const (
-	forward   netMode = iota // to the real server: handshakes and SERVING
+	forward   netMode = iota // an agent serving: handshakes answered, Checks SERVING
 	refuse                   // ECONNREFUSED, as a host whose agent is not listening
-	blackhole                // no answer until the dial's deadline, as a dead host
+	blackhole                // no answer until the deadline, as a dead host
 	hang                     // no return at all until release, deadline or not: a stuck dial
 )
 
-// fakeNet is an injected dialer: the addresses it is given are never dialled; each one is
-// forwarded to a real loopback Server, refused, or blackholed, as the test says. Leaving
-// forward mode cuts the forwarded connections, as an agent restart does (a real dead host
-// stalls them instead: the privileged link-down test has that).
+// fakeNet is an injected network for both layers, with no socket at all, so that the Prober's
+// timing runs on a synctest bubble's fake clock: each address is served, refused, blackholed
+// or hung, as the test says. (Real sockets: loopback_test.go, and the privileged tests.)
 type fakeNet struct {
-	to netip.AddrPort
+	mu     sync.Mutex
+	modes  map[netip.AddrPort]netMode
+	probes map[netip.AddrPort]int // layer-1 probes
+	open   int                    // layer-2 connections not closed
 
-	mu    sync.Mutex
-	modes map[netip.AddrPort]netMode
-	dials map[netip.AddrPort]int
-	conns map[netip.AddrPort][]net.Conn
-
-	released chan struct{} // ends hung dials
+	released chan struct{} // ends hung probes and Checks
 }
 
-func newFakeNet(t *testing.T) *fakeNet {
-	s := NewServer("127.0.0.1:0")
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	return &fakeNet{to: s.Addr(), modes: map[netip.AddrPort]netMode{}, dials: map[netip.AddrPort]int{},
-		conns: map[netip.AddrPort][]net.Conn{}, released: make(chan struct{})}
+// newFakeNet returns a fakeNet; in a bubble, since its channel belongs to the bubble it is made in.
+func newFakeNet() *fakeNet {
+	return &fakeNet{modes: map[netip.AddrPort]netMode{}, probes: map[netip.AddrPort]int{}, released: make(chan struct{})}
 }
 
 func (f *fakeNet) set(addr netip.AddrPort, m netMode) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.modes[addr] = m
-	if m != forward {
-		for _, c := range f.conns[addr] {
-			_ = c.Close()
-		}
-		delete(f.conns, addr)
-	}
+}
+
+func (f *fakeNet) mode(addr netip.AddrPort) netMode {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.modes[addr]
 }
 
 func (f *fakeNet) count(addr netip.AddrPort) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.dials[addr]
+	return f.probes[addr]
 }
 
-func (f *fakeNet) dial(ctx context.Context, addr netip.AddrPort) (net.Conn, error) {
+func (f *fakeNet) openConns() int {
 	f.mu.Lock()
-	m := f.modes[addr]
-	f.dials[addr]++
-	f.mu.Unlock()
-	switch m {
-	case refuse:
-		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
-	case blackhole:
-		<-ctx.Done()
-		return nil, ctx.Err()
-	case hang:
-		<-f.released
-		return nil, context.Canceled
-	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", f.to.String())
-	if err == nil {
-		f.mu.Lock()
-		f.conns[addr] = append(f.conns[addr], c)
-		f.mu.Unlock()
-	}
-	return c, err
+	defer f.mu.Unlock()
+	return f.open
 }
 
-// probe is a layer-1 probe through the fake network; a forwarded one is the production probe
-// of the real server, so that a loaded test machine does not make misses out of late wake-ups.
+// probe is a layer-1 probe through the fake network.
 func (f *fakeNet) probe(ctx context.Context, addr netip.AddrPort, timeout time.Duration) (outcome, time.Duration) {
 	f.mu.Lock()
 	m := f.modes[addr]
-	f.dials[addr]++
+	f.probes[addr]++
 	f.mu.Unlock()
 	switch m {
 	case refuse:
@@ -115,13 +85,54 @@ func (f *fakeNet) probe(ctx context.Context, addr netip.AddrPort, timeout time.D
 		<-f.released
 		return localError, 0
 	}
-	return connectProbe(ctx, f.to, timeout)
+	return answered, time.Millisecond
 }
 
-// fast are timings for fake-network tests: detection in 150-200 ms, grace 1 s.
+// health opens a fake layer-2 connection (in place of grpcHealth): each Check answers as the
+// address's mode says at that moment, so leaving forward mode is an agent going away.
+func (f *fakeNet) health(_ dialFunc, addr netip.AddrPort, _ time.Duration) (healthChecker, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.open++
+	return &fakeHealth{f: f, addr: addr}, nil
+}
+
+type fakeHealth struct {
+	f      *fakeNet
+	addr   netip.AddrPort
+	closed bool
+}
+
+func (h *fakeHealth) check(ctx context.Context, timeout time.Duration) (outcome, time.Duration) {
+	switch h.f.mode(h.addr) {
+	case refuse: // the connection fails at once
+		return notServing, time.Millisecond
+	case blackhole: // until the Check's deadline
+		select {
+		case <-ctx.Done():
+		case <-time.After(timeout):
+		}
+		return notServing, timeout
+	case hang:
+		<-h.f.released
+		return notServing, 0
+	}
+	return serving, time.Millisecond
+}
+
+func (h *fakeHealth) close() {
+	h.f.mu.Lock()
+	defer h.f.mu.Unlock()
+	if !h.closed {
+		h.closed = true
+		h.f.open--
+	}
+}
+
+// fast are timings for fake-network tests: detection in 3 x 50 ms, grace 1 s.
 func fast(f *fakeNet) Config {
 	return Config{Interval: 50 * time.Millisecond, Misses: 3, Grace: time.Second,
-		healthEvery: 50 * time.Millisecond, probe: f.probe, dial: f.dial}
+		healthEvery: 50 * time.Millisecond, probe: f.probe, health: f.health}
 }
 
 // newProber returns a Prober that is stopped when the test ends.
@@ -142,16 +153,12 @@ func stopWithin(t testing.TB, p *Prober) {
 	}
 }
 
-// waitFor polls cond every 5 ms until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+// advance, in a synctest bubble, moves the fake clock by d (at once) and returns when every
+// goroutine of the bubble is durably blocked again: every probe and Check due by then has
+// been made and recorded, and nothing more happens until the clock moves again.
+func advance(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
 }
 
 func servingSeen(p *Prober) float64 {
@@ -164,147 +171,214 @@ var (
 	addrC = netip.MustParseAddrPort("192.0.2.3:9107")
 )
 
-// A blackholed target is unreachable within Misses intervals, while the target beside it keeps
-// being probed at its own rate and stays reachable, even beside a third whose dials never end.
+// A blackholed target is unreachable after Misses intervals, while the target beside it keeps
+// being probed at its own rate and stays reachable, even beside a third whose probes and
+// Checks never end. On the bubble's fake clock: the rate is exact.
 func TestProberSilentTargetDoesNotBlockOthers(t *testing.T) {
-	f := newFakeNet(t)
-	p := newProber(t, fast(f))
-	defer close(f.released) // before the prober's cleanup stops it
-	f.set(addrB, blackhole)
-	f.set(addrC, hang)
-	start := time.Now()
-	p.Set(map[string]netip.AddrPort{"a": addrA, "b": addrB, "c": addrC})
-	select {
-	case <-p.Changed():
-	case <-time.After(2 * time.Second):
-		t.Fatal("no change signalled")
-	}
-	if took := time.Since(start); took > time.Second {
-		t.Errorf("blackholed target unreachable after %v, want about 3 x 50 ms", took)
-	}
-	if p.Reachable("b") || !p.Reachable("a") {
-		t.Fatalf("reachable a=%v b=%v, want true false", p.Reachable("a"), p.Reachable("b"))
-	}
-	before := f.count(addrA)
-	time.Sleep(500 * time.Millisecond)
-	// 10 probes in 500 ms when nothing waits on b's and c's blocked ones (Checks reuse one
-	// connection: they do not dial).
-	if n := f.count(addrA) - before; n < 6 {
-		t.Errorf("a was probed %d times in 500 ms beside a blackholed b and a hung c, want about 10", n)
-	}
-	if !p.Reachable("a") || servingSeen(p) == 0 {
-		t.Errorf("a reachable=%v, SERVING seen %v times", p.Reachable("a"), servingSeen(p))
-	}
-	if got := testutil.ToFloat64(p.metrics.unreachable.WithLabelValues(string(hostSilent))); got != 1 {
-		t.Errorf("unreachable{reason=host_silent} = %v, want 1", got)
-	}
-	if got := testutil.ToFloat64(p.metrics.reachable.WithLabelValues("b")); got != 0 {
-		t.Errorf("node_reachable{node=b} = %v, want 0", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeNet()
+		p := newProber(t, fast(f))
+		defer close(f.released) // before the prober's cleanup stops it
+		f.set(addrB, blackhole)
+		f.set(addrC, hang)
+		start := time.Now()
+		p.Set(map[string]netip.AddrPort{"a": addrA, "b": addrB, "c": addrC})
+		select {
+		case <-p.Changed():
+		case <-time.After(2 * time.Second):
+			t.Fatal("no change signalled")
+		}
+		if took := time.Since(start); took != 3*50*time.Millisecond {
+			t.Errorf("blackholed target unreachable after %v, want 3 x 50 ms", took)
+		}
+		if p.Reachable("b") || !p.Reachable("a") {
+			t.Fatalf("reachable a=%v b=%v, want true false", p.Reachable("a"), p.Reachable("b"))
+		}
+		synctest.Wait()
+		before := f.count(addrA)
+		advance(500 * time.Millisecond)
+		// 10 probes in 500 ms: nothing waits on b's and c's blocked ones.
+		if n := f.count(addrA) - before; n != 10 {
+			t.Errorf("a was probed %d times in 500 ms beside a blackholed b and a hung c, want 10", n)
+		}
+		if !p.Reachable("a") || servingSeen(p) < 10 {
+			t.Errorf("a reachable=%v, SERVING seen %v times, want 10 at least", p.Reachable("a"), servingSeen(p))
+		}
+		if got := testutil.ToFloat64(p.metrics.unreachable.WithLabelValues(string(hostSilent))); got != 1 {
+			t.Errorf("unreachable{reason=host_silent} = %v, want 1", got)
+		}
+		if got := testutil.ToFloat64(p.metrics.reachable.WithLabelValues("b")); got != 0 {
+			t.Errorf("node_reachable{node=b} = %v, want 0", got)
+		}
+	})
 }
 
 // Refused connects (agent restarting) keep a node reachable for the grace period; past it the
-// node is unreachable (agent_absent), and it comes back when the agent serves again.
+// node is unreachable (agent_absent), and it comes back when the agent serves again. On the
+// bubble's fake clock: reachable a whole grace after the last SERVING, unreachable at the next
+// Check.
 func TestProberRefusedUntilGrace(t *testing.T) {
-	f := newFakeNet(t)
-	p := newProber(t, fast(f))
-	p.Set(map[string]netip.AddrPort{"a": addrA})
-	waitFor(t, 2*time.Second, "SERVING seen", func() bool { return servingSeen(p) > 0 })
-	f.set(addrA, refuse)
-	down := time.Now()
-	time.Sleep(700 * time.Millisecond) // Grace is 1 s
-	if !p.Reachable("a") {
-		t.Fatalf("unreachable after %v of refused connects, grace is 1 s", time.Since(down))
-	}
-	waitFor(t, 2*time.Second, "unreachable past the grace", func() bool { return !p.Reachable("a") })
-	// The grace runs from the last SERVING, at most one Check period (50 ms) before down.
-	if took := time.Since(down); took < 950*time.Millisecond {
-		t.Errorf("unreachable %v after the agent went away, before the 1 s grace", took)
-	}
-	if got := testutil.ToFloat64(p.metrics.unreachable.WithLabelValues(string(agentAbsent))); got != 1 {
-		t.Errorf("unreachable{reason=agent_absent} = %v, want 1", got)
-	}
-	f.set(addrA, forward)
-	waitFor(t, 3*time.Second, "reachable once serving again", func() bool { return p.Reachable("a") })
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeNet()
+		p := newProber(t, fast(f))
+		p.Set(map[string]netip.AddrPort{"a": addrA})
+		advance(0)
+		if servingSeen(p) == 0 {
+			t.Fatal("no SERVING seen")
+		}
+		f.set(addrA, refuse) // right after that SERVING
+		advance(time.Second)
+		if !p.Reachable("a") {
+			t.Fatal("unreachable after 1 s of refused connects, grace is 1 s")
+		}
+		advance(50 * time.Millisecond) // the next Check
+		if p.Reachable("a") {
+			t.Fatal("still reachable past the 1 s grace")
+		}
+		if got := testutil.ToFloat64(p.metrics.unreachable.WithLabelValues(string(agentAbsent))); got != 1 {
+			t.Errorf("unreachable{reason=agent_absent} = %v, want 1", got)
+		}
+		f.set(addrA, forward)
+		advance(50 * time.Millisecond)
+		if !p.Reachable("a") {
+			t.Error("not reachable once serving again")
+		}
+	})
+}
+
+// An agent restart shorter than the grace (refused connects, then SERVING again) changes
+// nothing: no change is signalled, the node stays reachable throughout.
+func TestProberRestartWithinGrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeNet()
+		p := newProber(t, fast(f))
+		p.Set(map[string]netip.AddrPort{"a": addrA})
+		advance(0)
+		f.set(addrA, refuse)
+		down := time.Now()
+		for range 19 { // 950 ms
+			advance(50 * time.Millisecond)
+			if !p.Reachable("a") {
+				t.Fatalf("unreachable after %v of refused connects, grace is 1 s", time.Since(down))
+			}
+		}
+		f.set(addrA, forward)
+		advance(time.Second)
+		select {
+		case <-p.Changed():
+			t.Fatal("reachability changed during a restart shorter than the grace")
+		default:
+		}
+		if !p.Reachable("a") || count(p, "connect", refused) != 19 {
+			t.Errorf("reachable %v after %v refused connects, want true after 19", p.Reachable("a"), count(p, "connect", refused))
+		}
+	})
 }
 
 // Set is level-triggered: removed nodes are unknown (false), new ones start reachable, and a
 // changed address starts the node over.
 func TestProberSet(t *testing.T) {
-	f := newFakeNet(t)
-	p := newProber(t, fast(f))
-	f.set(addrB, blackhole)
-	p.Set(map[string]netip.AddrPort{"a": addrA})
-	p.Set(map[string]netip.AddrPort{"a": addrA, "b": addrB})
-	if !p.Reachable("a") || !p.Reachable("b") {
-		t.Fatal("new targets start reachable")
-	}
-	waitFor(t, 2*time.Second, "b unreachable", func() bool { return !p.Reachable("b") })
-	p.Set(map[string]netip.AddrPort{"b": addrA}) // b moves to an address that answers
-	if p.Reachable("a") {
-		t.Error("a removed but still reachable")
-	}
-	if !p.Reachable("b") {
-		t.Error("b with a new address does not start over")
-	}
-	if p.Reachable("nobody") {
-		t.Error("an unknown node is reachable")
-	}
-	if n := testutil.CollectAndCount(p.metrics.reachable); n != 1 {
-		t.Errorf("%d node_reachable series, want 1 (b)", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeNet()
+		p := newProber(t, fast(f))
+		f.set(addrB, blackhole)
+		p.Set(map[string]netip.AddrPort{"a": addrA})
+		p.Set(map[string]netip.AddrPort{"a": addrA, "b": addrB})
+		if !p.Reachable("a") || !p.Reachable("b") {
+			t.Fatal("new targets start reachable")
+		}
+		advance(3 * 50 * time.Millisecond)
+		if p.Reachable("b") {
+			t.Fatal("b reachable after 3 silent probes")
+		}
+		p.Set(map[string]netip.AddrPort{"b": addrA}) // b moves to an address that answers
+		if p.Reachable("a") {
+			t.Error("a removed but still reachable")
+		}
+		if !p.Reachable("b") {
+			t.Error("b with a new address does not start over")
+		}
+		if p.Reachable("nobody") {
+			t.Error("an unknown node is reachable")
+		}
+		if n := testutil.CollectAndCount(p.metrics.reachable); n != 1 {
+			t.Errorf("%d node_reachable series, want 1 (b)", n)
+		}
+	})
 }
 
 // Changed coalesces: several transitions leave one pending signal.
 func TestProberChangedCoalesces(t *testing.T) {
-	f := newFakeNet(t)
-	p := newProber(t, fast(f))
-	f.set(addrA, blackhole)
-	f.set(addrB, blackhole)
-	p.Set(map[string]netip.AddrPort{"a": addrA, "b": addrB})
-	waitFor(t, 2*time.Second, "both unreachable", func() bool { return !p.Reachable("a") && !p.Reachable("b") })
-	if n := len(p.Changed()); n != 1 {
-		t.Errorf("%d pending change signals after two transitions, want 1", n)
-	}
-}
-
-// Removing targets ends their goroutines (and the gRPC connections' ones); Stop ends the rest.
-func TestProberNoGoroutineLeak(t *testing.T) {
-	f := newFakeNet(t)
-	base := runtime.NumGoroutine()
-	p := newProber(t, fast(f))
-	targets := map[string]netip.AddrPort{}
-	for i := range 12 {
-		a := netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(10 + i)}), 9107)
-		f.set(a, netMode(i%3))
-		targets[a.String()] = a
-	}
-	p.Set(targets)
-	waitFor(t, 2*time.Second, "probes running", func() bool { return servingSeen(p) >= 4 })
-	if n := runtime.NumGoroutine(); n < base+24 {
-		t.Fatalf("%d goroutines with 12 targets, base %d: want 2 per target at least", n, base)
-	}
-	p.Set(nil)
-	waitGoroutines(t, base)
-	p.Set(targets)
-	waitFor(t, 2*time.Second, "probes running again", func() bool { return servingSeen(p) >= 8 })
-	stopWithin(t, p)
-	waitGoroutines(t, base)
-	p.Set(targets) // after Stop: nothing starts
-	if n := runtime.NumGoroutine(); n > base {
-		t.Errorf("Set after Stop started goroutines: %d, base %d", n, base)
-	}
-}
-
-func waitGoroutines(t *testing.T, base int) {
-	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for runtime.NumGoroutine() > base {
-		if time.Now().After(deadline) {
-			var b bytes.Buffer
-			_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
-			t.Fatalf("%d goroutines left, base %d:\n%s", runtime.NumGoroutine(), base, b.String())
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeNet()
+		p := newProber(t, fast(f))
+		f.set(addrA, blackhole)
+		f.set(addrB, blackhole)
+		p.Set(map[string]netip.AddrPort{"a": addrA, "b": addrB})
+		advance(3 * 50 * time.Millisecond)
+		if p.Reachable("a") || p.Reachable("b") {
+			t.Fatalf("reachable a=%v b=%v after 3 silent probes, want false false", p.Reachable("a"), p.Reachable("b"))
 		}
-		time.Sleep(10 * time.Millisecond)
+		if n := len(p.Changed()); n != 1 {
+			t.Errorf("%d pending change signals after two transitions, want 1", n)
+		}
+	})
+}
+
+// Removing targets ends their goroutines (and closes their health connections); Stop ends the
+// rest.
+func TestProberNoGoroutineLeak(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeNet()
+		p := newProber(t, fast(f))
+		targets := map[string]netip.AddrPort{}
+		for i := range 12 {
+			a := netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(10 + i)}), 9107)
+			f.set(a, netMode(i%3))
+			targets[a.String()] = a
+		}
+		p.Set(targets)
+		advance(0)
+		if n, open := proberGoroutines(), f.openConns(); n != 24 || open != 12 || servingSeen(p) < 4 {
+			t.Fatalf("%d probe goroutines and %d health connections with 12 targets (%v SERVING), want 2 per target and 1",
+				n, open, servingSeen(p))
+		}
+		p.Set(nil)
+		advance(0)
+		noneLeft(t, f, "after removing every target")
+		p.Set(targets)
+		advance(0)
+		if servingSeen(p) < 8 {
+			t.Fatalf("%v SERVING once the targets are back, want 8", servingSeen(p))
+		}
+		stopWithin(t, p)
+		advance(0)
+		noneLeft(t, f, "after Stop")
+		p.Set(targets) // after Stop: nothing starts
+		advance(0)
+		noneLeft(t, f, "Set after Stop")
+	})
+}
+
+// proberGoroutines counts the goroutines running a Prober's loops, in the whole process.
+func proberGoroutines() int {
+	buf := make([]byte, 1<<16)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	return bytes.Count(buf, []byte("reachability.(*Prober).connectLoop(")) + bytes.Count(buf, []byte("reachability.(*Prober).healthLoop("))
+}
+
+func noneLeft(t *testing.T, f *fakeNet, when string) {
+	t.Helper()
+	if n, open := proberGoroutines(), f.openConns(); n != 0 || open != 0 {
+		var b bytes.Buffer
+		_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+		t.Fatalf("%s: %d probe goroutines, %d health connections left:\n%s", when, n, open, b.String())
 	}
 }

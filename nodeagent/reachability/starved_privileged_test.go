@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/egressd/egressd/test/privileged"
 )
 
@@ -114,4 +116,17 @@ func TestPrivilegedStarvedLeaderKeepsNodesReachable(t *testing.T) {
 	if silents != 0 || refusals != 0 || unreachable != 0 || answers < 20 {
 		t.Errorf("want only answers (about 66, at least 20) and no unreachable verdict")
 	}
+}
+
+// probeChild is the "probe <addr>" child of TestMain (see envChild), the leader that
+// TestPrivilegedStarvedLeaderKeepsNodesReachable starves: it probes target for 10 s while it
+// keeps every CPU busy, then prints what it saw.
+func probeChild(target netip.AddrPort) {
+	p := NewProber(Config{})
+	p.Set(map[string]netip.AddrPort{"n": target})
+	time.Sleep(10 * time.Second)
+	p.Stop()
+	fmt.Println(count(p, "connect", answered), count(p, "connect", silent), count(p, "connect", refused),
+		testutil.ToFloat64(p.metrics.unreachable.WithLabelValues(string(hostSilent)))+
+			testutil.ToFloat64(p.metrics.unreachable.WithLabelValues(string(agentAbsent))))
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,78 +22,76 @@ import (
 )
 
 // A sync's report looks again only at the firewalls whose outcome changed (a report follows
-// every pod's sync); a change of the objects looks at all of them again.
+// every pod's sync); a change of the objects looks at all of them again. In a bubble: each
+// check is made once the writer is durably blocked, past the coalesce window; "writes nothing"
+// holds at quiescence, not for a wall-clock while.
 func TestWriterLooksAgainAtChangedOutcomes(t *testing.T) {
-	efs := []*ovnv1.EgressFirewall{
-		{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "default"}},
-		{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "default"}},
-	}
-	client := fake.NewSimpleClientset()
-	var mu sync.Mutex
-	writes := map[string]int{}
-	client.PrependReactor("patch", "egressfirewalls", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		writes[a.GetNamespace()]++
-		return true, &ovnv1.EgressFirewall{}, nil
-	})
-	count := func() map[string]int {
-		mu.Lock()
-		defer mu.Unlock()
-		out := map[string]int{}
-		for k, v := range writes {
-			out[k] = v
+	synctest.Test(t, func(t *testing.T) {
+		efs := []*ovnv1.EgressFirewall{
+			{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "default"}},
+			{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "default"}},
 		}
-		return out
-	}
-	changed := make(chan struct{}, 1)
-	// The snapshot never shows the entries written: every look at an entry writes it.
-	w := &Writer{Node: "n1", Client: client, Snapshot: watcherstest.Snapshot(efs[0], efs[1]), Changed: changed,
-		Recorder: record.NewFakeRecorder(10), Log: slog.New(slog.DiscardHandler)}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go w.Run(ctx)
-	origin := func(ns string) dataplane.Origin {
-		return dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: ns, Name: "default"}
-	}
-	waitFor := func(what string, want map[string]int) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			got := count()
-			if got["a"] == want["a"] && got["b"] == want["b"] {
-				return
+		client := fake.NewSimpleClientset()
+		var mu sync.Mutex
+		writes := map[string]int{}
+		client.PrependReactor("patch", "egressfirewalls", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			writes[a.GetNamespace()]++
+			return true, &ovnv1.EgressFirewall{}, nil
+		})
+		count := func() map[string]int {
+			mu.Lock()
+			defer mu.Unlock()
+			out := map[string]int{}
+			for k, v := range writes {
+				out[k] = v
 			}
-			if time.Now().After(deadline) {
+			return out
+		}
+		changed := make(chan struct{}, 1)
+		// The snapshot never shows the entries written: every look at an entry writes it.
+		w := &Writer{Node: "n1", Client: client, Snapshot: watcherstest.Snapshot(efs[0], efs[1]), Changed: changed,
+			Recorder: record.NewFakeRecorder(10), Log: slog.New(slog.DiscardHandler)}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go w.Run(ctx)
+		origin := func(ns string) dataplane.Origin {
+			return dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: ns, Name: "default"}
+		}
+		// settled checks the writes once the writer has taken what was reported: the bubble's
+		// clock past the coalesce window, and the writer durably blocked again.
+		settled := func(what string, want map[string]int) {
+			t.Helper()
+			time.Sleep(coalesce) // the fake clock: instant
+			synctest.Wait()
+			if got := count(); got["a"] != want["a"] || got["b"] != want["b"] {
 				t.Fatalf("%s: writes %v, want %v", what, got, want)
 			}
-			time.Sleep(5 * time.Millisecond)
 		}
-	}
-	w.Report(map[dataplane.Origin]error{origin("a"): nil, origin("b"): nil}, dataplane.Result{})
-	waitFor("first report", map[string]int{"a": 1, "b": 1})
-	w.Report(map[dataplane.Origin]error{origin("a"): nil, origin("b"): errors.New("boom")}, dataplane.Result{})
-	waitFor("b failed", map[string]int{"a": 1, "b": 2})
-	w.Report(map[dataplane.Origin]error{origin("a"): nil, origin("b"): errors.New("boom")}, dataplane.Result{})
-	time.Sleep(100 * time.Millisecond)
-	waitFor("the same outcomes again", map[string]int{"a": 1, "b": 2})
-	changed <- struct{}{}
-	waitFor("the objects changed", map[string]int{"a": 2, "b": 3})
-	// a is gone from a sync (b recovers in it: the write shows the writer took that report),
-	// then back (made again): its entry is written again.
-	w.Report(map[dataplane.Origin]error{origin("b"): nil}, dataplane.Result{})
-	waitFor("a gone", map[string]int{"a": 2, "b": 4})
-	w.Report(map[dataplane.Origin]error{origin("a"): nil, origin("b"): nil}, dataplane.Result{})
-	waitFor("a back", map[string]int{"a": 3, "b": 4})
-	// A burst of syncs (pods starting) reports b failing and recovering, ending as written:
-	// the writer takes the latest report only, and writes nothing.
-	for i := range 10 {
-		var err error
-		if i < 9 {
-			err = errors.New("boom")
+		w.Report(map[dataplane.Origin]error{origin("a"): nil, origin("b"): nil}, dataplane.Result{})
+		settled("first report", map[string]int{"a": 1, "b": 1})
+		w.Report(map[dataplane.Origin]error{origin("a"): nil, origin("b"): errors.New("boom")}, dataplane.Result{})
+		settled("b failed", map[string]int{"a": 1, "b": 2})
+		w.Report(map[dataplane.Origin]error{origin("a"): nil, origin("b"): errors.New("boom")}, dataplane.Result{})
+		settled("the same outcomes again", map[string]int{"a": 1, "b": 2})
+		changed <- struct{}{}
+		settled("the objects changed", map[string]int{"a": 2, "b": 3})
+		// a is gone from a sync (b recovers in it: the write shows the writer took that report),
+		// then back (made again): its entry is written again.
+		w.Report(map[dataplane.Origin]error{origin("b"): nil}, dataplane.Result{})
+		settled("a gone", map[string]int{"a": 2, "b": 4})
+		w.Report(map[dataplane.Origin]error{origin("a"): nil, origin("b"): nil}, dataplane.Result{})
+		settled("a back", map[string]int{"a": 3, "b": 4})
+		// A burst of syncs (pods starting) reports b failing and recovering, ending as written:
+		// the writer takes the latest report only, and writes nothing.
+		for i := range 10 {
+			var err error
+			if i < 9 {
+				err = errors.New("boom")
+			}
+			w.Report(map[dataplane.Origin]error{origin("a"): nil, origin("b"): err}, dataplane.Result{})
 		}
-		w.Report(map[dataplane.Origin]error{origin("a"): nil, origin("b"): err}, dataplane.Result{})
-	}
-	time.Sleep(4 * coalesce)
-	waitFor("a burst ending as written", map[string]int{"a": 3, "b": 4})
+		settled("a burst ending as written", map[string]int{"a": 3, "b": 4})
+	})
 }
