@@ -286,9 +286,9 @@ func newPhases() *prometheus.HistogramVec {
 }
 
 // Changed receives a value after the kernel changed under egressd (links added, removed,
-// renamed; the node's addresses, not those on the pods' side; the routes to pods and those of
-// the interfaces of egress IPs on secondary networks (copied into their tables); gateways'
-// neighbours; egressd's filters deleted behind its back), its view of those changes was lost
+// renamed; the node's addresses, not those on the pods' side; the routes to pods, those of
+// the interfaces of egress IPs on secondary networks (copied into their tables) and those to
+// gateways (which decide their interface); gateways' neighbours; egressd's filters deleted behind its back), its view of those changes was lost
 // and taken again, or a BFD session changed state: the desired state must be applied again.
 func (d *Applier) Changed() <-chan struct{} { return d.changed }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -199,4 +200,39 @@ func appliedLab(t *testing.T) (*lab, *kernel.Applier, *prometheus.Registry, *dat
 	l.mustApply(t, a, state)
 	quiet(a)
 	return l, a, reg, state
+}
+
+// TestPrivilegedApplierFollowsRoutesToGateways: the route to the gateway of egressd's table
+// changes in main (a more specific one through another interface, then gone again) while
+// nothing in the state moves: each change asks for a sync, which moves the table's route to
+// the gateway's interface of the moment. A route that reaches no gateway asks for none.
+func TestPrivilegedApplierFollowsRoutesToGateways(t *testing.T) {
+	privileged.Require(t)
+	l, a, _, state := appliedLab(t)
+	if err := l.node.Script("ip link add gw1 type dummy", "ip link set gw1 up"); err != nil {
+		t.Fatal(err)
+	}
+	quiet(a) // the link's own events
+	tableRoute := func() string { return l.ip(t, "-4", "route", "show", "table", strconv.Itoa(table)) }
+	l.node.MustRun(t, "ip", "route", "add", "198.18.7.0/24", "dev", "gw1")
+	select {
+	case <-a.Changed():
+		t.Error("a route to no gateway of egressd's asked for a sync")
+	case <-time.After(500 * time.Millisecond):
+	}
+	for _, step := range []struct{ change, dev string }{
+		{"add", "gw1"}, // a more specific route takes the gateway to gw1
+		{"del", "ext0"},
+	} {
+		l.node.MustRun(t, "ip", "route", step.change, extIP.String()+"/32", "dev", "gw1")
+		select {
+		case <-a.Changed():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no sync asked for after route %s %s/32 dev gw1 moved the gateway", step.change, extIP)
+		}
+		l.mustApply(t, a, state)
+		if got := tableRoute(); !strings.Contains(got, "via "+extIP.String()+" dev "+step.dev) {
+			t.Errorf("table %d after route %s %s/32 dev gw1:\n%s\nwant the default route via %s dev %s", table, step.change, extIP, got, extIP, step.dev)
+		}
+	}
 }
