@@ -236,3 +236,56 @@ func TestPrivilegedApplierFollowsRoutesToGateways(t *testing.T) {
 		}
 	}
 }
+
+// TestPrivilegedApplierReportsFailedRemovals: the EgressIP gone, the removal of its rules and
+// table fails: the result says so by facility (no object fails: none wants them), the failure
+// is counted, and the next Apply, once the kernel lets it, removes them.
+func TestPrivilegedApplierReportsFailedRemovals(t *testing.T) {
+	privileged.Require(t)
+	l, a, reg, state := appliedLab(t)
+	refused := errors.New("delete rule 6101: operation not permitted")
+	restore := a.FailRemovals("routing", refused)
+	state.Routing = dataplane.RoutingState{}
+	res := l.apply(t, a, state)
+	if len(res.Failed) > 0 || !errors.Is(res.Removals["routing"], refused) || len(res.Removals) != 1 {
+		t.Errorf("Apply with the routing's removals refused: failed %v, removals %v; want no object failed and the routing's removal", res.Failed, res.Removals)
+	}
+	if n := labelled(t, reg, "egressd_dataplane_prune_failures_total", "facility", "routing"); n != 1 {
+		t.Errorf("egressd_dataplane_prune_failures_total{facility=routing} %v, want 1", n)
+	}
+	if len(l.ownedRules(t)) == 0 {
+		t.Fatal("the rules are gone though their removal failed")
+	}
+	restore()
+	if res := l.apply(t, a, state); len(res.Failed) > 0 || len(res.Removals) > 0 {
+		t.Errorf("the Apply after: failed %v, removals %v; want none", res.Failed, res.Removals)
+	}
+	if got := l.ownedRules(t); len(got) != 0 {
+		t.Errorf("rules %q left after the retried removal", got)
+	}
+	if n := labelled(t, reg, "egressd_dataplane_prune_failures_total", "facility", "routing"); n != 1 {
+		t.Errorf("egressd_dataplane_prune_failures_total{facility=routing} %v after a removal that succeeded, want 1 still", n)
+	}
+}
+
+// labelled reads the counter of the applier's metrics that has the label name=value.
+func labelled(t *testing.T, reg *prometheus.Registry, metric, name, value string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != metric {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == name && lp.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
