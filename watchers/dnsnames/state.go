@@ -101,9 +101,18 @@ func (r *Resolver) save() error {
 	if err := os.MkdirAll(filepath.Dir(r.state), 0o755); err != nil {
 		return err
 	}
-	tmp := r.state + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	// A temporary file of its own: another agent sharing the directory (the lab's nodes) writes
+	// its file at the same time.
+	tmp, err := os.CreateTemp(filepath.Dir(r.state), filepath.Base(r.state)+".*")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, r.state)
+	_, err = tmp.Write(b)
+	if err = errors.Join(err, tmp.Close()); err == nil {
+		err = os.Rename(tmp.Name(), r.state)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+	}
+	return err
 }
