@@ -209,7 +209,7 @@ func appliedLab(t *testing.T) (*lab, *kernel.Applier, *prometheus.Registry, *dat
 func TestPrivilegedApplierFollowsRoutesToGateways(t *testing.T) {
 	privileged.Require(t)
 	l, a, _, state := appliedLab(t)
-	if err := l.node.Script("ip link add gw1 type dummy", "ip link set gw1 up"); err != nil {
+	if err := l.node.Script("ip link add gw1 type veth peer name gw1p", "ip link set gw1p up", "ip link set gw1 up"); err != nil {
 		t.Fatal(err)
 	}
 	quiet(a) // the link's own events
