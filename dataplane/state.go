@@ -144,6 +144,10 @@ func (o Origin) String() string {
 // of the node that the API should know.
 type Result struct {
 	Failed map[Origin]error
+	// Removals are the removals that failed, by facility (routing, tunnel, addresses): what
+	// the state no longer wants stays in the kernel meanwhile, and no object, wanting it no
+	// more, reports it. The caller retries them.
+	Removals map[string]error
 	// HostCIDRs are the node's global unicast addresses with their prefix lengths (the
 	// k8s.ovn.org/host-cidrs annotation), excluding addresses egressd itself adds.
 	HostCIDRs []netip.Prefix

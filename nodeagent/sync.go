@@ -246,7 +246,9 @@ func (l *SyncLoop) sync(ctx context.Context) {
 		res.Failed[o] = errors.Join(res.Failed[o], err)
 	}
 	l.logFailures(res.Failed)
-	if applyFailed(objects, res.Failed) {
+	// A removal that failed (logged and counted by the dataplane) left something stale that no
+	// object owns any more: retried as a failed object is.
+	if applyFailed(objects, res.Failed) || len(res.Removals) > 0 {
 		l.retry.failed()
 	} else {
 		l.retry.reset()

@@ -30,9 +30,11 @@ type recordingApplier struct {
 	mu        sync.Mutex
 	n         atomic.Int32
 	failFirst int32
-	// failing is what the failed applies fail (pod "p" when unset).
-	failing dataplane.Origin
-	last    dataplane.State
+	// failing is what the failed applies fail (pod "p" when unset); removals: they fail a
+	// removal instead, and no object.
+	failing  dataplane.Origin
+	removals bool
+	last     dataplane.State
 }
 
 func (a *recordingApplier) Apply(_ context.Context, s *dataplane.State) dataplane.Result {
@@ -40,6 +42,9 @@ func (a *recordingApplier) Apply(_ context.Context, s *dataplane.State) dataplan
 	a.mu.Lock()
 	a.last = *s
 	a.mu.Unlock()
+	if n <= a.failFirst && a.removals {
+		return dataplane.Result{Removals: map[string]error{"routing": errors.New("delete rule 6101: operation not permitted")}}
+	}
 	if n <= a.failFirst {
 		o := a.failing
 		if o == (dataplane.Origin{}) {
@@ -129,6 +134,37 @@ func TestSyncLoopRetriesFailedApply(t *testing.T) {
 		settle(retryMax) // succeeded: no more retries, not even after the longest backoff
 		if n := app.n.Load(); n != 4 {
 			t.Errorf("applies %d, want 4 (1 + 3 retries, none after success)", n)
+		}
+	})
+}
+
+// A removal that failed is retried by itself, with the backoff of a failed apply, though no
+// object failed; once it succeeds, nothing more is retried.
+func TestSyncLoopRetriesFailedRemovals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		app := &recordingApplier{failFirst: 3, removals: true}
+		l := newLoop(app, make(chan struct{}), time.Millisecond)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { l.Run(ctx); close(done) }()
+		defer func() { cancel(); <-done }()
+		synctest.Wait()
+		for i, delay := range []time.Duration{retryFirst, 2 * retryFirst, 4 * retryFirst} {
+			time.Sleep(delay - time.Nanosecond) // the bubble's clock
+			synctest.Wait()
+			if n := app.n.Load(); n != int32(i+1) {
+				t.Fatalf("applies %d just before retry %d is due, want %d", n, i+1, i+1)
+			}
+			time.Sleep(time.Nanosecond)
+			synctest.Wait()
+			if n := app.n.Load(); n != int32(i+2) {
+				t.Fatalf("applies %d after a backoff of %s, want %d (retry %d)", n, delay, i+2, i+1)
+			}
+		}
+		time.Sleep(time.Hour - time.Second) // the resync period is an hour
+		synctest.Wait()
+		if n := app.n.Load(); n != 4 {
+			t.Errorf("applies %d, want 4 (1 + 3 retries, none after the removals succeeded)", n)
 		}
 	})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/egressd/egressd/dataplane/tc"
 	"github.com/egressd/egressd/dataplane/tunnel"
 	"github.com/egressd/egressd/internal/cniinstall"
+	"github.com/egressd/egressd/watchers/dnsnames"
 )
 
 // cleanupReport lists what cleanup removed, in order, and the steps that failed (cleanup goes
@@ -106,9 +107,11 @@ func runSteps(steps []step) (cleanupReport, error) {
 }
 
 // removeSocketDir removes the agent's CNI socket (left by an agent that was killed), the init
-// container's status file next to it, and their directory, unless something else lives there.
+// container's status file and the agent's dnsName addresses next to it, and their directory,
+// unless something else lives there.
 func removeSocketDir(socket string) error {
-	for _, f := range []string{socket, filepath.Join(filepath.Dir(socket), filepath.Base(cniinstall.DefaultStatusFile))} {
+	dir := filepath.Dir(socket)
+	for _, f := range []string{socket, filepath.Join(dir, filepath.Base(cniinstall.DefaultStatusFile)), filepath.Join(dir, dnsnames.StateFile)} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/egressd/egressd/nodeagent"
 	"github.com/egressd/egressd/test/netns"
 	"github.com/egressd/egressd/test/privileged"
+	"github.com/egressd/egressd/watchers/dnsnames"
 )
 
 // The node of these tests: pod a/pa (10.244.0.5) steered by the mark of EgressIP eip through
@@ -441,6 +442,10 @@ func TestPrivilegedCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(state, []byte(`{"rpf0":1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The agent's dnsName addresses, kept for its next start, go with the directory.
+	if err := os.WriteFile(filepath.Join(socketDir, dnsnames.StateFile), []byte(`{"www.example.com":["203.0.113.10"]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if code, r, errs = cleanup("--cni-conf-dir", confDir, "--cni-bin-dir", binDir); code != 0 || len(r.Removed) != 10 || r.Removed[9] != "removed "+n.root ||

@@ -25,6 +25,7 @@ import (
 	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
 	"github.com/egressd/egressd/nodeagent/podannounce"
 	"github.com/egressd/egressd/nodeagent/reachability"
+	"github.com/egressd/egressd/watchers/dnsnames"
 )
 
 // config is the agent's command line.
@@ -328,14 +329,20 @@ func defaultCNIBinary() string {
 	return filepath.Join(filepath.Dir(exe), "egressd-cni")
 }
 
-// rpFilterState is where the agent remembers the reverse path filters it loosened: next to its
-// CNI socket (/run/egressd, which egressctl cleanup reads).
-func (c *config) rpFilterState() string {
+// rpFilterState is where the agent remembers the reverse path filters it loosened.
+func (c *config) rpFilterState() string { return filepath.Join(c.stateDir(), rpfilter.StateFile) }
+
+// dnsState is where the agent keeps the dnsName rules' last addresses for its next start.
+func (c *config) dnsState() string { return filepath.Join(c.stateDir(), dnsnames.StateFile) }
+
+// stateDir is where the agent keeps what outlives it until the node restarts: next to its CNI
+// socket (/run/egressd, which egressctl cleanup reads).
+func (c *config) stateDir() string {
 	socket := c.cniSocket
 	if socket == "" {
 		socket = cniapi.DefaultSocket
 	}
-	return filepath.Join(filepath.Dir(socket), rpfilter.StateFile)
+	return filepath.Dir(socket)
 }
 
 // profilingAddr is where the runtime profiles are served ("": not at all).

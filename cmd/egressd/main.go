@@ -146,7 +146,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Changed:      w.Subscribe(false),
 		Triggers:     []<-chan struct{}{dp.Changed()},
 		PendingSince: w.TakePending,
-		DNS:          dnsnames.New(ctx, cfg.dnsServers, cfg.dnsMinTTL, log.With("component", "dns")),
+		DNS:          dnsnames.New(ctx, cfg.dnsServers, cfg.dnsMinTTL, cfg.dnsState(), log.With("component", "dns")),
 		Applier:      dp,
 		Status:       statusWriter,
 		Recorder:     recorder,

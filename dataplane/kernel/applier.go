@@ -19,6 +19,7 @@
 //     a pod are detached last;
 //  8. removals of what the state no longer wants, in reverse: rules, routes and nexthops,
 //     then the tunnel's entries (or the device), then egress addresses assigned elsewhere now.
+//     What fails to be removed is in the result (Result.Removals), for the caller to retry.
 package kernel
 
 import (
@@ -129,7 +130,11 @@ type Applier struct {
 	strictRPFilter *prometheus.GaugeVec
 	// phases times each phase of Apply: where a slow sync spends its time.
 	phases *prometheus.HistogramVec
-	log    *slog.Logger
+	// removals remove what the state no longer wants, in order (removals.go); pruneFailures
+	// counts their failures.
+	removals      []removal
+	pruneFailures *prometheus.CounterVec
+	log           *slog.Logger
 }
 
 // New adopts what a previous agent left under pinRoot (so that enforcement continues without a
@@ -204,7 +209,9 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	d := &Applier{classifier: c, attachers: []*tc.Attacher{toPod, a}, facings: facings, nft: t, addresses: owned, routing: router,
 		tunnel: tun, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log,
 		podsInForce: o.PodsInForce, phases: newPhases(), eventsLost: newEventsLost(), reattached: newReattached(), tableLost: newTableLost(),
-		loosener: loosener, strictRPFilter: newStrictRPFilter(), recheck: map[int]bool{}, kept: map[int]bool{}, unguardedSaid: map[string]string{}}
+		loosener: loosener, strictRPFilter: newStrictRPFilter(), recheck: map[int]bool{}, kept: map[int]bool{}, unguardedSaid: map[string]string{},
+		pruneFailures: newPruneFailures()}
+	d.removals = d.facilityRemovals()
 	if inUse := router.InUse(); len(inUse) > 0 {
 		d.inherited, d.inheritUntil = map[netip.Addr]bool{}, time.Now().Add(inheritGrace)
 		for _, gw := range inUse {
@@ -265,9 +272,10 @@ func (d *Applier) Collectors() []prometheus.Collector {
 	}
 	if d.phases == nil { // an Applier not made by New: the metrics reference describes it
 		d.phases, d.eventsLost, d.reattached, d.tableLost, d.strictRPFilter = newPhases(), newEventsLost(), newReattached(), newTableLost(), newStrictRPFilter()
+		d.pruneFailures = newPruneFailures()
 	}
 	return []prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT), nft.NewCollector(d.nft), bfdCollector{d},
-		d.phases, d.eventsLost, d.reattached, d.tableLost, d.strictRPFilter}
+		d.phases, d.eventsLost, d.reattached, d.tableLost, d.strictRPFilter, d.pruneFailures}
 }
 
 func newTableLost() prometheus.Counter {
@@ -286,9 +294,9 @@ func newPhases() *prometheus.HistogramVec {
 }
 
 // Changed receives a value after the kernel changed under egressd (links added, removed,
-// renamed; the node's addresses, not those on the pods' side; the routes to pods and those of
-// the interfaces of egress IPs on secondary networks (copied into their tables); gateways'
-// neighbours; egressd's filters deleted behind its back), its view of those changes was lost
+// renamed; the node's addresses, not those on the pods' side; the routes to pods, those of
+// the interfaces of egress IPs on secondary networks (copied into their tables) and those to
+// gateways (which decide their interface); gateways' neighbours; egressd's filters deleted behind its back), its view of those changes was lost
 // and taken again, or a BFD session changed state: the desired state must be applied again.
 func (d *Applier) Changed() <-chan struct{} { return d.changed }
 
@@ -330,17 +338,8 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 		return d.classifier.Apply(&s.Classifier, f.indices())
 	})
 	phase("attach", func() map[dataplane.Origin]error { return d.attach(s, f, res.Failed) })
-	// Removals, in reverse.
 	phase("removals", func() map[dataplane.Origin]error {
-		if err := d.routing.Prune(routes); err != nil {
-			d.log.Error("remove routing egressd no longer wants", "err", err)
-		}
-		if err := d.tunnel.Prune(&s.Tunnel); err != nil {
-			d.log.Error("remove tunnel entries egressd no longer wants", "err", err)
-		}
-		if err := d.addresses.Prune(s.Addresses); err != nil {
-			d.log.Error("remove egress addresses no longer assigned here", "err", err)
-		}
+		res.Removals = d.prune(s, routes)
 		return nil
 	})
 	// The node's addresses as last listed: Prune lists them again when they changed.

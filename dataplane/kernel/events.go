@@ -234,11 +234,11 @@ func (d *Applier) consume(e *events) {
 			if !ok {
 				return
 			}
-			// Routes of the main table say which interface faces a pod address, and those of an
+			// Routes of the main table say which interface faces a pod address, those of an
 			// egress IP's interface on a secondary network (in main or its VRF's table) are
-			// copied into its table.
+			// copied into its table, and those to a gateway say which interface reaches it.
 			faced := u.Table == unix.RT_TABLE_MAIN && d.facings.forgetRoute(u.Dst)
-			if !faced && !d.copiedRoute(u.Route) {
+			if !faced && !d.copiedRoute(u.Route) && !d.routing.Resolves(u.Route) {
 				continue
 			}
 		case u, ok := <-e.neighs:

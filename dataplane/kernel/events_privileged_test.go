@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -199,4 +200,92 @@ func appliedLab(t *testing.T) (*lab, *kernel.Applier, *prometheus.Registry, *dat
 	l.mustApply(t, a, state)
 	quiet(a)
 	return l, a, reg, state
+}
+
+// TestPrivilegedApplierFollowsRoutesToGateways: the route to the gateway of egressd's table
+// changes in main (a more specific one through another interface, then gone again) while
+// nothing in the state moves: each change asks for a sync, which moves the table's route to
+// the gateway's interface of the moment. A route that reaches no gateway asks for none.
+func TestPrivilegedApplierFollowsRoutesToGateways(t *testing.T) {
+	privileged.Require(t)
+	l, a, _, state := appliedLab(t)
+	if err := l.node.Script("ip link add gw1 type veth peer name gw1p", "ip link set gw1p up", "ip link set gw1 up"); err != nil {
+		t.Fatal(err)
+	}
+	quiet(a) // the link's own events
+	tableRoute := func() string { return l.ip(t, "-4", "route", "show", "table", strconv.Itoa(table)) }
+	l.node.MustRun(t, "ip", "route", "add", "198.18.7.0/24", "dev", "gw1")
+	select {
+	case <-a.Changed():
+		t.Error("a route to no gateway of egressd's asked for a sync")
+	case <-time.After(500 * time.Millisecond):
+	}
+	for _, step := range []struct{ change, dev string }{
+		{"add", "gw1"}, // a more specific route takes the gateway to gw1
+		{"del", "ext0"},
+	} {
+		l.node.MustRun(t, "ip", "route", step.change, extIP.String()+"/32", "dev", "gw1")
+		select {
+		case <-a.Changed():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no sync asked for after route %s %s/32 dev gw1 moved the gateway", step.change, extIP)
+		}
+		l.mustApply(t, a, state)
+		if got := tableRoute(); !strings.Contains(got, "via "+extIP.String()+" dev "+step.dev) {
+			t.Errorf("table %d after route %s %s/32 dev gw1:\n%s\nwant the default route via %s dev %s", table, step.change, extIP, got, extIP, step.dev)
+		}
+	}
+}
+
+// TestPrivilegedApplierReportsFailedRemovals: the EgressIP gone, the removal of its rules and
+// table fails: the result says so by facility (no object fails: none wants them), the failure
+// is counted, and the next Apply, once the kernel lets it, removes them.
+func TestPrivilegedApplierReportsFailedRemovals(t *testing.T) {
+	privileged.Require(t)
+	l, a, reg, state := appliedLab(t)
+	refused := errors.New("delete rule 6101: operation not permitted")
+	restore := a.FailRemovals("routing", refused)
+	state.Routing = dataplane.RoutingState{}
+	res := l.apply(t, a, state)
+	if len(res.Failed) > 0 || !errors.Is(res.Removals["routing"], refused) || len(res.Removals) != 1 {
+		t.Errorf("Apply with the routing's removals refused: failed %v, removals %v; want no object failed and the routing's removal", res.Failed, res.Removals)
+	}
+	if n := labelled(t, reg, "egressd_dataplane_prune_failures_total", "facility", "routing"); n != 1 {
+		t.Errorf("egressd_dataplane_prune_failures_total{facility=routing} %v, want 1", n)
+	}
+	if len(l.ownedRules(t)) == 0 {
+		t.Fatal("the rules are gone though their removal failed")
+	}
+	restore()
+	if res := l.apply(t, a, state); len(res.Failed) > 0 || len(res.Removals) > 0 {
+		t.Errorf("the Apply after: failed %v, removals %v; want none", res.Failed, res.Removals)
+	}
+	if got := l.ownedRules(t); len(got) != 0 {
+		t.Errorf("rules %q left after the retried removal", got)
+	}
+	if n := labelled(t, reg, "egressd_dataplane_prune_failures_total", "facility", "routing"); n != 1 {
+		t.Errorf("egressd_dataplane_prune_failures_total{facility=routing} %v after a removal that succeeded, want 1 still", n)
+	}
+}
+
+// labelled reads the counter of the applier's metrics that has the label name=value.
+func labelled(t *testing.T, reg *prometheus.Registry, metric, name, value string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != metric {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == name && lp.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }

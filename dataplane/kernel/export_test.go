@@ -1,6 +1,10 @@
 package kernel
 
-import "time"
+import (
+	"time"
+
+	"github.com/egressd/egressd/dataplane"
+)
 
 // SetEventBuffer sets the receive buffer of the event sockets that appliers subscribe from now
 // on; restore sets it back.
@@ -15,4 +19,16 @@ func SetTableCheck(every time.Duration) (restore func()) {
 	old := tableCheck
 	tableCheck = every
 	return func() { tableCheck = old }
+}
+
+// FailRemovals makes facility's removals fail with err in the Applies that follow, as a kernel
+// that refuses them would; restore puts the facility's own back.
+func (d *Applier) FailRemovals(facility string, err error) (restore func()) {
+	for i, r := range d.removals {
+		if r.facility == facility {
+			d.removals[i].prune = func(*dataplane.State, *dataplane.RoutingState) error { return err }
+			return func() { d.removals[i].prune = r.prune }
+		}
+	}
+	panic("no removals of " + facility)
 }

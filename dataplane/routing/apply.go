@@ -24,6 +24,8 @@ func (r *Router) Apply(s *dataplane.RoutingState, up func(peer netip.Addr) bool)
 	}
 	rules, routes, errs := r.cfg.wanted(s)
 	through := map[int]bool{}
+	r.applying = map[netip.Addr]bool{}
+	defer r.resolvedAll()
 	defer func() {
 		if through != nil { // nil: the kernel could not be read, and nothing changed
 			r.copiedMu.Lock()
@@ -160,6 +162,7 @@ func (r *Router) device(nh dataplane.Nexthop) (int, error) {
 		}
 		return l.Attrs().Index, nil
 	}
+	r.resolving(nh.Gateway)
 	routes, err := r.h.RouteGet(nh.Gateway.AsSlice())
 	if err != nil || len(routes) == 0 {
 		return 0, fmt.Errorf("gateway %s: no route: %v", nh.Gateway, err)

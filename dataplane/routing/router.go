@@ -48,10 +48,15 @@ type Router struct {
 	inUse []netip.Addr
 	// copied are the interfaces whose routes the last WithLinkRoutes copied, by index, with the
 	// table they were copied from (linkcopy.go); through are those egressd's routes sent traffic
-	// through at the last Apply (rpfilter.go).
+	// through at the last Apply (rpfilter.go); resolved are the gateways whose interface the
+	// last Apply asked the kernel for, and those the Apply under way asked for so far
+	// (gateways.go).
 	copied   map[int]int
 	through  map[int]bool
+	resolved map[netip.Addr]bool
 	copiedMu sync.Mutex
+	// applying are the gateways the Apply under way resolved so far (mu).
+	applying map[netip.Addr]bool
 }
 
 // New opens the network namespace of the calling thread and adopts what egressd owns there.

@@ -4,7 +4,10 @@
 // sooner than a configurable minimum that protects the resolver); on failure the last addresses
 // are kept and the query retried every 5 s, then with a backoff doubling up to 2 min. Every
 // nameserver of the configuration is asked, in order, until one answers. One resolution per
-// distinct name, shared by every namespace; names are case-insensitive.
+// distinct name, shared by every namespace; names are case-insensitive. The last addresses are
+// kept in a state file, so that a restarted agent answers with them until a name's first fresh
+// answer, instead of nothing (and a rule "allow the name, then deny everything" dropping its
+// traffic until the DNS answers again).
 package dnsnames
 
 import (
@@ -35,6 +38,15 @@ type Resolver struct {
 	entries map[string]*entry
 	changed chan struct{}
 	ctx     context.Context
+
+	// state is the file the addresses are kept in across restarts ("": none), written at most
+	// every saveEvery after a change (dirty); remembered are those an earlier agent kept there,
+	// by name, each taken by the name's entry when it is wanted (and answered by Lookup until
+	// then: the first compile looks names up before it says which it wants).
+	state      string
+	saveEvery  time.Duration
+	dirty      chan struct{}
+	remembered map[string][]netip.Addr
 }
 
 type entry struct {
@@ -42,15 +54,29 @@ type entry struct {
 	cancel context.CancelFunc
 }
 
+// StateFile is the name of the file, in the agent's state directory (next to its CNI socket),
+// that keeps each name's last addresses across a restart of the agent.
+const StateFile = "dnsnames.json"
+
 // New returns a resolver asking servers ("ip:port", in order until one answers), refreshing no
-// sooner than minTTL; it stops when ctx ends.
-func New(ctx context.Context, servers []string, minTTL time.Duration, log *slog.Logger) *Resolver {
-	return &Resolver{
+// sooner than minTTL, keeping the addresses in the file state ("": nowhere) and starting from
+// those an earlier agent kept there; it stops when ctx ends.
+func New(ctx context.Context, servers []string, minTTL time.Duration, state string, log *slog.Logger) *Resolver {
+	r := &Resolver{
 		servers: servers, log: log, client: &dns.Client{Timeout: 5 * time.Second},
 		zeroTTL: 5 * time.Second, minTTL: minTTL, maxTTL: 30 * time.Minute, retry: 5 * time.Second, maxBackoff: 2 * time.Minute,
 		retriesBeforeBackoff: 10,
 		entries:              map[string]*entry{}, changed: make(chan struct{}, 1), ctx: ctx,
+		state: state, saveEvery: time.Second, dirty: make(chan struct{}, 1),
 	}
+	if state != "" {
+		var err error
+		if r.remembered, err = load(state); err != nil {
+			log.Error("dnsName addresses of the previous agent not read: names match nothing until they resolve", "file", state, "err", err)
+		}
+		go r.saving()
+	}
+	return r
 }
 
 // Canonical is the form names are compared in: lower case, no trailing dot.
@@ -68,6 +94,7 @@ func (r *Resolver) Want(names []string) {
 		if !want[name] {
 			e.cancel()
 			delete(r.entries, name)
+			r.markDirty()
 		}
 	}
 	for name := range want {
@@ -79,19 +106,27 @@ func (r *Resolver) Want(names []string) {
 			}
 			ctx, cancel := context.WithCancel(r.ctx)
 			r.entries[name] = &entry{cancel: cancel}
+			if addrs, ok := r.remembered[name]; ok {
+				// Taken over: the file is written again with the names wanted now.
+				r.entries[name].addrs = addrs
+				delete(r.remembered, name)
+				r.markDirty()
+			}
 			go r.run(ctx, name)
 		}
 	}
 }
 
-// Lookup returns the last addresses of name (none until it first resolves).
+// Lookup returns the last addresses of name: those an earlier agent kept until it first
+// resolves here, none when it never resolved.
 func (r *Resolver) Lookup(name string) []netip.Addr {
+	name = Canonical(name)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if e, ok := r.entries[Canonical(name)]; ok {
+	if e, ok := r.entries[name]; ok {
 		return e.addrs
 	}
-	return nil
+	return r.remembered[name]
 }
 
 // Changed receives a value after any name's addresses changed.
@@ -134,6 +169,7 @@ func (r *Resolver) set(name string, addrs []netip.Addr) {
 	changed := ok && !slices.Equal(e.addrs, addrs)
 	if changed {
 		e.addrs = addrs
+		r.markDirty()
 	}
 	r.mu.Unlock()
 	if changed {

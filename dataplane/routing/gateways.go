@@ -1,0 +1,46 @@
+package routing
+
+import (
+	"maps"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+)
+
+// Resolves says whether a change of route rt may move a gateway egressd's routes depend on: one
+// whose interface Apply asks the kernel for (a nexthop without a device), at the last Apply or
+// the one under way. Such a change (the gateway's network moved to another interface, a more
+// specific route to it, its connected route gone or back) asks for a sync, which resolves it
+// again; nothing in the API moves then. Routes of egressd's own tables are its own writes.
+func (r *Router) Resolves(rt netlink.Route) bool {
+	if rt.Dst == nil || r.cfg.ownsTable(uint32(rt.Table)) {
+		return false
+	}
+	r.copiedMu.Lock()
+	defer r.copiedMu.Unlock()
+	for gw := range r.resolved {
+		if rt.Dst.Contains(gw.AsSlice()) {
+			return true
+		}
+	}
+	return false
+}
+
+// resolving tells Resolves, while Apply runs, that it asks the kernel for gw's interface. Apply's
+// goroutine only (mu held).
+func (r *Router) resolving(gw netip.Addr) {
+	r.applying[gw] = true
+	r.copiedMu.Lock()
+	defer r.copiedMu.Unlock()
+	if r.resolved == nil {
+		r.resolved = map[netip.Addr]bool{}
+	}
+	r.resolved[gw] = true
+}
+
+// resolvedAll ends an Apply: the gateways it resolved are those Resolves looks at from now on.
+func (r *Router) resolvedAll() {
+	r.copiedMu.Lock()
+	defer r.copiedMu.Unlock()
+	r.resolved = maps.Clone(r.applying)
+}
