@@ -7,42 +7,32 @@ package httpauth
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/egressd/egressd/internal/verdicts"
 )
 
 // Guard checks each request's token and right before passing it on.
 type Guard struct {
 	Client kubernetes.Interface
 	Log    *slog.Logger
-	// TTL is how long a verdict is kept (default 30 s): a scrape every 15 s costs the API
-	// server two reviews a minute, not eight.
-	TTL time.Duration
 	// now is the clock (tests).
 	now func() time.Time
 
-	mu       sync.Mutex
-	verdicts map[[32]byte]verdict
+	// verdicts are the outcomes (http.StatusOK, StatusUnauthorized or StatusForbidden) by
+	// token and path, kept 30 s: a scrape every 15 s costs the API server two reviews a
+	// minute, not eight.
+	verdicts verdicts.Cache[int]
 }
-
-type verdict struct {
-	code    int // http.StatusOK, StatusUnauthorized or StatusForbidden
-	expires time.Time
-}
-
-// maxVerdicts bounds the cache: a caller sending a new token each time makes the cache start
-// over, not grow.
-const maxVerdicts = 1024
 
 // reviewTimeout bounds the two reviews of one request.
 const reviewTimeout = 5 * time.Second
@@ -78,29 +68,17 @@ func (g *Guard) clock() time.Time {
 
 // verdict is the cached or fresh outcome for token and path; a failed review is not cached.
 func (g *Guard) verdict(ctx context.Context, token, path string) int {
-	key := sha256.Sum256([]byte(path + "\x00" + token))
+	key := verdicts.Key(token, path)
 	now := g.clock()
-	g.mu.Lock()
-	v, ok := g.verdicts[key]
-	g.mu.Unlock()
-	if ok && now.Before(v.expires) {
-		return v.code
+	if code, ok := g.verdicts.Get(key, now); ok {
+		return code
 	}
 	code, err := g.review(ctx, token, path)
 	if err != nil {
 		g.Log.Error("review of a request's token", "path", path, "err", err)
 		return http.StatusServiceUnavailable
 	}
-	ttl := g.TTL
-	if ttl <= 0 {
-		ttl = 30 * time.Second
-	}
-	g.mu.Lock()
-	if g.verdicts == nil || len(g.verdicts) >= maxVerdicts {
-		g.verdicts = map[[32]byte]verdict{}
-	}
-	g.verdicts[key] = verdict{code: code, expires: now.Add(ttl)}
-	g.mu.Unlock()
+	g.verdicts.Put(key, code, now)
 	return code
 }
 

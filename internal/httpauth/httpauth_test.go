@@ -13,6 +13,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/egressd/egressd/internal/verdicts"
 	"github.com/egressd/egressd/test/controlplane"
 )
 
@@ -85,9 +86,7 @@ func TestGuard(t *testing.T) {
 		// The RBAC cache of the API server may lag the binding just made.
 		got := get(c.path, c.token)
 		if got != c.want && c.want == http.StatusOK {
-			g.mu.Lock()
-			g.verdicts = nil
-			g.mu.Unlock()
+			g.verdicts = verdicts.Cache[int]{}
 			got = get(c.path, c.token)
 		}
 		if got != c.want {

@@ -2,18 +2,18 @@ package podannounce
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/egressd/egressd/internal/verdicts"
 )
 
 // Audience is the audience of the tokens that authenticate announcements: the DaemonSet
@@ -35,29 +35,21 @@ type Authenticator interface {
 // TokenReviewer authenticates announcements by the sender's pod-bound ServiceAccount token,
 // reviewed by the API server (TokenReview, for Audience): the token must be of the agents'
 // ServiceAccount, and its node-name claim (the node its pod is bound to) names the sender's node.
-// Verdicts are kept for TTL, so that a burst of new pods costs one review per sender.
+// Verdicts are kept 30 s, so that a burst of new pods costs one review per sender.
 type TokenReviewer struct {
 	Client kubernetes.Interface
 	// Identity is the agents' ServiceAccount user, system:serviceaccount:<namespace>:<name>.
 	Identity string
-	// TTL is how long a verdict is kept (default 30 s).
-	TTL time.Duration
 	// now is the clock (tests).
 	now func() time.Time
 
-	mu       sync.Mutex
-	verdicts map[[32]byte]verdict
+	verdicts verdicts.Cache[verdict]
 }
 
 type verdict struct {
-	node    string
-	err     error
-	expires time.Time
+	node string
+	err  error
 }
-
-// maxVerdicts bounds the cache: a caller sending a new token each time makes it start over,
-// not grow.
-const maxVerdicts = 1024
 
 // reviewTimeout bounds one review.
 const reviewTimeout = 5 * time.Second
@@ -70,31 +62,19 @@ func (a *TokenReviewer) Node(ctx context.Context, token string) (string, error) 
 	if token == "" {
 		return "", errors.New("no token (a pod-bound token of the agents' ServiceAccount for audience " + Audience + ")")
 	}
-	key := sha256.Sum256([]byte(token))
+	key := verdicts.Key(token)
 	now := time.Now()
 	if a.now != nil {
 		now = a.now()
 	}
-	a.mu.Lock()
-	v, ok := a.verdicts[key]
-	a.mu.Unlock()
-	if ok && now.Before(v.expires) {
+	if v, ok := a.verdicts.Get(key, now); ok {
 		return v.node, v.err
 	}
 	node, err := a.review(ctx, token)
 	if errors.Is(err, errReview) {
 		return "", err
 	}
-	ttl := a.TTL
-	if ttl <= 0 {
-		ttl = 30 * time.Second
-	}
-	a.mu.Lock()
-	if a.verdicts == nil || len(a.verdicts) >= maxVerdicts {
-		a.verdicts = map[[32]byte]verdict{}
-	}
-	a.verdicts[key] = verdict{node: node, err: err, expires: now.Add(ttl)}
-	a.mu.Unlock()
+	a.verdicts.Put(key, verdict{node, err}, now)
 	return node, err
 }
 

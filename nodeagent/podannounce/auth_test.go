@@ -13,7 +13,7 @@ import (
 )
 
 // The token review: only a pod-bound token of the agents' ServiceAccount, for the announcement
-// audience, names a node; a verdict is kept for the TTL, then reviewed again.
+// audience, names a node; a verdict is kept 30 s, then reviewed again.
 func TestTokenReviewer(t *testing.T) {
 	const agents = "system:serviceaccount:egressd:egressd"
 	users := map[string]authnv1.TokenReviewStatus{
@@ -35,7 +35,7 @@ func TestTokenReviewer(t *testing.T) {
 		return true, tr, nil
 	})
 	now := time.Unix(0, 0)
-	r := &TokenReviewer{Client: client, Identity: agents, TTL: 30 * time.Second, now: func() time.Time { return now }}
+	r := &TokenReviewer{Client: client, Identity: agents, now: func() time.Time { return now }}
 	ctx := context.Background()
 	for token, want := range map[string]string{"good": "node-1", "other-sa": "not of the agents", "not-bound": "bound to no node",
 		"other-aud": "not for audience", "rejected": "not accepted", "": "no token"} {
