@@ -195,7 +195,7 @@ func TestDeployManifestsDryRun(t *testing.T) {
 			"clusterCIDR=10.0.0.0/16\\,fd00::/48", "serviceCIDR=10.1.0.0/16",
 			"fwmarkMask=0x0f000000", "routing.rulePriorityBase=2000", "routing.rulePriorityCount=100",
 			"routing.routeTableBase=3000", "routing.routeTableCount=200",
-			"ports.metrics=19476", "ports.health=19477", "ports.egressHealth=19107",
+			"ports.metrics=19476", "ports.metricsHost=node", "ports.health=19477", "ports.egressHealth=19107",
 			"logFormat=text", "verbosity=1", "extraArgs[0]=--external-gateway-annotations",
 			"tolerations[0].key=dedicated", "tolerations[0].operator=Exists", "tolerations[0].effect=NoSchedule",
 			"nodeSelector.kubernetes\\.io/os=linux", "resources.limits.memory=512Mi",
@@ -217,12 +217,18 @@ func TestDeployManifestsDryRun(t *testing.T) {
 		}
 		args := containerArgs("DaemonSet", "edge-egressd")
 		for _, want := range []string{"--cluster-cidr=10.0.0.0/16,fd00::/48", "--service-cidr=10.1.0.0/16", "--fwmark-mask=0x0f000000", "--rule-priority-base=2000", "--rule-priority-count=100",
-			"--route-table-base=3000", "--route-table-count=200", "--metrics-bind-address=:19476",
+			"--route-table-base=3000", "--route-table-count=200", "--metrics-bind-address=$(HOST_IP):19476",
 			"--health-probe-bind-address=:19477", "--egress-health-bind-address=:19107", "--egressip-health-port=19107",
 			"--log-format=text", "--v=1", "--external-gateway-annotations"} {
 			if !strings.Contains(args, want) {
 				t.Errorf("the agent's args %s lack %s", args, want)
 			}
+		}
+		// metricsHost=node: the node's address, from the pod's status, is what $(HOST_IP) expands to.
+		ds := byKindName(objs)["DaemonSet/edge-egressd"]
+		containers, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
+		if env := fmt.Sprint(containers[0].(map[string]any)["env"]); !strings.Contains(env, "HOST_IP") || !strings.Contains(env, "status.hostIP") {
+			t.Errorf("the agent's env %s lacks HOST_IP from status.hostIP", env)
 		}
 		// The router pods are the controller's: their image is its flag.
 		if strings.Contains(args, "--egress-router-image") {
