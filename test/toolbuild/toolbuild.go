@@ -22,11 +22,11 @@ func toolsDir(name string) string {
 	return filepath.Join(filepath.Dir(file), "..", "tools", name)
 }
 
-// Kubernetes returns the directory of kubelet and kube-scheduler, built from
+// Kubernetes returns the directory of kubelet, kube-scheduler and kube-proxy, built from
 // test/tools/node (k8s.io/kubernetes at the control plane's version). One build makes them all:
 // the cache key is the module's, so every caller must ask for the same programs.
 func Kubernetes(log io.Writer) (string, error) {
-	return Cached(log, "node", nil, "k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes/cmd/kube-scheduler")
+	return Cached(log, "node", nil, "k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes/cmd/kube-scheduler", "k8s.io/kubernetes/cmd/kube-proxy")
 }
 
 // Cached builds pkgs of the module test/tools/<module> into
