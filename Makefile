@@ -34,7 +34,7 @@ deps: ## packages of MACHINE.md and bpffs (root only; no-op when present)
 controlplane-bin: ## build (or find cached) etcd, kube-apiserver, kube-controller-manager
 	$(GO) run ./test/controlplane/cmd/controlplane build
 
-node-bin: ## build (or find cached) kubelet, kube-scheduler, containerd for the lab's real node (test/node)
+node-bin: ## build (or find cached) kubelet, kube-scheduler, kube-proxy, containerd for the lab's real node (test/node) and lab.Options.KubeProxy
 	$(GO) run ./test/node/cmd/realnode build
 
 test: deps controlplane-bin node-bin ## every tier: unit, bpf, dataplane, control plane, end to end; race detector on, agents included

@@ -8,7 +8,8 @@ if [ "$(id -u)" != 0 ]; then
 fi
 need=()
 for c in clang:clang llc:llvm bpftool:bpftool nft:nftables ip:iproute2 tcpdump:tcpdump \
-         conntrack:conntrack nc:netcat-openbsd ping:iputils-ping runc:runc; do
+         conntrack:conntrack nc:netcat-openbsd ping:iputils-ping runc:runc \
+         iptables:iptables; do
   command -v "${c%%:*}" >/dev/null || need+=("${c##*:}")
 done
 [ -x /usr/lib/frr/bfdd ] || need+=(frr)
@@ -18,7 +19,7 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
     clang llvm libbpf-dev bpftool nftables iproute2 frr tcpdump conntrack netcat-openbsd iputils-ping \
-    runc >/dev/null
+    runc iptables >/dev/null
 fi
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing || true

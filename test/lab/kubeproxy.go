@@ -22,8 +22,12 @@ import (
 // Service's ready endpoints (numgen random), from the EndpointSlices. It rewrites the whole
 // table in each node after any change.
 
-// StartKubeProxy starts the kube-proxy stand-in, until the lab closes.
+// StartKubeProxy starts the kube-proxy stand-in, or the real kube-proxy (Options.KubeProxy),
+// until the lab closes.
 func (l *Lab) StartKubeProxy(ctx context.Context) error {
+	if l.opts.KubeProxy != "" {
+		return l.startRealKubeProxy(ctx, l.opts.KubeProxy)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	f := informers.NewSharedInformerFactory(l.Client, 0)
 	svcs := f.Core().V1().Services()

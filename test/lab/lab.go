@@ -76,6 +76,10 @@ type Options struct {
 	// AgentWrap runs each agent through a command once in its node's namespace, e.g. setpriv
 	// restricting it to the DaemonSet's capabilities; default DefaultAgentWrap.
 	AgentWrap []string
+	// KubeProxy is what StartKubeProxy runs on every node: "" the stand-in (kubeproxy.go), or
+	// "iptables" or "nftables", the real kube-proxy (test/tools/node) in that mode. IPVS is not
+	// offered: the development machines' kernels have no IP_VS.
+	KubeProxy string
 	// Log receives progress; default io.Discard.
 	Log io.Writer
 }
