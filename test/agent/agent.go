@@ -22,6 +22,7 @@ import (
 
 	"github.com/egressd/egressd/test/controlplane"
 	"github.com/egressd/egressd/test/spawn"
+	"github.com/egressd/egressd/test/toolbuild"
 )
 
 // built holds, per command name, the result of its one build in this process.
@@ -35,7 +36,7 @@ type build struct {
 
 // Command returns the path of cmd/<name> of this repository (or of the package <name> when it
 // is a path, e.g. test/cnifloor), built once per test process. The
-// binaries go to one directory of the build cache (controlplane.CacheDir()/bin, per race
+// binaries go to one directory of the build cache (toolbuild.CacheDir()/bin, per race
 // setting), replaced by rename: test processes that run at once each link their own and none
 // changes a file another one runs, and repeated runs leave nothing behind in /tmp. With
 // EGRESSD_RACE=1 (make test) it is built with the race detector: the agents the tests run then
@@ -55,7 +56,7 @@ func buildCommand(name string) (string, error) {
 	if os.Getenv("EGRESSD_RACE") == "1" {
 		variant, args, env = "race", []string{"build", "-race"}, nil // the race detector needs cgo
 	}
-	dir := filepath.Join(controlplane.CacheDir(), "bin", variant)
+	dir := filepath.Join(toolbuild.CacheDir(), "bin", variant)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}

@@ -20,8 +20,8 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/egressd/egressd/test/agent"
-	"github.com/egressd/egressd/test/controlplane"
 	"github.com/egressd/egressd/test/netns"
+	"github.com/egressd/egressd/test/toolbuild"
 )
 
 // The lab's pods get their interfaces as a container runtime gives them: libcni runs a conflist
@@ -62,7 +62,7 @@ func buildPlugins(log io.Writer) (string, error) {
 		}
 		h.Write(b)
 	}
-	out := filepath.Join(controlplane.CacheDir(), "cniplugins", hex.EncodeToString(h.Sum(nil))[:16])
+	out := filepath.Join(toolbuild.CacheDir(), "cniplugins", hex.EncodeToString(h.Sum(nil))[:16])
 	names := []string{"ptp", "bridge", "host-local"}
 	have := func() bool {
 		for _, n := range names {

@@ -18,7 +18,7 @@ type Binaries struct {
 }
 
 // Build returns the node's binaries, building each module's on the first call for its go.mod,
-// go.sum and sources into controlplane.CacheDir() (cold: minutes; progress goes to log).
+// go.sum and sources into toolbuild.CacheDir() (cold: minutes; progress goes to log).
 func Build(log io.Writer) (Binaries, error) {
 	k8s, err := toolbuild.Kubernetes(log)
 	if err != nil {

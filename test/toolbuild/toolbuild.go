@@ -1,5 +1,5 @@
 // Package toolbuild builds the programs that the test/tools modules pin, once per content of a
-// module, into controlplane.CacheDir().
+// module, into CacheDir().
 package toolbuild
 
 import (
@@ -13,13 +13,29 @@ import (
 	"runtime"
 	"syscall"
 	"time"
-
-	"github.com/egressd/egressd/test/controlplane"
 )
 
 func toolsDir(name string) string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "tools", name)
+}
+
+// CacheDir is where built binaries are kept between runs: $EGRESSD_CACHE or ~/.cache/egressd.
+func CacheDir() string {
+	if d := os.Getenv("EGRESSD_CACHE"); d != "" {
+		return d
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "egressd")
+	}
+	return filepath.Join(os.TempDir(), "egressd-cache")
+}
+
+// ControlPlane returns the directory of etcd, kube-apiserver and kube-controller-manager, built
+// from test/tools itself (k8s.io/kubernetes and etcd's server).
+func ControlPlane(log io.Writer) (string, error) {
+	return build(log, "controlplane", toolsDir(""), []string{"etcd/main.go"},
+		"k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager", "./etcd")
 }
 
 // Kubernetes returns the directory of kubelet, kube-scheduler and kube-proxy, built from
@@ -33,16 +49,21 @@ func Kubernetes(log io.Writer) (string, error) {
 // <cache>/<module>/<hash of go.mod, go.sum and sources>, once: concurrent test binaries wait
 // for the one that builds.
 func Cached(log io.Writer, module string, sources []string, pkgs ...string) (string, error) {
-	dir := toolsDir(module)
+	return build(log, module, toolsDir(module), sources, pkgs...)
+}
+
+// build builds pkgs of the module in dir into <cache>/<name>/<hash of go.mod, go.sum and
+// sources>.
+func build(log io.Writer, name, dir string, sources []string, pkgs ...string) (string, error) {
 	h := sha256.New()
 	for _, f := range append([]string{"go.mod", "go.sum"}, sources...) {
 		b, err := os.ReadFile(filepath.Join(dir, f))
 		if err != nil {
-			return "", fmt.Errorf("hash test/tools/%s: %w", module, err)
+			return "", fmt.Errorf("hash %s: %w", name, err)
 		}
 		h.Write(b)
 	}
-	out := filepath.Join(controlplane.CacheDir(), module, hex.EncodeToString(h.Sum(nil))[:16])
+	out := filepath.Join(CacheDir(), name, hex.EncodeToString(h.Sum(nil))[:16])
 	if _, err := os.Stat(out); err == nil {
 		return out, nil
 	}
@@ -62,7 +83,7 @@ func Cached(log io.Writer, module string, sources []string, pkgs ...string) (str
 	}
 	tmp := out + ".tmp"
 	_ = os.RemoveAll(tmp)
-	fmt.Fprintf(log, "building %v from test/tools/%s into %s (cold: minutes)\n", pkgs, module, out)
+	fmt.Fprintf(log, "building %v from %s into %s (cold: minutes)\n", pkgs, name, out)
 	start := time.Now()
 	// Static binaries; containerd's btrfs and devmapper snapshotters need cgo and are not used.
 	cmd := exec.Command("go", append([]string{"build", "-trimpath", "-tags", "no_btrfs no_devmapper", "-o", tmp + "/"}, pkgs...)...)
@@ -78,18 +99,18 @@ func Cached(log io.Writer, module string, sources []string, pkgs ...string) (str
 			case <-done:
 				return
 			case <-t.C:
-				fmt.Fprintf(log, "  still building test/tools/%s (%s)\n", module, time.Since(start).Round(time.Second))
+				fmt.Fprintf(log, "  still building %s (%s)\n", name, time.Since(start).Round(time.Second))
 			}
 		}
 	}()
 	err = cmd.Run()
 	close(done)
 	if err != nil {
-		return "", fmt.Errorf("build test/tools/%s: %w", module, err)
+		return "", fmt.Errorf("build %s: %w", name, err)
 	}
 	if err := os.Rename(tmp, out); err != nil {
 		return "", err
 	}
-	fmt.Fprintf(log, "built test/tools/%s in %s\n", module, time.Since(start).Round(time.Second))
+	fmt.Fprintf(log, "built %s in %s\n", name, time.Since(start).Round(time.Second))
 	return out, nil
 }
