@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -26,6 +27,7 @@ func main() {
 	output := map[string]*strings.Builder{}
 	var passed, failed, skipped []string
 	var badSkips []string
+	reasons := map[string][]string{} // failed test -> its t.Error/t.Fatal lines
 	pkgFailed := false
 	start := time.Now()
 	sc := bufio.NewScanner(os.Stdin)
@@ -67,6 +69,7 @@ func main() {
 				failed = append(failed, key)
 				if b := output[key]; b != nil {
 					fmt.Printf("--- FAIL %s\n%s", key, b.String())
+					reasons[key] = failureLines(b.String())
 				}
 			case "skip":
 				skipped = append(skipped, key)
@@ -81,6 +84,13 @@ func main() {
 	fmt.Printf("\n== %d passed, %d failed, %d skipped in %s\n", len(passed), len(failed), len(skipped), time.Since(start).Round(time.Second))
 	for _, s := range skipped {
 		fmt.Println("   skipped:", s)
+	}
+	// Again at the end: a failed test's own lines are otherwise buried under the logs it dumps,
+	// and CI shows only the tail.
+	for _, key := range failed {
+		for _, line := range reasons[key] {
+			fmt.Printf("   %s: %s\n", key, line)
+		}
 	}
 	for _, s := range badSkips {
 		fmt.Println("   privileged test skipped in CI (counts as a failure):", s)
@@ -108,4 +118,30 @@ func printUnfinished(output map[string]*strings.Builder, pkg string) {
 		fmt.Print(output[key].String())
 		delete(output, key)
 	}
+}
+
+// failureLines picks, from a test's output, the lines a test file itself printed (t.Error,
+// t.Fatal and helpers marked t.Helper report a _test.go position), at most 3 lines of each and
+// 12 in all.
+var position = regexp.MustCompile(`^\s+\S+\.go:\d+: `)
+
+func failureLines(out string) []string {
+	var picked []string
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		t := strings.TrimSpace(l)
+		if colon := strings.Index(t, ": "); colon < 0 || !strings.Contains(t[:colon], "_test.go:") {
+			continue
+		}
+		for j := i; j < len(lines) && j < i+3; j++ {
+			if j > i && position.MatchString(lines[j]) { // the next message
+				break
+			}
+			picked = append(picked, strings.TrimSpace(lines[j]))
+		}
+		if len(picked) >= 12 {
+			return picked[:12]
+		}
+	}
+	return picked
 }
