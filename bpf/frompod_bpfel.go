@@ -123,6 +123,7 @@ type FromPodPodInfo struct {
 	Pad      [3]uint8
 	Mark     uint32
 	Ifindex  uint32
+	Port     uint32
 }
 
 type FromPodPortKey struct {
@@ -194,12 +195,14 @@ const (
 	FromPodMapEgressdGuarded     = "egressd_guarded"
 	FromPodMapEgressdIds         = "egressd_ids"
 	FromPodMapEgressdPods        = "egressd_pods"
+	FromPodMapEgressdPorts       = "egressd_ports"
 	FromPodMapEgressdQos         = "egressd_qos"
 	FromPodMapEgressdQosRules    = "egressd_qos_rules"
 	FromPodMapEgressdQosStats    = "egressd_qos_stats"
 	FromPodMapEgressdSpoofed     = "egressd_spoofed"
 	FromPodMapEgressdSteerExempt = "egressd_steer_exempt"
 	FromPodProgEgressdFrompod    = "egressd_frompod"
+	FromPodProgEgressdFromport   = "egressd_fromport"
 	FromPodProgEgressdTopod      = "egressd_topod"
 	FromPodVarLogRate            = "log_rate"
 	FromPodVarMarkMask           = "mark_mask"
@@ -248,8 +251,9 @@ type FromPodSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type FromPodProgramSpecs struct {
-	EgressdFrompod *ebpf.ProgramSpec `ebpf:"egressd_frompod"`
-	EgressdTopod   *ebpf.ProgramSpec `ebpf:"egressd_topod"`
+	EgressdFrompod  *ebpf.ProgramSpec `ebpf:"egressd_frompod"`
+	EgressdFromport *ebpf.ProgramSpec `ebpf:"egressd_fromport"`
+	EgressdTopod    *ebpf.ProgramSpec `ebpf:"egressd_topod"`
 }
 
 // FromPodMapSpecs contains maps before they are loaded into the kernel.
@@ -273,6 +277,7 @@ type FromPodMapSpecs struct {
 	EgressdGuarded     *ebpf.MapSpec `ebpf:"egressd_guarded"`
 	EgressdIds         *ebpf.MapSpec `ebpf:"egressd_ids"`
 	EgressdPods        *ebpf.MapSpec `ebpf:"egressd_pods"`
+	EgressdPorts       *ebpf.MapSpec `ebpf:"egressd_ports"`
 	EgressdQos         *ebpf.MapSpec `ebpf:"egressd_qos"`
 	EgressdQosRules    *ebpf.MapSpec `ebpf:"egressd_qos_rules"`
 	EgressdQosStats    *ebpf.MapSpec `ebpf:"egressd_qos_stats"`
@@ -326,6 +331,7 @@ type FromPodMaps struct {
 	EgressdGuarded     *ebpf.Map `ebpf:"egressd_guarded"`
 	EgressdIds         *ebpf.Map `ebpf:"egressd_ids"`
 	EgressdPods        *ebpf.Map `ebpf:"egressd_pods"`
+	EgressdPorts       *ebpf.Map `ebpf:"egressd_ports"`
 	EgressdQos         *ebpf.Map `ebpf:"egressd_qos"`
 	EgressdQosRules    *ebpf.Map `ebpf:"egressd_qos_rules"`
 	EgressdQosStats    *ebpf.Map `ebpf:"egressd_qos_stats"`
@@ -352,6 +358,7 @@ func (m *FromPodMaps) Close() error {
 		m.EgressdGuarded,
 		m.EgressdIds,
 		m.EgressdPods,
+		m.EgressdPorts,
 		m.EgressdQos,
 		m.EgressdQosRules,
 		m.EgressdQosStats,
@@ -373,13 +380,15 @@ type FromPodVariables struct {
 //
 // It can be passed to LoadFromPodObjects or ebpf.CollectionSpec.LoadAndAssign.
 type FromPodPrograms struct {
-	EgressdFrompod *ebpf.Program `ebpf:"egressd_frompod"`
-	EgressdTopod   *ebpf.Program `ebpf:"egressd_topod"`
+	EgressdFrompod  *ebpf.Program `ebpf:"egressd_frompod"`
+	EgressdFromport *ebpf.Program `ebpf:"egressd_fromport"`
+	EgressdTopod    *ebpf.Program `ebpf:"egressd_topod"`
 }
 
 func (p *FromPodPrograms) Close() error {
 	return _FromPodClose(
 		p.EgressdFrompod,
+		p.EgressdFromport,
 		p.EgressdTopod,
 	)
 }

@@ -61,6 +61,10 @@ type Pod struct {
 	// skb->mark of every packet it sends that the firewall lets through, except to SteerExempt
 	// destinations; 0 for none. It must lie within the classifier's mark mask.
 	Mark uint32
+	// HostInterfaces are the host-side interfaces the CNI made for the pod's sandbox, as its
+	// ADD reported them (none for a pod added before egressd's plugin was chained): a bridged
+	// pod's bridge port is among them, and only the pod's addresses pass that port.
+	HostInterfaces []string `json:",omitempty"`
 }
 
 // Firewall is one namespace's EgressFirewall, compiled. Err set means it could not be

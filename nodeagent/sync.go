@@ -43,6 +43,8 @@ type Reporter interface {
 type Announced interface {
 	// Overlay returns the snapshot to compile from and the announced pods of this node.
 	Overlay(snap *watchers.Snapshot) (*watchers.Snapshot, []*corev1.Pod)
+	// HostInterfaces sets the host-side interfaces of the pods the CNI plugin announced.
+	HostInterfaces(pods []dataplane.Pod)
 	Applied(state *dataplane.State, res dataplane.Result)
 	// Changed signals newly announced pods: they need a sync at once.
 	Changed() <-chan struct{}
@@ -214,6 +216,9 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	in := &cluster.Input{Snap: snap, Node: l.cfg.Node, Networks: networks, Lookup: l.deps.DNS.Lookup}
 	l.compile("pods", func() error {
 		pods, err := cluster.LocalPods(snap, l.cfg.Node, announced...)
+		if err == nil && l.deps.Announced != nil {
+			l.deps.Announced.HostInterfaces(pods)
+		}
 		return keep(&l.parts.pods, pods, err)
 	})
 	in.Pods = l.parts.pods

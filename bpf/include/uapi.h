@@ -156,6 +156,7 @@ struct bpf_sock_tuple {
 /* linux/if_ether.h */
 #define ETH_ALEN 6
 #define ETH_P_IP 0x0800
+#define ETH_P_ARP 0x0806
 #define ETH_P_IPV6 0x86DD
 
 struct ethhdr {

@@ -65,4 +65,16 @@ int egressd_topod(struct __sk_buff *skb)
 	return TCX_NEXT;
 }
 
+// On each port of a bridge that faces pods alone (the host side of a pod's veth), tcx ingress: a
+// frame must carry an address of the pod behind that port (lib/guard.h), else it is dropped
+// before the bridge forwards it, to the node or to a neighbour. Never changes a frame.
+SEC("tcx/ingress")
+int egressd_fromport(struct __sk_buff *skb)
+{
+	struct addr src = {};
+	if (frame_source(skb, &src))
+		return TCX_NEXT; // neither IP nor ARP: the bridge's own guard sees what reaches the node
+	return port_spoofed(skb, &src) ? TCX_DROP : TCX_NEXT;
+}
+
 char __license[] SEC("license") = "Dual BSD/GPL";

@@ -54,7 +54,7 @@ func TestPrivilegedClassifierACLLog(t *testing.T) {
 				{Index: 3, Deny: true, Prefixes: pfxs("0.0.0.0/0", "::/0")},
 			}
 			st.Firewalls[0].Log = dataplane.ACLLog{Deny: "alert", Allow: "notice"}
-			if failed := c.Apply(st, nil); len(failed) > 0 {
+			if failed := c.Apply(st, nil, nil); len(failed) > 0 {
 				t.Fatal(failed)
 			}
 			in, err := classifier.Inspect(fmt.Sprintf("/sys/fs/bpf/egressd-test-classifier-%d", os.Getpid()))

@@ -16,14 +16,15 @@ var linkScoped = []netip.Prefix{netip.MustParsePrefix("fe80::/10"), netip.MustPa
 
 // Apply writes the classifier's part of s, returning failures per object. A policy that failed
 // to compile or does not fit keeps every entry it had (fail closed). facing is the index of the
-// host interface that faces each pod address (where its packets must come in, see Guard).
-func (c *Classifier) Apply(s *dataplane.ClassifierState, facing map[netip.Addr]int) map[dataplane.Origin]error {
+// host interface that faces each pod address (where its packets must come in, see Guard), port
+// that of a bridged pod's bridge port (0 or absent: unknown).
+func (c *Classifier) Apply(s *dataplane.ClassifierState, facing, port map[netip.Addr]int) map[dataplane.Origin]error {
 	failed := map[dataplane.Origin]error{}
 	want := newContent()
 	a := newIDs()
 	fws, list, reused := c.firewallsFor(s, a, failed)
 	want.ids = c.namesOf(a)
-	keep := c.pods(s, a, fws, facing, &want, failed) // QoS classes whose previous entries stay
+	keep := c.pods(s, a, fws, facing, port, &want, failed) // QoS classes whose previous entries stay
 	for _, q := range s.QoS {
 		id := a.namespace(q.Origin.Namespace)
 		for _, r := range q.Rules {
@@ -92,7 +93,7 @@ func (c *Classifier) Apply(s *dataplane.ClassifierState, facing map[netip.Addr]i
 
 // pods computes the entries of the local pods (and the QoS entries of the classes they
 // use) into want; it returns the classes whose EgressQoS failed, whose entries stay.
-func (c *Classifier) pods(s *dataplane.ClassifierState, a *ids, fws firewalls, facing map[netip.Addr]int, want *content, failed map[dataplane.Origin]error) map[qosClass]bool {
+func (c *Classifier) pods(s *dataplane.ClassifierState, a *ids, fws firewalls, facing, port map[netip.Addr]int, want *content, failed map[dataplane.Origin]error) map[qosClass]bool {
 	keep := map[qosClass]bool{}
 	qosByNS := map[string]dataplane.QoS{}
 	for _, q := range s.QoS {
@@ -127,7 +128,7 @@ func (c *Classifier) pods(s *dataplane.ClassifierState, a *ids, fws firewalls, f
 			if markErr != nil { // the mark it had stays (fail closed)
 				info.Mark = c.written.pods[k].Mark
 			}
-			info.Ifindex = uint32(facing[ip])
+			info.Ifindex, info.Port = uint32(facing[ip]), uint32(port[ip])
 			want.pods[k] = info
 		}
 	}
@@ -135,11 +136,24 @@ func (c *Classifier) pods(s *dataplane.ClassifierState, a *ids, fws firewalls, f
 }
 
 // Guard makes the interfaces of ifindexes, and only those, drop a packet whose source is not an
-// address of a pod behind them (bpf/src/lib/guard.h): the interfaces that face pods alone.
-func (c *Classifier) Guard(ifindexes []int) error {
-	want := make(map[uint32]uint8, len(ifindexes))
+// address of a pod behind them (bpf/src/lib/guard.h): the interfaces that face pods alone. ports
+// are the bridge ports of the pods written with one (Apply): there, FromPort lets only that
+// pod's addresses pass.
+func (c *Classifier) Guard(ifindexes, ports []int) error {
+	return errors.Join(syncMap(c.objs.EgressdGuarded, c.written.guarded, set(ifindexes)),
+		syncMap(c.objs.EgressdPorts, c.written.ports, set(ports)))
+}
+
+func set(ifindexes []int) map[uint32]uint8 {
+	out := make(map[uint32]uint8, len(ifindexes))
 	for _, i := range ifindexes {
-		want[uint32(i)] = 1
+		out[uint32(i)] = 1
 	}
-	return syncMap(c.objs.EgressdGuarded, c.written.guarded, want)
+	return out
+}
+
+// WrittenPort is the bridge port the pod address ip was last written with (0: none): what a
+// restarted agent knows of the ports of pods whose CNI ADD it did not see.
+func (c *Classifier) WrittenPort(ip netip.Addr) int {
+	return int(c.written.pods[addrOf(ip)].Port)
 }

@@ -86,7 +86,7 @@ func BenchmarkPrivilegedClassifier(b *testing.B) {
 				denied = pkt(b, podA, netip.MustParseAddr("203.0.113.1"), "tcp", 9000, 0, false)
 				deniedUDP = pkt(b, podA, netip.MustParseAddr("203.0.113.1"), "udp", 7999, 0, false)
 			}
-			if failed := c.Apply(st, nil); len(failed) > 0 {
+			if failed := c.Apply(st, nil, nil); len(failed) > 0 {
 				b.Fatal(failed)
 			}
 			if ret, _ := run(b, c, denied); ret != tcxDrop {
@@ -155,7 +155,7 @@ func BenchmarkPrivilegedClassifierQoS(b *testing.B) {
 			{Index: 1, DSCP: 10, Prefixes: pfxs("0.0.0.0/0")},
 		}}},
 	}
-	if failed := c.Apply(st, nil); len(failed) > 0 {
+	if failed := c.Apply(st, nil, nil); len(failed) > 0 {
 		b.Fatal(failed)
 	}
 	marked := pkt(b, podA, netip.MustParseAddr("10.100.0.9"), "tcp", 443, 0, false) // allowed by rule 0
@@ -198,13 +198,13 @@ func BenchmarkPrivilegedApply(b *testing.B) {
 		st.Pods = append(st.Pods, dataplane.Pod{Origin: dataplane.Origin{Kind: "Pod", Namespace: ns, Name: "p"}, IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 244, byte(i / 250), byte(1 + i%250)})}})
 		st.Firewalls = append(st.Firewalls, dataplane.Firewall{Origin: dataplane.Origin{Kind: "EgressFirewall", Namespace: ns, Name: "default"}, Rules: benchRules(n)})
 	}
-	if failed := c.Apply(st, nil); len(failed) > 0 {
+	if failed := c.Apply(st, nil, nil); len(failed) > 0 {
 		b.Fatal(failed)
 	}
 	last := &st.Firewalls[1].Rules[9]
 	for b.Loop() {
 		last.Deny = !last.Deny
-		if failed := c.Apply(st, nil); len(failed) > 0 {
+		if failed := c.Apply(st, nil, nil); len(failed) > 0 {
 			b.Fatal(failed)
 		}
 	}
@@ -227,7 +227,7 @@ func BenchmarkPrivilegedApplyNewPod(b *testing.B) {
 	for i := range 250 {
 		st.Pods = append(st.Pods, pod(i))
 	}
-	if failed := c.Apply(st, nil); len(failed) > 0 {
+	if failed := c.Apply(st, nil, nil); len(failed) > 0 {
 		b.Fatal(failed)
 	}
 	base := len(st.Pods)
@@ -235,7 +235,7 @@ func BenchmarkPrivilegedApplyNewPod(b *testing.B) {
 	for b.Loop() {
 		st.Pods = append(st.Pods[:base], pod(base+i%10000))
 		i++
-		if failed := c.Apply(st, nil); len(failed) > 0 {
+		if failed := c.Apply(st, nil, nil); len(failed) > 0 {
 			b.Fatal(failed)
 		}
 	}
@@ -252,11 +252,11 @@ func BenchmarkPrivilegedApplyNew8000(b *testing.B) {
 	var install time.Duration
 	for b.Loop() {
 		start := time.Now()
-		if failed := c.Apply(with, nil); len(failed) > 0 {
+		if failed := c.Apply(with, nil, nil); len(failed) > 0 {
 			b.Fatal(failed)
 		}
 		install += time.Since(start)
-		if failed := c.Apply(without, nil); len(failed) > 0 {
+		if failed := c.Apply(without, nil, nil); len(failed) > 0 {
 			b.Fatal(failed)
 		}
 	}
@@ -277,7 +277,7 @@ func BenchmarkPrivilegedClassifierSteer(b *testing.B) {
 	for i := range 1000 {
 		st.SteerExempt = append(st.SteerExempt, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 100, byte(50 + i/250), byte(1 + i%250)}), 32))
 	}
-	if failed := c.Apply(st, nil); len(failed) > 0 {
+	if failed := c.Apply(st, nil, nil); len(failed) > 0 {
 		b.Fatal(failed)
 	}
 	marked := pkt(b, podA, netip.MustParseAddr("10.100.1.200"), "tcp", 443, 0, false) // allowed by rule 1

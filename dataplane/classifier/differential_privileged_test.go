@@ -67,7 +67,7 @@ func TestPrivilegedClassifierMatchesFirstMatch(t *testing.T) {
 		}
 		st := firewallState()
 		st.Firewalls[0].Rules = rules
-		if failed := c.Apply(st, nil); len(failed) > 0 {
+		if failed := c.Apply(st, nil, nil); len(failed) > 0 {
 			t.Fatal(failed)
 		}
 		before, err := c.FirewallCounters()

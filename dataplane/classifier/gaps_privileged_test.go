@@ -96,7 +96,7 @@ func fragState() *dataplane.ClassifierState {
 // judged by its destination where they cannot (allowed or denied by a rule without ports).
 func TestPrivilegedClassifierFragments(t *testing.T) {
 	c := load(t)
-	if failed := c.Apply(fragState(), nil); len(failed) > 0 {
+	if failed := c.Apply(fragState(), nil, nil); len(failed) > 0 {
 		t.Fatal(failed)
 	}
 	ip := netip.MustParseAddr
@@ -209,7 +209,7 @@ func runToPod(t *testing.T, c *classifier.Classifier, data []byte) {
 // replies, SCTP INITs, errors about nothing known) stays denied. IPv4 and IPv6.
 func TestPrivilegedClassifierRepliesNotTCPOrUDP(t *testing.T) {
 	c := load(t)
-	if failed := c.Apply(denyAll(), nil); len(failed) > 0 {
+	if failed := c.Apply(denyAll(), nil, nil); len(failed) > 0 {
 		t.Fatal(failed)
 	}
 	for _, fam := range []struct {
@@ -259,7 +259,7 @@ func remote2(a netip.Addr) netip.Addr { return a.Next() }
 // namespace where the program runs.
 func TestPrivilegedClassifierICMPErrorsRelated(t *testing.T) {
 	c := load(t)
-	if failed := c.Apply(denyAll(), nil); len(failed) > 0 {
+	if failed := c.Apply(denyAll(), nil, nil); len(failed) > 0 {
 		t.Fatal(failed)
 	}
 	runtime.LockOSThread()
@@ -345,7 +345,7 @@ func TestPrivilegedClassifierUnparsed(t *testing.T) {
 		{Index: 0, Prefixes: pfxs("2001:db8:5::/48", "198.51.100.0/24")},
 		{Index: 1, Deny: true, Prefixes: pfxs("0.0.0.0/0", "::/0"), Ports: []dataplane.Port{{Protocol: 6, Port: 25}}},
 	}
-	if failed := c.Apply(st, nil); len(failed) > 0 {
+	if failed := c.Apply(st, nil, nil); len(failed) > 0 {
 		t.Fatal(failed)
 	}
 	ip := netip.MustParseAddr

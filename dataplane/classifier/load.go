@@ -25,9 +25,12 @@ type Classifier struct {
 	// what others initiate towards firewalled pods over ICMP echo and SCTP, which conntrack's
 	// kfuncs cannot look up, so that Program lets the pods' replies through. It never drops
 	// nor changes a packet.
-	ToPod   *ebpf.Program
-	objs    bpf.FromPodObjects
-	written content
+	ToPod *ebpf.Program
+	// FromPort is for ingress on each port of a bridge that faces pods alone (packets a pod
+	// sends into the bridge): it drops a frame whose source is not the pod's behind the port.
+	FromPort *ebpf.Program
+	objs     bpf.FromPodObjects
+	written  content
 	// names are the namespaces of the namespace ids, as of the last Apply (read by metrics
 	// scrapes, concurrently).
 	names atomic.Pointer[map[nsID]string]
@@ -110,6 +113,7 @@ func Load(pinRoot string, o Options) (*Classifier, error) {
 	}
 	c.Program = c.objs.EgressdFrompod
 	c.ToPod = c.objs.EgressdTopod
+	c.FromPort = c.objs.EgressdFromport
 	if err = c.read(); err != nil {
 		c.objs.Close()
 		return nil, err
@@ -147,7 +151,7 @@ func (c *Classifier) read() error {
 		readMap(c.objs.EgressdPods, w.pods), readMap(c.objs.EgressdCluster, w.cluster), readMap(c.objs.EgressdQos, w.qos),
 		readMap(c.objs.EgressdIds, w.ids), readMap(c.objs.EgressdQosRules, w.qosRules),
 		readMap(c.objs.EgressdSteerExempt, w.steerExempt), readMap(c.objs.EgressdFrontends, w.frontends),
-		readMap(c.objs.EgressdGuarded, w.guarded),
+		readMap(c.objs.EgressdGuarded, w.guarded), readMap(c.objs.EgressdPorts, w.ports),
 		readMap(c.objs.EgressdFw, fw), readMap(c.objs.EgressdFwPorts, ports), readMap(c.objs.EgressdFwRules, texts),
 	}
 	var zero uint32

@@ -139,7 +139,7 @@ func firewallState() *dataplane.ClassifierState {
 
 func TestPrivilegedClassifierFirewallVerdicts(t *testing.T) {
 	c := load(t)
-	if failed := c.Apply(firewallState(), nil); len(failed) > 0 {
+	if failed := c.Apply(firewallState(), nil, nil); len(failed) > 0 {
 		t.Fatal(failed)
 	}
 	ip := netip.MustParseAddr
@@ -194,7 +194,7 @@ func TestPrivilegedClassifierFirewallVerdicts(t *testing.T) {
 // count nowhere.
 func TestPrivilegedClassifierCounters(t *testing.T) {
 	c := load(t)
-	if failed := c.Apply(firewallState(), nil); len(failed) > 0 {
+	if failed := c.Apply(firewallState(), nil, nil); len(failed) > 0 {
 		t.Fatal(failed)
 	}
 	ip := netip.MustParseAddr
@@ -237,7 +237,7 @@ func TestPrivilegedClassifierCounters(t *testing.T) {
 func TestPrivilegedClassifierDecisionCache(t *testing.T) {
 	c := load(t)
 	st := firewallState()
-	if failed := c.Apply(st, nil); len(failed) > 0 {
+	if failed := c.Apply(st, nil, nil); len(failed) > 0 {
 		t.Fatal(failed)
 	}
 	data := pkt(t, podA, netip.MustParseAddr("198.51.100.7"), "udp", 53, 0, false) // rule 1 allows
@@ -258,12 +258,12 @@ func TestPrivilegedClassifierDecisionCache(t *testing.T) {
 		t.Errorf("allow rule counted %d packets, want 2", got.Packets)
 	}
 	st.Firewalls[0].Rules[1].Deny = true
-	if failed := c.Apply(st, nil); len(failed) > 0 {
+	if failed := c.Apply(st, nil, nil); len(failed) > 0 {
 		t.Fatal(failed)
 	}
 	step("rule 1 now denies", tcxDrop)
 	st.ClusterNetworks = append(st.ClusterNetworks, netip.MustParsePrefix("198.51.100.0/24"))
-	if failed := c.Apply(st, nil); len(failed) > 0 {
+	if failed := c.Apply(st, nil, nil); len(failed) > 0 {
 		t.Fatal(failed)
 	}
 	step("destination now in a cluster network", tcxNext)
@@ -279,7 +279,7 @@ func TestPrivilegedClassifierFrontends(t *testing.T) {
 	st := firewallState()
 	ip := netip.MustParseAddr
 	web, web6 := ip("203.0.113.1"), ip("2001:db8:1::50")
-	if failed := c.Apply(st, nil); len(failed) > 0 {
+	if failed := c.Apply(st, nil, nil); len(failed) > 0 {
 		t.Fatal(failed)
 	}
 	if got, _ := run(t, c, pkt(t, podA, web, "tcp", 80, 0, false)); got != tcxDrop {
@@ -289,7 +289,7 @@ func TestPrivilegedClassifierFrontends(t *testing.T) {
 		return dataplane.Frontend{Addr: a, Port: dataplane.Port{Protocol: proto, Port: port}}
 	}
 	st.Frontends = []dataplane.Frontend{front(web, 6, 80), front(web, 132, 9), front(web6, 17, 53)}
-	if failed := c.Apply(st, nil); len(failed) > 0 {
+	if failed := c.Apply(st, nil, nil); len(failed) > 0 {
 		t.Fatal(failed)
 	}
 	for _, tc := range []struct {
@@ -315,7 +315,7 @@ func TestPrivilegedClassifierFrontends(t *testing.T) {
 		}
 	}
 	st.Frontends = nil
-	if failed := c.Apply(st, nil); len(failed) > 0 {
+	if failed := c.Apply(st, nil, nil); len(failed) > 0 {
 		t.Fatal(failed)
 	}
 	if got, _ := run(t, c, pkt(t, podA, web, "tcp", 80, 0, false)); got != tcxDrop {
@@ -333,7 +333,7 @@ func TestPrivilegedClassifierNewPodSameFirewalls(t *testing.T) {
 			c := load(t)
 			first := firewallState()
 			first.FirewallsVersion = versions[0]
-			if failed := c.Apply(first, nil); len(failed) > 0 {
+			if failed := c.Apply(first, nil, nil); len(failed) > 0 {
 				t.Fatal(failed)
 			}
 			podA2 := netip.MustParseAddr("10.244.0.7")
@@ -343,7 +343,7 @@ func TestPrivilegedClassifierNewPodSameFirewalls(t *testing.T) {
 				st.Pods = append(st.Pods, dataplane.Pod{Origin: dataplane.Origin{Kind: "Pod", Namespace: "a", Name: "pa2"}, IPs: []netip.Addr{podA2}})
 				return st
 			}
-			if failed := c.Apply(withPod(versions[1]), nil); len(failed) > 0 {
+			if failed := c.Apply(withPod(versions[1]), nil, nil); len(failed) > 0 {
 				t.Fatal(failed)
 			}
 			denied, allowed := netip.MustParseAddr("203.0.113.1"), netip.MustParseAddr("198.51.100.7")
@@ -355,7 +355,7 @@ func TestPrivilegedClassifierNewPodSameFirewalls(t *testing.T) {
 			}
 			changed := withPod(versions[2])
 			changed.Firewalls[0].Rules[1].Deny = true
-			if failed := c.Apply(changed, nil); len(failed) > 0 {
+			if failed := c.Apply(changed, nil, nil); len(failed) > 0 {
 				t.Fatal(failed)
 			}
 			for _, src := range []netip.Addr{podA, podA2} {
@@ -376,7 +376,7 @@ func TestPrivilegedClassifierDSCP(t *testing.T) {
 			{Index: 1, DSCP: 10, Prefixes: pfxs("0.0.0.0/0", "::/0")},
 		}}},
 	}
-	if failed := c.Apply(st, nil); len(failed) > 0 {
+	if failed := c.Apply(st, nil, nil); len(failed) > 0 {
 		t.Fatal(failed)
 	}
 	wantCounters := map[classifier.RuleRef]classifier.Counters{}
@@ -447,12 +447,12 @@ func ipv4Checksum(h []byte) uint16 {
 // An update that cannot compile keeps what the namespace had (fail closed).
 func TestPrivilegedClassifierFailClosed(t *testing.T) {
 	c := load(t)
-	if failed := c.Apply(firewallState(), nil); len(failed) > 0 {
+	if failed := c.Apply(firewallState(), nil, nil); len(failed) > 0 {
 		t.Fatal(failed)
 	}
 	bad := firewallState()
 	bad.Firewalls[0] = dataplane.Firewall{Origin: origins, Err: fmt.Errorf("invalid")}
-	if failed := c.Apply(bad, nil); failed[origins] == nil {
+	if failed := c.Apply(bad, nil, nil); failed[origins] == nil {
 		t.Fatal("no failure reported")
 	}
 	if got, _ := run(t, c, pkt(t, podA, netip.MustParseAddr("203.0.113.1"), "tcp", 443, 0, false)); got != tcxDrop {
@@ -464,7 +464,7 @@ func TestPrivilegedClassifierFailClosed(t *testing.T) {
 	// Deleting the firewall removes its entries.
 	none := firewallState()
 	none.Firewalls = nil
-	if failed := c.Apply(none, nil); len(failed) > 0 {
+	if failed := c.Apply(none, nil, nil); len(failed) > 0 {
 		t.Fatal(failed)
 	}
 	if got, _ := run(t, c, pkt(t, podA, netip.MustParseAddr("203.0.113.1"), "tcp", 443, 0, false)); got != tcxNext {
@@ -485,7 +485,7 @@ func TestPrivilegedClassifierAdoptsPinnedState(t *testing.T) {
 	st := firewallState()
 	st.Firewalls = append(st.Firewalls, dataplane.Firewall{Origin: dataplane.Origin{Kind: "EgressFirewall", Namespace: "b", Name: "default"},
 		Rules: []dataplane.FirewallRule{{Index: 0, Deny: true, Prefixes: pfxs("0.0.0.0/0"), Text: "Deny to 0.0.0.0/0"}}})
-	if failed := c.Apply(st, nil); len(failed) > 0 {
+	if failed := c.Apply(st, nil, nil); len(failed) > 0 {
 		t.Fatal(failed)
 	}
 	c.Close()
@@ -498,7 +498,7 @@ func TestPrivilegedClassifierAdoptsPinnedState(t *testing.T) {
 	if got, _ := run(t, c2, pkt(t, podB, netip.MustParseAddr("203.0.113.1"), "tcp", 443, 0, false)); got != tcxDrop {
 		t.Fatalf("before the first Apply the adopted deny of namespace b is gone (%#x)", got)
 	}
-	if failed := c2.Apply(firewallState(), nil); len(failed) > 0 { // namespace b's firewall deleted
+	if failed := c2.Apply(firewallState(), nil, nil); len(failed) > 0 { // namespace b's firewall deleted
 		t.Fatal(failed)
 	}
 	in, err := classifier.Inspect(root)

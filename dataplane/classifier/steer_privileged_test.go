@@ -72,7 +72,7 @@ func checkMarks(t *testing.T, c *classifier.Classifier, cases []markCase) {
 // the firewall lets through to destinations that are not exempt.
 func TestPrivilegedClassifierSteerMark(t *testing.T) {
 	c := load(t)
-	if failed := c.Apply(steerState(), nil); len(failed) > 0 {
+	if failed := c.Apply(steerState(), nil, nil); len(failed) > 0 {
 		t.Fatal(failed)
 	}
 	checkMarks(t, c, []markCase{
@@ -105,7 +105,7 @@ func TestPrivilegedClassifierSteerMark(t *testing.T) {
 	bad := steerState()
 	bad.Pods[0].Mark = 0x01000000
 	bad.Pods[1].Mark = 0x00030000
-	failed := c.Apply(bad, nil)
+	failed := c.Apply(bad, nil, nil)
 	if failed[podAOrig] == nil || len(failed) != 1 {
 		t.Fatalf("failures %v, want one for %v", failed, podAOrig)
 	}
@@ -118,7 +118,7 @@ func TestPrivilegedClassifierSteerMark(t *testing.T) {
 	none := steerState()
 	none.Pods[0].Mark = 0
 	none.SteerExempt = none.ClusterNetworks
-	if failed := c.Apply(none, nil); len(failed) > 0 {
+	if failed := c.Apply(none, nil, nil); len(failed) > 0 {
 		t.Fatal(failed)
 	}
 	checkMarks(t, c, []markCase{
@@ -134,7 +134,7 @@ func TestPrivilegedClassifierSteerMarkMask(t *testing.T) {
 	st := steerState()
 	st.Pods[0].Mark = 0x0100
 	st.Pods[1].Mark = 0x00020000 // outside this mask
-	failed := c.Apply(st, nil)
+	failed := c.Apply(st, nil, nil)
 	if origin := st.Pods[1].Origin; failed[origin] == nil || len(failed) != 1 {
 		t.Fatalf("failures %v, want one for %v", failed, origin)
 	}
@@ -155,7 +155,7 @@ func TestPrivilegedClassifierSteerAdopted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if failed := c.Apply(steerState(), nil); len(failed) > 0 {
+	if failed := c.Apply(steerState(), nil, nil); len(failed) > 0 {
 		t.Fatal(failed)
 	}
 	c.Close()
@@ -170,7 +170,7 @@ func TestPrivilegedClassifierSteerAdopted(t *testing.T) {
 	})
 	st := steerState()
 	st.SteerExempt = st.ClusterNetworks
-	if failed := c2.Apply(st, nil); len(failed) > 0 {
+	if failed := c2.Apply(st, nil, nil); len(failed) > 0 {
 		t.Fatal(failed)
 	}
 	checkMarks(t, c2, []markCase{

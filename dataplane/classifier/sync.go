@@ -21,6 +21,8 @@ type content struct {
 	frontends   map[bpf.FromPodFrontendKey]uint8
 	// guarded are the interfaces whose packets must come from a pod behind them.
 	guarded map[uint32]uint8
+	// ports are the bridge ports a pod is known to be behind.
+	ports map[uint32]uint8
 }
 
 func newContent() content {
@@ -28,7 +30,7 @@ func newContent() content {
 		pods: map[bpf.FromPodAddr]bpf.FromPodPodInfo{}, cluster: map[bpf.FromPodClusterKey]uint8{},
 		qos: map[bpf.FromPodLpmKey]bpf.FromPodQosValue{}, ids: map[uint32]bpf.FromPodName{},
 		qosRules: map[bpf.FromPodStatKey]bpf.FromPodRuleText{}, steerExempt: map[bpf.FromPodClusterKey]uint8{},
-		frontends: map[bpf.FromPodFrontendKey]uint8{}, guarded: map[uint32]uint8{},
+		frontends: map[bpf.FromPodFrontendKey]uint8{}, guarded: map[uint32]uint8{}, ports: map[uint32]uint8{},
 	}
 }
 

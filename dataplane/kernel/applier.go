@@ -15,8 +15,8 @@
 //     that select them by mark;
 //  6. classifier maps: pod entries, firewall and QoS tables, before the interfaces that run the
 //     program are attached (a newly attached interface finds its pod's entries at once);
-//  7. attachment: the classifier on every pod-facing interface; interfaces that no longer face
-//     a pod are detached last;
+//  7. attachment: the port guard on every port of a bridge of pods, then the classifier on
+//     every pod-facing interface; interfaces that no longer face a pod are detached last;
 //  8. removals of what the state no longer wants, in reverse: rules, routes and nexthops,
 //     then the tunnel's entries (or the device), then egress addresses assigned elsewhere now.
 //     What fails to be removed is in the result (Result.Removals), for the caller to retry.
@@ -71,9 +71,10 @@ type Options struct {
 // Applier programs the kernel of the network namespace the process runs in.
 type Applier struct {
 	classifier *classifier.Classifier
-	// attachers: the classifier at ingress, its companion (replies the kfuncs cannot
-	// track: ICMP echo, SCTP) at egress of the same interfaces (dataplane/tc).
+	// attachers: the classifier at ingress, its companion (replies the kfuncs cannot track:
+	// ICMP echo, SCTP) at egress of the same interfaces (dataplane/tc).
 	attachers []*tc.Attacher
+	portGuard *tc.Attacher // ingress of the ports of bridges of pods (guard.go)
 	facings   *facings
 	addresses *addresses.Addresses
 	routing   *routing.Router
@@ -115,16 +116,13 @@ type Applier struct {
 	eventsLost prometheus.Counter
 	// tableLost counts the times egressd's nftables table was found not whole (checkTable).
 	tableLost prometheus.Counter
-	// reattached counts the hooks of pod interfaces whose filter was deleted behind egressd's
-	// back and attached again.
-	reattached prometheus.Counter
+	reattached prometheus.Counter // hooks found deleted behind egressd's back, attached again
 	// loosener loosens the reverse path filter of the interfaces replies come in through (nil:
 	// it is left strict, and reported). Apply's goroutine only.
 	loosener *rpfilter.Loosener
 	// strictWarned are the interfaces reversePath last warned of. Apply's goroutine only.
 	strictWarned []string
-	// unguardedSaid is why each pod-facing interface whose sources are not checked is not, as
-	// last said (guardable). Apply's goroutine only.
+	// unguardedSaid: why each unguarded interface is so, as last said. Apply's goroutine only.
 	unguardedSaid map[string]string
 	// strictRPFilter exports them.
 	strictRPFilter *prometheus.GaugeVec
@@ -178,6 +176,11 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 		return fail(err)
 	}
 	undo = append(undo, a.Close)
+	ports, err := tc.New(o.PinRoot, tc.Port, c.FromPort)
+	if err != nil {
+		return fail(err)
+	}
+	undo = append(undo, ports.Close)
 	t, err := nft.New()
 	if err != nil {
 		return fail(err)
@@ -206,7 +209,7 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	if err != nil {
 		return fail(err)
 	}
-	d := &Applier{classifier: c, attachers: []*tc.Attacher{toPod, a}, facings: facings, nft: t, addresses: owned, routing: router,
+	d := &Applier{classifier: c, attachers: []*tc.Attacher{toPod, a}, portGuard: ports, facings: facings, nft: t, addresses: owned, routing: router,
 		tunnel: tun, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log,
 		podsInForce: o.PodsInForce, phases: newPhases(), eventsLost: newEventsLost(), reattached: newReattached(), tableLost: newTableLost(),
 		loosener: loosener, strictRPFilter: newStrictRPFilter(), recheck: map[int]bool{}, kept: map[int]bool{}, unguardedSaid: map[string]string{},
@@ -335,7 +338,7 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	var f faced
 	phase("classifier", func() map[dataplane.Origin]error {
 		f = d.face(s)
-		return d.classifier.Apply(&s.Classifier, f.indices())
+		return d.classifier.Apply(&s.Classifier, f.indices(), f.ports)
 	})
 	phase("attach", func() map[dataplane.Origin]error { return d.attach(s, f, res.Failed) })
 	phase("removals", func() map[dataplane.Origin]error {
@@ -373,7 +376,7 @@ func (d *Applier) uneventful(u netlink.AddrUpdate) bool {
 func (d *Applier) Close() {
 	close(d.done)
 	d.watching.Wait()
-	for _, at := range d.attachers {
+	for _, at := range append(d.attachers, d.portGuard) {
 		at.Close()
 	}
 	d.classifier.Close()

@@ -12,15 +12,19 @@ import (
 	"github.com/egressd/egressd/dataplane/tc"
 )
 
-// faced is where the packets of each local pod address come in: the interface facing it.
+// faced is where the packets of each local pod address come in: the interface facing it, and
+// for a bridged pod the bridge port.
 type faced struct {
 	byAddr map[netip.Addr]facing
+	ports  map[netip.Addr]int
 	failed map[dataplane.Origin]error
+	links  *linkSet // nil: not listed (no pods, or the list failed)
 }
 
-// face finds the interface facing every pod address of s; a pod whose address faces none fails.
+// face finds the interface facing every pod address of s, and the bridge ports; a pod whose
+// address faces none fails.
 func (d *Applier) face(s *dataplane.State) faced {
-	f := faced{byAddr: map[netip.Addr]facing{}, failed: map[dataplane.Origin]error{}}
+	f := faced{byAddr: map[netip.Addr]facing{}, ports: map[netip.Addr]int{}, failed: map[dataplane.Origin]error{}}
 	ips := map[netip.Addr]bool{}
 	for _, p := range s.Classifier.Pods {
 		for _, ip := range p.IPs {
@@ -34,6 +38,13 @@ func (d *Applier) face(s *dataplane.State) faced {
 		}
 	}
 	d.facings.keepOnly(ips)
+	if len(f.byAddr) > 0 {
+		var err error
+		if f.links, err = d.readLinks(); err != nil {
+			d.log.Error("list interfaces to find the bridge ports and the interfaces facing pods alone; sources are checked as before this sync", "err", err)
+		}
+		d.ports(s, &f)
+	}
 	return f
 }
 
@@ -82,23 +93,28 @@ func (d *Applier) attach(s *dataplane.State, f faced, before map[dataplane.Origi
 			}
 		}
 	}
-	// Before the program runs on a new interface: it judges sources from its first packet.
-	if err := d.classifier.Guard(d.guardable(want)); err != nil {
-		d.log.Error("list the interfaces whose pods' sources are checked", "err", err)
-	}
+	g := d.guardsFor(s, f, want)
 	d.recheckMu.Lock()
 	// Before Detach: the deletions it makes are no news (recheckHooks).
 	clear(d.kept)
 	for _, idx := range want {
 		d.kept[idx] = true
 	}
+	if g != nil {
+		for _, idx := range g.ports {
+			d.kept[idx] = true
+		}
+	}
 	for idx := range d.recheck {
-		for _, at := range d.attachers {
+		for _, at := range append(d.attachers, d.portGuard) {
 			at.Recheck(idx)
 		}
 	}
 	clear(d.recheck)
 	d.recheckMu.Unlock()
+	for o, err := range d.guard(g) {
+		failed[o] = errors.Join(failed[o], err)
+	}
 	for _, at := range d.attachers {
 		for ifname, err := range at.Detach(want) {
 			for _, o := range owners[ifname] {

@@ -1,31 +1,152 @@
 package kernel
 
 import (
+	"errors"
+
 	"github.com/vishvananda/netlink"
+
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/dataplane/tc"
 )
+
+// linkSet is the namespace's interfaces as a sync reads them, once.
+type linkSet struct {
+	byIndex map[int]netlink.Link
+	byName  map[string]netlink.Link
+	ports   map[int][]netlink.Link // by the index of their master (a bridge)
+}
+
+func (d *Applier) readLinks() (*linkSet, error) {
+	links, err := d.facings.h.LinkList()
+	if err != nil {
+		return nil, err
+	}
+	ls := &linkSet{byIndex: map[int]netlink.Link{}, byName: map[string]netlink.Link{}, ports: map[int][]netlink.Link{}}
+	for _, l := range links {
+		ls.byIndex[l.Attrs().Index], ls.byName[l.Attrs().Name] = l, l
+		if m := l.Attrs().MasterIndex; m != 0 {
+			ls.ports[m] = append(ls.ports[m], l)
+		}
+	}
+	return ls, nil
+}
+
+// portOf is the veth port of bridge behind which the pod address ip is: the one of the pod's
+// host-side interfaces (its CNI ADD) that is a port of the bridge, else the port it was written
+// with, if that is still one (a restarted agent has not seen the pod's ADD); 0: unknown.
+func (ls *linkSet) portOf(bridge int, host []string, written int) int {
+	isPort := func(l netlink.Link) bool {
+		return l != nil && l.Type() == "veth" && l.Attrs().MasterIndex == bridge
+	}
+	for _, name := range host {
+		if l := ls.byName[name]; isPort(l) {
+			return l.Attrs().Index
+		}
+	}
+	if written != 0 && isPort(ls.byIndex[written]) {
+		return written
+	}
+	return 0
+}
+
+// ports finds the bridge port of every address of s facing a bridge (faced.ports).
+func (d *Applier) ports(s *dataplane.State, f *faced) {
+	if f.links == nil {
+		return
+	}
+	for _, p := range s.Classifier.Pods {
+		for _, ip := range p.IPs {
+			fc, ok := f.byAddr[ip]
+			if l := f.links.byIndex[fc.index]; !ok || l == nil || l.Type() != "bridge" {
+				continue
+			}
+			if port := f.links.portOf(fc.index, p.HostInterfaces, d.classifier.WrittenPort(ip)); port != 0 {
+				f.ports[ip] = port
+			}
+		}
+	}
+}
+
+// guards is what a sync guards: the pod-facing interfaces whose sources the classifier checks,
+// the ports of those that are bridges (name to index) with the pods known behind each.
+type guards struct {
+	interfaces []int
+	ports      map[string]int
+	owners     map[int][]dataplane.Origin // by port
+	claimed    []int                      // the ports a pod is known behind
+}
+
+// guardsFor are the guards of the interfaces of want (name to index) that face pods alone;
+// without the list of interfaces (f.links nil), none (and guard changes nothing).
+func (d *Applier) guardsFor(s *dataplane.State, f faced, want map[string]int) *guards {
+	if f.links == nil {
+		return nil
+	}
+	g := &guards{interfaces: d.guardable(want, f.links), ports: map[string]int{}, owners: map[int][]dataplane.Origin{}}
+	bridges := map[int]bool{}
+	for _, idx := range g.interfaces {
+		if f.links.byIndex[idx].Type() != "bridge" {
+			continue
+		}
+		bridges[idx] = true
+		for _, p := range f.links.ports[idx] {
+			g.ports[p.Attrs().Name] = p.Attrs().Index
+		}
+	}
+	for _, p := range s.Classifier.Pods {
+		for _, ip := range p.IPs {
+			if port := f.ports[ip]; port != 0 && bridges[f.byAddr[ip].index] {
+				if len(g.owners[port]) == 0 {
+					g.claimed = append(g.claimed, port)
+				}
+				g.owners[port] = append(g.owners[port], p.Origin)
+			}
+		}
+	}
+	return g
+}
+
+// guard makes the classifier check the sources of what comes in on the guarded interfaces and
+// keeps the port guard on exactly the guarded bridges' ports: before the classifier runs on a
+// new interface, as it judges sources from its first packet. It returns the failures of pods
+// whose port could not be guarded.
+func (d *Applier) guard(g *guards) map[dataplane.Origin]error {
+	if g == nil {
+		return nil
+	}
+	if err := d.classifier.Guard(g.interfaces, g.claimed); err != nil {
+		d.log.Error("write the interfaces whose pods' sources are checked", "err", err)
+	}
+	failed := map[dataplane.Origin]error{}
+	blame := func(name string, err error) {
+		owners := g.owners[g.ports[name]]
+		if len(owners) == 0 {
+			d.log.Error("guard a bridge port", "interface", name, "err", err)
+		}
+		for _, o := range owners {
+			failed[o] = errors.Join(failed[o], err)
+		}
+	}
+	for name, err := range d.portGuard.Detach(g.ports) {
+		blame(name, err)
+	}
+	for name, idx := range g.ports {
+		if _, err := d.portGuard.Attach(name, idx, &tc.Qdisc{}); err != nil {
+			blame(name, err)
+		}
+	}
+	return failed
+}
 
 // guardable are the indices of the interfaces of want (name to index) that face pods alone: a
 // pod's veth, or a bridge whose every port is a veth. Their packets must carry the address of
 // a pod behind them (the classifier's anti-spoofing). A bridge that also has another port (the
 // node's uplink enslaved to share the LAN with the pods, a tunnel) passes what comes from
 // there as before: its sources are not the pods' to check; it is said once.
-func (d *Applier) guardable(want map[string]int) []int {
-	links, err := d.facings.h.LinkList()
-	if err != nil {
-		d.log.Error("list interfaces to find those facing pods alone; sources are not checked this sync", "err", err)
-		return nil
-	}
-	byIndex := map[int]netlink.Link{}
-	ports := map[int][]netlink.Link{}
-	for _, l := range links {
-		byIndex[l.Attrs().Index] = l
-		if m := l.Attrs().MasterIndex; m != 0 {
-			ports[m] = append(ports[m], l)
-		}
-	}
+func (d *Applier) guardable(want map[string]int, ls *linkSet) []int {
 	var out []int
 	for name, idx := range want {
-		l := byIndex[idx]
+		l := ls.byIndex[idx]
 		if l == nil || l.Attrs().Name != name {
 			continue // renamed or gone since: the next sync looks again
 		}
@@ -34,7 +155,7 @@ func (d *Applier) guardable(want map[string]int) []int {
 			out = append(out, idx)
 		case "bridge":
 			var other netlink.Link
-			for _, p := range ports[idx] {
+			for _, p := range ls.ports[idx] {
 				if p.Type() != "veth" {
 					other = p
 					break

@@ -60,7 +60,8 @@ func (a *Attacher) adoptFilters() error {
 			return fmt.Errorf("list the filters at %s of %s: %w", a.hook.direction(), name, err)
 		}
 		for _, f := range fs {
-			if ours(f) {
+			// Ingress and Port share the hook (never on the same interface): by the name.
+			if ours(f) && f.(*netlink.BpfFilter).Name == a.hook.program {
 				a.links[name] = &attached{ifindex: l.Attrs().Index, adopted: true}
 			}
 		}

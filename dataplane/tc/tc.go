@@ -46,10 +46,12 @@ type Hook struct {
 }
 
 // The hooks: Ingress runs the classifier on what the pods send, Egress its companion on what
-// is sent to them.
+// is sent to them, Port the guard of a bridge's ports (the host sides of its pods' veths) on
+// what each pod sends into the bridge.
 var (
 	Ingress = Hook{ebpf.AttachTCXIngress, netlink.HANDLE_MIN_INGRESS, "tcx_ingress_", ProgramName}
 	Egress  = Hook{ebpf.AttachTCXEgress, netlink.HANDLE_MIN_EGRESS, "tcx_egress_", "egressd_topod"}
+	Port    = Hook{ebpf.AttachTCXIngress, netlink.HANDLE_MIN_INGRESS, "tcx_port_", "egressd_fromport"}
 )
 
 // Attacher owns the attachments of one program at one hook of the interfaces of a network

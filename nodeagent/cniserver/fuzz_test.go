@@ -146,7 +146,7 @@ func FuzzRequest(f *testing.F) {
 		var gc cniapi.GCRequest
 		gerr := json.NewDecoder(bytes.NewReader(body)).Decode(&gc)
 		for _, id := range []string{"sb1", "sb2"} {
-			s.Store.announce(id, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: id, UID: ktypes.UID(id)}}, nil, false)
+			s.Store.announce(id, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: id, UID: ktypes.UID(id)}}, nil, nil, false)
 		}
 		code, r = call(t, s.gc, cniapi.PathGC, body)
 		if gerr != nil && (code != http.StatusBadRequest || r.Code != cniapi.CodeDecode) || gerr == nil && code != http.StatusOK {

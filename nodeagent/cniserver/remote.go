@@ -37,7 +37,7 @@ const remoteTTL = time.Minute
 // it, and the addresses the pod's CNI gave it) and returns once a sync that included it was
 // applied, reporting whether this node SNATs the pod (it is an egress node serving it).
 func (s *Store) AnnounceRemote(ctx context.Context, pod *corev1.Pod, ips []netip.Addr) (bool, error) {
-	e := s.announce("remote:"+pod.Namespace+"/"+pod.Name, pod, ips, true)
+	e := s.announce("remote:"+pod.Namespace+"/"+pod.Name, pod, ips, nil, true)
 	select {
 	case <-e.done:
 		s.mu.Lock()

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -155,6 +156,18 @@ func sandboxIPs(req *cniapi.Request) []netip.Addr {
 	return out
 }
 
+// hostInterfaces are the request's interfaces outside the sandbox (the host sides the CNI made:
+// a veth, a bridge), deduplicated.
+func hostInterfaces(req *cniapi.Request) []string {
+	var out []string
+	for _, i := range req.Interfaces {
+		if i.Sandbox == "" && i.Name != "" && !slices.Contains(out, i.Name) {
+			out = append(out, i.Name)
+		}
+	}
+	return out
+}
+
 func (s *Server) add(w http.ResponseWriter, r *http.Request) {
 	var req cniapi.Request
 	if !decode(w, r, &req) {
@@ -201,7 +214,7 @@ func (s *Server) add(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	e := s.Store.announce(req.ContainerID, pod, ips, false)
+	e := s.Store.announce(req.ContainerID, pod, ips, hostInterfaces(&req), false)
 	select {
 	case <-e.done:
 		if s.Peers != nil && len(e.targets) > 0 {

@@ -34,6 +34,7 @@ type entry struct {
 	id    string // CNI_CONTAINERID
 	key   podKey
 	ips   []netip.Addr
+	host  []string    // the host-side interfaces the CNI made for it
 	pod   *corev1.Pod // the Pod object (or a bare one) with ips in its status; never modified
 	added time.Time
 	// done is closed once a sync that included the pod has it in force without failure.
@@ -84,9 +85,9 @@ func (s *Store) signal() {
 	}
 }
 
-// announce records a sandbox (replacing an earlier ADD of the same sandbox; remote: another
-// node's pod its agent announced) and returns it.
-func (s *Store) announce(id string, pod *corev1.Pod, ips []netip.Addr, remote bool) *entry {
+// announce records a sandbox with its addresses and host-side interfaces (replacing an earlier
+// ADD of the same sandbox; remote: another node's pod its agent announced) and returns it.
+func (s *Store) announce(id string, pod *corev1.Pod, ips []netip.Addr, host []string, remote bool) *entry {
 	pod = pod.DeepCopy()
 	pod.Status.PodIPs = nil
 	for _, ip := range ips {
@@ -95,7 +96,7 @@ func (s *Store) announce(id string, pod *corev1.Pod, ips []netip.Addr, remote bo
 	if len(ips) > 0 {
 		pod.Status.PodIP = ips[0].String()
 	}
-	e := &entry{id: id, key: podKey{pod.Namespace, pod.Name}, ips: ips, pod: pod, added: time.Now(), done: make(chan struct{}),
+	e := &entry{id: id, key: podKey{pod.Namespace, pod.Name}, ips: ips, host: host, pod: pod, added: time.Now(), done: make(chan struct{}),
 		remote: remoteState{announced: remote}}
 	s.mu.Lock()
 	s.byID[id] = e
@@ -181,6 +182,24 @@ func (s *Store) Overlay(snap *watchers.Snapshot) (*watchers.Snapshot, []*corev1.
 	out := *snap
 	out.Pods = &overlayLister{base: snap.Pods, pods: pods}
 	return &out, list
+}
+
+// HostInterfaces sets the host-side interfaces of each pod of pods from its announced sandbox
+// that has the same addresses (the CNI's word on them lasts as long as the sandbox).
+func (s *Store) HostInterfaces(pods []dataplane.Pod) {
+	s.mu.Lock()
+	latest := s.latest()
+	s.mu.Unlock()
+	for i := range pods {
+		p := &pods[i]
+		if p.Origin.Kind != cluster.KindPod {
+			continue
+		}
+		e := latest[podKey{p.Origin.Namespace, p.Origin.Name}]
+		if e != nil && !e.remote.announced && len(e.host) > 0 && len(e.ips) == len(p.IPs) && containsAll(p.IPs, e.ips) {
+			p.HostInterfaces = e.host
+		}
+	}
 }
 
 // Applied learns the outcome of a sync: every announced pod that state holds with all its

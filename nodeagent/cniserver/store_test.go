@@ -40,7 +40,7 @@ func TestOverlayMergesAnnouncedPods(t *testing.T) {
 	obj := pod("ns", "web", map[string]string{"app": "web"})
 	other := pod("ns", "db", nil, "10.0.0.9")
 	a4, a6 := netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("fd00::5")
-	s.announce("sb1", obj, []netip.Addr{a4, a6}, false)
+	s.announce("sb1", obj, []netip.Addr{a4, a6}, nil, false)
 	snap, announced := s.Overlay(snapshot(obj, other))
 	if len(announced) != 1 || len(announced[0].Status.PodIPs) != 2 {
 		t.Fatalf("announced %+v", announced)
@@ -89,7 +89,7 @@ func TestOverlayMergesAnnouncedPods(t *testing.T) {
 func TestAppliedReleasesWaiters(t *testing.T) {
 	s := NewStore()
 	a4, a6 := netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("fd00::5")
-	e := s.announce("sb1", pod("ns", "web", nil), []netip.Addr{a4, a6}, false)
+	e := s.announce("sb1", pod("ns", "web", nil), []netip.Addr{a4, a6}, nil, false)
 	origin := dataplane.Origin{Kind: cluster.KindPod, Namespace: "ns", Name: "web"}
 	var st dataplane.State
 	s.Applied(&st, dataplane.Result{}) // a sync that began before the ADD
@@ -126,9 +126,9 @@ func TestAppliedReleasesWaiters(t *testing.T) {
 func TestInForceReleasesWaitersEarly(t *testing.T) {
 	s := NewStore()
 	a4, b4, c4 := netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("10.0.0.6"), netip.MustParseAddr("10.0.0.7")
-	web := s.announce("sb1", pod("ns", "web", nil), []netip.Addr{a4}, false)
-	db := s.announce("sb2", pod("ns", "db", nil), []netip.Addr{b4}, false)
-	bad := s.announce("sb3", pod("other", "x", nil), []netip.Addr{c4}, false)
+	web := s.announce("sb1", pod("ns", "web", nil), []netip.Addr{a4}, nil, false)
+	db := s.announce("sb2", pod("ns", "db", nil), []netip.Addr{b4}, nil, false)
+	bad := s.announce("sb3", pod("other", "x", nil), []netip.Addr{c4}, nil, false)
 	origin := func(ns, name string) dataplane.Origin {
 		return dataplane.Origin{Kind: cluster.KindPod, Namespace: ns, Name: name}
 	}
@@ -165,5 +165,35 @@ func TestInForceReleasesWaitersEarly(t *testing.T) {
 	}
 	if err := s.check(podKey{"ns", "web"}, []netip.Addr{a4}); err != nil {
 		t.Errorf("CHECK of web after another pod of its namespace failed: %v", err)
+	}
+}
+
+// The host-side interfaces of a sandbox reach the pod with the sandbox's addresses (after its Pod
+// object shows them too), not a pod of the same name whose addresses are others now, nor a pod
+// another node announced.
+func TestHostInterfacesFollowTheSandbox(t *testing.T) {
+	s := NewStore()
+	a4, b4 := netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("10.0.0.6")
+	s.announce("sb1", pod("ns", "web", nil), []netip.Addr{a4}, []string{"cni0", "veth1"}, false)
+	s.announce("remote:ns/far", pod("ns", "far", nil), []netip.Addr{b4}, []string{"veth9"}, true)
+	origin := func(name string) dataplane.Origin {
+		return dataplane.Origin{Kind: cluster.KindPod, Namespace: "ns", Name: name}
+	}
+	pods := []dataplane.Pod{
+		{Origin: origin("web"), IPs: []netip.Addr{a4}},
+		{Origin: origin("far"), IPs: []netip.Addr{b4}},
+		{Origin: origin("db"), IPs: []netip.Addr{netip.MustParseAddr("10.0.0.7")}},
+	}
+	s.HostInterfaces(pods)
+	if got := pods[0].HostInterfaces; len(got) != 2 || got[0] != "cni0" || got[1] != "veth1" {
+		t.Errorf("web: %v, want [cni0 veth1]", got)
+	}
+	if pods[1].HostInterfaces != nil || pods[2].HostInterfaces != nil {
+		t.Errorf("far, db: %v, %v, want none", pods[1].HostInterfaces, pods[2].HostInterfaces)
+	}
+	moved := []dataplane.Pod{{Origin: origin("web"), IPs: []netip.Addr{b4}}}
+	s.HostInterfaces(moved)
+	if moved[0].HostInterfaces != nil {
+		t.Errorf("web at another address: %v, want none", moved[0].HostInterfaces)
 	}
 }

@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"context"
 	"net/netip"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,11 +14,12 @@ import (
 
 // TestPrivilegedSpoofedSource attacks the firewall with forged sources, as a pod with NET_RAW
 // (PodSecurity baseline allows it) can send: a pod under Deny 0.0.0.0/0 and ::/0 sends as an
-// unused address of its node's pod network, and on the routed CNI (a veth per pod) as a pod of
-// another namespace without a firewall. Nothing leaves, on both CNI shapes, IPv4 and IPv6, and
-// egressd_spoofed_packets_total says why; the pod whose address was borrowed, and link-local
-// neighbour discovery, are untouched. On the bridged CNI the pods share the bridge that faces
-// them, so a neighbour's address is not told apart there (docs/features/egressfirewall.md).
+// unused address of its node's pod network, and as a pod of another namespace without a
+// firewall (on the bridged CNI, its neighbour on the same bridge: told apart by the bridge port
+// it comes in on). Nothing leaves, on both CNI shapes, IPv4 and IPv6, and
+// egressd_spoofed_packets_total says why; on the bridge, the attacker's gratuitous ARP for its
+// neighbour's address changes no one's neighbour entry; the pod whose address was borrowed, and
+// link-local neighbour discovery, are untouched.
 func TestPrivilegedSpoofedSource(t *testing.T) {
 	privileged.Require(t)
 	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true})
@@ -27,6 +30,7 @@ func TestPrivilegedSpoofedSource(t *testing.T) {
 	denied, open := l.CP.Namespace(t), l.CP.Namespace(t)
 	applyFirewall(t, l, denied, denyAll)
 	dsts := []netip.AddrPort{netip.MustParseAddrPort("203.0.113.10:5001"), netip.MustParseAddrPort("[2001:db8::10]:5001")}
+	var bridgedAttacker, bridgedVictim *lab.Pod
 	for _, n := range l.Nodes {
 		attacker := addPod(t, n, denied, "attacker-"+n.Name, lab.PodOptions{})
 		victim := addPod(t, n, open, "victim-"+n.Name, lab.PodOptions{})
@@ -40,10 +44,8 @@ func TestPrivilegedSpoofedSource(t *testing.T) {
 			}
 		}
 		before := spoofCounts(t, n)
-		forged := map[string][]netip.Addr{"unknown_source": {unusedAddr(n.PodV4), unusedAddr(n.PodV6)}}
-		if n.CNI == lab.Routed {
-			forged["other_pod"] = []netip.Addr{victim.IPv4, victim.IPv6}
-		}
+		forged := map[string][]netip.Addr{"unknown_source": {unusedAddr(n.PodV4), unusedAddr(n.PodV6)},
+			"other_pod": {victim.IPv4, victim.IPv6}} // on the bridged node, its neighbour on the bridge
 		for reason, srcs := range forged {
 			for i, src := range srcs {
 				if ok, err := attacker.SpoofedSCTP(web, src, dsts[i], quick); err != nil || ok {
@@ -54,6 +56,10 @@ func TestPrivilegedSpoofedSource(t *testing.T) {
 				t.Errorf("node %s (%s CNI): egressd_spoofed_packets_total{reason=%q} rose by %d, want >= %d", n.Name, n.CNI, reason, got, len(srcs))
 			}
 		}
+		if n.CNI == lab.Bridged {
+			arpPoisoning(t, n, attacker, victim)
+			bridgedAttacker, bridgedVictim = attacker, victim
+		}
 		// The victim is untouched, its neighbour discovery included (its IPv6 neighbour entry is
 		// flushed first).
 		if _, err := victim.NS.Run("ip", "-6", "neigh", "flush", "dev", "eth0"); err != nil {
@@ -63,6 +69,20 @@ func TestPrivilegedSpoofedSource(t *testing.T) {
 			if ok, err := victim.SCTP(web, dst, 2*time.Second); err != nil || !ok {
 				t.Errorf("%s (%s CNI) -> %s after the attacks: arrived=%v (%v), want it to arrive", victim.Name, n.CNI, dst, ok, err)
 			}
+		}
+	}
+	// A restarted agent has not seen the pods' CNI ADDs: it keeps the ports it wrote.
+	n := l.Nodes[1]
+	n.Agent.Kill()
+	if err := n.StartAgent(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i, src := range []netip.Addr{bridgedVictim.IPv4, bridgedVictim.IPv6} {
+		if ok, err := bridgedAttacker.SpoofedSCTP(web, src, dsts[i], quick); err != nil || ok {
+			t.Errorf("after the agent's restart, %s forging its neighbour %s -> %s: arrived=%v (%v), want dropped", bridgedAttacker.Name, src, dsts[i], ok, err)
+		}
+		if ok, err := bridgedVictim.SCTP(web, dsts[i], 2*time.Second); err != nil || !ok {
+			t.Errorf("after the agent's restart, %s -> %s: arrived=%v (%v), want it to arrive", bridgedVictim.Name, dsts[i], ok, err)
 		}
 	}
 }
@@ -88,4 +108,33 @@ func spoofCounts(t *testing.T, n *lab.Node) map[string]uint64 {
 		out[reason], _ = strconv.ParseUint(v, 10, 64)
 	}
 	return out
+}
+
+// arpPoisoning: the attacker claims the victim's IPv4 address in gratuitous ARP replies on their
+// shared bridge. The node's neighbour entry for the victim keeps the victim's MAC (the kernel
+// takes such a reply once its entry is older than its locktime, 1 s: the attack is kept up for
+// 3 s), and the port guard counts the replies.
+func arpPoisoning(t *testing.T, n *lab.Node, attacker, victim *lab.Pod) {
+	t.Helper()
+	mac, err := victim.NS.Run("cat", "/sys/class/net/eth0/address")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac = strings.TrimSpace(mac)
+	if _, err := n.NS.Run("ip", "neigh", "replace", victim.IPv4.String(), "lladdr", mac, "dev", victim.PodFacing(), "nud", "stale"); err != nil {
+		t.Fatal(err)
+	}
+	before := spoofCounts(t, n)["other_pod"]
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if err := attacker.ClaimARP(victim.IPv4, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := n.NS.Run("ip", "neigh", "show", victim.IPv4.String(), "dev", victim.PodFacing())
+	if err != nil || !strings.Contains(out, "lladdr "+mac) {
+		t.Errorf("node %s: neighbour entry of %s after %s claimed it: %q (%v), want the victim's %s", n.Name, victim.IPv4, attacker.Name, out, err, mac)
+	}
+	if got := spoofCounts(t, n)["other_pod"] - before; got < 10 {
+		t.Errorf("node %s: egressd_spoofed_packets_total{reason=\"other_pod\"} rose by %d for 15 forged ARP replies, want >= 10", n.Name, got)
+	}
 }

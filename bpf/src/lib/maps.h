@@ -16,6 +16,7 @@ struct pod_info {
 	__u8 pad[3];
 	__u32 mark;      // routing mark (within mark_mask) of the pod's egress; 0: none
 	__u32 ifindex;   // the host interface facing the pod, where its packets come in (lib/guard.h)
+	__u32 port;      // a bridged pod's bridge port (its veth's host side); 0: unknown (lib/guard.h)
 };
 
 struct {
