@@ -115,7 +115,7 @@ type Applier struct {
 	// eventsLost counts the event subscriptions that failed (see watch).
 	eventsLost prometheus.Counter
 	// tableLost counts the times egressd's nftables table was found not whole (checkTable).
-	tableLost prometheus.Counter
+	tableLost  prometheus.Counter
 	reattached prometheus.Counter // hooks found deleted behind egressd's back, attached again
 	// loosener loosens the reverse path filter of the interfaces replies come in through (nil:
 	// it is left strict, and reported). Apply's goroutine only.
