@@ -66,15 +66,22 @@ int egressd_topod(struct __sk_buff *skb)
 }
 
 // On each port of a bridge that faces pods alone (the host side of a pod's veth), tcx ingress: a
-// frame must carry an address of the pod behind that port (lib/guard.h), else it is dropped
-// before the bridge forwards it, to the node or to a neighbour. Never changes a frame.
+// frame must carry an address of the pod behind that port (lib/guard.h) as its IP source, as
+// the target of a neighbour advertisement and as an ARP sender, else it is dropped before the
+// bridge forwards it, to the node or to a neighbour. Never changes a frame.
 SEC("tcx/ingress")
 int egressd_fromport(struct __sk_buff *skb)
 {
-	struct addr src = {};
-	if (frame_source(skb, &src))
+	struct packet p = {};
+	struct addr a = {};
+	if (!parse(skb, &p)) {
+		if (port_spoofed(skb, &p.src))
+			return TCX_DROP;
+		return !nd_target(skb, &p, &a) && port_spoofed(skb, &a) ? TCX_DROP : TCX_NEXT;
+	}
+	if (arp_sender(skb, &a))
 		return TCX_NEXT; // neither IP nor ARP: the bridge's own guard sees what reaches the node
-	return port_spoofed(skb, &src) ? TCX_DROP : TCX_NEXT;
+	return port_spoofed(skb, &a) ? TCX_DROP : TCX_NEXT;
 }
 
 char __license[] SEC("license") = "Dual BSD/GPL";

@@ -110,10 +110,10 @@ func spoofCounts(t *testing.T, n *lab.Node) map[string]uint64 {
 	return out
 }
 
-// arpPoisoning: the attacker claims the victim's IPv4 address in gratuitous ARP replies on their
-// shared bridge. The node's neighbour entry for the victim keeps the victim's MAC (the kernel
-// takes such a reply once its entry is older than its locktime, 1 s: the attack is kept up for
-// 3 s), and the port guard counts the replies.
+// arpPoisoning: the attacker claims the victim's addresses in gratuitous ARP replies and in
+// unsolicited neighbour advertisements on their shared bridge. The node's neighbour entries for
+// the victim keep the victim's MAC (the kernel takes an ARP reply once its entry is older than
+// its locktime, 1 s: the attack is kept up for 3 s), and the port guard counts the messages.
 func arpPoisoning(t *testing.T, n *lab.Node, attacker, victim *lab.Pod) {
 	t.Helper()
 	mac, err := victim.NS.Run("cat", "/sys/class/net/eth0/address")
@@ -121,20 +121,27 @@ func arpPoisoning(t *testing.T, n *lab.Node, attacker, victim *lab.Pod) {
 		t.Fatal(err)
 	}
 	mac = strings.TrimSpace(mac)
-	if _, err := n.NS.Run("ip", "neigh", "replace", victim.IPv4.String(), "lladdr", mac, "dev", victim.PodFacing(), "nud", "stale"); err != nil {
-		t.Fatal(err)
+	for _, ip := range []netip.Addr{victim.IPv4, victim.IPv6} {
+		if _, err := n.NS.Run("ip", "neigh", "replace", ip.String(), "lladdr", mac, "dev", victim.PodFacing(), "nud", "stale"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	before := spoofCounts(t, n)["other_pod"]
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		if err := attacker.ClaimARP(victim.IPv4, 1); err != nil {
 			t.Fatal(err)
 		}
+		if err := attacker.ClaimNA(victim.IPv6, 1); err != nil {
+			t.Fatal(err)
+		}
 	}
-	out, err := n.NS.Run("ip", "neigh", "show", victim.IPv4.String(), "dev", victim.PodFacing())
-	if err != nil || !strings.Contains(out, "lladdr "+mac) {
-		t.Errorf("node %s: neighbour entry of %s after %s claimed it: %q (%v), want the victim's %s", n.Name, victim.IPv4, attacker.Name, out, err, mac)
+	for _, ip := range []netip.Addr{victim.IPv4, victim.IPv6} {
+		out, err := n.NS.Run("ip", "neigh", "show", ip.String(), "dev", victim.PodFacing())
+		if err != nil || !strings.Contains(out, "lladdr "+mac) {
+			t.Errorf("node %s: neighbour entry of %s after %s claimed it: %q (%v), want the victim's %s", n.Name, ip, attacker.Name, out, err, mac)
+		}
 	}
-	if got := spoofCounts(t, n)["other_pod"] - before; got < 10 {
-		t.Errorf("node %s: egressd_spoofed_packets_total{reason=\"other_pod\"} rose by %d for 15 forged ARP replies, want >= 10", n.Name, got)
+	if got := spoofCounts(t, n)["other_pod"] - before; got < 20 {
+		t.Errorf("node %s: egressd_spoofed_packets_total{reason=\"other_pod\"} rose by %d for 30 forged ARP replies and NAs, want >= 20", n.Name, got)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
+	"github.com/mdlayher/ndp"
 )
 
 // ClaimARP sends, from the pod's eth0, gratuitous ARP replies that claim ip for the pod's own
@@ -30,6 +31,30 @@ func (p *Pod) ClaimARP(ip netip.Addr, count int) error {
 		for range count {
 			if err := c.WriteTo(pkt, ethernet.Broadcast); err != nil {
 				return fmt.Errorf("send ARP from %s: %w", p.Name, err)
+			}
+		}
+		return nil
+	})
+}
+
+// ClaimNA is ClaimARP for IPv6: unsolicited neighbour advertisements, from the pod's own
+// link-local address, that claim ip (override set) for the pod's MAC.
+func (p *Pod) ClaimNA(ip netip.Addr, count int) error {
+	return p.NS.Do(func() error {
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		c, _, err := ndp.Listen(ifi, ndp.LinkLocal)
+		if err != nil {
+			return fmt.Errorf("ICMPv6 socket on %s of %s: %w", ifi.Name, p.Name, err)
+		}
+		defer c.Close()
+		na := &ndp.NeighborAdvertisement{Override: true, TargetAddress: ip,
+			Options: []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: ifi.HardwareAddr}}}
+		for range count {
+			if err := c.WriteTo(na, nil, netip.IPv6LinkLocalAllNodes()); err != nil {
+				return fmt.Errorf("send NA from %s: %w", p.Name, err)
 			}
 		}
 		return nil

@@ -78,33 +78,35 @@ static __always_inline int spoofed(struct __sk_buff *skb, struct packet *p, stru
 	return pod->ifindex != ifindex ? count_spoofed(SPOOF_OTHER_POD) : 0;
 }
 
-// frame_source reads the sender's address of an IPv4 or IPv6 packet, or of an ARP message
-// (Ethernet, IPv4) into src; non-zero for any other frame.
-static __always_inline int frame_source(struct __sk_buff *skb, struct addr *src)
+// arp_sender reads the sender's address of an ARP message (Ethernet, IPv4) into src; non-zero
+// for any other frame.
+static __always_inline int arp_sender(struct __sk_buff *skb, struct addr *src)
 {
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
 	struct ethhdr *eth = data;
-	if ((void *)(eth + 1) > end)
+	if ((void *)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_ARP))
 		return -1;
-	__u32 off, len;
-	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
-		src->family = 4;
-		off = sizeof(*eth) + 12, len = 4; // iphdr.saddr
-	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
-		src->family = 6;
-		off = sizeof(*eth) + 8, len = 16; // ipv6hdr.saddr
-	} else if (eth->h_proto == bpf_htons(ETH_P_ARP)) {
-		__u8 *arp = (void *)(eth + 1); // htype 1, ptype IPv4, hlen 6, plen 4; then sha, spa
-		if ((void *)(arp + 18) > end || arp[0] != 0 || arp[1] != 1 || arp[2] != 0x08 || arp[3] != 0 ||
-		    arp[4] != 6 || arp[5] != 4)
-			return -1;
-		src->family = 4;
-		off = sizeof(*eth) + 14, len = 4;
-	} else {
+	__u8 *arp = (void *)(eth + 1); // htype 1, ptype IPv4, hlen 6, plen 4; then sha, spa
+	if ((void *)(arp + 18) > end || arp[0] != 0 || arp[1] != 1 || arp[2] != 0x08 || arp[3] != 0 ||
+	    arp[4] != 6 || arp[5] != 4)
 		return -1;
-	}
-	return bpf_skb_load_bytes(skb, off, src->ip, len);
+	src->family = 4;
+	return bpf_skb_load_bytes(skb, sizeof(*eth) + 14, src->ip, 4);
+}
+
+// ICMPv6 neighbour advertisement: its target address follows type, code, checksum and flags.
+#define ND_NEIGHBOR_ADVERT 136
+#define ND_TARGET_OFF 8
+
+// nd_target reads the target of an IPv6 neighbour advertisement p into t (what it claims a MAC
+// for, as ARP's sender address does); non-zero for any other packet.
+static __always_inline int nd_target(struct __sk_buff *skb, struct packet *p, struct addr *t)
+{
+	if (p->src.family != 6 || p->proto != IPPROTO_ICMPV6 || p->icmp_type != ND_NEIGHBOR_ADVERT || !p->l4_off)
+		return -1;
+	t->family = 6;
+	return bpf_skb_load_bytes(skb, p->l4_off + ND_TARGET_OFF, t->ip, 16);
 }
 
 // port_spoofed reports (and counts) whether a frame that came in on a bridge port carries a
