@@ -30,6 +30,10 @@ type Names interface {
 	Want(names []string)
 	Lookup(name string) []netip.Addr
 	Changed() <-chan struct{}
+	// Generation versions the addresses learned from DNS answers; Applied hears which one a
+	// sync compiled from once it is applied (the answers held until then go on to the pods).
+	Generation() uint64
+	Applied(gen uint64)
 }
 
 // Reporter is told the outcome of every sync: the objects the state was compiled from with what
@@ -213,6 +217,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	if l.deps.Announced != nil {
 		snap, announced = l.deps.Announced.Overlay(l.deps.Snapshot)
 	}
+	learned := l.deps.DNS.Generation() // before Lookup reads them
 	in := &cluster.Input{Snap: snap, Node: l.cfg.Node, Networks: networks, Lookup: l.deps.DNS.Lookup}
 	l.compile("pods", func() error {
 		pods, err := cluster.LocalPods(snap, l.cfg.Node, announced...)
@@ -242,6 +247,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	if l.deps.Announced != nil {
 		l.deps.Announced.Applied(&state, res)
 	}
+	l.deps.DNS.Applied(learned)
 	// Paths beyond the node's steering slots are not in the state: they fail as if applying
 	// them had (logged, counted, in their objects' status and Events, retried).
 	for o, err := range l.steering.unplacedFailures(mask) {

@@ -219,6 +219,8 @@ type noNames struct{}
 func (noNames) Want([]string)              {}
 func (noNames) Lookup(string) []netip.Addr { return nil }
 func (noNames) Changed() <-chan struct{}   { return nil }
+func (noNames) Generation() uint64         { return 0 }
+func (noNames) Applied(uint64)             {}
 
 // recordingReporter keeps the last reported outcome.
 type recordingReporter struct {

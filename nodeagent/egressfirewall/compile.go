@@ -27,8 +27,12 @@ type Part struct {
 	// Version changes whenever Firewalls is compiled afresh (dataplane.ClassifierState).
 	Version       uint64
 	BackendDenies []dataplane.BackendDeny
-	// DNSNames are the names the rules refer to, to resolve and keep fresh.
+	// DNSNames are the names the rules refer to (wildcards included), to resolve and keep fresh
+	// and to learn from the answers pods get.
 	DNSNames []string
+	// DNSNamespaces are the namespaces with a dnsName rule: the DNS answers to their pods are
+	// read on the way (dataplane.DNSSnoop).
+	DNSNamespaces []string
 }
 
 // Compiler compiles EgressFirewalls, remembering the rules of those that depend on their spec
@@ -96,10 +100,15 @@ func (c *Compiler) compileAll(in *cluster.Input) (Part, error) {
 			fw.Rules, fw.Err = rules(in, ef, nodes)
 			c.memo.keep(ef, fw.Rules, fw.Err)
 		}
+		named := false
 		for _, r := range ef.Spec.Egress {
 			if r.To.DNSName != "" {
 				part.DNSNames = append(part.DNSNames, r.To.DNSName)
+				named = true
 			}
+		}
+		if named {
+			part.DNSNamespaces = append(part.DNSNamespaces, ef.Namespace)
 		}
 		fw.Log = aclLog(in, ef.Namespace)
 		part.Firewalls = append(part.Firewalls, fw)

@@ -104,7 +104,10 @@ func TestCompileFirewallErrors(t *testing.T) {
 		want string
 	}{
 		{"too many", ef("a", many...), "egressFirewall for namespace a has too many rules, max allowed number is 8000"},
-		{"wildcard dns", ef("a", ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{DNSName: "*.example.com"}}), "wildcard dns name is not supported as rule destination, *.example.com"},
+		{"wildcard dns", ef("a", ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{DNSName: "*.example.com"}}), ""},
+		{"one label", ef("a", ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{DNSName: "localhost"}}), "invalid dns name used as rule destination, localhost"},
+		{"a label ending in a hyphen", ef("a", ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{DNSName: "a-.example.com"}}), "invalid dns name used as rule destination, a-.example.com"},
+		{"a wildcard not first", ef("a", ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{DNSName: "a.*.example.com"}}), "invalid dns name used as rule destination, a.*.example.com"},
 		{"bad selector", ef("a", ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{NodeSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "k", Operator: "Bogus"}}}}}), "rule destination has invalid node selector"},
 		{"8001 is fine, as upstream", ef("a", upstreamMax...), ""},
 		// The API server's cidr format takes both; upstream's net.ParseCIDR only the first.
@@ -112,10 +115,10 @@ func TestCompileFirewallErrors(t *testing.T) {
 		{"octet with a leading zero", ef("a", cidrRule("Deny", "010.0.0.0/8")),
 			"cannot create EgressFirewall Rule to destination 010.0.0.0/8 for namespace a: invalid CIDR address: 010.0.0.0/8"},
 		{"several errors on one line", ef("a",
-			ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{DNSName: "*.a.com"}},
-			ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{DNSName: "*.b.com"}}),
-			"[cannot create EgressFirewall Rule to destination  for namespace a: wildcard dns name is not supported as rule destination, *.a.com, " +
-				"cannot create EgressFirewall Rule to destination  for namespace a: wildcard dns name is not supported as rule destination, *.b.com]"},
+			ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{DNSName: "-a.com"}},
+			ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{DNSName: "-b.com"}}),
+			"[cannot create EgressFirewall Rule to destination  for namespace a: invalid dns name used as rule destination, -a.com, " +
+				"cannot create EgressFirewall Rule to destination  for namespace a: invalid dns name used as rule destination, -b.com]"},
 	} {
 		fws := compileFW(t, tc.ef)
 		err := fws[0].Err

@@ -2,7 +2,6 @@ package egressfirewall
 
 import (
 	"net/netip"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -17,8 +16,26 @@ import (
 	"github.com/egressd/egressd/watchers/dnsnames"
 )
 
-// The API's pattern of a rule's dnsName (api/k8sovn/v1, EgressFirewallDestination).
-var apiDNSName = regexp.MustCompile(`^(\*\.)?([A-Za-z0-9-]+\.)*[A-Za-z0-9-]+\.?$`)
+// validDNSName says, label by label, what upstream's DNSNameResolver mode accepts: an optional
+// leading `*.`, an optional trailing dot, at least two labels of 1 to 63 letters, digits and
+// hyphens, none starting or ending with a hyphen.
+func validDNSName(name string) bool {
+	labels := strings.Split(strings.TrimSuffix(strings.TrimPrefix(name, "*."), "."), ".")
+	if len(labels) < 2 {
+		return false
+	}
+	for _, l := range labels {
+		if len(l) == 0 || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for _, c := range l {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
 
 // An EgressFirewall is written by a namespace's users. Whatever its rule's destination
 // (cidrSelector, dnsName, the label value of a nodeSelector) and port say, compiling it never
@@ -76,7 +93,7 @@ func FuzzCompileRule(f *testing.F) {
 			valid = valid && err == nil
 			want = []netip.Prefix{p}
 		case dns != "":
-			valid = valid && apiDNSName.MatchString(dns) && !strings.HasPrefix(dns, "*.") // wildcards: unsupported, as upstream
+			valid = valid && validDNSName(dns)
 			for _, a := range lookup(dnsnames.Canonical(dns)) {
 				if !slices.ContainsFunc(networks, func(p netip.Prefix) bool { return p.Contains(a) }) {
 					want = append(want, netip.PrefixFrom(a, a.BitLen()))

@@ -37,15 +37,14 @@ func rules(in *cluster.Input, ef *ovnv1.EgressFirewall, nodes []*corev1.Node) ([
 				rule.Prefixes = []netip.Prefix{p}
 			}
 		case r.To.DNSName != "":
-			if strings.HasPrefix(r.To.DNSName, "*.") {
-				err = fmt.Errorf("wildcard dns name is not supported as rule destination, %s", r.To.DNSName)
-				break
-			}
+			// Wildcards are supported, as upstream with its DNSNameResolver, which then checks
+			// every name against this stricter pattern (and with its message).
 			if !dnsName.MatchString(r.To.DNSName) {
-				err = fmt.Errorf("invalid dns name %q", r.To.DNSName)
+				err = fmt.Errorf("invalid dns name used as rule destination, %s", r.To.DNSName)
 				break
 			}
-			// Until the name first resolves it matches nothing, as upstream's empty address set.
+			// Until the name first resolves (or, for a wildcard, a pod is answered for a name it
+			// matches) it matches nothing, as upstream's empty address set.
 			for _, a := range in.Lookup(dnsnames.Canonical(r.To.DNSName)) {
 				if !in.InNetworks(a) {
 					rule.Prefixes = append(rule.Prefixes, netip.PrefixFrom(a, a.BitLen()))
@@ -72,8 +71,10 @@ func rules(in *cluster.Input, ef *ovnv1.EgressFirewall, nodes []*corev1.Node) ([
 	return rules, nil
 }
 
-// dnsName is the API's pattern of a rule's dnsName (api/k8sovn/v1).
-var dnsName = regexp.MustCompile(`^(\*\.)?([A-Za-z0-9-]+\.)*[A-Za-z0-9-]+\.?$`)
+// dnsName is upstream's pattern of a rule's dnsName with DNSNameResolver (pkg/util
+// egressfirewall.go dnsRegex): at least two labels of 1 to 63 characters, no hyphen at either
+// end, one leading `*.` at most. The API's own pattern (api/k8sovn/v1) is looser.
+var dnsName = regexp.MustCompile(`^(\*\.)?([a-zA-Z0-9]([-a-zA-Z0-9]{0,61}[a-zA-Z0-9])?\.)+[a-zA-Z0-9]([-a-zA-Z0-9]{0,61}[a-zA-Z0-9])?\.?$`)
 
 // destinations counts the kinds of destination a rule sets; the API wants exactly one.
 func destinations(to ovnv1.EgressFirewallDestination) int {

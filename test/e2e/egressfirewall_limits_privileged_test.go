@@ -54,11 +54,11 @@ kind: EgressFirewall
 metadata: {name: default}
 spec:
   egress:
-  - {type: Allow, to: {dnsName: "*.a.example.com"}}
+  - {type: Allow, to: {dnsName: "-a.example.com"}}
   - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}
-  - {type: Allow, to: {dnsName: "*.b.example.com"}}`)
-	rule := "cannot create EgressFirewall Rule to destination  for namespace " + ns + ": wildcard dns name is not supported as rule destination, "
-	twoErrors := "[" + rule + "*.a.example.com, " + rule + "*.b.example.com]"
+  - {type: Allow, to: {dnsName: "-b.example.com"}}`)
+	rule := "cannot create EgressFirewall Rule to destination  for namespace " + ns + ": invalid dns name used as rule destination, "
+	twoErrors := "[" + rule + "-a.example.com, " + rule + "-b.example.com]"
 	waitFirewallMessage(t, l, ns, node+": "+fwNotApplied+": "+twoErrors)
 	poll.Eventually(t, "an Event with both errors on one line", 10*time.Second, func() error {
 		events, err := l.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=EgressFirewallNotApplied"})

@@ -206,16 +206,16 @@ kind: EgressFirewall
 metadata: {name: default}
 spec:
   egress:
-  - {type: Allow, to: {dnsName: "*.example.com"}}
+  - {type: Allow, to: {dnsName: "-bad.example.com"}}
   - {type: Allow, to: {cidrSelector: 0.0.0.0/0}}`)
 	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default", "status.status", fwNotApplied, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	// The aggregate follows the first node's report; each node's own message may come later.
-	waitFirewallMessage(t, l, ns, l.Nodes[0].Name+": "+fwNotApplied+": cannot create EgressFirewall Rule to destination  for namespace "+ns+": wildcard dns name is not supported as rule destination, *.example.com")
+	waitFirewallMessage(t, l, ns, l.Nodes[0].Name+": "+fwNotApplied+": cannot create EgressFirewall Rule to destination  for namespace "+ns+": invalid dns name used as rule destination, -bad.example.com")
 	checkReach(t, "after an invalid update", []reach{{a0, "203.0.113.10:80", false, lab.Timeout}, {a1, "198.51.100.10:80", false, lab.OK}})
-	waitEventFor(t, l.Client, ns, "reason=EgressFirewallNotApplied", "an EgressFirewallNotApplied event naming the wildcard", func(e corev1.Event) bool {
-		return strings.Contains(e.Message, "wildcard dns name")
+	waitEventFor(t, l.Client, ns, "reason=EgressFirewallNotApplied", "an EgressFirewallNotApplied event naming the bad name", func(e corev1.Event) bool {
+		return strings.Contains(e.Message, "invalid dns name used as rule destination, -bad.example.com")
 	})
 
 	// Deleting the firewall lifts it.

@@ -39,6 +39,16 @@ type Resolver struct {
 	changed chan struct{}
 	ctx     context.Context
 
+	// Learned answers (learned.go): by name, each address with its expiry; the wanted
+	// wildcards; the generation of the learned addresses, and the last one a sync applied.
+	learned   map[string]map[netip.Addr]time.Time
+	wildcards map[string]bool
+	gen       uint64
+	applied   uint64
+	appliedCh chan struct{} // closed and replaced when applied grows
+	expiry    *time.Timer
+	stats     LearnStats
+
 	// state is the file the addresses are kept in across restarts ("": none), written at most
 	// every saveEvery after a change (dirty); remembered are those an earlier agent kept there,
 	// by name, each taken by the name's entry when it is wanted (and answered by Lookup until
@@ -67,6 +77,7 @@ func New(ctx context.Context, servers []string, minTTL time.Duration, state stri
 		zeroTTL: 5 * time.Second, minTTL: minTTL, maxTTL: 30 * time.Minute, retry: 5 * time.Second, maxBackoff: 2 * time.Minute,
 		retriesBeforeBackoff: 10,
 		entries:              map[string]*entry{}, changed: make(chan struct{}, 1), ctx: ctx,
+		learned: map[string]map[netip.Addr]time.Time{}, wildcards: map[string]bool{}, appliedCh: make(chan struct{}),
 		state: state, saveEvery: time.Second, dirty: make(chan struct{}, 1),
 	}
 	if state != "" {
@@ -82,14 +93,21 @@ func New(ctx context.Context, servers []string, minTTL time.Duration, state stri
 // Canonical is the form names are compared in: lower case, no trailing dot.
 func Canonical(name string) string { return strings.TrimSuffix(strings.ToLower(name), ".") }
 
-// Want sets the names to keep resolved: new ones start resolving, others stop.
+// Want sets the names whose addresses rules need: exact names are kept resolved (new ones start
+// resolving, others stop); for them and for wildcards, answers to pods are learned.
 func (r *Resolver) Want(names []string) {
-	want := map[string]bool{}
+	want, wildcards := map[string]bool{}, map[string]bool{}
 	for _, n := range names {
-		want[Canonical(n)] = true
+		if IsWildcard(n) {
+			wildcards[Canonical(n)] = true
+		} else {
+			want[Canonical(n)] = true
+		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	defer r.forgetUnwanted()
+	r.wildcards = wildcards
 	for name, e := range r.entries {
 		if !want[name] {
 			e.cancel()
@@ -117,16 +135,18 @@ func (r *Resolver) Want(names []string) {
 	}
 }
 
-// Lookup returns the last addresses of name: those an earlier agent kept until it first
-// resolves here, none when it never resolved.
+// Lookup returns the addresses of name: its last resolved ones (those an earlier agent kept,
+// until it first resolves here; none when it never resolved) and those learned from the answers
+// pods got; for a wildcard, those learned for every name it matches.
 func (r *Resolver) Lookup(name string) []netip.Addr {
 	name = Canonical(name)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	learned := r.learnedFor(name)
 	if e, ok := r.entries[name]; ok {
-		return e.addrs
+		return union(e.addrs, learned)
 	}
-	return r.remembered[name]
+	return union(r.remembered[name], learned)
 }
 
 // Changed receives a value after any name's addresses changed.
@@ -174,10 +194,15 @@ func (r *Resolver) set(name string, addrs []netip.Addr) {
 	r.mu.Unlock()
 	if changed {
 		r.log.Info("dns name resolved", "name", name, "addresses", addrs)
-		select {
-		case r.changed <- struct{}{}:
-		default:
-		}
+		r.signal()
+	}
+}
+
+// signal tells the sync loop that addresses changed.
+func (r *Resolver) signal() {
+	select {
+	case r.changed <- struct{}{}:
+	default:
 	}
 }
 
@@ -259,6 +284,9 @@ func (r *Resolver) exchange(ctx context.Context, name string, qtype uint16) (*dn
 	m := new(dns.Msg)
 	m.SetQuestion(dns.Fqdn(name), qtype)
 	m.SetEdns0(1232, false) // the DNS flag day's size: most answers in one datagram, no fragments
+	if len(r.servers) == 0 {
+		return nil, fmt.Errorf("no nameserver to ask for %s", name)
+	}
 	var errs []error
 	for _, server := range r.servers {
 		resp, _, err := r.client.ExchangeContext(ctx, m, server)

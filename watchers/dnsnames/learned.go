@@ -1,0 +1,250 @@
+package dnsnames
+
+import (
+	"context"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Learned answers: the addresses the DNS answers to pods gave for a wanted name (read on their
+// way to the pod, package dnssnoop), kept for the record's TTL plus learnGrace. A name asked
+// again a moment later often gets other addresses (rotating answers of object stores, CDNs,
+// geo-DNS, another resolver): what the pod got is what it connects to, so that is what its
+// rule must allow. Wildcard rules (`*.example.com`) match only through them: no query can ask
+// for every name under a domain.
+
+const (
+	// learnGrace keeps an address this long past its TTL: a pod that connects just as its
+	// answer expires is not cut off (upstream's DNSNameResolver removes an address 5 s after
+	// its TTL).
+	learnGrace = 5 * time.Second
+	// learnMinTTL is the least an answer is kept for (a TTL of 0 still lets the pod connect
+	// after its lookup): upstream's DNSNameResolver minimum.
+	learnMinTTL = 5 * time.Second
+	// learnMaxTTL bounds how long an address outlives its answer without another one.
+	learnMaxTTL = 24 * time.Hour
+	// MaxLearnedNames caps the names whose answers are kept at once (each wanted name, and every
+	// name a wildcard matched).
+	MaxLearnedNames = 20000
+)
+
+// IsWildcard tells a wildcard name (`*.example.com`): it matches a name with exactly one more
+// label, never the domain itself nor a name two labels deeper.
+func IsWildcard(name string) bool { return strings.HasPrefix(name, "*.") }
+
+// parent is the wildcard that would match name (`a.example.com` -> `*.example.com`); "" for a
+// name of one label.
+func parent(name string) string {
+	i := strings.IndexByte(name, '.')
+	if i < 0 {
+		return ""
+	}
+	return "*" + name[i:]
+}
+
+// Wants tells whether an answer for name (canonical) is kept: a wanted name, or a name a wanted
+// wildcard matches.
+func (r *Resolver) Wants(name string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.wants(name)
+}
+
+// wants is Wants with r.mu held.
+func (r *Resolver) wants(name string) bool {
+	_, exact := r.entries[name]
+	return exact || r.wildcards[parent(name)]
+}
+
+// Learn keeps addrs, answered for name with ttl, if name is wanted. It reports whether an
+// address was new to name, and the generation a sync must have applied for them to be in
+// force (Applied, WaitApplied). Beyond MaxAddresses per name, or MaxLearnedNames, new addresses
+// are not kept (counted in Stats).
+func (r *Resolver) Learn(name string, addrs []netip.Addr, ttl time.Duration) (gen uint64, fresh bool) {
+	name = Canonical(name)
+	expiry := time.Now().Add(min(max(ttl, learnMinTTL), learnMaxTTL) + learnGrace)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.wants(name) {
+		return r.gen, false
+	}
+	known := r.learned[name]
+	if known == nil {
+		if len(r.learned) >= MaxLearnedNames {
+			r.stats.Refused += uint64(len(addrs))
+			return r.gen, false
+		}
+		known = map[netip.Addr]time.Time{}
+		r.learned[name] = known
+	}
+	for _, a := range addrs {
+		switch old, ok := known[a]; {
+		case ok:
+			if expiry.After(old) {
+				known[a] = expiry
+			}
+		case len(known) >= MaxAddresses:
+			r.stats.Refused++
+		default:
+			known[a] = expiry
+			fresh = true
+		}
+	}
+	if fresh {
+		r.gen++
+		r.stats.Learned = r.countLearned()
+		r.signal()
+	}
+	r.scheduleExpiry()
+	return r.gen, fresh
+}
+
+// LearnStats are counts of the learned answers.
+type LearnStats struct {
+	Learned uint64 // addresses kept now, over every name
+	Refused uint64 // addresses not kept, for the caps, since the start
+}
+
+// Stats returns the counts of learned answers.
+func (r *Resolver) Stats() LearnStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stats
+}
+
+func (r *Resolver) countLearned() uint64 {
+	n := 0
+	for _, m := range r.learned {
+		n += len(m)
+	}
+	return uint64(n)
+}
+
+// Generation is the version of the learned addresses: a sync that compiled from it and was
+// applied reports it to Applied.
+func (r *Resolver) Generation() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gen
+}
+
+// Applied is told that a sync which compiled from generation gen is applied.
+func (r *Resolver) Applied(gen uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if gen <= r.applied {
+		return
+	}
+	r.applied = gen
+	close(r.appliedCh)
+	r.appliedCh = make(chan struct{})
+}
+
+// WaitApplied waits until a sync that compiled from generation gen (or a later one) is
+// applied, or ctx ends.
+func (r *Resolver) WaitApplied(ctx context.Context, gen uint64) error {
+	for {
+		r.mu.Lock()
+		done, ch := r.applied >= gen, r.appliedCh
+		r.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// learnedFor are the unexpired learned addresses for name, or for every name a wildcard
+// matches. r.mu held.
+func (r *Resolver) learnedFor(name string) []netip.Addr {
+	now := time.Now()
+	var out []netip.Addr
+	add := func(m map[netip.Addr]time.Time) {
+		for a, exp := range m {
+			if exp.After(now) {
+				out = append(out, a)
+			}
+		}
+	}
+	if !IsWildcard(name) {
+		add(r.learned[name])
+		return out
+	}
+	for n, m := range r.learned {
+		if parent(n) == name {
+			add(m)
+		}
+	}
+	return out
+}
+
+// forgetUnwanted drops what was learned for names no longer wanted. r.mu held.
+func (r *Resolver) forgetUnwanted() {
+	for name := range r.learned {
+		if !r.wants(name) {
+			delete(r.learned, name)
+			r.gen++
+		}
+	}
+	r.stats.Learned = r.countLearned()
+}
+
+// scheduleExpiry arms the timer for the earliest expiry. r.mu held.
+func (r *Resolver) scheduleExpiry() {
+	var next time.Time
+	for _, m := range r.learned {
+		for _, exp := range m {
+			if next.IsZero() || exp.Before(next) {
+				next = exp
+			}
+		}
+	}
+	if r.expiry != nil {
+		r.expiry.Stop()
+		r.expiry = nil
+	}
+	if !next.IsZero() {
+		r.expiry = time.AfterFunc(time.Until(next), r.expire)
+	}
+}
+
+// expire drops the addresses whose time is up; a sync then stops allowing them.
+func (r *Resolver) expire() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	dropped := false
+	for name, m := range r.learned {
+		maps.DeleteFunc(m, func(_ netip.Addr, exp time.Time) bool {
+			gone := !exp.After(now)
+			dropped = dropped || gone
+			return gone
+		})
+		if len(m) == 0 {
+			delete(r.learned, name)
+		}
+	}
+	if dropped {
+		r.gen++
+		r.stats.Learned = r.countLearned()
+		r.signal()
+	}
+	r.scheduleExpiry()
+}
+
+// union is a and b, sorted, without duplicates.
+func union(a, b []netip.Addr) []netip.Addr {
+	if len(b) == 0 {
+		return a
+	}
+	out := slices.Concat(a, b)
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
