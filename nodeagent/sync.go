@@ -74,6 +74,9 @@ type Config struct {
 	// GatewayBFD holds the timers of the BFD sessions to external gateways (MinTx, MinRx,
 	// Multiplier; zero: the dataplane's defaults).
 	GatewayBFD dataplane.BFDPeer
+	// DNSAnswersQueue is the NFQUEUE number the agent reads the DNS answers to pods on (0:
+	// none are read).
+	DNSAnswersQueue uint16
 }
 
 // Deps are what the sync loop reads, applies to and reports to.

@@ -45,6 +45,7 @@ type config struct {
 	resync           time.Duration
 	dnsServers       []string
 	dnsMinTTL        time.Duration
+	dnsAnswersQueue  uint16
 	legacyGateways   bool
 	gatewayBFD       time.Duration
 	gatewayBFDMult   uint8
@@ -137,6 +138,7 @@ func newFlagSet(c *config, env environment) *flag.FlagSet {
 	fs.UintVar(&c.aclLogRate, "acl-logging-rate-limit", classifier.DefaultACLLogRate, "EgressFirewall verdicts logged per second per rule for namespaces annotated k8s.ovn.org/acl-logging; 0 logs none")
 	fs.StringSliceVar(&c.dnsServers, "dns-server", env.dnsServers, "comma-separated ip:port of the DNS servers that resolve EgressFirewall dnsName rules, asked in order until one answers (default: the nameservers of /etc/resolv.conf)")
 	fs.DurationVar(&c.dnsMinTTL, "dns-min-ttl", 0, "refresh a dnsName no sooner than this, whatever its TTL, to protect the resolver (a TTL of 0 is refreshed every 5 s, as upstream)")
+	fs.Uint16Var(&c.dnsAnswersQueue, "dns-answers-queue", defaultDNSAnswersQueue, "NFQUEUE number on which the DNS answers to pods of namespaces with dnsName rules are read, and held until the addresses they give are allowed (wildcard rules match only through them); 0 reads none")
 	fs.Uint32Var(&c.markMask, "fwmark-mask", dataplane.DefaultMarkMask, "skb->mark bits egressd may set on steered packets (keep clear of the CNI's and kube-proxy's bits)")
 	c.routing = routing.DefaultConfig()
 	fs.IntVar(&c.routing.RulePriorityBase, "rule-priority-base", c.routing.RulePriorityBase, "first ip rule priority of egressd's reserved range")
@@ -363,13 +365,18 @@ func (c *config) networks() cluster.NetworkFlags {
 // syncConfig is the sync loop's part of the command line.
 func (c *config) syncConfig() nodeagent.Config {
 	return nodeagent.Config{
-		Node:           c.nodeName,
-		Networks:       c.networks(),
-		Debounce:       c.debounce,
-		Resync:         c.resync,
-		MarkMask:       c.markMask,
-		Steering:       c.steering,
-		LegacyGateways: c.legacyGateways,
-		GatewayBFD:     dataplane.BFDPeer{MinTx: c.gatewayBFD, MinRx: c.gatewayBFD, Multiplier: c.gatewayBFDMult},
+		Node:            c.nodeName,
+		Networks:        c.networks(),
+		Debounce:        c.debounce,
+		Resync:          c.resync,
+		MarkMask:        c.markMask,
+		Steering:        c.steering,
+		LegacyGateways:  c.legacyGateways,
+		GatewayBFD:      dataplane.BFDPeer{MinTx: c.gatewayBFD, MinRx: c.gatewayBFD, Multiplier: c.gatewayBFDMult},
+		DNSAnswersQueue: c.dnsAnswersQueue,
 	}
 }
+
+// defaultDNSAnswersQueue is egressd's NFQUEUE number: that of its tc filters' priority, far from
+// the low numbers other users of NFQUEUE (an IPS, a userspace firewall) take by default.
+const defaultDNSAnswersQueue = 49152

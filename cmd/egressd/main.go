@@ -49,6 +49,7 @@ import (
 	"github.com/egressd/egressd/nodeagent/reachability"
 	"github.com/egressd/egressd/nodeagent/status"
 	"github.com/egressd/egressd/watchers"
+	"github.com/egressd/egressd/watchers/dnsanswers"
 	"github.com/egressd/egressd/watchers/dnsnames"
 )
 
@@ -141,12 +142,22 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Changed: w.Subscribe(true, &ovnv1.EgressFirewall{}, &ovnv1.EgressQoS{}, &ovnv1.AdminPolicyBasedExternalRoute{},
 			&ovnv1.EgressService{}, &corev1.Node{}),
 		RouteGateways: externalroute.ConfiguredGateways, Log: log.With("component", "status")}
+	resolver := dnsnames.New(ctx, cfg.dnsServers, cfg.dnsMinTTL, cfg.dnsState(), log.With("component", "dns"))
+	dnsMetrics := dnsanswers.NewMetrics(resolver.Stats)
+	if cfg.dnsAnswersQueue != 0 {
+		answers := &dnsanswers.Reader{Queue: cfg.dnsAnswersQueue, Learner: resolver, Metrics: dnsMetrics, Log: log.With("component", "dns-answers")}
+		go func() {
+			if err := answers.Run(ctx); err != nil {
+				log.Error("DNS answers to pods are not read: dnsName rules allow what the agent resolves, wildcard rules nothing", "err", err)
+			}
+		}()
+	}
 	loop := nodeagent.New(cfg.syncConfig(), nodeagent.Deps{
 		Snapshot:     w.Snapshot(),
 		Changed:      w.Subscribe(false),
 		Triggers:     []<-chan struct{}{dp.Changed()},
 		PendingSince: w.TakePending,
-		DNS:          dnsnames.New(ctx, cfg.dnsServers, cfg.dnsMinTTL, cfg.dnsState(), log.With("component", "dns")),
+		DNS:          resolver,
 		Applier:      dp,
 		Status:       statusWriter,
 		Recorder:     recorder,
@@ -156,7 +167,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	})
 	announceMetrics := podannounce.NewMetrics()
 	cniMetrics := cniserver.NewMetrics()
-	metrics.Registry.MustRegister(agentCollectors(dp, announceMetrics, cniMetrics)...)
+	metrics.Registry.MustRegister(agentCollectors(dp, announceMetrics, cniMetrics, dnsMetrics)...)
 
 	announcer := &podannounce.Announcer{Node: cfg.nodeName, Port: cfg.healthPort, TokenFile: cfg.announceToken, Metrics: announceMetrics,
 		Log: log.With("component", "pod-announce")}
@@ -230,8 +241,8 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 // dataplane's, the pod announcements' and the CNI plugin's calls'. The metrics reference
 // (docs/reference/metrics.md) is generated from the same list, and the egress health server's
 // (registered where it starts).
-func agentCollectors(dp *kernel.Applier, announce *podannounce.Metrics, cni *cniserver.Metrics) []prometheus.Collector {
-	return slices.Concat(dp.Collectors(), announce.Collectors(), cni.Collectors())
+func agentCollectors(dp *kernel.Applier, announce *podannounce.Metrics, cni *cniserver.Metrics, dns *dnsanswers.Metrics) []prometheus.Collector {
+	return slices.Concat(dp.Collectors(), announce.Collectors(), cni.Collectors(), dns.Collectors())
 }
 
 // eventRecorder records Events (on the objects whose status says why they failed), as

@@ -14,6 +14,8 @@ import (
 	"github.com/egressd/egressd/nodeagent/leader"
 	"github.com/egressd/egressd/nodeagent/podannounce"
 	"github.com/egressd/egressd/nodeagent/reachability"
+	"github.com/egressd/egressd/watchers/dnsanswers"
+	"github.com/egressd/egressd/watchers/dnsnames"
 )
 
 const regenerate = "go test ./cmd/egressd -run TestReference -update"
@@ -31,7 +33,8 @@ func TestReferenceDocs(t *testing.T) {
 	// A zero Applier describes the dataplane's metrics without a kernel: its collectors read
 	// the kernel only when collected.
 	collectors := slices.Concat(nodeagent.NewMetrics().Collectors(),
-		agentCollectors(&kernel.Applier{}, podannounce.NewMetrics(), cniserver.NewMetrics()), reachability.NewServer("").Collectors())
+		agentCollectors(&kernel.Applier{}, podannounce.NewMetrics(), cniserver.NewMetrics(), dnsanswers.NewMetrics(func() dnsnames.LearnStats { return dnsnames.LearnStats{} })),
+		reachability.NewServer("").Collectors())
 	table, err := reference.Metrics(collectors)
 	if err != nil {
 		t.Fatal(err)

@@ -214,10 +214,8 @@ const MaxAddresses = 256
 // written by namespace owners, and 10,000 namespaces with two dnsName rules each fit.
 const MaxNames = 20000
 
-// resolve asks for A and AAAA; the TTL is the minimum over the records used, CNAMEs
-// included. Only the records of the name asked and of its CNAME chain count: an answer that
-// carries others (a resolver's glue, or a forged reply) does not extend what the name allows.
-// No address at all is a failure (upstream keeps the previous addresses then).
+// resolve asks for A and AAAA; the addresses and TTL are those Answered finds. No address at
+// all is a failure (upstream keeps the previous addresses then).
 func (r *Resolver) resolve(ctx context.Context, name string) ([]netip.Addr, time.Duration, error) {
 	var addrs []netip.Addr
 	ttl := uint32(1<<32 - 1)
@@ -228,25 +226,9 @@ func (r *Resolver) resolve(ctx context.Context, name string) ([]netip.Addr, time
 			errs = append(errs, err)
 			continue
 		}
-		chain := cnameChain(dns.Fqdn(name), resp.Answer)
-		for _, rr := range resp.Answer {
-			if !chain[strings.ToLower(rr.Header().Name)] {
-				continue
-			}
-			var ip netip.Addr
-			switch v := rr.(type) {
-			case *dns.A:
-				ip, _ = netip.AddrFromSlice(v.A.To4())
-			case *dns.AAAA:
-				ip, _ = netip.AddrFromSlice(v.AAAA)
-			case *dns.CNAME:
-				ttl = min(ttl, rr.Header().Ttl) // the chain expires with its shortest link
-				continue
-			default:
-				continue
-			}
-			addrs = append(addrs, ip)
-			ttl = min(ttl, rr.Header().Ttl)
+		got, t := Answered(name, resp.Answer)
+		if len(got) > 0 {
+			addrs, ttl = append(addrs, got...), min(ttl, t)
 		}
 	}
 	if len(addrs) == 0 {
@@ -260,6 +242,38 @@ func (r *Resolver) resolve(ctx context.Context, name string) ([]netip.Addr, time
 		addrs = addrs[:MaxAddresses]
 	}
 	return addrs, time.Duration(ttl) * time.Second, nil
+}
+
+// Answered are the addresses an answer gives name (A and AAAA records of name and of its CNAME
+// chain, nothing else: an answer that carries others, a resolver's glue or a forged record, does
+// not extend what the name allows), and the smallest TTL over the records used, CNAMEs
+// included: the chain expires with its shortest link.
+func Answered(name string, answer []dns.RR) ([]netip.Addr, uint32) {
+	var addrs []netip.Addr
+	ttl := uint32(1<<32 - 1)
+	chain := cnameChain(dns.Fqdn(name), answer)
+	for _, rr := range answer {
+		if !chain[strings.ToLower(rr.Header().Name)] {
+			continue
+		}
+		var ip netip.Addr
+		switch v := rr.(type) {
+		case *dns.A:
+			ip, _ = netip.AddrFromSlice(v.A.To4())
+		case *dns.AAAA:
+			ip, _ = netip.AddrFromSlice(v.AAAA)
+		case *dns.CNAME:
+			ttl = min(ttl, rr.Header().Ttl)
+			continue
+		default:
+			continue
+		}
+		if ip.IsValid() {
+			addrs = append(addrs, ip)
+			ttl = min(ttl, rr.Header().Ttl)
+		}
+	}
+	return addrs, ttl
 }
 
 // cnameChain is the set of owner names (lower case, fully qualified) the answer for name

@@ -1,0 +1,118 @@
+package dnsanswers
+
+import (
+	"context"
+	"encoding/binary"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// answer is a DNS answer for name with the records given.
+func answer(t *testing.T, name string, qtype uint16, rrs ...string) []byte {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), qtype)
+	m.Response = true
+	for _, s := range rrs {
+		rr, err := dns.NewRR(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Answer = append(m.Answer, rr)
+	}
+	b, err := m.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// udp4 wraps payload in IPv4 and UDP headers (checksums are not read).
+func udp4(payload []byte) []byte {
+	p := make([]byte, 28+len(payload))
+	p[0], p[9] = 0x45, 17
+	binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
+	binary.BigEndian.PutUint16(p[20:], 53)
+	binary.BigEndian.PutUint16(p[24:], uint16(8+len(payload)))
+	copy(p[28:], payload)
+	return p
+}
+
+// tcp6 wraps payload, after its length, in IPv6 and TCP headers; cut drops its last bytes (a
+// message continued in the next segment).
+func tcp6(payload []byte, cut int) []byte {
+	seg := binary.BigEndian.AppendUint16(nil, uint16(len(payload)))
+	seg = append(seg, payload[:len(payload)-cut]...)
+	p := make([]byte, 60+len(seg))
+	p[0], p[6] = 0x60, 6
+	binary.BigEndian.PutUint16(p[4:], uint16(20+len(seg)))
+	binary.BigEndian.PutUint16(p[40:], 53)
+	p[52] = 5 << 4
+	copy(p[60:], seg)
+	return p
+}
+
+type learner struct {
+	want    []string
+	learned map[string][]netip.Addr
+	ttl     time.Duration
+}
+
+func (l *learner) Wants(name string) bool { return slices.Contains(l.want, name) }
+func (l *learner) Learn(name string, addrs []netip.Addr, ttl time.Duration) (uint64, bool) {
+	l.learned[name], l.ttl = addrs, ttl
+	return 1, true
+}
+func (l *learner) WaitApplied(context.Context, uint64) error { return nil }
+
+// What an answer teaches: the addresses of the question's name through its CNAME chain, over
+// UDP and over TCP (in one segment), IPv4 and IPv6; nothing from an answer for a name no rule
+// wants, from records of other names, from a question, nor from half a TCP message.
+func TestWhatAnAnswerTeaches(t *testing.T) {
+	cdn := answer(t, "www.example.com", dns.TypeA,
+		"www.example.com. 300 IN CNAME edge.cdn.net.",
+		"edge.cdn.net. 20 IN A 192.0.2.7",
+		"glue.other.net. 999 IN A 198.51.100.1")
+	v6 := answer(t, "api.example.com", dns.TypeAAAA, "api.example.com. 60 IN AAAA 2001:db8::7")
+	for _, c := range []struct {
+		name   string
+		packet []byte
+		want   []netip.Addr
+		ttl    uint32
+	}{
+		{"UDP, through a CNAME, not the glue", udp4(cdn), []netip.Addr{netip.MustParseAddr("192.0.2.7")}, 20},
+		{"TCP over IPv6", tcp6(v6, 0), []netip.Addr{netip.MustParseAddr("2001:db8::7")}, 60},
+		{"a name no rule wants", udp4(answer(t, "other.example.com", dns.TypeA, "other.example.com. 60 IN A 192.0.2.8")), nil, 0},
+		{"half a TCP message", tcp6(v6, 5), nil, 0},
+	} {
+		l := &learner{want: []string{"www.example.com", "api.example.com"}, learned: map[string][]netip.Addr{}}
+		r := &Reader{Learner: l}
+		m, err := message(c.packet)
+		var got []netip.Addr
+		var ttl uint32
+		if err == nil {
+			var ok bool
+			var name string
+			if name, got, ttl, ok = r.wanted(m); ok && !slices.Contains(l.want, name) {
+				t.Errorf("%s: learned for %s", c.name, name)
+			}
+		}
+		if !slices.Equal(got, c.want) || ttl != c.ttl {
+			t.Errorf("%s: %v (TTL %d), want %v (TTL %d); parse error %v", c.name, got, ttl, c.want, c.ttl, err)
+		}
+	}
+	q := new(dns.Msg)
+	q.SetQuestion("www.example.com.", dns.TypeA)
+	qb, _ := q.Pack()
+	m, err := message(udp4(qb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, ok := (&Reader{Learner: &learner{want: []string{"www.example.com"}}}).wanted(m); ok {
+		t.Error("a question taught something")
+	}
+}
