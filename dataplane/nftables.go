@@ -26,6 +26,9 @@ type NftablesState struct {
 	// leaves without DNAT is dropped (it would reach the address itself unjudged).
 	Frontends      []Frontend
 	FirewalledPods []netip.Addr
+	// DNSSnoop hands the DNS answers to some local pods to the agent before they reach them
+	// (EgressFirewall's dnsName rules).
+	DNSSnoop DNSSnoop
 
 	// EgressIP. The classifier stamps the bits of SteerMask in skb->mark on the packets of
 	// local pods that leave through another node (their egress node); policy routing sends them
@@ -77,6 +80,18 @@ type NftablesState struct {
 	// ReturnPaths send the replies of connections that a gateway forwards to local pods back
 	// through that gateway (upstream's ecmp_symmetric_reply), by its Mark under SteerMask.
 	ReturnPaths []ReturnPath
+}
+
+// DNSSnoop hands the DNS answers to some local pods to the agent before they reach them: the
+// kernel holds each answer until the agent, having installed the addresses it holds, lets it
+// go on, so the pod's connections to them find them already allowed.
+type DNSSnoop struct {
+	// Pods are the local pods whose DNS answers the agent reads (those of namespaces with
+	// dnsName rules); none: no answer is queued.
+	Pods []netip.Addr
+	// Queue is the NFQUEUE number the agent reads them on. With no reader on it, answers pass
+	// (the firewall still judges the connections).
+	Queue uint16
 }
 
 // SteeredPod is a pod address and the mark that steers it.

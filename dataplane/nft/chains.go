@@ -37,13 +37,16 @@ var baseChains = []baseChain{
 	// After DNAT (kube-proxy's, at dstnat) and before the routing decision it steers.
 	{"prerouting_dstnat", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, *nftables.ChainPriorityNATDest + 10, []string{steerPodsChain}},
 	{"forward_mangle", nftables.ChainTypeFilter, nftables.ChainHookForward, *nftables.ChainPriorityMangle, []string{qosBackendsChain}},
-	{"forward_filter", nftables.ChainTypeFilter, nftables.ChainHookForward, *nftables.ChainPriorityFilter, []string{serviceBackendsChain, frontendsChain}},
+	// dns_snoop last: a packet back from the queue skips the rest of the chain (dnssnoop.go).
+	{"forward_filter", nftables.ChainTypeFilter, nftables.ChainHookForward, *nftables.ChainPriorityFilter, []string{serviceBackendsChain, frontendsChain, dnsSnoopChain}},
 	// A backend on this node (a hostNetwork endpoint, the API server of a control-plane node):
 	// after DNAT the connection is delivered locally, not forwarded.
 	{"input_filter", nftables.ChainTypeFilter, nftables.ChainHookInput, *nftables.ChainPriorityFilter, []string{serviceBackendsChain}},
 	// After IPVS (98, 99), which takes the flows of the frontends it serves at the input hook: a
 	// frontend on one of the node's addresses that nothing translated.
 	{"input_srcnat", nftables.ChainTypeFilter, nftables.ChainHookInput, *nftables.ChainPriorityNATSource + 1, []string{frontendsChain}},
+	// The answers of a resolver on this node (a node-local DNS cache on hostNetwork).
+	{"output_filter", nftables.ChainTypeFilter, nftables.ChainHookOutput, *nftables.ChainPriorityFilter, []string{dnsSnoopChain}},
 	// Before the CNI's masquerade, which is at srcnat.
 	{"postrouting_srcnat", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, *nftables.ChainPriorityNATSource - 10, []string{egressIPSNAT}},
 	// After every NAT: the source address here is the one the packet leaves with.
@@ -52,7 +55,8 @@ var baseChains = []baseChain{
 
 // activeTargets are the base chains' jump targets whose features have elements: every chain and
 // rule of a hook costs every packet that passes it, so a node pays only for the features it
-// uses (a node without EgressIP, steering or Service backends to judge has no base chain).
+// uses (a node without EgressIP, steering, Service backends to judge or pods whose DNS answers
+// the agent reads has no base chain).
 // A pod steered anywhere (an EgressIP, a gateway, an EgressService) has elements in the steering
 // sets, which keep the guard that drops it rather than leak it.
 func activeTargets(c contents) []string {
@@ -79,14 +83,17 @@ func activeTargets(c contents) []string {
 	if has(steerPods4Set, steerPods6Set, steerRemote4Set, steerRemote6Set) {
 		out = append(out, steerPodsChain)
 	}
+	if has(dnsPods4Set, dnsPods6Set) {
+		out = append(out, dnsSnoopChain)
+	}
 	return out
 }
 
 // regularChains are the features' chains, in the order they are created.
-var regularChains = []string{serviceBackendsChain, frontendReject, frontendsChain, qosBackendsChain, egressIPPrerouting, egressIPSNAT, egressIPGuardSteered, egressIPGuard, extroutePrerouting, steerPodsChain}
+var regularChains = []string{serviceBackendsChain, frontendReject, frontendsChain, qosBackendsChain, egressIPPrerouting, egressIPSNAT, egressIPGuardSteered, egressIPGuard, extroutePrerouting, steerPodsChain, dnsSnoopChain}
 
 // setDefs are every set and map of the table.
-var setDefs = slices.Concat(backendSets, frontendSets, qosSets, egressIPSets, extrouteSets, steerSets)
+var setDefs = slices.Concat(backendSets, frontendSets, qosSets, egressIPSets, extrouteSets, steerSets, dnsSnoopSets)
 
 // objects are the named counters of the table.
 var objects = []string{leaksCounter, misroutedCounter, unknownCounter, frontendDrops}
@@ -111,7 +118,7 @@ func usedBaseChains(active []string) []baseChain {
 // writeTable queues, on the connection's batch, the whole table with the sets' elements: the
 // table is deleted and added again in the same transaction, which succeeds whether or not it
 // existed.
-func writeTable(c *nftables.Conn, mask uint32, elems contents) error {
+func writeTable(c *nftables.Conn, mask uint32, queue uint16, elems contents) error {
 	c.AddTable(table)
 	c.DelTable(table)
 	c.AddTable(table)
@@ -154,6 +161,9 @@ func writeTable(c *nftables.Conn, mask uint32, elems contents) error {
 		rules[name] = returnRules(name, mask)
 	}
 	rules[steerPodsChain] = steerRules(mask, sets)
+	if slices.Contains(active, dnsSnoopChain) { // see dnssnoop.go
+		rules[dnsSnoopChain] = dnsSnoopRules(queue, sets)
+	}
 	for _, name := range steers {
 		rules[name] = steerMarkRules(name, mask)
 	}

@@ -9,15 +9,16 @@
 // priority relative to the standard one, and hold nothing but jumps to the features' regular
 // chains, so that one feature's content never touches another's. A base chain, and each jump,
 // exists only while its feature has elements on the node: every chain on a hook costs every
-// packet that passes it, so a node without EgressIP, steering, or Service backends to judge
-// has none.
+// packet that passes it, so a node without EgressIP, steering, Service backends to judge, or
+// pods whose DNS answers the agent reads has none.
 //
 //	prerouting_mangle   type filter hook prerouting  priority mangle        -> egressip_prerouting
 //	prerouting_dstnat   type filter hook prerouting  priority dstnat + 10   -> steer_unmarked
 //	forward_mangle      type filter hook forward     priority mangle        -> qos_service_backends
-//	forward_filter      type filter hook forward     priority filter        -> fw_service_backends, fw_frontends_without_dnat
+//	forward_filter      type filter hook forward     priority filter        -> fw_service_backends, fw_frontends_without_dnat, dns_snoop
 //	input_filter        type filter hook input       priority filter        -> fw_service_backends
 //	input_srcnat        type filter hook input       priority srcnat + 1    -> fw_frontends_without_dnat
+//	output_filter       type filter hook output      priority filter        -> dns_snoop
 //	postrouting_srcnat  type nat    hook postrouting priority srcnat - 10   -> egressip_snat
 //	postrouting_guard   type filter hook postrouting priority srcnat + 200  -> egressip_guard
 //
@@ -75,6 +76,15 @@
 //     steer_remote4/6 (steering.go).
 //   - steer_mark_<mark>: sets mark under the steering mask, keeping the other bits; one chain
 //     per mark in use.
+//   - dns_snoop: sends the DNS answers to a local pod of set dns_pods4/6 (the pods of
+//     namespaces with EgressFirewall dnsName rules) to the agent's queue (queue flags bypass
+//     to <DNSSnoop.Queue>), where it reads them before they go on: reply packets of UDP and TCP
+//     connections whose original destination port is 53 (ct original proto-dst, so also
+//     through a Service that DNATs 53 to another port). forward_filter (a resolver elsewhere)
+//     jumps here last: what comes back from the queue skips the rest of the base chain;
+//     output_filter (a resolver on the node itself, such as a node-local DNS cache) too. Its
+//     rules exist only while the sets have elements (a kernel without nft's queue expression
+//     refuses them); a change of the queue number writes the table whole (dnssnoop.go).
 //
 // nft lists the guard's priority as 300 (srcnat + 200).
 //
@@ -119,8 +129,9 @@ type Table struct {
 	// written is what the sets hold, by set name and element identity; nil until the first
 	// Apply (a predecessor's table keeps enforcing until then).
 	written contents
-	// mask is the steering mask the chains were written with.
-	mask uint32
+	// mask is the steering mask the chains were written with; queue the DNS answers' queue.
+	mask  uint32
+	queue uint16
 	// denies are the written backend denies by element key, with the EgressFirewall rule each
 	// came from (kept as they are for a namespace whose firewall failed to compile).
 	denies map[string]dataplane.BackendDeny

@@ -52,10 +52,11 @@ func (c contents) elements(set string) []nftables.SetElement {
 }
 
 // Apply makes the table hold s in one transaction, sending only the elements that changed; it
-// writes the whole table when it is new, when the steering mask changed, or when the table
-// lost a chain, set or counter behind egressd's back. An empty state leaves the table with
-// empty sets. The elements of an EgressFirewall that failed to compile stay as they were
-// (fail closed). Returns the error per object whose elements could not be written.
+// writes the whole table when it is new, when the steering mask or the DNS answers' queue
+// changed (rules hold them), or when the table lost a chain, set or counter behind egressd's
+// back. An empty state leaves the table with empty sets. The elements of an EgressFirewall
+// that failed to compile stay as they were (fail closed). Returns the error per object whose
+// elements could not be written.
 func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -67,7 +68,8 @@ func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 	failed := addEgressIP(want, s)
 	addReturnPaths(want, s)
 	addSteered(want, s)
-	intact := t.written != nil && t.mask == s.SteerMask && slices.Equal(dynamicChains(want), dynamicChains(t.written)) &&
+	addDNSSnoop(want, s)
+	intact := t.written != nil && t.mask == s.SteerMask && t.queue == s.DNSSnoop.Queue && slices.Equal(dynamicChains(want), dynamicChains(t.written)) &&
 		slices.Equal(activeTargets(want), activeTargets(t.written)) && t.intact()
 	if intact && maps.EqualFunc(want, t.written, func(a, b map[string]element) bool {
 		return maps.EqualFunc(a, b, func(x, y element) bool { return x.data == y.data })
@@ -96,7 +98,7 @@ func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 	}
 	rewrite := !intact || err != nil // a refused update: the table changed behind our back
 	if rewrite {
-		if err = writeTable(t.conn, s.SteerMask, want); err == nil {
+		if err = writeTable(t.conn, s.SteerMask, s.DNSSnoop.Queue, want); err == nil {
 			err = t.conn.Flush()
 		}
 	}
@@ -119,7 +121,7 @@ func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 		return failed
 	}
 	prev := t.denies
-	t.written, t.mask, t.denies, t.dscp = want, s.SteerMask, denies, dscp
+	t.written, t.mask, t.queue, t.denies, t.dscp = want, s.SteerMask, s.DNSSnoop.Queue, denies, dscp
 	t.relabel(rewrite)
 	t.drops.track(prev, denies, rewrite)
 	t.flushOrFail(s, failed)
