@@ -159,6 +159,22 @@ func byMark(pod dataplane.Pod, marks map[netip.Addr]uint32) []dataplane.Pod {
 	return out
 }
 
+// dnsSnoop are the local pods of the namespaces with dnsName rules, whose DNS answers the agent
+// reads on queue (none without a queue).
+func dnsSnoop(pods []dataplane.Pod, namespaces []string, queue uint16) dataplane.DNSSnoop {
+	if queue == 0 || len(namespaces) == 0 {
+		return dataplane.DNSSnoop{}
+	}
+	out := dataplane.DNSSnoop{Queue: queue}
+	for _, p := range pods {
+		if slices.Contains(namespaces, p.Origin.Namespace) {
+			out.Pods = append(out.Pods, p.IPs...)
+		}
+	}
+	slices.SortFunc(out.Pods, netip.Addr.Compare)
+	return out
+}
+
 // withoutServed is EgressIP's part without the SNAT and steering of the pod addresses an
 // EgressService serves: EgressService wins (upstream's reroute priority 101 over EgressIP's 100).
 func withoutServed(p egressip.Part, served []netip.Addr) egressip.Part {

@@ -236,6 +236,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	}
 	mask := l.cfg.MarkMask
 	state, objects := merge(networks, cluster.LoadBalancerVIPs(l.deps.Snapshot), cluster.Frontends(l.deps.Snapshot, l.cfg.Node), &l.parts, &l.steering, mask)
+	state.Nftables.DNSSnoop = dnsSnoop(l.parts.pods, l.parts.firewall.DNSNamespaces, l.cfg.DNSAnswersQueue)
 	for i := range state.BFD {
 		state.BFD[i].MinTx, state.BFD[i].MinRx, state.BFD[i].Multiplier = l.cfg.GatewayBFD.MinTx, l.cfg.GatewayBFD.MinRx, l.cfg.GatewayBFD.Multiplier
 	}

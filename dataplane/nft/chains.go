@@ -118,7 +118,7 @@ func usedBaseChains(active []string) []baseChain {
 // writeTable queues, on the connection's batch, the whole table with the sets' elements: the
 // table is deleted and added again in the same transaction, which succeeds whether or not it
 // existed.
-func writeTable(c *nftables.Conn, mask uint32, queue uint16, elems contents) error {
+func writeTable(c *nftables.Conn, mask uint32, queue dnsQueue, elems contents) error {
 	c.AddTable(table)
 	c.DelTable(table)
 	c.AddTable(table)

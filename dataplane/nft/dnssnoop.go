@@ -1,10 +1,12 @@
 package nft
 
 import (
+	"encoding/binary"
 	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"github.com/google/nftables/xt"
 	"golang.org/x/sys/unix"
 
 	"github.com/egressd/egressd/dataplane"
@@ -23,8 +25,12 @@ import (
 // The queue has the bypass flag: with no agent reading it, answers pass (the firewall still
 // judges the connections). A packet the agent accepts, or that bypasses the queue, goes on to the
 // hook's next base chain and skips the rest of this one, so dns_snoop is the last jump of a base
-// chain. Its rules are written only while it is in use: a kernel without nft's queue expression
-// (CONFIG_NFT_QUEUE) refuses them, and with them the whole table.
+// chain. Its rules are written only while it is in use. A kernel without nft's queue expression
+// (CONFIG_NFT_QUEUE; some distributions' kernels, the 6.18 of our CI) would refuse them, and with
+// them the whole table: New tries the expression once, and where the kernel refuses it the rules
+// end in the xtables NFQUEUE target instead (nft_compat), which queues the same way; nft then
+// lists it as iptables translates it ("queue num <n> bypass", with a warning that the table is
+// managed by iptables-nft).
 
 const (
 	dnsPods4Set   = "dns_pods4"
@@ -48,14 +54,41 @@ func addDNSSnoop(c contents, s *dataplane.NftablesState) {
 	}
 }
 
-// queueVerdict sends the packet to queue num, or lets it pass when nothing reads the queue.
-var queueVerdict = func(num uint16) expr.Any { return &expr.Queue{Num: num, Flag: expr.QueueFlagBypass} }
+// dnsQueue is the queue the answers go to, and how.
+type dnsQueue struct {
+	num    uint16
+	compat bool // the xtables NFQUEUE target, not nft's queue expression
+}
+
+// verdict sends the packet to the queue, or lets it pass when nothing reads the queue.
+func (q dnsQueue) verdict() expr.Any {
+	if !q.compat {
+		return &expr.Queue{Num: q.num, Flag: expr.QueueFlagBypass}
+	}
+	// struct xt_NFQ_info_v3: queuenum, queues_total, flags (NFQ_FLAG_BYPASS), padded to 8.
+	info := make(xt.Unknown, 8)
+	binary.NativeEndian.PutUint16(info[0:], q.num)
+	binary.NativeEndian.PutUint16(info[2:], 1)
+	binary.NativeEndian.PutUint16(info[4:], 1)
+	return &expr.Target{Name: "NFQUEUE", Rev: 3, Info: &info}
+}
+
+// nativeQueue tells whether the kernel takes nft's queue expression: a probe table with such a
+// rule, deleted in the same transaction (refused whole, or leaving nothing).
+func nativeQueue(c *nftables.Conn) bool {
+	probe := &nftables.Table{Name: "egressd_queue_probe", Family: nftables.TableFamilyINet}
+	c.AddTable(probe)
+	ch := c.AddChain(&nftables.Chain{Name: "probe", Table: probe})
+	c.AddRule(&nftables.Rule{Table: probe, Chain: ch, Exprs: []expr.Any{dnsQueue{}.verdict()}})
+	c.DelTable(probe)
+	return c.Flush() == nil
+}
 
 // dnsSnoopRules, per family and transport (udp, tcp):
 //
 //	ct direction reply meta l4proto udp ct original proto-dst 53 ip daddr @dns_pods4
 //	queue flags bypass to <queue>
-func dnsSnoopRules(queue uint16, sets map[string]*nftables.Set) [][]expr.Any {
+func dnsSnoopRules(queue dnsQueue, sets map[string]*nftables.Set) [][]expr.Any {
 	var rules [][]expr.Any
 	for _, v4 := range []bool{true, false} {
 		pods := sets[dnsPods6Set]
@@ -73,7 +106,7 @@ func dnsSnoopRules(queue uint16, sets map[string]*nftables.Set) [][]expr.Any {
 				&expr.Ct{Register: 1, Key: expr.CtKeyPROTODST, Direction: ctDirOriginal},
 				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0, dnsPort}},
 				addrField(v4, false, 1), lookup(pods, 1, false),
-				queueVerdict(queue),
+				queue.verdict(),
 			}))
 		}
 	}

@@ -132,6 +132,8 @@ type Table struct {
 	// mask is the steering mask the chains were written with; queue the DNS answers' queue.
 	mask  uint32
 	queue uint16
+	// compatQueue: the kernel has no nft queue expression (dnssnoop.go).
+	compatQueue bool
 	// denies are the written backend denies by element key, with the EgressFirewall rule each
 	// came from (kept as they are for a namespace whose firewall failed to compile).
 	denies map[string]dataplane.BackendDeny
@@ -169,7 +171,8 @@ func New() (*Table, error) {
 		return nil, fmt.Errorf("conntrack netlink socket: %w", err)
 	}
 	return &Table{conn: c, denyCounts: newTally[dataplane.Origin](), snatCounts: newTally[netip.Addr](),
-		objectCounts: newTally[string](), drops: newDropLog(), ct: ct, unflushed: map[netip.Addr]bool{}}, nil
+		objectCounts: newTally[string](), drops: newDropLog(), ct: ct, unflushed: map[netip.Addr]bool{},
+		compatQueue: !nativeQueue(c)}, nil
 }
 
 // Close releases the netlink connection; the table stays as programmed.

@@ -98,7 +98,7 @@ func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 	}
 	rewrite := !intact || err != nil // a refused update: the table changed behind our back
 	if rewrite {
-		if err = writeTable(t.conn, s.SteerMask, s.DNSSnoop.Queue, want); err == nil {
+		if err = writeTable(t.conn, s.SteerMask, dnsQueue{s.DNSSnoop.Queue, t.compatQueue}, want); err == nil {
 			err = t.conn.Flush()
 		}
 	}

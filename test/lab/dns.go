@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/miekg/dns"
 )
@@ -21,9 +22,11 @@ type DNS struct {
 }
 
 type dnsRecord struct {
-	ttl   uint32
-	ips   []netip.Addr
-	cname string // when set, the name is an alias of this one (FQDN)
+	ttl    uint32
+	ips    []netip.Addr
+	cname  string // when set, the name is an alias of this one (FQDN)
+	rotate bool   // each answer gives one address of ips per family, the next one each time
+	next   int
 }
 
 // AddDNS adds an external host serving DNS (UDP and TCP 53) on addr.
@@ -67,12 +70,41 @@ func (d *DNS) Set(name string, ttl uint32, ips ...string) {
 	d.records[dns.CanonicalName(name)] = r
 }
 
+// SetRotating makes name resolve, at each query, to the next address of pool of the question's
+// family only (as object stores, CDNs and geo-DNS answer a moment apart), with ttl seconds.
+func (d *DNS) SetRotating(name string, ttl uint32, pool ...string) {
+	d.Set(name, ttl, pool...)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r := d.records[dns.CanonicalName(name)]
+	r.rotate = true
+	d.records[dns.CanonicalName(name)] = r
+}
+
 // SetCNAME makes name an alias of target with ttl seconds: answers hold the CNAME record, then
 // target's addresses with target's TTL.
 func (d *DNS) SetCNAME(name string, ttl uint32, target string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.records[dns.CanonicalName(name)] = dnsRecord{ttl: ttl, cname: dns.CanonicalName(target)}
+}
+
+// rotate is the next address of owner's pool in the family asked. d.mu held.
+func (d *DNS) rotate(owner string, v6 bool) []netip.Addr {
+	r := d.records[strings.ToLower(owner)]
+	var pool []netip.Addr
+	for _, ip := range r.ips {
+		if ip.Is6() == v6 {
+			pool = append(pool, ip)
+		}
+	}
+	if len(pool) == 0 {
+		return nil
+	}
+	ip := pool[r.next%len(pool)]
+	r.next++
+	d.records[strings.ToLower(owner)] = r
+	return []netip.Addr{ip}
 }
 
 // Stop shuts the server down: its host answers queries with ICMP port unreachable, as a
@@ -111,7 +143,11 @@ func (d *DNS) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 			continue
 		}
 		hdr := dns.RR_Header{Name: owner, Class: dns.ClassINET, Ttl: r.ttl}
-		for _, ip := range r.ips {
+		ips := r.ips
+		if r.rotate {
+			ips = d.rotate(owner, q.Qtype == dns.TypeAAAA)
+		}
+		for _, ip := range ips {
 			switch {
 			case q.Qtype == dns.TypeA && ip.Is4():
 				hdr.Rrtype = dns.TypeA
@@ -127,20 +163,26 @@ func (d *DNS) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 }
 
 // Lookup asks server (ip) for name's records of qtype (dns.TypeA, dns.TypeAAAA) from inside the
-// pod, returning the addresses and the TTL of the first answer.
+// pod, over UDP, returning the addresses and the TTL of the first answer.
 func (p *Pod) Lookup(server netip.Addr, name string, qtype uint16) ([]netip.Addr, uint32, error) {
+	return p.LookupOver("udp", server, name, qtype)
+}
+
+// LookupOver is Lookup over network "udp" or "tcp".
+func (p *Pod) LookupOver(network string, server netip.Addr, name string, qtype uint16) ([]netip.Addr, uint32, error) {
 	var conn net.Conn
 	if err := p.NS.Do(func() error {
 		var err error
-		conn, err = net.Dial("udp", netip.AddrPortFrom(server, 53).String())
+		conn, err = net.DialTimeout(network, netip.AddrPortFrom(server, 53).String(), 5*time.Second)
 		return err
 	}); err != nil {
 		return nil, 0, err
 	}
 	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
 	m := new(dns.Msg)
 	m.SetQuestion(dns.Fqdn(name), qtype)
-	resp, _, err := new(dns.Client).ExchangeWithConn(m, &dns.Conn{Conn: conn})
+	resp, _, err := (&dns.Client{Net: network}).ExchangeWithConn(m, &dns.Conn{Conn: conn})
 	if err != nil {
 		return nil, 0, err
 	}
