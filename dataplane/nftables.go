@@ -92,6 +92,11 @@ type DNSSnoop struct {
 	// Queue is the NFQUEUE number the agent reads them on. With no reader on it, answers pass
 	// (the firewall still judges the connections).
 	Queue uint16
+	// Resolvers are the DNS servers whose answers are read (their addresses as the answers
+	// leave them: a DNS Service's endpoints, and its cluster IPs for a resolver on the node). A
+	// pod that asked a server it runs itself (cluster destinations are never firewalled) would
+	// otherwise teach its namespace any address for the names its rules allow.
+	Resolvers []netip.Addr
 }
 
 // SteeredPod is a pod address and the mark that steers it.

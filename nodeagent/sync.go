@@ -75,8 +75,9 @@ type Config struct {
 	// Multiplier; zero: the dataplane's defaults).
 	GatewayBFD dataplane.BFDPeer
 	// DNSAnswersQueue is the NFQUEUE number the agent reads the DNS answers to pods on (0:
-	// none are read).
+	// none are read); only those of DNSResolvers and of the cluster's DNS Service are.
 	DNSAnswersQueue uint16
+	DNSResolvers    []netip.Addr
 }
 
 // Deps are what the sync loop reads, applies to and reports to.
@@ -237,6 +238,9 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	mask := l.cfg.MarkMask
 	state, objects := merge(networks, cluster.LoadBalancerVIPs(l.deps.Snapshot), cluster.Frontends(l.deps.Snapshot, l.cfg.Node), &l.parts, &l.steering, mask)
 	state.Nftables.DNSSnoop = dnsSnoop(l.parts.pods, l.parts.firewall.DNSNamespaces, l.cfg.DNSAnswersQueue)
+	if len(state.Nftables.DNSSnoop.Pods) > 0 {
+		state.Nftables.DNSSnoop.Resolvers = cluster.ClusterDNS(l.deps.Snapshot, l.cfg.DNSResolvers)
+	}
 	for i := range state.BFD {
 		state.BFD[i].MinTx, state.BFD[i].MinRx, state.BFD[i].Multiplier = l.cfg.GatewayBFD.MinTx, l.cfg.GatewayBFD.MinRx, l.cfg.GatewayBFD.Multiplier
 	}

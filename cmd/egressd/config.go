@@ -138,7 +138,7 @@ func newFlagSet(c *config, env environment) *flag.FlagSet {
 	fs.UintVar(&c.aclLogRate, "acl-logging-rate-limit", classifier.DefaultACLLogRate, "EgressFirewall verdicts logged per second per rule for namespaces annotated k8s.ovn.org/acl-logging; 0 logs none")
 	fs.StringSliceVar(&c.dnsServers, "dns-server", env.dnsServers, "comma-separated ip:port of the DNS servers that resolve EgressFirewall dnsName rules, asked in order until one answers (default: the nameservers of /etc/resolv.conf)")
 	fs.DurationVar(&c.dnsMinTTL, "dns-min-ttl", 0, "refresh a dnsName no sooner than this, whatever its TTL, to protect the resolver (a TTL of 0 is refreshed every 5 s, as upstream)")
-	fs.Uint16Var(&c.dnsAnswersQueue, "dns-answers-queue", defaultDNSAnswersQueue, "NFQUEUE number on which the DNS answers to pods of namespaces with dnsName rules are read, and held until the addresses they give are allowed (wildcard rules match only through them); 0 reads none")
+	fs.Uint16Var(&c.dnsAnswersQueue, "dns-answers-queue", defaultDNSAnswersQueue, "NFQUEUE number on which the DNS answers to pods of namespaces with dnsName rules are read, and held until the addresses they give are allowed (wildcard rules match only through them): answers from the cluster's DNS Service (kube-system/kube-dns) and from --dns-server only; 0 reads none")
 	fs.Uint32Var(&c.markMask, "fwmark-mask", dataplane.DefaultMarkMask, "skb->mark bits egressd may set on steered packets (keep clear of the CNI's and kube-proxy's bits)")
 	c.routing = routing.DefaultConfig()
 	fs.IntVar(&c.routing.RulePriorityBase, "rule-priority-base", c.routing.RulePriorityBase, "first ip rule priority of egressd's reserved range")
@@ -374,7 +374,20 @@ func (c *config) syncConfig() nodeagent.Config {
 		LegacyGateways:  c.legacyGateways,
 		GatewayBFD:      dataplane.BFDPeer{MinTx: c.gatewayBFD, MinRx: c.gatewayBFD, Multiplier: c.gatewayBFDMult},
 		DNSAnswersQueue: c.dnsAnswersQueue,
+		DNSResolvers:    c.dnsResolvers(),
 	}
+}
+
+// dnsResolvers are the addresses of the agent's DNS servers (--dns-server): their answers to pods
+// teach dnsName rules too.
+func (c *config) dnsResolvers() []netip.Addr {
+	var out []netip.Addr
+	for _, s := range c.dnsServers {
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			out = append(out, ap.Addr().Unmap())
+		}
+	}
+	return out
 }
 
 // defaultDNSAnswersQueue is egressd's NFQUEUE number: that of its tc filters' priority, far from

@@ -33,16 +33,20 @@ import (
 // managed by iptables-nft).
 
 const (
-	dnsPods4Set   = "dns_pods4"
-	dnsPods6Set   = "dns_pods6"
-	dnsSnoopChain = "dns_snoop"
-	dnsPort       = 53
+	dnsPods4Set      = "dns_pods4"
+	dnsPods6Set      = "dns_pods6"
+	dnsResolvers4Set = "dns_resolvers4"
+	dnsResolvers6Set = "dns_resolvers6"
+	dnsSnoopChain    = "dns_snoop"
+	dnsPort          = 53
 )
 
 // dnsSnoopSets are the local pods whose DNS answers are queued.
 var dnsSnoopSets = []*nftables.Set{
 	{Table: table, Name: dnsPods4Set, KeyType: nftables.TypeIPAddr},
 	{Table: table, Name: dnsPods6Set, KeyType: nftables.TypeIP6Addr},
+	{Table: table, Name: dnsResolvers4Set, KeyType: nftables.TypeIPAddr},
+	{Table: table, Name: dnsResolvers6Set, KeyType: nftables.TypeIP6Addr},
 }
 
 // addDNSSnoop adds the pods whose DNS answers are queued to the wanted contents.
@@ -50,6 +54,14 @@ func addDNSSnoop(c contents, s *dataplane.NftablesState) {
 	for _, p := range s.DNSSnoop.Pods {
 		if p = p.Unmap(); p.IsValid() {
 			c.add(family(p, dnsPods4Set, dnsPods6Set), string(p.AsSlice()), "", nftables.SetElement{Key: p.AsSlice()})
+		}
+	}
+	if len(s.DNSSnoop.Pods) == 0 {
+		return // no resolver elements either: the chain is in use while there are pods
+	}
+	for _, r := range s.DNSSnoop.Resolvers {
+		if r = r.Unmap(); r.IsValid() {
+			c.add(family(r, dnsResolvers4Set, dnsResolvers6Set), string(r.AsSlice()), "", nftables.SetElement{Key: r.AsSlice()})
 		}
 	}
 }
@@ -86,14 +98,14 @@ func nativeQueue(c *nftables.Conn) bool {
 
 // dnsSnoopRules, per family and transport (udp, tcp):
 //
-//	ct direction reply meta l4proto udp ct original proto-dst 53 ip daddr @dns_pods4
-//	queue flags bypass to <queue>
+//	ct direction reply meta l4proto udp ct original proto-dst 53
+//	ip saddr @dns_resolvers4 ip daddr @dns_pods4 queue flags bypass to <queue>
 func dnsSnoopRules(queue dnsQueue, sets map[string]*nftables.Set) [][]expr.Any {
 	var rules [][]expr.Any
 	for _, v4 := range []bool{true, false} {
-		pods := sets[dnsPods6Set]
+		pods, resolvers := sets[dnsPods6Set], sets[dnsResolvers6Set]
 		if v4 {
-			pods = sets[dnsPods4Set]
+			pods, resolvers = sets[dnsPods4Set], sets[dnsResolvers4Set]
 		}
 		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
 			rules = append(rules, slices.Concat(nfproto(v4), ctDirection(ctDirReply), []expr.Any{
@@ -105,6 +117,10 @@ func dnsSnoopRules(queue dnsQueue, sets map[string]*nftables.Set) [][]expr.Any {
 				// whose destination port is the resolver's.
 				&expr.Ct{Register: 1, Key: expr.CtKeyPROTODST, Direction: ctDirOriginal},
 				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0, dnsPort}},
+				// The server that answers: before the reply's un-DNAT (at postrouting), a Service's
+				// endpoint. (Not ct original ip daddr: google/nftables cannot send the direction
+				// of its per-family keys, and nft list cannot print the generic one in inet.)
+				addrField(v4, true, 1), lookup(resolvers, 1, false),
 				addrField(v4, false, 1), lookup(pods, 1, false),
 				queue.verdict(),
 			}))

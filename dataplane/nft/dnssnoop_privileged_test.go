@@ -46,7 +46,7 @@ func TestPrivilegedDNSSnoopAnswers(t *testing.T) {
 	pod.Addr(t, "eth0", "10.244.0.5/24", "10.244.0.6/24", "fd00:10:244::5/64", "fd00:10:244::6/64")
 	node.Addr(t, "pod0", "10.244.0.1/24", "fd00:10:244::1/64")
 	node.Addr(t, "ext0", "192.0.2.1/24", "2001:db8::1/64")
-	res.Addr(t, "eth0", "192.0.2.53/24", "2001:db8::53/64")
+	res.Addr(t, "eth0", "192.0.2.53/24", "192.0.2.66/24", "2001:db8::53/64", "2001:db8::66/64")
 	for _, err := range []error{
 		pod.Script("ip route add default via 10.244.0.1", "ip -6 route add default via fd00:10:244::1"),
 		node.Script("sysctl -qw net.ipv4.ip_forward=1", "sysctl -qw net.ipv6.conf.all.forwarding=1"),
@@ -63,21 +63,23 @@ func TestPrivilegedDNSSnoopAnswers(t *testing.T) {
 	}
 	a := netip.MustParseAddr
 	apply, _, list := tableIn(t, node)
-	apply(&dataplane.NftablesState{DNSSnoop: dataplane.DNSSnoop{Pods: []netip.Addr{a("10.244.0.5"), a("fd00:10:244::5")}, Queue: dnsQueue}})
+	trusted := []netip.Addr{a("192.0.2.53"), a("10.244.0.1"), a("10.96.0.10"), a("2001:db8::53"), a("fd00:10:244::1"), a("fd00:96::10")}
+	apply(&dataplane.NftablesState{DNSSnoop: dataplane.DNSSnoop{Pods: []netip.Addr{a("10.244.0.5"), a("fd00:10:244::5")}, Queue: dnsQueue, Resolvers: trusted}})
 
 	type family struct {
 		name       string
 		pod, other netip.Addr
 		// resolver answers on ports 53 and 5353, own (the node's) on 53, service is DNATed
-		// to resolver:5353.
-		resolver, own, service netip.Addr
+		// to resolver:5353; rogue answers on 53 and is not a trusted resolver.
+		resolver, own, service, rogue netip.Addr
 	}
 	families := []family{
-		{"IPv4", a("10.244.0.5"), a("10.244.0.6"), a("192.0.2.53"), a("10.244.0.1"), a("10.96.0.10")},
-		{"IPv6", a("fd00:10:244::5"), a("fd00:10:244::6"), a("2001:db8::53"), a("fd00:10:244::1"), a("fd00:96::10")},
+		{"IPv4", a("10.244.0.5"), a("10.244.0.6"), a("192.0.2.53"), a("10.244.0.1"), a("10.96.0.10"), a("192.0.2.66")},
+		{"IPv6", a("fd00:10:244::5"), a("fd00:10:244::6"), a("2001:db8::53"), a("fd00:10:244::1"), a("fd00:96::10"), a("2001:db8::66")},
 	}
 	servers := dnsServers{}
 	for _, f := range families {
+		servers.serve(t, res, netip.AddrPortFrom(f.rogue, 53))
 		servers.serve(t, res, netip.AddrPortFrom(f.resolver, 53))
 		servers.serve(t, res, netip.AddrPortFrom(f.resolver, 5353))
 		servers.serve(t, node, netip.AddrPortFrom(f.own, 53))
@@ -103,6 +105,7 @@ func TestPrivilegedDNSSnoopAnswers(t *testing.T) {
 			{"from the node's resolver: queued, dropped", nfqueue.NfDrop, f.pod, port(f.own, 53), false, true, false},
 			{"through a Service to port 5353: queued, dropped", nfqueue.NfDrop, f.pod, port(f.service, 53), false, true, false},
 			{"asked on port 5353: not queued", nfqueue.NfDrop, f.pod, port(f.resolver, 5353), false, false, true},
+			{"from a server not trusted: not queued", nfqueue.NfDrop, f.pod, port(f.rogue, 53), false, false, true},
 		} {
 			t.Run(f.name+"/"+c.name, func(t *testing.T) {
 				var r *queueReader
@@ -145,7 +148,7 @@ func TestPrivilegedDNSSnoopAnswers(t *testing.T) {
 	}
 
 	// Another queue number: the rules are written again with it.
-	apply(&dataplane.NftablesState{DNSSnoop: dataplane.DNSSnoop{Pods: []netip.Addr{a("10.244.0.5")}, Queue: dnsQueue + 1}})
+	apply(&dataplane.NftablesState{DNSSnoop: dataplane.DNSSnoop{Pods: []netip.Addr{a("10.244.0.5")}, Queue: dnsQueue + 1, Resolvers: trusted}})
 	if out := list(); strings.Count(out, fmt.Sprintf("queue flags bypass to %d\n", dnsQueue+1)) != 4 || strings.Count(out, "queue ") != 4 {
 		t.Errorf("after a change of queue, want the 4 rules with queue %d:\n%s", dnsQueue+1, out)
 	}

@@ -79,8 +79,9 @@
 //   - dns_snoop: sends the DNS answers to a local pod of set dns_pods4/6 (the pods of
 //     namespaces with EgressFirewall dnsName rules) to the agent's queue (queue flags bypass
 //     to <DNSSnoop.Queue>), where it reads them before they go on: reply packets of UDP and TCP
-//     connections whose original destination port is 53 (ct original proto-dst, so also
-//     through a Service that DNATs 53 to another port). forward_filter (a resolver elsewhere)
+//     connections whose original destination port is 53 (ct original proto-dst, so also through
+//     a Service that DNATs 53 to another port), answered by a trusted resolver, set
+//     dns_resolvers4/6 (ip saddr: a Service's endpoint, not yet un-DNATed). forward_filter (a resolver elsewhere)
 //     jumps here last: what comes back from the queue skips the rest of the base chain;
 //     output_filter (a resolver on the node itself, such as a node-local DNS cache) too. Its
 //     rules exist only while the sets have elements (a kernel without nft's queue expression

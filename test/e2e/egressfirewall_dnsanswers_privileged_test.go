@@ -19,7 +19,9 @@ import (
 // at a time: each of 100 lookups (A and AAAA, UDP and TCP) is followed by a connection to the
 // address answered, which must succeed at once, on both CNI shapes. A wildcard rule lets three
 // of its subdomains through at their first connection after their lookup, not a name two labels
-// deeper; a name no rule allows stays denied though the pod resolved it.
+// deeper; a name no rule allows stays denied though the pod resolved it; and an answer from a
+// DNS server that is not a trusted resolver (one the pod may reach, as it may any pod of the
+// cluster) teaches nothing.
 func TestPrivilegedEgressFirewallDNSAnswers(t *testing.T) {
 	privileged.Require(t)
 	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, AgentArgs: []string{"--dns-server", "198.51.100.53:53"}})
@@ -40,6 +42,12 @@ func TestPrivilegedEgressFirewallDNSAnswers(t *testing.T) {
 		d.Set(name, 60, v4, v6)
 		web = append(web, v4, v6)
 	}
+	rogue, err := l.AddDNS("rogue", "198.51.100.99")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogue.Set("s3.example.com", 60, "203.0.113.250", "2001:db8::250")
+	web = append(web, "203.0.113.250", "2001:db8::250")
 	addExternals(t, l, web)
 	if err := l.StartAgents(ctx); err != nil {
 		t.Fatal(err)
@@ -51,7 +59,7 @@ kind: EgressFirewall
 metadata: {name: default}
 spec:
   egress:
-  - {type: Allow, to: {cidrSelector: 198.51.100.53/32}, ports: [{protocol: UDP, port: 53}, {protocol: TCP, port: 53}]}
+  - {type: Allow, to: {cidrSelector: 198.51.100.0/24}, ports: [{protocol: UDP, port: 53}, {protocol: TCP, port: 53}]}
   - {type: Allow, to: {dnsName: s3.example.com}}
   - {type: Allow, to: {dnsName: "*.wild.example.com"}}
   - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}
@@ -102,6 +110,13 @@ spec:
 				t.Fatalf("%s looks up %s: %v", p.Name, name, err)
 			}
 			checkReach(t, "a name no rule allows", []reach{{p, netip.AddrPortFrom(ips[0], 80).String(), false, lab.Timeout}})
+		}
+		for _, qtype := range []uint16{dns.TypeA, dns.TypeAAAA} {
+			ips, _, err := p.Lookup(rogue.Addr, "s3.example.com", qtype)
+			if err != nil || len(ips) == 0 {
+				t.Fatalf("%s looks up s3.example.com at the rogue server: %v", p.Name, err)
+			}
+			checkReach(t, "an answer from a server not trusted", []reach{{p, netip.AddrPortFrom(ips[0], 80).String(), false, lab.Timeout}})
 		}
 		if v, err := n.Agent.Sample(`egressd_dns_answers_total{result="learned"}`); err != nil || v == "" || v == "0" {
 			t.Errorf("node %s: egressd_dns_answers_total{result=\"learned\"} = %q (%v), want > 0", n.Name, v, err)

@@ -26,7 +26,7 @@ type dnsRecord struct {
 	ips    []netip.Addr
 	cname  string // when set, the name is an alias of this one (FQDN)
 	rotate bool   // each answer gives one address of ips per family, the next one each time
-	next   int
+	next   [2]int // per family (IPv4, IPv6)
 }
 
 // AddDNS adds an external host serving DNS (UDP and TCP 53) on addr.
@@ -101,8 +101,12 @@ func (d *DNS) rotate(owner string, v6 bool) []netip.Addr {
 	if len(pool) == 0 {
 		return nil
 	}
-	ip := pool[r.next%len(pool)]
-	r.next++
+	f := 0
+	if v6 {
+		f = 1
+	}
+	ip := pool[r.next[f]%len(pool)]
+	r.next[f]++
 	d.records[strings.ToLower(owner)] = r
 	return []netip.Addr{ip}
 }
