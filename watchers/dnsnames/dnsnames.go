@@ -85,6 +85,17 @@ func New(ctx context.Context, servers []string, minTTL time.Duration, state stri
 		if r.remembered, err = load(state); err != nil {
 			log.Error("dnsName addresses of the previous agent not read: names match nothing until they resolve", "file", state, "err", err)
 		}
+		// Until the first Want, which drops those of names no longer wanted: connections to
+		// what pods were answered before the restart are judged as before it.
+		learned, err := loadLearned(learnedFile(state))
+		if err != nil {
+			log.Error("dnsName addresses learned by the previous agent not read: pods' connections to them are denied until asked again", "file", learnedFile(state), "err", err)
+		}
+		if learned != nil {
+			r.learned = learned
+			r.stats.Learned = r.countLearned()
+			r.scheduleExpiry()
+		}
 		go r.saving()
 	}
 	return r

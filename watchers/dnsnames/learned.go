@@ -98,6 +98,7 @@ func (r *Resolver) Learn(name string, addrs []netip.Addr, ttl time.Duration) (ge
 		r.stats.Learned = r.countLearned()
 		r.signal()
 	}
+	r.markDirty() // expiries moved, if nothing else
 	r.scheduleExpiry()
 	return r.gen, fresh
 }
@@ -191,6 +192,7 @@ func (r *Resolver) forgetUnwanted() {
 		if !r.wants(name) {
 			delete(r.learned, name)
 			r.gen++
+			r.markDirty()
 		}
 	}
 	r.stats.Learned = r.countLearned()
@@ -235,6 +237,7 @@ func (r *Resolver) expire() {
 		r.gen++
 		r.stats.Learned = r.countLearned()
 		r.signal()
+		r.markDirty()
 	}
 	r.scheduleExpiry()
 }

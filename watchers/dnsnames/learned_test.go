@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -144,6 +145,36 @@ func TestLearnCaps(t *testing.T) {
 		}
 		if s := r.Stats(); s.Refused != 10 || s.Learned != MaxAddresses {
 			t.Errorf("stats %+v, want 10 refused, %d learned", s, MaxAddresses)
+		}
+	})
+}
+
+// What was learned outlives a restart of the agent, with its expiry: the new resolver answers
+// with it from the start (before it is told which names are wanted), and not past its TTL.
+func TestLearnedKeptAcrossRestart(t *testing.T) {
+	state := filepath.Join(t.TempDir(), StateFile)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		r := New(ctx, nil, 0, state, log)
+		r.Want([]string{"*.cdn.example.com"})
+		r.Learn("a.cdn.example.com", addrs("192.0.2.1"), 10*time.Second)
+		r.Learn("b.cdn.example.com", addrs("192.0.2.2"), time.Hour)
+		cancel() // the agent stops: what is not written yet is
+		synctest.Wait()
+
+		time.Sleep(30 * time.Second) // a's answer expired meanwhile
+		ctx, cancel = context.WithCancel(context.Background())
+		defer cancel()
+		r = New(ctx, nil, 0, state, log)
+		if got := r.Lookup("*.cdn.example.com"); !slices.Equal(got, addrs("192.0.2.2")) {
+			t.Errorf("after the restart: %v, want b's unexpired address", got)
+		}
+		r.Want([]string{"*.cdn.example.com"})
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		if got := r.Lookup("*.cdn.example.com"); len(got) != 0 {
+			t.Errorf("past its TTL: %v", got)
 		}
 	})
 }

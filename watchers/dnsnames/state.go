@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -84,7 +85,8 @@ func (r *Resolver) saveLogged() {
 	}
 }
 
-// save writes the wanted names' addresses, atomically.
+// save writes the wanted names' addresses, and the learned ones with their expiry (next to
+// it, learnedFile), atomically.
 func (r *Resolver) save() error {
 	r.mu.Lock()
 	kept := make(map[string][]netip.Addr, len(r.entries))
@@ -93,23 +95,77 @@ func (r *Resolver) save() error {
 			kept[name] = e.addrs
 		}
 	}
+	learned := make(map[string]map[netip.Addr]time.Time, len(r.learned))
+	for name, m := range r.learned {
+		learned[name] = maps.Clone(m)
+	}
 	r.mu.Unlock()
 	b, err := json.Marshal(kept)
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(r.state), 0o755); err != nil {
+	lb, err := json.Marshal(learned)
+	if err != nil {
+		return err
+	}
+	return errors.Join(writeAtomic(r.state, b), writeAtomic(learnedFile(r.state), lb))
+}
+
+// learnedFile is where, next to the state file, the learned addresses are kept.
+func learnedFile(state string) string {
+	return strings.TrimSuffix(state, filepath.Ext(state)) + "-learned.json"
+}
+
+// loadLearned reads the learned addresses an earlier agent kept, those not expired yet.
+func loadLearned(path string) (map[string]map[netip.Addr]time.Time, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var kept map[string]map[netip.Addr]time.Time
+	if err := json.NewDecoder(io.LimitReader(f, maxStateSize)).Decode(&kept); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	now := time.Now()
+	out := map[string]map[netip.Addr]time.Time{}
+	for _, name := range slices.Sorted(maps.Keys(kept)) {
+		if len(out) == MaxLearnedNames {
+			break
+		}
+		m := map[netip.Addr]time.Time{}
+		for a, exp := range kept[name] {
+			if a.IsValid() && exp.After(now) && len(m) < MaxAddresses {
+				if limit := now.Add(learnMaxTTL + learnGrace); exp.After(limit) {
+					exp = limit // a clock gone back, or a file not ours
+				}
+				m[a] = exp
+			}
+		}
+		if len(m) > 0 {
+			out[Canonical(name)] = m
+		}
+	}
+	return out, nil
+}
+
+// writeAtomic replaces path with b.
+func writeAtomic(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	// A temporary file of its own: another agent sharing the directory (the lab's nodes) writes
 	// its file at the same time.
-	tmp, err := os.CreateTemp(filepath.Dir(r.state), filepath.Base(r.state)+".*")
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
 	_, err = tmp.Write(b)
 	if err = errors.Join(err, tmp.Close()); err == nil {
-		err = os.Rename(tmp.Name(), r.state)
+		err = os.Rename(tmp.Name(), path)
 	}
 	if err != nil {
 		_ = os.Remove(tmp.Name())
