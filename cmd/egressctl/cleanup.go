@@ -111,7 +111,7 @@ func runSteps(steps []step) (cleanupReport, error) {
 // unless something else lives there.
 func removeSocketDir(socket string) error {
 	dir := filepath.Dir(socket)
-	for _, f := range []string{socket, filepath.Join(dir, filepath.Base(cniinstall.DefaultStatusFile)), filepath.Join(dir, dnsnames.StateFile)} {
+	for _, f := range []string{socket, filepath.Join(dir, filepath.Base(cniinstall.DefaultStatusFile)), filepath.Join(dir, dnsnames.StateFile), filepath.Join(dir, dnsnames.LearnedFile)} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}

@@ -445,6 +445,9 @@ func TestPrivilegedCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The agent's dnsName addresses, kept for its next start, go with the directory.
+	if err := os.WriteFile(filepath.Join(socketDir, dnsnames.LearnedFile), []byte(`{"a.example.com":{"203.0.113.11":"2099-01-01T00:00:00Z"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(socketDir, dnsnames.StateFile), []byte(`{"www.example.com":["203.0.113.10"]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}

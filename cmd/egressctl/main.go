@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -36,6 +37,9 @@ Commands:
                in the group), gateways kept out, and the agent's BFD sessions with their
                counters (read from its metrics)
   egressip     egress IPs this node hosts, the pods it SNATs to them, and egressd's routing
+  dns          the names of EgressFirewall dnsName rules: the addresses the agent resolved,
+               and those learned from the DNS answers pods got, with the time each has left
+               (read next to the agent's --cni-socket)
   cleanup      remove every kernel object egressd owns on this node (stop the agent first,
                or it re-creates them); a step that fails does not stop the others, and
                exit status 1 names every step that failed
@@ -101,6 +105,7 @@ var commands = map[string]command{
 	"trace":    {takesArgs: true, read: func(o options, args []string) (report, error) { return reading(trace(o, args)) }},
 	"routes":   {read: func(o options, _ []string) (report, error) { return reading(readRoutes(o)) }},
 	"egressip": {read: func(o options, _ []string) (report, error) { return reading(readEgressIP(o)) }},
+	"dns":      {read: func(o options, _ []string) (report, error) { return reading(readDNS(o, time.Now())) }},
 	// cleanup's report says what it removed also when a step failed.
 	"cleanup": {read: func(o options, _ []string) (report, error) { return cleanup(o) }},
 	"version": {read: func(options, []string) (report, error) { return versionReport{Version: version.String()}, nil }},

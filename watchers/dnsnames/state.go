@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -111,10 +110,11 @@ func (r *Resolver) save() error {
 	return errors.Join(writeAtomic(r.state, b), writeAtomic(learnedFile(r.state), lb))
 }
 
-// learnedFile is where, next to the state file, the learned addresses are kept.
-func learnedFile(state string) string {
-	return strings.TrimSuffix(state, filepath.Ext(state)) + "-learned.json"
-}
+// LearnedFile is the name of the file, next to the state file, that keeps the learned
+// addresses with their expiry across a restart of the agent.
+const LearnedFile = "dnsnames-learned.json"
+
+func learnedFile(state string) string { return filepath.Join(filepath.Dir(state), LearnedFile) }
 
 // loadLearned reads the learned addresses an earlier agent kept, those not expired yet.
 func loadLearned(path string) (map[string]map[netip.Addr]time.Time, error) {
@@ -171,4 +171,16 @@ func writeAtomic(path string, b []byte) error {
 		_ = os.Remove(tmp.Name())
 	}
 	return err
+}
+
+// Kept is what an agent keeps in its state directory dir (egressctl dns): each name's last
+// resolved addresses, and the addresses learned from answers to pods with their expiry (those
+// not expired yet).
+func Kept(dir string) (resolved map[string][]netip.Addr, learned map[string]map[netip.Addr]time.Time, err error) {
+	resolved, err = load(filepath.Join(dir, StateFile))
+	if err != nil {
+		return nil, nil, err
+	}
+	learned, err = loadLearned(filepath.Join(dir, LearnedFile))
+	return resolved, learned, err
 }
