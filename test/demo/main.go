@@ -65,6 +65,9 @@ func (c *checker) check(what, expected, observed string) {
 	fmt.Printf("  [%s] %-44s expected: %s\n         %-44s observed: %s\n", mark, what, expected, "", observed)
 }
 
+// demoDNS is the lab's DNS server, the agents' --dns-server.
+const demoDNS = "198.51.100.53"
+
 func run(ctx context.Context, keep bool) (int, error) {
 	step("starting the control plane (etcd, kube-apiserver, kube-controller-manager; the first run builds them: ~5-10 min)")
 	cp, err := controlplane.Start(ctx, controlplane.Options{Log: os.Stdout})
@@ -75,7 +78,8 @@ func run(ctx context.Context, keep bool) (int, error) {
 	fmt.Printf("    ready at %s\n", cp.Server)
 
 	step("building the lab: node-0 (routed pods), node-1 (bridged pods), egressd on each, an external host")
-	l, err := lab.Start(ctx, cp, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true, Log: os.Stdout})
+	l, err := lab.Start(ctx, cp, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true, Log: os.Stdout,
+		AgentArgs: []string{"--dns-server", demoDNS + ":53"}})
 	if err != nil {
 		return 0, err
 	}
@@ -85,6 +89,10 @@ func run(ctx context.Context, keep bool) (int, error) {
 		return 0, err
 	}
 	docs, err := l.AddExternal("docs", lab.ExternalOptions{}, "192.0.2.10")
+	if err != nil {
+		return 0, err
+	}
+	dnsServer, err := l.AddDNS("dns", demoDNS)
 	if err != nil {
 		return 0, err
 	}
@@ -186,6 +194,11 @@ func run(ctx context.Context, keep bool) (int, error) {
 			}
 		}
 		c.check(fmt.Sprintf("%s -> %s (%s)", x.p.Name, x.dst, x.why), string(x.want), string(r.Outcome))
+	}
+
+	step("EgressFirewall demo-dns/default: dnsName allows what the pod was answered, wildcards too (its DNS server rotates 8 addresses)")
+	if err := demoDNSAnswers(ctx, l, c, dnsServer); err != nil {
+		return c.failures, err
 	}
 
 	step("EgressQoS demo/default (deploy/examples/egressqos.yaml): the DSCP the server saw")
