@@ -233,7 +233,7 @@ func NewMetrics(stats func() dnsnames.LearnStats) *Metrics {
 		}, func() float64 { return float64(stats().Learned) }),
 		refused: prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "egressd_dns_learned_refused_total",
-			Help: "Addresses DNS answers gave a wanted name that were not kept: beyond 256 per name, or 20000 names. A rise: a rule's name answers with more addresses than egressd keeps, and some connections to them are judged without them.",
+			Help: "Addresses DNS answers gave a wanted name that were not kept: beyond 256 per name, 1024 under one wildcard, or 20000 names. A rise: a rule's name answers with more addresses than egressd keeps, and some connections to them are judged without them.",
 		}, func() float64 { return float64(stats().Refused) }),
 		answers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressd_dns_answers_total",

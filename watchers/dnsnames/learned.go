@@ -29,6 +29,10 @@ const (
 	// MaxLearnedNames caps the names whose answers are kept at once (each wanted name, and every
 	// name a wildcard matched).
 	MaxLearnedNames = 20000
+	// MaxWildcardAddresses caps the addresses kept under one wildcard, over every name it
+	// matched: each is an entry of every namespace whose rule names the wildcard, and a domain
+	// can have any number of names.
+	MaxWildcardAddresses = 4 * MaxAddresses
 )
 
 // IsWildcard tells a wildcard name (`*.example.com`): it matches a name with exactly one more
@@ -71,6 +75,10 @@ func (r *Resolver) Learn(name string, addrs []netip.Addr, ttl time.Duration) (ge
 	if !r.wants(name) {
 		return r.gen, false
 	}
+	room := MaxAddresses // for name's new addresses
+	if _, exact := r.entries[name]; !exact {
+		room = MaxWildcardAddresses - len(r.learnedFor(parent(name)))
+	}
 	known := r.learned[name]
 	if known == nil {
 		if len(r.learned) >= MaxLearnedNames {
@@ -86,11 +94,12 @@ func (r *Resolver) Learn(name string, addrs []netip.Addr, ttl time.Duration) (ge
 			if expiry.After(old) {
 				known[a] = expiry
 			}
-		case len(known) >= MaxAddresses:
+		case len(known) >= MaxAddresses || room <= 0:
 			r.stats.Refused++
 		default:
 			known[a] = expiry
 			fresh = true
+			room--
 		}
 	}
 	if fresh {

@@ -2,6 +2,7 @@ package dnsnames
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -175,6 +176,26 @@ func TestLearnedKeptAcrossRestart(t *testing.T) {
 		synctest.Wait()
 		if got := r.Lookup("*.cdn.example.com"); len(got) != 0 {
 			t.Errorf("past its TTL: %v", got)
+		}
+	})
+}
+
+// A wildcard keeps at most MaxWildcardAddresses over all the names it matched.
+func TestLearnWildcardCap(t *testing.T) {
+	learning(t, func(r *Resolver) {
+		r.Want([]string{"*.cdn.example.com"})
+		for i := range MaxWildcardAddresses/10 + 5 {
+			var batch []netip.Addr
+			for j := range 10 {
+				batch = append(batch, netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), byte(j)}))
+			}
+			r.Learn(fmt.Sprintf("n%d.cdn.example.com", i), batch, time.Minute)
+		}
+		if got := len(r.Lookup("*.cdn.example.com")); got != MaxWildcardAddresses {
+			t.Errorf("kept %d under the wildcard, want %d", got, MaxWildcardAddresses)
+		}
+		if s := r.Stats(); s.Refused != 50-MaxWildcardAddresses%10 {
+			t.Errorf("refused %d", s.Refused)
 		}
 	})
 }
