@@ -18,10 +18,24 @@ import (
 // its lab node to an external sink and reports the rate that arrives: without
 // egressd, with egressd enforcing an 8000-rule EgressFirewall whose last rule allows the flow,
 // and with the same 8000 rules as a linear nftables chain instead. Run with: make bench-firewall.
+// The sub-benchmark dnsName makes the first rule a dnsName rule: the node then reads the DNS
+// answers to the namespace's pods, and every forwarded packet passes the dns_snoop chain.
 func BenchmarkPrivilegedThroughput(b *testing.B) {
 	privileged.Require(b)
-	l := lab.New(b, lab.Options{Nodes: 1})
+	b.Run("cidr", func(b *testing.B) { throughput(b, false) })
+	b.Run("dnsName", func(b *testing.B) { throughput(b, true) })
+}
+
+func throughput(b *testing.B, dnsName bool) {
+	l := lab.New(b, lab.Options{Nodes: 1, AgentArgs: []string{"--dns-server", "198.51.100.53:53"}})
 	ctx := context.Background()
+	if dnsName {
+		d, err := l.AddDNS("dns", "198.51.100.53")
+		if err != nil {
+			b.Fatal(err)
+		}
+		d.Set("bench.example.com", 60, "198.51.100.80")
+	}
 	sink, err := l.AddExternal("sink", lab.ExternalOptions{}, "203.0.113.10")
 	if err != nil {
 		b.Fatal(err)
@@ -43,6 +57,9 @@ func BenchmarkPrivilegedThroughput(b *testing.B) {
 	// rate), the median of the rounds' ratios, the ratio of the medians, and the noise floor.
 	node := l.Nodes[0]
 	doc := firewallYAML(8000, "{type: Allow, to: {cidrSelector: 203.0.113.0/24}}")
+	if dnsName {
+		doc = strings.Replace(doc, "{type: Allow, to: {cidrSelector: 10.100.0.0/24}}", "{type: Allow, to: {dnsName: bench.example.com}}", 1)
+	}
 	allowed := `egressd_egressfirewall_rule_packets_total{action="Allow",namespace="` + ns + `",rule="7999"}`
 	var base, withEgressd float64
 	var paired []float64 // each round's ratio, with egressd to without
@@ -60,6 +77,9 @@ func BenchmarkPrivilegedThroughput(b *testing.B) {
 			}
 			if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default", "status.status", fwApplied, 30*time.Second); err != nil {
 				b.Fatal(err)
+			}
+			if out, err := node.NS.Run("nft", "list", "chain", "inet", "egressd", "forward_filter"); dnsName && (err != nil || !strings.Contains(out, "jump dns_snoop")) {
+				b.Fatalf("with a dnsName rule, forward_filter does not jump to dns_snoop (%v):\n%s", err, out)
 			}
 		} else if err := node.StartAgent(ctx); err != nil { // ready once its first sync programmed the rules
 			b.Fatal(err)
