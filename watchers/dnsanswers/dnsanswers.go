@@ -48,7 +48,8 @@ type Reader struct {
 	Log     *slog.Logger
 	Metrics *Metrics
 
-	held chan struct{} // a slot per answer held
+	held    chan struct{} // a slot per answer held
+	streams streams
 }
 
 // Run reads the queue until ctx ends.
@@ -101,22 +102,32 @@ func (r *Reader) judge(ctx context.Context, q *nfqueue.Nfqueue, id uint32, packe
 			r.Log.Error("let a DNS answer go on", "err", err)
 		}
 	}
-	m, err := message(packet)
-	if err != nil {
-		if !errors.Is(err, errNoMessage) {
+	msgs, err := r.messages(packet)
+	if err != nil || len(msgs) == 0 {
+		if err != nil && !errors.Is(err, errNoMessage) {
 			r.Log.Debug("not a DNS answer egressd reads", "err", err)
 		}
 		pass("unparsed")
 		return
 	}
-	name, addrs, ttl, ok := r.wanted(m)
-	if !ok {
-		pass("ignored")
-		return
+	// A TCP segment may end several messages (pipelined answers): it waits for the newest.
+	var gen uint64
+	var names []string
+	result := "ignored"
+	for _, m := range msgs {
+		name, addrs, ttl, ok := r.wanted(m)
+		if !ok {
+			continue
+		}
+		g, fresh := r.Learner.Learn(name, addrs, time.Duration(ttl)*time.Second)
+		if fresh {
+			gen, names = max(gen, g), append(names, name)
+		} else if result == "ignored" {
+			result = "known"
+		}
 	}
-	gen, fresh := r.Learner.Learn(name, addrs, time.Duration(ttl)*time.Second)
-	if !fresh {
-		pass("known")
+	if len(names) == 0 {
+		pass(result)
 		return
 	}
 	select {
@@ -133,7 +144,7 @@ func (r *Reader) judge(ctx context.Context, q *nfqueue.Nfqueue, id uint32, packe
 		result := "learned"
 		if r.Learner.WaitApplied(hctx, gen) != nil {
 			result = "hold_expired"
-			r.Log.Warn("a DNS answer's addresses were not in force within the hold; let it go on", "name", name, "addresses", addrs, "hold", Hold)
+			r.Log.Warn("a DNS answer's addresses were not in force within the hold; let it go on", "names", names, "hold", Hold)
 		}
 		r.Metrics.hold.Observe(time.Since(start).Seconds())
 		pass(result)
@@ -160,15 +171,15 @@ func (r *Reader) wanted(m *dns.Msg) (string, []netip.Addr, uint32, bool) {
 
 var errNoMessage = errors.New("no DNS message")
 
-// message is the DNS message of an IPv4 or IPv6 packet from port 53: a UDP datagram's payload,
-// or a TCP segment's that holds a whole message after its length (an answer split over
-// segments passes unread).
-func message(packet []byte) (*dns.Msg, error) {
+// messages are the DNS messages an IPv4 or IPv6 packet from port 53 completes: a UDP datagram's
+// payload, or those a TCP segment completes, after their length, with the segments before it on
+// the same connection (streams).
+func (r *Reader) messages(packet []byte) ([]*dns.Msg, error) {
 	if len(packet) < 1 {
 		return nil, errNoMessage
 	}
 	var proto byte
-	var l4 []byte
+	var l4, addrs []byte
 	switch packet[0] >> 4 {
 	case 4:
 		ihl := int(packet[0]&0x0f) * 4
@@ -178,43 +189,40 @@ func message(packet []byte) (*dns.Msg, error) {
 		if binary.BigEndian.Uint16(packet[6:8])&0x3fff != 0 {
 			return nil, errors.New("a fragment")
 		}
-		proto, l4 = packet[9], packet[ihl:]
+		proto, l4, addrs = packet[9], packet[ihl:], packet[12:20]
 	case 6:
 		if len(packet) < 40 {
 			return nil, errors.New("IPv6 header cut short")
 		}
-		proto, l4 = packet[6], packet[40:] // resolvers send no extension headers
+		proto, l4, addrs = packet[6], packet[40:], packet[8:40] // resolvers send no extension headers
 	default:
 		return nil, errNoMessage
 	}
-	var payload []byte
+	var payloads [][]byte
 	switch proto {
 	case 17: // UDP
 		if len(l4) < 8 {
 			return nil, errors.New("UDP header cut short")
 		}
-		payload = l4[8:]
+		payloads = [][]byte{l4[8:]}
 	case 6: // TCP
 		if len(l4) < 20 || len(l4) < int(l4[12]>>4)*4 {
 			return nil, errors.New("TCP header cut short")
 		}
-		seg := l4[int(l4[12]>>4)*4:]
-		if len(seg) < 2 {
-			return nil, errNoMessage // a handshake or an ACK
-		}
-		n := int(binary.BigEndian.Uint16(seg))
-		if len(seg) < 2+n {
-			return nil, errors.New("a DNS message over several TCP segments")
-		}
-		payload = seg[2 : 2+n]
+		key := flowKey(string(addrs) + string(l4[:4]))
+		payloads = r.streams.add(key, binary.BigEndian.Uint32(l4[4:8]), l4[int(l4[12]>>4)*4:], time.Now())
 	default:
 		return nil, errNoMessage
 	}
-	m := new(dns.Msg)
-	if err := m.Unpack(payload); err != nil {
-		return nil, fmt.Errorf("DNS message: %w", err)
+	var out []*dns.Msg
+	for _, p := range payloads {
+		m := new(dns.Msg)
+		if err := m.Unpack(p); err != nil {
+			return out, fmt.Errorf("DNS message: %w", err)
+		}
+		out = append(out, m)
 	}
-	return m, nil
+	return out, nil
 }
 
 // Metrics count the answers read, and what the resolver keeps of them.
@@ -237,7 +245,7 @@ func NewMetrics(stats func() dnsnames.LearnStats) *Metrics {
 		}, func() float64 { return float64(stats().Refused) }),
 		answers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressd_dns_answers_total",
-			Help: "DNS answers to pods of namespaces with dnsName rules, read on their way, by result: learned (new addresses for a wanted name, held until in force), known (nothing new), ignored (a name no rule wants, or no address), unparsed (not a DNS answer egressd reads: a TCP answer over several segments among them), hold_expired (let go after the hold without its addresses in force), not_held (too many held at once).",
+			Help: "DNS answers to pods of namespaces with dnsName rules, read on their way, by result: learned (new addresses for a wanted name, held until in force), known (nothing new), ignored (a name no rule wants, or no address), unparsed (not a DNS answer egressd reads: a TCP segment in the middle of a message, or after a gap, among them), hold_expired (let go after the hold without its addresses in force), not_held (too many held at once).",
 		}, []string{"result"}),
 		hold: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "egressd_dns_answer_hold_seconds",

@@ -3,6 +3,7 @@ package dnsanswers
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
@@ -87,17 +88,17 @@ func TestWhatAnAnswerTeaches(t *testing.T) {
 		{"UDP, through a CNAME, not the glue", udp4(cdn), []netip.Addr{netip.MustParseAddr("192.0.2.7")}, 20},
 		{"TCP over IPv6", tcp6(v6, 0), []netip.Addr{netip.MustParseAddr("2001:db8::7")}, 60},
 		{"a name no rule wants", udp4(answer(t, "other.example.com", dns.TypeA, "other.example.com. 60 IN A 192.0.2.8")), nil, 0},
-		{"half a TCP message", tcp6(v6, 5), nil, 0},
+		{"half a TCP message (its end to come)", tcp6(v6, 5), nil, 0},
 	} {
 		l := &learner{want: []string{"www.example.com", "api.example.com"}, learned: map[string][]netip.Addr{}}
 		r := &Reader{Learner: l}
-		m, err := message(c.packet)
+		msgs, err := r.messages(c.packet)
 		var got []netip.Addr
 		var ttl uint32
-		if err == nil {
+		if err == nil && len(msgs) == 1 {
 			var ok bool
 			var name string
-			if name, got, ttl, ok = r.wanted(m); ok && !slices.Contains(l.want, name) {
+			if name, got, ttl, ok = r.wanted(msgs[0]); ok && !slices.Contains(l.want, name) {
 				t.Errorf("%s: learned for %s", c.name, name)
 			}
 		}
@@ -108,11 +109,48 @@ func TestWhatAnAnswerTeaches(t *testing.T) {
 	q := new(dns.Msg)
 	q.SetQuestion("www.example.com.", dns.TypeA)
 	qb, _ := q.Pack()
-	m, err := message(udp4(qb))
-	if err != nil {
-		t.Fatal(err)
+	r := &Reader{Learner: &learner{want: []string{"www.example.com"}}}
+	msgs, err := r.messages(udp4(qb))
+	if err != nil || len(msgs) != 1 {
+		t.Fatal(msgs, err)
 	}
-	if _, _, _, ok := (&Reader{Learner: &learner{want: []string{"www.example.com"}}}).wanted(m); ok {
+	if _, _, _, ok := r.wanted(msgs[0]); ok {
 		t.Error("a question taught something")
+	}
+}
+
+// A DNS message over TCP is read once its last segment comes, however it was cut; a gap drops
+// what was gathered; two messages in one segment are both read.
+func TestTCPMessagesOverSegments(t *testing.T) {
+	msg := answer(t, "api.example.com", dns.TypeAAAA, "api.example.com. 60 IN AAAA 2001:db8::7")
+	framed := binary.BigEndian.AppendUint16(nil, uint16(len(msg)))
+	framed = append(framed, msg...)
+	now := time.Now()
+	var s streams
+	if got := s.add("c1", 1000, framed[:1], now); len(got) != 0 {
+		t.Fatalf("one byte: %d messages", len(got))
+	}
+	if got := s.add("c1", 1001, framed[1:10], now); len(got) != 0 {
+		t.Fatalf("ten bytes: %d messages", len(got))
+	}
+	if got := s.add("c1", 1010, framed[10:], now); len(got) != 1 || string(got[0]) != string(msg) {
+		t.Fatalf("the last segment: %d messages", len(got))
+	}
+	if len(s.byFlow) != 0 {
+		t.Errorf("%d connections kept after a whole message", len(s.byFlow))
+	}
+	s.add("c2", 5000, framed[:10], now)
+	if got := s.add("c2", 5020, framed[10:], now); len(got) != 0 { // 10 bytes lost
+		t.Fatalf("after a gap: %d messages", len(got))
+	}
+	two := append(append([]byte{}, framed...), framed...)
+	if got := s.add("c3", 1, two, now); len(got) != 2 {
+		t.Fatalf("two in one segment: %d messages", len(got))
+	}
+	for i := range maxStreams + 10 {
+		s.add(flowKey(fmt.Sprint("busy", i)), 1, framed[:5], now.Add(time.Duration(i)))
+	}
+	if len(s.byFlow) > maxStreams {
+		t.Errorf("%d connections kept, at most %d", len(s.byFlow), maxStreams)
 	}
 }
