@@ -42,6 +42,7 @@ type Resolver struct {
 	// Learned answers (learned.go): by name, each address with its expiry; the wanted
 	// wildcards; the generation of the learned addresses, and the last one a sync applied.
 	learned   map[string]map[netip.Addr]time.Time
+	children  map[string]map[string]bool // the learned names under each wildcard that would match them
 	wildcards map[string]bool
 	gen       uint64
 	applied   uint64
@@ -77,8 +78,9 @@ func New(ctx context.Context, servers []string, minTTL time.Duration, state stri
 		zeroTTL: 5 * time.Second, minTTL: minTTL, maxTTL: 30 * time.Minute, retry: 5 * time.Second, maxBackoff: 2 * time.Minute,
 		retriesBeforeBackoff: 10,
 		entries:              map[string]*entry{}, changed: make(chan struct{}, 1), ctx: ctx,
-		learned: map[string]map[netip.Addr]time.Time{}, wildcards: map[string]bool{}, appliedCh: make(chan struct{}),
-		state: state, saveEvery: time.Second, dirty: make(chan struct{}, 1),
+		learned: map[string]map[netip.Addr]time.Time{}, children: map[string]map[string]bool{}, wildcards: map[string]bool{},
+		appliedCh: make(chan struct{}),
+		state:     state, saveEvery: time.Second, dirty: make(chan struct{}, 1),
 	}
 	if state != "" {
 		var err error
@@ -91,8 +93,10 @@ func New(ctx context.Context, servers []string, minTTL time.Duration, state stri
 		if err != nil {
 			log.Error("dnsName addresses learned by the previous agent not read: pods' connections to them are denied until asked again", "file", learnedFile(state), "err", err)
 		}
+		for name, m := range learned {
+			r.keep(name, m)
+		}
 		if learned != nil {
-			r.learned = learned
 			r.stats.Learned = r.countLearned()
 			r.scheduleExpiry()
 		}

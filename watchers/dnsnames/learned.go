@@ -86,7 +86,7 @@ func (r *Resolver) Learn(name string, addrs []netip.Addr, ttl time.Duration) (ge
 			return r.gen, false
 		}
 		known = map[netip.Addr]time.Time{}
-		r.learned[name] = known
+		r.keep(name, known)
 	}
 	for _, a := range addrs {
 		switch old, ok := known[a]; {
@@ -187,19 +187,37 @@ func (r *Resolver) learnedFor(name string) []netip.Addr {
 		add(r.learned[name])
 		return out
 	}
-	for n, m := range r.learned {
-		if parent(n) == name {
-			add(m)
-		}
+	for n := range r.children[name] {
+		add(r.learned[n])
 	}
 	return out
+}
+
+// keep and drop add and remove a name's learned addresses, indexed under its wildcard too (a
+// wildcard's lookup reads its own names, not every name learned). r.mu held.
+func (r *Resolver) keep(name string, m map[netip.Addr]time.Time) {
+	r.learned[name] = m
+	p := parent(name)
+	if r.children[p] == nil {
+		r.children[p] = map[string]bool{}
+	}
+	r.children[p][name] = true
+}
+
+func (r *Resolver) drop(name string) {
+	delete(r.learned, name)
+	p := parent(name)
+	delete(r.children[p], name)
+	if len(r.children[p]) == 0 {
+		delete(r.children, p)
+	}
 }
 
 // forgetUnwanted drops what was learned for names no longer wanted. r.mu held.
 func (r *Resolver) forgetUnwanted() {
 	for name := range r.learned {
 		if !r.wants(name) {
-			delete(r.learned, name)
+			r.drop(name)
 			r.gen++
 			r.markDirty()
 		}
@@ -239,7 +257,7 @@ func (r *Resolver) expire() {
 			return gone
 		})
 		if len(m) == 0 {
-			delete(r.learned, name)
+			r.drop(name)
 		}
 	}
 	if dropped {
