@@ -97,7 +97,6 @@ func New(ctx context.Context, servers []string, minTTL time.Duration, state stri
 			r.keep(name, m)
 		}
 		if learned != nil {
-			r.stats.Learned = r.countLearned()
 			r.scheduleExpiry()
 		}
 		go r.saving()

@@ -100,11 +100,11 @@ func (r *Resolver) Learn(name string, addrs []netip.Addr, ttl time.Duration) (ge
 			known[a] = expiry
 			fresh = true
 			room--
+			r.stats.Learned++
 		}
 	}
 	if fresh {
 		r.gen++
-		r.stats.Learned = r.countLearned()
 		r.signal()
 	}
 	r.markDirty() // expiries moved, if nothing else
@@ -123,14 +123,6 @@ func (r *Resolver) Stats() LearnStats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.stats
-}
-
-func (r *Resolver) countLearned() uint64 {
-	n := 0
-	for _, m := range r.learned {
-		n += len(m)
-	}
-	return uint64(n)
 }
 
 // Generation is the version of the learned addresses: a sync that compiled from it and was
@@ -197,6 +189,7 @@ func (r *Resolver) learnedFor(name string) []netip.Addr {
 // wildcard's lookup reads its own names, not every name learned). r.mu held.
 func (r *Resolver) keep(name string, m map[netip.Addr]time.Time) {
 	r.learned[name] = m
+	r.stats.Learned += uint64(len(m))
 	p := parent(name)
 	if r.children[p] == nil {
 		r.children[p] = map[string]bool{}
@@ -205,6 +198,7 @@ func (r *Resolver) keep(name string, m map[netip.Addr]time.Time) {
 }
 
 func (r *Resolver) drop(name string) {
+	r.stats.Learned -= uint64(len(r.learned[name]))
 	delete(r.learned, name)
 	p := parent(name)
 	delete(r.children[p], name)
@@ -222,7 +216,6 @@ func (r *Resolver) forgetUnwanted() {
 			r.markDirty()
 		}
 	}
-	r.stats.Learned = r.countLearned()
 }
 
 // scheduleExpiry arms the timer for the earliest expiry. r.mu held.
@@ -253,7 +246,10 @@ func (r *Resolver) expire() {
 	for name, m := range r.learned {
 		maps.DeleteFunc(m, func(_ netip.Addr, exp time.Time) bool {
 			gone := !exp.After(now)
-			dropped = dropped || gone
+			if gone {
+				dropped = true
+				r.stats.Learned--
+			}
 			return gone
 		})
 		if len(m) == 0 {
@@ -262,7 +258,6 @@ func (r *Resolver) expire() {
 	}
 	if dropped {
 		r.gen++
-		r.stats.Learned = r.countLearned()
 		r.signal()
 		r.markDirty()
 	}
