@@ -37,9 +37,10 @@ Commands:
                in the group), gateways kept out, and the agent's BFD sessions with their
                counters (read from its metrics)
   egressip     egress IPs this node hosts, the pods it SNATs to them, and egressd's routing
-  dns          the names of EgressFirewall dnsName rules: the addresses the agent resolved,
-               and those learned from the DNS answers pods got, with the time each has left
-               (read next to the agent's --cni-socket)
+  dns          the names of EgressFirewall dnsName rules, the rules naming them, the addresses
+               the agent resolved and those learned from the DNS answers pods got (under a
+               wildcard, by the name answered) with the time each has left (read next to the
+               agent's --cni-socket)
   cleanup      remove every kernel object egressd owns on this node (stop the agent first,
                or it re-creates them); a step that fails does not stop the others, and
                exit status 1 names every step that failed
