@@ -120,7 +120,8 @@ type FromPodPodInfo struct {
 	NsId     uint32
 	QosClass uint32
 	Log      uint8
-	Pad      [3]uint8
+	Spread   uint8
+	Pad      [2]uint8
 	Mark     uint32
 	Ifindex  uint32
 	Port     uint32

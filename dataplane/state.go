@@ -61,6 +61,9 @@ type Pod struct {
 	// skb->mark of every packet it sends that the firewall lets through, except to SteerExempt
 	// destinations; 0 for none. It must lie within the classifier's mark mask.
 	Mark uint32
+	// Spread, when more than 1, leaves one in Spread of the pod's flows unmarked (by a hash of
+	// the flow): this node is one of Spread egress nodes its flows are spread over.
+	Spread uint8 `json:",omitempty"`
 	// HostInterfaces are the host-side interfaces the CNI made for the pod's sandbox, as its
 	// ADD reported them (none for a pod added before egressd's plugin was chained): a bridged
 	// pod's bridge port is among them, and only the pod's addresses pass that port.

@@ -50,17 +50,17 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 			local[ip] = true
 		}
 	}
-	marks := map[netip.Addr]uint32{}
+	marks, spreads := map[netip.Addr]uint32{}, map[netip.Addr]uint8{}
 	for _, path := range paths {
 		if slot, ok := slots[path.origin]; ok && marks[path.podIP] == 0 {
-			marks[path.podIP] = mark(slot, mask)
+			marks[path.podIP], spreads[path.podIP] = mark(slot, mask), path.spread
 			s.Nftables.Steered = append(s.Nftables.Steered, dataplane.SteeredPod{Pod: path.podIP, Mark: mark(slot, mask), Remote: !local[path.podIP]})
 		}
 	}
 	slices.SortFunc(s.Nftables.Steered, func(a, b dataplane.SteeredPod) int { return a.Pod.Compare(b.Pod) })
 	for _, pod := range p.pods {
 		pod.QoSRules = p.qos.PodRules[pod.Origin]
-		s.Classifier.Pods = append(s.Classifier.Pods, byMark(pod, marks)...)
+		s.Classifier.Pods = append(s.Classifier.Pods, byMark(pod, marks, spreads)...)
 	}
 	s.Classifier.SteerExempt = p.egressIP.Exempt
 	s.Nftables.BackendDenies = p.firewall.BackendDenies
@@ -143,14 +143,14 @@ func externalGateway(policies []externalroute.Policy, self cluster.PrimaryIfAddr
 // byMark gives a pod its steering mark. The classifier holds one entry per address, and a
 // dual-stack pod may be steered in one family only (its object has an egress IP of the other
 // family on this node, or none): such a pod becomes one entry per mark.
-func byMark(pod dataplane.Pod, marks map[netip.Addr]uint32) []dataplane.Pod {
+func byMark(pod dataplane.Pod, marks map[netip.Addr]uint32, spreads map[netip.Addr]uint8) []dataplane.Pod {
 	var out []dataplane.Pod
 	for _, ip := range pod.IPs {
-		m := marks[ip]
-		i := slices.IndexFunc(out, func(p dataplane.Pod) bool { return p.Mark == m })
+		m, sp := marks[ip], spreads[ip]
+		i := slices.IndexFunc(out, func(p dataplane.Pod) bool { return p.Mark == m && p.Spread == sp })
 		if i < 0 {
 			part := pod
-			part.IPs, part.Mark = nil, m
+			part.IPs, part.Mark, part.Spread = nil, m, sp
 			out = append(out, part)
 			i = len(out) - 1
 		}

@@ -25,6 +25,7 @@ type path struct {
 	origin dataplane.Origin // the object the path is of
 	podIP  netip.Addr
 	hops   []dataplane.Nexthop
+	spread uint8 // cluster.Steer.Spread
 	// link, instead of hops, is an egress IP of this node on a secondary network: the path
 	// leaves through the interface holding it (the pod is local or of another node).
 	link netip.Addr
@@ -42,8 +43,15 @@ type path struct {
 func steeredPaths(steers []cluster.Steer, eip egressip.Part, routes []externalroute.Route, reach func(netip.Addr) dataplane.Nexthop) []path {
 	out := make([]path, 0, len(steers)+len(routes))
 	taken := map[netip.Addr]bool{}
+	routed := map[netip.Addr]bool{}
+	for _, r := range routes {
+		routed[r.PodIP] = true
+	}
 	for _, st := range steers {
-		p := path{origin: st.Origin, podIP: st.PodIP}
+		if st.Spread > 1 && routed[st.PodIP] {
+			continue // it leaves here, through its gateways, SNATed to this node's egress IP
+		}
+		p := path{origin: st.Origin, podIP: st.PodIP, spread: st.Spread}
 		for _, via := range st.Via {
 			p.hops = append(p.hops, reach(via))
 		}

@@ -10,7 +10,8 @@
 //   3. EgressQoS (lib/qos.h): the DSCP of the pod's QoS class for the destination;
 //   4. steering (lib/steer.h): once the firewall let it through, every packet of a pod with a
 //      routing mark gets it in skb->mark (within the mark mask), unless its destination is
-//      exempt (cluster networks, node addresses);
+//      exempt (cluster networks, node addresses) or its flow is one of those a pod on an
+//      egress node sends out from there (spread_here);
 //   5. per-rule packet and byte counters in per-CPU maps (lib/maps.h); verdicts of namespaces
 //      that ask for ACL logging go to a ring buffer (drops, and allows once per connection),
 //      rate-limited per rule (lib/acllog.h).
@@ -39,11 +40,12 @@ int egressd_frompod(struct __sk_buff *skb)
 	if (!pod)
 		return TCX_NEXT;
 	__u32 ns_id = pod->ns_id, class = pod->qos_class, mark = pod->mark;
+	__u8 spread = pod->spread;
 	if (ns_id && firewall(skb, &p, ns_id, pod->log) == TCX_DROP)
 		return TCX_DROP; // never steered
 	if (class)
 		qos(skb, &p, class);
-	if (mark)
+	if (mark && !spread_here(skb, spread))
 		steer(skb, &p, mark);
 	return TCX_NEXT;
 }

@@ -121,7 +121,7 @@ func (c *Classifier) pods(s *dataplane.ClassifierState, a *ids, fws firewalls, f
 		if markErr != nil {
 			failed[p.Origin] = markErr
 		} else {
-			info.Mark = p.Mark
+			info.Mark, info.Spread = p.Mark, p.Spread
 		}
 		for _, ip := range p.IPs {
 			k := addrOf(ip)

@@ -200,18 +200,20 @@ func egressIPRules(mask uint32, sets map[string]*nftables.Set) map[string][][]ex
 		return unix.NFPROTO_IPV6
 	}
 	both := []bool{true, false}
+	if mask != 0 {
+		// Identity SNAT of steered packets: a binding made here keeps the CNI's masquerade off.
+		// First: a pod on an egress node has an SNAT element here too, for its flows that leave
+		// from this node; those steered to the other egress nodes keep their pod source.
+		for _, v4 := range both {
+			add(egressIPSNAT, marked(mask), nfproto(v4), one(addrField(v4, true, 1), &expr.NAT{Type: expr.NATTypeSourceNAT, Family: natFamily(v4), RegAddrMin: 1}))
+		}
+	}
 	for _, v4 := range both {
 		// ip daddr != @egressip_exempt4 snat ip to ip saddr map @egressip_snat4
 		snat := pick(v4, snat4Set, snat6Set)
 		add(egressIPSNAT, nfproto(v4), one(addrField(v4, false, 1), lookup(pick(v4, exempt4Set, exempt6Set), 1, true),
 			addrField(v4, true, 1), &expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: snat.Name, SetID: snat.ID},
 			&expr.NAT{Type: expr.NATTypeSourceNAT, Family: natFamily(v4), RegAddrMin: 1}))
-	}
-	if mask != 0 {
-		// Identity SNAT of steered packets: a binding made here keeps the CNI's masquerade off.
-		for _, v4 := range both {
-			add(egressIPSNAT, marked(mask), nfproto(v4), one(addrField(v4, true, 1), &expr.NAT{Type: expr.NATTypeSourceNAT, Family: natFamily(v4), RegAddrMin: 1}))
-		}
 	}
 	for _, v4 := range both {
 		// ip saddr @egressip_guarded4 ip daddr != @egressip_exempt4 counter name egressip_leaks

@@ -51,6 +51,10 @@ type Steer struct {
 	Pod    dataplane.Origin
 	PodIP  netip.Addr
 	Via    []netip.Addr
+	// Spread, when more than 1: this node is an egress node of the pod's object too, and one in
+	// Spread of the pod's flows leaves here (unmarked, SNATed here), the others through Via:
+	// upstream spreads a pod's flows over every egress node, its own included.
+	Spread uint8
 }
 
 // InNetworks reports whether a is inside the cluster networks.

@@ -161,7 +161,15 @@ func (c *Compiler) addPod(part *Part, in *cluster.Input, pod *corev1.Pod, eip st
 		part.Guarded = append(part.Guarded, addr)
 		if here.IsValid() {
 			part.SNAT = append(part.SNAT, dataplane.SNAT{Origin: origin(eip), Pod: addr, To: here})
-			continue // this node is an egress node of the object: its own pods leave here
+			// This node is an egress node of the object: its own pods leave here, and through the
+			// other egress nodes too, flow by flow, as upstream spreads them (not from an egress
+			// IP on a secondary network, whose pods leave through its interface).
+			if local && len(via) > 0 && !slices.Contains(part.Secondary, here) {
+				slices.SortFunc(via, netip.Addr.Compare)
+				part.Steer = append(part.Steer, cluster.Steer{Origin: origin(eip), PodIP: addr, Via: via, Spread: uint8(min(1+len(via), 255)),
+					Pod: dataplane.Origin{Kind: cluster.KindPod, Namespace: pod.Namespace, Name: pod.Name}})
+			}
+			continue
 		}
 		if local {
 			slices.SortFunc(via, netip.Addr.Compare)

@@ -135,3 +135,34 @@ func TestCompileServesOnlyRequestedAddresses(t *testing.T) {
 		t.Errorf("addresses of n1: %v, want %v (192.0.2.200 is not requested)", got, want)
 	}
 }
+
+// Two egress IPs on n1 and n2: a pod on n1, an egress node, leaves from n1 (SNAT) and through n2
+// (steered), flow by flow, one in two here, as upstream spreads it; a pod on n3 is steered to both.
+func TestCompileSpreadsAPodOnAnEgressNode(t *testing.T) {
+	eip := &ovnv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "eip"}, Spec: ovnv1.EgressIPSpec{
+		EgressIPs:         []ovnv1.IPAddress{"192.0.2.100", "192.0.2.101"},
+		NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
+	}, Status: ovnv1.EgressIPStatus{Items: []ovnv1.EgressIPStatusItem{{Node: "n1", EgressIP: "192.0.2.100"}, {Node: "n2", EgressIP: "192.0.2.101"}}}}
+	objs := []runtime.Object{eip,
+		clusterNode("n1", "192.0.2.1/24"), clusterNode("n2", "192.0.2.2/24"), clusterNode("n3", "192.0.2.3/24"),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"team": "a"}}},
+		runningPod("a", "p1", "n1", nil, "10.244.1.5"),
+		runningPod("a", "p3", "n3", nil, "10.244.3.5"),
+	}
+	o := dataplane.Origin{Kind: cluster.KindEgressIP, Name: "eip"}
+	n1 := compileNode(t, &Compiler{}, "n1", objs...)
+	wantSteer := []cluster.Steer{{Origin: o, Pod: dataplane.Origin{Kind: cluster.KindPod, Namespace: "a", Name: "p1"},
+		PodIP: netip.MustParseAddr("10.244.1.5"), Via: []netip.Addr{netip.MustParseAddr("192.0.2.2")}, Spread: 2}}
+	if !reflect.DeepEqual(n1.Steer, wantSteer) {
+		t.Errorf("n1: steer %+v, want %+v", n1.Steer, wantSteer)
+	}
+	wantSNAT := []dataplane.SNAT{{Origin: o, Pod: netip.MustParseAddr("10.244.1.5"), To: netip.MustParseAddr("192.0.2.100")},
+		{Origin: o, Pod: netip.MustParseAddr("10.244.3.5"), To: netip.MustParseAddr("192.0.2.100")}}
+	if !sameElements(n1.SNAT, wantSNAT) {
+		t.Errorf("n1: snat %+v, want %+v", n1.SNAT, wantSNAT)
+	}
+	n3 := compileNode(t, &Compiler{}, "n3", objs...)
+	if len(n3.Steer) != 1 || n3.Steer[0].Spread != 0 || len(n3.Steer[0].Via) != 2 {
+		t.Errorf("n3: steer %+v, want p3 to both egress nodes, unspread", n3.Steer)
+	}
+}

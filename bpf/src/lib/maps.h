@@ -13,7 +13,8 @@ struct pod_info {
 	__u32 ns_id;     // 0: no EgressFirewall in the pod's namespace
 	__u32 qos_class; // 0: no EgressQoS rule selects the pod
 	__u8 log;        // LOG_ALLOW | LOG_DENY
-	__u8 pad[3];
+	__u8 spread;     // > 1: one in spread of the pod's flows leaves unsteered (lib/steer.h)
+	__u8 pad[2];
 	__u32 mark;      // routing mark (within mark_mask) of the pod's egress; 0: none
 	__u32 ifindex;   // the host interface facing the pod, where its packets come in (lib/guard.h)
 	__u32 port;      // a bridged pod's bridge port (its veth's host side); 0: unknown (lib/guard.h)

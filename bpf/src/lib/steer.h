@@ -22,6 +22,14 @@ struct {
 	__type(value, __u8);
 } egressd_steer_exempt SEC(".maps");
 
+// spread_here tells whether the packet's flow is one of a pod's flows that leave from this node
+// unmarked: one in spread of them (this node is an egress node of the pod's EgressIP, with
+// spread - 1 others), chosen by the flow's hash, the same for every packet of the flow.
+static __always_inline int spread_here(struct __sk_buff *skb, __u8 spread)
+{
+	return spread > 1 && bpf_get_hash_recalc(skb) % spread == 0;
+}
+
 // steer writes mark (non-zero) into skb->mark's bits of mark_mask unless p's destination is
 // exempt.
 static __always_inline void steer(struct __sk_buff *skb, struct packet *p, __u32 mark)
