@@ -50,6 +50,10 @@ type NftablesState struct {
 	// an unmarked packet from one of them to a non-exempt destination that still carries the
 	// pod address after every NAT is dropped rather than leaked.
 	Guarded []netip.Addr
+	// Spread are the local pods on this egress node whose flows are also steered to the other
+	// egress nodes of their EgressIP (Pod.Spread): their steered packets keep their pod source,
+	// their others get the SNAT here.
+	Spread []netip.Addr
 	// RemotePods are the pod networks of the other nodes (their spec.podCIDRs), set while some
 	// pod is served by an EgressIP or EgressService, when packets of other nodes' pods may be
 	// steered here. Such a packet that no SNAT took here, to a non-exempt destination, is from a

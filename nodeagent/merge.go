@@ -54,10 +54,14 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 	for _, path := range paths {
 		if slot, ok := slots[path.origin]; ok && marks[path.podIP] == 0 {
 			marks[path.podIP], spreads[path.podIP] = mark(slot, mask), path.spread
+			if path.spread > 1 {
+				s.Nftables.Spread = append(s.Nftables.Spread, path.podIP)
+			}
 			s.Nftables.Steered = append(s.Nftables.Steered, dataplane.SteeredPod{Pod: path.podIP, Mark: mark(slot, mask), Remote: !local[path.podIP]})
 		}
 	}
 	slices.SortFunc(s.Nftables.Steered, func(a, b dataplane.SteeredPod) int { return a.Pod.Compare(b.Pod) })
+	slices.SortFunc(s.Nftables.Spread, netip.Addr.Compare)
 	for _, pod := range p.pods {
 		pod.QoSRules = p.qos.PodRules[pod.Origin]
 		s.Classifier.Pods = append(s.Classifier.Pods, byMark(pod, marks, spreads)...)

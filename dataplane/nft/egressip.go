@@ -28,6 +28,8 @@ const (
 	addrs6Set         = "egressip_addrs6"
 	guarded4Set       = "egressip_guarded4"
 	guarded6Set       = "egressip_guarded6"
+	spread4Set        = "egressip_spread4"
+	spread6Set        = "egressip_spread6"
 	secondary4Set     = "egressip_secondary4"
 	secondary6Set     = "egressip_secondary6"
 	steerNexthops4Set = "egressip_steer_nexthops4"
@@ -50,6 +52,8 @@ var egressIPSets = []*nftables.Set{
 	{Table: table, Name: addrs6Set, Counter: true, KeyType: nftables.TypeIP6Addr},
 	{Table: table, Name: guarded4Set, KeyType: nftables.TypeIPAddr},
 	{Table: table, Name: guarded6Set, KeyType: nftables.TypeIP6Addr},
+	{Table: table, Name: spread4Set, KeyType: nftables.TypeIPAddr},
+	{Table: table, Name: spread6Set, KeyType: nftables.TypeIP6Addr},
 	{Table: table, Name: secondary4Set, KeyType: nftables.TypeIPAddr},
 	{Table: table, Name: secondary6Set, KeyType: nftables.TypeIP6Addr},
 	{Table: table, Name: remotePods4Set, Interval: true, KeyType: nftables.TypeIPAddr},
@@ -95,6 +99,12 @@ func addEgressIP(c contents, s *dataplane.NftablesState) map[dataplane.Origin]er
 		a = a.Unmap()
 		if a.IsValid() {
 			c.add(family(a, guarded4Set, guarded6Set), string(a.AsSlice()), "", nftables.SetElement{Key: a.AsSlice()})
+		}
+	}
+	for _, a := range s.Spread {
+		a = a.Unmap()
+		if a.IsValid() {
+			c.add(family(a, spread4Set, spread6Set), string(a.AsSlice()), "", nftables.SetElement{Key: a.AsSlice()})
 		}
 	}
 	for _, a := range s.Secondary {
@@ -201,11 +211,12 @@ func egressIPRules(mask uint32, sets map[string]*nftables.Set) map[string][][]ex
 	}
 	both := []bool{true, false}
 	if mask != 0 {
-		// Identity SNAT of steered packets: a binding made here keeps the CNI's masquerade off.
-		// First: a pod on an egress node has an SNAT element here too, for its flows that leave
-		// from this node; those steered to the other egress nodes keep their pod source.
+		// ip saddr @egressip_spread4 snat ip to ip saddr, when marked: a pod on this egress node
+		// whose flow the classifier steered to another egress node keeps its pod source there
+		// (its SNAT element below is for its flows that leave here).
 		for _, v4 := range both {
-			add(egressIPSNAT, marked(mask), nfproto(v4), one(addrField(v4, true, 1), &expr.NAT{Type: expr.NATTypeSourceNAT, Family: natFamily(v4), RegAddrMin: 1}))
+			add(egressIPSNAT, marked(mask), nfproto(v4), one(addrField(v4, true, 1), lookup(pick(v4, spread4Set, spread6Set), 1, false),
+				addrField(v4, true, 1), &expr.NAT{Type: expr.NATTypeSourceNAT, Family: natFamily(v4), RegAddrMin: 1}))
 		}
 	}
 	for _, v4 := range both {
@@ -214,6 +225,12 @@ func egressIPRules(mask uint32, sets map[string]*nftables.Set) map[string][][]ex
 		add(egressIPSNAT, nfproto(v4), one(addrField(v4, false, 1), lookup(pick(v4, exempt4Set, exempt6Set), 1, true),
 			addrField(v4, true, 1), &expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: snat.Name, SetID: snat.ID},
 			&expr.NAT{Type: expr.NATTypeSourceNAT, Family: natFamily(v4), RegAddrMin: 1}))
+	}
+	if mask != 0 {
+		// Identity SNAT of steered packets: a binding made here keeps the CNI's masquerade off.
+		for _, v4 := range both {
+			add(egressIPSNAT, marked(mask), nfproto(v4), one(addrField(v4, true, 1), &expr.NAT{Type: expr.NATTypeSourceNAT, Family: natFamily(v4), RegAddrMin: 1}))
+		}
 	}
 	for _, v4 := range both {
 		// ip saddr @egressip_guarded4 ip daddr != @egressip_exempt4 counter name egressip_leaks

@@ -86,7 +86,7 @@ func TestPrivilegedEgressIPTraffic(t *testing.T) {
 	netns.Veth(t, node, "ext1", ext, "eth1")
 	node.Addr(t, "ext1", "198.51.100.1/24", "198.51.100.100/32")
 	ext.Addr(t, "eth1", "198.51.100.2/24")
-	pod.Addr(t, "eth0", "10.244.0.4/24", "10.244.0.10/24", "10.244.0.5/24", "10.244.0.6/24", "10.244.0.7/24", "10.244.0.9/24", "10.245.0.8/32",
+	pod.Addr(t, "eth0", "10.244.0.4/24", "10.244.0.10/24", "10.244.0.11/24", "10.244.0.12/24", "10.244.0.5/24", "10.244.0.6/24", "10.244.0.7/24", "10.244.0.9/24", "10.245.0.8/32",
 		"10.246.0.3/32", "fd00:10:244::5/64", "fd00:10:244::6/64", "fd00:10:244::8/64", "fd00:10:246::3/128")
 	node.Addr(t, "pod0", "10.244.0.1/24", "fd00:10:244::1/64")
 	node.Addr(t, "ext0", "192.0.2.1/24", "192.0.2.100/32", "2001:db8:0:1::1/64", "2001:db8:0:1::100/128")
@@ -116,6 +116,7 @@ func TestPrivilegedEgressIPTraffic(t *testing.T) {
 			"nft add table inet classifier",
 			"nft add chain inet classifier pre { type filter hook prerouting priority raw ; }",
 			"nft add rule inet classifier pre ip saddr 10.244.0.6 meta mark set 0x10000",
+			"nft add rule inet classifier pre ip saddr 10.244.0.11 meta mark set 0x10000", // a spread flow steered
 			"nft add rule inet classifier pre ip saddr 10.244.0.7 meta mark set 0x20000",
 			"nft add rule inet classifier pre ip saddr 10.244.0.9 meta mark set 0x30000",
 			"nft add rule inet classifier pre ip saddr 10.244.0.4 meta mark set 0x40000",
@@ -137,10 +138,13 @@ func TestPrivilegedEgressIPTraffic(t *testing.T) {
 			{Origin: eip, Pod: a("fd00:10:244::5"), To: a("2001:db8:0:1::100")},
 			// 10.244.0.4 marked for the secondary network's table; 10.244.0.10 not (its
 			// table missing): main would send it out of ext0.
-			{Origin: eip, Pod: a("10.244.0.4"), To: a("198.51.100.100")}, {Origin: eip, Pod: a("10.244.0.10"), To: a("198.51.100.100")}},
+			{Origin: eip, Pod: a("10.244.0.4"), To: a("198.51.100.100")}, {Origin: eip, Pod: a("10.244.0.10"), To: a("198.51.100.100")},
+			// Pods on this egress node spread over another: one flow steered, one left here.
+			{Origin: eip, Pod: a("10.244.0.11"), To: a("192.0.2.100")}, {Origin: eip, Pod: a("10.244.0.12"), To: a("192.0.2.100")}},
+		Spread:    []netip.Addr{a("10.244.0.11"), a("10.244.0.12")},
 		Secondary: []netip.Addr{a("198.51.100.100")},
 		Exempt:    []netip.Prefix{p("10.244.0.0/16"), p("192.0.2.2/32"), p("fd00:10:244::/64"), p("2001:db8:0:1::2/128")},
-		Guarded:   []netip.Addr{a("10.244.0.4"), a("10.244.0.10"), a("10.244.0.5"), a("10.244.0.6"), a("10.244.0.7"), a("10.244.0.9"), a("10.245.0.8"), a("fd00:10:244::5"), a("fd00:10:244::6"), a("fd00:10:244::8")},
+		Guarded:   []netip.Addr{a("10.244.0.4"), a("10.244.0.10"), a("10.244.0.11"), a("10.244.0.12"), a("10.244.0.5"), a("10.244.0.6"), a("10.244.0.7"), a("10.244.0.9"), a("10.245.0.8"), a("fd00:10:244::5"), a("fd00:10:244::6"), a("fd00:10:244::8")},
 		// Another node's pod network, 10.246.0.0/16: its pods arrive here steered.
 		RemotePods: []netip.Prefix{p("10.246.0.0/16"), p("fd00:10:246::/64")},
 		SteerNexthops: []dataplane.SteerNexthop{{Mark: 0x10000, Nexthop: a("192.0.2.2")},
@@ -175,6 +179,8 @@ func TestPrivilegedEgressIPTraffic(t *testing.T) {
 		{"SNAT to the egress IP, IPv6", a("fd00:10:244::5"), dst6, a("2001:db8:0:1::100")},
 		{"steered to its egress node, masquerade bypassed", a("10.244.0.6"), dst4, a("10.244.0.6")},
 		{"steered to its egress node, IPv6", a("fd00:10:244::6"), dst6, a("fd00:10:244::6")},
+		{"on an egress node, a flow steered to the other: its pod source", a("10.244.0.11"), dst4, a("10.244.0.11")},
+		{"on an egress node, a flow left here: SNAT to the egress IP", a("10.244.0.12"), dst4, a("192.0.2.100")},
 		{"steered elsewhere: dropped", a("10.244.0.7"), dst4, netip.Addr{}},
 		{"guarded, not SNATed: dropped", a("10.245.0.8"), dst4, netip.Addr{}},
 		{"guarded, not SNATed: dropped, IPv6", a("fd00:10:244::8"), dst6, netip.Addr{}},
@@ -222,8 +228,8 @@ func TestPrivilegedEgressIPTraffic(t *testing.T) {
 			node.MustRun(t, "nft", "list", "table", "inet", "egressd"))
 	}
 
-	if c := table.EgressIPCounters(); c[a("192.0.2.100")].Packets != 1 || c[a("2001:db8:0:1::100")].Packets != 1 || c[a("198.51.100.100")].Packets != 2 {
-		t.Errorf("SNAT counters %+v, want one packet per egress IP, two for the secondary one", c)
+	if c := table.EgressIPCounters(); c[a("192.0.2.100")].Packets != 2 || c[a("2001:db8:0:1::100")].Packets != 1 || c[a("198.51.100.100")].Packets != 2 {
+		t.Errorf("SNAT counters %+v, want one packet per egress IP, two for 192.0.2.100 and the secondary one", c)
 	}
 	if d := table.LeakDrops(); d.Misrouted.Packets != 2 || d.Unsteered.Packets != 2 {
 		t.Errorf("leak drops %+v, want 2 misrouted (a steered one, one out of the secondary network) and 2 unsteered", d)
@@ -233,7 +239,7 @@ func TestPrivilegedEgressIPTraffic(t *testing.T) {
 	if err := node.Do(func() error { return errFailed(table.Apply(state)) }); err != nil {
 		t.Fatal(err)
 	}
-	if c, d := table.EgressIPCounters(), table.LeakDrops(); c[a("192.0.2.100")].Packets != 1 || d.Unsteered.Packets != 2 {
+	if c, d := table.EgressIPCounters(), table.LeakDrops(); c[a("192.0.2.100")].Packets != 2 || d.Unsteered.Packets != 2 {
 		t.Errorf("after a repair, SNAT counters %+v and leak drops %+v went back", c, d)
 	}
 	if t.Failed() {

@@ -50,11 +50,13 @@
 //     (a change of these values writes the table whole).
 //   - egressip_prerouting: clears the steering mark bits of reply packets, so that replies of
 //     connections initiated from outside (NodePort, LoadBalancer, direct) are never steered.
-//   - egressip_snat: an identity SNAT of steered packets (mark bits set), keeping their pod
-//     source (first: a pod on an egress node, which has an SNAT element too, sends some of its
-//     flows to the other egress nodes); then SNAT to the egress IP by map egressip_snat4/6
-//     (pod : egress IP), unless the destination is in the interval set egressip_exempt4/6
-//     (cluster networks, node addresses); then drops, counted by egressip_leaks, a guarded pod's new connection to a non-exempt
+//   - egressip_snat: first, an identity SNAT of the steered packets of the local pods of set
+//     egressip_spread4/6 (on an egress node, their flows spread over the other egress nodes
+//     too: those steered keep their pod source); SNAT to the egress IP by map
+//     egressip_snat4/6 (pod : egress IP), unless the
+//     destination is in the interval set egressip_exempt4/6 (cluster networks, node addresses);
+//     then an identity SNAT of steered packets (mark bits set), keeping their pod source;
+//     then drops, counted by egressip_leaks, a guarded pod's new connection to a non-exempt
 //     destination that got neither (before the CNI's masquerade could bind it to the node's
 //     address for the flow's life). A pod whose NAT here changes has its connections' conntrack
 //     entries deleted after the write (conntrack.go), so its flows are NATed afresh.

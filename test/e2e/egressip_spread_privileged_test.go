@@ -13,21 +13,18 @@ import (
 	"github.com/egressd/egressd/test/privileged"
 )
 
-// TestPrivilegedEgressIPSpreadsFromAnEgressNode: an EgressIP with two addresses per family on two
-// egress nodes. A selected pod on one of those egress nodes leaves with both of them, flow by
-// flow, as upstream spreads a pod's flows over every egress node, its own included (a pod on a
-// node that is not an egress node too); never with its pod or node address. IPv4 and IPv6.
+// TestPrivilegedEgressIPSpreadsFromAnEgressNode: an EgressIP with two addresses per family, each
+// on its own egress node (upstream places one address of an object per node). A selected pod on
+// an egress node of a family leaves with both of that family's addresses, flow by flow, as
+// upstream spreads a pod's flows over every egress node, its own included (as a pod on a node
+// that is no egress node does); never with its pod or node address. IPv4 and IPv6.
 func TestPrivilegedEgressIPSpreadsFromAnEgressNode(t *testing.T) {
 	privileged.Require(t)
-	e := newEIPLab(t, 3)
+	e := newEIPLab(t, 5)
 	a4, b4 := netip.MustParseAddr(eip4), eip4b
 	a6, b6 := netip.MustParseAddr(eip6), eip6b
 	name := e.egressIP(t, "spread", "spread", a4, b4, a6, b6)
-	var items map[string]netip.Addr
 	poll.Eventually(t, "four egress IPs placed", 20*time.Second, func() error {
-		if items = e.items(t, name); len(items) < 2 {
-			return fmt.Errorf("%v", egressIPItemsTB(e.Lab, name))
-		}
 		if got := egressIPItemsTB(e.Lab, name); len(got) != 4 {
 			return fmt.Errorf("%v", got)
 		}
@@ -38,9 +35,11 @@ func TestPrivilegedEgressIPSpreadsFromAnEgressNode(t *testing.T) {
 			t.Fatalf("%s and %s both on %q: want them on the two egress nodes (%v)", pair[0], pair[1], na, egressIPItemsTB(e.Lab, name))
 		}
 	}
-	onEgress := addPod(t, e.node(e.nodeOf(t, name, a4)), e.ns, "on-egress", lab.PodOptions{Labels: map[string]string{"app": "spread"}})
-	elsewhere := addPod(t, e.Nodes[0], e.ns, "elsewhere", lab.PodOptions{Labels: map[string]string{"app": "spread"}})
-	for _, p := range []*lab.Pod{onEgress, elsewhere} {
+	spread := lab.PodOptions{Labels: map[string]string{"app": "spread"}}
+	on4 := addPod(t, e.node(e.nodeOf(t, name, a4)), e.ns, "on-egress4", spread)
+	on6 := addPod(t, e.node(e.nodeOf(t, name, a6)), e.ns, "on-egress6", spread)
+	elsewhere := addPod(t, e.Nodes[0], e.ns, "elsewhere", spread)
+	for _, p := range []*lab.Pod{on4, on6, elsewhere} {
 		for _, c := range []struct {
 			dst  string
 			want []netip.Addr
