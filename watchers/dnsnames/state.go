@@ -17,20 +17,29 @@ import (
 // large is not one it wrote (the addresses a node keeps are far fewer).
 const maxStateSize = 64 << 20
 
+// readState decodes the JSON file path into v (left as it is when there is no file), reading
+// at most maxStateSize of it.
+func readState(path string, v any) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := json.NewDecoder(io.LimitReader(f, maxStateSize)).Decode(v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
 // load reads the addresses an earlier agent kept in path, by name (none when there is no
 // file). Names and addresses beyond the resolver's caps are left out.
 func load(path string) (map[string][]netip.Addr, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	var kept map[string][]netip.Addr
-	if err := json.NewDecoder(io.LimitReader(f, maxStateSize)).Decode(&kept); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	if err := readState(path, &kept); err != nil || kept == nil {
+		return nil, err
 	}
 	out := map[string][]netip.Addr{}
 	for _, name := range slices.Sorted(maps.Keys(kept)) {
@@ -118,17 +127,9 @@ func learnedFile(state string) string { return filepath.Join(filepath.Dir(state)
 
 // loadLearned reads the learned addresses an earlier agent kept, those not expired yet.
 func loadLearned(path string) (map[string]map[netip.Addr]time.Time, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	var kept map[string]map[netip.Addr]time.Time
-	if err := json.NewDecoder(io.LimitReader(f, maxStateSize)).Decode(&kept); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	if err := readState(path, &kept); err != nil || kept == nil {
+		return nil, err
 	}
 	now := time.Now()
 	out := map[string]map[netip.Addr]time.Time{}
