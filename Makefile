@@ -49,7 +49,7 @@ fuzz: ## fuzz what reaches the agent from outside its trust, each target FUZZTIM
 	$(GO) test ./cmd/egressd-cni -run '^$$' -fuzz '^FuzzStdin$$' -fuzztime $(FUZZTIME) -timeout 0
 	$(GO) test ./internal/cniinstall -run '^$$' -fuzz '^FuzzChain$$' -fuzztime $(FUZZTIME) -timeout 0
 	$(GO) test ./nodeagent/egressfirewall -run '^$$' -fuzz '^FuzzCompileRule$$' -fuzztime $(FUZZTIME) -timeout 0
-	$(GO) test ./watchers/dnsanswers -run '^$$' -fuzz '^FuzzMessages$$' -fuzztime $(FUZZTIME) -timeout 0
+	$(GO) test ./dataplane/dnsanswers -run '^$$' -fuzz '^FuzzMessages$$' -fuzztime $(FUZZTIME) -timeout 0
 
 bench-memory: controlplane-bin ## agent RSS with 10,000 pods and 1,000 namespaces in the API server
 	$(GO) test ./test/e2e -run '^$$' -bench PrivilegedAgentMemory -benchtime 1x

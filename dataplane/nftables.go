@@ -91,8 +91,9 @@ type NftablesState struct {
 // go on, so the pod's connections to them find them already allowed.
 type DNSSnoop struct {
 	// Pods are the local pods whose DNS answers the agent reads (those of namespaces with
-	// dnsName rules); none: no answer is queued.
-	Pods []netip.Addr
+	// dnsName rules): each address with its pod's namespace, which what an answer teaches is
+	// counted against. None: no answer is queued.
+	Pods []SnoopedPod
 	// Queue is the NFQUEUE number the agent reads them on. With no reader on it, answers pass
 	// (the firewall still judges the connections).
 	Queue uint16
@@ -101,6 +102,12 @@ type DNSSnoop struct {
 	// pod that asked a server it runs itself (cluster destinations are never firewalled) would
 	// otherwise teach its namespace any address for the names its rules allow.
 	Resolvers []netip.Addr
+}
+
+// SnoopedPod is an address of a pod whose DNS answers are read, and the pod's namespace.
+type SnoopedPod struct {
+	IP        netip.Addr
+	Namespace string
 }
 
 // SteeredPod is a pod address and the mark that steers it.

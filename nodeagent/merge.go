@@ -172,10 +172,12 @@ func dnsSnoop(pods []dataplane.Pod, namespaces []string, queue uint16) dataplane
 	out := dataplane.DNSSnoop{Queue: queue}
 	for _, p := range pods {
 		if slices.Contains(namespaces, p.Origin.Namespace) {
-			out.Pods = append(out.Pods, p.IPs...)
+			for _, ip := range p.IPs {
+				out.Pods = append(out.Pods, dataplane.SnoopedPod{IP: ip, Namespace: p.Origin.Namespace})
+			}
 		}
 	}
-	slices.SortFunc(out.Pods, netip.Addr.Compare)
+	slices.SortFunc(out.Pods, func(a, b dataplane.SnoopedPod) int { return a.IP.Compare(b.IP) })
 	return out
 }
 

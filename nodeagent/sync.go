@@ -34,12 +34,15 @@ type Names interface {
 	// sync compiled from once it is applied (the answers held until then go on to the pods).
 	Generation() uint64
 	Applied(gen uint64)
+	// Capped are the namespaces whose pods' DNS answers are no longer learned, each with why.
+	Capped() map[string]string
 }
 
 // Reporter is told the outcome of every sync: the objects the state was compiled from with what
-// failed for each (a map it may keep: the loop makes a new one each sync), and the node's facts.
+// failed for each, notes on some that did not fail (maps it may keep: the loop makes new ones
+// each sync), and the node's facts.
 type Reporter interface {
-	Report(objects map[dataplane.Origin]error, res dataplane.Result)
+	Report(objects map[dataplane.Origin]error, notes map[dataplane.Origin]string, res dataplane.Result)
 }
 
 // Announced pods are merged into what a sync compiles from; after the apply, Applied is told
@@ -286,11 +289,26 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	blamePods(objects, res.Failed)
 	l.deps.Metrics.observeObjects(objects, res.Failed, invalid)
 	if l.deps.Status != nil {
-		l.deps.Status.Report(objects, res)
+		l.deps.Status.Report(objects, firewallNotes(objects, l.deps.DNS.Capped()), res)
 	}
 	if !l.synced.Swap(true) {
 		l.deps.Log.Info("first sync finished", "duration", time.Since(start).Round(time.Microsecond))
 	}
+}
+
+// firewallNotes are the notes on the EgressFirewalls of namespaces whose pods' DNS answers
+// are no longer learned (capped: why, by namespace).
+func firewallNotes(objects map[dataplane.Origin]error, capped map[string]string) map[dataplane.Origin]string {
+	if len(capped) == 0 {
+		return nil
+	}
+	notes := map[dataplane.Origin]string{}
+	for o, err := range objects {
+		if why, ok := capped[o.Namespace]; ok && o.Kind == cluster.KindEgressFirewall && err == nil {
+			notes[o] = why
+		}
+	}
+	return notes
 }
 
 // blamePods reports what failed for a local pod (its interface not found, the classifier not

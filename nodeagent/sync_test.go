@@ -221,6 +221,7 @@ func (noNames) Lookup(string) []netip.Addr { return nil }
 func (noNames) Changed() <-chan struct{}   { return nil }
 func (noNames) Generation() uint64         { return 0 }
 func (noNames) Applied(uint64)             {}
+func (noNames) Capped() map[string]string  { return nil }
 
 // recordingReporter keeps the last reported outcome.
 type recordingReporter struct {
@@ -228,7 +229,7 @@ type recordingReporter struct {
 	objects map[dataplane.Origin]error
 }
 
-func (r *recordingReporter) Report(objects map[dataplane.Origin]error, _ dataplane.Result) {
+func (r *recordingReporter) Report(objects map[dataplane.Origin]error, _ map[dataplane.Origin]string, _ dataplane.Result) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.objects = objects

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/egressd/egressd/internal/dnsname"
 	"github.com/egressd/egressd/watchers/dnsnames"
 )
 
@@ -53,7 +54,7 @@ func readDNS(o options, now time.Time) (dnsReport, error) {
 	if rs, err := readRules(o.pinRoot, false); err == nil {
 		for _, r := range rs.Rules {
 			if _, after, ok := strings.Cut(r.Spec, "to dnsName "); ok {
-				name := dnsnames.Canonical(strings.Fields(after)[0])
+				name := dnsname.Canonical(strings.Fields(after)[0])
 				row(name).Rules = append(row(name).Rules, fmt.Sprintf("%s#%d", r.Namespace, r.Rule))
 			}
 		}

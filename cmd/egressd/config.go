@@ -46,6 +46,7 @@ type config struct {
 	dnsServers       []string
 	dnsMinTTL        time.Duration
 	dnsAnswersQueue  uint16
+	dnsPerNamespace  int
 	legacyGateways   bool
 	gatewayBFD       time.Duration
 	gatewayBFDMult   uint8
@@ -138,6 +139,7 @@ func newFlagSet(c *config, env environment) *flag.FlagSet {
 	fs.UintVar(&c.aclLogRate, "acl-logging-rate-limit", classifier.DefaultACLLogRate, "EgressFirewall verdicts logged per second per rule for namespaces annotated k8s.ovn.org/acl-logging; 0 logs none")
 	fs.StringSliceVar(&c.dnsServers, "dns-server", env.dnsServers, "comma-separated ip:port of the DNS servers that resolve EgressFirewall dnsName rules, asked in order until one answers (default: the nameservers of /etc/resolv.conf)")
 	fs.DurationVar(&c.dnsMinTTL, "dns-min-ttl", 0, "refresh a dnsName no sooner than this, whatever its TTL, to protect the resolver (a TTL of 0 is refreshed every 5 s, as upstream)")
+	fs.IntVar(&c.dnsPerNamespace, "dns-learned-per-namespace", dnsnames.DefaultNamespaceAddresses, "addresses learned from the DNS answers to one namespace's pods kept at once on this node; beyond, its pods' answers teach nothing new until some expire (its EgressFirewall status entry says so)")
 	fs.Uint16Var(&c.dnsAnswersQueue, "dns-answers-queue", defaultDNSAnswersQueue, "NFQUEUE number on which the DNS answers to pods of namespaces with dnsName rules are read, and held until the addresses they give are allowed (wildcard rules match only through them): answers from the cluster's DNS Service (kube-system/kube-dns) and from --dns-server only; 0 reads none")
 	fs.Uint32Var(&c.markMask, "fwmark-mask", dataplane.DefaultMarkMask, "skb->mark bits egressd may set on steered packets (keep clear of the CNI's and kube-proxy's bits)")
 	c.routing = routing.DefaultConfig()
@@ -241,6 +243,9 @@ func (c *config) validate() error {
 	}
 	if len(c.dnsServers) == 0 {
 		bad("dns-server", "at least one server")
+	}
+	if c.dnsPerNamespace < 1 {
+		bad("dns-learned-per-namespace", "%d is not positive", c.dnsPerNamespace)
 	}
 	if c.dnsMinTTL < 0 {
 		bad("dns-min-ttl", "%s is negative", c.dnsMinTTL)

@@ -37,6 +37,7 @@ import (
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	netopv1 "github.com/egressd/egressd/api/networkoperator/v1"
 	"github.com/egressd/egressd/dataplane/classifier"
+	"github.com/egressd/egressd/dataplane/dnsanswers"
 	"github.com/egressd/egressd/dataplane/kernel"
 	"github.com/egressd/egressd/internal/cniinstall"
 	"github.com/egressd/egressd/internal/httpauth"
@@ -49,7 +50,6 @@ import (
 	"github.com/egressd/egressd/nodeagent/reachability"
 	"github.com/egressd/egressd/nodeagent/status"
 	"github.com/egressd/egressd/watchers"
-	"github.com/egressd/egressd/watchers/dnsanswers"
 	"github.com/egressd/egressd/watchers/dnsnames"
 )
 
@@ -143,9 +143,10 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 			&ovnv1.EgressService{}, &corev1.Node{}),
 		RouteGateways: externalroute.ConfiguredGateways, Log: log.With("component", "status")}
 	resolver := dnsnames.New(ctx, cfg.dnsServers, cfg.dnsMinTTL, cfg.dnsState(), log.With("component", "dns"))
-	dnsMetrics := dnsanswers.NewMetrics(resolver.Stats)
+	resolver.LimitNamespaces(cfg.dnsPerNamespace)
+	dnsMetrics := dnsanswers.NewMetrics()
 	if cfg.dnsAnswersQueue != 0 {
-		answers := &dnsanswers.Reader{Queue: cfg.dnsAnswersQueue, Learner: resolver, Metrics: dnsMetrics, Log: log.With("component", "dns-answers")}
+		answers := &dnsanswers.Reader{Queue: cfg.dnsAnswersQueue, Learner: resolver, Namespace: dp.SnoopedNamespace, Metrics: dnsMetrics, Log: log.With("component", "dns-answers")}
 		go func() {
 			if err := answers.Run(ctx); err != nil {
 				log.Error("DNS answers to pods are not read: dnsName rules allow what the agent resolves, wildcard rules nothing", "err", err)
@@ -167,7 +168,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	})
 	announceMetrics := podannounce.NewMetrics()
 	cniMetrics := cniserver.NewMetrics()
-	metrics.Registry.MustRegister(agentCollectors(dp, announceMetrics, cniMetrics, dnsMetrics)...)
+	metrics.Registry.MustRegister(agentCollectors(dp, announceMetrics, cniMetrics, dnsMetrics, resolver)...)
 
 	announcer := &podannounce.Announcer{Node: cfg.nodeName, Port: cfg.healthPort, TokenFile: cfg.announceToken, Metrics: announceMetrics,
 		Log: log.With("component", "pod-announce")}
@@ -241,8 +242,8 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 // dataplane's, the pod announcements' and the CNI plugin's calls'. The metrics reference
 // (docs/reference/metrics.md) is generated from the same list, and the egress health server's
 // (registered where it starts).
-func agentCollectors(dp *kernel.Applier, announce *podannounce.Metrics, cni *cniserver.Metrics, dns *dnsanswers.Metrics) []prometheus.Collector {
-	return slices.Concat(dp.Collectors(), announce.Collectors(), cni.Collectors(), dns.Collectors())
+func agentCollectors(dp *kernel.Applier, announce *podannounce.Metrics, cni *cniserver.Metrics, dns *dnsanswers.Metrics, resolver *dnsnames.Resolver) []prometheus.Collector {
+	return slices.Concat(dp.Collectors(), announce.Collectors(), cni.Collectors(), dns.Collectors(), resolver.Collectors())
 }
 
 // eventRecorder records Events (on the objects whose status says why they failed), as

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"log/slog"
 	"slices"
 	"testing"
 
+	"github.com/egressd/egressd/dataplane/dnsanswers"
 	"github.com/egressd/egressd/dataplane/kernel"
 	"github.com/egressd/egressd/internal/golden"
 	"github.com/egressd/egressd/internal/reference"
@@ -14,7 +16,6 @@ import (
 	"github.com/egressd/egressd/nodeagent/leader"
 	"github.com/egressd/egressd/nodeagent/podannounce"
 	"github.com/egressd/egressd/nodeagent/reachability"
-	"github.com/egressd/egressd/watchers/dnsanswers"
 	"github.com/egressd/egressd/watchers/dnsnames"
 )
 
@@ -33,7 +34,7 @@ func TestReferenceDocs(t *testing.T) {
 	// A zero Applier describes the dataplane's metrics without a kernel: its collectors read
 	// the kernel only when collected.
 	collectors := slices.Concat(nodeagent.NewMetrics().Collectors(),
-		agentCollectors(&kernel.Applier{}, podannounce.NewMetrics(), cniserver.NewMetrics(), dnsanswers.NewMetrics(func() dnsnames.LearnStats { return dnsnames.LearnStats{} })),
+		agentCollectors(&kernel.Applier{}, podannounce.NewMetrics(), cniserver.NewMetrics(), dnsanswers.NewMetrics(), dnsnames.New(t.Context(), nil, 0, "", slog.New(slog.DiscardHandler))),
 		reachability.NewServer("").Collectors())
 	table, err := reference.Metrics(collectors)
 	if err != nil {

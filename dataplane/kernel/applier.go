@@ -96,6 +96,9 @@ type Applier struct {
 	// use, and flush the connections it brought, at every restart. Apply's goroutine only.
 	inherited    map[netip.Addr]bool
 	inheritUntil time.Time
+	// snooped are the namespaces of the pods whose DNS answers the last Apply queued, by
+	// address: the answer reader counts what they teach against them (SnoopedNamespace).
+	snooped atomic.Pointer[map[netip.Addr]string]
 	// podNetworks are the cluster networks of the last Apply: an address event inside them (a
 	// pod's gateway on the host side of its interface, a Service address) changes neither
 	// egressd's addresses nor the node's own.
@@ -303,6 +306,15 @@ func newPhases() *prometheus.HistogramVec {
 // and taken again, or a BFD session changed state: the desired state must be applied again.
 func (d *Applier) Changed() <-chan struct{} { return d.changed }
 
+// SnoopedNamespace is the namespace of the pod at addr whose DNS answers are queued ("" for
+// none: an answer queued by an earlier agent's rules).
+func (d *Applier) SnoopedNamespace(addr netip.Addr) string {
+	if m := d.snooped.Load(); m != nil {
+		return (*m)[addr.Unmap()]
+	}
+	return ""
+}
+
 // Apply makes the kernel match s, phase by phase (see the package comment).
 func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result {
 	res := dataplane.Result{Failed: map[dataplane.Origin]error{}}
@@ -314,6 +326,11 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	up := d.bfdUp()
 	nets := slices.Clone(s.Classifier.ClusterNetworks)
 	d.podNetworks.Store(&nets)
+	snooped := make(map[netip.Addr]string, len(s.Nftables.DNSSnoop.Pods))
+	for _, p := range s.Nftables.DNSSnoop.Pods {
+		snooped[p.IP.Unmap()] = p.Namespace
+	}
+	d.snooped.Store(&snooped) // before the rules that queue their answers
 	phase := func(name string, f func() map[dataplane.Origin]error) {
 		start := time.Now()
 		fail(f())

@@ -51,8 +51,8 @@ var dnsSnoopSets = []*nftables.Set{
 
 // addDNSSnoop adds the pods whose DNS answers are queued to the wanted contents.
 func addDNSSnoop(c contents, s *dataplane.NftablesState) {
-	for _, p := range s.DNSSnoop.Pods {
-		if p = p.Unmap(); p.IsValid() {
+	for _, sp := range s.DNSSnoop.Pods {
+		if p := sp.IP.Unmap(); p.IsValid() {
 			c.add(family(p, dnsPods4Set, dnsPods6Set), string(p.AsSlice()), "", nftables.SetElement{Key: p.AsSlice()})
 		}
 	}

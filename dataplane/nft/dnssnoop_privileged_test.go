@@ -64,7 +64,7 @@ func TestPrivilegedDNSSnoopAnswers(t *testing.T) {
 	a := netip.MustParseAddr
 	apply, _, list := tableIn(t, node)
 	trusted := []netip.Addr{a("192.0.2.53"), a("10.244.0.1"), a("10.96.0.10"), a("2001:db8::53"), a("fd00:10:244::1"), a("fd00:96::10")}
-	apply(&dataplane.NftablesState{DNSSnoop: dataplane.DNSSnoop{Pods: []netip.Addr{a("10.244.0.5"), a("fd00:10:244::5")}, Queue: dnsQueue, Resolvers: trusted}})
+	apply(&dataplane.NftablesState{DNSSnoop: dataplane.DNSSnoop{Pods: []dataplane.SnoopedPod{{IP: a("10.244.0.5"), Namespace: "ns"}, {IP: a("fd00:10:244::5"), Namespace: "ns"}}, Queue: dnsQueue, Resolvers: trusted}})
 
 	type family struct {
 		name       string
@@ -148,7 +148,7 @@ func TestPrivilegedDNSSnoopAnswers(t *testing.T) {
 	}
 
 	// Another queue number: the rules are written again with it.
-	apply(&dataplane.NftablesState{DNSSnoop: dataplane.DNSSnoop{Pods: []netip.Addr{a("10.244.0.5")}, Queue: dnsQueue + 1, Resolvers: trusted}})
+	apply(&dataplane.NftablesState{DNSSnoop: dataplane.DNSSnoop{Pods: []dataplane.SnoopedPod{{IP: a("10.244.0.5"), Namespace: "ns"}}, Queue: dnsQueue + 1, Resolvers: trusted}})
 	if out := list(); strings.Count(out, fmt.Sprintf("queue flags bypass to %d\n", dnsQueue+1)) != 4 || strings.Count(out, "queue ") != 4 {
 		t.Errorf("after a change of queue, want the 4 rules with queue %d:\n%s", dnsQueue+1, out)
 	}

@@ -61,7 +61,7 @@ func fullState() *dataplane.NftablesState {
 		Frontends: []dataplane.Frontend{{Addr: a("198.51.100.80"), Port: dataplane.Port{Protocol: 6, Port: 80}},
 			{Addr: a("2001:db8::80"), Port: dataplane.Port{Protocol: 17, Port: 53}}},
 		FirewalledPods: []netip.Addr{a("10.244.0.7"), a("fd00:10:244::5")},
-		DNSSnoop:       dataplane.DNSSnoop{Pods: []netip.Addr{a("10.244.0.7"), a("fd00:10:244::5")}, Queue: 7, Resolvers: []netip.Addr{a("10.96.0.10"), a("fd00:96::a")}},
+		DNSSnoop:       dataplane.DNSSnoop{Pods: []dataplane.SnoopedPod{{IP: a("10.244.0.7"), Namespace: "ns"}, {IP: a("fd00:10:244::5"), Namespace: "ns"}}, Queue: 7, Resolvers: []netip.Addr{a("10.96.0.10"), a("fd00:96::a")}},
 	}
 }
 

@@ -12,8 +12,8 @@ import (
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/internal/dnsname"
 	"github.com/egressd/egressd/nodeagent/cluster"
-	"github.com/egressd/egressd/watchers/dnsnames"
 )
 
 // validDNSName says, label by label, what upstream's DNSNameResolver mode accepts: an optional
@@ -94,7 +94,7 @@ func FuzzCompileRule(f *testing.F) {
 			want = []netip.Prefix{p}
 		case dns != "":
 			valid = valid && validDNSName(dns)
-			for _, a := range lookup(dnsnames.Canonical(dns)) {
+			for _, a := range lookup(dnsname.Canonical(dns)) {
 				if !slices.ContainsFunc(networks, func(p netip.Prefix) bool { return p.Contains(a) }) {
 					want = append(want, netip.PrefixFrom(a, a.BitLen()))
 				}

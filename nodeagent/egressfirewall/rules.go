@@ -13,8 +13,8 @@ import (
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/internal/dnsname"
 	"github.com/egressd/egressd/nodeagent/cluster"
-	"github.com/egressd/egressd/watchers/dnsnames"
 )
 
 // rules compiles one EgressFirewall's rules against the current nodes and DNS answers.
@@ -45,7 +45,7 @@ func rules(in *cluster.Input, ef *ovnv1.EgressFirewall, nodes []*corev1.Node) ([
 			}
 			// Until the name first resolves (or, for a wildcard, a pod is answered for a name it
 			// matches) it matches nothing, as upstream's empty address set.
-			for _, a := range in.Lookup(dnsnames.Canonical(r.To.DNSName)) {
+			for _, a := range in.Lookup(dnsname.Canonical(r.To.DNSName)) {
 				if !in.InNetworks(a) {
 					rule.Prefixes = append(rule.Prefixes, netip.PrefixFrom(a, a.BitLen()))
 				}

@@ -16,6 +16,7 @@ func TestAggregate(t *testing.T) {
 		stale  []string
 	}{
 		{"all applied", []string{"a: " + fwApplied, "b: " + fwApplied}, fwApplied, nil},
+		{"applied, one with a note", []string{"a: " + fwApplied + "; DNS answers to its pods are not learned", "b: " + fwApplied}, fwApplied, nil},
 		{"one missing", []string{"a: " + fwApplied}, "", nil},
 		{"one failed, one missing", []string{"a: " + fwNotApplied + ": boom"}, fwNotApplied, nil},
 		{"stale node", []string{"a: " + fwApplied, "b: " + fwApplied, "gone: " + fwNotApplied + ": x"}, fwApplied, []string{"gone"}},

@@ -19,21 +19,28 @@ const (
 )
 
 // writeFirewallEntry writes "<node>: EgressFirewall Rules applied" (or the failure) into
-// status.messages, a set each node owns its element of.
-func writeFirewallEntry(ctx context.Context, w *Writer, o dataplane.Origin, failure error) error {
+// status.messages, a set each node owns its element of. A note follows the success (after
+// "; "): the aggregate status reads the entry as applied still, as it is.
+func writeFirewallEntry(ctx context.Context, w *Writer, o dataplane.Origin, failure error, note string) error {
 	ef, err := w.Snapshot.EgressFirewalls.EgressFirewalls(o.Namespace).Get(o.Name)
 	if err != nil {
 		return nil // deleted since
 	}
 	msg := w.Node + ": " + fwApplied
-	if failure != nil {
+	switch {
+	case failure != nil:
 		msg = fmt.Sprintf("%s: %s: %v", w.Node, fwNotApplied, failure)
+	case note != "":
+		msg += "; " + note
 	}
 	if slices.Contains(ef.Status.Messages, msg) {
 		return nil
 	}
-	if failure != nil {
+	switch {
+	case failure != nil:
 		w.Recorder.Eventf(ef, corev1.EventTypeWarning, "EgressFirewallNotApplied", "%s: %v", w.Node, failure)
+	case note != "":
+		w.Recorder.Eventf(ef, corev1.EventTypeWarning, "EgressFirewallNote", "%s: %s", w.Node, note)
 	}
 	ac := ovnac.EgressFirewall(o.Name, o.Namespace).WithStatus(ovnac.EgressFirewallStatus().WithMessages(msg))
 	_, err = w.Client.K8sOVNV1().EgressFirewalls(o.Namespace).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: w.Node, Force: true})

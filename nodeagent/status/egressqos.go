@@ -23,7 +23,7 @@ const (
 
 // writeQoSEntry writes this node's condition Ready-In-Zone-<node>; only a flip of its status
 // moves its lastTransitionTime.
-func writeQoSEntry(ctx context.Context, w *Writer, o dataplane.Origin, failure error) error {
+func writeQoSEntry(ctx context.Context, w *Writer, o dataplane.Origin, failure error, _ string) error {
 	q, err := w.Snapshot.EgressQoSes.EgressQoSes(o.Namespace).Get(o.Name)
 	if err != nil {
 		return nil

@@ -36,7 +36,7 @@ func routeMessage(node string, gateways []netip.Addr, failure error) string {
 
 // writeRouteEntry writes this node's message into status.messages with its lastTransitionTime,
 // only when the message changed, so that the time says when this node's outcome last changed.
-func writeRouteEntry(ctx context.Context, w *Writer, o dataplane.Origin, failure error) error {
+func writeRouteEntry(ctx context.Context, w *Writer, o dataplane.Origin, failure error, _ string) error {
 	r, err := w.Snapshot.ExternalRoutes.Get(o.Name)
 	if err != nil {
 		return nil // deleted since, or a legacy annotation's origin: nothing to report on

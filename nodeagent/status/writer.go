@@ -19,8 +19,9 @@ import (
 // leaderManager is the field manager of the aggregate status the leader writes.
 const leaderManager = "egressd-leader"
 
-// entryWriter writes this node's status entry of one kind of object.
-type entryWriter func(ctx context.Context, w *Writer, o dataplane.Origin, failure error) error
+// entryWriter writes this node's status entry of one kind of object: its failure, else its
+// success with the note, if any, appended.
+type entryWriter func(ctx context.Context, w *Writer, o dataplane.Origin, failure error, note string) error
 
 // entryWriters are the kinds that get a per-node status entry.
 var entryWriters = map[dataplane.Kind]entryWriter{
@@ -60,9 +61,10 @@ type Writer struct {
 // coalesce is how long the writer lets newer reports replace one before it writes.
 const coalesce = 50 * time.Millisecond
 
-// report is one sync's outcome: per-object failures and the node's host addresses.
+// report is one sync's outcome: per-object failures and notes, and the node's host addresses.
 type report struct {
 	objects   map[dataplane.Origin]error
+	notes     map[dataplane.Origin]string
 	hostCIDRs []netip.Prefix
 }
 
@@ -106,7 +108,8 @@ func (w *Writer) Run(ctx context.Context) {
 			if entryWriters[origin.Kind] == nil {
 				continue
 			}
-			outcome := ""
+			note := r.notes[origin]
+			outcome := "applied: " + note
 			if err != nil {
 				outcome = err.Error()
 			}
@@ -114,7 +117,7 @@ func (w *Writer) Run(ctx context.Context) {
 				kept++
 				continue
 			}
-			if werr := entryWriters[origin.Kind](ctx, w, origin, err); werr != nil {
+			if werr := entryWriters[origin.Kind](ctx, w, origin, err, note); werr != nil {
 				w.Log.Error("write status", "object", origin.String(), "err", werr)
 				delete(written, origin)
 			} else if byOutcome[origin.Kind] {
@@ -138,12 +141,12 @@ func (w *Writer) queue() chan report {
 }
 
 // Report hands the outcome of a sync to the writer, replacing an outcome not yet written. The
-// writer keeps objects: the caller must not modify it afterwards.
-func (w *Writer) Report(objects map[dataplane.Origin]error, res dataplane.Result) {
+// writer keeps objects and notes: the caller must not modify them afterwards.
+func (w *Writer) Report(objects map[dataplane.Origin]error, notes map[dataplane.Origin]string, res dataplane.Result) {
 	q := w.queue()
 	select {
 	case <-q: // drop the stale outcome
 	default:
 	}
-	q <- report{objects: objects, hostCIDRs: res.HostCIDRs}
+	q <- report{objects: objects, notes: notes, hostCIDRs: res.HostCIDRs}
 }

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/egressd/egressd/internal/dnsname"
 )
 
 // Resolver keeps the addresses of the wanted names fresh.
@@ -49,6 +51,13 @@ type Resolver struct {
 	appliedCh chan struct{} // closed and replaced when applied grows
 	expiry    *time.Timer
 	stats     LearnStats
+	// By namespace, the learned addresses its pods' answers brought first (teachers: who
+	// brought each; those an earlier agent kept have none); capped, the namespaces an answer
+	// was refused to for the cap nsCap, until they are under it again.
+	nsCap    int
+	taught   map[string]int
+	teachers map[learnedAddr]string
+	capped   map[string]bool
 
 	// state is the file the addresses are kept in across restarts ("": none), written at most
 	// every saveEvery after a change (dirty); remembered are those an earlier agent kept there,
@@ -79,6 +88,7 @@ func New(ctx context.Context, servers []string, minTTL time.Duration, state stri
 		retriesBeforeBackoff: 10,
 		entries:              map[string]*entry{}, changed: make(chan struct{}, 1), ctx: ctx,
 		learned: map[string]map[netip.Addr]time.Time{}, children: map[string]map[string]bool{}, wildcards: map[string]bool{},
+		nsCap: DefaultNamespaceAddresses, taught: map[string]int{}, teachers: map[learnedAddr]string{}, capped: map[string]bool{},
 		appliedCh: make(chan struct{}),
 		state:     state, saveEvery: time.Second, dirty: make(chan struct{}, 1),
 	}
@@ -104,18 +114,15 @@ func New(ctx context.Context, servers []string, minTTL time.Duration, state stri
 	return r
 }
 
-// Canonical is the form names are compared in: lower case, no trailing dot.
-func Canonical(name string) string { return strings.TrimSuffix(strings.ToLower(name), ".") }
-
 // Want sets the names whose addresses rules need: exact names are kept resolved (new ones start
 // resolving, others stop); for them and for wildcards, answers to pods are learned.
 func (r *Resolver) Want(names []string) {
 	want, wildcards := map[string]bool{}, map[string]bool{}
 	for _, n := range names {
 		if IsWildcard(n) {
-			wildcards[Canonical(n)] = true
+			wildcards[dnsname.Canonical(n)] = true
 		} else {
-			want[Canonical(n)] = true
+			want[dnsname.Canonical(n)] = true
 		}
 	}
 	r.mu.Lock()
@@ -153,7 +160,7 @@ func (r *Resolver) Want(names []string) {
 // until it first resolves here; none when it never resolved) and those learned from the answers
 // pods got; for a wildcard, those learned for every name it matches.
 func (r *Resolver) Lookup(name string) []netip.Addr {
-	name = Canonical(name)
+	name = dnsname.Canonical(name)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	learned := r.learnedFor(name)
@@ -240,7 +247,7 @@ func (r *Resolver) resolve(ctx context.Context, name string) ([]netip.Addr, time
 			errs = append(errs, err)
 			continue
 		}
-		got, t := Answered(name, resp.Answer)
+		got, t := dnsname.Answered(name, resp.Answer)
 		if len(got) > 0 {
 			addrs, ttl = append(addrs, got...), min(ttl, t)
 		}
@@ -256,54 +263,6 @@ func (r *Resolver) resolve(ctx context.Context, name string) ([]netip.Addr, time
 		addrs = addrs[:MaxAddresses]
 	}
 	return addrs, time.Duration(ttl) * time.Second, nil
-}
-
-// Answered are the addresses an answer gives name (A and AAAA records of name and of its CNAME
-// chain, nothing else: an answer that carries others, a resolver's glue or a forged record, does
-// not extend what the name allows), and the smallest TTL over the records used, CNAMEs
-// included: the chain expires with its shortest link.
-func Answered(name string, answer []dns.RR) ([]netip.Addr, uint32) {
-	var addrs []netip.Addr
-	ttl := uint32(1<<32 - 1)
-	chain := cnameChain(dns.Fqdn(name), answer)
-	for _, rr := range answer {
-		if !chain[strings.ToLower(rr.Header().Name)] {
-			continue
-		}
-		var ip netip.Addr
-		switch v := rr.(type) {
-		case *dns.A:
-			ip, _ = netip.AddrFromSlice(v.A.To4())
-		case *dns.AAAA:
-			ip, _ = netip.AddrFromSlice(v.AAAA)
-		case *dns.CNAME:
-			ttl = min(ttl, rr.Header().Ttl)
-			continue
-		default:
-			continue
-		}
-		if ip.IsValid() {
-			addrs = append(addrs, ip)
-			ttl = min(ttl, rr.Header().Ttl)
-		}
-	}
-	return addrs, ttl
-}
-
-// cnameChain is the set of owner names (lower case, fully qualified) the answer for name
-// reaches: name and the targets of the CNAMEs from it, followed in any order.
-func cnameChain(name string, answer []dns.RR) map[string]bool {
-	chain := map[string]bool{strings.ToLower(name): true}
-	for grew := true; grew; {
-		grew = false
-		for _, rr := range answer {
-			if c, ok := rr.(*dns.CNAME); ok && chain[strings.ToLower(c.Hdr.Name)] && !chain[strings.ToLower(c.Target)] {
-				chain[strings.ToLower(c.Target)] = true
-				grew = true
-			}
-		}
-	}
-	return chain
 }
 
 // exchange asks the servers in order until one answers (a server failure or refusal counts as

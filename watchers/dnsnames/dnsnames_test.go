@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -240,14 +239,6 @@ func TestResolverTTLs(t *testing.T) {
 	waitAddrs(t, r, "www.example.com", "203.0.113.42")
 	if n := queriesIn(floored, 2500*time.Millisecond); n > 2*2 {
 		t.Errorf("%d queries in 2.5 s with a 2 s minimum over a 1 s TTL, want 1 refresh at most", n)
-	}
-}
-
-func TestCanonical(t *testing.T) {
-	for in, want := range map[string]string{"WWW.TEST.COM": "www.test.com", "a.b.": "a.b", "x": "x"} {
-		if got := Canonical(in); got != want || strings.ToLower(got) != got {
-			t.Errorf("%q -> %q, want %q", in, got, want)
-		}
 	}
 }
 

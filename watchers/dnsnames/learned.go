@@ -2,11 +2,14 @@ package dnsnames
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/egressd/egressd/internal/dnsname"
 )
 
 // Learned answers: the addresses the DNS answers to pods gave for a wanted name (read on their
@@ -33,7 +36,16 @@ const (
 	// matched: each is an entry of every namespace whose rule names the wildcard, and a domain
 	// can have any number of names.
 	MaxWildcardAddresses = 4 * MaxAddresses
+	// DefaultNamespaceAddresses is the default cap of the addresses kept at once for the
+	// answers to one namespace's pods (LimitNamespaces).
+	DefaultNamespaceAddresses = 8 * MaxAddresses
 )
+
+// learnedAddr is an address learned for a name.
+type learnedAddr struct {
+	name string
+	addr netip.Addr
+}
 
 // IsWildcard tells a wildcard name (`*.example.com`): it matches a name with exactly one more
 // label, never the domain itself nor a name two labels deeper.
@@ -63,18 +75,20 @@ func (r *Resolver) wants(name string) bool {
 	return exact || r.wildcards[parent(name)]
 }
 
-// Learn keeps addrs, answered for name with ttl, if name is wanted. It reports whether an
-// address was new to name, and the generation a sync must have applied for them to be in
-// force (Applied, WaitApplied). Beyond MaxAddresses per name, or MaxLearnedNames, new addresses
-// are not kept (counted in Stats).
-func (r *Resolver) Learn(name string, addrs []netip.Addr, ttl time.Duration) (gen uint64, fresh bool) {
-	name = Canonical(name)
+// Learn keeps addrs, answered for name with ttl to a pod of namespace, if name is wanted. It
+// reports whether an address was new to name, and the generation a sync must have applied for
+// them to be in force (Applied, WaitApplied). Beyond MaxAddresses per name, MaxWildcardAddresses
+// under a wildcard, the namespace's cap (LimitNamespaces), or MaxLearnedNames, new addresses
+// are not kept (counted in Stats; a namespace at its cap is in Capped).
+func (r *Resolver) Learn(namespace, name string, addrs []netip.Addr, ttl time.Duration) (gen uint64, fresh bool) {
+	name = dnsname.Canonical(name)
 	expiry := time.Now().Add(min(max(ttl, learnMinTTL), learnMaxTTL) + learnGrace)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.wants(name) {
 		return r.gen, false
 	}
+	capped := false
 	room := MaxAddresses // for name's new addresses
 	if _, exact := r.entries[name]; !exact {
 		room = MaxWildcardAddresses - len(r.learnedFor(parent(name)))
@@ -96,15 +110,26 @@ func (r *Resolver) Learn(name string, addrs []netip.Addr, ttl time.Duration) (ge
 			}
 		case len(known) >= MaxAddresses || room <= 0:
 			r.stats.Refused++
+		case r.taught[namespace] >= r.nsCap:
+			r.stats.Refused++
+			if !r.capped[namespace] {
+				r.capped[namespace] = true
+				capped = true
+				r.log.Warn("DNS answers to the namespace's pods are no longer learned: it reached its cap", "namespace", namespace, "cap", r.nsCap)
+			}
 		default:
 			known[a] = expiry
 			fresh = true
 			room--
 			r.stats.Learned++
+			r.teachers[learnedAddr{name, a}] = namespace
+			r.taught[namespace]++
 		}
 	}
 	if fresh {
 		r.gen++
+	}
+	if fresh || capped { // a sync puts them in force, or says the cap in the status
 		r.signal()
 	}
 	r.markDirty() // expiries moved, if nothing else
@@ -116,13 +141,56 @@ func (r *Resolver) Learn(name string, addrs []netip.Addr, ttl time.Duration) (ge
 type LearnStats struct {
 	Learned uint64 // addresses kept now, over every name
 	Refused uint64 // addresses not kept, for the caps, since the start
+	Capped  int    // namespaces at their cap that an answer was refused to
+}
+
+// LimitNamespaces sets the cap of the addresses kept at once for the answers to one
+// namespace's pods, counted against the namespace whose answer brought each first: pods
+// asking name after name under a wildcard, or a namespace with many dnsName rules, cannot
+// crowd out what the other namespaces' answers teach, and each learned address is an element
+// of the node's nftables sets. Its firewall's status entry says when it is reached (Capped).
+func (r *Resolver) LimitNamespaces(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nsCap = n
+}
+
+// Capped are the namespaces at their cap that an answer was refused to, each with why: what
+// the answers to their pods give is not learned until some of their addresses expire.
+func (r *Resolver) Capped() map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]string, len(r.capped))
+	for ns := range r.capped {
+		out[ns] = fmt.Sprintf("DNS answers to its pods are not learned: the namespace keeps %d learned addresses, its cap, until some expire", r.nsCap)
+	}
+	return out
+}
+
+// forget releases a learned address from its namespace's count. r.mu held.
+func (r *Resolver) forget(name string, a netip.Addr) {
+	k := learnedAddr{name, a}
+	ns, ok := r.teachers[k]
+	if !ok {
+		return // kept by an earlier agent
+	}
+	delete(r.teachers, k)
+	if r.taught[ns]--; r.taught[ns] == 0 {
+		delete(r.taught, ns)
+	}
+	if r.capped[ns] && r.taught[ns] < r.nsCap {
+		delete(r.capped, ns)
+		r.signal() // its status no longer says the cap
+	}
 }
 
 // Stats returns the counts of learned answers.
 func (r *Resolver) Stats() LearnStats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.stats
+	s := r.stats
+	s.Capped = len(r.capped)
+	return s
 }
 
 // Generation is the version of the learned addresses: a sync that compiled from it and was
@@ -198,6 +266,9 @@ func (r *Resolver) keep(name string, m map[netip.Addr]time.Time) {
 }
 
 func (r *Resolver) drop(name string) {
+	for a := range r.learned[name] {
+		r.forget(name, a)
+	}
 	r.stats.Learned -= uint64(len(r.learned[name]))
 	delete(r.learned, name)
 	p := parent(name)
@@ -244,11 +315,12 @@ func (r *Resolver) expire() {
 	now := time.Now()
 	dropped := false
 	for name, m := range r.learned {
-		maps.DeleteFunc(m, func(_ netip.Addr, exp time.Time) bool {
+		maps.DeleteFunc(m, func(a netip.Addr, exp time.Time) bool {
 			gone := !exp.After(now)
 			if gone {
 				dropped = true
 				r.stats.Learned--
+				r.forget(name, a)
 			}
 			return gone
 		})

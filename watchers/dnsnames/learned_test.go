@@ -46,11 +46,11 @@ func TestLearnWantedNamesAndWildcards(t *testing.T) {
 			{"b.a.cdn.example.com", false},    // two labels deeper
 			{"a.cdn.example.com.evil", false}, // not under it
 		} {
-			if _, fresh := r.Learn(c.name, addrs("192.0.2.1"), time.Minute); fresh != c.fresh {
+			if _, fresh := r.Learn("ns", c.name, addrs("192.0.2.1"), time.Minute); fresh != c.fresh {
 				t.Errorf("Learn(%s): fresh=%v, want %v", c.name, fresh, c.fresh)
 			}
 		}
-		r.Learn("b.cdn.example.com", addrs("2001:db8::2", "192.0.2.2"), time.Minute)
+		r.Learn("ns", "b.cdn.example.com", addrs("2001:db8::2", "192.0.2.2"), time.Minute)
 		if got := r.Lookup("api.example.com"); !slices.Equal(got, addrs("192.0.2.1")) {
 			t.Errorf("Lookup(api.example.com) = %v", got)
 		}
@@ -73,19 +73,19 @@ func TestLearnWantedNamesAndWildcards(t *testing.T) {
 func TestLearnedAddressesExpire(t *testing.T) {
 	learning(t, func(r *Resolver) {
 		r.Want([]string{"api.example.com"})
-		gen, fresh := r.Learn("api.example.com", addrs("192.0.2.1"), 0)
+		gen, fresh := r.Learn("ns", "api.example.com", addrs("192.0.2.1"), 0)
 		if !fresh || gen != r.Generation() {
 			t.Fatalf("Learn: gen %d fresh %v", gen, fresh)
 		}
 		<-r.Changed()
-		if _, fresh := r.Learn("api.example.com", addrs("192.0.2.1"), 0); fresh {
+		if _, fresh := r.Learn("ns", "api.example.com", addrs("192.0.2.1"), 0); fresh {
 			t.Error("the same address again is not fresh")
 		}
 		time.Sleep(learnMinTTL + learnGrace - time.Second)
 		if len(r.Lookup("api.example.com")) != 1 {
 			t.Fatal("expired before its minimum TTL and grace")
 		}
-		r.Learn("api.example.com", addrs("192.0.2.1"), 30*time.Second) // asked again: extended
+		r.Learn("ns", "api.example.com", addrs("192.0.2.1"), 30*time.Second) // asked again: extended
 		time.Sleep(30*time.Second + learnGrace - time.Second)
 		if len(r.Lookup("api.example.com")) != 1 {
 			t.Fatal("a later answer did not extend it")
@@ -110,7 +110,7 @@ func TestLearnedAddressesExpire(t *testing.T) {
 func TestWaitApplied(t *testing.T) {
 	learning(t, func(r *Resolver) {
 		r.Want([]string{"api.example.com"})
-		gen, _ := r.Learn("api.example.com", addrs("192.0.2.1"), time.Minute)
+		gen, _ := r.Learn("ns", "api.example.com", addrs("192.0.2.1"), time.Minute)
 		done := make(chan error, 1)
 		go func() { done <- r.WaitApplied(context.Background(), gen) }()
 		r.Applied(gen - 1)
@@ -140,7 +140,7 @@ func TestLearnCaps(t *testing.T) {
 		for i := range MaxAddresses + 10 {
 			many = append(many, netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}))
 		}
-		r.Learn("api.example.com", many, time.Minute)
+		r.Learn("ns", "api.example.com", many, time.Minute)
 		if got := len(r.Lookup("api.example.com")); got != MaxAddresses {
 			t.Errorf("kept %d, want %d", got, MaxAddresses)
 		}
@@ -159,8 +159,8 @@ func TestLearnedKeptAcrossRestart(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		r := New(ctx, nil, 0, state, log)
 		r.Want([]string{"*.cdn.example.com"})
-		r.Learn("a.cdn.example.com", addrs("192.0.2.1"), 10*time.Second)
-		r.Learn("b.cdn.example.com", addrs("192.0.2.2"), time.Hour)
+		r.Learn("ns", "a.cdn.example.com", addrs("192.0.2.1"), 10*time.Second)
+		r.Learn("ns", "b.cdn.example.com", addrs("192.0.2.2"), time.Hour)
 		cancel() // the agent stops: what is not written yet is
 		synctest.Wait()
 
@@ -189,13 +189,62 @@ func TestLearnWildcardCap(t *testing.T) {
 			for j := range 10 {
 				batch = append(batch, netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), byte(j)}))
 			}
-			r.Learn(fmt.Sprintf("n%d.cdn.example.com", i), batch, time.Minute)
+			r.Learn("ns", fmt.Sprintf("n%d.cdn.example.com", i), batch, time.Minute)
 		}
 		if got := len(r.Lookup("*.cdn.example.com")); got != MaxWildcardAddresses {
 			t.Errorf("kept %d under the wildcard, want %d", got, MaxWildcardAddresses)
 		}
 		if s := r.Stats(); s.Refused != 50-MaxWildcardAddresses%10 {
 			t.Errorf("refused %d", s.Refused)
+		}
+	})
+}
+
+// The answers to one namespace's pods keep at most their cap (DefaultNamespaceAddresses): beyond, that
+// namespace is Capped and learns nothing new, while another namespace's answers still teach;
+// once its addresses expire it learns again. An address another namespace brought first is
+// not counted against it.
+func TestLearnNamespaceCap(t *testing.T) {
+	learning(t, func(r *Resolver) {
+		names := DefaultNamespaceAddresses/MaxAddresses + 1
+		var want []string
+		for i := range names + 1 {
+			want = append(want, fmt.Sprintf("n%d.example.com", i))
+		}
+		r.Want(want)
+		batch := func(name int) []netip.Addr {
+			var out []netip.Addr
+			for j := range MaxAddresses {
+				out = append(out, netip.AddrFrom4([4]byte{10, byte(name), byte(j >> 8), byte(j)}))
+			}
+			return out
+		}
+		r.Learn("b", "n0.example.com", batch(0)[:1], time.Hour) // b's, before a asks
+		for i := range names {
+			r.Learn("a", want[i], batch(i), time.Minute)
+		}
+		if s := r.Stats(); s.Learned != DefaultNamespaceAddresses+1 || s.Refused != MaxAddresses-1 || s.Capped != 1 {
+			t.Errorf("stats %+v, want %d learned (the cap and b's), %d refused, 1 namespace capped", s, DefaultNamespaceAddresses+1, MaxAddresses-1)
+		}
+		if got := r.Capped(); got["a"] == "" || len(got) != 1 {
+			t.Errorf("capped %v, want a", got)
+		}
+		if _, fresh := r.Learn("a", want[names], batch(names)[:1], time.Minute); fresh {
+			t.Error("a capped namespace learned")
+		}
+		if _, fresh := r.Learn("b", want[names], batch(names)[:1], time.Hour); !fresh {
+			t.Error("another namespace did not learn")
+		}
+		time.Sleep(2 * time.Minute) // a's answers expire, b's (an hour) stay
+		synctest.Wait()
+		if got := r.Capped(); len(got) != 0 {
+			t.Errorf("capped %v after its addresses expired", got)
+		}
+		if _, fresh := r.Learn("a", want[names], batch(names)[1:2], time.Minute); !fresh {
+			t.Error("the namespace did not learn again after its addresses expired")
+		}
+		if s := r.Stats(); s.Learned != 3 {
+			t.Errorf("%d learned, want b's two and a's new one", s.Learned)
 		}
 	})
 }

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/egressd/egressd/internal/dnsname"
 )
 
 // maxStateSize bounds what is read of the state file: the agent writes it, and a file this
@@ -48,7 +50,7 @@ func load(path string) (map[string][]netip.Addr, error) {
 		}
 		addrs := slices.DeleteFunc(kept[name], func(a netip.Addr) bool { return !a.IsValid() })
 		if len(addrs) > 0 {
-			out[Canonical(name)] = addrs[:min(len(addrs), MaxAddresses)]
+			out[dnsname.Canonical(name)] = addrs[:min(len(addrs), MaxAddresses)]
 		}
 	}
 	return out, nil
@@ -147,7 +149,7 @@ func loadLearned(path string) (map[string]map[netip.Addr]time.Time, error) {
 			}
 		}
 		if len(m) > 0 {
-			out[Canonical(name)] = m
+			out[dnsname.Canonical(name)] = m
 		}
 	}
 	return out, nil

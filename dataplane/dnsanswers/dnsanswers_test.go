@@ -32,10 +32,11 @@ func answer(t *testing.T, name string, qtype uint16, rrs ...string) []byte {
 	return b
 }
 
-// udp4 wraps payload in IPv4 and UDP headers (checksums are not read).
+// udp4 wraps payload in IPv4 and UDP headers to pod4 (checksums are not read).
 func udp4(payload []byte) []byte {
 	p := make([]byte, 28+len(payload))
 	p[0], p[9] = 0x45, 17
+	copy(p[16:20], pod4.AsSlice())
 	binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
 	binary.BigEndian.PutUint16(p[20:], 53)
 	binary.BigEndian.PutUint16(p[24:], uint16(8+len(payload)))
@@ -43,13 +44,17 @@ func udp4(payload []byte) []byte {
 	return p
 }
 
-// tcp6 wraps payload, after its length, in IPv6 and TCP headers; cut drops its last bytes (a
-// message continued in the next segment).
+// The pods the test answers go to.
+var pod4, pod6 = netip.MustParseAddr("10.244.0.5"), netip.MustParseAddr("fd00:10:244::5")
+
+// tcp6 wraps payload, after its length, in IPv6 and TCP headers to pod6; cut drops its last
+// bytes (a message continued in the next segment).
 func tcp6(payload []byte, cut int) []byte {
 	seg := binary.BigEndian.AppendUint16(nil, uint16(len(payload)))
 	seg = append(seg, payload[:len(payload)-cut]...)
 	p := make([]byte, 60+len(seg))
 	p[0], p[6] = 0x60, 6
+	copy(p[24:40], pod6.AsSlice())
 	binary.BigEndian.PutUint16(p[4:], uint16(20+len(seg)))
 	binary.BigEndian.PutUint16(p[40:], 53)
 	p[52] = 5 << 4
@@ -64,15 +69,16 @@ type learner struct {
 }
 
 func (l *learner) Wants(name string) bool { return slices.Contains(l.want, name) }
-func (l *learner) Learn(name string, addrs []netip.Addr, ttl time.Duration) (uint64, bool) {
+func (l *learner) Learn(_, name string, addrs []netip.Addr, ttl time.Duration) (uint64, bool) {
 	l.learned[name], l.ttl = addrs, ttl
 	return 1, true
 }
 func (l *learner) WaitApplied(context.Context, uint64) error { return nil }
 
 // What an answer teaches: the addresses of the question's name through its CNAME chain, over
-// UDP and over TCP (in one segment), IPv4 and IPv6; nothing from an answer for a name no rule
-// wants, from records of other names, from a question, nor from half a TCP message.
+// UDP and over TCP (in one segment), IPv4 and IPv6, to the pod it goes to; nothing from an
+// answer for a name no rule wants, from records of other names, from a question, nor from half
+// a TCP message.
 func TestWhatAnAnswerTeaches(t *testing.T) {
 	cdn := answer(t, "www.example.com", dns.TypeA,
 		"www.example.com. 300 IN CNAME edge.cdn.net.",
@@ -84,15 +90,19 @@ func TestWhatAnAnswerTeaches(t *testing.T) {
 		packet []byte
 		want   []netip.Addr
 		ttl    uint32
+		pod    netip.Addr
 	}{
-		{"UDP, through a CNAME, not the glue", udp4(cdn), []netip.Addr{netip.MustParseAddr("192.0.2.7")}, 20},
-		{"TCP over IPv6", tcp6(v6, 0), []netip.Addr{netip.MustParseAddr("2001:db8::7")}, 60},
-		{"a name no rule wants", udp4(answer(t, "other.example.com", dns.TypeA, "other.example.com. 60 IN A 192.0.2.8")), nil, 0},
-		{"half a TCP message (its end to come)", tcp6(v6, 5), nil, 0},
+		{"UDP, through a CNAME, not the glue", udp4(cdn), []netip.Addr{netip.MustParseAddr("192.0.2.7")}, 20, pod4},
+		{"TCP over IPv6", tcp6(v6, 0), []netip.Addr{netip.MustParseAddr("2001:db8::7")}, 60, pod6},
+		{"a name no rule wants", udp4(answer(t, "other.example.com", dns.TypeA, "other.example.com. 60 IN A 192.0.2.8")), nil, 0, pod4},
+		{"half a TCP message (its end to come)", tcp6(v6, 5), nil, 0, netip.Addr{}},
 	} {
 		l := &learner{want: []string{"www.example.com", "api.example.com"}, learned: map[string][]netip.Addr{}}
 		r := &Reader{Learner: l}
-		msgs, err := r.messages(c.packet)
+		msgs, pod, err := r.messages(c.packet)
+		if pod != c.pod {
+			t.Errorf("%s: to pod %v, want %v", c.name, pod, c.pod)
+		}
 		var got []netip.Addr
 		var ttl uint32
 		if err == nil && len(msgs) == 1 {
@@ -110,7 +120,7 @@ func TestWhatAnAnswerTeaches(t *testing.T) {
 	q.SetQuestion("www.example.com.", dns.TypeA)
 	qb, _ := q.Pack()
 	r := &Reader{Learner: &learner{want: []string{"www.example.com"}}}
-	msgs, err := r.messages(udp4(qb))
+	msgs, _, err := r.messages(udp4(qb))
 	if err != nil || len(msgs) != 1 {
 		t.Fatal(msgs, err)
 	}

@@ -29,10 +29,10 @@ func FuzzMessages(f *testing.F) {
 			if len(packet) > 0 {
 				packet[0] ^= byte(i) & 0x0f // other lengths and versions from the same bytes
 			}
-			msgs, _ := r.messages(packet)
+			msgs, _, _ := r.messages(packet)
 			for _, m := range msgs {
 				if name, addrs, ttl, ok := r.wanted(m); ok {
-					r.Learner.Learn(name, addrs, time.Duration(ttl)*time.Second)
+					r.Learner.Learn("ns", name, addrs, time.Duration(ttl)*time.Second)
 				}
 			}
 		}

@@ -25,13 +25,13 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/egressd/egressd/watchers/dnsnames"
+	"github.com/egressd/egressd/internal/dnsname"
 )
 
 // Learner keeps what answers give wanted names (dnsnames.Resolver).
 type Learner interface {
 	Wants(name string) bool
-	Learn(name string, addrs []netip.Addr, ttl time.Duration) (gen uint64, fresh bool)
+	Learn(namespace, name string, addrs []netip.Addr, ttl time.Duration) (gen uint64, fresh bool)
 	WaitApplied(ctx context.Context, gen uint64) error
 }
 
@@ -45,8 +45,11 @@ const maxHeld = 1024
 type Reader struct {
 	Queue   uint16
 	Learner Learner
-	Log     *slog.Logger
-	Metrics *Metrics
+	// Namespace is the namespace of the local pod of an address whose answers are queued (those
+	// of the dataplane's DNSSnoop.Pods): what an answer teaches counts against it.
+	Namespace func(pod netip.Addr) string
+	Log       *slog.Logger
+	Metrics   *Metrics
 
 	held    chan struct{} // a slot per answer held
 	streams streams
@@ -102,7 +105,7 @@ func (r *Reader) judge(ctx context.Context, q *nfqueue.Nfqueue, id uint32, packe
 			r.Log.Error("let a DNS answer go on", "err", err)
 		}
 	}
-	msgs, err := r.messages(packet)
+	msgs, pod, err := r.messages(packet)
 	if err != nil || len(msgs) == 0 {
 		if err != nil && !errors.Is(err, errNoMessage) {
 			r.Log.Debug("not a DNS answer egressd reads", "err", err)
@@ -119,7 +122,7 @@ func (r *Reader) judge(ctx context.Context, q *nfqueue.Nfqueue, id uint32, packe
 		if !ok {
 			continue
 		}
-		g, fresh := r.Learner.Learn(name, addrs, time.Duration(ttl)*time.Second)
+		g, fresh := r.Learner.Learn(r.Namespace(pod), name, addrs, time.Duration(ttl)*time.Second)
 		if fresh {
 			gen, names = max(gen, g), append(names, name)
 		} else if result == "ignored" {
@@ -161,11 +164,11 @@ func (r *Reader) wanted(m *dns.Msg) (string, []netip.Addr, uint32, bool) {
 	if q.Qclass != dns.ClassINET || (q.Qtype != dns.TypeA && q.Qtype != dns.TypeAAAA && q.Qtype != dns.TypeANY) {
 		return "", nil, 0, false
 	}
-	name := dnsnames.Canonical(q.Name)
+	name := dnsname.Canonical(q.Name)
 	if !r.Learner.Wants(name) {
 		return "", nil, 0, false
 	}
-	addrs, ttl := dnsnames.Answered(name, m.Answer)
+	addrs, ttl := dnsname.Answered(name, m.Answer)
 	return name, addrs, ttl, len(addrs) > 0
 }
 
@@ -173,8 +176,23 @@ var errNoMessage = errors.New("no DNS message")
 
 // messages are the DNS messages an IPv4 or IPv6 packet from port 53 completes: a UDP datagram's
 // payload, or those a TCP segment completes, after their length, with the segments before it on
-// the same connection (streams).
-func (r *Reader) messages(packet []byte) ([]*dns.Msg, error) {
+// the same connection (streams); and the packet's destination, the pod.
+func (r *Reader) messages(packet []byte) ([]*dns.Msg, netip.Addr, error) {
+	msgs, err := r.parse(packet)
+	if len(msgs) == 0 {
+		return msgs, netip.Addr{}, err
+	}
+	var pod netip.Addr
+	if packet[0]>>4 == 4 {
+		pod = netip.AddrFrom4([4]byte(packet[16:20]))
+	} else {
+		pod = netip.AddrFrom16([16]byte(packet[24:40]))
+	}
+	return msgs, pod, err
+}
+
+// parse is messages without the destination.
+func (r *Reader) parse(packet []byte) ([]*dns.Msg, error) {
 	if len(packet) < 1 {
 		return nil, errNoMessage
 	}
@@ -225,24 +243,15 @@ func (r *Reader) messages(packet []byte) ([]*dns.Msg, error) {
 	return out, nil
 }
 
-// Metrics count the answers read, and what the resolver keeps of them.
+// Metrics count the answers read.
 type Metrics struct {
-	answers          *prometheus.CounterVec
-	hold             prometheus.Histogram
-	learned, refused prometheus.Collector
+	answers *prometheus.CounterVec
+	hold    prometheus.Histogram
 }
 
-// NewMetrics returns the reader's metrics, to register; stats reads the resolver's counts.
-func NewMetrics(stats func() dnsnames.LearnStats) *Metrics {
+// NewMetrics returns the reader's metrics, to register.
+func NewMetrics() *Metrics {
 	return &Metrics{
-		learned: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "egressd_dns_learned_addresses",
-			Help: "Addresses learned from DNS answers to pods and kept now (until their TTL plus 5 s), over every wanted name.",
-		}, func() float64 { return float64(stats().Learned) }),
-		refused: prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "egressd_dns_learned_refused_total",
-			Help: "Addresses DNS answers gave a wanted name that were not kept: beyond 256 per name, 1024 under one wildcard, or 20000 names. A rise: a rule's name answers with more addresses than egressd keeps, and some connections to them are judged without them.",
-		}, func() float64 { return float64(stats().Refused) }),
 		answers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressd_dns_answers_total",
 			Help: "DNS answers to pods of namespaces with dnsName rules, read on their way, by result: learned (new addresses for a wanted name, held until in force), known (nothing new), ignored (a name no rule wants, or no address), unparsed (not a DNS answer egressd reads: a TCP segment in the middle of a message, or after a gap, among them), hold_expired (let go after the hold without its addresses in force), not_held (too many held at once).",
@@ -257,5 +266,5 @@ func NewMetrics(stats func() dnsnames.LearnStats) *Metrics {
 
 // Collectors are the metrics to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.answers, m.hold, m.learned, m.refused}
+	return []prometheus.Collector{m.answers, m.hold}
 }
