@@ -1,8 +1,9 @@
 // Package egressrouter runs OpenShift's redirect-mode EgressRouter without Multus or the
 // cluster-network-operator: per EgressRouter one router pod labelled app: egress-router-cni (so
 // the Services users wrote for upstream select it), placed by the leader (Controller) on a Ready,
-// reachable node on the router's network, and configured, when that node's CNI chain adds the
-// pod, from what this node's agent compiles (Node, compile) into a dataplane/router.Config.
+// reachable node on the router's network (any, when no node has an address there; decide), and
+// configured, when that node's CNI chain adds the pod, from what this node's agent compiles
+// (Node, compile) into a dataplane/router.Config.
 //
 // # Who touches the pod's network namespace, and why
 //

@@ -42,8 +42,8 @@ const (
 	reasonInvalidSpec     = "InvalidSpec"
 	// reasonPodRefused: the API server refused the router pod (quota, pod security, policy).
 	reasonPodRefused = "RouterPodRefused"
-	// reasonNoSchedulableNode: nodes on the router's network are usable, but none takes a new
-	// router pod: each is cordoned or has a taint the router pod does not tolerate.
+	// reasonNoSchedulableNode: eligible nodes are usable, but none takes a new router pod: each
+	// is cordoned or has a taint the router pod does not tolerate.
 	reasonNoSchedulableNode = "NoSchedulableNode"
 )
 
@@ -61,9 +61,10 @@ type decision struct {
 
 // decide decides where the router runs. The network is the first address: a node is eligible
 // when it is Ready, its agent answers, and one of its host CIDRs contains that address (the node
-// has a NIC on the router's network: upstream's inference when macvlan.master is not set). With
-// macvlan.master set and no node holding an address on that network (a NIC may carry none),
-// every Ready, reachable node is eligible and the master's presence is checked on the node.
+// has a NIC on the router's network). When no node holds an address on that network, every
+// Ready, reachable node is eligible: the macvlan goes on macvlan.master, or without it on the
+// node's default-route interface, as upstream places it (the network being reachable on that
+// NIC's L2 without a node address); the node checks the NIC is there.
 // A kept pod stays where it is (no move back when a better node returns); a new one goes to
 // the eligible node with the fewest taints it does not tolerate of effect PreferNoSchedule,
 // then the fewest routers (load), then by name. Nodes in avoid (where this spec's configuration
@@ -98,7 +99,9 @@ func decide(first netip.Prefix, master, hash string, compileErr error, nodes []c
 		p.Reason, p.Message = reasonInvalidSpec, compileErr.Error()
 		return p
 	}
-	usable := eligible(first, master, nodes)
+	usable := eligible(first, nodes)
+	// unknown: no node tells where the network is, so any node may host the router.
+	unknown := !anyOnNetwork(first, nodes)
 	fits := map[string]fit{}
 	for _, n := range nodes {
 		fits[n.Name] = fitOf(n, tolerations)
@@ -140,7 +143,7 @@ func decide(first netip.Prefix, master, hash string, compileErr error, nodes []c
 	if len(usable) == 0 {
 		p.Reason = reasonNoNode
 		p.Message = fmt.Sprintf("no Ready node whose agent answers has an address in %s (a NIC on the router's network)", first.Masked())
-		if master != "" {
+		if unknown {
 			p.Message = "no Ready node whose agent answers"
 		}
 		return p
@@ -152,7 +155,7 @@ func decide(first netip.Prefix, master, hash string, compileErr error, nodes []c
 		}
 		p.Reason = reasonNoSchedulableNode
 		p.Message = fmt.Sprintf("no Ready node whose agent answers and has an address in %s takes a new router pod: %s", first.Masked(), strings.Join(excluded, "; "))
-		if master != "" && !anyOnNetwork(first, nodes) {
+		if unknown {
 			p.Message = "no Ready node whose agent answers takes a new router pod: " + strings.Join(excluded, "; ")
 		}
 		return p
@@ -185,6 +188,9 @@ func decide(first netip.Prefix, master, hash string, compileErr error, nodes []c
 	default:
 		p.Reason = reasonCreated
 		p.Message = fmt.Sprintf("router pod created on node %s", p.Create)
+	}
+	if unknown && master == "" { // without this, an admin wonders how a node off the network serves it
+		p.Message += fmt.Sprintf("; no node has an address in %s: the macvlan sits on its default-route interface, as upstream", first.Masked())
 	}
 	return p
 }
@@ -232,7 +238,7 @@ func fitOf(n candidate, tolerations []corev1.Toleration) fit {
 }
 
 // eligible are the nodes a router on first's network may run on (see decide), by name.
-func eligible(first netip.Prefix, master string, nodes []candidate) []string {
+func eligible(first netip.Prefix, nodes []candidate) []string {
 	var up, onNetwork []string
 	for _, n := range nodes {
 		if !n.Ready || !n.Reachable {
@@ -243,14 +249,14 @@ func eligible(first netip.Prefix, master string, nodes []candidate) []string {
 			onNetwork = append(onNetwork, n.Name)
 		}
 	}
-	if len(onNetwork) == 0 && master != "" && !anyOnNetwork(first, nodes) {
+	if len(onNetwork) == 0 && !anyOnNetwork(first, nodes) {
 		return up
 	}
 	return onNetwork
 }
 
 // anyOnNetwork reports whether any node, usable or not, has an address on first's network: then
-// the network is known to be where those nodes are, and master does not widen the choice.
+// the network is known to be where those nodes are, and the choice is not widened to others.
 func anyOnNetwork(first netip.Prefix, nodes []candidate) bool {
 	return slices.ContainsFunc(nodes, func(n candidate) bool {
 		return slices.ContainsFunc(n.HostCIDRs, func(c netip.Prefix) bool { return c.Masked().Contains(first.Addr()) })

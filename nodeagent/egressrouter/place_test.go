@@ -34,6 +34,8 @@ func TestPlace(t *testing.T) {
 		avoid      []string
 		want       decision
 		msg        string
+		// notMsg is what the message must not say ("" nothing).
+		notMsg string
 	}{
 		{name: "new: the eligible node by name", nodes: healthy,
 			want: decision{Create: "a", Reason: reasonCreated}, msg: "created on node a"},
@@ -52,15 +54,32 @@ func TestPlace(t *testing.T) {
 			want: decision{Delete: []string{"r1"}, Create: "b", Reason: reasonNodeUnavailable}},
 		{name: "spec changed: replaced", nodes: healthy, pods: []routerPod{{Name: "r1", Node: "a", specHash: "old"}},
 			want: decision{Delete: []string{"r1"}, Create: "a", Reason: reasonSpecChanged}, msg: "spec changed"},
-		{name: "no node on the network", nodes: []candidate{node("c", true, true, offNet)},
-			want: decision{Reason: reasonNoNode}, msg: "has an address in 172.18.0.0/24"},
+		{name: "no node has an address on the network: any healthy node, the macvlan on its default-route interface",
+			nodes: []candidate{node("c", true, true, offNet), node("d", false, true, offNet)},
+			want:  decision{Create: "c", Reason: reasonCreated},
+			msg:   "router pod created on node c; no node has an address in 172.18.0.0/24: the macvlan sits on its default-route interface, as upstream"},
+		{name: "no node has an address on the network: the least loaded healthy node", nodes: []candidate{node("c", true, true, offNet), node("d", true, true, offNet)},
+			load: map[string]int{"c": 1}, want: decision{Create: "d", Reason: reasonCreated}, msg: "default-route interface"},
+		{name: "no node has an address on the network, its node NotReady: recreated elsewhere, and said why there",
+			nodes: []candidate{node("c", false, true, offNet), node("d", true, true, offNet)}, pods: []routerPod{{Name: "r1", Node: "c", specHash: "h"}},
+			want: decision{Delete: []string{"r1"}, Create: "d", Reason: reasonNodeUnavailable},
+			msg:  "router pod recreated on node d; no node has an address in 172.18.0.0/24: the macvlan sits on its default-route interface"},
+		{name: "no node has an address on the network, none Ready and answering",
+			nodes: []candidate{node("c", false, true, offNet), node("d", true, false, offNet)},
+			want:  decision{Reason: reasonNoNode}, msg: "no Ready node whose agent answers", notMsg: "address"},
+		{name: "the network is known, its only node NotReady: no router on the others",
+			nodes: []candidate{node("a", false, true, onNet), node("c", true, true, offNet)},
+			want:  decision{Reason: reasonNoNode}, msg: "no Ready node whose agent answers has an address in 172.18.0.0/24"},
 		{name: "the only node on the network fails: the pod goes, none replaces it",
 			nodes: []candidate{node("a", true, false, onNet), node("c", true, true, offNet)},
 			pods:  []routerPod{{Name: "r1", Node: "a", specHash: "h"}},
 			want:  decision{Delete: []string{"r1"}, Reason: reasonNoNode}},
 		{name: "master set, no node has an address on the network: any healthy node", master: "ens5",
 			nodes: []candidate{node("c", true, true, offNet), node("d", false, true, offNet)},
-			want:  decision{Create: "c", Reason: reasonCreated}},
+			want:  decision{Create: "c", Reason: reasonCreated}, msg: "created on node c", notMsg: "default-route"},
+		{name: "master set, no node has an address on the network, none Ready and answering", master: "ens5",
+			nodes: []candidate{node("c", false, true, offNet)},
+			want:  decision{Reason: reasonNoNode}, msg: "no Ready node whose agent answers", notMsg: "address"},
 		{name: "master set, but the network is known: only its nodes", master: "ens5",
 			nodes: []candidate{node("a", false, true, onNet), node("c", true, true, offNet)},
 			want:  decision{Reason: reasonNoNode}},
@@ -96,6 +115,9 @@ func TestPlace(t *testing.T) {
 			}
 			if !strings.Contains(msg, tc.msg) {
 				t.Errorf("message %q does not say %q", msg, tc.msg)
+			}
+			if tc.notMsg != "" && strings.Contains(msg, tc.notMsg) {
+				t.Errorf("message %q says %q", msg, tc.notMsg)
 			}
 		})
 	}
@@ -182,6 +204,15 @@ func TestPlaceCordonTaints(t *testing.T) {
 		{name: "master set, no node on the network, all cordoned", master: "ens5",
 			nodes: []candidate{{Name: "c", Ready: true, Reachable: true, Unschedulable: true, HostCIDRs: offNet}},
 			want:  decision{Reason: reasonNoSchedulableNode}, msg: "no Ready node whose agent answers takes a new router pod: c: cordoned"},
+		{name: "no node on the network, all cordoned",
+			nodes: []candidate{{Name: "c", Ready: true, Reachable: true, Unschedulable: true, HostCIDRs: offNet}},
+			want:  decision{Reason: reasonNoSchedulableNode}, msg: "no Ready node whose agent answers takes a new router pod: c: cordoned"},
+		{name: "no node on the network: tainted nodes last, as on a known network",
+			nodes: []candidate{
+				{Name: "c", Ready: true, Reachable: true, HostCIDRs: offNet, Taints: []corev1.Taint{infra(corev1.TaintEffectPreferNoSchedule)}},
+				{Name: "d", Ready: true, Reachable: true, HostCIDRs: offNet, Taints: []corev1.Taint{infra(corev1.TaintEffectNoSchedule)}},
+				{Name: "e", Ready: true, Reachable: true, HostCIDRs: offNet}},
+			load: map[string]int{"e": 2}, want: decision{Create: "e", Reason: reasonCreated}, msg: "router pod created on node e; no node has an address in 172.18.0.0/24"},
 		{name: "configuration failed on its node, the other cordoned: the router stays",
 			nodes: []candidate{node("a", false), node("b", true)}, pods: r1On("a"), avoid: []string{"a"},
 			want: decision{Keep: "r1"}},

@@ -222,7 +222,7 @@ func run(ctx context.Context, keep bool) (int, error) {
 	if err := demoSecondaryEgressIP(ctx, l, c, docs, voice); err != nil {
 		return c.failures, err
 	}
-	step("EgressRouter: the example degraded (its network is no lab node's), and a router on the fabric reached through a Service")
+	step("EgressRouter: the example placed though its network is no lab node's (the default-route interface, as upstream), and a router on the fabric reached through a Service")
 	if err := demoEgressRouter(ctx, l, c, web); err != nil {
 		return c.failures, err
 	}

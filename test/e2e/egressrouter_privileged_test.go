@@ -39,8 +39,9 @@ var (
 // agent restart on the router's node changes nothing; a spec change without the fallback
 // replaces the pod (traffic gap measured) and rejects other IPv4 ports; a router pod that loses
 // its macvlan is reported after 30 s, and replaced on another node 30 s later; the conditions
-// follow each step. Routers that no node can host, whose macvlan fails, with an invalid rule,
-// or whose pod the namespace's quota refuses are Degraded with the reason. Deleting the
+// follow each step. Routers on a network no node reaches (no address in it, no default route),
+// whose macvlan fails, with an invalid rule, or whose pod the namespace's quota refuses are
+// Degraded with the reason. Deleting the
 // EgressRouter removes the pod and everything in the nodes.
 func TestPrivilegedEgressRouter(t *testing.T) {
 	privileged.Require(t)
@@ -116,7 +117,10 @@ spec:
 	if err := r.egress.NetworkOperatorV1().EgressRouters(full).Delete(ctx, "quota", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	r.waitCondition(t, bad, "elsewhere", netopv1.EgressRouterDegraded, netopv1.ConditionTrue, "NoNodeForNetwork", "192.0.2.0/24")
+	// No node has an address in its network: placed anyway, its macvlan would go on the
+	// default-route interface, which the lab's nodes lack.
+	r.waitCondition(t, bad, "elsewhere", netopv1.EgressRouterDegraded, netopv1.ConditionTrue, "ConfigurationFailed",
+		"no node interface has an address in 192.0.2.0/24 nor a default route: set networkInterface.macvlan.master")
 	r.waitCondition(t, bad, "nonic", netopv1.EgressRouterDegraded, netopv1.ConditionTrue, "ConfigurationFailed", "nosuchnic")
 	er = r.waitCondition(t, bad, "invalid", netopv1.EgressRouterDegraded, netopv1.ConditionTrue, "InvalidSpec", "2001:db8::10")
 	if c := condition(er, netopv1.EgressRouterAvailable); c.Status != netopv1.ConditionFalse {
@@ -350,5 +354,91 @@ spec:
 	})
 	if res := r.client.TCP(lab.HostPort(r.svc4, 80), lab.ClientOptions{Timeout: time.Second}); res.Outcome == lab.OK {
 		t.Errorf("the Service still reaches %s after the router's deletion", res.Seen.Host)
+	}
+}
+
+// TestPrivilegedEgressRouterDefaultRouteLink: upstream's topology. An EgressRouter without
+// macvlan.master whose network (192.0.2.0/24) no node has an address in, but which is on the
+// L2 of the nodes' default-route link: its gateway holds 192.0.2.1 on the fabric, the nodes'
+// default route goes through it. The leader places the router on a node anyway, says why in
+// the Progressing condition and the event, the node puts the macvlan on its default-route
+// interface, and a client pod reaches each rule's destination through the Service, from the
+// router's address.
+func TestPrivilegedEgressRouterDefaultRouteLink(t *testing.T) {
+	privileged.Require(t)
+	ctx := context.Background()
+	r := newRouterLab(t)
+	n0 := r.Nodes[0]
+	poll.Eventually(t, "the leader on "+n0.Name, 20*time.Second, holds(ctx, r.Client, r.LeaderNamespace(), "controller@"+n0.Name))
+	router, gateway := netip.MustParseAddr("192.0.2.50"), netip.MustParseAddr("192.0.2.1")
+	for _, n := range r.Nodes {
+		if err := n.NS.Script("ip route add default via " + r.gw.Fabric.String() + " dev eth0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.gw.NS.Script("ip addr add " + gateway.String() + "/24 dev eth0"); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []*lab.External{r.dst1, r.dst2} {
+		if err := e.NS.Script("ip route add 192.0.2.0/24 via " + r.gw.Fabric.String()); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The leader's decision is overwritten by the node's report within a second: watch for it.
+	w, err := r.egress.NetworkOperatorV1().EgressRouters(r.ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	progressing := make(chan []string, 1)
+	go func() {
+		var seen []string
+		for ev := range w.ResultChan() {
+			if er, ok := ev.Object.(*netopv1.EgressRouter); ok {
+				if c := condition(er, netopv1.EgressRouterProgressing); c.Status == netopv1.ConditionTrue {
+					seen = append(seen, c.Reason+": "+c.Message)
+				}
+			}
+		}
+		progressing <- seen
+	}()
+	apply(t, r.Lab, r.ns, fmt.Sprintf(`apiVersion: network.operator.openshift.io/v1
+kind: EgressRouter
+metadata: {name: upstream}
+spec:
+  mode: Redirect
+  networkInterface: {macvlan: {mode: Bridge}}
+  addresses: [{ip: %s/24, gateway: %s}]
+  redirect:
+    redirectRules:
+    - {destinationIP: "%s", port: 80, protocol: TCP}
+    - {destinationIP: "%s", port: 80, protocol: UDP}
+    - {destinationIP: "%s", port: 8443, protocol: TCP, targetPort: 443}
+`, router, gateway, dst1V4, dst1V4, dst2V4))
+	er := r.waitCondition(t, r.ns, "upstream", netopv1.EgressRouterAvailable, netopv1.ConditionTrue, "RouterConfigured", "macvlan on eth0")
+	t.Logf("Available: %s", condition(er, netopv1.EgressRouterAvailable).Message)
+	pod := r.routerPod(t, "")
+	if pod.Spec.NodeName != n0.Name { // every node eligible: by name
+		t.Errorf("router pod on %s, want %s", pod.Spec.NodeName, n0.Name)
+	}
+	created := "router pod created on node " + n0.Name + "; no node has an address in 192.0.2.0/24: the macvlan sits on its default-route interface, as upstream"
+	w.Stop()
+	if seen := <-progressing; !slices.Contains(seen, "RouterPodCreated: "+created) {
+		t.Errorf("Progressing conditions seen %q, want RouterPodCreated: %q", seen, created)
+	}
+	r.waitEvent(t, "RouterPodCreated", created)
+
+	poll.Eventually(t, "traffic through the router", 30*time.Second, func() error {
+		return r.redirected("tcp", r.svc4, 80, r.dst1, 80, router, 200*time.Millisecond)
+	})
+	for _, c := range []struct {
+		proto        string
+		port, toPort uint16
+		to           *lab.External
+	}{{"tcp", 80, 80, r.dst1}, {"udp", 80, 80, r.dst1}, {"tcp", 8443, 443, r.dst2}} {
+		if err := r.redirected(c.proto, r.svc4, c.port, c.to, c.toPort, router, time.Second); err != nil {
+			t.Error(err)
+		}
 	}
 }
