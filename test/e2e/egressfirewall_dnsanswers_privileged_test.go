@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/egressd/egressd/test/lab"
 	"github.com/egressd/egressd/test/privileged"
@@ -122,4 +125,69 @@ spec:
 			t.Errorf("node %s: egressd_dns_answers_total{result=\"learned\"} = %q (%v), want > 0", n.Name, v, err)
 		}
 	}
+}
+
+// TestPrivilegedEgressFirewallDNSLearnCap: the answers to one namespace's pods teach at most
+// --dns-learned-per-namespace addresses. Past it, an answer's new address stays denied, the
+// namespace's EgressFirewall entry of the node says why (the aggregate status stays applied),
+// with a Warning Event and egressd_dns_learned_capped_namespaces; another namespace's pods,
+// asking the same name, still learn.
+func TestPrivilegedEgressFirewallDNSLearnCap(t *testing.T) {
+	privileged.Require(t)
+	const capped = 4
+	l := lab.New(t, lab.Options{Nodes: 1, AgentArgs: []string{"--dns-server", "198.51.100.53:53", "--dns-learned-per-namespace", strconv.Itoa(capped)}})
+	ctx := context.Background()
+	d, err := l.AddDNS("dns", "198.51.100.53")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pool []string
+	for i := range 16 {
+		pool = append(pool, fmt.Sprintf("203.0.113.%d", 100+i))
+	}
+	d.SetRotating("s3.example.com", 300, pool...)
+	addExternals(t, l, append([]string{"web"}, pool...))
+	if err := l.StartAgents(ctx); err != nil {
+		t.Fatal(err)
+	}
+	server := netip.MustParseAddr("198.51.100.53")
+	firewall := `
+apiVersion: k8s.ovn.org/v1
+kind: EgressFirewall
+metadata: {name: default}
+spec:
+  egress:
+  - {type: Allow, to: {cidrSelector: 198.51.100.0/24}, ports: [{protocol: UDP, port: 53}]}
+  - {type: Allow, to: {dnsName: s3.example.com}}
+  - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}`
+	a, b := l.CP.Namespace(t), l.CP.Namespace(t)
+	applyFirewall(t, l, a, firewall)
+	applyFirewall(t, l, b, firewall)
+	n := l.Nodes[0]
+	pa, pb := addPod(t, n, a, "pa", lab.PodOptions{}), addPod(t, n, b, "pb", lab.PodOptions{})
+	lookup := func(p *lab.Pod) string {
+		t.Helper()
+		ips, _, err := p.Lookup(server, "s3.example.com", dns.TypeA)
+		if err != nil || len(ips) == 0 {
+			t.Fatalf("%s looks up s3.example.com: %v", p.Name, err)
+		}
+		return netip.AddrPortFrom(ips[0], 80).String()
+	}
+	for range capped {
+		checkReach(t, "an answer within the cap", []reach{{pa, lookup(pa), false, lab.OK}})
+	}
+	checkReach(t, "an answer past the namespace's cap", []reach{{pa, lookup(pa), false, lab.Timeout}})
+	note := fmt.Sprintf("%s: %s; DNS answers to its pods are not learned: the namespace keeps %d learned addresses, its cap, until some expire", n.Name, fwApplied, capped)
+	waitFirewallMessage(t, l, a, note)
+	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressFirewall", a, "default", "status.status", fwApplied, 10*time.Second); err != nil {
+		t.Error(err)
+	}
+	waitEventFor(t, l.Client, a, "involvedObject.name=default", "the cap's Warning Event", func(e corev1.Event) bool {
+		return e.Type == "Warning" && e.Reason == "EgressFirewallNote" && strings.Contains(e.Message, "are not learned")
+	})
+	if v, err := n.Agent.Sample(`egressd_dns_learned_capped_namespaces`); err != nil || v != "1" {
+		t.Errorf("egressd_dns_learned_capped_namespaces = %q (%v), want 1", v, err)
+	}
+	checkReach(t, "another namespace's answer", []reach{{pb, lookup(pb), false, lab.OK}})
+	waitFirewallMessage(t, l, b, n.Name+": "+fwApplied)
 }
