@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -37,7 +38,7 @@ type build struct {
 // Command returns the path of cmd/<name> of this repository (or of the package <name> when it
 // is a path, e.g. test/cnifloor), built once per test process. The
 // binaries go to one directory of the build cache (toolbuild.CacheDir()/bin, per race
-// setting), replaced by rename: test processes that run at once each link their own and none
+// setting and checkout), replaced by rename: test processes that run at once each link their own and none
 // changes a file another one runs, and repeated runs leave nothing behind in /tmp. With
 // EGRESSD_RACE=1 (make test) it is built with the race detector: the agents the tests run then
 // report data races (GORACE=halt_on_error=1 makes one fail the test).
@@ -56,7 +57,11 @@ func buildCommand(name string) (string, error) {
 	if os.Getenv("EGRESSD_RACE") == "1" {
 		variant, args, env = "race", []string{"build", "-race"}, nil // the race detector needs cgo
 	}
-	dir := filepath.Join(toolbuild.CacheDir(), "bin", variant)
+	// Per checkout: test processes of two worktrees at once (a helper's beside one's own) each
+	// run their own sources' agent, not whichever linked last.
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	tree := sha256.Sum256([]byte(filepath.Clean(root)))
+	dir := filepath.Join(toolbuild.CacheDir(), "bin", variant, hex.EncodeToString(tree[:6]))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
@@ -67,7 +72,7 @@ func buildCommand(name string) (string, error) {
 	bin := filepath.Join(dir, filepath.Base(name))
 	tmp := fmt.Sprintf("%s.%d.tmp", bin, os.Getpid())
 	cmd := exec.Command("go", append(args, "-o", tmp, pkg)...)
-	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
+	cmd.Dir = root
 	cmd.Env = append(os.Environ(), env...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		os.Remove(tmp)

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
 )
 
@@ -107,6 +108,17 @@ spec:
 				}
 			}
 		}
+		// egressctl shows the wildcard's rule with what it learned, by the name answered (the
+		// agent writes its file at most a second after a change).
+		poll.Eventually(t, "egressctl dns shows the wildcard's learned addresses", 5*time.Second, func() error {
+			out, err := n.NS.Run(egressctl(t), "dns", "--bpf-pin-root", lab.PinRoot(l.ID, n.Name), "--cni-socket", n.CNISocket())
+			for _, want := range []string{"*.wild.example.com  " + ns + "#2", "a.wild.example.com 203.0.113.201 (", "s3.example.com"} {
+				if err != nil || !strings.Contains(out, want) {
+					return fmt.Errorf("no %q in (%v):\n%s", want, err, out)
+				}
+			}
+			return nil
+		})
 		for _, name := range []string{"x.y.wild.example.com", "other.example.com"} {
 			ips, _, err := p.Lookup(server, name, dns.TypeA)
 			if err != nil || len(ips) == 0 {

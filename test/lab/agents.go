@@ -240,6 +240,9 @@ func (n *Node) StartAgent(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("node %s: the token that authenticates its pod announcements: %w", n.Name, err)
 	}
+	if err := os.MkdirAll(filepath.Dir(n.CNISocket()), 0o755); err != nil {
+		return fmt.Errorf("node %s: its agent's state directory: %w", n.Name, err)
+	}
 	args := []string{"--cni-socket", n.CNISocket(), "--pod-announce-token-file", token}
 	if n.lab.opts.InstallCNI {
 		plugin, err := agent.Command("egressd-cni")

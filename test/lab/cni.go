@@ -113,9 +113,10 @@ func builtPlugin(name string) (string, error) {
 	return filepath.Dir(bin), err
 }
 
-// CNISocket is the socket of the node's egressd (--cni-socket), per node: every node's agent
-// shares the machine's filesystem.
-func (n *Node) CNISocket() string { return filepath.Join(n.lab.Dir, n.Name+".cni.sock") }
+// CNISocket is the socket of the node's egressd (--cni-socket), in a directory of the node's:
+// every node's agent shares the machine's filesystem, and the agent keeps its state files
+// (dnsnames.json, rp_filter.json, ...) next to its socket.
+func (n *Node) CNISocket() string { return filepath.Join(n.lab.Dir, n.Name, "run", "cni.sock") }
 
 // conflist is the node's network configuration list: the primary plugin for its shape, then
 // egressd-cni when egressd runs on the node.
