@@ -65,6 +65,13 @@ type NftablesState struct {
 	// leaves with one of them as its source through another interface than the one holding it
 	// is dropped (its table was not there yet, or its interface went down).
 	Secondary []netip.Addr
+	// SecondaryMarks are the marks (under SteerMask) of the tables of Secondary's IPv6 egress
+	// IPs (those that copy their interface's routes). The reply packets of the connections
+	// SNATed to one carry its mark from conntrack to just before routing, and so through the
+	// reverse path checks of firewalls that look their source up with the mark (firewalld's
+	// IPv6_rpfilter: `fib saddr . mark . iif`, ip6tables' `rpfilter --validmark`): they arrive
+	// through the egress IP's interface, where main may route their source elsewhere.
+	SecondaryMarks []SecondaryMark
 	// SteerNexthops are where a steered packet may leave towards: the egress node reached with
 	// its mark (the route's nexthop address). A steered packet leaving elsewhere with its pod
 	// source is dropped.
@@ -108,6 +115,12 @@ type DNSSnoop struct {
 type SnoopedPod struct {
 	IP        netip.Addr
 	Namespace string
+}
+
+// SecondaryMark is an egress IP on a secondary network and the mark of its table.
+type SecondaryMark struct {
+	EgressIP netip.Addr
+	Mark     uint32
 }
 
 // SteeredPod is a pod address and the mark that steers it.

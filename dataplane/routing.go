@@ -44,7 +44,8 @@ type RouteTable struct {
 	LinkOf []netip.Addr
 }
 
-// Route is one route of a table. Exactly one of Via, Nexthops and Blackhole says where it goes.
+// Route is one route of a table. Exactly one of Via, Nexthops, Blackhole and Throw says where
+// it goes.
 type Route struct {
 	Dst netip.Prefix
 	// Via is a single next hop.
@@ -55,6 +56,10 @@ type Route struct {
 	Nexthops []Nexthop
 	// Blackhole drops what the route matches.
 	Blackhole bool
+	// Throw sends the lookup of what the route matches on to the next rules (main): a steering
+	// table's IPv6 cluster networks, which marked packets never go to, so that a reverse path
+	// check keyed by the mark (firewalld's IPv6_rpfilter) finds a pod source where main has it.
+	Throw bool `json:",omitempty"`
 	// Src is the preferred source address, when valid.
 	Src netip.Addr
 }

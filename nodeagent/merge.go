@@ -97,7 +97,7 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 	}
 	s.BFD = bfdPeers(p.routes.Routes)
 	s.Addresses = p.egressIP.Addresses
-	s.Routing = steeringRoutes(append(slices.Clip(paths), returns...), slots, mask)
+	s.Routing = steeringRoutes(append(slices.Clip(paths), returns...), slots, mask, networks)
 	s.Nftables.ReturnPaths = returnPathState(returns, slots, mask)
 	// EgressService's networks come first (offset 0, before every steering slot), as upstream's
 	// rules at 5000 come before EgressIP's at 6000.
@@ -113,6 +113,7 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 	s.Classifier.SteerExempt = s.Nftables.Exempt
 	s.Nftables.Guarded = union(p.egressIP.Guarded, p.service.Guarded, netip.Addr.Compare)
 	s.Nftables.Secondary = p.egressIP.Secondary
+	s.Nftables.SecondaryMarks = secondaryMarks(paths, slots, mask)
 	// Some pod's packets may be steered to this node: other nodes' pods it does not know are
 	// dropped, unless this node is an external gateway of theirs (a host-network gateway pod),
 	// which forwards them by design.
@@ -130,6 +131,21 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 		}
 	}
 	return s, objects
+}
+
+// secondaryMarks are the marks of the paths through an IPv6 egress IP of this node on a
+// secondary network, one per egress IP (dataplane.NftablesState.SecondaryMarks).
+func secondaryMarks(paths []path, slots map[dataplane.Origin]int, mask uint32) []dataplane.SecondaryMark {
+	var out []dataplane.SecondaryMark
+	for _, p := range paths {
+		slot, ok := slots[p.origin]
+		if !ok || !p.link.Is6() || slices.ContainsFunc(out, func(m dataplane.SecondaryMark) bool { return m.EgressIP == p.link }) {
+			continue
+		}
+		out = append(out, dataplane.SecondaryMark{EgressIP: p.link, Mark: mark(slot, mask)})
+	}
+	slices.SortFunc(out, func(a, b dataplane.SecondaryMark) int { return a.EgressIP.Compare(b.EgressIP) })
+	return out
 }
 
 // externalGateway reports whether a policy names this node (its primary address) as a gateway.

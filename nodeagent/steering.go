@@ -221,8 +221,14 @@ func (s *steering) unplacedFailures(mask uint32) map[dataplane.Origin]error {
 // steeringRoutes is the policy routing of the paths: per slot, `fwmark <mark>/<mask> lookup
 // <table>` for both families, and a table whose default route spreads flows over the next hops,
 // or that copies the routes of an egress IP's interface (blackhole for a family without
-// either: a marked packet never falls through to main).
-func steeringRoutes(paths []path, slots map[dataplane.Origin]int, mask uint32) dataplane.RoutingState {
+// either: a marked packet never falls through to main). Each table also throws the IPv6
+// cluster networks (pods, services) on to main: no marked packet goes there (the classifier
+// leaves them unmarked), but a reverse path check that looks the packet's source up with its
+// mark does. firewalld's IPv6_rpfilter (`fib saddr . mark . iif oif missing drop`, or
+// ip6tables' `rpfilter --validmark`) would otherwise find a steered pod's own address
+// through the path's gateway, not through the pod's interface, and drop every packet of it.
+// IPv4's reverse path filter ignores the mark (unless src_valid_mark) and gets no throw.
+func steeringRoutes(paths []path, slots map[dataplane.Origin]int, mask uint32, networks []netip.Prefix) dataplane.RoutingState {
 	hops := map[dataplane.Origin]map[bool][]dataplane.Nexthop{} // by family (true: IPv4)
 	links := map[dataplane.Origin]map[bool]netip.Addr{}
 	for _, p := range paths {
@@ -269,6 +275,11 @@ func steeringRoutes(paths []path, slots map[dataplane.Origin]int, mask uint32) d
 				table.Routes = append(table.Routes, dataplane.Route{Dst: dst, Via: &hs[0]})
 			default:
 				table.Routes = append(table.Routes, dataplane.Route{Dst: dst, Nexthops: hs})
+			}
+		}
+		for _, n := range networks {
+			if n.Addr().Is6() && n.Bits() > 0 {
+				table.Routes = append(table.Routes, dataplane.Route{Dst: n.Masked(), Throw: true})
 			}
 		}
 		rs.Tables = append(rs.Tables, table)

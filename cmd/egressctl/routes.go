@@ -43,6 +43,8 @@ type routingRoute struct {
 	Destination netip.Prefix `json:"destination"`
 	// Blackhole: no live gateway, flows are dropped, never leaked.
 	Blackhole bool `json:"blackhole,omitempty"`
+	// Throw: the lookup goes on to main (a cluster network: marked packets never go there).
+	Throw bool `json:"throw,omitempty"`
 	// Group is the nexthop group spreading flows over Gateways, 0 for a single gateway.
 	Group    uint32     `json:"group,omitempty"`
 	Gateways []gateway  `json:"gateways"`
@@ -140,7 +142,7 @@ func newRoutingReport(p routing.Programmed, paths map[uint32]pathOf, sessions []
 		r.Rules = append(r.Rules, out)
 	}
 	for _, rt := range p.Routes {
-		r.Routes = append(r.Routes, routingRoute{Table: rt.Table, Destination: rt.Dst, Blackhole: rt.Blackhole, Group: rt.Group,
+		r.Routes = append(r.Routes, routingRoute{Table: rt.Table, Destination: rt.Dst, Blackhole: rt.Blackhole, Throw: rt.Throw, Group: rt.Group,
 			Gateways: gateways(rt.Gateways, sessions), Source: rt.Src})
 	}
 	return r
@@ -236,6 +238,8 @@ func describeRoute(rt routingRoute) string {
 	switch {
 	case rt.Blackhole:
 		s = "blackhole (no live gateway: dropped, never leaked)"
+	case rt.Throw:
+		s = "throw (looked up in main: a cluster network)"
 	case rt.Group != 0:
 		s = fmt.Sprintf("nexthop group %d, per flow over %s", rt.Group, joinStrings(rt.Gateways))
 	case len(rt.Gateways) > 0:

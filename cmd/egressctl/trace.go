@@ -186,7 +186,7 @@ func newTraceReport(t traced) traceReport {
 		r.Rule = &routingRule{Priority: t.rule.Priority, Family: family(t.rule.IPv6), Mark: t.rule.Mark, Mask: t.rule.Mask,
 			From: t.rule.Src, Table: t.rule.Table, Path: t.path}
 		if rt := t.route; rt != nil {
-			r.Route = &routingRoute{Table: rt.Table, Destination: rt.Dst, Blackhole: rt.Blackhole, Group: rt.Group,
+			r.Route = &routingRoute{Table: rt.Table, Destination: rt.Dst, Blackhole: rt.Blackhole, Throw: rt.Throw, Group: rt.Group,
 				Gateways: gateways(rt.Gateways, nil), Source: rt.Src}
 		}
 	}

@@ -19,6 +19,7 @@ const (
 	egressIPGuard        = "egressip_guard"
 	egressIPGuardSteered = "egressip_guard_steered"
 	postroutingGuard     = "postrouting_guard"
+	egressIPReversePath  = "egressip_reverse_path"
 )
 
 // baseChain is a base chain and the regular chains it jumps to, in order.
@@ -33,9 +34,14 @@ type baseChain struct {
 // baseChains are the hooks egressd uses, at priorities relative to the standard ones (the
 // contract of the package comment).
 var baseChains = []baseChain{
-	{"prerouting_mangle", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, *nftables.ChainPriorityMangle, []string{egressIPPrerouting, extroutePrerouting}},
+	// After conntrack and before mangle, where ip6tables' rpfilter of firewalld's iptables
+	// backend is (the marks egressIPPrerouting gives replies for it: reversepath.go).
+	{"prerouting_mangle", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, *nftables.ChainPriorityMangle - 10, []string{egressIPPrerouting, extroutePrerouting}},
 	// After DNAT (kube-proxy's, at dstnat) and before the routing decision it steers.
 	{"prerouting_dstnat", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, *nftables.ChainPriorityNATDest + 10, []string{steerPodsChain}},
+	// After every standard priority and the reverse path checks at them (firewalld's at
+	// filter + 10), just before the routing decision: takes the marks given for them back.
+	{"prerouting_route", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, reversePathDone, []string{egressIPReversePath}},
 	{"forward_mangle", nftables.ChainTypeFilter, nftables.ChainHookForward, *nftables.ChainPriorityMangle, []string{qosBackendsChain}},
 	// dns_snoop last: a packet back from the queue skips the rest of the chain (dnssnoop.go).
 	{"forward_filter", nftables.ChainTypeFilter, nftables.ChainHookForward, *nftables.ChainPriorityFilter, []string{serviceBackendsChain, frontendsChain, dnsSnoopChain}},
@@ -80,6 +86,9 @@ func activeTargets(c contents) []string {
 	if has(extrouteGateways4Set, extrouteGateways6Set, extrouteMarksSet) {
 		out = append(out, extroutePrerouting)
 	}
+	if has(secondaryMarks6Set) {
+		out = append(out, egressIPReversePath)
+	}
 	if has(steerPods4Set, steerPods6Set, steerRemote4Set, steerRemote6Set) {
 		out = append(out, steerPodsChain)
 	}
@@ -90,7 +99,7 @@ func activeTargets(c contents) []string {
 }
 
 // regularChains are the features' chains, in the order they are created.
-var regularChains = []string{serviceBackendsChain, frontendReject, frontendsChain, qosBackendsChain, egressIPPrerouting, egressIPSNAT, egressIPGuardSteered, egressIPGuard, extroutePrerouting, steerPodsChain, dnsSnoopChain}
+var regularChains = []string{serviceBackendsChain, frontendReject, frontendsChain, qosBackendsChain, egressIPPrerouting, egressIPSNAT, egressIPGuardSteered, egressIPGuard, extroutePrerouting, steerPodsChain, dnsSnoopChain, egressIPReversePath}
 
 // setDefs are every set and map of the table.
 var setDefs = slices.Concat(backendSets, frontendSets, qosSets, egressIPSets, extrouteSets, steerSets, dnsSnoopSets)

@@ -20,23 +20,26 @@ import (
 // a set or map, whatever the number of pods.
 
 const (
-	snat4Set          = "egressip_snat4"
-	snat6Set          = "egressip_snat6"
-	exempt4Set        = "egressip_exempt4"
-	exempt6Set        = "egressip_exempt6"
-	addrs4Set         = "egressip_addrs4"
-	addrs6Set         = "egressip_addrs6"
-	guarded4Set       = "egressip_guarded4"
-	guarded6Set       = "egressip_guarded6"
-	spread4Set        = "egressip_spread4"
-	spread6Set        = "egressip_spread6"
-	secondary4Set     = "egressip_secondary4"
-	secondary6Set     = "egressip_secondary6"
-	steerNexthops4Set = "egressip_steer_nexthops4"
-	steerNexthops6Set = "egressip_steer_nexthops6"
-	steerDevicesSet   = "egressip_steer_devices"
-	remotePods4Set    = "egressip_remote_pods4"
-	remotePods6Set    = "egressip_remote_pods6"
+	snat4Set      = "egressip_snat4"
+	snat6Set      = "egressip_snat6"
+	exempt4Set    = "egressip_exempt4"
+	exempt6Set    = "egressip_exempt6"
+	addrs4Set     = "egressip_addrs4"
+	addrs6Set     = "egressip_addrs6"
+	guarded4Set   = "egressip_guarded4"
+	guarded6Set   = "egressip_guarded6"
+	spread4Set    = "egressip_spread4"
+	spread6Set    = "egressip_spread6"
+	secondary4Set = "egressip_secondary4"
+	secondary6Set = "egressip_secondary6"
+	// egress IP : jump steer_mark_<mark>, and those marks (reversepath.go)
+	secondaryMarks6Set = "egressip_secondary_marks6"
+	replyMarks6Set     = "egressip_reply_marks6"
+	steerNexthops4Set  = "egressip_steer_nexthops4"
+	steerNexthops6Set  = "egressip_steer_nexthops6"
+	steerDevicesSet    = "egressip_steer_devices"
+	remotePods4Set     = "egressip_remote_pods4"
+	remotePods6Set     = "egressip_remote_pods6"
 
 	leaksCounter     = "egressip_leaks"
 	misroutedCounter = "egressip_misrouted"
@@ -56,6 +59,8 @@ var egressIPSets = []*nftables.Set{
 	{Table: table, Name: spread6Set, KeyType: nftables.TypeIP6Addr},
 	{Table: table, Name: secondary4Set, KeyType: nftables.TypeIPAddr},
 	{Table: table, Name: secondary6Set, KeyType: nftables.TypeIP6Addr},
+	{Table: table, Name: secondaryMarks6Set, IsMap: true, DataType: nftables.TypeVerdict, KeyType: nftables.TypeIP6Addr},
+	{Table: table, Name: replyMarks6Set, KeyType: nftables.TypeMark, KeyByteOrder: binaryutil.NativeEndian}, // as the ifname set
 	{Table: table, Name: remotePods4Set, Interval: true, KeyType: nftables.TypeIPAddr},
 	{Table: table, Name: remotePods6Set, Interval: true, KeyType: nftables.TypeIP6Addr},
 	{Table: table, Name: steerNexthops4Set, Concatenation: true,
@@ -113,6 +118,7 @@ func addEgressIP(c contents, s *dataplane.NftablesState) map[dataplane.Origin]er
 			c.add(family(a, secondary4Set, secondary6Set), string(a.AsSlice()), "", nftables.SetElement{Key: a.AsSlice()})
 		}
 	}
+	addSecondaryMarks(c, s)
 	for _, n := range s.SteerNexthops {
 		a := n.Nexthop.Unmap()
 		if a.IsValid() && n.Mark&s.SteerMask != 0 {
@@ -196,6 +202,9 @@ func egressIPRules(mask uint32, sets map[string]*nftables.Set) map[string][][]ex
 		// meta mark & mask != 0 ct direction reply meta mark set meta mark & ^mask
 		add(egressIPPrerouting, marked(mask), ctDirection(ctDirReply), markBits(^mask, 1),
 			one(&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: 1}))
+		for name, rs := range reversePathRules(mask, sets) {
+			rules[name] = append(rules[name], rs...)
+		}
 	}
 	pick := func(v4 bool, a, b string) *nftables.Set {
 		if v4 {

@@ -12,8 +12,9 @@
 // packet that passes it, so a node without EgressIP, steering, Service backends to judge, or
 // pods whose DNS answers the agent reads has none.
 //
-//	prerouting_mangle   type filter hook prerouting  priority mangle        -> egressip_prerouting
+//	prerouting_mangle   type filter hook prerouting  priority mangle - 10   -> egressip_prerouting, extroute_prerouting
 //	prerouting_dstnat   type filter hook prerouting  priority dstnat + 10   -> steer_unmarked
+//	prerouting_route    type filter hook prerouting  priority 300           -> egressip_reverse_path
 //	forward_mangle      type filter hook forward     priority mangle        -> qos_service_backends
 //	forward_filter      type filter hook forward     priority filter        -> fw_service_backends, fw_frontends_without_dnat, dns_snoop
 //	input_filter        type filter hook input       priority filter        -> fw_service_backends
@@ -28,7 +29,10 @@
 // every NAT chain and so sees the source address a packet will leave with; after its jump it
 // clears egressd's mark bits of what leaves through the tunnel device (dataplane.TunnelDevice):
 // the encapsulated packet is routed with the inner packet's mark, which would select the
-// steering table again.
+// steering table again. prerouting_mangle runs before mangle (where ip6tables' rpfilter is)
+// and prerouting_route after every standard priority: between them, the replies of an IPv6
+// egress IP on a secondary network carry its table's mark through firewalls' reverse path
+// checks (reversepath.go).
 //
 // Regular chains and their sets (every set exists, possibly empty, as long as the table does;
 // "4"/"6" are the IPv4 and IPv6 twins):

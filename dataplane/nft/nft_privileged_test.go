@@ -55,7 +55,9 @@ func fullState() *dataplane.NftablesState {
 			netip.MustParsePrefix("fd00:10:244:0:1::/80")},
 		SteerNexthops: []dataplane.SteerNexthop{{Mark: 0x10000, Nexthop: a("192.0.2.2")},
 			{Mark: 0x10000, Nexthop: a("2001:db8:0:1::2")}},
-		SteerDevices: []string{"egressd-vx"},
+		SteerDevices:   []string{"egressd-vx"},
+		Secondary:      []netip.Addr{a("2001:db8:abcd::106")},
+		SecondaryMarks: []dataplane.SecondaryMark{{EgressIP: a("2001:db8:abcd::106"), Mark: 0x30000}},
 		Steered: []dataplane.SteeredPod{{Pod: a("10.244.0.6"), Mark: 0x10000}, {Pod: a("fd00:10:244::6"), Mark: 0x20000},
 			{Pod: a("10.244.1.9"), Mark: 0x10000, Remote: true}},
 		Frontends: []dataplane.Frontend{{Addr: a("198.51.100.80"), Port: dataplane.Port{Protocol: 6, Port: 80}},
@@ -484,6 +486,7 @@ func TestPrivilegedSteerChains(t *testing.T) {
 	} {
 		s := fullState()
 		s.Steered, s.SteerMask = step.steered, step.mask
+		s.SecondaryMarks = nil // its mark has a chain too (reversepath.go)
 		apply(s)
 		if got := chains(); !slices.Equal(got, step.want) {
 			t.Errorf("%s: steer chains %v, want %v", step.name, got, step.want)

@@ -69,7 +69,7 @@ func addSteered(c contents, s *dataplane.NftablesState) {
 
 // steerChains are the steer_mark_<mark> chains the contents' maps jump to, sorted.
 func steerChains(c contents) []string {
-	return c.targets(steerPods4Set, steerPods6Set, steerRemote4Set, steerRemote6Set)
+	return c.targets(steerPods4Set, steerPods6Set, steerRemote4Set, steerRemote6Set, secondaryMarks6Set)
 }
 
 // steerRules:

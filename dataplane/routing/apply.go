@@ -92,6 +92,8 @@ func (r *Router) applyRoute(k *kernel, w wantedRoute, up func(netip.Addr) bool) 
 	switch {
 	case w.route.Blackhole:
 		want.typ = unix.RTN_BLACKHOLE
+	case w.route.Throw:
+		want.typ = unix.RTN_THROW
 	case w.route.Via != nil:
 		nh := *w.route.Via
 		if nh.BFD && !up(nh.Gateway) {

@@ -36,6 +36,8 @@ type ProgrammedRoute struct {
 	Dst   netip.Prefix
 	// Blackhole drops what the route matches: no live gateway (or none of the family).
 	Blackhole bool
+	// Throw sends the lookup on to main (a cluster network in a steering table).
+	Throw bool `json:",omitempty"`
 	// Gateways are where flows go: the route's gateway, or the members of its nexthop group
 	// (live ones only: the kernel spreads flows over all of them).
 	Gateways []netip.Addr
@@ -68,7 +70,7 @@ func Inspect(cfg Config) (Programmed, error) {
 	slices.SortStableFunc(p.Rules, func(a, b ProgrammedRule) int { return cmp.Compare(a.Priority, b.Priority) })
 	used := map[uint32]bool{}
 	for key, rt := range k.routes {
-		pr := ProgrammedRoute{Table: key.table, Dst: key.dst, Blackhole: rt.typ == unix.RTN_BLACKHOLE, Src: rt.src}
+		pr := ProgrammedRoute{Table: key.table, Dst: key.dst, Blackhole: rt.typ == unix.RTN_BLACKHOLE, Throw: rt.typ == unix.RTN_THROW, Src: rt.src}
 		switch nh, ok := k.nexthops[rt.nhid]; {
 		case rt.nhid == 0 && rt.gw.IsValid():
 			pr.Gateways = []netip.Addr{rt.gw}
@@ -106,8 +108,9 @@ func Inspect(cfg Config) (Programmed, error) {
 
 // Select is what egressd's routing does with a packet from src to dst carrying mark: the first
 // of its rules that matches, and the route of that rule's table for dst (longest prefix; nil
-// when the table is not egressd's, as a VRF's, or has none). ok is false when none of its rules
-// matches: the packet goes on to the node's other rules.
+// when the table is not egressd's, as a VRF's, or has none; a throw route sends the lookup on to
+// the next rule). ok is false when none of its rules matches: the packet goes on to the node's
+// other rules.
 func (p Programmed) Select(src, dst netip.Addr, mark uint32) (rule ProgrammedRule, route *ProgrammedRoute, ok bool) {
 	for _, r := range p.Rules {
 		if r.IPv6 != dst.Is6() || mark&r.Mask != r.Mark || (r.Src.IsValid() && !r.Src.Contains(src)) {
@@ -117,6 +120,10 @@ func (p Programmed) Select(src, dst netip.Addr, mark uint32) (rule ProgrammedRul
 			if rt.Table == r.Table && rt.Dst.Contains(dst) && (route == nil || rt.Dst.Bits() > route.Dst.Bits()) {
 				route = &p.Routes[i]
 			}
+		}
+		if route != nil && route.Throw { // on to the next rules, as the kernel goes
+			route = nil
+			continue
 		}
 		return r, route, true
 	}

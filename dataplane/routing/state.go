@@ -65,13 +65,13 @@ func checkRoute(rt dataplane.Route) error {
 		return errors.New("route without a destination")
 	}
 	ways := 0
-	for _, set := range []bool{rt.Via != nil, len(rt.Nexthops) > 0, rt.Blackhole} {
+	for _, set := range []bool{rt.Via != nil, len(rt.Nexthops) > 0, rt.Blackhole, rt.Throw} {
 		if set {
 			ways++
 		}
 	}
 	if ways != 1 {
-		return fmt.Errorf("route to %s: exactly one of Via, Nexthops and Blackhole must be set", rt.Dst)
+		return fmt.Errorf("route to %s: exactly one of Via, Nexthops, Blackhole and Throw must be set", rt.Dst)
 	}
 	if rt.Src.IsValid() && rt.Src.Is6() != rt.Dst.Addr().Is6() {
 		return fmt.Errorf("route to %s: source %s is of the other family", rt.Dst, rt.Src)

@@ -44,7 +44,7 @@ func (k routeKey) family() uint8 {
 type kroute struct {
 	key   routeKey
 	proto uint8
-	typ   uint8 // RTN_UNICAST or RTN_BLACKHOLE
+	typ   uint8 // RTN_UNICAST, RTN_BLACKHOLE or RTN_THROW
 	gw    netip.Addr
 	oif   int
 	src   netip.Addr
@@ -62,8 +62,8 @@ func (want kroute) same(have kroute) bool {
 		return false
 	}
 	switch {
-	case want.typ == unix.RTN_BLACKHOLE:
-		return true // the kernel reports IPv6 blackholes on lo; nothing else to compare
+	case want.typ == unix.RTN_BLACKHOLE || want.typ == unix.RTN_THROW:
+		return true // the kernel reports IPv6 ones on lo; nothing else to compare
 	case want.nhid != 0 || have.nhid != 0:
 		return want.nhid == have.nhid // the kernel may also expand the group's members
 	}

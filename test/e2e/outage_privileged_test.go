@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -58,4 +59,70 @@ spec:
   - {type: Deny, to: {cidrSelector: 0.0.0.0/0}}`)
 	poll.Eventually(t, "the change made after the outage enforced", 90*time.Second, reach{p, streamDenied, false, lab.OK}.check)
 	t.Logf("a change made after the outage enforced %s later", time.Since(start).Round(time.Millisecond))
+}
+
+// outage is how long TestPrivilegedStatusAfterAPIServerOutage keeps the API server away: long
+// enough for client-go's reflectors, failing to list, to back off to their longest waits
+// ([30, 60) s).
+const outage = 75 * time.Second
+
+// TestPrivilegedStatusAfterAPIServerOutage: every node loses the API server (its connections
+// refused, as when the API server is down) for over a minute, during which an EgressFirewall
+// is created; it and one created once the API server is back get every node's status entry,
+// and their aggregate, within seconds.
+func TestPrivilegedStatusAfterAPIServerOutage(t *testing.T) {
+	privileged.Require(t)
+	l := lab.New(t, lab.Options{Nodes: 3, Agents: true})
+	ns := l.CP.Namespace(t)
+	applyFirewall(t, l, ns, `
+apiVersion: k8s.ovn.org/v1
+kind: EgressFirewall
+metadata: {name: default}
+spec:
+  egress:
+  - {type: Deny, to: {cidrSelector: 192.0.2.0/24}}`)
+	for _, n := range l.Nodes {
+		cmd := n.NS.Command("nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(`table inet outage {
+	chain out {
+		type filter hook output priority 0; policy accept;
+		tcp dport 6443 reject with tcp reset
+	}
+}`)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("black-hole the API server from %s: %v: %s", n.Name, err, out)
+		}
+	}
+	// Meanwhile the objects change (each agent's status write hangs), then the outage ends.
+	other := l.CP.Namespace(t)
+	apply(t, l, other, `
+apiVersion: k8s.ovn.org/v1
+kind: EgressFirewall
+metadata: {name: default}
+spec:
+  egress:
+  - {type: Deny, to: {cidrSelector: 192.0.2.0/24}}`)
+	time.Sleep(outage)
+	for _, n := range l.Nodes {
+		n.NS.MustRun(t, "nft", "delete", "table", "inet", "outage")
+	}
+	time.Sleep(5 * time.Second)
+	fresh := l.CP.Namespace(t)
+	start := time.Now()
+	apply(t, l, fresh, `
+apiVersion: k8s.ovn.org/v1
+kind: EgressFirewall
+metadata: {name: default}
+spec:
+  egress:
+  - {type: Deny, to: {cidrSelector: 192.0.2.0/24}}`)
+	for _, name := range []string{fresh, other} {
+		for _, n := range l.Nodes {
+			waitFirewallMessage(t, l, name, n.Name+": "+fwApplied)
+		}
+		if err := l.Kube.WaitField(context.Background(), "k8s.ovn.org/v1", "EgressFirewall", name, "default", "status.status", fwApplied, 10*time.Second); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Logf("every entry %s after the new object", time.Since(start).Round(time.Millisecond))
 }
