@@ -62,11 +62,12 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 		"leaseDuration", cfg.leaseDuration, "reachabilityTotalTimeout", cfg.reachTotalTimeout)
 	// The controller writes every object's status and assignment for the whole cluster: a
 	// higher client rate than an agent's own entries.
-	kube, egress, err := clients(cfg.kubeconfig, "egressd-controller/"+version.Version+" "+cfg.identity, 100, 200)
+	api, reads, err := clients(cfg.kubeconfig, "egressd-controller/"+version.Version+" "+cfg.identity, 100, 200, log)
 	if err != nil {
 		return err
 	}
-	w, err := watchers.New(kube, egress, 0)
+	kube, egress := api.kube, api.egress
+	w, err := watchers.New(reads.kube, reads.egress, 0)
 	if err != nil {
 		return err
 	}

@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -114,13 +115,14 @@ func newLogger(verbosity int, format string, attrs ...any) *slog.Logger {
 func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	log.Info("starting egressd", "version", version.String(), "pinRoot", cfg.bpfPinRoot,
 		"clusterCIDRs", cfg.clusterCIDRs.String(), "serviceCIDRs", cfg.serviceCIDRs.String())
-	kube, egress, err := clients(cfg.kubeconfig, "egressd/"+version.Version+" node="+cfg.nodeName, 50, 100)
+	api, reads, err := clients(cfg.kubeconfig, "egressd/"+version.Version+" node="+cfg.nodeName, 50, 100, log)
 	if err != nil {
 		return err
 	}
+	kube, egress := api.kube, api.egress
 
 	metrics := nodeagent.NewMetrics()
-	w, err := watchers.New(kube, egress, 0)
+	w, err := watchers.New(reads.kube, reads.egress, 0)
 	if err != nil {
 		return err
 	}
@@ -258,24 +260,39 @@ func eventRecorder(ctx context.Context, kube kubernetes.Interface, component, ho
 	return b.NewRecorder(scheme, corev1.EventSource{Component: component, Host: host}), b.Shutdown
 }
 
+// apiClients are the clients of both APIs egressd uses.
+type apiClients struct {
+	kube   kubernetes.Interface
+	egress versioned.Interface
+}
+
 // clients of the API server from a kubeconfig (in-cluster when ""), with the process's user
-// agent and client-side rate limit.
-func clients(kubeconfig, userAgent string, qps float32, burst int) (kubernetes.Interface, versioned.Interface, error) {
+// agent and client-side rate limit: for requests, and for the informers (reads), whose lists
+// and watches wait out an API server outage rather than fail (watchers.ReadConfig).
+func clients(kubeconfig, userAgent string, qps float32, burst int, log *slog.Logger) (requests, reads apiClients, err error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kubeconfig %q: %w", kubeconfig, err)
+		return requests, reads, fmt.Errorf("kubeconfig %q: %w", kubeconfig, err)
 	}
 	cfg.UserAgent = userAgent
 	cfg.QPS, cfg.Burst = qps, burst
+	if requests, err = clientsFor(cfg); err != nil {
+		return requests, reads, err
+	}
+	reads, err = clientsFor(watchers.ReadConfig(cfg, log.With("component", "watchers")))
+	return requests, reads, err
+}
+
+func clientsFor(cfg *rest.Config) (apiClients, error) {
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+		return apiClients{}, fmt.Errorf("kubernetes client: %w", err)
 	}
 	egress, err := versioned.NewForConfig(cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("egress API client: %w", err)
+		return apiClients{}, fmt.Errorf("egress API client: %w", err)
 	}
-	return kube, egress, nil
+	return apiClients{kube, egress}, nil
 }
 
 // metricsGuard is the guard of the metrics and profiles (nil when --metrics-auth=false).

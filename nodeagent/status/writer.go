@@ -61,6 +61,12 @@ type Writer struct {
 // coalesce is how long the writer lets newer reports replace one before it writes.
 const coalesce = 50 * time.Millisecond
 
+// A pass with a failed write is tried again after retryMin, doubling up to retryMax.
+const (
+	retryMin = time.Second
+	retryMax = 30 * time.Second
+)
+
 // report is one sync's outcome: per-object failures and notes, and the node's host addresses.
 type report struct {
 	objects   map[dataplane.Origin]error
@@ -75,12 +81,18 @@ func (w *Writer) Run(ctx context.Context) {
 	// byOutcome: a sync's report looks again only at what changed (a thousand firewalls, and a
 	// report after every pod's sync); a change of the objects themselves looks at all.
 	written := map[dataplane.Origin]string{}
+	// retry brings back the last outcome when a write failed (the API server away, a
+	// conflict): what failed is written again then, not only at the next sync's report.
+	var retry <-chan time.Time
+	retryAfter := retryMin
 	for {
 		var r report
 		all := true
 		select {
 		case <-ctx.Done():
 			return
+		case <-retry:
+			r, all = last, false
 		case r = <-w.queue():
 			// Reports within coalesce of this one make one pass over the latest: while pods
 			// start a sync ends every few milliseconds, each reporting every object.
@@ -101,6 +113,7 @@ func (w *Writer) Run(ctx context.Context) {
 			w.Log.Error("publish node annotations", "node", w.Node, "err", err)
 		}
 		kept := 0 // entries of written that r still holds
+		failed := false
 		for origin, err := range r.objects {
 			if ctx.Err() != nil {
 				return
@@ -118,12 +131,20 @@ func (w *Writer) Run(ctx context.Context) {
 				continue
 			}
 			if werr := entryWriters[origin.Kind](ctx, w, origin, err, note); werr != nil {
-				w.Log.Error("write status", "object", origin.String(), "err", werr)
+				w.Log.Error("write status", "object", origin.String(), "err", werr, "retryIn", retryAfter)
 				delete(written, origin)
+				failed = true
 			} else if byOutcome[origin.Kind] {
 				written[origin] = outcome
 				kept++
 			}
+		}
+		retry = nil
+		if failed {
+			retry = time.After(retryAfter)
+			retryAfter = min(2*retryAfter, retryMax)
+		} else {
+			retryAfter = retryMin
 		}
 		if len(written) > kept { // objects gone since
 			for origin := range written {

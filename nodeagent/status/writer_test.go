@@ -103,3 +103,45 @@ func TestWriterLooksAgainAtChangedOutcomes(t *testing.T) {
 		settled("a's note gone", map[string]int{"a": 5, "b": 4})
 	})
 }
+
+// A write that fails (the API server away) is tried again on its own, with a growing wait, and
+// not only at the next sync's report: an idle node's entry appears once the API server is back.
+func TestWriterRetriesFailedWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ef := &ovnv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "default"}}
+		client := fake.NewSimpleClientset()
+		var mu sync.Mutex
+		attempts, down := 0, true
+		client.PrependReactor("patch", "egressfirewalls", func(k8stesting.Action) (bool, runtime.Object, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			attempts++
+			if down {
+				return true, nil, errors.New("connection refused")
+			}
+			return true, &ovnv1.EgressFirewall{}, nil
+		})
+		w := &Writer{Node: "n1", Client: client, Snapshot: watcherstest.Snapshot(ef),
+			Recorder: record.NewFakeRecorder(10), Log: slog.New(slog.DiscardHandler)}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go w.Run(ctx)
+		w.Report(map[dataplane.Origin]error{{Kind: cluster.KindEgressFirewall, Namespace: "a", Name: "default"}: nil}, nil, dataplane.Result{})
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		mu.Lock()
+		// At 0 s, then 1, 2, 4, 8, 16, 30 s after each: 5 tries in the first minute.
+		if attempts < 4 || attempts > 8 {
+			t.Errorf("%d attempts in a minute of outage, want a retry with a growing wait", attempts)
+		}
+		down, attempts = false, 0
+		mu.Unlock()
+		time.Sleep(retryMax)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if attempts != 1 {
+			t.Errorf("%d writes once the API server was back, want 1 (and none after it succeeded)", attempts)
+		}
+	})
+}
