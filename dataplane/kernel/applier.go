@@ -129,6 +129,14 @@ type Applier struct {
 	unguardedSaid map[string]string
 	// strictRPFilter exports them.
 	strictRPFilter *prometheus.GaugeVec
+	// checks6 are the IPv6 reverse path checks reversePath6 last found dropping egressd's
+	// traffic, read at checks6Read while egressd routed through checks6Paths; checks6Warned
+	// those it has warned of; ipv6RPCheck exports them. Apply's goroutine only.
+	checks6       []rpfilter.Check6
+	checks6Read   time.Time
+	checks6Paths  string
+	checks6Warned map[string]bool
+	ipv6RPCheck   *prometheus.GaugeVec
 	// phases times each phase of Apply: where a slow sync spends its time.
 	phases *prometheus.HistogramVec
 	// removals remove what the state no longer wants, in order (removals.go); pruneFailures
@@ -215,7 +223,7 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	d := &Applier{classifier: c, attachers: []*tc.Attacher{toPod, a}, portGuard: ports, facings: facings, nft: t, addresses: owned, routing: router,
 		tunnel: tun, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log,
 		podsInForce: o.PodsInForce, phases: newPhases(), eventsLost: newEventsLost(), reattached: newReattached(), tableLost: newTableLost(),
-		loosener: loosener, strictRPFilter: newStrictRPFilter(), recheck: map[int]bool{}, kept: map[int]bool{}, unguardedSaid: map[string]string{},
+		loosener: loosener, strictRPFilter: newStrictRPFilter(), ipv6RPCheck: newIPv6RPCheck(), recheck: map[int]bool{}, kept: map[int]bool{}, unguardedSaid: map[string]string{},
 		pruneFailures: newPruneFailures()}
 	d.removals = d.facilityRemovals()
 	if inUse := router.InUse(); len(inUse) > 0 {
@@ -278,10 +286,10 @@ func (d *Applier) Collectors() []prometheus.Collector {
 	}
 	if d.phases == nil { // an Applier not made by New: the metrics reference describes it
 		d.phases, d.eventsLost, d.reattached, d.tableLost, d.strictRPFilter = newPhases(), newEventsLost(), newReattached(), newTableLost(), newStrictRPFilter()
-		d.pruneFailures = newPruneFailures()
+		d.pruneFailures, d.ipv6RPCheck = newPruneFailures(), newIPv6RPCheck()
 	}
 	return []prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT), nft.NewCollector(d.nft), bfdCollector{d},
-		d.phases, d.eventsLost, d.reattached, d.tableLost, d.strictRPFilter, d.pruneFailures}
+		d.phases, d.eventsLost, d.reattached, d.tableLost, d.strictRPFilter, d.ipv6RPCheck, d.pruneFailures}
 }
 
 func newTableLost() prometheus.Counter {
@@ -349,6 +357,7 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	var routes *dataplane.RoutingState
 	phase("routing", func() map[dataplane.Origin]error {
 		routes = d.routing.WithLinkRoutes(&s.Routing)
+		defer d.reversePath6(tunnel6(&s.Tunnel))
 		defer d.reversePath()
 		return d.routing.Apply(routes, up)
 	})

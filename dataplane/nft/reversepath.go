@@ -28,7 +28,9 @@ import (
 // interface's routes reach; nothing else gets a mark. (The steering tables' throw routes, in
 // nodeagent, let the pods' own packets through the same checks.)
 //
-// Older firewalld (raw priority, before conntrack, without the mark) cannot be met this way.
+// Older firewalld (raw priority, before conntrack, without the mark) cannot be met this way:
+// the agent reports such checks (dataplane/rpfilter's Checks6, whose MarkFrom and MarkUntil
+// are these chains' priorities).
 // IPv4's reverse path filter is the rp_filter sysctl, consulted by the routing decision after
 // the mark is gone: it is loosened instead (dataplane/rpfilter).
 

@@ -23,13 +23,13 @@ func (r *Router) Apply(s *dataplane.RoutingState, up func(peer netip.Addr) bool)
 		up = func(netip.Addr) bool { return true }
 	}
 	rules, routes, errs := r.cfg.wanted(s)
-	through := map[int]bool{}
+	through, through6 := map[int]bool{}, map[int]bool{}
 	r.applying = map[netip.Addr]bool{}
 	defer r.resolvedAll()
 	defer func() {
 		if through != nil { // nil: the kernel could not be read, and nothing changed
 			r.copiedMu.Lock()
-			r.through = through
+			r.through, r.through6 = through, through6
 			r.copiedMu.Unlock()
 		}
 	}()
@@ -55,15 +55,16 @@ func (r *Router) Apply(s *dataplane.RoutingState, up func(peer netip.Addr) bool)
 		if err := r.applyRoute(k, w, up); err != nil {
 			fail(w.origin, err)
 		}
-		if !w.key.dst.Addr().Is4() { // the reverse path filter is IPv4's
-			continue
+		via := through // the rp_filter sysctl's (IPv4), or the firewall's check's (IPv6)
+		if !w.key.dst.Addr().Is4() {
+			via = through6
 		}
 		if rt := k.routes[w.key]; rt.oif > 0 && rt.typ == unix.RTN_UNICAST {
-			through[rt.oif] = true
+			via[rt.oif] = true
 		}
 		for _, id := range r.members[w.key] {
 			if nh, ok := k.owned(id); ok && nh.oif > 0 {
-				through[nh.oif] = true
+				via[nh.oif] = true
 			}
 		}
 	}

@@ -111,6 +111,28 @@ func (l *lab) strictReplyInterfaces(t *testing.T, r *Router) (out []string) {
 	return out
 }
 
+// replyInterfaces6 are r.ReplyInterfaces6 by name, the marked ones with a "+".
+func (l *lab) replyInterfaces6(t *testing.T, r *Router) (out []string) {
+	t.Helper()
+	if err := l.r.Do(func() error {
+		m, marked, complete := r.ReplyInterfaces6()
+		if !complete {
+			return errors.New("ReplyInterfaces6: incomplete")
+		}
+		for index, name := range m {
+			if marked[index] {
+				name += "+"
+			}
+			out = append(out, name)
+		}
+		slices.Sort(out)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // ip runs iproute2 in the router namespace and returns its output without trailing spaces.
 func (l *lab) ip(t *testing.T, args ...string) string {
 	t.Helper()

@@ -26,10 +26,10 @@ import (
 // address no interface holds, or whose interface is down, gets a blackhole default route of the
 // address's family.
 func (r *Router) WithLinkRoutes(s *dataplane.RoutingState) *dataplane.RoutingState {
-	copied := map[int]int{}
+	copied, copied6 := map[int]int{}, map[int]bool{}
 	defer func() {
 		r.copiedMu.Lock()
-		r.copied = copied
+		r.copied, r.copied6 = copied, copied6
 		r.copiedMu.Unlock()
 	}()
 	if !slices.ContainsFunc(s.Tables, func(t dataplane.RouteTable) bool { return len(t.LinkOf) > 0 }) {
@@ -42,6 +42,7 @@ func (r *Router) WithLinkRoutes(s *dataplane.RoutingState) *dataplane.RoutingSta
 			routes, link, table := r.linkRoutes(a.Unmap())
 			if link > 0 {
 				copied[link] = table
+				copied6[link] = copied6[link] || a.Unmap().Is6()
 			}
 			out.Tables[i].Routes = append(slices.Clip(out.Tables[i].Routes), routes...)
 		}

@@ -89,6 +89,20 @@ func TestPrivilegedLinkTableCopiesTheInterfacesRoutes(t *testing.T) {
 	if err := l.r.Script("sysctl -qw net.ipv4.conf.e1.rp_filter=2"); err != nil {
 		t.Fatal(err)
 	}
+	// IPv6: main's default route is e1's here (metric 500), so its replies pass any check; once
+	// it is e3's, they carry the table's mark through a firewall's check keyed by it.
+	if got := l.replyInterfaces6(t, r); len(got) != 0 {
+		t.Errorf("ReplyInterfaces6 with main's IPv6 default route through e1: %v, want none", got)
+	}
+	if err := l.r.Script("ip -6 route del default via fd01:1::2 dev e1 metric 500"); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.replyInterfaces6(t, r); !slices.Equal(got, []string{"e1+"}) {
+		t.Errorf("ReplyInterfaces6: %v, want [e1+] (copied for an IPv6 egress IP: marked)", got)
+	}
+	if err := l.r.Script("ip -6 route add default via fd01:1::2 dev e1 metric 500"); err != nil {
+		t.Fatal(err)
+	}
 	if got := l.strictReplyInterfaces(t, r); len(got) != 0 {
 		t.Errorf("ReplyInterfaces (strict) with e1 loose: %v, want none", got)
 	}

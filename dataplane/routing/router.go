@@ -47,12 +47,15 @@ type Router struct {
 	// inUse are the gateways egressd's routes sent traffic to when New found them.
 	inUse []netip.Addr
 	// copied are the interfaces whose routes the last WithLinkRoutes copied, by index, with the
-	// table they were copied from (linkcopy.go); through are those egressd's routes sent traffic
-	// through at the last Apply (rpfilter.go); resolved are the gateways whose interface the
+	// table they were copied from (linkcopy.go), and copied6 those copied for an IPv6 address;
+	// through and through6 are those egressd's IPv4 and IPv6 routes sent traffic through at the
+	// last Apply (rpfilter.go); resolved are the gateways whose interface the
 	// last Apply asked the kernel for, and those the Apply under way asked for so far
 	// (gateways.go).
 	copied   map[int]int
+	copied6  map[int]bool
 	through  map[int]bool
+	through6 map[int]bool
 	resolved map[netip.Addr]bool
 	copiedMu sync.Mutex
 	// applying are the gateways the Apply under way resolved so far (mu).

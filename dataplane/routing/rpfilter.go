@@ -37,7 +37,7 @@ func (r *Router) ReplyInterfaces(consider func(name string) bool) (out map[int]s
 	if len(out) == 0 { // the common case: no dump of main at every sync
 		return out, complete
 	}
-	defaults, err := r.defaultInterfaces()
+	defaults, err := r.defaultInterfaces(netlink.FAMILY_V4)
 	if err != nil {
 		return map[int]string{}, false
 	}
@@ -47,11 +47,53 @@ func (r *Router) ReplyInterfaces(consider func(name string) bool) (out map[int]s
 	return out, complete
 }
 
-// defaultInterfaces are the interfaces of main's IPv4 default route of the lowest metric (all
-// of its members when it is a multipath one).
-func (r *Router) defaultInterfaces() (map[int]bool, error) {
+// ReplyInterfaces6 are the interfaces egressd's IPv6 routes sent traffic through at the last
+// Apply, other than those of main's IPv6 default route, by index, as ReplyInterfaces for IPv4.
+// IPv6 has no rp_filter sysctl: the reverse path check that drops their replies is a firewall's
+// (firewalld's IPv6_rpfilter; dataplane/rpfilter's Checks6). marked are those of them whose
+// routes WithLinkRoutes copied for an IPv6 egress IP (a secondary network's): the replies
+// arriving there carry that table's mark through the checks (dataplane/nft's reverse path
+// rules), so a check keyed by the mark passes them; the others' (a gateway's) do not.
+func (r *Router) ReplyInterfaces6() (out map[int]string, marked map[int]bool, complete bool) {
+	r.copiedMu.Lock()
+	through, copied6 := r.through6, r.copied6
+	r.copiedMu.Unlock()
+	complete = true
+	out, marked = map[int]string{}, map[int]bool{}
+	for index := range through {
+		l, err := r.h.LinkByIndex(index)
+		var notFound netlink.LinkNotFoundError
+		switch {
+		case errors.As(err, &notFound):
+		case err != nil:
+			complete = false
+		case l.Attrs().Flags&net.FlagLoopback == 0:
+			out[index] = l.Attrs().Name
+		}
+	}
+	if len(out) == 0 {
+		return out, marked, complete
+	}
+	defaults, err := r.defaultInterfaces(netlink.FAMILY_V6)
+	if err != nil {
+		return map[int]string{}, marked, false
+	}
+	for index := range out {
+		switch {
+		case defaults[index]:
+			delete(out, index)
+		case copied6[index]:
+			marked[index] = true
+		}
+	}
+	return out, marked, complete
+}
+
+// defaultInterfaces are the interfaces of main's default route of family of the lowest metric
+// (all of its members when it is a multipath one).
+func (r *Router) defaultInterfaces(family int) (map[int]bool, error) {
 	routes, err := retried(func() ([]netlink.Route, error) {
-		return r.h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+		return r.h.RouteListFiltered(family, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
 	})
 	if err != nil {
 		return nil, err

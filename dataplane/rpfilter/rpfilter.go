@@ -1,6 +1,7 @@
 // Package rpfilter reads and sets interfaces' IPv4 reverse path filter
 // (net.ipv4.conf.<interface>.rp_filter), and loosens it where egressd's routes bring replies in
-// through another interface than the one main routes their source through.
+// through another interface than the one main routes their source through; and finds the IPv6
+// reverse path checks of the node's firewall (check6.go), which it only reports.
 //
 // Values are read from /proc/sys (readable in the agent's container) and written through
 // netlink (the interface's IFLA_INET_CONF): the container runtime mounts /proc/sys read-only
