@@ -21,20 +21,9 @@ func TestPrivilegedAPIServerOutageKeepsEnforcing(t *testing.T) {
 	l, ns, p := streamLab(t)
 	node, agent := l.Nodes[0], l.Nodes[0].Agent
 	checkStreamsThrough(t, p, 360, 50*time.Millisecond, "during the outage", func() { // 18 s of traffic
-		time.Sleep(time.Second) // streams flowing before the outage: part of the scenario
-		cmd := node.NS.Command("nft", "-f", "-")
-		cmd.Stdin = strings.NewReader(`table inet outage {
-	chain out {
-		type filter hook output priority 0; policy accept;
-		tcp dport 6443 drop
-		tcp sport 6443 drop
-	}
-}`)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("black-hole the API server: %v: %s", err, out)
-			return
-		}
-		time.Sleep(16 * time.Second) // the outage under test: well past the Lease
+		time.Sleep(time.Second)                                           // streams flowing before the outage: part of the scenario
+		cutAPIServer(t, node, "tcp dport 6443 drop; tcp sport 6443 drop") // black-holed
+		time.Sleep(16 * time.Second)                                      // the outage under test: well past the Lease
 		node.NS.MustRun(t, "nft", "delete", "table", "inet", "outage")
 	})
 	if log := node.Controller.Log(); !strings.Contains(log, "stopped leading") {
@@ -74,34 +63,13 @@ func TestPrivilegedStatusAfterAPIServerOutage(t *testing.T) {
 	privileged.Require(t)
 	l := lab.New(t, lab.Options{Nodes: 3, Agents: true})
 	ns := l.CP.Namespace(t)
-	applyFirewall(t, l, ns, `
-apiVersion: k8s.ovn.org/v1
-kind: EgressFirewall
-metadata: {name: default}
-spec:
-  egress:
-  - {type: Deny, to: {cidrSelector: 192.0.2.0/24}}`)
+	applyFirewall(t, l, ns, denyTestNet)
 	for _, n := range l.Nodes {
-		cmd := n.NS.Command("nft", "-f", "-")
-		cmd.Stdin = strings.NewReader(`table inet outage {
-	chain out {
-		type filter hook output priority 0; policy accept;
-		tcp dport 6443 reject with tcp reset
-	}
-}`)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("black-hole the API server from %s: %v: %s", n.Name, err, out)
-		}
+		cutAPIServer(t, n, "tcp dport 6443 reject with tcp reset") // refused, as by a stopped API server
 	}
 	// Meanwhile the objects change (each agent's status write hangs), then the outage ends.
 	other := l.CP.Namespace(t)
-	apply(t, l, other, `
-apiVersion: k8s.ovn.org/v1
-kind: EgressFirewall
-metadata: {name: default}
-spec:
-  egress:
-  - {type: Deny, to: {cidrSelector: 192.0.2.0/24}}`)
+	apply(t, l, other, denyTestNet)
 	time.Sleep(outage)
 	for _, n := range l.Nodes {
 		n.NS.MustRun(t, "nft", "delete", "table", "inet", "outage")
@@ -109,13 +77,7 @@ spec:
 	time.Sleep(5 * time.Second)
 	fresh := l.CP.Namespace(t)
 	start := time.Now()
-	apply(t, l, fresh, `
-apiVersion: k8s.ovn.org/v1
-kind: EgressFirewall
-metadata: {name: default}
-spec:
-  egress:
-  - {type: Deny, to: {cidrSelector: 192.0.2.0/24}}`)
+	apply(t, l, fresh, denyTestNet)
 	for _, name := range []string{fresh, other} {
 		for _, n := range l.Nodes {
 			waitFirewallMessage(t, l, name, n.Name+": "+fwApplied)
@@ -125,4 +87,24 @@ spec:
 		}
 	}
 	t.Logf("every entry %s after the new object", time.Since(start).Round(time.Millisecond))
+}
+
+// denyTestNet is an EgressFirewall whose outcome, not its rule, is under test.
+const denyTestNet = `
+apiVersion: k8s.ovn.org/v1
+kind: EgressFirewall
+metadata: {name: default}
+spec:
+  egress:
+  - {type: Deny, to: {cidrSelector: 192.0.2.0/24}}`
+
+// cutAPIServer cuts node n off the API server with rules (nft statements on its output hook),
+// in table inet outage.
+func cutAPIServer(t *testing.T, n *lab.Node, rules string) {
+	t.Helper()
+	cmd := n.NS.Command("nft", "-f", "-")
+	cmd.Stdin = strings.NewReader("table inet outage { chain out { type filter hook output priority 0; policy accept; " + rules + "; }; }")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("cut %s off the API server: %v: %s", n.Name, err, out)
+	}
 }
