@@ -123,10 +123,13 @@ func (l *Lab) StartKubelet(ctx context.Context) error {
 		cancel()
 		f.Shutdown()
 		k.mu.Lock()
-		running := k.pods
+		var running []chan struct{} // a copy: each pod's run deletes its entry as it ends
+		for _, r := range k.pods {
+			running = append(running, r.done)
+		}
 		k.mu.Unlock()
-		for _, r := range running {
-			<-r.done
+		for _, done := range running {
+			<-done
 		}
 	})
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
