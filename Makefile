@@ -8,7 +8,7 @@ CLANG    ?= clang
 FUZZTIME ?= 5m
 export EGRESSD_REQUIRE_PRIVILEGED ?= 0
 
-.PHONY: all build generate docs verify-generate deps controlplane-bin node-bin image-archive test test-unit fuzz bench-memory bench-bfd bench-firewall bench-cni bench-egressip bench-egressservice bench-externalroute demo demo-down \
+.PHONY: all build generate docs verify-generate deps controlplane-bin node-bin image-archive test test-unit fuzz bench-memory bench-bfd bench-firewall bench-cni bench-egressip bench-egressservice bench-externalroute bench-scale demo demo-down \
         controlplane-up controlplane-down image clean
 
 all: build
@@ -74,6 +74,9 @@ bench-firewall: deps controlplane-bin ## classifier ns/packet; 8000-rule apply t
 	$(GO) test ./dataplane/classifier -run '^$$' -bench PrivilegedClassifier -benchtime 2000000x
 	$(GO) test ./dataplane/classifier -run '^$$' -bench PrivilegedApply -benchtime 20x
 	$(GO) test ./test/e2e -run '^$$' -bench 'Privileged(FirewallApply|Throughput)' -benchtime 1x -timeout 20m
+
+bench-scale: deps controlplane-bin ## issue #35's targets on kwok's 5,000 nodes and 150,000 pods, 10,000 EgressFirewalls, real agents and controller (SCALE=small: 50 nodes, 1,500 pods, a quick run)
+	$(GO) run ./test/scale -size $(or $(SCALE),full)
 
 demo: deps ## egressd on its lab: expected vs observed per example (KEEP=1 leaves it up)
 	$(GO) run ./test/demo $(if $(KEEP),--keep)

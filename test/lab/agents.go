@@ -83,6 +83,14 @@ func (l *Lab) StartAgents(ctx context.Context) error {
 	return nil
 }
 
+// readyTimeout is Options.ReadyTimeout or its default.
+func (l *Lab) readyTimeout() time.Duration {
+	if l.opts.ReadyTimeout > 0 {
+		return l.opts.ReadyTimeout
+	}
+	return time.Minute
+}
+
 // controllerNodes are ControllerNodes, or the first node without a kubelet.
 func (l *Lab) controllerNodes() []int {
 	if l.opts.ControllerNodes != nil {
@@ -117,7 +125,7 @@ func (n *Node) StartController(ctx context.Context) error {
 		return err
 	}
 	n.Controller = p
-	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	rctx, cancel := context.WithTimeout(ctx, n.lab.readyTimeout())
 	defer cancel()
 	if err := p.WaitReady(rctx); err != nil {
 		return fmt.Errorf("%w\n%s", err, tail(p.Log(), 40))
@@ -269,7 +277,7 @@ func (n *Node) StartAgent(ctx context.Context) error {
 		return err
 	}
 	n.Agent = p
-	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	rctx, cancel := context.WithTimeout(ctx, n.lab.readyTimeout())
 	defer cancel()
 	if err := p.WaitReady(rctx); err != nil {
 		return fmt.Errorf("%w\n%s", err, tail(p.Log(), 40))

@@ -63,6 +63,9 @@ type Options struct {
 	Agents bool
 	// AgentArgs are extra egressd flags.
 	AgentArgs []string
+	// ReadyTimeout bounds the wait for a started agent or controller to be ready (default a
+	// minute; a cluster of thousands of nodes takes longer to sync).
+	ReadyTimeout time.Duration
 	// ControllerNodes are the indices of the nodes in whose namespace a replica of egressd
 	// controller runs with the agents (as a hostNetwork pod would; default: the first node
 	// that no kubelet runs). ControllerArgs are its extra flags.

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/egressd/egressd/test/agent"
+)
+
+// progress prints line() every 5 s until the returned stop is called.
+func progress(w io.Writer, line func() string) (stop func()) {
+	done := make(chan struct{})
+	t := time.NewTicker(5 * time.Second)
+	go func() {
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				fmt.Fprintln(w, "  "+line())
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// metrics is one scrape of a process's /metrics: series (name and labels as exposed) -> value.
+type metrics map[string]float64
+
+func scrape(p *agent.Process) (metrics, error) {
+	code, body, err := p.Get("/metrics")
+	if err != nil {
+		return nil, err
+	}
+	if code != 200 {
+		return nil, fmt.Errorf("%s /metrics: %d", p.Node, code)
+	}
+	m := metrics{}
+	for _, line := range strings.Split(body, "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			m[line[:i]] = v
+		}
+	}
+	return m, nil
+}
+
+// sum adds the series of family name (with any labels) whose labels contain every one of
+// match (e.g. `feature="apply"`).
+func (m metrics) sum(name string, match ...string) float64 {
+	var total float64
+	for k, v := range m {
+		rest, ok := strings.CutPrefix(k, name)
+		if !ok || (rest != "" && rest[0] != '{') {
+			continue
+		}
+		if !containsAll(rest, match) {
+			continue
+		}
+		total += v
+	}
+	return total
+}
+
+func containsAll(s string, subs []string) bool {
+	for _, m := range subs {
+		if !strings.Contains(s, m) {
+			return false
+		}
+	}
+	return true
+}
+
+// usage is what the harness reads of a process at one instant.
+type usage struct {
+	rss, heap, cpu float64 // bytes, bytes, CPU seconds
+}
+
+func read(p *agent.Process) (usage, error) {
+	m, err := scrape(p)
+	if err != nil {
+		return usage{}, err
+	}
+	return usage{rss: m["process_resident_memory_bytes"], heap: m["go_memstats_heap_inuse_bytes"], cpu: m["process_cpu_seconds_total"]}, nil
+}
+
+// quantiles of ds: min, median, p99 (nearest rank), max.
+func quantiles(ds []time.Duration) (lo, med, p99, hi time.Duration) {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	rank := func(q float64) time.Duration {
+		i := int(q*float64(len(s))+0.999999) - 1
+		return s[max(0, min(i, len(s)-1))]
+	}
+	return s[0], rank(0.5), rank(0.99), s[len(s)-1]
+}
+
+func mb(b float64) string { return fmt.Sprintf("%.1f MB", b/1e6) }
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/1e6) }
