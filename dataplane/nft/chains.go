@@ -147,7 +147,10 @@ func writeTable(c *nftables.Conn, mask uint32, queue dnsQueue, elems contents) e
 	sets := map[string]*nftables.Set{}
 	for _, def := range setDefs {
 		s := *def // AddSet gives the set an ID for this transaction
-		if err := c.AddSet(&s, elems.elements(s.Name)); err != nil {
+		if err := c.AddSet(&s, nil); err != nil {
+			return err
+		}
+		if err := inMessages(c.SetAddElements, &s, elems.elements(s.Name)); err != nil {
 			return err
 		}
 		sets[s.Name] = &s

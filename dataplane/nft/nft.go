@@ -110,6 +110,7 @@ import (
 	"sync/atomic"
 
 	"github.com/google/nftables"
+	mdnetlink "github.com/mdlayher/netlink"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -170,7 +171,7 @@ type Table struct {
 // New opens a netlink connection to nftables in the current network namespace; it stays there
 // whichever thread uses it later.
 func New() (*Table, error) {
-	c, err := nftables.New(nftables.AsLasting())
+	c, err := nftables.New(nftables.AsLasting(), nftables.WithSockOptions(batchBuffers))
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
@@ -181,6 +182,37 @@ func New() (*Table, error) {
 	return &Table{conn: c, denyCounts: newTally[dataplane.Origin](), snatCounts: newTally[netip.Addr](),
 		objectCounts: newTally[string](), drops: newDropLog(), ct: ct, unflushed: map[netip.Addr]bool{},
 		compatQueue: !nativeQueue(c)}, nil
+}
+
+// Socket buffers of the connection the table is written through. A table is written whole in
+// one transaction (one batch: the kernel applies all of it or none); at a large cluster's size
+// (10,000 pods under EgressIPs, thousands of firewalled pods) the batch is several MB, past a
+// socket's default 208 KB (the kernel refuses it: "message too long"), and the
+// acknowledgement of each of its messages overflows the default receive buffer. nft(8) grows
+// its buffers to its batch the same way.
+const (
+	batchSendBuffer    = 256 << 20
+	batchReceiveBuffer = 32 << 20
+)
+
+// batchBuffers sets the buffers past the system's maximum (SO_*BUFFORCE: CAP_NET_ADMIN, which
+// the agent has), else as far as the maximum allows.
+func batchBuffers(c *mdnetlink.Conn) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var forced error
+	if err := raw.Control(func(fd uintptr) {
+		forced = errors.Join(unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, batchSendBuffer),
+			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, batchReceiveBuffer))
+	}); err != nil {
+		return err
+	}
+	if forced != nil {
+		return errors.Join(c.SetWriteBuffer(batchSendBuffer), c.SetReadBuffer(batchReceiveBuffer))
+	}
+	return nil
 }
 
 // Close releases the netlink connection; the table stays as programmed.

@@ -171,6 +171,25 @@ func (t *Table) intact() bool {
 	return err == nil && (got.Use == size || bits.ReverseBytes32(got.Use) == size)
 }
 
+// elementsPerMessage bounds the set elements of one netlink message: they travel in one
+// attribute, whose length has 16 bits (64 KB), and past it the message is garbled and the
+// kernel refuses the whole transaction. 256 elements of the largest (a concatenated key and a
+// verdict or mark) stay well under.
+const elementsPerMessage = 256
+
+// inMessages queues els for set s through op (an add or a delete) in as many messages as
+// elementsPerMessage needs; they are still one transaction.
+func inMessages(op func(*nftables.Set, []nftables.SetElement) error, s *nftables.Set, els []nftables.SetElement) error {
+	for len(els) > 0 {
+		n := min(len(els), elementsPerMessage)
+		if err := op(s, els[:n]); err != nil {
+			return err
+		}
+		els = els[n:]
+	}
+	return nil
+}
+
 // update deletes and adds the changed entries in one transaction.
 func (t *Table) update(want contents) error {
 	for _, def := range setDefs {
@@ -185,15 +204,11 @@ func (t *Table) update(want contents) error {
 				add = append(add, e.els...)
 			}
 		}
-		if len(del) > 0 {
-			if err := t.conn.SetDeleteElements(def, del); err != nil {
-				return err
-			}
+		if err := inMessages(t.conn.SetDeleteElements, def, del); err != nil {
+			return err
 		}
-		if len(add) > 0 {
-			if err := t.conn.SetAddElements(def, add); err != nil {
-				return err
-			}
+		if err := inMessages(t.conn.SetAddElements, def, add); err != nil {
+			return err
 		}
 	}
 	return t.conn.Flush()
