@@ -94,11 +94,14 @@ func (c *Compiler) compileAll(in *cluster.Input) (Part, error) {
 			continue // the API server rejects other names; nothing to enforce
 		}
 		fw := dataplane.Firewall{Origin: dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: ef.Namespace, Name: ef.Name}}
-		if m, ok := c.memo.firewall(ef); ok {
+		nodesGen, names, keep := inputs(in, ef)
+		if m, ok := c.memo.firewall(ef, nodesGen, names); ok && keep {
 			fw.Rules, fw.Err = m.rules, m.err
 		} else {
 			fw.Rules, fw.Err = rules(in, ef, nodes)
-			c.memo.keep(ef, fw.Rules, fw.Err)
+			if keep {
+				c.memo.keep(ef, nodesGen, names, fw.Rules, fw.Err)
+			}
 		}
 		named := false
 		for _, r := range ef.Spec.Egress {

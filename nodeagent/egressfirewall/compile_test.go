@@ -142,7 +142,7 @@ func TestCompileFirewallMemo(t *testing.T) {
 		return part.Firewalls
 	}
 	first := compile()
-	if _, ok := m.firewall(e); !ok {
+	if _, ok := m.firewall(e, 0, 0); !ok {
 		t.Fatal("not memoized")
 	}
 	second := compile()
@@ -154,11 +154,41 @@ func TestCompileFirewallMemo(t *testing.T) {
 	if third := compile(); third[0].Rules[0].Deny {
 		t.Errorf("a new generation was not recompiled: %+v", third[0].Rules[0])
 	}
-	withNodes := ef("b", ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{NodeSelector: &metav1.LabelSelector{}}})
-	withNodes.UID = "uid-2"
-	m.keep(withNodes, nil, nil)
-	if _, ok := m.firewall(withNodes); ok {
-		t.Error("a firewall depending on nodes was memoized")
+}
+
+// A firewall whose rules read the nodes or DNS answers is compiled again when those move, not
+// at every sync: a nodeSelector rule when a Node changed, a dnsName rule when its name's
+// addresses did.
+func TestCompileFirewallMemoInputs(t *testing.T) {
+	e := ef("a", ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{DNSName: "api.example.com"}},
+		ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{NodeSelector: &metav1.LabelSelector{}}})
+	e.UID, e.Generation = "uid-1", 1
+	snap := watcherstest.Snapshot(e)
+	gens := watchers.NewGenerations(&ovnv1.EgressFirewall{}, &corev1.Node{}, &corev1.Namespace{})
+	snap.Generations = gens
+	answer := []netip.Addr{netip.MustParseAddr("192.0.2.1")}
+	c := &Compiler{}
+	compile := func() []dataplane.FirewallRule {
+		t.Helper()
+		c.list.valid = false // the list is not kept with a dnsName rule anyway
+		part, err := c.Compile(&cluster.Input{Snap: snap, Lookup: func(string) []netip.Addr { return answer }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return part.Firewalls[0].Rules
+	}
+	first := compile()
+	if again := compile(); &again[0] != &first[0] {
+		t.Error("recompiled with the same answers and nodes")
+	}
+	answer = append(answer, netip.MustParseAddr("192.0.2.2"))
+	second := compile()
+	if &second[0] == &first[0] || len(second[0].Prefixes) != 2 {
+		t.Errorf("a new answer was not compiled in: %+v", second[0])
+	}
+	gens.Count(&corev1.Node{})
+	if third := compile(); &third[0] == &second[0] {
+		t.Error("a Node change did not recompile a nodeSelector rule")
 	}
 }
 

@@ -1,40 +1,68 @@
 package egressfirewall
 
 import (
+	"hash/fnv"
+
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/internal/dnsname"
+	"github.com/egressd/egressd/nodeagent/cluster"
 )
 
-// memo keeps the compiled rules of EgressFirewalls whose result depends on their spec alone
-// (no nodeSelector or dnsName rule), by UID and generation: with a thousand namespaces, a sync
-// after one change compiles one firewall, not all of them.
+// memo keeps the compiled rules of EgressFirewalls by UID and generation, with what else they
+// were compiled from: the nodes (the Node informer's change count) for a nodeSelector rule, and
+// the addresses each dnsName rule's name had. With ten thousand namespaces, a sync after one
+// change, or after one name's new answer, compiles that firewall, not all of them.
 type memo struct {
 	firewalls map[types.UID]compiledFirewall
 }
 
 type compiledFirewall struct {
 	generation int64
-	rules      []dataplane.FirewallRule
-	err        error
+	// nodes is the nodes' change count the rules were compiled at (0: no nodeSelector rule);
+	// names, a hash of the addresses of its dnsName rules' names (0: none).
+	nodes, names uint64
+	rules        []dataplane.FirewallRule
+	err          error
 }
 
-func (m *memo) firewall(ef *ovnv1.EgressFirewall) (compiledFirewall, bool) {
-	c, ok := m.firewalls[ef.UID]
-	return c, ok && c.generation == ef.Generation
-}
-
-func (m *memo) keep(ef *ovnv1.EgressFirewall, rules []dataplane.FirewallRule, err error) {
+// inputs are what ef's rules read besides its spec: the nodes' change count when it has a
+// nodeSelector rule (ok false when unknown: then it is not kept), and the hash of its names'
+// addresses when it has dnsName rules.
+func inputs(in *cluster.Input, ef *ovnv1.EgressFirewall) (nodes, names uint64, ok bool) {
+	h := fnv.New64a()
 	for _, r := range ef.Spec.Egress {
-		if r.To.NodeSelector != nil || r.To.DNSName != "" {
-			return // depends on nodes or DNS answers too
+		switch {
+		case r.To.NodeSelector != nil && nodes == 0:
+			var known bool
+			if nodes, known = in.Snap.Generations.Of(&corev1.Node{}); !known {
+				return 0, 0, false
+			}
+			nodes++ // 0 means "no nodeSelector rule"
+		case r.To.DNSName != "":
+			h.Write([]byte(r.To.DNSName))
+			for _, a := range in.Lookup(dnsname.Canonical(r.To.DNSName)) {
+				h.Write(a.AsSlice())
+			}
+			names = h.Sum64() | 1 // 0 means "no dnsName rule"
 		}
 	}
+	return nodes, names, true
+}
+
+func (m *memo) firewall(ef *ovnv1.EgressFirewall, nodes, names uint64) (compiledFirewall, bool) {
+	c, ok := m.firewalls[ef.UID]
+	return c, ok && c.generation == ef.Generation && c.nodes == nodes && c.names == names
+}
+
+func (m *memo) keep(ef *ovnv1.EgressFirewall, nodes, names uint64, rules []dataplane.FirewallRule, err error) {
 	if m.firewalls == nil {
 		m.firewalls = map[types.UID]compiledFirewall{}
 	}
-	m.firewalls[ef.UID] = compiledFirewall{generation: ef.Generation, rules: rules, err: err}
+	m.firewalls[ef.UID] = compiledFirewall{generation: ef.Generation, nodes: nodes, names: names, rules: rules, err: err}
 }
 
 // forgetBut drops what is kept for firewalls no longer listed.
