@@ -215,10 +215,11 @@ func batchBuffers(c *mdnetlink.Conn) error {
 	return nil
 }
 
-// Close releases the netlink connection; the table stays as programmed.
+// Close releases the netlink connections; the table stays as programmed.
 func (t *Table) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.ct.Close()
 	return t.conn.CloseLasting()
 }
 
