@@ -90,20 +90,26 @@ func (s *server) set(ttl uint32, fail bool, ips ...string) {
 
 // serve runs s on a loopback port and returns its address.
 func serve(t *testing.T, s *server) string {
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &dns.Server{PacketConn: pc, Handler: s}
-	go func() { _ = srv.ActivateAndServe() }()
-	t.Cleanup(func() { _ = srv.Shutdown() })
-	// TCP on the same port, for truncated answers.
-	if l, err := net.Listen("tcp", pc.LocalAddr().String()); err == nil {
-		tcp := &dns.Server{Listener: l, Handler: s}
+	// UDP and TCP (for truncated answers) on one port: a free UDP port's TCP twin may be taken
+	// (other tests' servers), so a pair is tried until both bind.
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc, err := net.ListenPacket("udp", l.Addr().String())
+		if err != nil {
+			l.Close()
+			continue
+		}
+		udp, tcp := &dns.Server{PacketConn: pc, Handler: s}, &dns.Server{Listener: l, Handler: s}
+		go func() { _ = udp.ActivateAndServe() }()
 		go func() { _ = tcp.ActivateAndServe() }()
-		t.Cleanup(func() { _ = tcp.Shutdown() })
+		t.Cleanup(func() { _ = udp.Shutdown(); _ = tcp.Shutdown() })
+		return l.Addr().String()
 	}
-	return pc.LocalAddr().String()
+	t.Fatal("no port free for both UDP and TCP")
+	return ""
 }
 
 // start runs a resolver asking servers, in order, with short test timings.
