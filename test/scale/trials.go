@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// steadyState measures the agent's and the controller's CPU over h.steady on the settled
+// cluster (unsettled: the agents still write their status entries, which the lines say), the
+// cost of one sync (every sync recomputes the node's whole state: a full resync), and their
+// memory afterwards.
+func (h *harness) steadyState(ctx context.Context, agent0, ctl0 usage, settled bool) error {
+	h.logf("steady cluster: %s", h.steady)
+	steady := "steady cluster"
+	if !settled {
+		steady = "cluster not settled (status entries pending)"
+	}
+	a := h.lab.Nodes[0].Agent
+	wctx, stopWatches := context.WithCancel(ctx)
+	defer stopWatches()
+	events, err := countWatchEvents(wctx, h.meta)
+	if err != nil {
+		return err
+	}
+	reqA0, err := dispatched(ctx, h.c.kube, agentFlow)
+	if err != nil {
+		return err
+	}
+	reqC0, err := dispatched(ctx, h.c.kube, controllerFlow)
+	if err != nil {
+		return err
+	}
+	m0, err := scrape(a)
+	if err != nil {
+		return err
+	}
+	a1, c1, err := h.usage()
+	if err != nil {
+		return err
+	}
+	time.Sleep(h.steady)
+	seen := events()
+	reqA1, err := dispatched(ctx, h.c.kube, agentFlow)
+	if err != nil {
+		return err
+	}
+	reqC1, err := dispatched(ctx, h.c.kube, controllerFlow)
+	if err != nil {
+		return err
+	}
+	m1, err := scrape(a)
+	if err != nil {
+		return err
+	}
+	a2, c2, err := h.usage()
+	if err != nil {
+		return err
+	}
+	secs := h.steady.Seconds()
+	h.record("API server: watch events to each agent, "+steady, fmt.Sprintf("%.1f/s", float64(seen)/secs), "")
+	h.record("API server: requests per agent, "+steady, fmt.Sprintf("%.2f/s", (reqA1-reqA0)/float64(len(h.lab.Nodes))/secs), "")
+	h.record("API server: requests of the controller, "+steady, fmt.Sprintf("%.2f/s", (reqC1-reqC0)/secs), "")
+	h.record("agent CPU, "+steady, fmt.Sprintf("%.2f%% of a core", 100*(a2.cpu-a1.cpu)/secs), "< 1%")
+	h.record("controller CPU, "+steady, fmt.Sprintf("%.2f%% of a core", 100*(c2.cpu-c1.cpu)/secs), "")
+	syncs := m1.sum("egressd_sync_duration_seconds_count", `feature="apply"`) - m0.sum("egressd_sync_duration_seconds_count", `feature="apply"`)
+	if syncs > 0 {
+		per := (m1.sum("egressd_sync_duration_seconds_sum") - m0.sum("egressd_sync_duration_seconds_sum")) / syncs
+		apply := (m1.sum("egressd_sync_duration_seconds_sum", `feature="apply"`) - m0.sum("egressd_sync_duration_seconds_sum", `feature="apply"`)) / syncs
+		h.record("agent syncs (full recompute + apply), "+steady, fmt.Sprintf("%.2f/s", syncs/secs), "")
+		h.record("agent full resync (one sync: compile + apply)", fmt.Sprintf("%s (apply %s)", ms(time.Duration(per*1e9)), ms(time.Duration(apply*1e9))), "")
+	}
+	pods := float64(h.s.Pods + h.s.RealNodes*h.s.LabPods)
+	h.record("agent RSS, full cluster", mb(a2.rss), "<= 250 MB")
+	h.record("agent RSS per cluster pod above empty", fmt.Sprintf("%.2f KB", (a2.rss-agent0.rss)/pods/1e3), "<= 1 KB")
+	h.record("agent Go heap in use per cluster pod", fmt.Sprintf("%.2f KB", (a2.heap-agent0.heap)/pods/1e3), "")
+	h.record("controller RSS, full cluster", mb(c2.rss), "")
+	h.record("controller RSS per cluster pod above empty", fmt.Sprintf("%.2f KB", (c2.rss-ctl0.rss)/pods/1e3), "<= 1 KB")
+	return nil
+}
+
+// changeLatency edits the EgressFirewall of a namespace with a pod on the first real node,
+// adding and removing a rule in turn, and times each edit until that node's agent reports the
+// new rule count programmed (egressd_egressfirewall_rules, set once the kernel holds it).
+func (h *harness) changeLatency(ctx context.Context) error {
+	a := h.lab.Nodes[0].Agent
+	efs := h.c.ovn.K8sOVNV1().EgressFirewalls(nsName(0))
+	m, err := scrape(a)
+	if err != nil {
+		return err
+	}
+	base := m.sum("egressd_egressfirewall_rules")
+	h.logf("EgressFirewall change trials: %d (node holds %.0f rules)", h.trials, base)
+	var lat, scrapes []time.Duration
+	budget := time.Now().Add(h.wait)
+	unfinished := "" // the trial the budget cut short
+trials:
+	for t := 0; t < h.trials && time.Now().Before(budget); t++ {
+		extra := (t + 1) % 2
+		ef, err := efs.Get(ctx, "default", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ef.Spec.Egress = firewallRules(0, extra)
+		begin := time.Now()
+		if _, err := efs.Update(ctx, ef, metav1.UpdateOptions{}); err != nil {
+			if apierrors.IsConflict(err) { // the status writers raced this edit: try again
+				continue
+			}
+			return err
+		}
+		want := base + float64(extra)
+		for {
+			s0 := time.Now()
+			m, err := scrape(a)
+			scrapes = append(scrapes, time.Since(s0))
+			if err == nil && m.sum("egressd_egressfirewall_rules") == want {
+				break
+			}
+			if time.Now().After(budget) {
+				unfinished = fmt.Sprintf("; one more not programmed after %s", time.Since(begin).Round(time.Second))
+				break trials
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		lat = append(lat, time.Since(begin))
+		time.Sleep(200 * time.Millisecond)
+	}
+	m1, err := scrape(a)
+	if err != nil {
+		return err
+	}
+	if n := m1.sum("egressd_programming_latency_seconds_count") - m.sum("egressd_programming_latency_seconds_count"); n > 0 {
+		mean := (m1.sum("egressd_programming_latency_seconds_sum") - m.sum("egressd_programming_latency_seconds_sum")) / n
+		h.record("agent's own programming latency over the trials (mean)", ms(time.Duration(mean*1e9)), "")
+	}
+	what := fmt.Sprintf("EgressFirewall change -> programmed on a node (%d of %d trials within %s)", len(lat), h.trials, h.wait)
+	if len(lat) == 0 {
+		h.record(what, "none"+unfinished, "p99 <= 100 ms")
+		return nil
+	}
+	lo, med, p99, hi := quantiles(lat)
+	_, scrapeTime, _, _ := quantiles(scrapes)
+	h.record(what, fmt.Sprintf("min %s, median %s, p99 %s, max %s (seen by polling /metrics, one scrape %s)%s",
+		ms(lo), ms(med), ms(p99), ms(hi), ms(scrapeTime), unfinished), "p99 <= 100 ms")
+	return nil
+}
