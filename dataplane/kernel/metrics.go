@@ -1,9 +1,10 @@
 package kernel
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/nft"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Collectors are the dataplane's Prometheus metrics.
