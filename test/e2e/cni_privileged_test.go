@@ -128,7 +128,7 @@ func TestPrivilegedCNIFirstPacketDenied(t *testing.T) {
 		switch dropped := spoofCounts(t, n)["unknown_source"] - spoofed; {
 		case n.CNI == lab.Routed && leaked == 0:
 			t.Errorf("without egressd-cni on %s: no datagram leaked; the test does not show what the plugin closes", n.Name)
-		case n.CNI == lab.Bridged && (leaked != 0 || dropped == 0):
+		case n.CNI.Bridges() && (leaked != 0 || dropped == 0):
 			t.Errorf("without egressd-cni on %s (bridged): %d datagrams leaked, %d dropped as unknown sources; want none leaked, some dropped", n.Name, leaked, dropped)
 		}
 

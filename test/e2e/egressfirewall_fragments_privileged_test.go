@@ -98,7 +98,7 @@ func datagramsFollowFirst(t *testing.T, p *lab.Pod, web *lab.External, allowed, 
 	n := p.Node
 	dt, df, dd := fragments(t, n, "tracked")-tracked, fragments(t, n, "followed")-followed, fragments(t, n, "dropped")-dropped
 	t.Logf("%s (%s CNI): fragments tracked +%v, followed +%v, dropped +%v", n.Name, n.CNI, dt, df, dd)
-	if reassembled, _ := n.NS.Run("sysctl", "-n", "net.bridge.bridge-nf-call-iptables"); n.CNI == lab.Bridged && strings.TrimSpace(reassembled) == "1" {
+	if reassembled, _ := n.NS.Run("sysctl", "-n", "net.bridge.bridge-nf-call-iptables"); n.CNI.Bridges() && strings.TrimSpace(reassembled) == "1" {
 		return
 	}
 	// 2 families x (1 allowed + 3 denied) datagrams, each of 3 fragments.

@@ -56,7 +56,7 @@ func TestPrivilegedSpoofedSource(t *testing.T) {
 				t.Errorf("node %s (%s CNI): egressd_spoofed_packets_total{reason=%q} rose by %d, want >= %d", n.Name, n.CNI, reason, got, len(srcs))
 			}
 		}
-		if n.CNI == lab.Bridged {
+		if n.CNI.Bridges() {
 			arpPoisoning(t, n, attacker, victim)
 			bridgedAttacker, bridgedVictim = attacker, victim
 		}

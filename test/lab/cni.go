@@ -146,6 +146,11 @@ func (n *Node) conflistBuilt(o PodOptions) (*libcni.NetworkConfigList, error) {
 	case Bridged:
 		primary = map[string]any{"type": "bridge", "bridge": "cni0", "isGateway": true, "isDefaultGateway": true,
 			"ipMasq": false, "ipam": ipam}
+	case Flannel:
+		var err error
+		if primary, err = n.flannelPrimary(ipam["dataDir"].(string)); err != nil {
+			return nil, err
+		}
 	default:
 		ipam["routes"] = []map[string]string{{"dst": "0.0.0.0/0"}, {"dst": "::/0"}}
 		primary = map[string]any{"type": "ptp", "ipMasq": false, "ipam": ipam}

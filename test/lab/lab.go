@@ -36,7 +36,13 @@ const (
 	Routed CNI = "routed"
 	// Bridged pods: veths enslaved to a node bridge that holds the pod gateway (bridge CNI).
 	Bridged CNI = "bridged"
+	// Flannel: flanneld's VXLAN overlay and masquerade, pods on the bridge its CNI plugin
+	// delegates to (flannel.go). A cluster-wide choice: every node of the lab, or none.
+	Flannel CNI = "flannel"
 )
+
+// Bridges says whether the node's pods hang off a bridge (cni0) rather than a routed veth each.
+func (c CNI) Bridges() bool { return c == Bridged || c == Flannel }
 
 // Addressing of the lab.
 var (
@@ -203,8 +209,16 @@ func (l *Lab) onClose(f func()) {
 	l.cleanups = append(l.cleanups, f)
 }
 
+// flannel says whether the lab's nodes run flannel (Options.CNI: all of them, or an error).
+func (l *Lab) flannel() bool { return l.opts.CNI[0] == Flannel }
+
 func (l *Lab) build(ctx context.Context) error {
 	start := time.Now()
+	for i := range l.opts.Nodes {
+		if (l.opts.CNI[i] == Flannel) != l.flannel() {
+			return fmt.Errorf("flannel is an overlay of the whole cluster: node %d runs %q, node 0 %q", i, l.opts.CNI[i], l.opts.CNI[0])
+		}
+	}
 	var err error
 	if l.Fabric, err = l.newNS("fabric"); err != nil {
 		return err
@@ -222,9 +236,15 @@ func (l *Lab) build(ctx context.Context) error {
 		}
 		l.Nodes = append(l.Nodes, n)
 	}
-	for _, n := range l.Nodes {
-		if err := n.routeToPeers(l.Nodes); err != nil {
+	if l.flannel() {
+		if err := l.startFlannel(ctx); err != nil {
 			return err
+		}
+	} else {
+		for _, n := range l.Nodes {
+			if err := n.routeToPeers(l.Nodes); err != nil {
+				return err
+			}
 		}
 	}
 	l.logf("lab %s: %d nodes up in %s", l.ID, len(l.Nodes), time.Since(start).Round(time.Millisecond))

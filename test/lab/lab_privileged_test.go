@@ -2,6 +2,7 @@ package lab_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -54,17 +55,42 @@ func macOf(t *testing.T, n *lab.Node, link string) string {
 	return mac
 }
 
-// What a CNI gives pods, on both CNI shapes: egress to external hosts masqueraded to the node
-// IP, pod-to-pod with pod IPs preserved, IPv6 alike, and servers reporting DSCP and MAC.
+// What a CNI gives pods, on both CNI shapes and on flannel: egress to external hosts
+// masqueraded to the node IP, pod-to-pod with pod IPs preserved, IPv6 alike, and servers
+// reporting DSCP and MAC.
 func TestPrivilegedLabConnectivity(t *testing.T) {
 	privileged.Require(t)
-	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}})
+	for name, shapes := range map[string]map[int]lab.CNI{"routed+bridged": {1: lab.Bridged}, "flannel": {0: lab.Flannel, 1: lab.Flannel}} {
+		t.Run(name, func(t *testing.T) {
+			l := lab.New(t, lab.Options{Nodes: 2, CNI: shapes})
+			checkConnectivity(t, l)
+			if shapes[0] != lab.Flannel {
+				return
+			}
+			// Pod to pod crossed flannel's overlay, not a route of the lab's.
+			for _, n := range l.Nodes {
+				out, err := n.NS.Run("ip", "-s", "-j", "link", "show", "flannel.1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				var links []struct {
+					Stats struct{ TX struct{ Packets int } } `json:"stats64"`
+				}
+				if err := json.Unmarshal([]byte(out), &links); err != nil || len(links) != 1 || links[0].Stats.TX.Packets == 0 {
+					t.Errorf("%s: flannel.1 sent nothing: %s (%v)", n.Name, out, err)
+				}
+			}
+		})
+	}
+}
+
+func checkConnectivity(t *testing.T, l *lab.Lab) {
 	ns := l.CP.Namespace(t)
 	ext, err := l.AddExternal("web", lab.ExternalOptions{}, "203.0.113.10", "2001:db8::10")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pods := []*lab.Pod{mustPod(t, l.Nodes[0], ns, "routed"), mustPod(t, l.Nodes[1], ns, "bridged")}
+	pods := []*lab.Pod{mustPod(t, l.Nodes[0], ns, "p0"), mustPod(t, l.Nodes[1], ns, "p1")}
 	if err := pods[1].Serve(8080); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +100,7 @@ func TestPrivilegedLabConnectivity(t *testing.T) {
 	for i, p := range pods {
 		other := pods[1-i]
 		node := p.Node
-		t.Run(string(node.CNI), func(t *testing.T) {
+		t.Run(node.Name, func(t *testing.T) {
 			for _, c := range []struct {
 				name  string
 				res   lab.Result

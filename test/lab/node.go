@@ -81,6 +81,9 @@ func (l *Lab) addNode(ctx context.Context, i int) (*Node, error) {
 	if err := n.NS.Script(script...); err != nil {
 		return nil, err
 	}
+	if n.CNI == Flannel { // flanneld creates its devices and masquerade, the bridge plugin cni0
+		return n, n.registerAndConfigure(ctx)
+	}
 	// The masquerade kindnet and flannel install for pod traffic leaving the cluster.
 	masq := fmt.Sprintf(`table inet labcni {
 	chain postrouting {
@@ -94,18 +97,21 @@ func (l *Lab) addNode(ctx context.Context, i int) (*Node, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("masquerade on %s: %v: %s", n.Name, err, out)
 	}
+	return n, n.registerAndConfigure(ctx)
+}
+
+// registerAndConfigure creates the Node object and, with Options.InstallCNI, the node's CNI
+// configuration, unless a kubelet runs the node (it registers the Node itself).
+func (n *Node) registerAndConfigure(ctx context.Context) error {
 	if n.Kubelet {
-		return n, nil
+		return nil
 	}
-	if l.opts.InstallCNI {
+	if n.lab.opts.InstallCNI && n.CNI != Flannel { // flannel's is written once flanneld has its subnet
 		if err := n.WritePrimaryCNI(); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if err := n.register(ctx); err != nil {
-		return nil, err
-	}
-	return n, nil
+	return n.register(ctx)
 }
 
 // gateway is the first address of a pod CIDR (the bridge's address on bridged nodes).
@@ -130,7 +136,9 @@ func (n *Node) register(ctx context.Context) error {
 		labels[k] = v
 	}
 	obj := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels},
+		// The annotation every kubelet registers with (flanneld assumes a Node has annotations).
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels,
+			Annotations: map[string]string{"volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
 		Spec:       corev1.NodeSpec{PodCIDR: n.PodV4.String(), PodCIDRs: []string{n.PodV4.String(), n.PodV6.String()}},
 	}
 	created, err := n.lab.Client.CoreV1().Nodes().Create(ctx, obj, metav1.CreateOptions{})
@@ -180,7 +188,7 @@ func (n *Node) IngressPrograms(ifname string) ([]tc.Program, error) {
 
 // PodFacing is the node interface that faces a pod: its veth (routed), or the bridge.
 func (p *Pod) PodFacing() string {
-	if p.Node.CNI == Bridged {
+	if p.Node.CNI.Bridges() {
 		return "cni0"
 	}
 	return p.HostLink

@@ -4,14 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/egressd/egressd/test/poll"
-	"github.com/egressd/egressd/test/spawn"
 	"github.com/egressd/egressd/test/toolbuild"
 )
 
@@ -52,46 +48,16 @@ func (l *Lab) startRealKubeProxy(ctx context.Context, mode string) error {
 				return err
 			}
 		}
-		logPath := filepath.Join(l.Dir, "kube-proxy@"+n.Name+".log")
-		logf, err := os.Create(logPath)
-		if err != nil {
-			return err
-		}
 		// No conntrack sysctls: the table size is the machine's (a namespace cannot set it), and
 		// the timeouts are left as they are.
-		cmd := exec.Command("nsenter", "--net="+n.NS.Path(), filepath.Join(dir, "kube-proxy"),
+		argv := []string{filepath.Join(dir, "kube-proxy"),
 			"--kubeconfig", kubeconfig, "--hostname-override", n.Name, "--proxy-mode", mode,
 			"--cluster-cidr", strings.Join(clusterCIDRs, ","),
 			"--healthz-bind-address", kubeProxyHealthz, "--metrics-bind-address", "127.0.0.1:10249",
 			"--conntrack-max-per-core", "0", "--conntrack-tcp-timeout-established", "0",
-			"--conntrack-tcp-timeout-close-wait", "0", "-v", "2")
-		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := spawn.Start(cmd); err != nil {
-			logf.Close()
-			return fmt.Errorf("start kube-proxy on %s: %w", n.Name, err)
-		}
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-		l.onClose(func() {
-			_ = cmd.Process.Kill()
-			<-done
-		})
+			"--conntrack-tcp-timeout-close-wait", "0", "-v", "2"}
 		client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: n.Dial, DisableKeepAlives: true}}
-		// An exit ends the wait at once.
-		wctx, cancel := context.WithCancel(ctx)
-		go func() {
-			select {
-			case <-done:
-				cancel()
-			case <-wctx.Done():
-			}
-		}()
-		err = poll.Until(wctx, "kube-proxy ("+mode+") on "+n.Name+" synced", time.Minute, func() error {
-			select {
-			case <-done:
-				return fmt.Errorf("kube-proxy exited")
-			default:
-			}
+		err := n.startDaemon(ctx, "kube-proxy", nil, argv, func() error {
 			resp, err := client.Get("http://" + kubeProxyHealthz + "/healthz")
 			if err != nil {
 				return err
@@ -104,10 +70,8 @@ func (l *Lab) startRealKubeProxy(ctx context.Context, mode string) error {
 			_, err = n.NS.Run(ruleset[0], ruleset[1:]...)
 			return err
 		})
-		cancel()
 		if err != nil {
-			b, _ := os.ReadFile(logPath)
-			return fmt.Errorf("%w\n%s", err, tail(string(b), 40))
+			return err
 		}
 	}
 	return nil

@@ -34,7 +34,7 @@ func CacheDir() string {
 // ControlPlane returns the directory of etcd, kube-apiserver and kube-controller-manager, built
 // from test/tools itself (k8s.io/kubernetes and etcd's server).
 func ControlPlane(log io.Writer) (string, error) {
-	return build(log, "controlplane", toolsDir(""), []string{"etcd/main.go"},
+	return build(log, "controlplane", toolsDir(""), []string{"etcd/main.go"}, false,
 		"k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager", "./etcd")
 }
 
@@ -45,16 +45,23 @@ func Kubernetes(log io.Writer) (string, error) {
 	return Cached(log, "node", nil, "k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes/cmd/kube-scheduler", "k8s.io/kubernetes/cmd/kube-proxy")
 }
 
+// Flannel returns the directory of flanneld (the binary is named flannel), built from
+// test/tools/flannel.
+func Flannel(log io.Writer) (string, error) {
+	// With cgo, as flannel's releases: its udp backend's proxy is C.
+	return build(log, "flannel", toolsDir("flannel"), []string{"tencentvpc/go.mod", "tencentvpc/v20170312/vpc.go"}, true, "github.com/flannel-io/flannel")
+}
+
 // Cached builds pkgs of the module test/tools/<module> into
 // <cache>/<module>/<hash of go.mod, go.sum and sources>, once: concurrent test binaries wait
 // for the one that builds.
 func Cached(log io.Writer, module string, sources []string, pkgs ...string) (string, error) {
-	return build(log, module, toolsDir(module), sources, pkgs...)
+	return build(log, module, toolsDir(module), sources, false, pkgs...)
 }
 
 // build builds pkgs of the module in dir into <cache>/<name>/<hash of go.mod, go.sum and
-// sources>.
-func build(log io.Writer, name, dir string, sources []string, pkgs ...string) (string, error) {
+// sources>, static unless cgo.
+func build(log io.Writer, name, dir string, sources []string, cgo bool, pkgs ...string) (string, error) {
 	h := sha256.New()
 	for _, f := range append([]string{"go.mod", "go.sum"}, sources...) {
 		b, err := os.ReadFile(filepath.Join(dir, f))
@@ -89,6 +96,9 @@ func build(log io.Writer, name, dir string, sources []string, pkgs ...string) (s
 	cmd := exec.Command("go", append([]string{"build", "-trimpath", "-tags", "no_btrfs no_devmapper", "-o", tmp + "/"}, pkgs...)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if cgo {
+		cmd.Env[len(cmd.Env)-1] = "CGO_ENABLED=1"
+	}
 	cmd.Stdout, cmd.Stderr = log, log
 	done := make(chan struct{})
 	go func() { // a cold build is silent for minutes: show it is alive
