@@ -139,7 +139,7 @@ func (n *Node) register(ctx context.Context) error {
 		// The annotation every kubelet registers with (flanneld assumes a Node has annotations).
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels,
 			Annotations: map[string]string{"volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
-		Spec:       corev1.NodeSpec{PodCIDR: n.PodV4.String(), PodCIDRs: []string{n.PodV4.String(), n.PodV6.String()}},
+		Spec: corev1.NodeSpec{PodCIDR: n.PodV4.String(), PodCIDRs: []string{n.PodV4.String(), n.PodV6.String()}},
 	}
 	created, err := n.lab.Client.CoreV1().Nodes().Create(ctx, obj, metav1.CreateOptions{})
 	if err != nil {

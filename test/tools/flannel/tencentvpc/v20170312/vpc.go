@@ -44,12 +44,18 @@ type Client struct{}
 
 func NewClientWithSecretId(string, string, string) (*Client, error) { return nil, errUnavailable }
 
-func NewDescribeRouteTablesRequest() *DescribeRouteTablesRequest { return &DescribeRouteTablesRequest{} }
-func NewDeleteRoutesRequest() *DeleteRoutesRequest               { return &DeleteRoutesRequest{} }
-func NewCreateRoutesRequest() *CreateRoutesRequest               { return &CreateRoutesRequest{} }
+func NewDescribeRouteTablesRequest() *DescribeRouteTablesRequest {
+	return &DescribeRouteTablesRequest{}
+}
+func NewDeleteRoutesRequest() *DeleteRoutesRequest { return &DeleteRoutesRequest{} }
+func NewCreateRoutesRequest() *CreateRoutesRequest { return &CreateRoutesRequest{} }
 
 func (*Client) DescribeRouteTables(*DescribeRouteTablesRequest) (*DescribeRouteTablesResponse, error) {
 	return nil, errUnavailable
 }
-func (*Client) DeleteRoutes(*DeleteRoutesRequest) (struct{}, error) { return struct{}{}, errUnavailable }
-func (*Client) CreateRoutes(*CreateRoutesRequest) (struct{}, error) { return struct{}{}, errUnavailable }
+func (*Client) DeleteRoutes(*DeleteRoutesRequest) (struct{}, error) {
+	return struct{}{}, errUnavailable
+}
+func (*Client) CreateRoutes(*CreateRoutesRequest) (struct{}, error) {
+	return struct{}{}, errUnavailable
+}
