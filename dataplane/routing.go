@@ -10,6 +10,13 @@ import (
 type RoutingState struct {
 	Rules  []RouteRule
 	Tables []RouteTable
+	// SteeredFrom are the other nodes' primary IPv4 addresses and SteeredPods their pod
+	// networks, while this node SNATs pods of other nodes (EgressIP, EgressService): packets
+	// the nodes steer here directly arrive on the interface that reaches them, with pod sources
+	// that main may route through the CNI's overlay instead (flannel.1, tunl0), which a strict
+	// reverse path filter drops (the kernel side loosens it).
+	SteeredFrom []netip.Addr
+	SteeredPods []netip.Prefix
 }
 
 // RouteRule is `ip rule [from Src] fwmark Mark/Mask lookup Table`, for one family.

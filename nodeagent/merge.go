@@ -108,6 +108,9 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 	s.Nftables.SteerMask = mask
 	s.Nftables.SNAT = append(slices.Clip(p.service.SNAT), eip.SNAT...)
 	s.Tunnel = u.state(len(s.Nftables.SNAT) > 0)
+	if len(s.Nftables.SNAT) > 0 {
+		s.Routing.SteeredFrom, s.Routing.SteeredPods = u.others4(), p.egressIP.RemotePods
+	}
 	byAddr := func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) }
 	s.Nftables.Exempt = union(union(p.egressIP.Exempt, p.service.Exempt, byAddr), vips, byAddr)
 	s.Classifier.SteerExempt = s.Nftables.Exempt

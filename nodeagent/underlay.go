@@ -65,6 +65,18 @@ func newUnderlay(mode SteeringMode, node string, primaries map[string]cluster.Pr
 	return u
 }
 
+// others4 are the other nodes' primary IPv4 addresses, in order.
+func (u *underlay) others4() []netip.Addr {
+	var out []netip.Addr
+	for a := range u.nodes {
+		if a.Is4() {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
 // endpoint is the underlay address of a node: its primary IPv4 address when this node has
 // one (IPv6 traffic too goes over IPv4), else its primary IPv6 address.
 func (u *underlay) endpoint(p cluster.PrimaryIfAddr) netip.Addr {

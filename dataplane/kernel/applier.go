@@ -326,7 +326,7 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	phase("routing", func() map[dataplane.Origin]error {
 		routes = d.routing.WithLinkRoutes(&s.Routing)
 		defer d.reversePath6(tunnel6(&s.Tunnel))
-		defer d.reversePath()
+		defer d.reversePath(s.Routing.SteeredFrom, s.Routing.SteeredPods)
 		return d.routing.Apply(routes, up)
 	})
 	var f faced

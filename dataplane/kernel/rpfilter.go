@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -14,19 +15,24 @@ import (
 	"github.com/egressd/egressd/dataplane/rpfilter"
 )
 
-// reversePath loosens the reverse path filter of the interfaces egressd's routes bring replies
-// in through, where it is strict (routing.Router.ReplyInterfaces), and puts back those no
-// longer used; without a loosener it logs, once per interface, and exports the strict ones.
-func (d *Applier) reversePath() {
+// reversePath loosens the reverse path filter of the interfaces where egressd's traffic arrives
+// with sources main routes elsewhere, where it is strict: those egressd's routes bring replies
+// in through (routing.Router.ReplyInterfaces), and, on an egress node whose CNI routes the other
+// nodes' pods through an overlay, the one other nodes steer to directly (SteeredArrivals). It puts back those no longer used; without a loosener it logs, once per
+// interface, and exports the strict ones.
+func (d *Applier) reversePath(steeredFrom []netip.Addr, steeredPods []netip.Prefix) {
 	consider := rpfilter.Strict
 	if d.loosener != nil {
 		consider = func(name string) bool { return rpfilter.Strict(name) || slices.Contains(d.loosener.Loosened(), name) }
 	}
 	through, complete := d.routing.ReplyInterfaces(consider)
+	arrivals, arrivalsComplete := d.routing.SteeredArrivals(steeredFrom, steeredPods, consider)
+	maps.Copy(through, arrivals)
+	complete = complete && arrivalsComplete
 	if d.loosener != nil {
 		loosened, restored, err := d.loosener.Sync(through, complete)
 		for _, name := range loosened {
-			d.log.Warn("loosened the reverse path filter of an interface egressd routes traffic through (not main's default route's): its replies arrive there, and a strict filter drops them when main routes their source elsewhere; put back once egressd no longer routes through it, or by egressctl cleanup",
+			d.log.Warn("loosened the reverse path filter of an interface where egressd's traffic arrives with sources main routes elsewhere (replies of what egressd routes through it, or packets of other nodes' pods steered to this egress node while the CNI routes those pods through an overlay); a strict filter drops them; put back once no longer needed, or by egressctl cleanup",
 				"interface", name, "sysctl", "net.ipv4.conf."+name+".rp_filter=2")
 		}
 		for _, name := range restored {
@@ -47,7 +53,7 @@ func (d *Applier) reversePath() {
 	for _, name := range strict {
 		d.strictRPFilter.WithLabelValues(name).Set(1)
 		if !slices.Contains(d.strictWarned, name) {
-			d.log.Warn("egressd routes traffic through an interface other than the default route's whose reverse path filter is strict: replies arriving there are dropped when main routes their source elsewhere; set it loose",
+			d.log.Warn("egressd's traffic arrives through an interface whose reverse path filter is strict while main routes its sources elsewhere (replies of what egressd routes through it, or other nodes' steered packets while the CNI routes their pods through an overlay): they are dropped; set it loose",
 				"interface", name, "sysctl", "net.ipv4.conf."+name+".rp_filter=2")
 		}
 	}
@@ -57,7 +63,7 @@ func (d *Applier) reversePath() {
 func newStrictRPFilter() *prometheus.GaugeVec {
 	return prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "egressd_strict_rp_filter_interface",
-		Help: "1 for each interface, other than the IPv4 default route's, that egressd's routes send traffic through (an external gateway's, an egress IP's on a secondary network) while its reverse path filter is strict (rp_filter 1): replies arriving there are dropped when main routes their source elsewhere. The agent loosens it (rp_filter 2) unless --loosen-rp-filter=false, so this says it did not, or could not (its log says why).",
+		Help: "1 for each interface where egressd's traffic arrives with sources main routes elsewhere while its reverse path filter is strict (rp_filter 1), so that it is dropped: one, other than the IPv4 default route's, that egressd's routes send traffic through (an external gateway's, an egress IP's on a secondary network), whose replies come back there; or, on an egress node whose CNI routes the other nodes' pods through an overlay (flannel, Calico IPIP/VXLAN), the default route's, where other nodes' steered packets arrive. The agent loosens it (rp_filter 2) unless --loosen-rp-filter=false, so this says it did not, or could not (its log says why).",
 	}, []string{"interface"})
 }
 

@@ -3,6 +3,7 @@ package routing
 import (
 	"errors"
 	"net"
+	"net/netip"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -43,6 +44,65 @@ func (r *Router) ReplyInterfaces(consider func(name string) bool) (out map[int]s
 	}
 	for index := range defaults {
 		delete(out, index)
+	}
+	return out, complete
+}
+
+// maxArrivalLookups bounds the route lookups of SteeredArrivals per list: the nodes of one
+// cluster, and their pod networks, are routed alike, so a sample decides.
+const maxArrivalLookups = 64
+
+// SteeredArrivals are the interfaces through which main reaches the other nodes (from, their
+// primary IPv4 addresses) when it routes their pods (pods, their pod networks) through another
+// interface, by index: an egress node receives the packets other nodes steer to it directly on
+// the network it shares with them, with the sources of pods that main reaches through the
+// CNI's overlay (flannel.1, tunl0), and a strict reverse path filter there drops them. Only
+// interfaces consider accepts are returned; at most maxArrivalLookups of each list, spread
+// over it, are looked up. complete is false when the kernel could not say.
+func (r *Router) SteeredArrivals(from []netip.Addr, pods []netip.Prefix, consider func(name string) bool) (out map[int]string, complete bool) {
+	out = map[int]string{}
+	if len(from) == 0 || len(pods) == 0 {
+		return out, true
+	}
+	arrival := map[int]bool{}
+	for i := 0; i < len(from); i += max(1, len(from)/maxArrivalLookups) {
+		routes, err := r.h.RouteGet(from[i].AsSlice())
+		if err != nil {
+			return out, false
+		}
+		for _, rt := range routes {
+			arrival[rt.LinkIndex] = true
+		}
+	}
+	var v4 []netip.Prefix
+	for _, p := range pods {
+		if p.Addr().Is4() {
+			v4 = append(v4, p)
+		}
+	}
+	elsewhere := false
+	for i := 0; i < len(v4) && !elsewhere; i += max(1, len(v4)/maxArrivalLookups) {
+		// A pod's address, not the network's: main may route the network address apart.
+		routes, err := r.h.RouteGet(v4[i].Masked().Addr().Next().AsSlice())
+		if err != nil {
+			return out, false
+		}
+		for _, rt := range routes {
+			elsewhere = elsewhere || !arrival[rt.LinkIndex]
+		}
+	}
+	if !elsewhere {
+		return out, true
+	}
+	complete = true
+	for index := range arrival {
+		l, err := r.h.LinkByIndex(index)
+		switch {
+		case err != nil:
+			complete = false
+		case consider(l.Attrs().Name):
+			out[index] = l.Attrs().Name
+		}
 	}
 	return out, complete
 }

@@ -68,7 +68,7 @@ func (l *Lab) StartAgents(ctx context.Context) error {
 		if n.Kubelet {
 			continue // its agent is the DaemonSet's pod
 		}
-		if err := n.ForwardAPI(apiForwardAddr); err != nil {
+		if err := n.forwardAPIOnce(); err != nil {
 			return err
 		}
 		if err := n.StartAgent(ctx); err != nil {
@@ -181,6 +181,19 @@ func (n *Node) ForwardAPI(addr string) error {
 			}()
 		}
 	}()
+	return nil
+}
+
+// forwardAPIOnce starts the node's forwarder at apiForwardAddr, where the node's programs
+// (agent, controller, kube-proxy, flanneld) reach the API server, unless it runs.
+func (n *Node) forwardAPIOnce() error {
+	if n.apiForwarded {
+		return nil
+	}
+	if err := n.ForwardAPI(apiForwardAddr); err != nil {
+		return err
+	}
+	n.apiForwarded = true
 	return nil
 }
 

@@ -70,10 +70,8 @@ func (l *Lab) startFlannel(ctx context.Context) error {
 		return err
 	}
 	for _, n := range l.Nodes {
-		if n.api == nil {
-			if err := n.ForwardAPI(apiForwardAddr); err != nil {
-				return err
-			}
+		if err := n.forwardAPIOnce(); err != nil {
+			return err
 		}
 		if err := makeDir(n.flannelDir()); err != nil {
 			return err

@@ -38,8 +38,9 @@ type Node struct {
 	agentStarted atomic.Bool
 	// fabricPort is the node's port on the fabric bridge (the other end of its eth0).
 	fabricPort string
-	// api is the node's API forwarder (see CutAPI).
-	api *apiForwarder
+	// api is the node's API forwarder (see CutAPI); apiForwarded: it listens at apiForwardAddr.
+	api          *apiForwarder
+	apiForwarded bool
 	// Kubelet: a real kubelet runs the node (Options.Kubelets) and registered its Node.
 	Kubelet bool
 }

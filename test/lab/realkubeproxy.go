@@ -43,10 +43,8 @@ func (l *Lab) startRealKubeProxy(ctx context.Context, mode string) error {
 		clusterCIDRs = append(clusterCIDRs, p.String())
 	}
 	for _, n := range l.Nodes {
-		if n.api == nil {
-			if err := n.ForwardAPI(apiForwardAddr); err != nil {
-				return err
-			}
+		if err := n.forwardAPIOnce(); err != nil {
+			return err
 		}
 		// No conntrack sysctls: the table size is the machine's (a namespace cannot set it), and
 		// the timeouts are left as they are.
