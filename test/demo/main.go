@@ -31,11 +31,15 @@ import (
 const PidFile = "/tmp/egressd-demo.pid"
 
 func main() {
-	keep := flag.Bool("keep", false, "leave the demo running until interrupted")
+	var o options
+	flag.BoolVar(&o.keep, "keep", false, "leave the demo running until interrupted")
+	flag.StringVar(&o.cni, "cni", "routed+bridged", "the lab's CNI: routed+bridged (node-0 routed pods, node-1 bridged: the reference plugins) or flannel (flanneld, VXLAN)")
+	flag.StringVar(&o.kubeProxy, "kube-proxy", "stand-in", "what programs Services: stand-in (the lab's), or the real kube-proxy in iptables or nftables mode")
+	flag.StringVar(&o.report, "report", "", "write the checks per API as JSON to this file (make test-compat)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	failures, err := run(ctx, *keep)
+	failures, err := run(ctx, o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
@@ -51,25 +55,42 @@ func repo() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-func step(format string, a ...any) { fmt.Printf("\n==> "+format+"\n", a...) }
-
-// checker prints expected vs observed and counts mismatches.
-type checker struct{ failures int }
-
-func (c *checker) check(what, expected, observed string) {
-	mark := "ok  "
-	if expected != observed {
-		mark = "FAIL"
-		c.failures++
-	}
-	fmt.Printf("  [%s] %-44s expected: %s\n         %-44s observed: %s\n", mark, what, expected, "", observed)
-}
-
 // demoDNS is the lab's DNS server, the agents' --dns-server.
 const demoDNS = "198.51.100.53"
 
-func run(ctx context.Context, keep bool) (int, error) {
-	step("starting the control plane (etcd, kube-apiserver, kube-controller-manager; the first run builds them: ~5-10 min)")
+type options struct {
+	keep                   bool
+	cni, kubeProxy, report string
+}
+
+func run(ctx context.Context, o options) (int, error) {
+	c := &checker{report: Report{CNI: o.cni, KubeProxy: o.kubeProxy}}
+	if o.report != "" {
+		defer func() {
+			if err := c.write(o.report); err != nil {
+				fmt.Fprintln(os.Stderr, "demo:", err)
+			}
+		}()
+	}
+	labOpts := lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true, Log: os.Stdout,
+		AgentArgs: []string{"--dns-server", demoDNS + ":53"}}
+	shape := "node-0 (routed pods), node-1 (bridged pods)"
+	switch o.cni {
+	case "routed+bridged":
+	case "flannel":
+		labOpts.CNI = map[int]lab.CNI{0: lab.Flannel, 1: lab.Flannel}
+		shape = "flannel on node-0 and node-1 (VXLAN, its masquerade)"
+	default:
+		return 0, fmt.Errorf("--cni %q: routed+bridged or flannel", o.cni)
+	}
+	switch o.kubeProxy {
+	case "stand-in":
+	case "iptables", "nftables":
+		labOpts.KubeProxy = o.kubeProxy
+	default:
+		return 0, fmt.Errorf("--kube-proxy %q: stand-in, iptables or nftables", o.kubeProxy)
+	}
+	c.step("", "starting the control plane (etcd, kube-apiserver, kube-controller-manager; the first run builds them: ~5-10 min)")
 	cp, err := controlplane.Start(ctx, controlplane.Options{Log: os.Stdout})
 	if err != nil {
 		return 0, err
@@ -77,9 +98,8 @@ func run(ctx context.Context, keep bool) (int, error) {
 	defer cp.Stop()
 	fmt.Printf("    ready at %s\n", cp.Server)
 
-	step("building the lab: node-0 (routed pods), node-1 (bridged pods), egressd on each, an external host")
-	l, err := lab.Start(ctx, cp, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{1: lab.Bridged}, Agents: true, Log: os.Stdout,
-		AgentArgs: []string{"--dns-server", demoDNS + ":53"}})
+	c.step("", "building the lab: %s, egressd on each, an external host; Services by kube-proxy %s", shape, o.kubeProxy)
+	l, err := lab.Start(ctx, cp, labOpts)
 	if err != nil {
 		return 0, err
 	}
@@ -112,8 +132,7 @@ func run(ctx context.Context, keep bool) (int, error) {
 		return 0, err
 	}
 
-	c := &checker{}
-	step("the agents, and egressd controller")
+	c.step("lab", "the agents, and egressd controller")
 	var holder *lab.Node
 	for deadline := time.Now().Add(10 * time.Second); holder == nil && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		holder = l.LeaderNode(ctx)
@@ -132,7 +151,7 @@ func run(ctx context.Context, keep bool) (int, error) {
 		c.check(n.Name+" /readyz", "200", fmt.Sprint(code))
 	}
 
-	step("the classifier on every pod-facing interface (its tc filter at ingress)")
+	c.step("lab", "the classifier on every pod-facing interface (its tc filter at ingress)")
 	for _, p := range pods {
 		deadline := time.Now().Add(10 * time.Second)
 		var names []string
@@ -150,7 +169,7 @@ func run(ctx context.Context, keep bool) (int, error) {
 		c.check(fmt.Sprintf("%s %s (%s CNI)", p.Node.Name, p.PodFacing(), p.Node.CNI), tc.ProgramName, strings.Join(names, ","))
 	}
 
-	step("traffic from the pods, as the external server %s saw it", web.Name)
+	c.step("lab", "traffic from the pods, as the external server %s saw it", web.Name)
 	for _, p := range pods {
 		r := p.TCP("203.0.113.10:443")
 		c.check(fmt.Sprintf("%s -> 203.0.113.10:443 source", p.Name), "ok "+p.Node.IPv4.String()+" (masqueraded)", fmt.Sprintf("%s %s (masqueraded)", r.Outcome, r.Seen.Src))
@@ -158,7 +177,7 @@ func run(ctx context.Context, keep bool) (int, error) {
 		c.check(fmt.Sprintf("%s -> [2001:db8::10]:80 udp, DSCP 46 set by the pod", p.Name), "ok dscp 46", fmt.Sprintf("%s dscp %d", r.Outcome, r.Seen.DSCP))
 	}
 
-	step("applying deploy/examples (one per API)")
+	c.step("lab", "applying deploy/examples (one per API)")
 	files, _ := filepath.Glob(filepath.Join(repo(), "deploy", "examples", "*.yaml"))
 	for _, f := range files {
 		doc, _ := os.ReadFile(f)
@@ -169,7 +188,7 @@ func run(ctx context.Context, keep bool) (int, error) {
 		c.check(filepath.Base(f), "accepted", observed)
 	}
 
-	step("EgressFirewall demo/default (deploy/examples/egressfirewall.yaml) as the pods live it")
+	c.step("EgressFirewall", "EgressFirewall demo/default (deploy/examples/egressfirewall.yaml) as the pods live it")
 	fwStatus := "unset"
 	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressFirewall", "demo", "default", "status.status", "EgressFirewall Rules applied", 20*time.Second); err == nil {
 		fwStatus = "EgressFirewall Rules applied"
@@ -196,12 +215,12 @@ func run(ctx context.Context, keep bool) (int, error) {
 		c.check(fmt.Sprintf("%s -> %s (%s)", x.p.Name, x.dst, x.why), string(x.want), string(r.Outcome))
 	}
 
-	step("EgressFirewall demo-dns/default: dnsName allows what the pod was answered, wildcards too (its DNS server rotates 8 addresses)")
+	c.step("EgressFirewall dnsName", "EgressFirewall demo-dns/default: dnsName allows what the pod was answered, wildcards too (its DNS server rotates 8 addresses)")
 	if err := demoDNSAnswers(ctx, l, c, dnsServer); err != nil {
 		return c.failures, err
 	}
 
-	step("EgressQoS demo/default (deploy/examples/egressqos.yaml): the DSCP the server saw")
+	c.step("EgressQoS", "EgressQoS demo/default (deploy/examples/egressqos.yaml): the DSCP the server saw")
 	for _, x := range []struct {
 		p    *lab.Pod
 		want int
@@ -214,33 +233,33 @@ func run(ctx context.Context, keep bool) (int, error) {
 		}
 		c.check(fmt.Sprintf("%s (%s) -> 192.0.2.10:443", x.p.Name, x.p.Node.CNI), fmt.Sprint(x.want), fmt.Sprint(seen))
 	}
-	step("EgressIP demo-clients: %s labelled %s, the pods of namespace demo leave with 172.18.0.200, directly and through a Service", l.Nodes[1].Name, "k8s.ovn.org/egress-assignable")
+	c.step("EgressIP", "EgressIP demo-clients: %s labelled %s, the pods of namespace demo leave with 172.18.0.200, directly and through a Service", l.Nodes[1].Name, "k8s.ovn.org/egress-assignable")
 	if err := demoEgressIP(ctx, l, c, pods); err != nil {
 		return c.failures, err
 	}
-	step("EgressIP demo-voice on a secondary network: %s gets a second NIC towards the external host docs, and 10.10.10.100 leaves through it", l.Nodes[1].Name)
+	c.step("EgressIP secondary network", "EgressIP demo-voice on a secondary network: %s gets a second NIC towards the external host docs, and 10.10.10.100 leaves through it", l.Nodes[1].Name)
 	if err := demoSecondaryEgressIP(ctx, l, c, docs, voice); err != nil {
 		return c.failures, err
 	}
-	step("EgressRouter: the example placed though its network is no lab node's (the default-route interface, as upstream), and a router on the fabric reached through a Service")
+	c.step("EgressRouter", "EgressRouter: the example placed though its network is no lab node's (the default-route interface, as upstream), and a router on the fabric reached through a Service")
 	if err := demoEgressRouter(ctx, l, c, web); err != nil {
 		return c.failures, err
 	}
-	step("AdminPolicyBasedExternalRoute demo-routes: the pods of namespace demo-routes leave through a gateway host, with their pod IPs")
+	c.step("AdminPolicyBasedExternalRoute", "AdminPolicyBasedExternalRoute demo-routes: the pods of namespace demo-routes leave through a gateway host, with their pod IPs")
 	if err := demoExternalRoute(ctx, l, c, docs); err != nil {
 		return c.failures, err
 	}
-	step("EgressService demo-lb/lb: the endpoints of a LoadBalancer Service leave with its ingress IP, from the elected node")
+	c.step("EgressService", "EgressService demo-lb/lb: the endpoints of a LoadBalancer Service leave with its ingress IP, from the elected node")
 	if err := demoEgressService(ctx, l, c, web); err != nil {
 		return c.failures, err
 	}
-	step("CloudPrivateIPConfig: the nodes get the cloud's egress-ipconfig; egressd asks the cloud for 172.18.0.200 (the demo plays the CNCC)")
+	c.step("CloudPrivateIPConfig", "CloudPrivateIPConfig: the nodes get the cloud's egress-ipconfig; egressd asks the cloud for 172.18.0.200 (the demo plays the CNCC)")
 	if err := demoCloud(ctx, l, c, pods); err != nil {
 		return c.failures, err
 	}
 
-	if !keep {
-		step("tearing down")
+	if !o.keep {
+		c.step("", "tearing down")
 		return c.failures, nil
 	}
 	_ = os.WriteFile(PidFile, []byte(fmt.Sprint(os.Getpid())), 0o644)
@@ -261,7 +280,7 @@ The demo keeps running; Ctrl-C here, or make demo-down from another shell, stops
 		n0.NS.Path(), lab.PinRoot(l.ID, n0.Name), pods[0].IPv4, n0.NS.Path(), lab.PinRoot(l.ID, n0.Name),
 		pods[0].Node.NS.Path(), pods[0].PodFacing(), l.Dir, l.Dir)
 	<-ctx.Done()
-	step("tearing down")
+	c.step("", "tearing down")
 	return c.failures, nil
 }
 

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+)
+
+// checker prints expected vs observed and counts mismatches, per API (the section a step
+// opens), for make test-compat's table.
+type checker struct {
+	failures int
+	section  string
+	report   Report
+}
+
+// Report is what a demo run writes with --report: the lab's CNI and kube-proxy and, per
+// section in the order run, how many checks passed and which failed.
+type Report struct {
+	CNI       string     `json:"cni"`
+	KubeProxy string     `json:"kubeProxy"`
+	Sections  []*Section `json:"sections"`
+}
+
+// Section is one API's (or the lab's own) checks.
+type Section struct {
+	Name   string   `json:"name"`
+	Passed int      `json:"passed"`
+	Failed []string `json:"failed,omitempty"`
+}
+
+// step prints a step's title; a step that names a section starts counting its checks there.
+func (c *checker) step(section, format string, a ...any) {
+	if section != "" {
+		c.section = section
+	}
+	fmt.Printf("\n==> "+format+"\n", a...)
+}
+
+func (c *checker) check(what, expected, observed string) {
+	mark := "ok  "
+	s := c.current()
+	if expected != observed {
+		mark = "FAIL"
+		c.failures++
+		s.Failed = append(s.Failed, fmt.Sprintf("%s: expected %s, observed %s", what, expected, observed))
+	} else {
+		s.Passed++
+	}
+	fmt.Printf("  [%s] %-44s expected: %s\n         %-44s observed: %s\n", mark, what, expected, "", observed)
+}
+
+func (c *checker) current() *Section {
+	for _, s := range c.report.Sections {
+		if s.Name == c.section {
+			return s
+		}
+	}
+	s := &Section{Name: c.section}
+	c.report.Sections = append(c.report.Sections, s)
+	return s
+}
+
+func (c *checker) write(path string) error {
+	b, err := json.MarshalIndent(c.report, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
