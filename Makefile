@@ -8,7 +8,7 @@ CLANG    ?= clang
 FUZZTIME ?= 5m
 export EGRESSD_REQUIRE_PRIVILEGED ?= 0
 
-.PHONY: all build generate docs verify-generate deps controlplane-bin node-bin image-archive test test-unit fuzz bench-memory bench-bfd bench-firewall bench-cni bench-egressip bench-egressservice bench-externalroute bench-scale demo demo-down \
+.PHONY: all build generate docs verify-generate deps controlplane-bin node-bin image-archive test test-compat test-unit fuzz bench-memory bench-bfd bench-firewall bench-cni bench-egressip bench-egressservice bench-externalroute bench-scale demo demo-down \
         controlplane-up controlplane-down image clean
 
 all: build
@@ -39,6 +39,9 @@ node-bin: ## build (or find cached) kubelet, kube-scheduler, kube-proxy, contain
 
 test: deps controlplane-bin node-bin ## every tier: unit, bpf, dataplane, control plane, end to end; race detector on, agents included
 	set -o pipefail; EGRESSD_RACE=1 GORACE="halt_on_error=1 atexit_sleep_ms=0" $(GO) test -race -json -count=1 -timeout 45m ./... 2>&1 | $(GO) run ./hack/testsummary
+
+test-compat: deps controlplane-bin node-bin ## the demo's scenarios per API on each CNI (reference plugins, flannel) and kube-proxy mode; COMPAT=flannel/nftables,... picks, WRITE=1 updates docs/compat.md
+	$(GO) run ./hack/compat $(if $(COMPAT),-only $(COMPAT)) $(if $(WRITE),-write)
 
 test-unit: ## tests that need neither root nor a control plane
 	$(GO) test -count=1 ./api/... ./cmd/... ./dataplane/... ./internal/... ./nodeagent/... ./watchers/...

@@ -215,6 +215,18 @@ func run(ctx context.Context, o options) (int, error) {
 		c.check(fmt.Sprintf("%s -> %s (%s)", x.p.Name, x.dst, x.why), string(x.want), string(r.Outcome))
 	}
 
+	// egressd-cni programs a new pod before its CNI ADD returns: its very first packet is judged.
+	for _, n := range l.Nodes {
+		p, err := n.AddPod(ctx, "demo", "new-"+n.Name, lab.PodOptions{})
+		if err != nil {
+			return c.failures, err
+		}
+		first := p.TCP("203.0.113.10:443", lab.ClientOptions{Timeout: time.Second})
+		c.check(fmt.Sprintf("%s: a new pod's first connection -> 203.0.113.10:443 (denied)", n.Name), string(lab.Timeout), string(first.Outcome))
+		first = p.TCP("192.0.2.10:443", lab.ClientOptions{Timeout: time.Second})
+		c.check(fmt.Sprintf("%s: the new pod's first -> 192.0.2.10:443 (allowed)", n.Name), string(lab.OK), string(first.Outcome))
+	}
+
 	c.step("EgressFirewall dnsName", "EgressFirewall demo-dns/default: dnsName allows what the pod was answered, wildcards too (its DNS server rotates 8 addresses)")
 	if err := demoDNSAnswers(ctx, l, c, dnsServer); err != nil {
 		return c.failures, err
