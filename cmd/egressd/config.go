@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	flag "github.com/spf13/pflag"
 
 	"github.com/egressd/egressd/dataplane"
@@ -62,6 +63,7 @@ type config struct {
 	steering         nodeagent.SteeringMode
 	tunnel           tunnel.Config
 	cniSocket        string
+	cniCacheDir      string
 	cniBinary        string
 	cniBinDir        string
 	cniConfDir       string
@@ -159,6 +161,7 @@ func newFlagSet(c *config, env environment) *flag.FlagSet {
 	fs.Uint32Var(&c.tunnel.VNI, "vxlan-vni", tunnel.DefaultVNI, "VNI of egressd's VXLAN tunnel, the same on every node")
 	fs.Uint16Var(&c.tunnel.Port, "vxlan-port", tunnel.DefaultPort, "UDP port of egressd's VXLAN tunnel, the same on every node (not flannel's or Cilium's 8472, nor Calico's 4789)")
 	fs.StringVar(&c.cniSocket, "cni-socket", cniapi.DefaultSocket, "unix socket on which egressd's chained CNI plugin (egressd-cni) hands over new pods; \"\" disables")
+	fs.StringVar(&c.cniCacheDir, "cni-cache-dir", libcni.CacheDir, "the container runtime's CNI cache directory (libcni's; its results/ are read, never written): the host-side interfaces of a pod added before egressd-cni was chained, whose bridge port then guards its addresses too (\"\" disables)")
 	fs.StringVar(&c.cniConfDir, "cni-conf-dir", "", "the host's CNI configuration directory: egressd-cni is appended to the primary network configuration there, and kept there (\"\": not installed, chain it by hand)")
 	fs.StringVar(&c.cniBinDir, "cni-bin-dir", "", "the host's CNI plugin directory: the agent installs egressd-cni there at start (with --cni-conf-dir; \"\": installed by the DaemonSet's init container, egressd install-cni, so that the agent needs no write access to the host's plugins)")
 	fs.StringVar(&c.cniBinary, "cni-plugin-binary", env.cniBinary, "the egressd-cni executable to install (with --cni-conf-dir; default egressd-cni next to egressd)")

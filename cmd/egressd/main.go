@@ -130,6 +130,9 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	// this node is an egress node of), before their Pod objects show their addresses; a new
 	// pod's ADD returns once the dataplane has it in force.
 	store := cniserver.NewStore()
+	if cfg.cniCacheDir != "" {
+		store.Runtime = &cniserver.RuntimeCache{Dir: cfg.cniCacheDir, Every: 10 * time.Second}
+	}
 	dp, err := kernel.New(kernel.Options{PinRoot: cfg.bpfPinRoot, Classifier: classifier.Options{ACLLogRate: uint32(cfg.aclLogRate), MarkMask: cfg.markMask}, Routing: cfg.routing,
 		Tunnel: cfg.tunnel, AddressLifetime: cfg.addressLifetime, PodsInForce: store.InForce, RPFilterState: cfg.rpFilterState(), LoosenRPFilter: cfg.loosenRPFilter},
 		log.With("component", "dataplane"))

@@ -63,6 +63,9 @@ type applied struct {
 
 // Store holds the announced sandboxes and what the last sync applied.
 type Store struct {
+	// Runtime, when set, names the host-side interfaces of pods whose ADD was never seen.
+	Runtime *RuntimeCache
+
 	mu      sync.Mutex
 	byID    map[string]*entry
 	last    map[podKey]applied
@@ -185,7 +188,8 @@ func (s *Store) Overlay(snap *watchers.Snapshot) (*watchers.Snapshot, []*corev1.
 }
 
 // HostInterfaces sets the host-side interfaces of each pod of pods from its announced sandbox
-// that has the same addresses (the CNI's word on them lasts as long as the sandbox).
+// that has the same addresses (the CNI's word on them lasts as long as the sandbox), else from
+// the runtime's cache of the sandbox's result (Runtime).
 func (s *Store) HostInterfaces(pods []dataplane.Pod) {
 	s.mu.Lock()
 	latest := s.latest()
@@ -196,8 +200,11 @@ func (s *Store) HostInterfaces(pods []dataplane.Pod) {
 			continue
 		}
 		e := latest[podKey{p.Origin.Namespace, p.Origin.Name}]
-		if e != nil && !e.remote.announced && len(e.host) > 0 && len(e.ips) == len(p.IPs) && containsAll(p.IPs, e.ips) {
+		switch {
+		case e != nil && !e.remote.announced && len(e.host) > 0 && len(e.ips) == len(p.IPs) && containsAll(p.IPs, e.ips):
 			p.HostInterfaces = e.host
+		case s.Runtime != nil:
+			p.HostInterfaces = s.Runtime.HostInterfaces(p.Origin.Namespace, p.Origin.Name, p.IPs)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
 )
 
@@ -83,6 +85,21 @@ func TestPrivilegedSpoofedSource(t *testing.T) {
 		}
 		if ok, err := bridgedVictim.SCTP(web, dsts[i], 2*time.Second); err != nil || !ok {
 			t.Errorf("after the agent's restart, %s -> %s: arrived=%v (%v), want it to arrive", bridgedVictim.Name, dsts[i], ok, err)
+		}
+	}
+	// A pod whose ADD egressd-cni never saw (added before the plugin was chained): its bridge
+	// port comes from the runtime's CNI result cache (--cni-cache-dir), and it cannot send as
+	// its neighbour either.
+	unchained := addPod(t, n, open, "unchained", lab.PodOptions{WithoutEgressdCNI: true})
+	for i, src := range []netip.Addr{bridgedVictim.IPv4, bridgedVictim.IPv6} {
+		poll.Eventually(t, fmt.Sprintf("%s (added without egressd-cni) forging its neighbour %s -> %s is dropped", unchained.Name, src, dsts[i]), 20*time.Second, func() error {
+			if ok, err := unchained.SpoofedSCTP(web, src, dsts[i], quick); err != nil || ok {
+				return fmt.Errorf("arrived=%v (%v)", ok, err)
+			}
+			return nil
+		})
+		if ok, err := unchained.SCTP(web, dsts[i], 2*time.Second); err != nil || !ok {
+			t.Errorf("%s (added without egressd-cni) -> %s with its own address: arrived=%v (%v), want it to arrive", unchained.Name, dsts[i], ok, err)
 		}
 	}
 }

@@ -198,7 +198,7 @@ func (n *Node) cniConfig(times map[string]time.Duration, floor bool) (*libcni.CN
 		dirs = append(dirs, d)
 	}
 	ex := &nodeExec{RawExec: &invoke.RawExec{Stderr: io.Discard}, ns: n.NS, times: times}
-	return libcni.NewCNIConfigWithCacheDir(dirs, filepath.Join(n.lab.Dir, "cni-cache"), ex), nil
+	return libcni.NewCNIConfigWithCacheDir(dirs, n.CNICacheDir(), ex), nil
 }
 
 // nodeExec runs a plugin on a thread inside the node's namespace (the child inherits it), and
@@ -232,6 +232,10 @@ func (e *nodeExec) ExecPlugin(ctx context.Context, path string, stdin []byte, en
 	}
 	return out, err
 }
+
+// CNICacheDir is the node's libcni cache, where its runtime keeps each sandbox's result (the
+// agent's --cni-cache-dir).
+func (n *Node) CNICacheDir() string { return filepath.Join(n.lab.Dir, n.Name, "cni-cache") }
 
 // CNIConfDir and CNIBinDir are the node's CNI directories when the agents install egressd-cni
 // (Options.InstallCNI).
