@@ -45,7 +45,9 @@ func (e *bridgeExec) ExecPlugin(_ context.Context, _ string, _ []byte, environ [
 	return json.Marshal(res)
 }
 
-func (e *bridgeExec) FindInPath(plugin string, _ []string) (string, error) { return "/opt/cni/bin/" + plugin, nil }
+func (e *bridgeExec) FindInPath(plugin string, _ []string) (string, error) {
+	return "/opt/cni/bin/" + plugin, nil
+}
 
 // TestRuntimeCacheHostInterfaces: the host-side interfaces of a pod whose ADD egressd-cni never
 // saw come from the results libcni cached for the runtime: by the pod's name and addresses (not
