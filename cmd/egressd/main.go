@@ -236,6 +236,10 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	wg.Go(func() { statusWriter.Run(ctx) })
 	<-ctx.Done()
 	log.Info("shutting down")
+	select { // what the resolver learned last, kept for the next agent
+	case <-resolver.Stopped():
+	case <-time.After(5 * time.Second):
+	}
 	if ownDaemonSet != nil {
 		<-installed // it would chain egressd-cni again
 		ownDaemonSet.unchainIfDeleted(cfg.cniConfDir)

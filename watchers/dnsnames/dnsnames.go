@@ -65,6 +65,7 @@ type Resolver struct {
 	// then: the first compile looks names up before it says which it wants).
 	state      string
 	saveEvery  time.Duration
+	stopped    chan struct{}
 	dirty      chan struct{}
 	remembered map[string][]netip.Addr
 }
@@ -90,7 +91,7 @@ func New(ctx context.Context, servers []string, minTTL time.Duration, state stri
 		learned: map[string]map[netip.Addr]time.Time{}, children: map[string]map[string]bool{}, wildcards: map[string]bool{},
 		nsCap: DefaultNamespaceAddresses, taught: map[string]int{}, teachers: map[learnedAddr]string{}, capped: map[string]bool{},
 		appliedCh: make(chan struct{}),
-		state:     state, saveEvery: time.Second, dirty: make(chan struct{}, 1),
+		state:     state, saveEvery: time.Second, dirty: make(chan struct{}, 1), stopped: make(chan struct{}),
 	}
 	if state != "" {
 		var err error
@@ -110,9 +111,15 @@ func New(ctx context.Context, servers []string, minTTL time.Duration, state stri
 			r.scheduleExpiry()
 		}
 		go r.saving()
+	} else {
+		close(r.stopped)
 	}
 	return r
 }
+
+// Stopped is closed once ctx has ended and the last change is in the state file: an agent that
+// exits before loses what it learned last.
+func (r *Resolver) Stopped() <-chan struct{} { return r.stopped }
 
 // Want sets the names whose addresses rules need: exact names are kept resolved (new ones start
 // resolving, others stop); for them and for wildcards, answers to pods are learned.

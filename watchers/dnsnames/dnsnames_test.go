@@ -120,13 +120,14 @@ func start(t *testing.T, servers ...*server) *Resolver {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	return startIn(ctx, addrs, "")
+	return startIn(t, ctx, addrs, "")
 }
 
 // startIn runs a resolver asking addrs until ctx ends, keeping its addresses in state, with
 // short test timings.
-func startIn(ctx context.Context, addrs []string, state string) *Resolver {
+func startIn(t testing.TB, ctx context.Context, addrs []string, state string) *Resolver {
 	r := New(ctx, addrs, 0, state, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	t.Cleanup(func() { <-r.Stopped() }) // before the state's directory is removed
 	r.zeroTTL, r.retry, r.maxBackoff, r.retriesBeforeBackoff = 200*time.Millisecond, 100*time.Millisecond, 400*time.Millisecond, 2
 	r.saveEvery = 0
 	return r

@@ -70,6 +70,7 @@ func (r *Resolver) markDirty() {
 // saving writes the state file after changes, at most every saveEvery (a name whose answers
 // rotate does not rewrite it at every refresh), and a change not written yet when ctx ends.
 func (r *Resolver) saving() {
+	defer close(r.stopped)
 	for {
 		select {
 		case <-r.ctx.Done():

@@ -41,14 +41,15 @@ func TestResolverKeepsAddressesAcrossRestart(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "run", StateFile)
 
 	ctx, stop := context.WithCancel(t.Context())
-	r := startIn(ctx, []string{addr}, state)
+	r := startIn(t, ctx, []string{addr}, state)
 	r.Want([]string{"www.example.com", "gone.example.com"})
 	waitAddrs(t, r, "www.example.com", "203.0.113.20", "2001:db8::20")
 	kept(t, state, "www.example.com", "203.0.113.20", "2001:db8::20")
-	stop() // the agent stops
+	stop() // the agent stops, keeping what it had
+	<-r.Stopped()
 
 	s.set(1, true) // the DNS fails from now on
-	r = startIn(t.Context(), []string{addr}, state)
+	r = startIn(t, t.Context(), []string{addr}, state)
 	if got := r.Lookup("WWW.example.com."); !slices.Equal(strs(got), []string{"203.0.113.20", "2001:db8::20"}) {
 		t.Errorf("the restarted resolver's first lookup: %v, want the kept addresses", got)
 	}
@@ -76,7 +77,7 @@ func TestResolverIgnoresBrokenState(t *testing.T) {
 	if err := os.WriteFile(state, []byte(`{"www.example.com": ["not an address"]`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := startIn(t.Context(), nil, state)
+	r := startIn(t, t.Context(), nil, state)
 	if got := r.Lookup("www.example.com"); len(got) != 0 {
 		t.Errorf("a broken state file answers %v", got)
 	}
