@@ -18,6 +18,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -125,7 +126,10 @@ func (g *Generations) Of(kinds ...any) (uint64, bool) {
 
 // Watchers owns the informers.
 type Watchers struct {
-	core   informers.SharedInformerFactory
+	core informers.SharedInformerFactory
+	// pods is the factory of the pod informer: core, or one whose lists and watches select
+	// only some pods (OnlyPods).
+	pods   informers.SharedInformerFactory
 	egress egressinformers.SharedInformerFactory
 	synced []cache.InformerSynced
 	subs   []subscriber
@@ -134,13 +138,31 @@ type Watchers struct {
 	pending atomic.Int64
 }
 
+// Option narrows what the watchers cache.
+type Option func(*options)
+
+type options struct{ podSelector labels.Selector }
+
+// OnlyPods caches only the pods sel selects, so that a process that reads a few pods (the
+// controller: router pods) does not hold every pod of the cluster (several KB each).
+func OnlyPods(sel labels.Selector) Option { return func(o *options) { o.podSelector = sel } }
+
 // New builds the informers; nothing runs until Start.
-func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Duration) (*Watchers, error) {
+func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Duration, opts ...Option) (*Watchers, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	w := &Watchers{
 		core:   informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithTransform(transform)),
 		egress: egressinformers.NewSharedInformerFactoryWithOptions(egress, resync, egressinformers.WithTransform(transform)),
 	}
-	pods := w.core.Core().V1().Pods()
+	w.pods = w.core
+	if o.podSelector != nil {
+		w.pods = informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithTransform(transform),
+			informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = o.podSelector.String() }))
+	}
+	pods := w.pods.Core().V1().Pods()
 	if err := pods.Informer().AddIndexers(PodIndexers); err != nil {
 		return nil, fmt.Errorf("pod indexers: %w", err)
 	}
@@ -286,6 +308,7 @@ func egressAPI(obj any) bool {
 func (w *Watchers) Start(ctx context.Context, log *slog.Logger) error {
 	start := time.Now()
 	w.core.Start(ctx.Done())
+	w.pods.Start(ctx.Done()) // the same factory, started once, unless OnlyPods
 	w.egress.Start(ctx.Done())
 	log.Info("waiting for informer caches")
 	if !cache.WaitForCacheSync(ctx.Done(), w.synced...) {
@@ -298,6 +321,7 @@ func (w *Watchers) Start(ctx context.Context, log *slog.Logger) error {
 // Shutdown stops the informers and waits for their goroutines.
 func (w *Watchers) Shutdown() {
 	w.core.Shutdown()
+	w.pods.Shutdown()
 	w.egress.Shutdown()
 }
 

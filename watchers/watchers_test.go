@@ -3,11 +3,13 @@ package watchers
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	egressfake "github.com/egressd/egressd/api/generated/clientset/versioned/fake"
@@ -226,5 +228,33 @@ func TestUpdatesOfDroppedFieldsSignalNothing(t *testing.T) {
 	}
 	if !signalled() {
 		t.Error("a pod's new IP signalled no change")
+	}
+}
+
+// OnlyPods caches only the pods its selector selects (the controller's router pods), the other
+// kinds as before.
+func TestOnlyPods(t *testing.T) {
+	ctx := t.Context()
+	kube := kubefake.NewClientset(
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "router", Labels: map[string]string{"app": "egress-router-cni"}}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", Labels: map[string]string{"app": "web"}}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	w, err := New(kube, egressfake.NewSimpleClientset(), 0, OnlyPods(labels.SelectorFromSet(labels.Set{"app": "egress-router-cni"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	pods, err := w.Snapshot().Pods.List(labels.Everything())
+	var names []string
+	for _, p := range pods {
+		names = append(names, p.Name)
+	}
+	if err != nil || !slices.Equal(names, []string{"router"}) {
+		t.Errorf("cached pods %v (%v), want only the router pod", names, err)
+	}
+	if nodes, _ := w.Snapshot().Nodes.List(labels.Everything()); len(nodes) != 1 {
+		t.Errorf("cached nodes %d, want 1", len(nodes))
 	}
 }

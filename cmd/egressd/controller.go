@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/internal/version"
@@ -67,7 +68,9 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 		return err
 	}
 	kube, egress := api.kube, api.egress
-	w, err := watchers.New(reads.kube, reads.egress, 0)
+	// Of the pods, the controller reads only the router pods it places.
+	w, err := watchers.New(reads.kube, reads.egress, 0,
+		watchers.OnlyPods(labels.SelectorFromSet(labels.Set{egressrouter.AppLabel: egressrouter.AppValue})))
 	if err != nil {
 		return err
 	}
