@@ -101,7 +101,7 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 		Ignore:  cfg.statusIgnore, Log: log.With("component", "status-aggregator")}
 	egressIPs := &egressip.Controller{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true), Probes: eipProber,
 		HealthPort: cfg.healthPort, Recorder: recorder, Log: log.With("component", "egressip-controller"), Metrics: eipMetrics, Self: cfg.nodeName,
-		Cloud: cfg.egressIPCloud, Requester: &cloudprivateip.Requester{Client: egress, Recorder: recorder, Log: log.With("component", "cloudprivateip")}}
+		Cloud: cfg.egressIPCloud, CloudIPs: &cloudprivateip.Requester{Client: egress, Recorder: recorder, Log: log.With("component", "cloudprivateip")}}
 	egressServices := &egressservice.Controller{Client: egress, Kube: kube, Snapshot: w.Snapshot(), Changed: w.Subscribe(true),
 		Networks: networks, Probes: serviceProber, HealthPort: cfg.healthPort, Recorder: recorder,
 		Log: log.With("component", "egressservice-controller"), Metrics: serviceMetrics, Self: cfg.nodeName}

@@ -45,6 +45,25 @@ func (r *Requester) Record(events []Event) {
 	}
 }
 
+// Held is the package's Held, for the EgressIP controller (egressip.CloudIPs).
+func (r *Requester) Held(eips []*ovnv1.EgressIP, cpics []*cloudv1.CloudPrivateIPConfig) []*ovnv1.EgressIP {
+	return Held(eips, cpics)
+}
+
+// Plan returns the status items of desired that the cloud confirmed (cpics), records the
+// plan's events, and returns the requests that bring the cloud to desired, to make once that
+// status is written: a node unwires an IP before the cloud is told to release or move it.
+func (r *Requester) Plan(eip string, desired []ovnv1.EgressIPStatusItem, cpics []*cloudv1.CloudPrivateIPConfig, nodeExists func(string) bool) ([]ovnv1.EgressIPStatusItem, func(context.Context)) {
+	p := Reconcile(eip, desired, cpics, nodeExists)
+	r.Record(p.Events)
+	return p.Status, func(ctx context.Context) { r.Execute(ctx, p.Ops) }
+}
+
+// ReleaseOrphans releases the cloud's IPs that no EgressIP wants any more.
+func (r *Requester) ReleaseOrphans(ctx context.Context, eips []*ovnv1.EgressIP, cpics []*cloudv1.CloudPrivateIPConfig) {
+	r.Execute(ctx, Orphans(eips, cpics))
+}
+
 // Execute makes the requests in order; a failed one is logged and reported with upstream's
 // event, and the next reconcile tries again.
 func (r *Requester) Execute(ctx context.Context, ops []Op) {

@@ -1,11 +1,14 @@
 package egressip
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
 	"net/netip"
 
+	cloudv1 "github.com/egressd/egressd/api/cloudnetwork/v1"
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/nodeagent/cluster"
 )
 
@@ -97,4 +100,20 @@ func (c *CloudConfig) fits(ip netip.Addr, v4, v6 int) bool {
 		return v4 < c.Capacity.IPv4
 	}
 	return v6 < c.Capacity.IPv6
+}
+
+// CloudIPs is the cloud's side of the assignment in cloud mode (cloudprivateip.Requester,
+// wired by the controller's main): an egress IP is used on a node once the cloud confirmed it
+// there, through CloudPrivateIPConfig requests.
+type CloudIPs interface {
+	// Reset forgets the problems reported so far (a new leadership reports them again).
+	Reset()
+	// Held are eips as the leader holds them in the cloud (cpics: confirmed and pending
+	// requests), what the assignment starts from.
+	Held(eips []*ovnv1.EgressIP, cpics []*cloudv1.CloudPrivateIPConfig) []*ovnv1.EgressIP
+	// Plan returns the status items of desired the cloud confirmed, and the requests that
+	// bring the cloud to desired, to make once that status is written.
+	Plan(eip string, desired []ovnv1.EgressIPStatusItem, cpics []*cloudv1.CloudPrivateIPConfig, nodeExists func(string) bool) ([]ovnv1.EgressIPStatusItem, func(context.Context))
+	// ReleaseOrphans releases the cloud's IPs no EgressIP wants any more.
+	ReleaseOrphans(ctx context.Context, eips []*ovnv1.EgressIP, cpics []*cloudv1.CloudPrivateIPConfig)
 }

@@ -17,7 +17,6 @@ import (
 
 	"github.com/egressd/egressd/api/generated/clientset/versioned"
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
-	"github.com/egressd/egressd/nodeagent/cloudprivateip"
 	"github.com/egressd/egressd/nodeagent/leader"
 	"github.com/egressd/egressd/watchers"
 )
@@ -40,8 +39,8 @@ type Controller struct {
 	// CloudPrivateIPConfigs before they are used); CloudAuto turns it on while any node carries
 	// the cloud's egress-ipconfig annotation.
 	Cloud CloudMode
-	// Requester makes the CloudPrivateIPConfig requests in cloud mode.
-	Requester *cloudprivateip.Requester
+	// CloudIPs makes the CloudPrivateIPConfig requests in cloud mode.
+	CloudIPs CloudIPs
 
 	// recorded are the events of the last reconcile, so that a lasting problem is reported
 	// once rather than at every reconcile, and again when it comes back after it cleared.
@@ -97,8 +96,8 @@ func (c *Controller) cloud(nodes []*corev1.Node) bool {
 // Run reconciles after every change, probe result and every 30 s, until ctx ends.
 func (c *Controller) Run(ctx context.Context) {
 	c.recorded, c.lost = map[Event]bool{}, map[string]time.Time{}
-	if c.Requester != nil {
-		c.Requester.Reset()
+	if c.CloudIPs != nil {
+		c.CloudIPs.Reset()
 	}
 	if c.Metrics != nil {
 		defer c.Metrics.forget()
@@ -226,7 +225,7 @@ func (c *Controller) reconcileCloud(ctx context.Context, eips []*ovnv1.EgressIP,
 		known[n.Name] = true
 	}
 	nodeExists := func(name string) bool { return known[name] }
-	plan := Assign(cloudprivateip.Held(eips, cpics), nodes)
+	plan := Assign(c.CloudIPs.Held(eips, cpics), nodes)
 	c.record(plan.Events, eips)
 	c.observe(plan)
 	for _, a := range plan.Assignments {
@@ -234,21 +233,20 @@ func (c *Controller) reconcileCloud(ctx context.Context, eips []*ovnv1.EgressIP,
 		if obj == nil {
 			continue
 		}
-		cp := cloudprivateip.Reconcile(a.Name, a.Items, cpics, nodeExists)
-		c.Requester.Record(cp.Events)
-		if !slices.Equal(obj.Status.Items, cp.Status) && !(len(obj.Status.Items) == 0 && len(cp.Status) == 0) {
-			if err := c.writeStatus(ctx, a.Name, cp.Status); err != nil {
+		status, request := c.CloudIPs.Plan(a.Name, a.Items, cpics, nodeExists)
+		if !slices.Equal(obj.Status.Items, status) && !(len(obj.Status.Items) == 0 && len(status) == 0) {
+			if err := c.writeStatus(ctx, a.Name, status); err != nil {
 				c.Log.Error("write EgressIP status", "object", "EgressIP "+a.Name, "err", err)
 				continue // no request may run before the status it follows is written
 			}
-			c.Log.Info("egress IPs assigned", "object", "EgressIP "+a.Name, "items", cp.Status)
+			c.Log.Info("egress IPs assigned", "object", "EgressIP "+a.Name, "items", status)
 			if c.Metrics != nil {
-				c.Metrics.record(a.Name, obj.Status.Items, cp.Status, c.lost, time.Now())
+				c.Metrics.record(a.Name, obj.Status.Items, status, c.lost, time.Now())
 			}
 		}
-		c.Requester.Execute(ctx, cp.Ops)
+		request(ctx)
 	}
-	c.Requester.Execute(ctx, cloudprivateip.Orphans(eips, cpics))
+	c.CloudIPs.ReleaseOrphans(ctx, eips, cpics)
 }
 
 // trackLost notes when each node that holds egress IPs (or is known) stops being able to keep
