@@ -8,7 +8,7 @@ CLANG    ?= clang
 FUZZTIME ?= 5m
 export EGRESSD_REQUIRE_PRIVILEGED ?= 0
 
-.PHONY: all build generate docs verify-generate deps controlplane-bin node-bin image-archive test test-compat test-unit fuzz bench-memory bench-bfd bench-firewall bench-cni bench-egressip bench-egressservice bench-externalroute bench-scale demo demo-down \
+.PHONY: all build generate docs verify-generate deps controlplane-bin node-bin image-archive test test-compat test-unit fuzz bench-memory bench-bfd bench-firewall bench-cni bench-egressip bench-egressservice bench-externalroute bench-scale bench-compat demo demo-down \
         controlplane-up controlplane-down image clean
 
 all: build
@@ -42,6 +42,9 @@ test: deps controlplane-bin node-bin ## every tier: unit, bpf, dataplane, contro
 
 test-compat: deps controlplane-bin node-bin ## the demo's scenarios per API on each CNI (reference plugins, flannel) and kube-proxy mode; COMPAT=flannel/nftables,... picks, WRITE=1 updates docs/compat.md
 	$(GO) run ./hack/compat $(if $(COMPAT),-only $(COMPAT)) $(if $(WRITE),-write)
+
+bench-compat: deps controlplane-bin ## per CNI (reference routed and bridged, flannel): EgressIP failover (20 trials) and the UDP throughput ratio with an 8000-rule EgressFirewall, against the same CNI without egressd
+	for cni in routed bridged flannel; do echo "== CNI $$cni"; EGRESSD_BENCH_CNI=$$cni $(GO) test ./test/e2e -run '^$$' -bench 'PrivilegedEgressIPFailover$$|PrivilegedThroughput/cidr' -benchtime 1x -timeout 30m -v 2>&1 | grep -E '^(Benchmark|ok|FAIL|--- FAIL)|CNI: |over [0-9]+ trials|paired ratios' || exit 1; done
 
 test-unit: ## tests that need neither root nor a control plane
 	$(GO) test -count=1 ./api/... ./cmd/... ./dataplane/... ./internal/... ./nodeagent/... ./watchers/...

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"testing"
 	"time"
 
@@ -16,10 +17,30 @@ import (
 // datagram every 2 ms) to the web host while the egress node's fabric link goes down; the time
 // from the link going down to the web host seeing the egress IP again, from the new egress
 // node, over 20 trials (the IP moves back and forth between two egress nodes; the leader is
-// on the pod's node). Run with -benchtime 1x.
+// on the pod's node), on the lab's CNI of $EGRESSD_BENCH_CNI (benchCNI). Run with
+// -benchtime 1x.
 func BenchmarkPrivilegedEgressIPFailover(b *testing.B) {
 	privileged.Require(b)
-	benchFailover(b, newEIPLab(b, 3), 20)
+	benchFailover(b, newEIPLabOn(b, 3, benchCNI(b, 3)), 20)
+}
+
+// benchCNI is the CNI of every node of a benchmark's lab of n nodes, from $EGRESSD_BENCH_CNI
+// (make bench-compat): routed (the default), bridged or flannel.
+func benchCNI(b *testing.B, n int) map[int]lab.CNI {
+	c := lab.CNI(os.Getenv("EGRESSD_BENCH_CNI"))
+	switch c {
+	case "", lab.Routed:
+		return nil
+	case lab.Bridged, lab.Flannel:
+	default:
+		b.Fatalf("EGRESSD_BENCH_CNI=%q: routed, bridged or flannel", c)
+	}
+	b.Logf("CNI: %s", c)
+	out := map[int]lab.CNI{}
+	for i := range n {
+		out[i] = c
+	}
+	return out
 }
 
 // benchFailover runs trials failovers of an egress IP between nodes 1 and 2 of e, the leader

@@ -40,11 +40,17 @@ type eipLab struct {
 // newEIPLab starts nodes nodes, all but node 0 labeled egress-assignable, with agents.
 func newEIPLab(t testing.TB, nodes int, agentArgs ...string) *eipLab {
 	t.Helper()
+	return newEIPLabOn(t, nodes, nil, agentArgs...)
+}
+
+// newEIPLabOn is newEIPLab with the nodes' CNIs (lab.Options.CNI).
+func newEIPLabOn(t testing.TB, nodes int, cni map[int]lab.CNI, agentArgs ...string) *eipLab {
+	t.Helper()
 	labels := map[int]map[string]string{}
 	for i := 1; i < nodes; i++ {
 		labels[i] = map[string]string{assignable: ""}
 	}
-	l := lab.New(t, lab.Options{Nodes: nodes, Agents: true, NodeLabels: labels, AgentArgs: agentArgs})
+	l := lab.New(t, lab.Options{Nodes: nodes, Agents: true, NodeLabels: labels, AgentArgs: agentArgs, CNI: cni})
 	web, err := l.AddExternal("web", lab.ExternalOptions{}, web4.String(), web6.String())
 	if err != nil {
 		t.Fatal(err)

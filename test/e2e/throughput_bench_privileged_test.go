@@ -18,7 +18,7 @@ import (
 // its lab node to an external sink and reports the rate that arrives: without
 // egressd, with egressd enforcing an 8000-rule EgressFirewall whose last rule allows the flow,
 // and with the same 8000 rules as a linear nftables chain instead. Run with: make bench-firewall.
-// The sub-benchmark dnsName makes the first rule a dnsName rule: the node then reads the DNS
+// The lab's CNI is $EGRESSD_BENCH_CNI's (benchCNI). The sub-benchmark dnsName makes the first rule a dnsName rule: the node then reads the DNS
 // answers to the namespace's pods, and every forwarded packet passes the dns_snoop chain.
 func BenchmarkPrivilegedThroughput(b *testing.B) {
 	privileged.Require(b)
@@ -27,7 +27,7 @@ func BenchmarkPrivilegedThroughput(b *testing.B) {
 }
 
 func throughput(b *testing.B, dnsName bool) {
-	l := lab.New(b, lab.Options{Nodes: 1, AgentArgs: []string{"--dns-server", "198.51.100.53:53"}})
+	l := lab.New(b, lab.Options{Nodes: 1, CNI: benchCNI(b, 1), AgentArgs: []string{"--dns-server", "198.51.100.53:53"}})
 	ctx := context.Background()
 	if dnsName {
 		d, err := l.AddDNS("dns", "198.51.100.53")
