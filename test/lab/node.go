@@ -73,8 +73,13 @@ func (l *Lab) addNode(ctx context.Context, i int) (*Node, error) {
 		"sysctl -qw net.ipv4.conf.default.rp_filter=0",
 	}
 	if n.CNI == Bridged {
+		gw := gateway(n.PodV4).As4()
 		script = append(script,
-			"ip link add cni0 type bridge",
+			// A fixed address (0a:58 and the gateway's IPv4 address, as OVN's): else the kernel
+			// gives the bridge its lowest port's, and changes it as ports come and go, leaving
+			// the pods' neighbour entries for their gateway on an address no port has until
+			// they expire (~30 s of lost traffic: the demo's cloud check flaked on it).
+			fmt.Sprintf("ip link add cni0 address 0a:58:%02x:%02x:%02x:%02x type bridge", gw[0], gw[1], gw[2], gw[3]),
 			"ip addr add "+gateway(n.PodV4).String()+"/24 dev cni0",
 			"ip addr add "+gateway(n.PodV6).String()+"/64 dev cni0 nodad",
 			"ip link set cni0 up")
