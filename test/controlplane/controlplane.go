@@ -331,7 +331,18 @@ func (cp *ControlPlane) KubeconfigAt(server, user string, groups ...string) (str
 		name += "@" + server
 	}
 	path := cp.path(strings.NewReplacer(":", "_", "/", "_").Replace(name) + ".kubeconfig")
-	return path, clientcmd.WriteToFile(*cfg, path)
+	// Written aside and renamed: agents started at once ask for the same file, and one must
+	// never read another's half-written copy.
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
+	if err != nil {
+		return "", err
+	}
+	tmp.Close()
+	if err := clientcmd.WriteToFile(*cfg, tmp.Name()); err != nil {
+		os.Remove(tmp.Name())
+		return "", err
+	}
+	return path, os.Rename(tmp.Name(), path)
 }
 
 // FreePorts returns n TCP ports that were free on loopback a moment ago.
