@@ -44,7 +44,7 @@ test-compat: deps controlplane-bin node-bin ## the demo's scenarios per API on e
 	$(GO) run ./hack/compat $(if $(COMPAT),-only $(COMPAT)) $(if $(WRITE),-write)
 
 bench-compat: deps controlplane-bin ## per CNI (reference routed and bridged, flannel): EgressIP failover (20 trials) and the UDP throughput ratio with an 8000-rule EgressFirewall, against the same CNI without egressd
-	for cni in routed bridged flannel; do echo "== CNI $$cni"; EGRESSD_BENCH_CNI=$$cni $(GO) test ./test/e2e -run '^$$' -bench 'PrivilegedEgressIPFailover$$|PrivilegedThroughput/cidr' -benchtime 1x -timeout 30m -v 2>&1 | grep -E '^(Benchmark|ok|FAIL|--- FAIL)|CNI: |over [0-9]+ trials|paired ratios' || exit 1; done
+	set -o pipefail; for cni in routed bridged flannel; do echo "== CNI $$cni"; EGRESSD_BENCH_CNI=$$cni $(GO) test ./test/e2e -run '^$$' -bench 'PrivilegedEgressIPFailover$$|PrivilegedThroughput/cidr' -benchtime 1x -timeout 30m -v 2>&1 | grep -E '^(Benchmark|ok|FAIL|--- FAIL)|CNI: |over [0-9]+ trials|paired ratios' || exit 1; done
 
 test-unit: ## tests that need neither root nor a control plane
 	$(GO) test -count=1 ./api/... ./cmd/... ./dataplane/... ./internal/... ./nodeagent/... ./watchers/...

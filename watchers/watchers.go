@@ -308,7 +308,9 @@ func egressAPI(obj any) bool {
 func (w *Watchers) Start(ctx context.Context, log *slog.Logger) error {
 	start := time.Now()
 	w.core.Start(ctx.Done())
-	w.pods.Start(ctx.Done()) // the same factory, started once, unless OnlyPods
+	if w.pods != w.core {
+		w.pods.Start(ctx.Done())
+	}
 	w.egress.Start(ctx.Done())
 	log.Info("waiting for informer caches")
 	if !cache.WaitForCacheSync(ctx.Done(), w.synced...) {
@@ -321,7 +323,9 @@ func (w *Watchers) Start(ctx context.Context, log *slog.Logger) error {
 // Shutdown stops the informers and waits for their goroutines.
 func (w *Watchers) Shutdown() {
 	w.core.Shutdown()
-	w.pods.Shutdown()
+	if w.pods != w.core {
+		w.pods.Shutdown()
+	}
 	w.egress.Shutdown()
 }
 

@@ -64,15 +64,31 @@ func (r *Router) SteeredArrivals(from []netip.Addr, pods []netip.Prefix, conside
 	if len(from) == 0 || len(pods) == 0 {
 		return out, true
 	}
-	arrival := map[int]bool{}
+	// The interfaces other nodes are reached through (via), and those of them consider
+	// accepts (strict ones): with none, no pod network need be looked up (the common case,
+	// at every sync).
+	via, arrival := map[int]bool{}, map[int]string{}
 	for i := 0; i < len(from); i += max(1, len(from)/maxArrivalLookups) {
 		routes, err := r.h.RouteGet(from[i].AsSlice())
 		if err != nil {
 			return out, false
 		}
 		for _, rt := range routes {
-			arrival[rt.LinkIndex] = true
+			via[rt.LinkIndex] = true
 		}
+	}
+	complete = true
+	for index := range via {
+		l, err := r.h.LinkByIndex(index)
+		switch {
+		case err != nil:
+			complete = false
+		case consider(l.Attrs().Name):
+			arrival[index] = l.Attrs().Name
+		}
+	}
+	if len(arrival) == 0 {
+		return out, complete
 	}
 	var v4 []netip.Prefix
 	for _, p := range pods {
@@ -80,28 +96,16 @@ func (r *Router) SteeredArrivals(from []netip.Addr, pods []netip.Prefix, conside
 			v4 = append(v4, p)
 		}
 	}
-	elsewhere := false
-	for i := 0; i < len(v4) && !elsewhere; i += max(1, len(v4)/maxArrivalLookups) {
+	for i := 0; i < len(v4); i += max(1, len(v4)/maxArrivalLookups) {
 		// A pod's address, not the network's: main may route the network address apart.
 		routes, err := r.h.RouteGet(v4[i].Masked().Addr().Next().AsSlice())
 		if err != nil {
 			return out, false
 		}
 		for _, rt := range routes {
-			elsewhere = elsewhere || !arrival[rt.LinkIndex]
-		}
-	}
-	if !elsewhere {
-		return out, true
-	}
-	complete = true
-	for index := range arrival {
-		l, err := r.h.LinkByIndex(index)
-		switch {
-		case err != nil:
-			complete = false
-		case consider(l.Attrs().Name):
-			out[index] = l.Attrs().Name
+			if !via[rt.LinkIndex] {
+				return arrival, complete
+			}
 		}
 	}
 	return out, complete

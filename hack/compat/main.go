@@ -4,7 +4,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -14,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/mod/modfile"
 )
 
 // report is what test/demo writes with --report.
@@ -171,16 +172,17 @@ func writeBetween(path, table string) error {
 
 // version is the version a go.mod requires of a module.
 func version(gomod, module string) string {
-	f, err := os.Open(gomod)
+	b, err := os.ReadFile(gomod)
 	if err != nil {
 		return "?"
 	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(strings.TrimPrefix(strings.TrimSpace(s.Text()), "require "))
-		if len(fields) >= 2 && fields[0] == module {
-			return fields[1]
+	f, err := modfile.ParseLax(gomod, b, nil)
+	if err != nil {
+		return "?"
+	}
+	for _, r := range f.Require {
+		if r.Mod.Path == module {
+			return r.Mod.Version
 		}
 	}
 	return "?"

@@ -87,8 +87,8 @@ func (a *Aggregator) reconcile(ctx context.Context) {
 	writes := make(chan struct{}, aggregateWrites)
 	var inFlight sync.WaitGroup
 	defer inFlight.Wait()
-	// settle runs f beside at most aggregateWrites-1 others.
-	settle := func(f func()) {
+	// inParallel runs f beside at most aggregateWrites-1 others.
+	inParallel := func(f func()) {
 		writes <- struct{}{}
 		inFlight.Go(func() {
 			defer func() { <-writes }()
@@ -112,7 +112,7 @@ func (a *Aggregator) reconcile(ctx context.Context) {
 			_, err := c.ApplyStatus(ctx, ovnac.EgressFirewall(ef.Name, ef.Namespace).WithStatus(st), metav1.ApplyOptions{FieldManager: manager, Force: true})
 			return err
 		}
-		settle(func() {
+		inParallel(func() {
 			a.settle("EgressFirewall "+ef.Namespace+"/"+ef.Name, ef.Status.Messages, ef.Status.Status, nodes, fwApplied, fwNotApplied,
 				func(manager string) error { return apply(ovnac.EgressFirewallStatus(), manager) },
 				func(status string) error {
@@ -133,7 +133,7 @@ func (a *Aggregator) reconcile(ctx context.Context) {
 			_, err := c.ApplyStatus(ctx, ovnac.EgressQoS(q.Name, q.Namespace).WithStatus(st), metav1.ApplyOptions{FieldManager: manager, Force: true})
 			return err
 		}
-		settle(func() {
+		inParallel(func() {
 			a.settle("EgressQoS "+q.Namespace+"/"+q.Name, msgs, q.Status.Status, nodes, qosApplied, qosNotApplied,
 				func(manager string) error { return apply(ovnac.EgressQoSStatus(), manager) },
 				func(status string) error { return apply(ovnac.EgressQoSStatus().WithStatus(status), leaderManager) })
