@@ -73,6 +73,12 @@ func (o *observer) start(ns *netns.NS, addrs []netip.Addr, ports []uint16) error
 			return fmt.Errorf("packet socket: %w", err)
 		}
 		o.socks = append(o.socks, fd)
+		// A deep queue: the sniffer decodes in Go, under the race detector on a loaded
+		// machine, behind bursts of a test's flows; the default (~200 KB, about a hundred
+		// small frames on a veth) dropped a request now and then while its reply was seen.
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 16<<20); err != nil {
+			return fmt.Errorf("packet socket buffer: %w", err)
+		}
 		for _, p := range ports {
 			ln, err := net.Listen("tcp", fmt.Sprintf(":%d", p))
 			if err != nil {
