@@ -1,5 +1,7 @@
-// Package kernel is the composite Applier that programs the node's kernel: one part per kernel
-// facility, run in phases so that nothing is selected before what it selects exists.
+// Package kernel is the composite Applier that programs the node's kernel: one facility per
+// kernel facility (facility.go: install its section of the state, prune what it owns and the
+// state no longer wants), run in phases so that nothing is selected before what it selects
+// exists.
 //
 // Phases, in order (each installs what the state wants; what it no longer wants is removed by
 // the same facility, after its installs):
@@ -24,7 +26,6 @@ package kernel
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -33,13 +34,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/addresses"
-	"github.com/egressd/egressd/dataplane/bfd"
 	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/nft"
 	"github.com/egressd/egressd/dataplane/routing"
@@ -68,82 +66,31 @@ type Options struct {
 	LoosenRPFilter bool
 }
 
-// Applier programs the kernel of the network namespace the process runs in.
+// Applier programs the kernel of the network namespace the process runs in: it runs its
+// facilities in order (run), and the components that keep it current between syncs: the
+// kernel's events (kernelEvents), the periodic checks (every), the ACL logs (serveACLLogs).
 type Applier struct {
+	// facilities install in this order and prune in reverse (run).
+	facilities []facility
+	// The facilities the events, the periodic work, the metrics and Close reach.
 	classifier *classifier.Classifier
-	// attachers: the classifier at ingress, its companion (replies the kfuncs cannot track:
-	// ICMP echo, SCTP) at egress of the same interfaces (dataplane/tc).
-	attachers []*tc.Attacher
-	portGuard *tc.Attacher // ingress of the ports of bridges of pods (guard.go)
-	facings   *facings
-	addresses *addresses.Addresses
-	routing   *routing.Router
-	tunnel    *tunnel.Tunnel
-	// bfd runs the sessions, started with the first peer: its UDP port (3784) stays free for
-	// a node's own BFD daemon until egressd needs it.
-	bfd   *bfd.Manager
-	bfdMu sync.Mutex // metrics scrapes read bfd while Apply may start it
-	nft   *nft.Table
-	// gatewayMACs are the return paths' gateways with the MAC last given to nftables ("" for
-	// none): a neighbour update that changes one triggers a sync.
-	gatewayMACs map[netip.Addr]string
-	neighMu     sync.Mutex
-	changed     chan struct{}
-	done        chan struct{}
-	// inherited are the gateways the previous agent's routes used (routing.Router.InUse), taken
-	// as alive until their own BFD session comes up or inheritUntil: a restarted agent's
-	// sessions start Down, and judging by them alone would take every BFD-gated gateway out of
-	// use, and flush the connections it brought, at every restart. Apply's goroutine only.
-	inherited    map[netip.Addr]bool
-	inheritUntil time.Time
+	facings    *facings
+	nft        *nftFacility
+	addresses  *addressFacility
+	bfd        *bfdFacility
+	tunnel     tunnelFacility
+	routing    *routingFacility
+	attach     *attachFacility
+	events     *kernelEvents
 	// snooped are the namespaces of the pods whose DNS answers the last Apply queued, by
 	// address: the answer reader counts what they teach against them (SnoopedNamespace).
 	snooped atomic.Pointer[map[netip.Addr]string]
-	// podNetworks are the cluster networks of the last Apply: an address event inside them (a
-	// pod's gateway on the host side of its interface, a Service address) changes neither
-	// egressd's addresses nor the node's own.
-	podNetworks atomic.Pointer[[]netip.Prefix]
-	podsInForce dataplane.PodsInForce
-	// recheck are the interfaces whose hooks the next attach looks at again (recheckHooks).
-	recheck map[int]bool
-	// kept are the interfaces the last attach meant to keep attached (whether it could or not):
-	// a tc deletion elsewhere is egressd's own detaching, or went with its interface.
-	kept map[int]bool
-	// recheckAsked and recheckDue pace the syncs tc deletions ask for (recheckHooks).
-	recheckAsked time.Time
-	recheckDue   bool
-	recheckMu    sync.Mutex
-	// watching are the goroutines that watch the kernel (watch, every).
-	watching sync.WaitGroup
-	// eventsLost counts the event subscriptions that failed (see watch).
-	eventsLost prometheus.Counter
-	// tableLost counts the times egressd's nftables table was found not whole (checkTable).
-	tableLost  prometheus.Counter
-	reattached prometheus.Counter // hooks found deleted behind egressd's back, attached again
-	// loosener loosens the reverse path filter of the interfaces replies come in through (nil:
-	// it is left strict, and reported). Apply's goroutine only.
-	loosener *rpfilter.Loosener
-	// strictWarned are the interfaces reversePath last warned of. Apply's goroutine only.
-	strictWarned []string
-	// unguardedSaid: why each unguarded interface is so, as last said. Apply's goroutine only.
-	unguardedSaid map[string]string
-	// strictRPFilter exports them.
-	strictRPFilter *prometheus.GaugeVec
-	// checks6 are the IPv6 reverse path checks reversePath6 last found dropping egressd's
-	// traffic, read at checks6Read while egressd routed through checks6Paths; checks6Warned
-	// those it has warned of; ipv6RPCheck exports them. Apply's goroutine only.
-	checks6       []rpfilter.Check6
-	checks6Read   time.Time
-	checks6Paths  string
-	checks6Warned map[string]bool
-	ipv6RPCheck   *prometheus.GaugeVec
-	// phases times each phase of Apply: where a slow sync spends its time.
-	phases *prometheus.HistogramVec
-	// removals remove what the state no longer wants, in order (removals.go); pruneFailures
-	// counts their failures.
-	removals      []removal
-	pruneFailures *prometheus.CounterVec
-	log           *slog.Logger
+	changed chan struct{}
+	done    chan struct{}
+	// running are the goroutines that watch the kernel and do the periodic work.
+	running sync.WaitGroup
+	metrics *metrics
+	log     *slog.Logger
 }
 
 // New adopts what a previous agent left under pinRoot (so that enforcement continues without a
@@ -220,30 +167,19 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	if err != nil {
 		return fail(err)
 	}
-	d := &Applier{classifier: c, attachers: []*tc.Attacher{toPod, a}, portGuard: ports, facings: facings, nft: t, addresses: owned, routing: router,
-		tunnel: tun, changed: make(chan struct{}, 1), done: make(chan struct{}), log: log,
-		podsInForce: o.PodsInForce, phases: newPhases(), eventsLost: newEventsLost(), reattached: newReattached(), tableLost: newTableLost(),
-		loosener: loosener, strictRPFilter: newStrictRPFilter(), ipv6RPCheck: newIPv6RPCheck(), recheck: map[int]bool{}, kept: map[int]bool{}, unguardedSaid: map[string]string{},
-		pruneFailures: newPruneFailures()}
-	d.removals = d.facilityRemovals()
-	if inUse := router.InUse(); len(inUse) > 0 {
-		d.inherited, d.inheritUntil = map[netip.Addr]bool{}, time.Now().Add(inheritGrace)
-		for _, gw := range inUse {
-			d.inherited[gw] = true
-		}
-		// Judged by the sessions alone from then on.
-		time.AfterFunc(inheritGrace, d.signal)
-	}
-	go func() {
-		if err := c.ServeACLLog(log); err != nil {
-			log.Error("ACL logging stopped", "err", err)
-		}
-	}()
-	aclLog := o.Classifier.ACLLog
-	if aclLog == nil {
-		aclLog = dataplane.StderrACLLog
-	}
-	go t.ServeACLLog(aclLog, o.Classifier.ACLLogRate, time.Second, d.done) // drops after DNAT
+	d := &Applier{classifier: c, facings: facings, changed: make(chan struct{}, 1), done: make(chan struct{}), metrics: newMetrics(), log: log}
+	d.nft = &nftFacility{table: t, tableLost: d.metrics.tableLost, ask: d.signal, log: log}
+	d.addresses = &addressFacility{Addresses: owned, log: log}
+	d.bfd = &bfdFacility{done: d.done, ask: d.signal, log: log}
+	d.tunnel = tunnelFacility{tun}
+	d.routing = &routingFacility{router: router, loosener: loosener, strictRPFilter: d.metrics.strictRPFilter, ipv6RPCheck: d.metrics.ipv6RPCheck, log: log}
+	d.attach = &attachFacility{attachers: []*tc.Attacher{toPod, a}, portGuard: ports, classifier: c, podsInForce: o.PodsInForce,
+		recheck: map[int]bool{}, kept: map[int]bool{}, unguardedSaid: map[string]string{}, reattached: d.metrics.reattached, ask: d.signal, log: log}
+	d.facilities = []facility{d.nft, d.addresses, d.bfd, d.tunnel, d.routing, &classifierFacility{classifier: c, facings: facings, log: log}, d.attach}
+	d.events = &kernelEvents{facings: facings, addresses: d.addresses, router: router, nft: d.nft, attach: d.attach,
+		lost: d.metrics.eventsLost, ask: d.signal, done: d.done, running: &d.running, log: log}
+	d.bfd.inherit(router.InUse())
+	serveACLLogs(c, t, o.Classifier, d.done, log)
 	// The namespace the events are watched in, for the subscriptions made again.
 	ns, err := netns.Get()
 	if err != nil {
@@ -257,17 +193,17 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 		return nil, err
 	}
 	// The caches are trusted from here on: the events tell of each change.
-	d.facings.watched(true)
+	facings.watched(true)
 	owned.Watched(true)
-	d.watching.Add(1)
-	go d.watch(e, ns)
+	d.running.Add(1)
+	go d.events.watch(e, ns)
 	if o.AddressLifetime > 0 {
-		if err := d.every(min(o.AddressLifetime/3, maxRenewal), d.renewAddresses); err != nil {
+		if err := d.every(renewalEvery(o.AddressLifetime), d.addresses.renew); err != nil {
 			d.Close()
 			return nil, err
 		}
 	}
-	if err := d.every(tableCheck, d.checkTable); err != nil {
+	if err := d.every(tableCheck, d.nft.checkTable); err != nil {
 		d.Close()
 		return nil, err
 	}
@@ -291,127 +227,46 @@ func (d *Applier) SnoopedNamespace(addr netip.Addr) string {
 	return ""
 }
 
-// Apply makes the kernel match s, phase by phase (see the package comment).
+// Apply makes the kernel match s, facility by facility (see the package comment).
 func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result {
-	res := dataplane.Result{Failed: map[dataplane.Origin]error{}}
-	fail := func(failed map[dataplane.Origin]error) {
-		for o, err := range failed {
-			res.Failed[o] = errors.Join(res.Failed[o], err)
-		}
-	}
-	up := d.bfdUp()
 	nets := slices.Clone(s.Classifier.ClusterNetworks)
-	d.podNetworks.Store(&nets)
+	d.events.podNetworks.Store(&nets)
 	snooped := make(map[netip.Addr]string, len(s.Nftables.DNSSnoop.Pods))
 	for _, p := range s.Nftables.DNSSnoop.Pods {
 		snooped[p.IP.Unmap()] = p.Namespace
 	}
 	d.snooped.Store(&snooped) // before the rules that queue their answers
-	phase := func(name string, f func() map[dataplane.Origin]error) {
-		start := time.Now()
-		fail(f())
-		d.phases.WithLabelValues(name).Observe(time.Since(start).Seconds())
-	}
-	phase("nftables", func() map[dataplane.Origin]error {
-		nftState := s.Nftables
-		nftState.ReturnPaths = d.returnPaths(s.Nftables.ReturnPaths, up)
-		return d.nft.Apply(&nftState)
-	})
-	phase("addresses", func() map[dataplane.Origin]error { return d.addresses.Apply(s.Addresses) })
-	phase("bfd", func() map[dataplane.Origin]error { return d.syncBFD(s.BFD) })
-	phase("tunnel", func() map[dataplane.Origin]error { return d.tunnel.Apply(&s.Tunnel) })
-	// The tables of egress IPs on secondary networks copy their interface's routes as they are
-	// now: after the addresses phase placed the IPs.
-	var routes *dataplane.RoutingState
-	phase("routing", func() map[dataplane.Origin]error {
-		routes = d.routing.WithLinkRoutes(&s.Routing)
-		defer d.reversePath6(tunnel6(&s.Tunnel))
-		defer d.reversePath(s.Routing.SteeredFrom, s.Routing.SteeredPods)
-		return d.routing.Apply(routes, up)
-	})
-	var f faced
-	phase("classifier", func() map[dataplane.Origin]error {
-		f = d.face(s)
-		return d.classifier.Apply(&s.Classifier, f.indices(), f.ports)
-	})
-	phase("attach", func() map[dataplane.Origin]error { return d.attach(s, f, res.Failed) })
-	phase("removals", func() map[dataplane.Origin]error {
-		res.Removals = d.prune(s, routes)
-		return nil
-	})
-	// The node's addresses as last listed: Prune lists them again when they changed.
-	res.HostCIDRs = hostCIDRs(s.Classifier.ClusterNetworks, d.addresses.Others())
+	var res dataplane.Result
+	res.Failed, res.Removals = d.run(&pass{state: s, up: d.bfd.up()})
+	res.HostCIDRs = d.addresses.hostCIDRs(s.Classifier.ClusterNetworks)
 	return res
 }
 
-// uneventful reports whether an address event needs no sync: an address on the pods' side of
-// the node: link-local, or in the cluster networks, pods' and services' (a routed CNI gives each
-// pod's host interface a gateway address; kube-proxy's IPVS mode puts Service addresses on
-// kube-ipvs0), none of which is ever an egress address nor published as the node's
-// (hostCIDRs); or egressd's own egress address added or its lifetime renewed (every third of
-// it: on an egress node each renewal was a full sync). A deleted egress address is an event.
-func (d *Applier) uneventful(u netlink.AddrUpdate) bool {
-	a, ok := netip.AddrFromSlice(u.LinkAddress.IP)
-	if !ok {
-		return false
+// signal asks for a sync (Changed), without waiting: one pending request covers any number.
+func (d *Applier) signal() {
+	select {
+	case d.changed <- struct{}{}:
+	default:
 	}
-	a = a.Unmap()
-	if a.IsLinkLocalUnicast() {
-		return true
-	}
-	if u.NewAddr && d.addresses.Holds(a, u.LinkIndex) {
-		return true
-	}
-	nets := d.podNetworks.Load()
-	return nets != nil && slices.ContainsFunc(*nets, func(p netip.Prefix) bool { return p.Contains(a) })
 }
 
 // Close stops watching and releases file descriptors; what is programmed stays.
 func (d *Applier) Close() {
 	close(d.done)
-	d.watching.Wait()
-	for _, at := range append(d.attachers, d.portGuard) {
-		at.Close()
-	}
+	d.running.Wait()
+	d.attach.close()
 	d.classifier.Close()
 	d.facings.close()
-	d.routing.Close()
+	d.routing.router.Close()
 	d.tunnel.Close()
-	if m := d.bfdManager(); m != nil {
-		m.Close()
-	}
-	if err := d.nft.Close(); err != nil {
+	d.bfd.close()
+	if err := d.nft.table.Close(); err != nil {
 		d.log.Error("close the nftables connection", "err", err)
 	}
 }
 
 // tableCheck is how often egressd's nftables table is looked at (checkTable).
 var tableCheck = 5 * time.Second
-
-// checkTable asks for a sync, which writes egressd's nftables table again, when it is not
-// whole: a `nft flush ruleset` or `nft delete table` elsewhere takes egressd's SNAT and leak
-// guards with it. Polled, not watched: a listener of nftables' events makes the kernel report
-// every element egressd writes.
-func (d *Applier) checkTable() {
-	if !d.nft.Intact() {
-		d.tableLost.Inc()
-		d.log.Warn("egressd's nftables table was deleted or changed behind its back; writing it again", "table", "inet "+nft.TableName)
-		d.signal()
-	}
-}
-
-// maxRenewal bounds the time between renewals of the egress addresses' lifetime: an address
-// of a dead agent goes between lifetime - maxRenewal and lifetime after its death, a window
-// the default lifetime places just after the leader's move (see cmd/egressd's flag).
-const maxRenewal = 5 * time.Second
-
-// renewAddresses keeps the egress addresses alive while the agent runs: at least three
-// renewals per lifetime, so a missed one or two do not drop them.
-func (d *Applier) renewAddresses() {
-	if err := d.addresses.Renew(); err != nil {
-		d.log.Error("renew the lifetime of egress addresses", "err", err)
-	}
-}
 
 // every runs f every interval until the applier closes, from a thread kept in the network
 // namespace of New's caller, where the kernel objects f looks at are; Close waits for it.
@@ -420,9 +275,9 @@ func (d *Applier) every(interval time.Duration, f func()) error {
 	if err != nil {
 		return fmt.Errorf("the agent's network namespace: %w", err)
 	}
-	d.watching.Add(1)
+	d.running.Add(1)
 	go func() {
-		defer d.watching.Done()
+		defer d.running.Done()
 		err := nsthread.Lock(ns)
 		ns.Close()
 		if err != nil {

@@ -2,15 +2,73 @@ package kernel
 
 import (
 	"errors"
+	"log/slog"
 	"maps"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/dataplane/classifier"
 	"github.com/egressd/egressd/dataplane/tc"
 )
+
+// classifierFacility is the classifier's maps: pod entries, firewall and QoS tables, before
+// the interfaces that run the program are attached (a newly attached interface finds its pod's
+// entries at once).
+type classifierFacility struct {
+	classifier *classifier.Classifier
+	facings    *facings
+	log        *slog.Logger
+}
+
+func (*classifierFacility) name() string { return "classifier" }
+
+func (f *classifierFacility) install(p *pass) map[dataplane.Origin]error {
+	p.faced = f.face(p.state)
+	return f.classifier.Apply(&p.state.Classifier, p.faced.indices(), p.faced.ports)
+}
+
+// attachFacility keeps the port guard on every port of a bridge of pods, then the classifier
+// on every pod-facing interface; interfaces that no longer face a pod are detached last.
+type attachFacility struct {
+	// attachers: the classifier at ingress, its companion (replies the kfuncs cannot track:
+	// ICMP echo, SCTP) at egress of the same interfaces (dataplane/tc).
+	attachers  []*tc.Attacher
+	portGuard  *tc.Attacher // ingress of the ports of bridges of pods (guard.go)
+	classifier *classifier.Classifier
+	// podsInForce, when set, hears of new pods as soon as their interfaces are attached.
+	podsInForce dataplane.PodsInForce
+	// recheck are the interfaces whose hooks the next attach looks at again (recheckHooks).
+	recheck map[int]bool
+	// kept are the interfaces the last attach meant to keep attached (whether it could or not):
+	// a tc deletion elsewhere is egressd's own detaching, or went with its interface.
+	kept map[int]bool
+	// recheckAsked and recheckDue pace the syncs tc deletions ask for (recheckHooks).
+	recheckAsked time.Time
+	recheckDue   bool
+	recheckMu    sync.Mutex
+	// unguardedSaid: why each unguarded interface is so, as last said. Apply's goroutine only.
+	unguardedSaid map[string]string
+	reattached    prometheus.Counter
+	ask           func()
+	log           *slog.Logger
+}
+
+func (*attachFacility) name() string { return "attach" }
+
+func (f *attachFacility) install(p *pass) map[dataplane.Origin]error {
+	return f.attach(p.state, p.faced, p.failed)
+}
+
+// close releases the attachers' file descriptors; what is attached stays.
+func (f *attachFacility) close() {
+	for _, at := range append(f.attachers, f.portGuard) {
+		at.Close()
+	}
+}
 
 // faced is where the packets of each local pod address come in: the interface facing it, and
 // for a bridged pod the bridge port.
@@ -23,13 +81,13 @@ type faced struct {
 
 // face finds the interface facing every pod address of s, and the bridge ports; a pod whose
 // address faces none fails.
-func (d *Applier) face(s *dataplane.State) faced {
+func (c *classifierFacility) face(s *dataplane.State) faced {
 	f := faced{byAddr: map[netip.Addr]facing{}, ports: map[netip.Addr]int{}, failed: map[dataplane.Origin]error{}}
 	ips := map[netip.Addr]bool{}
 	for _, p := range s.Classifier.Pods {
 		for _, ip := range p.IPs {
 			ips[ip] = true
-			name, idx, err := d.facings.of(ip)
+			name, idx, err := c.facings.of(ip)
 			if err != nil {
 				f.failed[p.Origin] = err
 				continue
@@ -37,13 +95,13 @@ func (d *Applier) face(s *dataplane.State) faced {
 			f.byAddr[ip] = facing{name, idx}
 		}
 	}
-	d.facings.keepOnly(ips)
+	c.facings.keepOnly(ips)
 	if len(f.byAddr) > 0 {
 		var err error
-		if f.links, err = d.readLinks(); err != nil {
-			d.log.Error("list interfaces to find the bridge ports and the interfaces facing pods alone; sources are checked as before this sync", "err", err)
+		if f.links, err = c.facings.links(); err != nil {
+			c.log.Error("list interfaces to find the bridge ports and the interfaces facing pods alone; sources are checked as before this sync", "err", err)
 		}
-		d.ports(s, &f)
+		c.ports(s, &f)
 	}
 	return f
 }
@@ -64,7 +122,7 @@ func (f faced) indices() map[netip.Addr]int {
 // podsInForce hears of it then, with before, their failures. Under a burst of new pods each
 // new interface waits for the RTNL lock that the CNI plugins setting up other pods hold; a
 // pod's ADD need not wait for all of them.
-func (d *Applier) attach(s *dataplane.State, f faced, before map[dataplane.Origin]error) map[dataplane.Origin]error {
+func (a *attachFacility) attach(s *dataplane.State, f faced, before map[dataplane.Origin]error) map[dataplane.Origin]error {
 	type owner struct {
 		iface  string
 		origin dataplane.Origin
@@ -93,50 +151,50 @@ func (d *Applier) attach(s *dataplane.State, f faced, before map[dataplane.Origi
 			}
 		}
 	}
-	g := d.guardsFor(s, f, want)
-	d.recheckMu.Lock()
+	g := a.guardsFor(s, f, want)
+	a.recheckMu.Lock()
 	// Before Detach: the deletions it makes are no news (recheckHooks).
-	clear(d.kept)
+	clear(a.kept)
 	for _, idx := range want {
-		d.kept[idx] = true
+		a.kept[idx] = true
 	}
 	if g != nil {
 		for _, idx := range g.ports {
-			d.kept[idx] = true
+			a.kept[idx] = true
 		}
 	}
-	for idx := range d.recheck {
-		for _, at := range append(d.attachers, d.portGuard) {
+	for idx := range a.recheck {
+		for _, at := range append(a.attachers, a.portGuard) {
 			at.Recheck(idx)
 		}
 	}
-	clear(d.recheck)
-	d.recheckMu.Unlock()
-	for o, err := range d.guard(g) {
+	clear(a.recheck)
+	a.recheckMu.Unlock()
+	for o, err := range a.guard(g) {
 		failed[o] = errors.Join(failed[o], err)
 	}
-	for _, at := range d.attachers {
+	for _, at := range a.attachers {
 		for ifname, err := range at.Detach(want) {
 			for _, o := range owners[ifname] {
 				failed[o] = errors.Join(failed[o], err)
 			}
 			if len(owners[ifname]) == 0 { // no pod to blame, log it
-				d.log.Error("detach classifier", "interface", ifname, "err", err)
+				a.log.Error("detach classifier", "interface", ifname, "err", err)
 			}
 		}
 	}
 	fresh := map[dataplane.Origin]bool{}
 	for _, name := range order {
 		isNew, again, errs, q := false, false, error(nil), &tc.Qdisc{}
-		for _, at := range d.attachers {
+		for _, at := range a.attachers {
 			outcome, err := at.Attach(name, want[name], q)
 			isNew, again, errs = isNew || outcome == tc.Fresh, again || outcome == tc.Again, errors.Join(errs, err)
 			if outcome == tc.Again {
-				d.reattached.Inc()
+				a.reattached.Inc()
 			}
 		}
 		if again {
-			d.log.Warn("egressd's classifier was deleted from a pod's interface behind its back; attached again", "interface", name, "pods", owners[name])
+			a.log.Warn("egressd's classifier was deleted from a pod's interface behind its back; attached again", "interface", name, "pods", owners[name])
 		}
 		var ready []dataplane.Origin
 		for _, o := range owners[name] {
@@ -150,8 +208,8 @@ func (d *Applier) attach(s *dataplane.State, f faced, before map[dataplane.Origi
 				ready = append(ready, o)
 			}
 		}
-		if len(ready) > 0 && d.podsInForce != nil {
-			d.podsInForce(s, ready, before)
+		if len(ready) > 0 && a.podsInForce != nil {
+			a.podsInForce(s, ready, before)
 		}
 	}
 	return failed
@@ -164,28 +222,28 @@ func (d *Applier) attach(s *dataplane.State, f faced, before map[dataplane.Origi
 // filter to a tcx link, egressd deletes one of its own on an interface it keeps: one sync
 // more.) Against a tool that keeps deleting them, these syncs come at most once per
 // recheckGap.
-func (d *Applier) recheckHooks(idx int) {
-	d.recheckMu.Lock()
-	defer d.recheckMu.Unlock()
-	if idx != 0 && !d.kept[idx] {
+func (a *attachFacility) recheckHooks(idx int) {
+	a.recheckMu.Lock()
+	defer a.recheckMu.Unlock()
+	if idx != 0 && !a.kept[idx] {
 		return
 	}
-	d.recheck[idx] = true
-	if d.recheckDue {
+	a.recheck[idx] = true
+	if a.recheckDue {
 		return // a sync is asked for already
 	}
-	wait := recheckGap - time.Since(d.recheckAsked)
+	wait := recheckGap - time.Since(a.recheckAsked)
 	if wait <= 0 {
-		d.recheckAsked = time.Now()
-		d.signal()
+		a.recheckAsked = time.Now()
+		a.ask()
 		return
 	}
-	d.recheckDue = true
+	a.recheckDue = true
 	time.AfterFunc(wait, func() {
-		d.recheckMu.Lock()
-		d.recheckDue, d.recheckAsked = false, time.Now()
-		d.recheckMu.Unlock()
-		d.signal()
+		a.recheckMu.Lock()
+		a.recheckDue, a.recheckAsked = false, time.Now()
+		a.recheckMu.Unlock()
+		a.ask()
 	})
 }
 

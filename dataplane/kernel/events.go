@@ -2,6 +2,10 @@ package kernel
 
 import (
 	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -12,6 +16,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/egressd/egressd/dataplane/routing"
 	"github.com/egressd/egressd/dataplane/tc"
 	"github.com/egressd/egressd/internal/nsthread"
 )
@@ -156,46 +161,68 @@ func drain[T any](ch <-chan T) {
 	}
 }
 
+// kernelEvents watches the kernel's changes for the Applier: it keeps current the caches they
+// invalidate (the interfaces facing pods, whether the node's addresses changed) and asks for a
+// sync when a change matters to what egressd wrote.
+type kernelEvents struct {
+	facings   *facings
+	addresses *addressFacility
+	router    *routing.Router
+	nft       *nftFacility
+	attach    *attachFacility
+	// podNetworks are the cluster networks of the last Apply: an address event inside them (a
+	// pod's gateway on the host side of its interface, a Service address) changes neither
+	// egressd's addresses nor the node's own.
+	podNetworks atomic.Pointer[[]netip.Prefix]
+	// lost counts the subscriptions that failed (see watch).
+	lost prometheus.Counter
+	ask  func()
+	done <-chan struct{}
+	// running is the Applier's, which Close waits for.
+	running *sync.WaitGroup
+	log     *slog.Logger
+}
+
 // watch applies the kernel's events until the applier closes. When a subscription ends before
 // that (a receive error, such as a buffer that overran: events were lost), it subscribes again,
 // and what the events keep current (the interfaces facing pods, whether the node's addresses
 // changed) is looked up afresh, its caches unused meanwhile; a sync follows (it reads the
 // gateways' neighbours anew). A link or a route missed is then as good as seen. The
 // subscriptions are made again from this goroutine's thread, kept in the applier's namespace ns.
-func (d *Applier) watch(e *events, ns netns.NsHandle) {
-	defer d.watching.Done()
+func (k *kernelEvents) watch(e *events, ns netns.NsHandle) {
+	defer k.running.Done()
 	err := nsthread.Lock(ns)
 	ns.Close()
 	if err != nil {
-		d.log.Error("kernel events cannot be subscribed to again if they are lost", "err", err)
+		k.log.Error("kernel events cannot be subscribed to again if they are lost", "err", err)
 	}
 	pause := resubscribeEvery
 	for {
-		d.consume(e)
+		k.consume(e)
 		e.close()
 		select {
-		case <-d.done:
+		case <-k.done:
 			return
 		default:
 		}
-		d.addresses.Watched(false)
-		d.facings.watched(false)
-		d.recheckHooks(0) // a deletion of egressd's filters may be among the events lost
-		d.eventsLost.Inc()
-		d.signal()
+		k.addresses.Watched(false)
+		k.facings.watched(false)
+		k.attach.recheckHooks(0) // a deletion of egressd's filters may be among the events lost
+		k.lost.Inc()
+		k.ask()
 		if err != nil {
-			d.log.Error("kernel events lost: link, address and route changes are looked up at every sync from now on", "err", e.err())
+			k.log.Error("kernel events lost: link, address and route changes are looked up at every sync from now on", "err", e.err())
 			return
 		}
-		d.log.Warn("kernel events lost: subscribing to them again, and looking up afresh what they kept current", "err", e.err())
+		k.log.Warn("kernel events lost: subscribing to them again, and looking up afresh what they kept current", "err", e.err())
 		for {
 			var serr error
 			if e, serr = subscribe(); serr == nil {
 				break
 			}
-			d.log.Error("kernel events are not watched: link, address and route changes are looked up at every sync until they are", "err", serr, "retryIn", pause)
+			k.log.Error("kernel events are not watched: link, address and route changes are looked up at every sync until they are", "err", serr, "retryIn", pause)
 			select {
-			case <-d.done:
+			case <-k.done:
 				return
 			case <-time.After(pause):
 			}
@@ -204,32 +231,32 @@ func (d *Applier) watch(e *events, ns netns.NsHandle) {
 		pause = resubscribeEvery
 		// From the new subscription on, the events tell of each change again; what changed
 		// before it was not told.
-		d.facings.watched(true)
-		d.addresses.Watched(true)
-		d.recheckHooks(0)
-		d.signal()
+		k.facings.watched(true)
+		k.addresses.Watched(true)
+		k.attach.recheckHooks(0)
+		k.ask()
 	}
 }
 
 // consume handles e's events until one of its receivers ends or the applier closes.
-func (d *Applier) consume(e *events) {
+func (k *kernelEvents) consume(e *events) {
 	for {
 		select {
-		case <-d.done:
+		case <-k.done:
 			return
 		case u, ok := <-e.links:
 			if !ok {
 				return
 			}
-			d.facings.forgetLink(int(u.Index))
+			k.facings.forgetLink(int(u.Index))
 		case u, ok := <-e.addrs:
 			if !ok {
 				return
 			}
-			if d.uneventful(u) {
+			if k.uneventful(u) {
 				continue
 			}
-			d.addresses.Changed()
+			k.addresses.Changed()
 		case u, ok := <-e.routes:
 			if !ok {
 				return
@@ -237,48 +264,62 @@ func (d *Applier) consume(e *events) {
 			// Routes of the main table say which interface faces a pod address, those of an
 			// egress IP's interface on a secondary network (in main or its VRF's table) are
 			// copied into its table, and those to a gateway say which interface reaches it.
-			faced := u.Table == unix.RT_TABLE_MAIN && d.facings.forgetRoute(u.Dst)
-			if !faced && !d.copiedRoute(u.Route) && !d.routing.Resolves(u.Route) {
+			faced := u.Table == unix.RT_TABLE_MAIN && k.facings.forgetRoute(u.Dst)
+			if !faced && !k.copiedRoute(u.Route) && !k.router.Resolves(u.Route) {
 				continue
 			}
 		case u, ok := <-e.neighs:
 			if !ok {
 				return
 			}
-			if !d.neighbourChanged(u) {
+			if !k.nft.neighbourChanged(u) {
 				continue
 			}
 		case idx, ok := <-e.tcDeleted:
 			if !ok {
 				return
 			}
-			d.recheckHooks(idx) // asks for a sync itself, if any is needed
+			k.attach.recheckHooks(idx) // asks for a sync itself, if any is needed
 			continue
 		}
-		d.signal()
+		k.ask()
 	}
 }
 
 // copiedRoute says whether a route (of any of its nexthops) is one that the routing copies
 // into an egress IP's table.
-func (d *Applier) copiedRoute(rt netlink.Route) bool {
-	if d.routing.Copies(rt.LinkIndex, rt.Table) {
+func (k *kernelEvents) copiedRoute(rt netlink.Route) bool {
+	if k.router.Copies(rt.LinkIndex, rt.Table) {
 		return true
 	}
 	for _, nh := range rt.MultiPath {
-		if d.routing.Copies(nh.LinkIndex, rt.Table) {
+		if k.router.Copies(nh.LinkIndex, rt.Table) {
 			return true
 		}
 	}
 	return false
 }
 
-// signal asks for a sync (Changed), without waiting: one pending request covers any number.
-func (d *Applier) signal() {
-	select {
-	case d.changed <- struct{}{}:
-	default:
+// uneventful reports whether an address event needs no sync: an address on the pods' side of
+// the node: link-local, or in the cluster networks, pods' and services' (a routed CNI gives each
+// pod's host interface a gateway address; kube-proxy's IPVS mode puts Service addresses on
+// kube-ipvs0), none of which is ever an egress address nor published as the node's
+// (hostCIDRs); or egressd's own egress address added or its lifetime renewed (every third of
+// it: on an egress node each renewal was a full sync). A deleted egress address is an event.
+func (k *kernelEvents) uneventful(u netlink.AddrUpdate) bool {
+	a, ok := netip.AddrFromSlice(u.LinkAddress.IP)
+	if !ok {
+		return false
 	}
+	a = a.Unmap()
+	if a.IsLinkLocalUnicast() {
+		return true
+	}
+	if u.NewAddr && k.addresses.Holds(a, u.LinkIndex) {
+		return true
+	}
+	nets := k.podNetworks.Load()
+	return nets != nil && slices.ContainsFunc(*nets, func(p netip.Prefix) bool { return p.Contains(a) })
 }
 
 func newEventsLost() prometheus.Counter {

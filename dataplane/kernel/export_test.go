@@ -2,8 +2,6 @@ package kernel
 
 import (
 	"time"
-
-	"github.com/egressd/egressd/dataplane"
 )
 
 // SetEventBuffer sets the receive buffer of the event sockets that appliers subscribe from now
@@ -24,11 +22,19 @@ func SetTableCheck(every time.Duration) (restore func()) {
 // FailRemovals makes facility's removals fail with err in the Applies that follow, as a kernel
 // that refuses them would; restore puts the facility's own back.
 func (d *Applier) FailRemovals(facility string, err error) (restore func()) {
-	for i, r := range d.removals {
-		if r.facility == facility {
-			d.removals[i].prune = func(*dataplane.State, *dataplane.RoutingState) error { return err }
-			return func() { d.removals[i].prune = r.prune }
+	for i, f := range d.facilities {
+		if pr, ok := f.(pruner); ok && pr.name() == facility {
+			d.facilities[i] = refusing{pr, err}
+			return func() { d.facilities[i] = f }
 		}
 	}
 	panic("no removals of " + facility)
 }
+
+// refusing is a pruner whose removals fail.
+type refusing struct {
+	pruner
+	err error
+}
+
+func (r refusing) prune(*pass) error { return r.err }

@@ -16,8 +16,9 @@ type linkSet struct {
 	ports   map[int][]netlink.Link // by the index of their master (a bridge)
 }
 
-func (d *Applier) readLinks() (*linkSet, error) {
-	links, err := d.facings.h.LinkList()
+// links reads the namespace's interfaces (once per sync).
+func (f *facings) links() (*linkSet, error) {
+	links, err := f.h.LinkList()
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +51,7 @@ func (ls *linkSet) portOf(bridge int, host []string, written int) int {
 }
 
 // ports finds the bridge port of every address of s facing a bridge (faced.ports).
-func (d *Applier) ports(s *dataplane.State, f *faced) {
+func (c *classifierFacility) ports(s *dataplane.State, f *faced) {
 	if f.links == nil {
 		return
 	}
@@ -60,7 +61,7 @@ func (d *Applier) ports(s *dataplane.State, f *faced) {
 			if l := f.links.byIndex[fc.index]; !ok || l == nil || l.Type() != "bridge" {
 				continue
 			}
-			if port := f.links.portOf(fc.index, p.HostInterfaces, d.classifier.WrittenPort(ip)); port != 0 {
+			if port := f.links.portOf(fc.index, p.HostInterfaces, c.classifier.WrittenPort(ip)); port != 0 {
 				f.ports[ip] = port
 			}
 		}
@@ -78,11 +79,11 @@ type guards struct {
 
 // guardsFor are the guards of the interfaces of want (name to index) that face pods alone;
 // without the list of interfaces (f.links nil), none (and guard changes nothing).
-func (d *Applier) guardsFor(s *dataplane.State, f faced, want map[string]int) *guards {
+func (a *attachFacility) guardsFor(s *dataplane.State, f faced, want map[string]int) *guards {
 	if f.links == nil {
 		return nil
 	}
-	g := &guards{interfaces: d.guardable(want, f.links), ports: map[string]int{}, owners: map[int][]dataplane.Origin{}}
+	g := &guards{interfaces: a.guardable(want, f.links), ports: map[string]int{}, owners: map[int][]dataplane.Origin{}}
 	bridges := map[int]bool{}
 	for _, idx := range g.interfaces {
 		if f.links.byIndex[idx].Type() != "bridge" {
@@ -110,28 +111,28 @@ func (d *Applier) guardsFor(s *dataplane.State, f faced, want map[string]int) *g
 // keeps the port guard on exactly the guarded bridges' ports: before the classifier runs on a
 // new interface, as it judges sources from its first packet. It returns the failures of pods
 // whose port could not be guarded.
-func (d *Applier) guard(g *guards) map[dataplane.Origin]error {
+func (a *attachFacility) guard(g *guards) map[dataplane.Origin]error {
 	if g == nil {
 		return nil
 	}
-	if err := d.classifier.Guard(g.interfaces, g.claimed); err != nil {
-		d.log.Error("write the interfaces whose pods' sources are checked", "err", err)
+	if err := a.classifier.Guard(g.interfaces, g.claimed); err != nil {
+		a.log.Error("write the interfaces whose pods' sources are checked", "err", err)
 	}
 	failed := map[dataplane.Origin]error{}
 	blame := func(name string, err error) {
 		owners := g.owners[g.ports[name]]
 		if len(owners) == 0 {
-			d.log.Error("guard a bridge port", "interface", name, "err", err)
+			a.log.Error("guard a bridge port", "interface", name, "err", err)
 		}
 		for _, o := range owners {
 			failed[o] = errors.Join(failed[o], err)
 		}
 	}
-	for name, err := range d.portGuard.Detach(g.ports) {
+	for name, err := range a.portGuard.Detach(g.ports) {
 		blame(name, err)
 	}
 	for name, idx := range g.ports {
-		if _, err := d.portGuard.Attach(name, idx, &tc.Qdisc{}); err != nil {
+		if _, err := a.portGuard.Attach(name, idx, &tc.Qdisc{}); err != nil {
 			blame(name, err)
 		}
 	}
@@ -143,7 +144,7 @@ func (d *Applier) guard(g *guards) map[dataplane.Origin]error {
 // a pod behind them (the classifier's anti-spoofing). A bridge that also has another port (the
 // node's uplink enslaved to share the LAN with the pods, a tunnel) passes what comes from
 // there as before: its sources are not the pods' to check; it is said once.
-func (d *Applier) guardable(want map[string]int, ls *linkSet) []int {
+func (a *attachFacility) guardable(want map[string]int, ls *linkSet) []int {
 	var out []int
 	for name, idx := range want {
 		l := ls.byIndex[idx]
@@ -164,20 +165,20 @@ func (d *Applier) guardable(want map[string]int, ls *linkSet) []int {
 			if other == nil {
 				out = append(out, idx)
 			} else {
-				d.unguarded(name, "bridge port "+other.Attrs().Name+" is a "+other.Type()+", not a pod's veth")
+				a.unguarded(name, "bridge port "+other.Attrs().Name+" is a "+other.Type()+", not a pod's veth")
 			}
 		default:
-			d.unguarded(name, "a "+l.Type()+" interface, not a veth or a bridge of veths")
+			a.unguarded(name, "a "+l.Type()+" interface, not a veth or a bridge of veths")
 		}
 	}
 	return out
 }
 
 // unguarded says once per interface that the sources of its packets are not checked.
-func (d *Applier) unguarded(name, why string) {
-	if d.unguardedSaid[name] == why {
+func (a *attachFacility) unguarded(name, why string) {
+	if a.unguardedSaid[name] == why {
 		return
 	}
-	d.unguardedSaid[name] = why
-	d.log.Warn("pod-facing interface does not face pods alone: the sources of its packets are not checked (anti-spoofing)", "interface", name, "why", why)
+	a.unguardedSaid[name] = why
+	a.log.Warn("pod-facing interface does not face pods alone: the sources of its packets are not checked (anti-spoofing)", "interface", name, "why", why)
 }

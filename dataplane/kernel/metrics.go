@@ -7,21 +7,47 @@ import (
 	"github.com/egressd/egressd/dataplane/nft"
 )
 
+// metrics are the Applier's own metrics, shared with the facilities and components that count.
+type metrics struct {
+	// phases times each phase of Apply: where a slow sync spends its time.
+	phases *prometheus.HistogramVec
+	// eventsLost counts the event subscriptions that failed (kernelEvents.watch).
+	eventsLost prometheus.Counter
+	// tableLost counts the times egressd's nftables table was found not whole (checkTable).
+	tableLost prometheus.Counter
+	// reattached counts hooks found deleted behind egressd's back, attached again.
+	reattached prometheus.Counter
+	// strictRPFilter and ipv6RPCheck: what reversePath and reversePath6 found.
+	strictRPFilter *prometheus.GaugeVec
+	ipv6RPCheck    *prometheus.GaugeVec
+	// pruneFailures counts the removals that failed, by facility.
+	pruneFailures *prometheus.CounterVec
+}
+
+func newMetrics() *metrics {
+	return &metrics{phases: newPhases(), eventsLost: newEventsLost(), tableLost: newTableLost(), reattached: newReattached(),
+		strictRPFilter: newStrictRPFilter(), ipv6RPCheck: newIPv6RPCheck(), pruneFailures: newPruneFailures()}
+}
+
 // Collectors are the dataplane's Prometheus metrics.
 func (d *Applier) Collectors() []prometheus.Collector {
+	var table *nft.Table
+	if d.nft != nil {
+		table = d.nft.table
+	}
 	afterDNAT := func() map[classifier.RuleRef]classifier.Counters {
 		out := map[classifier.RuleRef]classifier.Counters{}
-		for o, c := range d.nft.Counters() {
+		for o, c := range table.Counters() {
 			out[classifier.RuleRef{Namespace: o.Namespace, Rule: o.Rule}] = classifier.Counters{Packets: c.Packets, Bytes: c.Bytes}
 		}
 		return out
 	}
-	if d.phases == nil { // an Applier not made by New: the metrics reference describes it
-		d.phases, d.eventsLost, d.reattached, d.tableLost, d.strictRPFilter = newPhases(), newEventsLost(), newReattached(), newTableLost(), newStrictRPFilter()
-		d.pruneFailures, d.ipv6RPCheck = newPruneFailures(), newIPv6RPCheck()
+	m := d.metrics
+	if m == nil { // an Applier not made by New: the metrics reference describes it
+		m = newMetrics()
 	}
-	return []prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT), nft.NewCollector(d.nft), bfdCollector{d},
-		d.phases, d.eventsLost, d.reattached, d.tableLost, d.strictRPFilter, d.ipv6RPCheck, d.pruneFailures}
+	return []prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT), nft.NewCollector(table), bfdCollector{d.bfd},
+		m.phases, m.eventsLost, m.reattached, m.tableLost, m.strictRPFilter, m.ipv6RPCheck, m.pruneFailures}
 }
 
 func newTableLost() prometheus.Counter {
@@ -37,4 +63,11 @@ func newPhases() *prometheus.HistogramVec {
 		Help:    "Duration of one phase of applying the node's state to the kernel (nftables, addresses, bfd, tunnel, routing, classifier, attach, removals).",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 	}, []string{"phase"})
+}
+
+func newPruneFailures() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "egressd_dataplane_prune_failures_total",
+		Help: "Removals of kernel objects egressd no longer wants (rules, routes and nexthops; tunnel entries; egress addresses) that failed, by facility (routing, tunnel, addresses): the objects stay until a removal succeeds. The sync is retried with a backoff (100 ms doubling to 30 s) while they fail.",
+	}, []string{"facility"})
 }

@@ -17,7 +17,7 @@ import (
 // to come from a gateway by its source MAC). A gateway not resolved yet is asked for (the kernel
 // resolves it) and left out; the neighbour event of its answer, as that of a gateway whose MAC
 // changes (a gratuitous ARP or unsolicited NA of a moved gateway), triggers a sync.
-func (d *Applier) returnPaths(paths []dataplane.ReturnPath, up func(netip.Addr) bool) []dataplane.ReturnPath {
+func (f *nftFacility) returnPaths(paths []dataplane.ReturnPath, up func(netip.Addr) bool) []dataplane.ReturnPath {
 	// The neighbour table is read only for gateways: a node has many neighbours. unread: by
 	// family (IPv4: true), the table could not be read.
 	var macs map[netip.Addr]net.HardwareAddr
@@ -25,9 +25,9 @@ func (d *Applier) returnPaths(paths []dataplane.ReturnPath, up func(netip.Addr) 
 	if len(paths) > 0 {
 		macs, unread = neighbours()
 	}
-	d.neighMu.Lock()
-	programmed := d.gatewayMACs
-	d.neighMu.Unlock()
+	f.mu.Lock()
+	programmed := f.gatewayMACs
+	f.mu.Unlock()
 	watched := map[netip.Addr]string{}
 	var out []dataplane.ReturnPath
 	var unresolved []netip.Addr
@@ -49,9 +49,9 @@ func (d *Applier) returnPaths(paths []dataplane.ReturnPath, up func(netip.Addr) 
 			out = append(out, p)
 		}
 	}
-	d.neighMu.Lock()
-	d.gatewayMACs = watched
-	d.neighMu.Unlock()
+	f.mu.Lock()
+	f.gatewayMACs = watched
+	f.mu.Unlock()
 	for _, gw := range unresolved { // once watched: the answer may come at once
 		resolve(gw)
 	}
@@ -60,14 +60,14 @@ func (d *Applier) returnPaths(paths []dataplane.ReturnPath, up func(netip.Addr) 
 
 // neighbourChanged tells whether a neighbour update concerns a gateway of a return path whose
 // MAC is not the one last programmed.
-func (d *Applier) neighbourChanged(u netlink.NeighUpdate) bool {
+func (f *nftFacility) neighbourChanged(u netlink.NeighUpdate) bool {
 	ip, ok := netip.AddrFromSlice(u.IP)
 	if !ok {
 		return false
 	}
-	d.neighMu.Lock()
-	defer d.neighMu.Unlock()
-	programmed, watched := d.gatewayMACs[ip.Unmap()]
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	programmed, watched := f.gatewayMACs[ip.Unmap()]
 	if !watched {
 		return false
 	}

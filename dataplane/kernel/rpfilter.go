@@ -20,26 +20,26 @@ import (
 // in through (routing.Router.ReplyInterfaces), and, on an egress node whose CNI routes the other
 // nodes' pods through an overlay, the one other nodes steer to directly (SteeredArrivals). It puts back those no longer used; without a loosener it logs, once per
 // interface, and exports the strict ones.
-func (d *Applier) reversePath(steeredFrom []netip.Addr, steeredPods []netip.Prefix) {
+func (f *routingFacility) reversePath(steeredFrom []netip.Addr, steeredPods []netip.Prefix) {
 	consider := rpfilter.Strict
-	if d.loosener != nil {
-		consider = func(name string) bool { return rpfilter.Strict(name) || slices.Contains(d.loosener.Loosened(), name) }
+	if f.loosener != nil {
+		consider = func(name string) bool { return rpfilter.Strict(name) || slices.Contains(f.loosener.Loosened(), name) }
 	}
-	through, complete := d.routing.ReplyInterfaces(consider)
-	arrivals, arrivalsComplete := d.routing.SteeredArrivals(steeredFrom, steeredPods, consider)
+	through, complete := f.router.ReplyInterfaces(consider)
+	arrivals, arrivalsComplete := f.router.SteeredArrivals(steeredFrom, steeredPods, consider)
 	maps.Copy(through, arrivals)
 	complete = complete && arrivalsComplete
-	if d.loosener != nil {
-		loosened, restored, err := d.loosener.Sync(through, complete)
+	if f.loosener != nil {
+		loosened, restored, err := f.loosener.Sync(through, complete)
 		for _, name := range loosened {
-			d.log.Warn("loosened the reverse path filter of an interface where egressd's traffic arrives with sources main routes elsewhere (replies of what egressd routes through it, or packets of other nodes' pods steered to this egress node while the CNI routes those pods through an overlay); a strict filter drops them; put back once no longer needed, or by egressctl cleanup",
+			f.log.Warn("loosened the reverse path filter of an interface where egressd's traffic arrives with sources main routes elsewhere (replies of what egressd routes through it, or packets of other nodes' pods steered to this egress node while the CNI routes those pods through an overlay); a strict filter drops them; put back once no longer needed, or by egressctl cleanup",
 				"interface", name, "sysctl", "net.ipv4.conf."+name+".rp_filter=2")
 		}
 		for _, name := range restored {
-			d.log.Info("put back the reverse path filter egressd had loosened", "interface", name)
+			f.log.Info("put back the reverse path filter egressd had loosened", "interface", name)
 		}
 		if err != nil {
-			d.log.Error("loosen the reverse path filter", "err", err)
+			f.log.Error("loosen the reverse path filter", "err", err)
 		}
 	}
 	var strict []string
@@ -49,15 +49,15 @@ func (d *Applier) reversePath(steeredFrom []netip.Addr, steeredPods []netip.Pref
 		}
 	}
 	slices.Sort(strict)
-	d.strictRPFilter.Reset()
+	f.strictRPFilter.Reset()
 	for _, name := range strict {
-		d.strictRPFilter.WithLabelValues(name).Set(1)
-		if !slices.Contains(d.strictWarned, name) {
-			d.log.Warn("egressd's traffic arrives through an interface whose reverse path filter is strict while main routes its sources elsewhere (replies of what egressd routes through it, or other nodes' steered packets while the CNI routes their pods through an overlay): they are dropped; set it loose",
+		f.strictRPFilter.WithLabelValues(name).Set(1)
+		if !slices.Contains(f.strictWarned, name) {
+			f.log.Warn("egressd's traffic arrives through an interface whose reverse path filter is strict while main routes its sources elsewhere (replies of what egressd routes through it, or other nodes' steered packets while the CNI routes their pods through an overlay): they are dropped; set it loose",
 				"interface", name, "sysctl", "net.ipv4.conf."+name+".rp_filter=2")
 		}
 	}
-	d.strictWarned = strict
+	f.strictWarned = strict
 }
 
 func newStrictRPFilter() *prometheus.GaugeVec {
@@ -76,8 +76,8 @@ var checks6Every = 30 * time.Second
 // is read only while egressd routes IPv6 through another interface than main's IPv6 default
 // route's (routing.Router.ReplyInterfaces6), or through its tunnel to a peer with IPv6
 // nexthops (tunnel6), and then once per checks6Every or when those interfaces change.
-func (d *Applier) reversePath6(tunnel6 bool) {
-	through, marked, complete := d.routing.ReplyInterfaces6()
+func (f *routingFacility) reversePath6(tunnel6 bool) {
+	through, marked, complete := f.router.ReplyInterfaces6()
 	var names []string
 	unmarked := tunnel6
 	for index, name := range through {
@@ -94,31 +94,31 @@ func (d *Applier) reversePath6(tunnel6 bool) {
 		return // the kernel could not say: the last report stands
 	}
 	if len(names) == 0 {
-		d.checks6, d.checks6Paths = nil, ""
-	} else if paths != d.checks6Paths || time.Since(d.checks6Read) >= checks6Every {
+		f.checks6, f.checks6Paths = nil, ""
+	} else if paths != f.checks6Paths || time.Since(f.checks6Read) >= checks6Every {
 		checks, err := readChecks6()
 		if err != nil {
-			d.log.Error("read the node's nftables ruleset for IPv6 reverse path checks", "err", err)
+			f.log.Error("read the node's nftables ruleset for IPv6 reverse path checks", "err", err)
 		}
-		d.checks6 = rpfilter.Dropping(checks, true, unmarked)
-		d.checks6Paths, d.checks6Read = paths, time.Now()
+		f.checks6 = rpfilter.Dropping(checks, true, unmarked)
+		f.checks6Paths, f.checks6Read = paths, time.Now()
 	}
-	d.ipv6RPCheck.Reset()
+	f.ipv6RPCheck.Reset()
 	warned := map[string]bool{}
-	for _, c := range d.checks6 {
-		d.ipv6RPCheck.WithLabelValues(c.Table, c.Chain, c.Kind()).Set(1)
+	for _, c := range f.checks6 {
+		f.ipv6RPCheck.WithLabelValues(c.Table, c.Chain, c.Kind()).Set(1)
 		id := fmt.Sprintf("%s/%s/%d/%s", c.Table, c.Chain, c.Handle, c.Kind())
 		warned[id] = true
-		if !d.checks6Warned[id] {
+		if !f.checks6Warned[id] {
 			why := "it looks the source up without the packet's mark, or before egressd's replies carry it"
 			if c.Met() {
 				why = "it looks the source up with the packet's mark, which egressd sets for the replies of egress IPs on secondary networks only, not for an IPv6 gateway's replies on another interface nor for packets through egressd's tunnel"
 			}
-			d.log.Warn("the node's firewall has an IPv6 reverse path check that drops the replies of traffic egressd routes through another interface than the IPv6 default route's (or its tunnel): "+why,
+			f.log.Warn("the node's firewall has an IPv6 reverse path check that drops the replies of traffic egressd routes through another interface than the IPv6 default route's (or its tunnel): "+why,
 				"table", c.Table, "chain", c.Chain, "handle", c.Handle, "rule", c.Rule(), "kind", c.Kind(), "interfaces", names, "fix", c.Fix())
 		}
 	}
-	d.checks6Warned = warned
+	f.checks6Warned = warned
 }
 
 // readChecks6 reads the IPv6 reverse path checks of the agent's network namespace.

@@ -1,0 +1,78 @@
+package kernel
+
+import (
+	"errors"
+	"net/netip"
+	"time"
+
+	"github.com/egressd/egressd/dataplane"
+)
+
+// facility is one kernel facility as Apply runs it. The facilities install in the order of
+// Applier.facilities (see the package comment: nothing is selected before what it selects
+// exists); install writes the facility's section of the desired state and returns the
+// failures by object.
+type facility interface {
+	name() string
+	install(p *pass) map[dataplane.Origin]error
+}
+
+// pruner is a facility whose removals of what the state no longer wants wait until every
+// facility installed, and run in reverse order. The others remove as they install: nftables in
+// its one transaction, the classifier its entries, attach the interfaces it leaves.
+type pruner interface {
+	facility
+	prune(p *pass) error
+	// removes says what prune removes, for the log.
+	removes() string
+}
+
+// pass is one Apply as the facilities see it: the desired state, and what a facility found
+// for those after it.
+type pass struct {
+	state *dataplane.State
+	// up says whether a gateway's BFD session is up (bfdFacility.up).
+	up func(netip.Addr) bool
+	// routes is the routing state with the routes of egress IPs' interfaces copied in (set by
+	// the routing facility, pruned by it).
+	routes *dataplane.RoutingState
+	// faced is where each pod address's packets come in (set by the classifier facility,
+	// attached to by attach).
+	faced faced
+	// failed are the failures so far: attach tells podsInForce of them.
+	failed map[dataplane.Origin]error
+}
+
+// run installs p's state facility by facility, then prunes in reverse; each phase's time is
+// observed under its facility's name, the removals' under "removals". It returns the failures
+// by object and the removals that failed by facility (nil when none did). A failure leaves a
+// stale rule, route, tunnel entry or address in place: the caller retries soon rather than at
+// the next resync, and it is counted and logged.
+func (d *Applier) run(p *pass) (failed map[dataplane.Origin]error, removals map[string]error) {
+	failed = map[dataplane.Origin]error{}
+	p.failed = failed
+	for _, f := range d.facilities {
+		start := time.Now()
+		for o, err := range f.install(p) {
+			failed[o] = errors.Join(failed[o], err)
+		}
+		d.metrics.phases.WithLabelValues(f.name()).Observe(time.Since(start).Seconds())
+	}
+	start := time.Now()
+	for i := len(d.facilities) - 1; i >= 0; i-- {
+		pr, ok := d.facilities[i].(pruner)
+		if !ok {
+			continue
+		}
+		if err := pr.prune(p); err != nil {
+			if removals == nil {
+				removals = map[string]error{}
+			}
+			removals[pr.name()] = err
+			d.metrics.pruneFailures.WithLabelValues(pr.name()).Inc()
+			d.log.Error("remove "+pr.removes(), "facility", pr.name(), "err", err)
+		}
+	}
+	d.metrics.phases.WithLabelValues("removals").Observe(time.Since(start).Seconds())
+	return failed, removals
+}
