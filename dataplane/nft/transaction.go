@@ -60,15 +60,7 @@ func (c contents) elements(set string) []nftables.SetElement {
 func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	denies, dscp := t.wantDenies(s), t.wantDSCP(s)
-	want := contents{}
-	addDenies(want, denies)
-	addFrontends(want, s)
-	addDSCP(want, dscp)
-	failed := addEgressIP(want, s)
-	addReturnPaths(want, s)
-	addSteered(want, s)
-	addDNSSnoop(want, s)
+	want, denies, dscp, failed := t.plan(s)
 	intact := t.written != nil && t.mask == s.SteerMask && t.queue == s.DNSSnoop.Queue && slices.Equal(dynamicChains(want), dynamicChains(t.written)) &&
 		slices.Equal(activeTargets(want), activeTargets(t.written)) && t.intact()
 	if intact && maps.EqualFunc(want, t.written, func(a, b map[string]element) bool {
@@ -126,6 +118,22 @@ func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 	t.drops.track(prev, denies, rewrite)
 	t.flushOrFail(s, failed)
 	return orNil(failed)
+}
+
+// plan is what the sets must hold for s: the contents, the backend denies and DSCP elements
+// (with those kept for the namespaces whose objects failed to compile), and the SNATs that
+// cannot be programmed. It reads the table's last written denies and DSCP elements only.
+func (t *Table) plan(s *dataplane.NftablesState) (contents, map[string]dataplane.BackendDeny, map[string]dataplane.BackendDSCP, map[dataplane.Origin]error) {
+	denies, dscp := t.wantDenies(s), t.wantDSCP(s)
+	want := contents{}
+	addDenies(want, denies)
+	addFrontends(want, s)
+	addDSCP(want, dscp)
+	failed := addEgressIP(want, s)
+	addReturnPaths(want, s)
+	addSteered(want, s)
+	addDNSSnoop(want, s)
+	return want, denies, dscp, failed
 }
 
 // flushOrFail deletes the conntrack entries of the pods whose NAT changed and of the
@@ -193,17 +201,7 @@ func inMessages(op func(*nftables.Set, []nftables.SetElement) error, s *nftables
 // update deletes and adds the changed entries in one transaction.
 func (t *Table) update(want contents) error {
 	for _, def := range setDefs {
-		var del, add []nftables.SetElement
-		for id, e := range t.written[def.Name] {
-			if w, ok := want[def.Name][id]; !ok || w.data != e.data {
-				del = append(del, e.els...)
-			}
-		}
-		for id, e := range want[def.Name] {
-			if w, ok := t.written[def.Name][id]; !ok || w.data != e.data {
-				add = append(add, e.els...)
-			}
-		}
+		del, add := changedElements(t.written, want, def.Name)
 		if err := inMessages(t.conn.SetDeleteElements, def, del); err != nil {
 			return err
 		}
@@ -212,6 +210,22 @@ func (t *Table) update(want contents) error {
 		}
 	}
 	return t.conn.Flush()
+}
+
+// changedElements are the kernel elements of set to delete and to add to go from written to
+// want: those of the entries that went, came, or whose content changed.
+func changedElements(written, want contents, set string) (del, add []nftables.SetElement) {
+	for id, e := range written[set] {
+		if w, ok := want[set][id]; !ok || w.data != e.data {
+			del = append(del, e.els...)
+		}
+	}
+	for id, e := range want[set] {
+		if w, ok := written[set][id]; !ok || w.data != e.data {
+			add = append(add, e.els...)
+		}
+	}
+	return del, add
 }
 
 // relabel gives the counters the labels of what was just written.

@@ -88,19 +88,12 @@ func (r *Router) Apply(s *dataplane.RoutingState, up func(peer netip.Addr) bool)
 // applyRoute installs one route. What cannot be programmed is reported, and leaves the route
 // a blackhole (a single gateway) or the member out of the group (ECMP).
 func (r *Router) applyRoute(k *kernel, w wantedRoute, up func(netip.Addr) bool) error {
-	want := kroute{key: w.key, proto: k.proto, typ: unix.RTN_UNICAST, src: w.route.Src}
+	shape := shapeRoute(w.route, up)
+	want := kroute{key: w.key, proto: k.proto, typ: shape.typ, src: w.route.Src}
 	var errs []error
 	switch {
-	case w.route.Blackhole:
-		want.typ = unix.RTN_BLACKHOLE
-	case w.route.Throw:
-		want.typ = unix.RTN_THROW
-	case w.route.Via != nil:
-		nh := *w.route.Via
-		if nh.BFD && !up(nh.Gateway) {
-			want.typ = unix.RTN_BLACKHOLE
-			break
-		}
+	case shape.via != nil:
+		nh := *shape.via
 		oif, err := r.device(nh)
 		if err != nil {
 			errs = append(errs, err)
@@ -108,18 +101,16 @@ func (r *Router) applyRoute(k *kernel, w wantedRoute, up func(netip.Addr) bool) 
 			break
 		}
 		want.gw, want.oif, want.onlink = nh.Gateway, oif, nh.Onlink
-	default:
+	case len(shape.members) > 0:
 		var all, live []uint32
-		gated := true // every member BFD-gated: a resilient group (nexthops.go)
-		for _, nh := range w.route.Nexthops {
-			gated = gated && nh.BFD && nh.Gateway.IsValid()
+		for i, nh := range shape.members {
 			id, err := r.member(k, w.key.family(), nh)
 			if err != nil {
 				errs = append(errs, err)
 				continue
 			}
 			all = append(all, id)
-			if !nh.BFD || !nh.Gateway.IsValid() || up(nh.Gateway) {
+			if shape.live[i] {
 				live = append(live, id)
 			}
 		}
@@ -128,7 +119,7 @@ func (r *Router) applyRoute(k *kernel, w wantedRoute, up func(netip.Addr) bool) 
 			want.typ = unix.RTN_BLACKHOLE
 			break
 		}
-		gid, err := r.group(k, w.key, live, gated)
+		gid, err := r.group(k, w.key, live, shape.resilient)
 		if err != nil {
 			errs = append(errs, err)
 			want.typ = unix.RTN_BLACKHOLE
@@ -153,6 +144,47 @@ func (r *Router) applyRoute(k *kernel, w wantedRoute, up func(netip.Addr) bool) 
 		k.routes[w.key] = want
 	}
 	return errors.Join(errs...)
+}
+
+// routeShape is what a wanted route becomes once the BFD sessions are known, before its
+// devices and nexthop objects are resolved (which may still turn it into a blackhole).
+type routeShape struct {
+	typ uint8 // RTN_UNICAST, RTN_BLACKHOLE or RTN_THROW
+	// via is the gateway of a single-gateway route that is not a blackhole.
+	via *dataplane.Nexthop
+	// members are an ECMP route's nexthops, each with a nexthop object whether live or not;
+	// live says which are in the group: not BFD-gated, or their session is Up.
+	members []dataplane.Nexthop
+	live    []bool
+	// resilient: every member is BFD-gated, so the group is resilient (nexthops.go).
+	resilient bool
+}
+
+// shapeRoute decides a route's shape given up: a BFD-gated gateway whose session is not Up
+// makes a blackhole, as does an ECMP route without a live member.
+func shapeRoute(rt dataplane.Route, up func(netip.Addr) bool) routeShape {
+	switch {
+	case rt.Blackhole:
+		return routeShape{typ: unix.RTN_BLACKHOLE}
+	case rt.Throw:
+		return routeShape{typ: unix.RTN_THROW}
+	case rt.Via != nil:
+		if rt.Via.BFD && !up(rt.Via.Gateway) {
+			return routeShape{typ: unix.RTN_BLACKHOLE}
+		}
+		nh := *rt.Via
+		return routeShape{typ: unix.RTN_UNICAST, via: &nh}
+	}
+	s := routeShape{typ: unix.RTN_BLACKHOLE, members: rt.Nexthops, resilient: true}
+	for _, nh := range rt.Nexthops {
+		s.resilient = s.resilient && nh.BFD && nh.Gateway.IsValid()
+		live := !nh.BFD || !nh.Gateway.IsValid() || up(nh.Gateway)
+		s.live = append(s.live, live)
+		if live {
+			s.typ = unix.RTN_UNICAST
+		}
+	}
+	return s
 }
 
 // device resolves the interface of a nexthop: the named one, or the one the kernel reaches

@@ -104,18 +104,12 @@ func (t *Tunnel) Apply(s *dataplane.TunnelState) map[dataplane.Origin]error {
 		fail(s.Origin, err)
 		return errs
 	}
-	macs := map[string]netip.Addr{}
-	for _, p := range s.Peers {
-		if p.Underlay.Is4() != s.Local.Is4() {
-			fail(p.Origin, fmt.Errorf("tunnel peer %s: not of the family of the local underlay address %s", p.Underlay, s.Local))
+	for _, p := range planPeers(s) {
+		if p.err != nil {
+			fail(p.Origin, p.err)
 			continue
 		}
-		mac := dataplane.TunnelMAC(p.Underlay)
-		if other, ok := macs[mac.String()]; ok && other != p.Underlay {
-			fail(p.Origin, fmt.Errorf("tunnel peer %s: MAC %s is also %s's", p.Underlay, mac, other))
-			continue
-		}
-		macs[mac.String()] = p.Underlay
+		mac := p.mac
 		if !k.fdb[fdbKey{mac.String(), p.Underlay}] {
 			if err := t.h.NeighSet(fdbEntry(link, mac, p.Underlay)); err != nil {
 				fail(p.Origin, fmt.Errorf("forwarding entry %s dst %s on %s: %w", mac, p.Underlay, dataplane.TunnelDevice, err))
@@ -132,6 +126,35 @@ func (t *Tunnel) Apply(s *dataplane.TunnelState) map[dataplane.Origin]error {
 		}
 	}
 	return errs
+}
+
+// plannedPeer is a peer and the MAC its forwarding and neighbour entries name, or why it can
+// have none.
+type plannedPeer struct {
+	dataplane.TunnelPeer
+	mac net.HardwareAddr
+	err error
+}
+
+// planPeers gives each peer of s, in order, its MAC, refusing a peer of the other family than
+// the local underlay address and one whose MAC is an earlier peer's.
+func planPeers(s *dataplane.TunnelState) []plannedPeer {
+	var out []plannedPeer
+	macs := map[string]netip.Addr{}
+	for _, p := range s.Peers {
+		if p.Underlay.Is4() != s.Local.Is4() {
+			out = append(out, plannedPeer{TunnelPeer: p, err: fmt.Errorf("tunnel peer %s: not of the family of the local underlay address %s", p.Underlay, s.Local)})
+			continue
+		}
+		mac := dataplane.TunnelMAC(p.Underlay)
+		if other, ok := macs[mac.String()]; ok && other != p.Underlay {
+			out = append(out, plannedPeer{TunnelPeer: p, err: fmt.Errorf("tunnel peer %s: MAC %s is also %s's", p.Underlay, mac, other)})
+			continue
+		}
+		macs[mac.String()] = p.Underlay
+		out = append(out, plannedPeer{TunnelPeer: p, mac: mac})
+	}
+	return out
 }
 
 // Prune removes what s no longer wants: the whole device when there is no Local, else the
