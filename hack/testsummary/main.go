@@ -82,6 +82,10 @@ func main() {
 	}
 	sort.Strings(skipped)
 	fmt.Printf("\n== %d passed, %d failed, %d skipped in %s\n", len(passed), len(failed), len(skipped), time.Since(start).Round(time.Second))
+	if all := len(passed) + len(failed) + len(skipped); all > 0 {
+		root := privileged(passed) + privileged(failed) + privileged(skipped)
+		fmt.Printf("   %d of %d tests need root (%.1f%%; subtests count as tests, as above)\n", root, all, 100*float64(root)/float64(all))
+	}
 	for _, s := range skipped {
 		fmt.Println("   skipped:", s)
 	}
@@ -98,6 +102,18 @@ func main() {
 	if len(failed) > 0 || len(badSkips) > 0 || pkgFailed {
 		os.Exit(1)
 	}
+}
+
+// privileged counts the tests (package and name) of the root-only tier: named Privileged, or
+// subtests of those.
+func privileged(keys []string) int {
+	n := 0
+	for _, k := range keys {
+		if strings.Contains(k, "Privileged") {
+			n++
+		}
+	}
+	return n
 }
 
 // printUnfinished prints the package's own output and that of its tests that never reported a
