@@ -14,6 +14,7 @@ import (
 	"github.com/egressd/egressd/nodeagent/egressqos"
 	"github.com/egressd/egressd/nodeagent/egressservice"
 	"github.com/egressd/egressd/nodeagent/externalroute"
+	"github.com/egressd/egressd/watchers"
 )
 
 // A feature is one API's step of every sync: it compiles the API's part of the node state into
@@ -25,6 +26,12 @@ type feature interface {
 	// compile compiles the feature's part from in into p; when it fails, p keeps the feature's
 	// previous part (fail closed: never an empty part because a lister failed).
 	compile(in *cluster.Input, p *parts) error
+}
+
+// podReader is a feature that reads other nodes' pods where its node serves them: the scopes
+// of those (the node's own pods are always read).
+type podReader interface {
+	servedPods(snap *watchers.Snapshot, node string) ([]watchers.PodScope, error)
 }
 
 // applyWatcher is a feature told of every object that failed to apply, when its failure starts
@@ -95,6 +102,10 @@ func (f *egressIPs) compile(in *cluster.Input, p *parts) error {
 	return err
 }
 
+func (*egressIPs) servedPods(snap *watchers.Snapshot, node string) ([]watchers.PodScope, error) {
+	return egressip.ServedPods(snap, node)
+}
+
 // record records the events that were not recorded by the last sync.
 func (f *egressIPs) record(events []egressip.Event) {
 	if f.recorder == nil {
@@ -154,4 +165,8 @@ func (f *routes) compile(in *cluster.Input, p *parts) error {
 		}
 	}
 	return keep(&p.routes, part, err)
+}
+
+func (f *routes) servedPods(snap *watchers.Snapshot, _ string) ([]watchers.PodScope, error) {
+	return f.compiler.ServedPods(snap)
 }

@@ -30,6 +30,8 @@ type Metrics struct {
 	// to them would be judged as leaving the cluster (a CNI whose IPAM is not the Nodes'
 	// podCIDRs needs --cluster-cidr).
 	OutsideNetworks prometheus.Gauge
+	// ServedPodScopes counts the scopes of other nodes' pods the agent reads (servePods).
+	ServedPodScopes prometheus.Gauge
 }
 
 // NewMetrics registers the agent's metrics and the Go and process collectors.
@@ -58,6 +60,10 @@ func NewMetrics() *Metrics {
 			Name: "egressd_pod_addresses_outside_cluster_networks",
 			Help: "Local pod addresses outside the cluster networks (discovered from the Nodes' spec.podCIDRs unless --cluster-cidr is set); nonzero means the networks are wrong.",
 		}),
+		ServedPodScopes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "egressd_served_pod_scopes",
+			Help: "Scopes (a namespace or all, and a label selector) of other nodes' pods the agent reads besides its node's own, one list and watch each: on a node that may host egress IPs, the pods of the assigned EgressIPs; on every node, the gateway pods of the external-route policies' dynamic hops (every pod with --external-gateway-annotations). 0 on a node that serves none.",
+		}),
 		Objects: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "egressd_objects",
 			Help: "API objects the last sync programmed on this node, by kind and result (applied, failed).",
@@ -81,7 +87,7 @@ func NewMetrics() *Metrics {
 // collectors); the metrics reference is generated from them.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.SyncDuration, m.SyncErrors, m.Latency, m.SteeredPaths,
-		m.OutsideNetworks, m.Objects, m.ObjectFailures, m.buildInfo}
+		m.OutsideNetworks, m.ServedPodScopes, m.Objects, m.ObjectFailures, m.buildInfo}
 }
 
 // observeObjects sets Objects and ObjectFailures from a sync's outcome: the objects compiled

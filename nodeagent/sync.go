@@ -101,6 +101,10 @@ type Deps struct {
 	// Recorder, when set, records the compile steps' events (EgressIP's UndefinedRequest) and
 	// EgressServices this node failed to program.
 	Recorder EventRecorder
+	// ServePods, when set, caches the other nodes' pods of the given scopes (and no others
+	// besides the node's own): watchers.Watchers.ServePods of a NodePods cache. Each sync asks
+	// for those its features read before it compiles.
+	ServePods func(ctx context.Context, scopes []watchers.PodScope) error
 	// Announced, when set, supplies pods announced before their Pod objects show them (the CNI
 	// plugin's ADD) and learns the outcome of every sync (nodeagent/cniserver.Store).
 	Announced Announced
@@ -124,6 +128,8 @@ type SyncLoop struct {
 	// outside is the last count of local pod addresses outside the cluster networks.
 	outside int
 	retry   backoff
+	// served are the scopes of other nodes' pods the last sync asked for (servePods).
+	served []watchers.PodScope
 }
 
 // New builds the sync loop of the node cfg.Node, with every feature.
@@ -219,6 +225,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	if l.deps.PendingSince != nil {
 		since = l.deps.PendingSince()
 	}
+	l.servePods(ctx)
 	networks := cluster.Networks(l.deps.Snapshot, l.cfg.Networks)
 	snap, announced := l.deps.Snapshot, []*corev1.Pod(nil)
 	if l.deps.Announced != nil {

@@ -18,6 +18,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
@@ -67,7 +68,7 @@ type Snapshot struct {
 	Nodes          corelisters.NodeLister
 	Namespaces     corelisters.NamespaceLister
 	Pods           corelisters.PodLister
-	PodIndex       cache.Indexer
+	PodIndex       PodIndexer
 	Services       corelisters.ServiceLister
 	EndpointSlices discoverylisters.EndpointSliceLister
 	// ServiceCIDRs are the cluster's service networks beyond the flags (networking.k8s.io/v1).
@@ -83,6 +84,11 @@ type Snapshot struct {
 
 	// Generations counts the changes of each kind (nil: unknown, as in a snapshot built by hand).
 	Generations *Generations
+}
+
+// PodIndexer looks pods up by one of PodIndexers' indexes.
+type PodIndexer interface {
+	ByIndex(index, value string) ([]any, error)
 }
 
 // Generations counts, per kind of object, the changes the caches took that a consumer may
@@ -129,7 +135,9 @@ type Watchers struct {
 	core informers.SharedInformerFactory
 	// pods is the factory of the pod informer: core, or one whose lists and watches select
 	// only some pods (OnlyPods).
-	pods   informers.SharedInformerFactory
+	pods informers.SharedInformerFactory
+	// served are the other nodes' pods an agent's node serves (NodePods; nil: pods holds all).
+	served *servedPods
 	egress egressinformers.SharedInformerFactory
 	synced []cache.InformerSynced
 	subs   []subscriber
@@ -141,11 +149,19 @@ type Watchers struct {
 // Option narrows what the watchers cache.
 type Option func(*options)
 
-type options struct{ podSelector labels.Selector }
+type options struct {
+	podSelector labels.Selector
+	node        string
+}
 
 // OnlyPods caches only the pods sel selects, so that a process that reads a few pods (the
 // controller: router pods) does not hold every pod of the cluster (several KB each).
 func OnlyPods(sel labels.Selector) Option { return func(o *options) { o.podSelector = sel } }
+
+// NodePods caches the pods of node, and of other nodes only those ServePods asks for: an
+// agent compiles its own node's pods, and other nodes' only where its node serves them. The
+// snapshot's Pods and PodIndex read both as one.
+func NodePods(node string) Option { return func(o *options) { o.node = node } }
 
 // New builds the informers; nothing runs until Start.
 func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Duration, opts ...Option) (*Watchers, error) {
@@ -158,9 +174,16 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 		egress: egressinformers.NewSharedInformerFactoryWithOptions(egress, resync, egressinformers.WithTransform(transform)),
 	}
 	w.pods = w.core
-	if o.podSelector != nil {
+	switch {
+	case o.podSelector != nil:
 		w.pods = informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithTransform(transform),
 			informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = o.podSelector.String() }))
+	case o.node != "":
+		w.pods = informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithTransform(transform),
+			informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+				lo.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", o.node).String()
+			}))
+		w.served = &servedPods{kube: kube, resync: resync, handler: w.notify(&corev1.Pod{}), scopes: map[PodScope]*scopeInformer{}}
 	}
 	pods := w.pods.Core().V1().Pods()
 	if err := pods.Informer().AddIndexers(PodIndexers); err != nil {
@@ -182,6 +205,10 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 		EgressServices:        ovn.EgressServices().Lister(),
 		EgressRouters:         w.egress.NetworkOperator().V1().EgressRouters().Lister(),
 		CloudPrivateIPConfigs: w.egress.CloudNetwork().V1().CloudPrivateIPConfigs().Lister(),
+	}
+	if w.served != nil {
+		union := &podUnion{local: pods.Informer().GetIndexer(), served: w.served}
+		w.snap.Pods, w.snap.PodIndex = union, union
 	}
 	// Each informer with the Go type of its objects (the key of its generation count).
 	informers := []struct {
@@ -208,28 +235,33 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 	}
 	w.snap.Generations = NewGenerations(kinds...)
 	for _, i := range informers {
-		// The handlers run after the cache holds the change: count it, then signal.
-		changed := func(spec bool) {
-			if spec {
-				w.snap.Generations.Count(i.kind)
-			}
-			w.signal(i.kind, spec)
-		}
-		notify := cache.ResourceEventHandlerFuncs{
-			AddFunc: func(any) { changed(true) },
-			UpdateFunc: func(old, new any) {
-				if !unchanged(old, new) {
-					changed(!statusOnly(old, new))
-				}
-			},
-			DeleteFunc: func(any) { changed(true) },
-		}
-		if _, err := i.inf.AddEventHandler(notify); err != nil {
+		if _, err := i.inf.AddEventHandler(w.notify(i.kind)); err != nil {
 			return nil, err
 		}
 		w.synced = append(w.synced, i.inf.HasSynced)
 	}
 	return w, nil
+}
+
+// notify is the handler of an informer of kind: it runs after the cache holds the change.
+func (w *Watchers) notify(kind any) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { w.changed(kind, true) },
+		UpdateFunc: func(old, new any) {
+			if !unchanged(old, new) {
+				w.changed(kind, !statusOnly(old, new))
+			}
+		},
+		DeleteFunc: func(any) { w.changed(kind, true) },
+	}
+}
+
+// changed counts a change of an object of kind (unless only its status changed), then signals.
+func (w *Watchers) changed(kind any, spec bool) {
+	if spec {
+		w.snap.Generations.Count(kind)
+	}
+	w.signal(kind, spec)
 }
 
 type subscriber struct {
@@ -278,8 +310,8 @@ func statusOnly(old, new any) bool {
 
 // unchanged says whether an update of a core object changed nothing the cache keeps of it: what
 // changed was dropped by the transform (a pod's container statuses, a node's heartbeat), or a
-// relist delivered the object again. Every node watches every pod: without this, each kubelet status write in the
-// cluster made every node sync.
+// relist delivered the object again. Without this, each kubelet status write of a pod a node
+// caches made the node sync.
 func unchanged(old, new any) bool {
 	o, ok := old.(runtime.Object)
 	if !ok || egressAPI(new) {
@@ -325,6 +357,9 @@ func (w *Watchers) Shutdown() {
 	w.core.Shutdown()
 	if w.pods != w.core {
 		w.pods.Shutdown()
+	}
+	if w.served != nil {
+		w.served.shutdown()
 	}
 	w.egress.Shutdown()
 }

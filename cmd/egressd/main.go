@@ -122,7 +122,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	kube, egress := api.kube, api.egress
 
 	metrics := nodeagent.NewMetrics()
-	w, err := watchers.New(reads.kube, reads.egress, 0)
+	w, err := watchers.New(reads.kube, reads.egress, 0, watchers.NodePods(cfg.nodeName))
 	if err != nil {
 		return err
 	}
@@ -163,6 +163,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Changed:      w.Subscribe(false),
 		Triggers:     []<-chan struct{}{dp.Changed()},
 		PendingSince: w.TakePending,
+		ServePods:    w.ServePods,
 		DNS:          resolver,
 		Applier:      dp,
 		Status:       statusWriter,

@@ -124,7 +124,9 @@ func (r *Receiver) validate(ctx context.Context, req *Request) (*corev1.Pod, []n
 }
 
 // unclaimed refuses an address another pod's status shows (a pod that has not finished) or
-// a node holds.
+// a node holds. The pods looked at are those the agent caches: its node's own and the other
+// nodes' pods it serves (watchers.NodePods), which are the only ones whose traffic reaches it:
+// an address lent from any other pod changes nothing this node does to that pod's packets.
 func (r *Receiver) unclaimed(pod *corev1.Pod, a netip.Addr) error {
 	holders, err := r.Snapshot.PodIndex.ByIndex(watchers.PodsByIP, a.String())
 	if err != nil {

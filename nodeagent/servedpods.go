@@ -1,0 +1,51 @@
+package nodeagent
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	"github.com/egressd/egressd/watchers"
+)
+
+// servePodsWait bounds a sync's wait for the pods of new scopes: past it, the sync compiles
+// without them (an egress node then drops, rather than SNATs, the steered traffic of the pods
+// it does not know yet) and the pods' arrival triggers the next one.
+const servePodsWait = 10 * time.Second
+
+// servePods caches the other nodes' pods the features read, before they compile: the scopes
+// each podReader names for this node, nothing else. When a feature cannot name them, the
+// scopes stay as they were.
+func (l *SyncLoop) servePods(ctx context.Context) {
+	if l.deps.ServePods == nil {
+		return
+	}
+	var scopes []watchers.PodScope
+	for _, f := range l.features {
+		r, ok := f.(podReader)
+		if !ok {
+			continue
+		}
+		s, err := r.servedPods(l.deps.Snapshot, l.cfg.Node)
+		if err != nil {
+			l.deps.Log.Error("find the other nodes' pods to read; reading the same as before", "feature", f.name(), "err", err)
+			return
+		}
+		scopes = append(scopes, s...)
+	}
+	slices.SortFunc(scopes, func(a, b watchers.PodScope) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Selector, b.Selector))
+	})
+	scopes = slices.Compact(scopes)
+	if !slices.Equal(scopes, l.served) {
+		l.deps.Log.Info("reading other nodes' pods", "scopes", scopes)
+	}
+	l.served = scopes
+	l.deps.Metrics.ServedPodScopes.Set(float64(len(scopes)))
+	wait, cancel := context.WithTimeout(ctx, servePodsWait)
+	defer cancel()
+	if err := l.deps.ServePods(wait, scopes); err != nil {
+		l.deps.Log.Error("read other nodes' pods", "err", err)
+	}
+}

@@ -1,0 +1,69 @@
+package nodeagent
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/egressip"
+	"github.com/egressd/egressd/watchers"
+	"github.com/egressd/egressd/watchers/watcherstest"
+)
+
+// orderedApplier notes its applies in a shared journal.
+type orderedApplier struct{ journal *[]string }
+
+func (a orderedApplier) Apply(context.Context, *dataplane.State) dataplane.Result {
+	*a.journal = append(*a.journal, "apply")
+	return dataplane.Result{}
+}
+
+// TestSyncServesThePodsItsFeaturesRead: before it compiles, a sync asks for the other nodes'
+// pods its features read, each scope once: on an egress node the pods of its EgressIPs, and
+// the gateway pods of the policies' dynamic hops; with the legacy annotations, every pod.
+func TestSyncServesThePodsItsFeaturesRead(t *testing.T) {
+	hop := ovnv1.DynamicHop{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "gw"}},
+		NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"gw": "yes"}}}
+	snap := watcherstest.Snapshot(
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{egressip.AssignableLabel: ""}}},
+		&ovnv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "e"}, Spec: ovnv1.EgressIPSpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
+			Status: ovnv1.EgressIPStatus{Items: []ovnv1.EgressIPStatusItem{{Node: "n", EgressIP: "192.0.2.100"}}}},
+		&ovnv1.AdminPolicyBasedExternalRoute{ObjectMeta: metav1.ObjectMeta{Name: "p1"}, Spec: ovnv1.ExternalRouteSpec{
+			NextHops: ovnv1.ExternalNextHops{DynamicHops: []*ovnv1.DynamicHop{&hop}}}},
+		&ovnv1.AdminPolicyBasedExternalRoute{ObjectMeta: metav1.ObjectMeta{Name: "p2"}, Spec: ovnv1.ExternalRouteSpec{
+			NextHops: ovnv1.ExternalNextHops{DynamicHops: []*ovnv1.DynamicHop{&hop}}}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gws", Labels: map[string]string{"gw": "yes"}}})
+	for _, legacy := range []bool{false, true} {
+		var journal []string
+		var asked []watchers.PodScope
+		l := newLoop(orderedApplier{&journal}, make(chan struct{}), 0, func(c *Config, d *Deps) {
+			c.LegacyGateways = legacy
+			d.Snapshot, d.Recorder = snap, record.NewFakeRecorder(100)
+			d.ServePods = func(_ context.Context, scopes []watchers.PodScope) error {
+				journal = append(journal, "serve")
+				asked = scopes
+				return nil
+			}
+		})
+		l.sync(t.Context())
+		want := []watchers.PodScope{{Selector: "app=gw"}, {Selector: "app=web"}}
+		if legacy {
+			want = []watchers.PodScope{{}, {Selector: "app=web"}}
+		}
+		if !slices.Equal(asked, want) || !slices.Equal(journal, []string{"serve", "apply"}) {
+			t.Errorf("legacy %v: asked for %v (calls %v), want %v before the apply", legacy, asked, journal, want)
+		}
+		if n := testutil.ToFloat64(l.deps.Metrics.ServedPodScopes); n != 2 {
+			t.Errorf("egressd_served_pod_scopes = %v, want 2", n)
+		}
+	}
+}

@@ -1,0 +1,250 @@
+package watchers
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// PodScope is a set of other nodes' pods an agent caches besides its node's own: those of
+// Namespace ("": of every namespace) that Selector selects (a labels.Selector's String; "":
+// every pod).
+type PodScope struct {
+	Namespace string
+	Selector  string
+}
+
+// servedPods are the other nodes' pods a node serves (an egress node's EgressIP pods, the
+// gateway pods of external-route policies): one informer per scope, kept while the sync loop
+// wants it (Watchers.ServePods). Every other pod of the cluster stays out of the agent's
+// memory, and its changes out of the agent's watch.
+type servedPods struct {
+	kube    kubernetes.Interface
+	resync  time.Duration
+	handler cache.ResourceEventHandler
+	mu      sync.Mutex
+	scopes  map[PodScope]*scopeInformer
+	closed  bool
+	running sync.WaitGroup
+}
+
+type scopeInformer struct {
+	inf  cache.SharedIndexInformer
+	stop chan struct{}
+}
+
+// start runs an informer of sc's pods, trimmed and indexed as the node's own.
+func (s *servedPods) start(sc PodScope) (*scopeInformer, error) {
+	sel, err := labels.Parse(sc.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("pod scope %s/%q: %w", sc.Namespace, sc.Selector, err)
+	}
+	options := func(o *metav1.ListOptions) { o.LabelSelector = sel.String() }
+	pods := s.kube.CoreV1().Pods(sc.Namespace)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			options(&o)
+			return pods.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			options(&o)
+			return pods.Watch(ctx, o)
+		},
+	}
+	indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+	for name, f := range PodIndexers {
+		indexers[name] = f
+	}
+	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, s.resync, indexers)
+	if err := inf.SetTransform(transform); err != nil {
+		return nil, err
+	}
+	if _, err := inf.AddEventHandler(s.handler); err != nil {
+		return nil, err
+	}
+	x := &scopeInformer{inf: inf, stop: make(chan struct{})}
+	s.running.Add(1)
+	go func() {
+		defer s.running.Done()
+		inf.Run(x.stop)
+	}()
+	return x, nil
+}
+
+// ServePods makes the other nodes' pods cached those of want: it starts an informer for each
+// scope new in want, waits (until ctx ends) for those to fill, and stops those no longer
+// wanted. A change of the set is a change of the pods the snapshot lists. Without NodePods,
+// every pod is cached and ServePods does nothing.
+func (w *Watchers) ServePods(ctx context.Context, want []PodScope) error {
+	s := w.served
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	wanted := map[PodScope]bool{}
+	var started []cache.InformerSynced
+	var errs []error
+	for _, sc := range want {
+		wanted[sc] = true
+		if s.scopes[sc] != nil {
+			continue
+		}
+		x, err := s.start(sc)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.scopes[sc] = x
+		started = append(started, x.inf.HasSynced)
+	}
+	stopped := false
+	for sc, x := range s.scopes {
+		if !wanted[sc] {
+			close(x.stop)
+			delete(s.scopes, sc)
+			stopped = true
+		}
+	}
+	s.mu.Unlock()
+	if stopped {
+		w.changed(&corev1.Pod{}, true)
+	}
+	if len(started) > 0 && !cache.WaitForCacheSync(ctx.Done(), started...) {
+		errs = append(errs, fmt.Errorf("the pods of %d new scopes did not arrive: %w", len(started), ctx.Err()))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("served pods: %v", errs)
+	}
+	return nil
+}
+
+// ServedScopes are the scopes of other nodes' pods cached now, sorted.
+func (w *Watchers) ServedScopes() []PodScope {
+	if w.served == nil {
+		return nil
+	}
+	w.served.mu.Lock()
+	defer w.served.mu.Unlock()
+	out := make([]PodScope, 0, len(w.served.scopes))
+	for sc := range w.served.scopes {
+		out = append(out, sc)
+	}
+	slices.SortFunc(out, func(a, b PodScope) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Selector, b.Selector))
+	})
+	return out
+}
+
+// shutdown stops every scope's informer and waits for them.
+func (s *servedPods) shutdown() {
+	s.mu.Lock()
+	s.closed = true
+	for sc, x := range s.scopes {
+		close(x.stop)
+		delete(s.scopes, sc)
+	}
+	s.mu.Unlock()
+	s.running.Wait()
+}
+
+// indexers are the node's own pods' cache, then each scope's.
+func (s *servedPods) indexers(local cache.Indexer) []cache.Indexer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]cache.Indexer, 0, 1+len(s.scopes))
+	out = append(out, local)
+	for _, x := range s.scopes {
+		out = append(out, x.inf.GetIndexer())
+	}
+	return out
+}
+
+// podUnion reads the node's own pods and the served ones as one cache, each pod once (the
+// node's own copy first).
+type podUnion struct {
+	local  cache.Indexer
+	served *servedPods
+}
+
+func (u *podUnion) collect(list func(cache.Indexer, func(any)) error) ([]*corev1.Pod, error) {
+	seen := map[string]bool{}
+	var out []*corev1.Pod
+	for _, idx := range u.served.indexers(u.local) {
+		err := list(idx, func(o any) {
+			p := o.(*corev1.Pod)
+			if k := p.Namespace + "/" + p.Name; !seen[k] {
+				seen[k] = true
+				out = append(out, p)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (u *podUnion) List(sel labels.Selector) ([]*corev1.Pod, error) {
+	return u.collect(func(idx cache.Indexer, add func(any)) error { return cache.ListAll(idx, sel, add) })
+}
+
+func (u *podUnion) Pods(namespace string) corelisters.PodNamespaceLister {
+	return podUnionNamespace{u, namespace}
+}
+
+// ByIndex is the pods of every cache under the index's value.
+func (u *podUnion) ByIndex(index, value string) ([]any, error) {
+	pods, err := u.collect(func(idx cache.Indexer, add func(any)) error {
+		objs, err := idx.ByIndex(index, value)
+		for _, o := range objs {
+			add(o)
+		}
+		return err
+	})
+	out := make([]any, len(pods))
+	for i, p := range pods {
+		out[i] = p
+	}
+	return out, err
+}
+
+type podUnionNamespace struct {
+	u         *podUnion
+	namespace string
+}
+
+func (n podUnionNamespace) List(sel labels.Selector) ([]*corev1.Pod, error) {
+	return n.u.collect(func(idx cache.Indexer, add func(any)) error {
+		return cache.ListAllByNamespace(idx, n.namespace, sel, add)
+	})
+}
+
+func (n podUnionNamespace) Get(name string) (*corev1.Pod, error) {
+	for _, idx := range n.u.served.indexers(n.u.local) {
+		o, ok, err := idx.GetByKey(n.namespace + "/" + name)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return o.(*corev1.Pod), nil
+		}
+	}
+	return nil, apierrors.NewNotFound(corev1.Resource("pod"), name)
+}
