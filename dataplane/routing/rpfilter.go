@@ -162,6 +162,12 @@ func (r *Router) defaultInterfaces(family int) (map[int]bool, error) {
 	if err != nil {
 		return nil, err
 	}
+	return defaultsOf(routes), nil
+}
+
+// defaultsOf are the interfaces of the unicast default route of routes of the lowest metric
+// (all of its members when it is a multipath one).
+func defaultsOf(routes []netlink.Route) map[int]bool {
 	out := map[int]bool{}
 	metric := -1
 	for _, rt := range routes {
@@ -175,7 +181,7 @@ func (r *Router) defaultInterfaces(family int) (map[int]bool, error) {
 			out[nh.LinkIndex] = true
 		}
 	}
-	return out, nil
+	return out
 }
 
 // maskOf is the prefix length of a route's destination (0 for the default route).
