@@ -60,10 +60,11 @@ func dispatched(ctx context.Context, c kubernetes.Interface, flow string) (float
 	return total, nil
 }
 
-// watchedByAgents are what an agent's informers watch, none filtered (watchers/watchers.go):
-// every change of one of them is an event to every agent.
+// watchedByAgents are what an agent's informers watch unfiltered (watchers/watchers.go):
+// every change of one of them is an event to every agent. Pods are watched apart: an agent
+// watches its node's, and the pods its node serves (on an egress node, its EgressIPs' pods).
 var watchedByAgents = []schema.GroupVersionResource{
-	{Version: "v1", Resource: "nodes"}, {Version: "v1", Resource: "namespaces"}, {Version: "v1", Resource: "pods"},
+	{Version: "v1", Resource: "nodes"}, {Version: "v1", Resource: "namespaces"},
 	{Version: "v1", Resource: "services"}, {Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"},
 	{Group: "networking.k8s.io", Version: "v1", Resource: "servicecidrs"},
 	{Group: "k8s.ovn.org", Version: "v1", Resource: "egressfirewalls"}, {Group: "k8s.ovn.org", Version: "v1", Resource: "egressqoses"},
@@ -73,18 +74,35 @@ var watchedByAgents = []schema.GroupVersionResource{
 	{Group: "cloud.network.openshift.io", Version: "v1", Resource: "cloudprivateipconfigs"},
 }
 
-// countWatchEvents watches what an agent watches, from now until ctx ends, and returns the
-// count of events so far: what each agent receives.
-func countWatchEvents(ctx context.Context, c metadata.Interface) (func() int64, error) {
+// countWatchEvents watches what the agent of node watches, from now until ctx ends, and
+// returns the count of events so far: what it receives. Of the pods, those of its node and of
+// the namespaces it serves (servedNamespaces: on an egress node, those its EgressIPs select).
+func countWatchEvents(ctx context.Context, c metadata.Interface, node string, servedNamespaces []string) (func() int64, error) {
 	var n atomic.Int64
+	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	type watched struct {
+		r  metadata.ResourceInterface
+		lo metav1.ListOptions
+	}
+	all := []watched{{c.Resource(pods), metav1.ListOptions{FieldSelector: "spec.nodeName=" + node}}}
+	for _, ns := range servedNamespaces {
+		all = append(all, watched{c.Resource(pods).Namespace(ns), metav1.ListOptions{}})
+	}
 	for _, gvr := range watchedByAgents {
-		list, err := c.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
+		all = append(all, watched{c.Resource(gvr), metav1.ListOptions{}})
+	}
+	for _, x := range all {
+		lo := x.lo
+		lo.Limit = 1
+		list, err := x.r.List(ctx, lo)
 		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", gvr.Resource, err)
+			return nil, fmt.Errorf("list: %w", err)
 		}
-		w, err := c.Resource(gvr).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+		lo = x.lo
+		lo.ResourceVersion = list.GetResourceVersion()
+		w, err := x.r.Watch(ctx, lo)
 		if err != nil {
-			return nil, fmt.Errorf("watch %s: %w", gvr.Resource, err)
+			return nil, fmt.Errorf("watch: %w", err)
 		}
 		go func() {
 			defer w.Stop()

@@ -120,13 +120,25 @@ func (c *cluster) nodes(ctx context.Context) error {
 	})
 }
 
+// eipNamespaces are the names of the namespaces the EgressIPs select.
+func (c *cluster) eipNamespaces() []string {
+	if c.s.EgressIPs == 0 {
+		return nil
+	}
+	out := make([]string, (c.s.EgressIPPods+c.s.podsPerNamespace()-1)/c.s.podsPerNamespace())
+	for i := range out {
+		out[i] = nsName(i)
+	}
+	return out
+}
+
 // namespaces creates the namespaces; those holding the first EgressIPPods pods are labelled for
 // the EgressIPs, in turn.
 func (c *cluster) namespaces(ctx context.Context) error {
-	eipNamespaces := (c.s.EgressIPPods + c.s.podsPerNamespace() - 1) / c.s.podsPerNamespace()
+	eipNamespaces := len(c.eipNamespaces())
 	return c.parallel(ctx, "namespaces", c.s.Namespaces, func(ctx context.Context, i int) error {
 		labels := map[string]string{"team": fmt.Sprint(i % 20)}
-		if i < eipNamespaces && c.s.EgressIPs > 0 {
+		if i < eipNamespaces {
 			labels[eipLabel] = fmt.Sprint(i % c.s.EgressIPs)
 		}
 		_, err := c.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName(i), Labels: labels}}, metav1.CreateOptions{})

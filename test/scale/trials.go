@@ -22,7 +22,8 @@ func (h *harness) steadyState(ctx context.Context, agent0, ctl0 usage, settled b
 	a := h.lab.Nodes[0].Agent
 	wctx, stopWatches := context.WithCancel(ctx)
 	defer stopWatches()
-	events, err := countWatchEvents(wctx, h.meta)
+	// The lab's nodes may host egress IPs: their agents serve the EgressIPs' pods.
+	events, err := countWatchEvents(wctx, h.meta, h.lab.Nodes[0].Name, h.c.eipNamespaces())
 	if err != nil {
 		return err
 	}
