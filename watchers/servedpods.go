@@ -1,10 +1,8 @@
 package watchers
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -133,23 +131,6 @@ func (w *Watchers) ServePods(ctx context.Context, want []PodScope) error {
 		return fmt.Errorf("served pods: %v", errs)
 	}
 	return nil
-}
-
-// ServedScopes are the scopes of other nodes' pods cached now, sorted.
-func (w *Watchers) ServedScopes() []PodScope {
-	if w.served == nil {
-		return nil
-	}
-	w.served.mu.Lock()
-	defer w.served.mu.Unlock()
-	out := make([]PodScope, 0, len(w.served.scopes))
-	for sc := range w.served.scopes {
-		out = append(out, sc)
-	}
-	slices.SortFunc(out, func(a, b PodScope) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Selector, b.Selector))
-	})
-	return out
 }
 
 // shutdown stops every scope's informer and waits for them.
