@@ -9,10 +9,16 @@ import (
 	"github.com/egressd/egressd/watchers"
 )
 
-// servePodsWait bounds a sync's wait for the pods of new scopes: past it, the sync compiles
-// without them (an egress node then drops, rather than SNATs, the steered traffic of the pods
-// it does not know yet) and the pods' arrival triggers the next one.
+// servePodsWait bounds a sync's wait for the pods of new scopes, but the first's: past it, the
+// sync compiles without them (an egress node then drops, rather than SNATs, the steered
+// traffic of the new pods it does not know yet) and their arrival triggers the next one. The
+// first sync of an agent waits for them all, as for its other caches: what an earlier agent
+// programmed for them stays until then.
 const servePodsWait = 10 * time.Second
+
+// maxNamespaceScopes bounds the namespaces whose pods an agent watches one by one (a list and
+// a watch each); past it, it watches every pod of the cluster once instead.
+const maxNamespaceScopes = 32
 
 // servePods caches the other nodes' pods the features read, before they compile: the scopes
 // each podReader names for this node, nothing else. When a feature cannot name them, the
@@ -34,18 +40,38 @@ func (l *SyncLoop) servePods(ctx context.Context) {
 		}
 		scopes = append(scopes, s...)
 	}
-	slices.SortFunc(scopes, func(a, b watchers.PodScope) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Selector, b.Selector))
-	})
-	scopes = slices.Compact(scopes)
+	namespaced := func(sc watchers.PodScope) bool { return sc.Namespace != "" }
+	slices.SortFunc(scopes, comparePodScopes)
+	if scopes = slices.Compact(scopes); countFunc(scopes, namespaced) > maxNamespaceScopes {
+		scopes = append(slices.DeleteFunc(scopes, namespaced), watchers.PodScope{})
+		slices.SortFunc(scopes, comparePodScopes)
+		scopes = slices.Compact(scopes)
+	}
 	if !slices.Equal(scopes, l.served) {
 		l.deps.Log.Info("reading other nodes' pods", "scopes", scopes)
 	}
 	l.served = scopes
 	l.deps.Metrics.ServedPodScopes.Set(float64(len(scopes)))
-	wait, cancel := context.WithTimeout(ctx, servePodsWait)
+	wait, cancel := ctx, context.CancelFunc(func() {})
+	if l.synced.Load() {
+		wait, cancel = context.WithTimeout(ctx, servePodsWait)
+	}
 	defer cancel()
 	if err := l.deps.ServePods(wait, scopes); err != nil {
 		l.deps.Log.Error("read other nodes' pods", "err", err)
 	}
+}
+
+func comparePodScopes(a, b watchers.PodScope) int {
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Selector, b.Selector))
+}
+
+func countFunc[T any](s []T, f func(T) bool) int {
+	n := 0
+	for _, v := range s {
+		if f(v) {
+			n++
+		}
+	}
+	return n
 }

@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/egressip"
 	"github.com/egressd/egressd/watchers"
 	"github.com/egressd/egressd/watchers/watcherstest"
@@ -64,6 +66,39 @@ func TestSyncServesThePodsItsFeaturesRead(t *testing.T) {
 		}
 		if n := testutil.ToFloat64(l.deps.Metrics.ServedPodScopes); n != 2 {
 			t.Errorf("egressd_served_pod_scopes = %v, want 2", n)
+		}
+	}
+}
+
+// fakeReader is a feature that reads the given scopes of other nodes' pods.
+type fakeReader struct{ scopes []watchers.PodScope }
+
+func (fakeReader) name() string                         { return "fake" }
+func (fakeReader) compile(*cluster.Input, *parts) error { return nil }
+func (f fakeReader) servedPods(*watchers.Snapshot, string) ([]watchers.PodScope, error) {
+	return f.scopes, nil
+}
+
+// TestSyncWatchesTheClusterPastTooManyNamespaces: past maxNamespaceScopes namespaces, an agent
+// watches every pod once rather than each namespace; its selector scopes stay.
+func TestSyncWatchesTheClusterPastTooManyNamespaces(t *testing.T) {
+	for _, n := range []int{maxNamespaceScopes, maxNamespaceScopes + 1} {
+		scopes := []watchers.PodScope{{Selector: "app=gw"}}
+		for i := range n {
+			scopes = append(scopes, watchers.PodScope{Namespace: fmt.Sprintf("ns%05d", i)})
+		}
+		var asked []watchers.PodScope
+		l := newLoop(&recordingApplier{}, make(chan struct{}), 0, func(_ *Config, d *Deps) {
+			d.ServePods = func(_ context.Context, s []watchers.PodScope) error { asked = s; return nil }
+		})
+		l.features = []feature{fakeReader{scopes}}
+		l.sync(t.Context())
+		want := len(scopes)
+		if n > maxNamespaceScopes {
+			want = 2
+		}
+		if len(asked) != want || (n > maxNamespaceScopes && asked[0] != watchers.PodScope{}) {
+			t.Errorf("%d namespaces: asked for %d scopes (first %v), want %d", n, len(asked), asked[0], want)
 		}
 	}
 }

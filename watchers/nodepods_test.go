@@ -123,6 +123,12 @@ func TestNodePodsReadsItsNodeAndTheServedPods(t *testing.T) {
 		t.Error("the served pod's arrival signalled no change")
 	}
 
+	// A new scope that cannot fill leaves the old ones in place.
+	if err := w.ServePods(ctx, []watchers.PodScope{{Selector: "app in ("}}); err == nil {
+		t.Error("serving a scope with a broken selector: no error")
+	}
+	want("after a scope that could not fill", ns1+"/own", ns1+"/gateway", ns2+"/late")
+
 	serve(watchers.PodScope{Namespace: ns2})
 	want("a namespace instead", ns1+"/own", ns2+"/served", ns2+"/late")
 	serve()

@@ -83,9 +83,11 @@ func (s *servedPods) start(sc PodScope) (*scopeInformer, error) {
 }
 
 // ServePods makes the other nodes' pods cached those of want: it starts an informer for each
-// scope new in want, waits (until ctx ends) for those to fill, and stops those no longer
-// wanted. A change of the set is a change of the pods the snapshot lists. Without NodePods,
-// every pod is cached and ServePods does nothing.
+// scope new in want and waits (until ctx ends) for those to fill; then it stops those no longer
+// wanted. Until the new ones filled, the old ones stay: a pod moving from one scope to another
+// (a namespace's scope replaced by the cluster's) is never missing meanwhile. A change of the
+// set is a change of the pods the snapshot lists. Without NodePods, every pod is cached and
+// ServePods does nothing.
 func (w *Watchers) ServePods(ctx context.Context, want []PodScope) error {
 	s := w.served
 	if s == nil {
@@ -112,6 +114,14 @@ func (w *Watchers) ServePods(ctx context.Context, want []PodScope) error {
 		s.scopes[sc] = x
 		started = append(started, x.inf.HasSynced)
 	}
+	s.mu.Unlock()
+	if len(started) > 0 && !cache.WaitForCacheSync(ctx.Done(), started...) {
+		errs = append(errs, fmt.Errorf("the pods of %d new scopes did not all arrive (the scopes no longer wanted stay until they do): %w", len(started), ctx.Err()))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("served pods: %v", errs)
+	}
+	s.mu.Lock()
 	stopped := false
 	for sc, x := range s.scopes {
 		if !wanted[sc] {
@@ -123,12 +133,6 @@ func (w *Watchers) ServePods(ctx context.Context, want []PodScope) error {
 	s.mu.Unlock()
 	if stopped {
 		w.changed(&corev1.Pod{}, true)
-	}
-	if len(started) > 0 && !cache.WaitForCacheSync(ctx.Done(), started...) {
-		errs = append(errs, fmt.Errorf("the pods of %d new scopes did not arrive: %w", len(started), ctx.Err()))
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("served pods: %v", errs)
 	}
 	return nil
 }

@@ -75,9 +75,9 @@ var watchedByAgents = []schema.GroupVersionResource{
 }
 
 // countWatchEvents watches what the agent of node watches, from now until ctx ends, and
-// returns the count of events so far: what it receives. Of the pods, those of its node and of
-// the namespaces it serves (servedNamespaces: on an egress node, those its EgressIPs select).
-func countWatchEvents(ctx context.Context, c metadata.Interface, node string, servedNamespaces []string) (func() int64, error) {
+// returns the count of events so far: what it receives, on a node that serves no other
+// node's pods (an egress node also gets its EgressIPs' pods' events).
+func countWatchEvents(ctx context.Context, c metadata.Interface, node string) (func() int64, error) {
 	var n atomic.Int64
 	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 	type watched struct {
@@ -85,9 +85,6 @@ func countWatchEvents(ctx context.Context, c metadata.Interface, node string, se
 		lo metav1.ListOptions
 	}
 	all := []watched{{c.Resource(pods), metav1.ListOptions{FieldSelector: "spec.nodeName=" + node}}}
-	for _, ns := range servedNamespaces {
-		all = append(all, watched{c.Resource(pods).Namespace(ns), metav1.ListOptions{}})
-	}
 	for _, gvr := range watchedByAgents {
 		all = append(all, watched{c.Resource(gvr), metav1.ListOptions{}})
 	}

@@ -147,10 +147,9 @@ func (h *harness) run(ctx context.Context) error {
 	if _, err = startKwok(h.log, h.dir, h.cp.Kubeconfig); err != nil {
 		return err
 	}
-	labels := map[int]map[string]string{}
-	for i := range h.s.RealNodes {
-		labels[i] = map[string]string{egressip.AssignableLabel: ""}
-	}
+	// The first lab node hosts the egress IPs (and EgressServices); the others, as most nodes
+	// of a cluster, none: their agents read only their own pods.
+	labels := map[int]map[string]string{0: {egressip.AssignableLabel: ""}}
 	h.logf("lab: %d nodes", h.s.RealNodes)
 	if h.lab, err = lab.Start(ctx, h.cp, lab.Options{
 		Nodes: h.s.RealNodes, NodeLabels: labels, NodePrefix: "scale-",
@@ -183,11 +182,11 @@ func (h *harness) run(ctx context.Context) error {
 		return err
 	}
 	time.Sleep(5 * time.Second)
-	agent0, ctl0, err := h.usage()
+	agents0, ctl0, err := h.usage()
 	if err != nil {
 		return err
 	}
-	h.record("agent RSS, empty cluster", mb(agent0.rss), "")
+	h.record("agent RSS, empty cluster", mb(agents0[0].rss), "")
 	h.record("controller RSS, empty cluster", mb(ctl0.rss), "")
 	// Stopped while the cluster fills: their start on the full cluster is the initial sync
 	// measured, and the generators get the machine's CPU.
@@ -240,7 +239,7 @@ func (h *harness) run(ctx context.Context) error {
 		return err
 	}
 
-	if err := h.steadyState(ctx, agent0, ctl0, settled); err != nil {
+	if err := h.steadyState(ctx, agents0, ctl0, settled); err != nil {
 		return err
 	}
 	if err := h.changeLatency(ctx); err != nil {
@@ -249,13 +248,17 @@ func (h *harness) run(ctx context.Context) error {
 	return h.createFirewalls(ctx)
 }
 
-// usage reads the first agent and the controller.
-func (h *harness) usage() (a, c usage, err error) {
-	if a, err = read(h.lab.Nodes[0].Agent); err != nil {
-		return
+// usage reads each lab node's agent, and the controller.
+func (h *harness) usage() (agents []usage, c usage, err error) {
+	for _, n := range h.lab.Nodes {
+		a, err := read(n.Agent)
+		if err != nil {
+			return nil, c, err
+		}
+		agents = append(agents, a)
 	}
 	c, err = read(h.lab.Nodes[0].Controller)
-	return
+	return agents, c, err
 }
 
 // populate creates the cluster, then waits until kwok runs every pod.
