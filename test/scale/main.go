@@ -19,6 +19,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -350,7 +351,17 @@ func (h *harness) awaitAggregates(ctx context.Context, what string, begin time.T
 	deadline := time.Now().Add(h.wait)
 	for {
 		list, err := h.c.ovn.K8sOVNV1().EgressFirewalls(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: label})
-		if err != nil {
+		switch {
+		case apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err):
+			// The API server, loaded by the agents' writes on this machine's 2 cores, did not
+			// list in time: ask again later, the count as it was.
+			h.logf("list EgressFirewalls: %v; again", err)
+			if time.Now().After(deadline) {
+				return false, err
+			}
+			time.Sleep(time.Second)
+			continue
+		case err != nil:
 			return false, err
 		}
 		applied, entries = 0, 0
