@@ -119,8 +119,10 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 	s.Nftables.SecondaryMarks = secondaryMarks(paths, slots, mask)
 	// Some pod's packets may be steered to this node: other nodes' pods it does not know are
 	// dropped, unless this node is an external gateway of theirs (a host-network gateway pod),
-	// which forwards them by design.
-	if len(s.Nftables.Guarded) > 0 && !externalGateway(p.routes.Policies, p.egressIP.Primaries[st.node]) {
+	// which forwards them by design. A node that reads only its own pods (watchers.NodePods)
+	// knows no remote pod once it serves none, yet gets their packets from a node that still
+	// steers them here: the guard stays while any EgressIP is assigned.
+	if (len(s.Nftables.Guarded) > 0 || p.egressIP.Assigned) && !externalGateway(p.routes.Policies, p.egressIP.Primaries[st.node]) {
 		s.Nftables.RemotePods = p.egressIP.RemotePods
 	}
 	for _, t := range s.Routing.Tables {

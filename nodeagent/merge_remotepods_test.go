@@ -10,8 +10,10 @@ import (
 	"github.com/egressd/egressd/nodeagent/externalroute"
 )
 
-// Other nodes' pod networks are guarded while some pod is served (its packets may be steered
-// here), and not on a node that is an external gateway: other nodes' pods leave through it.
+// Other nodes' pod networks are guarded while some pod is served, or some EgressIP assigned
+// (their packets may be steered here, also just after this node stopped serving them and
+// forgot those pods), and not on a node that is an external gateway: other nodes' pods leave
+// through it.
 func TestMergeRemotePods(t *testing.T) {
 	a, pfx := netip.MustParseAddr, netip.MustParsePrefix
 	remote := []netip.Prefix{pfx("10.244.2.0/24")}
@@ -30,6 +32,7 @@ func TestMergeRemotePods(t *testing.T) {
 	}{
 		{"a served pod somewhere", parts{egressIP: eip(a("10.244.2.5"))}, 1},
 		{"nothing served", parts{egressIP: eip()}, 0},
+		{"an EgressIP assigned, no pod known here", parts{egressIP: func() egressip.Part { p := eip(); p.Assigned = true; return p }()}, 1},
 		{"another node is a gateway", parts{egressIP: eip(a("10.244.2.5")), routes: gatewayPolicy("192.0.2.2")}, 1},
 		{"this node is a gateway", parts{egressIP: eip(a("10.244.2.5")), routes: gatewayPolicy("192.0.2.1")}, 0},
 	} {

@@ -36,6 +36,9 @@ type Part struct {
 	// RemotePods are the other nodes' pod networks (spec.podCIDRs): where the pods are whose
 	// packets may arrive steered here.
 	RemotePods []netip.Prefix
+	// Assigned says some EgressIP has an egress node: other nodes may steer their pods' packets
+	// here, also for a moment after this node stopped serving them (and stopped reading them).
+	Assigned bool
 	// Events are upstream's UndefinedRequest warnings for local pods several objects select.
 	Events []Event
 	// Primaries are every node's primary interface addresses, by node name (this node's
@@ -106,6 +109,7 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 			}
 		}
 	}
+	part.Assigned = len(egress) > 0
 	candidates, err := selectedPods(in, eips)
 	if err != nil {
 		return part, err
