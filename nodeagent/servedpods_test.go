@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -100,5 +101,47 @@ func TestSyncWatchesTheClusterPastTooManyNamespaces(t *testing.T) {
 		if len(asked) != want || (n > maxNamespaceScopes && asked[0] != watchers.PodScope{}) {
 			t.Errorf("%d namespaces: asked for %d scopes (first %v), want %d", n, len(asked), asked[0], want)
 		}
+	}
+}
+
+// failingReader is a feature that cannot name the pods it reads.
+type failingReader struct{ fakeReader }
+
+func (failingReader) servedPods(*watchers.Snapshot, string) ([]watchers.PodScope, error) {
+	return nil, errors.New("egressips: the cache is gone")
+}
+
+// TestSyncKeepsServedPodsWhenAFeatureCannotName: a feature that cannot say which pods it reads
+// leaves the served scopes as they were (nothing is stopped on a lister's error).
+func TestSyncKeepsServedPodsWhenAFeatureCannotName(t *testing.T) {
+	calls := 0
+	l := newLoop(&recordingApplier{}, make(chan struct{}), 0, func(_ *Config, d *Deps) {
+		d.ServePods = func(context.Context, []watchers.PodScope) error { calls++; return nil }
+	})
+	l.features = []feature{fakeReader{[]watchers.PodScope{{Selector: "app=gw"}}}}
+	l.sync(t.Context())
+	l.features = append(l.features, failingReader{})
+	l.sync(t.Context())
+	if calls != 1 || len(l.served) != 1 {
+		t.Errorf("ServePods called %d times, scopes %v: want once, the first sync's scope kept", calls, l.served)
+	}
+}
+
+// TestSyncWaitsForServedPodsFirst: an agent's first sync waits for the served pods as long as
+// it takes (what its predecessor programmed stays meanwhile); later syncs wait servePodsWait
+// at most, then compile without the pods that have not arrived.
+func TestSyncWaitsForServedPodsFirst(t *testing.T) {
+	var deadlines []bool
+	l := newLoop(&recordingApplier{}, make(chan struct{}), 0, func(_ *Config, d *Deps) {
+		d.ServePods = func(ctx context.Context, _ []watchers.PodScope) error {
+			_, ok := ctx.Deadline()
+			deadlines = append(deadlines, ok)
+			return nil
+		}
+	})
+	l.sync(t.Context())
+	l.sync(t.Context())
+	if !slices.Equal(deadlines, []bool{false, true}) {
+		t.Errorf("deadlines of the first two syncs' waits: %v, want none then one", deadlines)
 	}
 }

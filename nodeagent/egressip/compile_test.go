@@ -89,8 +89,19 @@ func TestCompileUnassignedServesNobody(t *testing.T) {
 	eip := &ovnv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "eip"}, Spec: ovnv1.EgressIPSpec{EgressIPs: []ovnv1.IPAddress{"192.0.2.100"}}}
 	part := compileNode(t, &Compiler{}, "n1", eip, clusterNode("n1", "192.0.2.1/24"),
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "a"}}, runningPod("a", "p1", "n1", nil, "10.244.1.5"))
-	if len(part.Steer)+len(part.SNAT)+len(part.Guarded) != 0 {
+	if len(part.Steer)+len(part.SNAT)+len(part.Guarded) != 0 || part.Assigned {
 		t.Errorf("unassigned object compiled %+v", part)
+	}
+}
+
+// An EgressIP assigned to another node makes every node's part Assigned, also one that knows
+// none of the pods it selects: packets may be steered to any node that served them a moment ago.
+func TestCompileAssignedAnywhere(t *testing.T) {
+	eip := &ovnv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "eip"}, Spec: ovnv1.EgressIPSpec{EgressIPs: []ovnv1.IPAddress{"192.0.2.100"}},
+		Status: ovnv1.EgressIPStatus{Items: []ovnv1.EgressIPStatusItem{{Node: "n2", EgressIP: "192.0.2.100"}}}}
+	part := compileNode(t, &Compiler{}, "n1", eip, clusterNode("n1", "192.0.2.1/24"), clusterNode("n2", "192.0.2.2/24"))
+	if !part.Assigned || len(part.Guarded) != 0 {
+		t.Errorf("node n1, no pod known: Assigned %v, Guarded %v; want assigned, nothing guarded", part.Assigned, part.Guarded)
 	}
 }
 
