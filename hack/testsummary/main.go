@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"regexp"
 	"sort"
@@ -23,19 +24,26 @@ type event struct {
 }
 
 func main() {
-	requirePriv := os.Getenv("EGRESSD_REQUIRE_PRIVILEGED") == "1"
+	if !summarize(os.Stdin, os.Stdout, os.Getenv("EGRESSD_REQUIRE_PRIVILEGED") == "1") {
+		os.Exit(1)
+	}
+}
+
+// summarize reads go test -json events from in and writes the summary to out; false: a test
+// or package failed, or (requirePriv) a privileged test skipped.
+func summarize(in io.Reader, out io.Writer, requirePriv bool) bool {
 	output := map[string]*strings.Builder{}
 	var passed, failed, skipped []string
 	var badSkips []string
 	reasons := map[string][]string{} // failed test -> its t.Error/t.Fatal lines
 	pkgFailed := false
 	start := time.Now()
-	sc := bufio.NewScanner(os.Stdin)
+	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
 		var e event
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			fmt.Println(sc.Text()) // build errors are not JSON
+			fmt.Fprintln(out, sc.Text()) // build errors are not JSON
 			continue
 		}
 		key := e.Package + " " + e.Test
@@ -48,17 +56,17 @@ func main() {
 			}
 			b.WriteString(e.Output)
 			if e.Test == "" && strings.HasPrefix(e.Output, "FAIL") {
-				fmt.Print(e.Output)
+				fmt.Fprint(out, e.Output)
 			}
 		case "pass", "fail", "skip":
 			if e.Test == "" {
 				if e.Action == "skip" {
 					continue // a package without tests
 				}
-				fmt.Printf("%-4s %s (%.1fs)\n", strings.ToUpper(e.Action), e.Package, e.Elapsed)
+				fmt.Fprintf(out, "%-4s %s (%.1fs)\n", strings.ToUpper(e.Action), e.Package, e.Elapsed)
 				if e.Action == "fail" {
 					pkgFailed = true
-					printUnfinished(output, e.Package)
+					printUnfinished(out, output, e.Package)
 				}
 				continue
 			}
@@ -68,7 +76,7 @@ func main() {
 			case "fail":
 				failed = append(failed, key)
 				if b := output[key]; b != nil {
-					fmt.Printf("--- FAIL %s\n%s", key, b.String())
+					fmt.Fprintf(out, "--- FAIL %s\n%s", key, b.String())
 					reasons[key] = failureLines(b.String())
 				}
 			case "skip":
@@ -81,27 +89,25 @@ func main() {
 		}
 	}
 	sort.Strings(skipped)
-	fmt.Printf("\n== %d passed, %d failed, %d skipped in %s\n", len(passed), len(failed), len(skipped), time.Since(start).Round(time.Second))
+	fmt.Fprintf(out, "\n== %d passed, %d failed, %d skipped in %s\n", len(passed), len(failed), len(skipped), time.Since(start).Round(time.Second))
 	if all := len(passed) + len(failed) + len(skipped); all > 0 {
 		root := privileged(passed) + privileged(failed) + privileged(skipped)
-		fmt.Printf("   %d of %d tests need root (%.1f%%; subtests count as tests, as above)\n", root, all, 100*float64(root)/float64(all))
+		fmt.Fprintf(out, "   %d of %d tests need root (%.1f%%; subtests count as tests, as above)\n", root, all, 100*float64(root)/float64(all))
 	}
 	for _, s := range skipped {
-		fmt.Println("   skipped:", s)
+		fmt.Fprintln(out, "   skipped:", s)
 	}
 	// Again at the end: a failed test's own lines are otherwise buried under the logs it dumps,
 	// and CI shows only the tail.
 	for _, key := range failed {
 		for _, line := range reasons[key] {
-			fmt.Printf("   %s: %s\n", key, line)
+			fmt.Fprintf(out, "   %s: %s\n", key, line)
 		}
 	}
 	for _, s := range badSkips {
-		fmt.Println("   privileged test skipped in CI (counts as a failure):", s)
+		fmt.Fprintln(out, "   privileged test skipped in CI (counts as a failure):", s)
 	}
-	if len(failed) > 0 || len(badSkips) > 0 || pkgFailed {
-		os.Exit(1)
-	}
+	return len(failed) == 0 && len(badSkips) == 0 && !pkgFailed
 }
 
 // privileged counts the tests (package and name) of the root-only tier: named Privileged, or
@@ -119,7 +125,7 @@ func privileged(keys []string) int {
 // printUnfinished prints the package's own output and that of its tests that never reported a
 // result: a binary that dies mid-test (a panic in a goroutine, the race detector's
 // halt_on_error, a timeout) leaves its cause in the output of whichever test was running.
-func printUnfinished(output map[string]*strings.Builder, pkg string) {
+func printUnfinished(out io.Writer, output map[string]*strings.Builder, pkg string) {
 	var keys []string
 	for key := range output {
 		if strings.HasPrefix(key, pkg+" ") {
@@ -129,9 +135,9 @@ func printUnfinished(output map[string]*strings.Builder, pkg string) {
 	sort.Strings(keys)
 	for _, key := range keys {
 		if key != pkg+" " {
-			fmt.Printf("--- UNFINISHED %s\n", key)
+			fmt.Fprintf(out, "--- UNFINISHED %s\n", key)
 		}
-		fmt.Print(output[key].String())
+		fmt.Fprint(out, output[key].String())
 		delete(output, key)
 	}
 }
