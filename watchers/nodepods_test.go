@@ -117,9 +117,9 @@ func TestNodePodsReadsItsNodeAndTheServedPods(t *testing.T) {
 		}
 		return nil
 	})
-	select {
+	select { // the handlers run after the cache holds the pod
 	case <-changed:
-	default:
+	case <-time.After(5 * time.Second):
 		t.Error("the served pod's arrival signalled no change")
 	}
 

@@ -323,13 +323,11 @@ func Sweep(log io.Writer) {
 		if !e.IsDir() {
 			continue
 		}
-		b, _ := os.ReadFile(filepath.Join(StateRoot(), e.Name(), "owner.pid"))
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err == nil && processAlive(pid) {
+		if ownerAlive(e.Name()) {
 			live[e.Name()] = true
 			continue
 		}
-		if strings.HasPrefix(e.Name(), ".new-") && err != nil {
+		if _, err := os.Stat(filepath.Join(StateRoot(), e.Name(), "owner.pid")); err != nil && strings.HasPrefix(e.Name(), ".new-") {
 			continue // being made: its pid comes next
 		}
 		fmt.Fprintf(log, "sweeping leftovers of dead lab %s\n", e.Name())
@@ -338,11 +336,22 @@ func Sweep(log io.Writer) {
 	}
 	names, _ := os.ReadDir("/run/netns")
 	for _, n := range names {
-		id, ok := labIDOf(n.Name())
-		if ok && !live[id] {
+		// Looked at again now: a lab started since the listing above (side by side, from
+		// another test binary) has made its directory before its namespaces.
+		if id, ok := labIDOf(n.Name()); ok && !live[id] && !ownerAlive(id) {
 			_ = (&netns.NS{Name: n.Name()}).Delete()
 		}
 	}
+}
+
+// ownerAlive says whether the lab id's directory names a live owner.
+func ownerAlive(id string) bool {
+	b, err := os.ReadFile(filepath.Join(StateRoot(), id, "owner.pid"))
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return err == nil && processAlive(pid)
 }
 
 func labIDOf(nsName string) (string, bool) {
