@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -273,7 +274,42 @@ func (r *routerLab) restored(t *testing.T, step string, start time.Time) time.Du
 		return errors.Join(r.redirected("tcp", r.svc4, 80, r.dst1, 80, routerV4, 200*time.Millisecond),
 			r.redirected("tcp", r.svc6, 80, r.dst1, 80, routerV6, 200*time.Millisecond))
 	})
-	return time.Since(start)
+	served := time.Since(start)
+	// The checks that follow try each path once: wait until neither family's EndpointSlice
+	// still lists a router pod that is gone (the endpoints controller lags a replacement on a
+	// loaded machine, and the Service then sends some connections to it).
+	poll.Eventually(t, step+": the Service's endpoints only the router pod", 30*time.Second, r.endpointsOnlyRouterPod)
+	return served
+}
+
+// endpointsOnlyRouterPod says whether every endpoint of the router's Service, of each family,
+// is the one router pod there is.
+func (r *routerLab) endpointsOnlyRouterPod() error {
+	ctx := context.Background()
+	pods, err := r.kube.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=egress-router-cni"})
+	if err != nil {
+		return err
+	}
+	if len(pods.Items) != 1 {
+		return fmt.Errorf("%d router pods", len(pods.Items))
+	}
+	slices, err := r.kube.DiscoveryV1().EndpointSlices(r.ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=egress-router"})
+	if err != nil {
+		return err
+	}
+	families := map[discoveryv1.AddressType]bool{}
+	for _, sl := range slices.Items {
+		for _, e := range sl.Endpoints {
+			if e.TargetRef == nil || e.TargetRef.Name != pods.Items[0].Name {
+				return fmt.Errorf("EndpointSlice %s lists %v, not only %s", sl.Name, e.Addresses, pods.Items[0].Name)
+			}
+			families[sl.AddressType] = true
+		}
+	}
+	if !families[discoveryv1.AddressTypeIPv4] || !families[discoveryv1.AddressTypeIPv6] {
+		return fmt.Errorf("endpoints of families %v only", families)
+	}
+	return nil
 }
 
 // sandboxOf is the network namespace of the one router pod: the lab sandbox holding net1.
