@@ -10,8 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -50,23 +49,12 @@ func (s *servedPods) start(sc PodScope) (*scopeInformer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pod scope %s/%q: %w", sc.Namespace, sc.Selector, err)
 	}
-	options := func(o *metav1.ListOptions) { o.LabelSelector = sel.String() }
-	pods := s.kube.CoreV1().Pods(sc.Namespace)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			options(&o)
-			return pods.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			options(&o)
-			return pods.Watch(ctx, o)
-		},
-	}
 	indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	for name, f := range PodIndexers {
 		indexers[name] = f
 	}
-	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, s.resync, indexers)
+	inf := coreinformers.NewFilteredPodInformer(s.kube, sc.Namespace, s.resync, indexers,
+		func(o *metav1.ListOptions) { o.LabelSelector = sel.String() })
 	if err := inf.SetTransform(transform); err != nil {
 		return nil, err
 	}
