@@ -171,7 +171,9 @@ func TestDeployNodePolicy(t *testing.T) {
 		return err
 	}
 	const denied = "may change only an EgressIP's status"
-	poll.Eventually(t, "the controller is denied changing an EgressIP's spec", 20*time.Second, func() error {
+	// A policy on a custom resource takes effect once the API server has its schema: under
+	// CI's load that took more than 20 s once.
+	poll.Eventually(t, "the controller is denied changing an EgressIP's spec", 60*time.Second, func() error {
 		if err := patchEIP(`{"spec":{"egressIPs":["198.51.100.9"]}}`); err == nil || !strings.Contains(err.Error(), denied) {
 			return fmt.Errorf("got %v", err)
 		}
