@@ -116,21 +116,45 @@ func (n *Node) StartController(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := agent.LaunchController(agent.ControllerOptions{
-		Binary: bin, Name: "controller@" + n.Name, LogDir: n.lab.Dir, Kubeconfig: kubeconfig,
-		LeaderNamespace: n.lab.LeaderNamespace(), Wrap: []string{"nsenter", "--net=" + n.NS.Path()}, Dial: n.Dial,
-		Args: append([]string{"--node-name", n.Name}, n.lab.opts.ControllerArgs...),
+	p, err := n.launchReady(ctx, func() (*agent.Process, error) {
+		return agent.LaunchController(agent.ControllerOptions{
+			Binary: bin, Name: "controller@" + n.Name, LogDir: n.lab.Dir, Kubeconfig: kubeconfig,
+			LeaderNamespace: n.lab.LeaderNamespace(), Wrap: []string{"nsenter", "--net=" + n.NS.Path()}, Dial: n.Dial,
+			Args: append([]string{"--node-name", n.Name}, n.lab.opts.ControllerArgs...),
+		})
 	})
-	if err != nil {
-		return err
+	if p != nil {
+		n.Controller = p
 	}
-	n.Controller = p
-	rctx, cancel := context.WithTimeout(ctx, n.lab.readyTimeout())
-	defer cancel()
-	if err := p.WaitReady(rctx); err != nil {
-		return fmt.Errorf("%w\n%s", err, tail(p.Log(), 40))
+	return err
+}
+
+// launchReady launches a process in the node and waits until it is ready. Its loopback ports
+// are picked in the test's namespace but bound in the node's, where the agent's and
+// controller's own connections to the API forwarder take ephemeral ports from the same range:
+// a process that lost that race exits at once, and is launched again on other ports.
+func (n *Node) launchReady(ctx context.Context, launch func() (*agent.Process, error)) (*agent.Process, error) {
+	for attempt := 1; ; attempt++ {
+		p, err := launch()
+		if err != nil {
+			return nil, err
+		}
+		rctx, cancel := context.WithTimeout(ctx, n.lab.readyTimeout())
+		err = p.WaitReady(rctx)
+		cancel()
+		if err == nil {
+			return p, nil
+		}
+		log := p.Log()
+		select {
+		case <-p.Exited():
+			if attempt < 3 && strings.Contains(log, "bind: address already in use") {
+				continue
+			}
+		default:
+		}
+		return p, fmt.Errorf("%w\n%s", err, tail(log, 40))
 	}
-	return nil
 }
 
 // apiForwarder relays connections from inside a node to the API server; CutAPI cuts it.
@@ -280,22 +304,18 @@ func (n *Node) StartAgent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := agent.Launch(agent.Options{
-		Binary: bin, LogDir: n.lab.Dir, Node: n.Name, Kubeconfig: kubeconfig,
-		PinRoot: PinRoot(n.lab.ID, n.Name),
-		Wrap:    append([]string{"nsenter", "--net=" + n.NS.Path()}, wrap...), Dial: n.Dial,
-		Args: append(args, n.lab.opts.AgentArgs...),
+	p, err := n.launchReady(ctx, func() (*agent.Process, error) {
+		return agent.Launch(agent.Options{
+			Binary: bin, LogDir: n.lab.Dir, Node: n.Name, Kubeconfig: kubeconfig,
+			PinRoot: PinRoot(n.lab.ID, n.Name),
+			Wrap:    append([]string{"nsenter", "--net=" + n.NS.Path()}, wrap...), Dial: n.Dial,
+			Args: append(args, n.lab.opts.AgentArgs...),
+		})
 	})
-	if err != nil {
-		return err
+	if p != nil {
+		n.Agent = p
 	}
-	n.Agent = p
-	rctx, cancel := context.WithTimeout(ctx, n.lab.readyTimeout())
-	defer cancel()
-	if err := p.WaitReady(rctx); err != nil {
-		return fmt.Errorf("%w\n%s", err, tail(p.Log(), 40))
-	}
-	return nil
+	return err
 }
 
 // LeaderNode is the node whose controller replica holds the Lease (nil while none does).
