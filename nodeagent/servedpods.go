@@ -16,10 +16,6 @@ import (
 // programmed for them stays until then.
 const servePodsWait = 10 * time.Second
 
-// maxNamespaceScopes bounds the namespaces whose pods an agent watches one by one (a list and
-// a watch each); past it, it watches every pod of the cluster once instead.
-const maxNamespaceScopes = 32
-
 // servePods caches the other nodes' pods the features read, before they compile: the scopes
 // each podReader names for this node, nothing else. When a feature cannot name them, the
 // scopes stay as they were.
@@ -40,15 +36,10 @@ func (l *SyncLoop) servePods(ctx context.Context) {
 		}
 		scopes = append(scopes, s...)
 	}
-	namespaced := func(sc watchers.PodScope) bool { return sc.Namespace != "" }
 	slices.SortFunc(scopes, comparePodScopes)
-	if scopes = slices.Compact(scopes); countFunc(scopes, namespaced) > maxNamespaceScopes {
-		scopes = append(slices.DeleteFunc(scopes, namespaced), watchers.PodScope{})
-		slices.SortFunc(scopes, comparePodScopes)
-		scopes = slices.Compact(scopes)
-	}
+	scopes = slices.Compact(scopes)
 	if !slices.Equal(scopes, l.served) {
-		l.deps.Log.Info("reading other nodes' pods", "scopes", scopes)
+		l.deps.Log.Info("reading other nodes' pods", "scopes", len(scopes), "first", scopes[:min(len(scopes), 8)])
 	}
 	l.served = scopes
 	l.deps.Metrics.ServedPodScopes.Set(float64(len(scopes)))
@@ -64,14 +55,4 @@ func (l *SyncLoop) servePods(ctx context.Context) {
 
 func comparePodScopes(a, b watchers.PodScope) int {
 	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Selector, b.Selector))
-}
-
-func countFunc[T any](s []T, f func(T) bool) int {
-	n := 0
-	for _, v := range s {
-		if f(v) {
-			n++
-		}
-	}
-	return n
 }

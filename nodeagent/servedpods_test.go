@@ -80,27 +80,21 @@ func (f fakeReader) servedPods(*watchers.Snapshot, string) ([]watchers.PodScope,
 	return f.scopes, nil
 }
 
-// TestSyncWatchesTheClusterPastTooManyNamespaces: past maxNamespaceScopes namespaces, an agent
-// watches every pod once rather than each namespace; its selector scopes stay.
-func TestSyncWatchesTheClusterPastTooManyNamespaces(t *testing.T) {
-	for _, n := range []int{maxNamespaceScopes, maxNamespaceScopes + 1} {
-		scopes := []watchers.PodScope{{Selector: "app=gw"}}
-		for i := range n {
-			scopes = append(scopes, watchers.PodScope{Namespace: fmt.Sprintf("ns%05d", i)})
-		}
-		var asked []watchers.PodScope
-		l := newLoop(&recordingApplier{}, make(chan struct{}), 0, func(_ *Config, d *Deps) {
-			d.ServePods = func(_ context.Context, s []watchers.PodScope) error { asked = s; return nil }
-		})
-		l.features = []feature{fakeReader{scopes}}
-		l.sync(t.Context())
-		want := len(scopes)
-		if n > maxNamespaceScopes {
-			want = 2
-		}
-		if len(asked) != want || (n > maxNamespaceScopes && asked[0] != watchers.PodScope{}) {
-			t.Errorf("%d namespaces: asked for %d scopes (first %v), want %d", n, len(asked), asked[0], want)
-		}
+// TestSyncAsksForEveryNamespace: the agent asks for each namespace's scope, however many, and
+// each once (how many watches serve them is the watchers' choice).
+func TestSyncAsksForEveryNamespace(t *testing.T) {
+	scopes := []watchers.PodScope{{Selector: "app=gw"}}
+	for i := range 100 {
+		scopes = append(scopes, watchers.PodScope{Namespace: fmt.Sprintf("ns%05d", i)})
+	}
+	var asked []watchers.PodScope
+	l := newLoop(&recordingApplier{}, make(chan struct{}), 0, func(_ *Config, d *Deps) {
+		d.ServePods = func(_ context.Context, s []watchers.PodScope) error { asked = s; return nil }
+	})
+	l.features = []feature{fakeReader{append(scopes, scopes[1:]...)}}
+	l.sync(t.Context())
+	if len(asked) != len(scopes) {
+		t.Errorf("asked for %d scopes, want %d", len(asked), len(scopes))
 	}
 }
 

@@ -2,6 +2,7 @@ package watchers_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"testing"
@@ -131,6 +132,24 @@ func TestNodePodsReadsItsNodeAndTheServedPods(t *testing.T) {
 
 	serve(watchers.PodScope{Namespace: ns2})
 	want("a namespace instead", ns1+"/own", ns2+"/served", ns2+"/late")
+
+	// Past 32 namespaces one cluster-wide watch serves them, and keeps only their pods: ns1's
+	// "other" stays out while ns2 and 40 namespaces with no pod are served.
+	many := []watchers.PodScope{{Namespace: ns2}}
+	for i := range 40 {
+		many = append(many, watchers.PodScope{Namespace: fmt.Sprintf("%s-none-%d", ns2, i)})
+	}
+	serve(many...)
+	want("many namespaces", ns1+"/own", ns2+"/served", ns2+"/late")
+	pod(ns2, "later", "n3", nil)
+	poll.Eventually(t, "a pod of a served namespace cached by the cluster-wide watch", 10*time.Second, func() error {
+		_, err := snap.Pods.Pods(ns2).Get("later")
+		return err
+	})
+	pod(ns1, "unserved", "n3", nil)
+	serve(append(many, watchers.PodScope{Namespace: ns1, Selector: "app=" + gw})...) // one new: watched alone
+	want("many namespaces and ns1's gateways", ns1+"/own", ns1+"/gateway", ns2+"/served", ns2+"/late", ns2+"/later")
+
 	serve()
 	want("none served", ns1+"/own")
 }

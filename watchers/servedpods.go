@@ -34,13 +34,25 @@ type servedPods struct {
 	handler cache.ResourceEventHandler
 	mu      sync.Mutex
 	scopes  map[PodScope]*scopeInformer
+	// wide is the cluster-wide watch of many namespaces last started (nil: none).
+	wide    *wideWatch
 	closed  bool
 	running sync.WaitGroup
 }
 
 type scopeInformer struct {
-	inf  cache.SharedIndexInformer
-	stop chan struct{}
+	indexer cache.Indexer
+	synced  cache.InformerSynced
+	stop    chan struct{}
+}
+
+// podIndexers are those of every pod cache: by namespace, and PodIndexers.
+func podIndexers() cache.Indexers {
+	indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+	for name, f := range PodIndexers {
+		indexers[name] = f
+	}
+	return indexers
 }
 
 // start runs an informer of sc's pods, trimmed and indexed as the node's own.
@@ -49,11 +61,7 @@ func (s *servedPods) start(sc PodScope) (*scopeInformer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pod scope %s/%q: %w", sc.Namespace, sc.Selector, err)
 	}
-	indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
-	for name, f := range PodIndexers {
-		indexers[name] = f
-	}
-	inf := coreinformers.NewFilteredPodInformer(s.kube, sc.Namespace, s.resync, indexers,
+	inf := coreinformers.NewFilteredPodInformer(s.kube, sc.Namespace, s.resync, podIndexers(),
 		func(o *metav1.ListOptions) { o.LabelSelector = sel.String() })
 	if err := inf.SetTransform(transform); err != nil {
 		return nil, err
@@ -61,7 +69,7 @@ func (s *servedPods) start(sc PodScope) (*scopeInformer, error) {
 	if _, err := inf.AddEventHandler(s.handler); err != nil {
 		return nil, err
 	}
-	x := &scopeInformer{inf: inf, stop: make(chan struct{})}
+	x := &scopeInformer{indexer: inf.GetIndexer(), synced: inf.HasSynced, stop: make(chan struct{})}
 	s.running.Add(1)
 	go func() {
 		defer s.running.Done()
@@ -74,7 +82,8 @@ func (s *servedPods) start(sc PodScope) (*scopeInformer, error) {
 // scope new in want and waits (until ctx ends) for those to fill; then it stops those no longer
 // wanted. Until the new ones filled, the old ones stay: a pod moving from one scope to another
 // (a namespace's scope replaced by the cluster's) is never missing meanwhile. A change of the
-// set is a change of the pods the snapshot lists. Without NodePods, every pod is cached and
+// set is a change of the pods the snapshot lists. Past maxNamespaceWatches namespaced scopes,
+// one cluster-wide watch serves them (planWatches). Without NodePods, every pod is cached and
 // ServePods does nothing.
 func (w *Watchers) ServePods(ctx context.Context, want []PodScope) error {
 	s := w.served
@@ -86,21 +95,34 @@ func (w *Watchers) ServePods(ctx context.Context, want []PodScope) error {
 		s.mu.Unlock()
 		return nil
 	}
-	wanted := map[PodScope]bool{}
+	var covered map[PodScope]bool
+	if s.wide != nil {
+		covered = s.wide.covers
+	}
+	single, wide, keepWide := planWatches(want, covered)
+	starts := map[PodScope]func() (*scopeInformer, error){}
+	for _, sc := range single {
+		starts[sc] = func() (*scopeInformer, error) { return s.start(sc) }
+	}
+	if keepWide {
+		starts[s.wide.key] = nil
+	}
+	if wide != nil {
+		starts[namespaceWatchKey(wide)] = func() (*scopeInformer, error) { return s.startNamespaces(wide) }
+	}
 	var started []cache.InformerSynced
 	var errs []error
-	for _, sc := range want {
-		wanted[sc] = true
+	for sc, start := range starts {
 		if s.scopes[sc] != nil {
 			continue
 		}
-		x, err := s.start(sc)
+		x, err := start()
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		s.scopes[sc] = x
-		started = append(started, x.inf.HasSynced)
+		started = append(started, x.synced)
 	}
 	s.mu.Unlock()
 	if len(started) > 0 && !cache.WaitForCacheSync(ctx.Done(), started...) {
@@ -112,7 +134,10 @@ func (w *Watchers) ServePods(ctx context.Context, want []PodScope) error {
 	s.mu.Lock()
 	stopped := false
 	for sc, x := range s.scopes {
-		if !wanted[sc] {
+		if _, ok := starts[sc]; !ok {
+			if s.wide != nil && s.wide.key == sc {
+				s.wide = nil
+			}
 			close(x.stop)
 			delete(s.scopes, sc)
 			stopped = true
@@ -144,7 +169,7 @@ func (s *servedPods) indexers(local cache.Indexer) []cache.Indexer {
 	out := make([]cache.Indexer, 0, 1+len(s.scopes))
 	out = append(out, local)
 	for _, x := range s.scopes {
-		out = append(out, x.inf.GetIndexer())
+		out = append(out, x.indexer)
 	}
 	return out
 }

@@ -12,11 +12,7 @@ import (
 )
 
 func podIndexer(pods ...*corev1.Pod) cache.Indexer {
-	indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
-	for name, f := range PodIndexers {
-		indexers[name] = f
-	}
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexers)
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, podIndexers())
 	for _, p := range pods {
 		_ = idx.Add(p)
 	}
@@ -39,8 +35,8 @@ func TestPodUnionReadsEachPodOnce(t *testing.T) {
 	other := testPod("a", "other", "n3", "10.244.3.5", web)
 	s := &servedPods{scopes: map[PodScope]*scopeInformer{}}
 	u := &podUnion{local: podIndexer(own), served: s}
-	s.scopes[PodScope{Selector: "app"}] = &scopeInformer{inf: fakeInformer{idx: podIndexer(stale, gw)}}
-	s.scopes[PodScope{Namespace: "a"}] = &scopeInformer{inf: fakeInformer{idx: podIndexer(other)}}
+	s.scopes[PodScope{Selector: "app"}] = &scopeInformer{indexer: podIndexer(stale, gw)}
+	s.scopes[PodScope{Namespace: "a"}] = &scopeInformer{indexer: podIndexer(other)}
 
 	names := func(pods []*corev1.Pod, err error) []string {
 		t.Helper()
@@ -77,11 +73,3 @@ func TestPodUnionReadsEachPodOnce(t *testing.T) {
 		t.Errorf("pods of n1: %v, want the node's own copy once", objs)
 	}
 }
-
-// fakeInformer is a SharedIndexInformer whose indexer is given; nothing else is used.
-type fakeInformer struct {
-	cache.SharedIndexInformer
-	idx cache.Indexer
-}
-
-func (f fakeInformer) GetIndexer() cache.Indexer { return f.idx }
