@@ -82,7 +82,7 @@ bench-firewall: deps controlplane-bin ## classifier ns/packet; 8000-rule apply t
 	$(GO) test ./test/e2e -run '^$$' -bench 'Privileged(FirewallApply|Throughput)' -benchtime 1x -timeout 20m
 
 bench-scale: deps controlplane-bin ## issue #35's targets on kwok's 5,000 nodes and 150,000 pods, 10,000 EgressFirewalls, real agents and controller (SCALE=small: 50 nodes, 1,500 pods, a quick run)
-	$(GO) run ./test/scale -size $(or $(SCALE),full)
+	$(GO) run ./test/scale -size $(or $(SCALE),full) $(if $(PROFILES),-profiles $(PROFILES))
 
 demo: deps ## egressd on its lab: expected vs observed per example (KEEP=1 leaves it up)
 	$(GO) run ./test/demo $(if $(KEEP),--keep)

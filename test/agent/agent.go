@@ -109,11 +109,13 @@ type Process struct {
 	Node        string
 	MetricsAddr string
 	HealthAddr  string
-	LogPath     string
-	cmd         *exec.Cmd
-	done        chan struct{}
-	http        *http.Client
-	pinRoot     string
+	// ProfilingAddr serves the runtime profiles when the process runs with --profiling.
+	ProfilingAddr string
+	LogPath       string
+	cmd           *exec.Cmd
+	done          chan struct{}
+	http          *http.Client
+	pinRoot       string
 }
 
 // Start runs egressd for a test (see Launch); the process is stopped, and its log printed if the
@@ -152,6 +154,7 @@ func Launch(o Options) (*Process, error) {
 			"--kubeconfig", o.Kubeconfig,
 			"--metrics-bind-address", p.MetricsAddr,
 			"--health-probe-bind-address", p.HealthAddr,
+			"--profiling-bind-address", p.ProfilingAddr,
 			"--bpf-pin-root", o.PinRoot,
 			"--log-format", "text",
 			// Tests scrape without a token (the guard has its own tests).
@@ -197,6 +200,7 @@ func LaunchController(o ControllerOptions) (*Process, error) {
 			"--leader-election-namespace", o.LeaderNamespace,
 			"--metrics-bind-address", p.MetricsAddr,
 			"--health-probe-bind-address", p.HealthAddr,
+			"--profiling-bind-address", p.ProfilingAddr,
 			"--leader-election-lease-duration", "3s",
 			"--leader-election-renew-deadline", "2s",
 			"--leader-election-retry-period", "250ms",
@@ -231,17 +235,18 @@ func StartController(t testing.TB, o ControllerOptions) *Process {
 // launch starts the command args returns for the process (whose addresses it fills in), with
 // its output in <name>.log.
 func launch(name, logDir string, wrap []string, dial func(ctx context.Context, network, addr string) (net.Conn, error), args func(*Process) []string) (*Process, error) {
-	ports, err := controlplane.FreePorts(2)
+	ports, err := controlplane.FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
 	p := &Process{
-		Node:        name,
-		MetricsAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
-		HealthAddr:  fmt.Sprintf("127.0.0.1:%d", ports[1]),
-		LogPath:     filepath.Join(logDir, name+".log"),
-		done:        make(chan struct{}),
-		http:        &http.Client{Timeout: 2 * time.Second},
+		Node:          name,
+		MetricsAddr:   fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		HealthAddr:    fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		ProfilingAddr: fmt.Sprintf("127.0.0.1:%d", ports[2]),
+		LogPath:       filepath.Join(logDir, name+".log"),
+		done:          make(chan struct{}),
+		http:          &http.Client{Timeout: 2 * time.Second},
 	}
 	if dial != nil {
 		p.http.Transport = &http.Transport{DialContext: dial, DisableKeepAlives: true}
@@ -321,18 +326,18 @@ func (p *Process) Get(path string) (int, string, error) {
 	return resp.StatusCode, string(b), err
 }
 
-// CPUProfile records the agent's CPU profile (pprof) for d; the agent must run with
-// --profiling.
-func (p *Process) CPUProfile(d time.Duration) ([]byte, error) {
-	c := &http.Client{Transport: p.http.Transport, Timeout: d + 10*time.Second}
-	resp, err := c.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.MetricsAddr, int(d.Seconds())))
+// Profile fetches one of the runtime profiles (pprof: "heap", "profile?seconds=10", ...); the
+// process must run with --profiling.
+func (p *Process) Profile(name string, timeout time.Duration) ([]byte, error) {
+	c := &http.Client{Transport: p.http.Transport, Timeout: timeout}
+	resp, err := c.Get(fmt.Sprintf("http://%s/debug/pprof/%s", p.ProfilingAddr, name))
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("CPU profile of egressd %s: %s: %s", p.Node, resp.Status, b)
+		err = fmt.Errorf("profile %s of egressd %s: %s: %s", name, p.Node, resp.Status, b)
 	}
 	return b, err
 }

@@ -307,7 +307,7 @@ func BenchmarkPrivilegedCNIAdd(b *testing.B) {
 		unit := strings.NewReplacer(" ", "-", ",", "").Replace(what)
 		if profiles != "" {
 			go func() {
-				prof, err := l.Nodes[0].Agent.CPUProfile(10 * time.Second)
+				prof, err := l.Nodes[0].Agent.Profile("profile?seconds=10", 20*time.Second)
 				if err == nil {
 					err = os.WriteFile(filepath.Join(profiles, "egressd-cni-add-"+unit+".pprof"), prof, 0o644)
 				}

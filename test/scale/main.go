@@ -19,7 +19,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -56,6 +55,7 @@ func main() {
 	name := flag.String("size", "full", "full or small")
 	steady := flag.Duration("steady", time.Minute, "how long the steady cluster's CPU is measured")
 	trials := flag.Int("trials", 50, "EgressFirewall changes timed")
+	profiles := flag.String("profiles", "", "a directory: the agents and the controller run with --profiling, and their heap profiles after the steady minute go there")
 	wait := flag.Duration("wait", 4*time.Minute, "the longest wait for aggregate statuses, and for the change trials: a target missed by far is reported as such rather than waited out")
 	flag.Parse()
 	s, ok := sizes[*name]
@@ -67,7 +67,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "the scale harness needs root (network namespaces, bpf, nftables)")
 		os.Exit(2)
 	}
-	h := &harness{s: s, name: *name, steady: *steady, trials: *trials, wait: *wait, log: os.Stderr, start: time.Now()}
+	h := &harness{s: s, name: *name, steady: *steady, trials: *trials, wait: *wait, profiles: *profiles, log: os.Stderr, start: time.Now()}
 	err := h.run(context.Background())
 	h.report(os.Stdout)
 	if err != nil {
@@ -82,14 +82,18 @@ type harness struct {
 	steady time.Duration
 	trials int
 	wait   time.Duration
-	log    io.Writer
-	start  time.Time
+	// profiles is where heap profiles go ("": none taken)
+	profiles string
+	log      io.Writer
+	start    time.Time
 
 	cp   *controlplane.ControlPlane
 	meta metadata.Interface
 	lab  *lab.Lab
 	c    *cluster
 	dir  string
+	// statuses of the EgressFirewalls, watched from the first wait for them
+	statuses *firewallStatuses
 
 	// results, printed by report in the order measured
 	results []result
@@ -152,12 +156,16 @@ func (h *harness) run(ctx context.Context) error {
 	// of a cluster, none: their agents read only their own pods.
 	labels := map[int]map[string]string{0: {egressip.AssignableLabel: ""}}
 	h.logf("lab: %d nodes", h.s.RealNodes)
+	agentArgs := []string{"--dns-server", "198.51.100.53:53"}
+	// The fake nodes run no agent: their entries must not hold the aggregate statuses.
+	controllerArgs := []string{"--status-ignore-nodes", kwokLabel + "=" + kwokValue}
+	if h.profiles != "" {
+		agentArgs, controllerArgs = append(agentArgs, "--profiling"), append(controllerArgs, "--profiling")
+	}
 	if h.lab, err = lab.Start(ctx, h.cp, lab.Options{
 		Nodes: h.s.RealNodes, NodeLabels: labels, NodePrefix: "scale-",
-		AgentArgs: []string{"--dns-server", "198.51.100.53:53"},
-		// The fake nodes run no agent: their entries must not hold the aggregate statuses.
-		ControllerArgs: []string{"--status-ignore-nodes", kwokLabel + "=" + kwokValue},
-		ReadyTimeout:   30 * time.Minute, Log: h.log,
+		AgentArgs: agentArgs, ControllerArgs: controllerArgs,
+		ReadyTimeout: 30 * time.Minute, Log: h.log,
 	}); err != nil {
 		return err
 	}
@@ -349,27 +357,16 @@ func (h *harness) awaitAggregates(ctx context.Context, what string, begin time.T
 	})
 	defer stop()
 	deadline := time.Now().Add(h.wait)
+	if h.statuses == nil {
+		h.statuses = h.watchFirewallStatuses(ctx)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), h.statuses.synced) {
+		return false, ctx.Err()
+	}
 	for {
-		list, err := h.c.ovn.K8sOVNV1().EgressFirewalls(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: label})
-		switch {
-		case apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err):
-			// The API server, loaded by the agents' writes on this machine's 2 cores, did not
-			// list in time: ask again later, the count as it was.
-			h.logf("list EgressFirewalls: %v; again", err)
-			if time.Now().After(deadline) {
-				return false, err
-			}
-			time.Sleep(time.Second)
-			continue
-		case err != nil:
+		applied, entries, err = h.statuses.count(label)
+		if err != nil {
 			return false, err
-		}
-		applied, entries = 0, 0
-		for _, ef := range list.Items {
-			entries += len(ef.Status.Messages)
-			if ef.Status.Status == "EgressFirewall Rules applied" {
-				applied++
-			}
 		}
 		if applied >= count {
 			h.record(what, time.Since(begin).Round(100*time.Millisecond).String(), target)
@@ -380,8 +377,7 @@ func (h *harness) awaitAggregates(ctx context.Context, what string, begin time.T
 				time.Since(begin).Round(time.Second), applied, count, entries, count*h.s.RealNodes, float64(entries)/time.Since(begin).Seconds()), target)
 			return false, nil
 		}
-		// Listing 10,000 objects is work for the API server the agents share.
-		time.Sleep(time.Duration(max(250, count/5)) * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

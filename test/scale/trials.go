@@ -3,10 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/egressd/egressd/test/agent"
 )
 
 // steadyState measures the agent's and the controller's CPU over h.steady on the settled
@@ -88,6 +92,29 @@ func (h *harness) steadyState(ctx context.Context, agents0 []usage, ctl0 usage, 
 	}
 	h.record("controller RSS, full cluster", mb(c2.rss), "")
 	h.record("controller RSS per cluster pod above empty", fmt.Sprintf("%.2f KB", (c2.rss-ctl0.rss)/pods/1e3), "<= 1 KB")
+	return h.heapProfiles()
+}
+
+// heapProfiles writes each agent's and the controller's heap profile to h.profiles.
+func (h *harness) heapProfiles() error {
+	if h.profiles == "" {
+		return nil
+	}
+	procs := map[string]*agent.Process{"controller": h.lab.Nodes[0].Controller}
+	for _, n := range h.lab.Nodes {
+		procs["agent-"+n.Name] = n.Agent
+	}
+	for name, p := range procs {
+		b, err := p.Profile("heap", time.Minute)
+		if err != nil {
+			return err
+		}
+		path := filepath.Join(h.profiles, name+".heap.pprof")
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			return err
+		}
+		h.logf("heap profile of %s: %s", name, path)
+	}
 	return nil
 }
 
