@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -27,7 +28,7 @@ type parts struct {
 // pod's entry carries what every feature wants of it. It also returns the objects the state was
 // compiled from that get a status entry, with their compile errors.
 func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *parts, st *steering, mask uint32) (dataplane.State, map[dataplane.Origin]error) {
-	objects := make(map[dataplane.Origin]error, len(p.firewall.Firewalls)+len(p.qos.QoS)+len(p.routes.Policies))
+	objects := make(map[dataplane.Origin]error, len(p.firewall.Statuses)+len(p.qos.QoS)+len(p.routes.Policies))
 	s := dataplane.State{Classifier: dataplane.ClassifierState{
 		ClusterNetworks:  networks,
 		Frontends:        frontends,
@@ -69,9 +70,9 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 	s.Classifier.SteerExempt = p.egressIP.Exempt
 	s.Nftables.BackendDenies = p.firewall.BackendDenies
 	firewalled := map[string]bool{}
+	maps.Copy(objects, p.firewall.Statuses)
 	for _, fw := range p.firewall.Firewalls {
 		firewalled[fw.Origin.Namespace] = true
-		objects[fw.Origin] = fw.Err
 		if fw.Err != nil {
 			s.Nftables.KeepBackendDenies = append(s.Nftables.KeepBackendDenies, fw.Origin.Namespace)
 		}

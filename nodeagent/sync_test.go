@@ -189,7 +189,7 @@ func TestSyncLoopKeepsPartOfFailedCompile(t *testing.T) {
 			Egress: []ovnv1.EgressFirewallRule{{Type: "Deny", To: ovnv1.EgressFirewallDestination{CIDRSelector: "0.0.0.0/0"}}}}}
 		changed := make(chan struct{}, 1)
 		app := &recordingApplier{}
-		snap := watcherstest.Snapshot(ef)
+		snap := watcherstest.Snapshot(ef, pod("a", "p", "n", nil, "10.244.0.5"))
 		broken := &atomic.Bool{}
 		snap.EgressFirewalls = failingFirewalls{snap.EgressFirewalls, broken}
 		l := newLoop(app, changed, time.Millisecond, func(_ *Config, d *Deps) { d.Snapshot = snap })

@@ -5,6 +5,7 @@ package egressfirewall
 
 import (
 	"encoding/json"
+	"maps"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,15 +24,21 @@ const (
 
 // Part is what EgressFirewall adds to the node state.
 type Part struct {
+	// Firewalls are the rules of the namespaces with a pod on this node: those it enforces.
+	// A namespace's firewall is compiled for the node when its first pod here is (its CNI ADD
+	// waits for that), so that a node of a cluster of 10,000 firewalls holds the few it needs.
 	Firewalls []dataplane.Firewall
 	// Version changes whenever Firewalls is compiled afresh (dataplane.ClassifierState).
-	Version       uint64
+	Version uint64
+	// Statuses are every EgressFirewall with its compile error: the node reports on each,
+	// enforced here or not (its rules are checked all the same).
+	Statuses      map[dataplane.Origin]error
 	BackendDenies []dataplane.BackendDeny
-	// DNSNames are the names the rules refer to (wildcards included), to resolve and keep fresh
-	// and to learn from the answers pods get.
+	// DNSNames are the names the enforced rules refer to (wildcards included), to resolve and
+	// keep fresh and to learn from the answers pods get.
 	DNSNames []string
-	// DNSNamespaces are the namespaces with a dnsName rule: the DNS answers to their pods are
-	// read on the way (dataplane.DNSSnoop).
+	// DNSNamespaces are the enforced namespaces with a dnsName rule: the DNS answers to their
+	// pods are read on the way (dataplane.DNSSnoop).
 	DNSNamespaces []string
 }
 
@@ -42,51 +49,58 @@ type Compiler struct {
 	list compiledList
 }
 
-// compiledList is the last list of firewalls compiled, kept under the generation of the objects
-// it was compiled from (EgressFirewalls, Nodes, Namespaces) when it depends on nothing else (no
-// dnsName rule): a sync for a new pod hands the dataplane the same list, which it recognizes
-// without comparing a thousand namespaces' rules again.
+// compiledList is the last part compiled, kept under the generation of the objects it was
+// compiled from (EgressFirewalls, Nodes, Namespaces) and the namespaces it enforces, when it
+// depends on nothing else (no dnsName rule): a sync for a new pod of a namespace already
+// enforced hands the dataplane the same list, which it recognizes without comparing the
+// namespaces' rules again.
 type compiledList struct {
 	generation uint64
+	local      map[string]bool
 	valid      bool
-	firewalls  []dataplane.Firewall
+	part       Part
 	version    uint64 // counts the lists compiled
 }
 
-// Compile turns every EgressFirewall into its namespace's ordered rules, and judges the local
-// pods' Service backends by them. A policy that cannot be compiled is handed on with Err, so
-// that the dataplane keeps what it enforced.
+// Compile checks every EgressFirewall, turns those of the namespaces with a pod here into
+// their ordered rules, and judges the local pods' Service backends by them. A policy that
+// cannot be compiled is handed on with Err, so that the dataplane keeps what it enforced.
 func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
+	local := map[string]bool{}
+	for _, p := range in.Pods {
+		local[p.Origin.Namespace] = true
+	}
 	var part Part
 	// Read before the caches: a change landing in between moves it (see Generations.Of).
 	gen, known := in.Snap.Generations.Of(&ovnv1.EgressFirewall{}, &corev1.Node{}, &corev1.Namespace{})
-	if known && c.list.valid && c.list.generation == gen {
-		part.Firewalls = c.list.firewalls
+	if known && c.list.valid && c.list.generation == gen && maps.Equal(c.list.local, local) {
+		part = c.list.part
 	} else {
 		var err error
-		if part, err = c.compileAll(in); err != nil {
+		if part, err = c.compileAll(in, local); err != nil {
 			c.list.valid = false
 			return part, err
 		}
-		c.list = compiledList{generation: gen, valid: known && len(part.DNSNames) == 0, firewalls: part.Firewalls,
-			version: c.list.version + 1}
+		part.Version = c.list.version + 1
+		c.list = compiledList{generation: gen, local: local, valid: known && len(part.DNSNames) == 0, part: part, version: part.Version}
 	}
-	part.Version = c.list.version
 	var err error
 	part.BackendDenies, err = serviceBackendDenies(in, part.Firewalls)
 	return part, err
 }
 
-// compileAll compiles every EgressFirewall's rules.
-func (c *Compiler) compileAll(in *cluster.Input) (Part, error) {
-	var part Part
+// compileAll checks every EgressFirewall, and compiles the rules of those local names.
+func (c *Compiler) compileAll(in *cluster.Input, local map[string]bool) (Part, error) {
+	part := Part{Statuses: map[dataplane.Origin]error{}}
 	efs, err := in.Snap.EgressFirewalls.List(labels.Everything())
 	if err != nil {
 		return part, err
 	}
-	nodes, err := in.Snap.Nodes.List(labels.Everything())
-	if err != nil {
-		return part, err
+	var nodes []*corev1.Node
+	if len(local) > 0 {
+		if nodes, err = in.Snap.Nodes.List(labels.Everything()); err != nil {
+			return part, err
+		}
 	}
 	sort.Slice(efs, func(i, j int) bool { return efs[i].Namespace < efs[j].Namespace })
 	for _, ef := range efs {
@@ -94,15 +108,27 @@ func (c *Compiler) compileAll(in *cluster.Input) (Part, error) {
 			continue // the API server rejects other names; nothing to enforce
 		}
 		fw := dataplane.Firewall{Origin: dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: ef.Namespace, Name: ef.Name}}
+		if !local[ef.Namespace] {
+			// Checked, not enforced here: its rules' nodes and names do not matter yet.
+			if m, ok := c.memo.firewall(ef, false, 0, 0); ok {
+				fw.Err = m.err
+			} else {
+				_, fw.Err = rules(in, ef, nil)
+				c.memo.keep(ef, false, 0, 0, nil, fw.Err)
+			}
+			part.Statuses[fw.Origin] = fw.Err
+			continue
+		}
 		nodesGen, names, keep := inputs(in, ef)
-		if m, ok := c.memo.firewall(ef, nodesGen, names); ok && keep {
+		if m, ok := c.memo.firewall(ef, true, nodesGen, names); ok && keep {
 			fw.Rules, fw.Err = m.rules, m.err
 		} else {
 			fw.Rules, fw.Err = rules(in, ef, nodes)
 			if keep {
-				c.memo.keep(ef, nodesGen, names, fw.Rules, fw.Err)
+				c.memo.keep(ef, true, nodesGen, names, fw.Rules, fw.Err)
 			}
 		}
+		part.Statuses[fw.Origin] = fw.Err
 		named := false
 		for _, r := range ef.Spec.Egress {
 			if r.To.DNSName != "" {

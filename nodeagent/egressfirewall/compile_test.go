@@ -37,9 +37,20 @@ func node(name string, labels map[string]string, hostCIDRs string, addrs ...stri
 	return n
 }
 
+// everywhere are local pods in the namespaces of objs' EgressFirewalls: the node enforces them.
+func everywhere(objs ...runtime.Object) []dataplane.Pod {
+	var pods []dataplane.Pod
+	for _, o := range objs {
+		if e, ok := o.(*ovnv1.EgressFirewall); ok {
+			pods = append(pods, dataplane.Pod{Origin: dataplane.Origin{Kind: "Pod", Namespace: e.Namespace, Name: "p"}})
+		}
+	}
+	return pods
+}
+
 func compileFW(t *testing.T, objs ...runtime.Object) []dataplane.Firewall {
 	t.Helper()
-	in := &cluster.Input{Snap: watcherstest.Snapshot(objs...), Networks: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}, Lookup: func(name string) []netip.Addr {
+	in := &cluster.Input{Snap: watcherstest.Snapshot(objs...), Pods: everywhere(objs...), Networks: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}, Lookup: func(name string) []netip.Addr {
 		if name == "www.example.com" {
 			return []netip.Addr{netip.MustParseAddr("203.0.113.20"), netip.MustParseAddr("10.244.1.1")}
 		}
@@ -135,14 +146,14 @@ func TestCompileFirewallMemo(t *testing.T) {
 	c := &Compiler{}
 	m := &c.memo
 	compile := func() []dataplane.Firewall {
-		part, err := c.Compile(&cluster.Input{Snap: watcherstest.Snapshot(e)})
+		part, err := c.Compile(&cluster.Input{Snap: watcherstest.Snapshot(e), Pods: everywhere(e)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return part.Firewalls
 	}
 	first := compile()
-	if _, ok := m.firewall(e, 0, 0); !ok {
+	if _, ok := m.firewall(e, true, 0, 0); !ok {
 		t.Fatal("not memoized")
 	}
 	second := compile()
@@ -171,7 +182,7 @@ func TestCompileFirewallMemoInputs(t *testing.T) {
 	compile := func() []dataplane.FirewallRule {
 		t.Helper()
 		c.list.valid = false // the list is not kept with a dnsName rule anyway
-		part, err := c.Compile(&cluster.Input{Snap: snap, Lookup: func(string) []netip.Addr { return answer }})
+		part, err := c.Compile(&cluster.Input{Snap: snap, Pods: everywhere(e), Lookup: func(string) []netip.Addr { return answer }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,9 +211,10 @@ func TestCompileFirewallListKept(t *testing.T) {
 	snap := watcherstest.Snapshot(e)
 	snap.Generations = watchers.NewGenerations(&ovnv1.EgressFirewall{}, &corev1.Node{}, &corev1.Namespace{})
 	c := &Compiler{}
+	local := everywhere(e, ef("b"))
 	compile := func() []dataplane.Firewall {
 		t.Helper()
-		part, err := c.Compile(&cluster.Input{Snap: snap, Lookup: func(string) []netip.Addr { return nil }})
+		part, err := c.Compile(&cluster.Input{Snap: snap, Pods: local, Lookup: func(string) []netip.Addr { return nil }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -222,7 +234,7 @@ func TestCompileFirewallListKept(t *testing.T) {
 		}
 	}
 	// The version names the list: the same while kept, another once compiled again.
-	in := &cluster.Input{Snap: snap, Lookup: func(string) []netip.Addr { return nil }}
+	in := &cluster.Input{Snap: snap, Pods: local, Lookup: func(string) []netip.Addr { return nil }}
 	p1, _ := c.Compile(in)
 	p2, _ := c.Compile(in)
 	snap.Generations.Count(&corev1.Node{})
@@ -255,5 +267,59 @@ func TestCompileFirewallACLLogging(t *testing.T) {
 		if fw.Log != want[fw.Origin.Namespace] {
 			t.Errorf("%s: log %+v, want %+v", fw.Origin.Namespace, fw.Log, want[fw.Origin.Namespace])
 		}
+	}
+}
+
+// TestCompileEnforcesOnlyLocalNamespaces: the node enforces the firewalls of the namespaces
+// with a pod here, and checks every other one for its status entry: an invalid firewall of a
+// namespace without a pod here still reports its error, and its names are not resolved. A
+// first pod of another namespace brings that namespace's rules, under a new version.
+func TestCompileEnforcesOnlyLocalNamespaces(t *testing.T) {
+	a := ef("a", ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{DNSName: "a.example.com"}}, cidrRule("Deny", "0.0.0.0/0"))
+	b := ef("b", ovnv1.EgressFirewallRule{Type: "Allow", To: ovnv1.EgressFirewallDestination{DNSName: "b.example.com"}}, cidrRule("Deny", "0.0.0.0/0"))
+	bad := ef("c", cidrRule("Deny", "not-a-cidr"))
+	a.UID, b.UID, bad.UID = "uid-a", "uid-b", "uid-c"
+	snap := watcherstest.Snapshot(a, b, bad)
+	snap.Generations = watchers.NewGenerations(&ovnv1.EgressFirewall{}, &corev1.Node{}, &corev1.Namespace{})
+	c := &Compiler{}
+	compile := func(pods ...dataplane.Pod) Part {
+		t.Helper()
+		part, err := c.Compile(&cluster.Input{Snap: snap, Pods: pods, Lookup: func(string) []netip.Addr { return nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return part
+	}
+	namespaces := func(fws []dataplane.Firewall) []string {
+		var out []string
+		for _, fw := range fws {
+			out = append(out, fw.Origin.Namespace)
+		}
+		return out
+	}
+	origin := func(ns string) dataplane.Origin {
+		return dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: ns, Name: "default"}
+	}
+
+	first := compile(everywhere(a)...)
+	if got := namespaces(first.Firewalls); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("enforced %v, want [a]: the only namespace with a pod here", got)
+	}
+	if !slices.Equal(first.DNSNames, []string{"a.example.com"}) || !slices.Equal(first.DNSNamespaces, []string{"a"}) {
+		t.Errorf("names %v of namespaces %v, want a's alone", first.DNSNames, first.DNSNamespaces)
+	}
+	if len(first.Statuses) != 3 || first.Statuses[origin("a")] != nil || first.Statuses[origin("b")] != nil {
+		t.Errorf("statuses %v, want a and b fine, c failing", first.Statuses)
+	}
+	if err := first.Statuses[origin("c")]; err == nil || !strings.Contains(err.Error(), "not-a-cidr") {
+		t.Errorf("the invalid firewall of a namespace without a pod here: %v, want its error", err)
+	}
+
+	second := compile(everywhere(a, b)...)
+	if got := namespaces(second.Firewalls); !slices.Equal(got, []string{"a", "b"}) || second.Version == first.Version {
+		t.Errorf("after a pod of b: enforced %v (version %d, was %d), want [a b] under a new version", got, second.Version, first.Version)
+	}
+	if got := compile(); len(got.Firewalls) != 0 || len(got.Statuses) != 3 {
+		t.Errorf("no pod here: enforced %v, %d statuses; want none enforced, 3 statuses", namespaces(got.Firewalls), len(got.Statuses))
 	}
 }

@@ -15,13 +15,16 @@ import (
 // memo keeps the compiled rules of EgressFirewalls by UID and generation, with what else they
 // were compiled from: the nodes (the Node informer's change count) for a nodeSelector rule, and
 // the addresses each dnsName rule's name had. With ten thousand namespaces, a sync after one
-// change, or after one name's new answer, compiles that firewall, not all of them.
+// change, or after one name's new answer, compiles that firewall, not all of them. Of a
+// firewall the node does not enforce it keeps only whether its rules compile.
 type memo struct {
 	firewalls map[types.UID]compiledFirewall
 }
 
 type compiledFirewall struct {
 	generation int64
+	// enforced: compiled for this node (rules kept), else only checked.
+	enforced bool
 	// nodes is the nodes' change count the rules were compiled at (0: no nodeSelector rule);
 	// names, a hash of the addresses of its dnsName rules' names (0: none).
 	nodes, names uint64
@@ -53,16 +56,16 @@ func inputs(in *cluster.Input, ef *ovnv1.EgressFirewall) (nodes, names uint64, o
 	return nodes, names, true
 }
 
-func (m *memo) firewall(ef *ovnv1.EgressFirewall, nodes, names uint64) (compiledFirewall, bool) {
+func (m *memo) firewall(ef *ovnv1.EgressFirewall, enforced bool, nodes, names uint64) (compiledFirewall, bool) {
 	c, ok := m.firewalls[ef.UID]
-	return c, ok && c.generation == ef.Generation && c.nodes == nodes && c.names == names
+	return c, ok && c.generation == ef.Generation && c.enforced == enforced && c.nodes == nodes && c.names == names
 }
 
-func (m *memo) keep(ef *ovnv1.EgressFirewall, nodes, names uint64, rules []dataplane.FirewallRule, err error) {
+func (m *memo) keep(ef *ovnv1.EgressFirewall, enforced bool, nodes, names uint64, rules []dataplane.FirewallRule, err error) {
 	if m.firewalls == nil {
 		m.firewalls = map[types.UID]compiledFirewall{}
 	}
-	m.firewalls[ef.UID] = compiledFirewall{generation: ef.Generation, nodes: nodes, names: names, rules: rules, err: err}
+	m.firewalls[ef.UID] = compiledFirewall{generation: ef.Generation, enforced: enforced, nodes: nodes, names: names, rules: rules, err: err}
 }
 
 // forgetBut drops what is kept for firewalls no longer listed.
