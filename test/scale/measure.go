@@ -70,6 +70,24 @@ func (m metrics) sum(name string, match ...string) float64 {
 	return total
 }
 
+// delta is, per value of label, how much family name's series grew since before.
+func (m metrics) delta(before metrics, name, label string) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range m {
+		rest, ok := strings.CutPrefix(k, name+"{")
+		if !ok {
+			continue
+		}
+		_, value, ok := strings.Cut(rest, label+`="`)
+		if !ok {
+			continue
+		}
+		value, _, _ = strings.Cut(value, `"`)
+		out[value] += v - before[k]
+	}
+	return out
+}
+
 func containsAll(s string, subs []string) bool {
 	for _, m := range subs {
 		if !strings.Contains(s, m) {

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -48,7 +52,7 @@ func (h *harness) steadyState(ctx context.Context, agents0 []usage, ctl0 usage, 
 		return err
 	}
 	a1 := as1[0]
-	time.Sleep(h.steady)
+	h.cpuProfile(h.steady)
 	seen := events()
 	reqA1, err := dispatched(ctx, h.c.kube, agentFlow)
 	if err != nil {
@@ -79,6 +83,9 @@ func (h *harness) steadyState(ctx context.Context, agents0 []usage, ctl0 usage, 
 		apply := (m1.sum("egressd_sync_duration_seconds_sum", `feature="apply"`) - m0.sum("egressd_sync_duration_seconds_sum", `feature="apply"`)) / syncs
 		h.record("agent syncs (full recompute + apply), "+steady, fmt.Sprintf("%.2f/s", syncs/secs), "")
 		h.record("agent full resync (one sync: compile + apply)", fmt.Sprintf("%s (apply %s)", ms(time.Duration(per*1e9)), ms(time.Duration(apply*1e9))), "")
+		// What a sync's time goes to: each feature's compile, and the apply's facilities.
+		h.record("agent sync, by step (largest first)", perSync(m1.delta(m0, "egressd_sync_duration_seconds_sum", "feature"), syncs), "")
+		h.record("agent apply, by facility (largest first)", perSync(m1.delta(m0, "egressd_dataplane_apply_phase_duration_seconds_sum", "phase"), syncs), "")
 	}
 	pods := float64(h.s.Pods + h.s.RealNodes*h.s.LabPods)
 	for i, a := range as2 {
@@ -93,6 +100,25 @@ func (h *harness) steadyState(ctx context.Context, agents0 []usage, ctl0 usage, 
 	h.record("controller RSS, full cluster", mb(c2.rss), "")
 	h.record("controller RSS per cluster pod above empty", fmt.Sprintf("%.2f KB", (c2.rss-ctl0.rss)/pods/1e3), "<= 1 KB")
 	return h.heapProfiles()
+}
+
+// cpuProfile waits d, meanwhile recording the egress node's agent's CPU profile into
+// h.profiles (when set).
+func (h *harness) cpuProfile(d time.Duration) {
+	if h.profiles == "" {
+		time.Sleep(d)
+		return
+	}
+	path := filepath.Join(h.profiles, "agent-"+h.lab.Nodes[0].Name+".cpu.pprof")
+	b, err := h.lab.Nodes[0].Agent.Profile(fmt.Sprintf("profile?seconds=%d", int(d.Seconds())), d+time.Minute)
+	if err == nil {
+		err = os.WriteFile(path, b, 0o644)
+	}
+	if err != nil {
+		h.logf("CPU profile: %v", err)
+		return
+	}
+	h.logf("CPU profile of the egress node's agent over the steady cluster: %s", path)
 }
 
 // heapProfiles writes each agent's and the controller's heap profile to h.profiles.
@@ -183,4 +209,13 @@ trials:
 	h.record(what, fmt.Sprintf("min %s, median %s, p99 %s, max %s (seen by polling /metrics, one scrape %s)%s",
 		ms(lo), ms(med), ms(p99), ms(hi), ms(scrapeTime), unfinished), "p99 <= 100 ms")
 	return nil
+}
+
+// perSync lists each part's time per sync, largest first.
+func perSync(sums map[string]float64, syncs float64) string {
+	var out []string
+	for _, k := range slices.SortedFunc(maps.Keys(sums), func(a, b string) int { return cmp.Compare(sums[b], sums[a]) }) {
+		out = append(out, fmt.Sprintf("%s %s", k, ms(time.Duration(sums[k]/syncs*1e9))))
+	}
+	return strings.Join(out, ", ")
 }
