@@ -56,7 +56,7 @@ func main() {
 	steady := flag.Duration("steady", time.Minute, "how long the steady cluster's CPU is measured")
 	trials := flag.Int("trials", 50, "EgressFirewall changes timed")
 	profiles := flag.String("profiles", "", "a directory: the agents and the controller run with --profiling, and their heap profiles after the steady minute go there")
-	wait := flag.Duration("wait", 4*time.Minute, "the longest wait for aggregate statuses, and for the change trials: a target missed by far is reported as such rather than waited out")
+	wait := flag.Duration("wait", 6*time.Minute, "the longest wait for aggregate statuses, and for the change trials: a target missed by far is reported as such rather than waited out")
 	flag.Parse()
 	s, ok := sizes[*name]
 	if !ok {
