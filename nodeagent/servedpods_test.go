@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -137,5 +138,41 @@ func TestSyncWaitsForServedPodsFirst(t *testing.T) {
 	l.sync(t.Context())
 	if !slices.Equal(deadlines, []bool{false, true}) {
 		t.Errorf("deadlines of the first two syncs' waits: %v, want none then one", deadlines)
+	}
+}
+
+// TestEgressIPsServedPodsKeptWhileTheirInputsStay: an egress node names its EgressIPs' scopes
+// again only when an EgressIP, a Namespace or a Node changed; a pod's change reuses them.
+func TestEgressIPsServedPodsKeptWhileTheirInputsStay(t *testing.T) {
+	objs := []runtime.Object{
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{egressip.AssignableLabel: ""}}},
+		&ovnv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "e"}, Spec: ovnv1.EgressIPSpec{
+			NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}},
+			Status: ovnv1.EgressIPStatus{Items: []ovnv1.EgressIPStatusItem{{Node: "n", EgressIP: "192.0.2.100"}}}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "a1", Labels: map[string]string{"team": "a"}}},
+	}
+	gens := watchers.NewGenerations(&ovnv1.EgressIP{}, &corev1.Namespace{}, &corev1.Node{}, &corev1.Pod{})
+	before := watcherstest.Snapshot(objs...)
+	after := watcherstest.Snapshot(append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "a2", Labels: map[string]string{"team": "a"}}})...)
+	before.Generations, after.Generations = gens, gens
+	f := &egressIPs{}
+	served := func(snap *watchers.Snapshot) []watchers.PodScope {
+		t.Helper()
+		s, err := f.servedPods(snap, "n")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if got := served(before); len(got) != 1 {
+		t.Fatalf("scopes %v, want a1's", got)
+	}
+	gens.Count(&corev1.Pod{})
+	if got := served(after); len(got) != 1 {
+		t.Errorf("after a pod's change: %v, want the scopes kept (a1's)", got)
+	}
+	gens.Count(&corev1.Namespace{})
+	if got := served(after); len(got) != 2 {
+		t.Errorf("after a namespace's change: %v, want a1's and a2's", got)
 	}
 }
