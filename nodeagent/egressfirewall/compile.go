@@ -129,8 +129,16 @@ func (c *Compiler) compileAll(in *cluster.Input, local map[string]bool) (Part, e
 			}
 		}
 		part.Statuses[fw.Origin] = fw.Err
+		enforced := ef
+		if last := c.memo.lastValid[ef.UID]; fw.Err != nil && last != nil {
+			// Fail closed: the rules in force are the last valid ones, also on a node where
+			// the namespace was not enforced when they were (its first pod came since).
+			if r, err := rules(in, last, nodes); err == nil {
+				fw.Rules, fw.Err, enforced = r, nil, last
+			}
+		}
 		named := false
-		for _, r := range ef.Spec.Egress {
+		for _, r := range enforced.Spec.Egress {
 			if r.To.DNSName != "" {
 				part.DNSNames = append(part.DNSNames, r.To.DNSName)
 				named = true

@@ -323,3 +323,41 @@ func TestCompileEnforcesOnlyLocalNamespaces(t *testing.T) {
 		t.Errorf("no pod here: enforced %v, %d statuses; want none enforced, 3 statuses", namespaces(got.Firewalls), len(got.Statuses))
 	}
 }
+
+// TestCompileEnforcesTheLastValidRules: an update that does not compile leaves the last valid
+// rules in force, also on a node where the namespace had no pod when they were valid: its
+// first pod since gets those rules, and the status the update's error.
+func TestCompileEnforcesTheLastValidRules(t *testing.T) {
+	v1 := ef("a", cidrRule("Deny", "0.0.0.0/0"))
+	v1.UID, v1.Generation = "uid-a", 1
+	v2 := ef("a", cidrRule("Deny", "not-a-cidr"))
+	v2.UID, v2.Generation = "uid-a", 2
+	gens := watchers.NewGenerations(&ovnv1.EgressFirewall{}, &corev1.Node{}, &corev1.Namespace{})
+	c := &Compiler{}
+	compile := func(e *ovnv1.EgressFirewall, pods ...dataplane.Pod) Part {
+		t.Helper()
+		snap := watcherstest.Snapshot(e)
+		snap.Generations = gens
+		gens.Count(&ovnv1.EgressFirewall{})
+		part, err := c.Compile(&cluster.Input{Snap: snap, Pods: pods, Lookup: func(string) []netip.Addr { return nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return part
+	}
+	origin := dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: "a", Name: "default"}
+	compile(v1) // valid, no pod here
+	compile(v2) // invalid, no pod here
+	part := compile(v2, everywhere(v2)...)
+	if len(part.Firewalls) != 1 || part.Firewalls[0].Err != nil || len(part.Firewalls[0].Rules) != 1 || !part.Firewalls[0].Rules[0].Deny {
+		t.Fatalf("a first pod after an invalid update: enforced %+v, want v1's deny-all", part.Firewalls)
+	}
+	if err := part.Statuses[origin]; err == nil || !strings.Contains(err.Error(), "not-a-cidr") {
+		t.Errorf("status: %v, want the update's error", err)
+	}
+	v3 := ef("a", cidrRule("Allow", "0.0.0.0/0"))
+	v3.UID, v3.Generation = "uid-a", 3
+	if part := compile(v3, everywhere(v3)...); part.Firewalls[0].Rules[0].Deny || part.Statuses[origin] != nil {
+		t.Errorf("a valid update: enforced %+v (status %v), want v3's allow", part.Firewalls[0].Rules, part.Statuses[origin])
+	}
+}

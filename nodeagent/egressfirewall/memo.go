@@ -19,6 +19,9 @@ import (
 // firewall the node does not enforce it keeps only whether its rules compile.
 type memo struct {
 	firewalls map[types.UID]compiledFirewall
+	// lastValid is each firewall's last version whose rules compiled (the cache's object: the
+	// same while it is the current one), enforced while a later one does not compile.
+	lastValid map[types.UID]*ovnv1.EgressFirewall
 }
 
 type compiledFirewall struct {
@@ -66,6 +69,12 @@ func (m *memo) keep(ef *ovnv1.EgressFirewall, enforced bool, nodes, names uint64
 		m.firewalls = map[types.UID]compiledFirewall{}
 	}
 	m.firewalls[ef.UID] = compiledFirewall{generation: ef.Generation, enforced: enforced, nodes: nodes, names: names, rules: rules, err: err}
+	if err == nil {
+		if m.lastValid == nil {
+			m.lastValid = map[types.UID]*ovnv1.EgressFirewall{}
+		}
+		m.lastValid[ef.UID] = ef
+	}
 }
 
 // forgetBut drops what is kept for firewalls no longer listed.
@@ -77,6 +86,7 @@ func (m *memo) forgetBut(efs []*ovnv1.EgressFirewall) {
 	for uid := range m.firewalls {
 		if !live[uid] {
 			delete(m.firewalls, uid)
+			delete(m.lastValid, uid)
 		}
 	}
 }
