@@ -1,7 +1,6 @@
 package nodeagent
 
 import (
-	"cmp"
 	"context"
 	"slices"
 	"time"
@@ -36,7 +35,7 @@ func (l *SyncLoop) servePods(ctx context.Context) {
 		}
 		scopes = append(scopes, s...)
 	}
-	slices.SortFunc(scopes, comparePodScopes)
+	slices.SortFunc(scopes, watchers.PodScope.Compare)
 	scopes = slices.Compact(scopes)
 	if !slices.Equal(scopes, l.served) {
 		l.deps.Log.Info("reading other nodes' pods", "scopes", len(scopes), "first", scopes[:min(len(scopes), 8)])
@@ -51,8 +50,4 @@ func (l *SyncLoop) servePods(ctx context.Context) {
 	if err := l.deps.ServePods(wait, scopes); err != nil {
 		l.deps.Log.Error("read other nodes' pods", "err", err)
 	}
-}
-
-func comparePodScopes(a, b watchers.PodScope) int {
-	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Selector, b.Selector))
 }

@@ -1,7 +1,6 @@
 package watchers
 
 import (
-	"cmp"
 	"crypto/sha256"
 	"fmt"
 	"slices"
@@ -155,9 +154,7 @@ func planWatches(want []PodScope, covered map[PodScope]bool) (single, wide []Pod
 			namespaced = append(namespaced, sc)
 		}
 	}
-	slices.SortFunc(namespaced, func(a, b PodScope) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Selector, b.Selector))
-	})
+	slices.SortFunc(namespaced, PodScope.Compare)
 	namespaced = slices.Compact(namespaced)
 	if len(namespaced) <= maxNamespaceWatches {
 		return append(single, namespaced...), nil, false

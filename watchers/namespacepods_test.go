@@ -63,7 +63,13 @@ func TestNamespacePodsKeepsOnlyItsScopes(t *testing.T) {
 	for _, p := range pods() {
 		_ = tmp.Add(p)
 	}
-	if n := countFunc(tmp.List(), func(o any) bool { return o == dropped }); n != 2 {
+	n := 0
+	for _, o := range tmp.List() {
+		if o == dropped {
+			n++
+		}
+	}
+	if n != 2 {
 		t.Errorf("the watch-list's store holds %d of the 2 dropped pods as the shared object", n)
 	}
 	if err := s.Replace(tmp.List(), "2"); err != nil {
@@ -89,16 +95,6 @@ func TestNamespacePodsKeepsOnlyItsScopes(t *testing.T) {
 	if o, _, _ := s.GetByKey("b/web"); o.(*corev1.Pod).Status.PodIPs[0].IP != "10.0.0.8" {
 		t.Errorf("b/web not updated: %v", o.(*corev1.Pod).Status.PodIPs)
 	}
-}
-
-func countFunc[T any](s []T, f func(T) bool) int {
-	n := 0
-	for _, v := range s {
-		if f(v) {
-			n++
-		}
-	}
-	return n
 }
 
 // TestPlanWatches: up to maxNamespaceWatches namespaced scopes are watched one by one; past

@@ -1,6 +1,7 @@
 package watchers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -22,6 +23,11 @@ import (
 type PodScope struct {
 	Namespace string
 	Selector  string
+}
+
+// Compare orders scopes by namespace, then selector.
+func (sc PodScope) Compare(o PodScope) int {
+	return cmp.Or(cmp.Compare(sc.Namespace, o.Namespace), cmp.Compare(sc.Selector, o.Selector))
 }
 
 // servedPods are the other nodes' pods a node serves (an egress node's EgressIP pods, the
