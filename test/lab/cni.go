@@ -151,6 +151,8 @@ func (n *Node) conflistBuilt(o PodOptions) (*libcni.NetworkConfigList, error) {
 		if primary, err = n.flannelPrimary(ipam["dataDir"].(string)); err != nil {
 			return nil, err
 		}
+	case Cilium:
+		primary = n.ciliumPrimary()
 	default:
 		ipam["routes"] = []map[string]string{{"dst": "0.0.0.0/0"}, {"dst": "::/0"}}
 		primary = map[string]any{"type": "ptp", "ipMasq": false, "ipam": ipam}
@@ -181,6 +183,9 @@ func (n *Node) cniConfig(times map[string]time.Duration, floor bool) (*libcni.CN
 		return nil, err
 	}
 	dirs := []string{plugins}
+	if n.CNI == Cilium {
+		dirs = append(dirs, filepath.Join(n.ciliumDir(), "cni"))
+	}
 	if n.lab.opts.InstallCNI {
 		dirs = append(dirs, n.CNIBinDir()) // what the agent installed, and only that
 	} else if n.agentStarted.Load() {

@@ -39,7 +39,13 @@ const (
 	// Flannel: flanneld's VXLAN overlay and masquerade, pods on the bridge its CNI plugin
 	// delegates to (flannel.go). A cluster-wide choice: every node of the lab, or none.
 	Flannel CNI = "flannel"
+	// Cilium: cilium-agent's VXLAN tunnel, pods on cilium-cni's veths (cilium.go). A
+	// cluster-wide choice, as Flannel.
+	Cilium CNI = "cilium"
 )
+
+// overlay says whether the CNI is the whole cluster's (every node runs it, or none does).
+func (c CNI) overlay() bool { return c == Flannel || c == Cilium }
 
 // Bridges says whether the node's pods hang off a bridge (cni0) rather than a routed veth each.
 func (c CNI) Bridges() bool { return c == Bridged || c == Flannel }
@@ -209,14 +215,20 @@ func (l *Lab) onClose(f func()) {
 	l.cleanups = append(l.cleanups, f)
 }
 
-// flannel says whether the lab's nodes run flannel (Options.CNI: all of them, or an error).
-func (l *Lab) flannel() bool { return l.opts.CNI[0] == Flannel }
+// overlay is the CNI that runs every node of the lab, if one does (Options.CNI: all of them,
+// or an error).
+func (l *Lab) overlay() CNI {
+	if l.opts.CNI[0].overlay() {
+		return l.opts.CNI[0]
+	}
+	return ""
+}
 
 func (l *Lab) build(ctx context.Context) error {
 	start := time.Now()
 	for i := range l.opts.Nodes {
-		if (l.opts.CNI[i] == Flannel) != l.flannel() {
-			return fmt.Errorf("flannel is an overlay of the whole cluster: node %d runs %q, node 0 %q", i, l.opts.CNI[i], l.opts.CNI[0])
+		if c := l.opts.CNI[i]; (c.overlay() || l.overlay() != "") && c != l.overlay() {
+			return fmt.Errorf("flannel and Cilium are the whole cluster's CNI: node %d runs %q, node 0 %q", i, c, l.opts.CNI[0])
 		}
 	}
 	var err error
@@ -236,11 +248,16 @@ func (l *Lab) build(ctx context.Context) error {
 		}
 		l.Nodes = append(l.Nodes, n)
 	}
-	if l.flannel() {
+	switch l.overlay() {
+	case Flannel:
 		if err := l.startFlannel(ctx); err != nil {
 			return err
 		}
-	} else {
+	case Cilium:
+		if err := l.startCilium(ctx); err != nil {
+			return err
+		}
+	default:
 		for _, n := range l.Nodes {
 			if err := n.routeToPeers(l.Nodes); err != nil {
 				return err

@@ -55,21 +55,24 @@ func macOf(t *testing.T, n *lab.Node, link string) string {
 	return mac
 }
 
-// What a CNI gives pods, on both CNI shapes and on flannel: egress to external hosts
+// What a CNI gives pods, on both CNI shapes, on flannel and on Cilium: egress to external hosts
 // masqueraded to the node IP, pod-to-pod with pod IPs preserved, IPv6 alike, and servers
 // reporting DSCP and MAC.
 func TestPrivilegedLabConnectivity(t *testing.T) {
 	privileged.Require(t)
-	for name, shapes := range map[string]map[int]lab.CNI{"routed+bridged": {1: lab.Bridged}, "flannel": {0: lab.Flannel, 1: lab.Flannel}} {
+	overlays := map[lab.CNI]string{lab.Flannel: "flannel.1", lab.Cilium: "cilium_vxlan"}
+	for name, shapes := range map[string]map[int]lab.CNI{"routed+bridged": {1: lab.Bridged},
+		"flannel": {0: lab.Flannel, 1: lab.Flannel}, "cilium": {0: lab.Cilium, 1: lab.Cilium}} {
 		t.Run(name, func(t *testing.T) {
 			l := lab.New(t, lab.Options{Nodes: 2, CNI: shapes})
 			checkConnectivity(t, l)
-			if shapes[0] != lab.Flannel {
+			tunnel, ok := overlays[shapes[0]]
+			if !ok {
 				return
 			}
-			// Pod to pod crossed flannel's overlay, not a route of the lab's.
+			// Pod to pod crossed the CNI's overlay, not a route of the lab's.
 			for _, n := range l.Nodes {
-				out, err := n.NS.Run("ip", "-s", "-j", "link", "show", "flannel.1")
+				out, err := n.NS.Run("ip", "-s", "-j", "link", "show", tunnel)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -77,7 +80,7 @@ func TestPrivilegedLabConnectivity(t *testing.T) {
 					Stats struct{ TX struct{ Packets int } } `json:"stats64"`
 				}
 				if err := json.Unmarshal([]byte(out), &links); err != nil || len(links) != 1 || links[0].Stats.TX.Packets == 0 {
-					t.Errorf("%s: flannel.1 sent nothing: %s (%v)", n.Name, out, err)
+					t.Errorf("%s: %s sent nothing: %s (%v)", n.Name, tunnel, out, err)
 				}
 			}
 		})

@@ -87,7 +87,7 @@ func (l *Lab) addNode(ctx context.Context, i int) (*Node, error) {
 	if err := n.NS.Script(script...); err != nil {
 		return nil, err
 	}
-	if n.CNI == Flannel { // flanneld creates its devices and masquerade, the bridge plugin cni0
+	if n.CNI.overlay() { // flanneld or cilium-agent creates its devices and masquerade
 		return n, n.registerAndConfigure(ctx)
 	}
 	// The masquerade kindnet and flannel install for pod traffic leaving the cluster.
@@ -112,7 +112,7 @@ func (n *Node) registerAndConfigure(ctx context.Context) error {
 	if n.Kubelet {
 		return nil
 	}
-	if n.lab.opts.InstallCNI && n.CNI != Flannel { // flannel's is written once flanneld has its subnet
+	if n.lab.opts.InstallCNI && !n.CNI.overlay() { // an overlay's is written once its agent runs
 		if err := n.WritePrimaryCNI(); err != nil {
 			return err
 		}

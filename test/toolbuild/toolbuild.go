@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -50,6 +51,23 @@ func Kubernetes(log io.Writer) (string, error) {
 func Flannel(log io.Writer) (string, error) {
 	// With cgo, as flannel's releases: its udp backend's proxy is C.
 	return build(log, "flannel", toolsDir("flannel"), []string{"tencentvpc/go.mod", "tencentvpc/v20170312/vpc.go"}, true, "github.com/flannel-io/flannel")
+}
+
+// Cilium returns the directory of cilium-agent (named daemon, after its package) and
+// cilium-cni, built from test/tools/cilium, and the directory of Cilium's module source: the
+// agent compiles its BPF programs from there at start, and the lab installs its CRDs.
+func Cilium(log io.Writer) (bin, src string, err error) {
+	dir := toolsDir("cilium")
+	if bin, err = Cached(log, "cilium", nil, "github.com/cilium/cilium/daemon", "github.com/cilium/cilium/plugins/cilium-cni"); err != nil {
+		return "", "", err
+	}
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cilium/cilium")
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		return "", "", fmt.Errorf("Cilium's module source: %w", err)
+	}
+	return bin, strings.TrimSpace(string(out)), nil
 }
 
 // Cached builds pkgs of the module test/tools/<module> into
