@@ -87,7 +87,7 @@ func (c *classifierFacility) face(s *dataplane.State) faced {
 	for _, p := range s.Classifier.Pods {
 		for _, ip := range p.IPs {
 			ips[ip] = true
-			name, idx, err := c.facings.of(ip)
+			name, idx, err := c.facings.of(ip, p.HostInterfaces)
 			if err != nil {
 				f.failed[p.Origin] = err
 				continue

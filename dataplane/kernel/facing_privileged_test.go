@@ -56,3 +56,35 @@ func TestPrivilegedApplierPodMovesInterface(t *testing.T) {
 		t.Errorf("pod routed away: %v, want its failure", err)
 	}
 }
+
+// TestPrivilegedApplierPodBehindGatewayDevice: a node that routes its pods through a device of
+// its own (Cilium's cilium_host, a veth whose peer stays in the node's namespace) gets the
+// classifier on the pod's veth that the CNI named, not on the gateway device; without the
+// CNI's word the pod fails, with the reason.
+func TestPrivilegedApplierPodBehindGatewayDevice(t *testing.T) {
+	privileged.Require(t)
+	l := newLab(t)
+	l.node.MustRun(t, "ip", "link", "add", "gw_host", "type", "veth", "peer", "name", "gw_net")
+	for _, s := range []string{"ip link set gw_host up", "ip link set gw_net up",
+		"ip route replace " + podIP.String() + "/32 dev gw_host"} {
+		if err := l.node.Script(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := l.applier(t)
+	named := fullState()
+	named.Classifier.Pods[0].HostInterfaces = []string{"pod0"}
+	l.mustApply(t, a, named)
+	if got := l.ingressPrograms(t, "pod0"); len(got) == 0 {
+		t.Errorf("no classifier on pod0, the veth the CNI named")
+	}
+	if got := l.ingressPrograms(t, "gw_host"); len(got) != 0 {
+		t.Errorf("classifier on the gateway device gw_host: %v", got)
+	}
+
+	a2 := l.applier(t) // nothing remembered
+	err := l.apply(t, a2, fullState()).Failed[podOrigin]
+	if err == nil || !strings.Contains(err.Error(), "gw_host, a device of the node's own") {
+		t.Errorf("pod behind gw_host without the CNI's word: %v, want its failure naming gw_host", err)
+	}
+}

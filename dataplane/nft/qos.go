@@ -73,7 +73,7 @@ func addDSCP(c contents, dscp map[string]dataplane.BackendDSCP) {
 // dscpChains are the qos_dscp_<n> chains the contents' maps jump to, sorted.
 func dscpChains(c contents) []string { return c.targets(backendDSCP4Set, backendDSCP6Set) }
 
-// qosRules: ct direction original ct status dnat
+// qosRules: ct direction original
 // <ip|ip6> saddr . <ip|ip6> daddr . meta l4proto . th dport vmap @map
 func qosRules(sets map[string]*nftables.Set) [][]expr.Any {
 	var rules [][]expr.Any
@@ -82,7 +82,7 @@ func qosRules(sets map[string]*nftables.Set) [][]expr.Any {
 		if v4 {
 			set, regs = sets[backendDSCP4Set], 1
 		}
-		r := dnatedFlow(v4, regs)
+		r := backendFlow(v4, regs)
 		r = append(r,
 			&expr.Lookup{SourceRegister: 9, SetName: set.Name, SetID: set.ID, DestRegister: 0, IsDestRegSet: true},
 		)

@@ -74,16 +74,20 @@ func steerChains(c contents) []string {
 
 // steerRules:
 //
-//	ct direction original ct status dnat meta mark & mask == 0
+//	ct direction original meta mark & mask == 0
 //	ip daddr != @egressip_exempt4 ip saddr vmap @steer_pods4 (ip6 likewise)
-//	ct direction original ct status dnat meta mark & mask != 0
+//	ct direction original meta mark & mask != 0
 //	ip daddr @egressip_exempt4 meta mark set meta mark & ~mask (ip6 likewise)
 //	ct direction original meta mark & mask == 0
 //	ip daddr != @egressip_exempt4 ip saddr vmap @steer_remote4 (ip6 likewise)
 //
-// The second undoes the converse: the classifier marked a packet to an address that is not
-// exempt (a Service's external IP) and DNAT sent it to a pod or node, which the steering
-// table's default route would have taken to the egress node or gateway.
+// The classifier marks every packet of a steered pod to an address that is not exempt, so
+// the first two see only packets whose destination changed after it: DNAT by kube-proxy, or
+// by Cilium's tc program after egressd's (conntrack never sees that one, so conntrack's DNAT
+// status is not asked). The first steers a Service's backend outside the cluster; the second
+// undoes the converse: the classifier marked a packet to an address that is not exempt (a
+// Service's external IP) and DNAT sent it to a pod or node, which the steering table's
+// default route would have taken to the egress node or gateway.
 func steerRules(mask uint32, sets map[string]*nftables.Set) [][]expr.Any {
 	if mask == 0 {
 		return nil
@@ -102,8 +106,8 @@ func steerRules(mask uint32, sets map[string]*nftables.Set) [][]expr.Any {
 		if v4 {
 			exempt, local, remote = sets[exempt4Set], sets[steerPods4Set], sets[steerRemote4Set]
 		}
-		rules = append(rules, slices.Concat(nfproto(v4), ctDirection(ctDirOriginal), ctStatus(ctStatusDstNAT, false), unmarked(v4, exempt, local)))
-		rules = append(rules, slices.Concat(nfproto(v4), ctDirection(ctDirOriginal), ctStatus(ctStatusDstNAT, false),
+		rules = append(rules, slices.Concat(nfproto(v4), ctDirection(ctDirOriginal), unmarked(v4, exempt, local)))
+		rules = append(rules, slices.Concat(nfproto(v4), ctDirection(ctDirOriginal),
 			marked(mask), []expr.Any{addrField(v4, false, 1), lookup(exempt, 1, false)}, setMark(0, mask, false)))
 		rules = append(rules, slices.Concat(nfproto(v4), ctDirection(ctDirOriginal), unmarked(v4, exempt, remote)))
 	}

@@ -7,10 +7,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -33,7 +35,7 @@ const PidFile = "/tmp/egressd-demo.pid"
 func main() {
 	var o options
 	flag.BoolVar(&o.keep, "keep", false, "leave the demo running until interrupted")
-	flag.StringVar(&o.cni, "cni", "routed+bridged", "the lab's CNI: routed+bridged (node-0 routed pods, node-1 bridged: the reference plugins) or flannel (flanneld, VXLAN)")
+	flag.StringVar(&o.cni, "cni", "routed+bridged", "the lab's CNI: routed+bridged (node-0 routed pods, node-1 bridged: the reference plugins) flannel (flanneld, VXLAN) or cilium (cilium-agent, VXLAN tunnel, legacy host routing)")
 	flag.StringVar(&o.kubeProxy, "kube-proxy", "stand-in", "what programs Services: stand-in (the lab's), or the real kube-proxy in iptables or nftables mode")
 	flag.StringVar(&o.report, "report", "", "write the checks per API as JSON to this file (make test-compat)")
 	flag.Parse()
@@ -80,8 +82,11 @@ func run(ctx context.Context, o options) (int, error) {
 	case "flannel":
 		labOpts.CNI = map[int]lab.CNI{0: lab.Flannel, 1: lab.Flannel}
 		shape = "flannel on node-0 and node-1 (VXLAN, its masquerade)"
+	case "cilium":
+		labOpts.CNI = map[int]lab.CNI{0: lab.Cilium, 1: lab.Cilium}
+		shape = "Cilium on node-0 and node-1 (VXLAN tunnel, legacy host routing, iptables masquerade)"
 	default:
-		return 0, fmt.Errorf("--cni %q: routed+bridged or flannel", o.cni)
+		return 0, fmt.Errorf("--cni %q: routed+bridged, flannel or cilium", o.cni)
 	}
 	switch o.kubeProxy {
 	case "stand-in":
@@ -151,7 +156,7 @@ func run(ctx context.Context, o options) (int, error) {
 		c.check(n.Name+" /readyz", "200", fmt.Sprint(code))
 	}
 
-	c.step("lab", "the classifier on every pod-facing interface (its tc filter at ingress)")
+	c.step("lab", "the classifier on every pod-facing interface (its tc program at ingress, before any of the CNI's)")
 	for _, p := range pods {
 		deadline := time.Now().Add(10 * time.Second)
 		var names []string
@@ -166,7 +171,12 @@ func run(ctx context.Context, o options) (int, error) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		c.check(fmt.Sprintf("%s %s (%s CNI)", p.Node.Name, p.PodFacing(), p.Node.CNI), tc.ProgramName, strings.Join(names, ","))
+		// First: a CNI's own program after it (Cilium's) sees what egressd let pass.
+		first := "none"
+		if len(names) > 0 {
+			first = names[0]
+		}
+		c.check(fmt.Sprintf("%s %s (%s CNI: %s)", p.Node.Name, p.PodFacing(), p.Node.CNI, strings.Join(names, ", ")), tc.ProgramName+" first", first+" first")
 	}
 
 	c.step("lab", "traffic from the pods, as the external server %s saw it", web.Name)
@@ -194,18 +204,37 @@ func run(ctx context.Context, o options) (int, error) {
 		fwStatus = "EgressFirewall Rules applied"
 	}
 	c.check("status.status", "EgressFirewall Rules applied", fwStatus)
-	for _, x := range []struct {
+	type fwCheck struct {
 		p    *lab.Pod
 		dst  string
 		want lab.Outcome
 		why  string
-	}{
+	}
+	checks := []fwCheck{
 		{pods[0], "192.0.2.10:443", lab.OK, "rule 0: 192.0.2.0/24 TCP 443"},
 		{pods[1], "192.0.2.10:80", lab.OK, "rule 0: 192.0.2.0/24 TCP 80"},
 		{pods[0], "192.0.2.10:8080", lab.Timeout, "rule 3: deny 0.0.0.0/0"},
 		{pods[1], "203.0.113.10:443", lab.Timeout, "rule 3: deny 0.0.0.0/0"},
 		{pods[0], "[2001:db8::10]:443", lab.Timeout, "rule 4: deny ::/0"},
-	} {
+	}
+	// Services whose one backend is outside the cluster: judged by the backend, whoever
+	// translated the ClusterIP (kube-proxy after egressd's classifier, or Cilium's program).
+	if err := l.StartKubeProxy(ctx); err != nil {
+		return c.failures, err
+	}
+	for _, b := range []struct {
+		p    *lab.Pod
+		port int32
+		want lab.Outcome
+		why  string
+	}{{pods[1], 80, lab.OK, "rule 0: 192.0.2.0/24 TCP 80"}, {pods[0], 8080, lab.Timeout, "rule 3: deny 0.0.0.0/0"}} {
+		ip, err := outsideService(ctx, l, "demo", fmt.Sprintf("backend-%d", b.port), "192.0.2.10", b.port)
+		if err != nil {
+			return c.failures, err
+		}
+		checks = append(checks, fwCheck{b.p, net.JoinHostPort(ip, strconv.Itoa(int(b.port))), b.want, "Service to 192.0.2.10:" + strconv.Itoa(int(b.port)) + ", " + b.why})
+	}
+	for _, x := range checks {
 		var r lab.Result
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 			if r = x.p.TCP(x.dst, lab.ClientOptions{Timeout: time.Second}); r.Outcome == x.want || time.Now().After(deadline) {
@@ -296,6 +325,10 @@ The demo keeps running; Ctrl-C here, or make demo-down from another shell, stops
 	return c.failures, nil
 }
 
+// ciliumServiceGap is why a pod on a node other than the egress node, on Cilium, does not
+// reach a Service's outside backend with the egress IP (docs/compat.md).
+const ciliumServiceGap = "Cilium translates the ClusterIP in its tc program; egressd steers the connection to the egress node, but the backend's answer, back over Cilium's tunnel, does not reach the pod: it times out, nothing leaves with the pod IP"
+
 // demoEgressIP makes node-1 an egress node and shows the source the external host sees from
 // the client pods of both nodes: the egress IP, whether the pod runs on the egress node or is
 // steered there from node-0 with its pod IP intact.
@@ -321,9 +354,6 @@ func demoEgressIP(ctx context.Context, l *lab.Lab, c *checker, pods []*lab.Pod) 
 	}
 	// The same server behind a Service without selector (an external database's, say):
 	// kube-proxy DNATs after egressd's classifier, and the pods still leave with the egress IP.
-	if err := l.StartKubeProxy(ctx); err != nil {
-		return err
-	}
 	clusterIP, err := outsideService(ctx, l, "demo", "web", "192.0.2.10", 443)
 	if err != nil {
 		return err
@@ -335,7 +365,12 @@ func demoEgressIP(ctx context.Context, l *lab.Lab, c *checker, pods []*lab.Pod) 
 				break
 			}
 		}
-		c.check(fmt.Sprintf("%s (%s) -> Service demo/web %s:443 source", p.Name, p.Node.Name, clusterIP), "ok "+eip, fmt.Sprintf("%s %s", r.Outcome, r.Seen.Src))
+		what := fmt.Sprintf("%s (%s) -> Service demo/web %s:443 source", p.Name, p.Node.Name, clusterIP)
+		if l.Nodes[0].CNI == lab.Cilium && p.Node != l.Nodes[1] {
+			c.knownGap(what, "ok "+eip, fmt.Sprintf("%s %s", r.Outcome, r.Seen.Src), ciliumServiceGap)
+			continue
+		}
+		c.check(what, "ok "+eip, fmt.Sprintf("%s %s", r.Outcome, r.Seen.Src))
 	}
 	return nil
 }

@@ -54,7 +54,7 @@ func ciliumArgs(kubeconfig string) []string {
 		"--kube-proxy-replacement=false", "--bpf-lb-sock=false", "--enable-host-legacy-routing=true",
 		"--enable-bpf-masquerade=false", "--enable-ipv4-masquerade=true", "--enable-ipv6-masquerade=true",
 		"--enable-l7-proxy=false", "--enable-health-checking=false", "--enable-endpoint-health-checking=false",
-		"--enable-hubble=false", "--devices=eth0", "--cni-exclusive=false",
+		"--enable-hubble=false", "--devices=eth0", "--cni-exclusive=false", "--enable-identity-mark=false",
 	}
 }
 
