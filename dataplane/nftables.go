@@ -88,6 +88,10 @@ type NftablesState struct {
 	// to a destination outside Exempt (after DNAT here, if any), which arrives from the wire
 	// where no classifier saw it, gets its mark.
 	Steered []SteeredPod
+	// Replies are the other nodes' pods SNATed here: the reply packets of their connections get
+	// Mark under SteerMask before the SNAT is undone, whose table routes them back to the
+	// pod's node the way its steered packets come (nodeagent/replies.go).
+	Replies []SteeredPod
 	// ReturnPaths send the replies of connections that a gateway forwards to local pods back
 	// through that gateway (upstream's ecmp_symmetric_reply), by its Mark under SteerMask.
 	ReturnPaths []ReturnPath

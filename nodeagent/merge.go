@@ -44,13 +44,19 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 	u := newUnderlay(mode, st.node, p.egressIP.Primaries)
 	paths := steeredPaths(append(append([]cluster.Steer{}, p.service.Steer...), eip.Steer...), eip, p.routes.Routes, u.hop)
 	returns := returnPaths(paths)
-	slots := st.plan(append(slices.Clip(paths), returns...), mask)
 	local := map[netip.Addr]bool{}
 	for _, pod := range p.pods {
 		for _, ip := range pod.IPs {
 			local[ip] = true
 		}
 	}
+	replies := dataplane.Origin{Kind: kindReplies, Name: st.node}
+	remote := remoteSNAT(append(slices.Clip(p.service.SNAT), eip.SNAT...), local)
+	planned := append(slices.Clip(paths), returns...)
+	if len(remote) > 0 {
+		planned = append(planned, path{origin: replies})
+	}
+	slots := st.plan(planned, mask)
 	marks, spreads := map[netip.Addr]uint32{}, map[netip.Addr]uint8{}
 	for _, path := range paths {
 		if slot, ok := slots[path.origin]; ok && marks[path.podIP] == 0 {
@@ -108,6 +114,14 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 	}
 	s.Nftables.SteerMask = mask
 	s.Nftables.SNAT = append(slices.Clip(p.service.SNAT), eip.SNAT...)
+	var replyRules []dataplane.RouteRule
+	var replyTable dataplane.RouteTable
+	if slot, ok := slots[replies]; ok { // before the tunnel's state: its hops may need peers
+		replyRules, replyTable = replyRouting(replies, slot, mask, p.egressIP.RemotePodsOf, p.egressIP.Primaries, u.hop)
+		for _, pod := range remote {
+			s.Nftables.Replies = append(s.Nftables.Replies, dataplane.SteeredPod{Pod: pod, Mark: mark(slot, mask)})
+		}
+	}
 	s.Tunnel = u.state(len(s.Nftables.SNAT) > 0)
 	if len(s.Nftables.SNAT) > 0 {
 		s.Routing.SteeredFrom, s.Routing.SteeredPods = u.others4(), p.egressIP.RemotePods
@@ -135,6 +149,10 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 				s.Nftables.SteerNexthops = append(s.Nftables.SteerNexthops, dataplane.SteerNexthop{Mark: mark(slots[t.Origin], mask), Nexthop: r.Via.Gateway})
 			}
 		}
+	}
+	// After the steering nexthops: a reply is never judged by the guard.
+	if replyTable.Origin == replies {
+		s.Routing.Rules, s.Routing.Tables = append(s.Routing.Rules, replyRules...), append(s.Routing.Tables, replyTable)
 	}
 	return s, objects
 }

@@ -54,7 +54,7 @@ func NewMetrics() *Metrics {
 		}),
 		SteeredPaths: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "egressd_steered_path_pod_addresses",
-			Help: "Pod addresses steered through the path of an object (EgressIP, AdminPolicyBasedExternalRoute, EgressService), by the skb->mark that selects its ip rules and table: local pods, and for an egress IP of this node on a secondary host network every pod SNATed to it (its table copies the routes of the IP's interface); kind ExternalGateway is a gateway's return path, whose mark only the replies of connections it brought carry (0 pod addresses).",
+			Help: "Pod addresses steered through the path of an object (EgressIP, AdminPolicyBasedExternalRoute, EgressService), by the skb->mark that selects its ip rules and table: local pods, and for an egress IP of this node on a secondary host network every pod SNATed to it (its table copies the routes of the IP's interface); kind ExternalGateway is a gateway's return path, whose mark only the replies of connections it brought carry, and kind RemotePodReplies the path back to their nodes of the replies to other nodes' pods SNATed here (both 0 pod addresses).",
 		}, []string{"kind", "object", "mark"}),
 		OutsideNetworks: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "egressd_pod_addresses_outside_cluster_networks",

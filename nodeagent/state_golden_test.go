@@ -76,7 +76,7 @@ func TestDesiredStateGolden(t *testing.T) {
 	split.Status.Items = append(split.Status.Items, ovnv1.EgressIPStatusItem{Node: "n5", EgressIP: "2001:db8::105"})
 	cloudNode := node("n4", `{"ipv4":"192.0.2.4/24"}`)
 	cloudNode.Annotations[egressip.CloudConfigAnnotation] = `[{"interface":"eni-4","ifaddr":{"ipv4":"192.0.2.0/24"},"capacity":{"ipv4":14}}]`
-	const pathsHelp = "# HELP egressd_steered_path_pod_addresses Pod addresses steered through the path of an object (EgressIP, AdminPolicyBasedExternalRoute, EgressService), by the skb->mark that selects its ip rules and table: local pods, and for an egress IP of this node on a secondary host network every pod SNATed to it (its table copies the routes of the IP's interface); kind ExternalGateway is a gateway's return path, whose mark only the replies of connections it brought carry (0 pod addresses).\n# TYPE egressd_steered_path_pod_addresses gauge\n"
+	const pathsHelp = "# HELP egressd_steered_path_pod_addresses Pod addresses steered through the path of an object (EgressIP, AdminPolicyBasedExternalRoute, EgressService), by the skb->mark that selects its ip rules and table: local pods, and for an egress IP of this node on a secondary host network every pod SNATed to it (its table copies the routes of the IP's interface); kind ExternalGateway is a gateway's return path, whose mark only the replies of connections it brought carry, and kind RemotePodReplies the path back to their nodes of the replies to other nodes' pods SNATed here (both 0 pod addresses).\n# TYPE egressd_steered_path_pod_addresses gauge\n"
 	for _, tc := range []struct {
 		name string
 		objs []runtime.Object
@@ -96,9 +96,11 @@ func TestDesiredStateGolden(t *testing.T) {
 		// x1 on n1: IPv4 steered to n2 and n3 (ECMP), IPv6 SNATed here; x2 (on n2) SNATed here
 		// only over IPv6, which it does not have.
 		{"egressip", []runtime.Object{eip}, pathsHelp + `egressd_steered_path_pod_addresses{kind="EgressIP",mark="0x10000",object="eip"} 1` + "\n"},
-		{"egressip-secondary", []runtime.Object{secondary}, pathsHelp + `egressd_steered_path_pod_addresses{kind="EgressIP",mark="0x10000",object="eip"} 2` + "\n"},
+		{"egressip-secondary", []runtime.Object{secondary}, pathsHelp + `egressd_steered_path_pod_addresses{kind="EgressIP",mark="0x10000",object="eip"} 2` + "\n" +
+			`egressd_steered_path_pod_addresses{kind="RemotePodReplies",mark="0x20000",object="n1"} 0` + "\n"},
 		{"egressip-secondary-split", []runtime.Object{split, node("n5", `{"ipv6":"2001:db8::5/64"}`)},
-			pathsHelp + `egressd_steered_path_pod_addresses{kind="EgressIP",mark="0x10000",object="eip"} 3` + "\n"},
+			pathsHelp + `egressd_steered_path_pod_addresses{kind="EgressIP",mark="0x10000",object="eip"} 3` + "\n" +
+				`egressd_steered_path_pod_addresses{kind="RemotePodReplies",mark="0x20000",object="n1"} 0` + "\n"},
 		// The same in a cloud (a node carries the CNCC's annotation): steering takes the
 		// tunnel even to egress nodes of this node's subnet.
 		{"egressip-cloud", []runtime.Object{eip, cloudNode}, pathsHelp + `egressd_steered_path_pod_addresses{kind="EgressIP",mark="0x10000",object="eip"} 1` + "\n"},

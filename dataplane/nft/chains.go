@@ -89,7 +89,7 @@ func activeTargets(c contents) []string {
 	if has(secondaryMarks6Set) {
 		out = append(out, egressIPReversePath)
 	}
-	if has(steerPods4Set, steerPods6Set, steerRemote4Set, steerRemote6Set) {
+	if has(steerPods4Set, steerPods6Set, steerRemote4Set, steerRemote6Set, replyPods4Set, replyPods6Set) {
 		out = append(out, steerPodsChain)
 	}
 	if has(dnsPods4Set, dnsPods6Set) {
@@ -172,7 +172,7 @@ func writeTable(c *nftables.Conn, mask uint32, queue dnsQueue, elems contents) e
 	for _, name := range returns {
 		rules[name] = returnRules(name, mask)
 	}
-	rules[steerPodsChain] = steerRules(mask, sets)
+	rules[steerPodsChain] = append(steerRules(mask, sets), replyRules(sets)...)
 	if slices.Contains(active, dnsSnoopChain) { // see dnssnoop.go
 		rules[dnsSnoopChain] = dnsSnoopRules(queue, sets)
 	}

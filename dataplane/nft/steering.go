@@ -35,6 +35,8 @@ const (
 	steerPods6Set   = "steer_pods6"
 	steerRemote4Set = "steer_remote4" // another node's pod : jump steer_mark_<mark>
 	steerRemote6Set = "steer_remote6"
+	replyPods4Set   = "egressip_reply_pods4" // another node's pod SNATed here : jump steer_mark_<mark>
+	replyPods6Set   = "egressip_reply_pods6"
 	steerPodsChain  = "steer_unmarked"
 	steerMarkPrefix = "steer_mark_"
 )
@@ -44,6 +46,8 @@ var steerSets = []*nftables.Set{
 	{Table: table, Name: steerPods6Set, IsMap: true, DataType: nftables.TypeVerdict, KeyType: nftables.TypeIP6Addr},
 	{Table: table, Name: steerRemote4Set, IsMap: true, DataType: nftables.TypeVerdict, KeyType: nftables.TypeIPAddr},
 	{Table: table, Name: steerRemote6Set, IsMap: true, DataType: nftables.TypeVerdict, KeyType: nftables.TypeIP6Addr},
+	{Table: table, Name: replyPods4Set, IsMap: true, DataType: nftables.TypeVerdict, KeyType: nftables.TypeIPAddr},
+	{Table: table, Name: replyPods6Set, IsMap: true, DataType: nftables.TypeVerdict, KeyType: nftables.TypeIP6Addr},
 }
 
 func steerChain(mark uint32) string { return fmt.Sprintf("%s%08x", steerMarkPrefix, mark) }
@@ -69,7 +73,39 @@ func addSteered(c contents, s *dataplane.NftablesState) {
 
 // steerChains are the steer_mark_<mark> chains the contents' maps jump to, sorted.
 func steerChains(c contents) []string {
-	return c.targets(steerPods4Set, steerPods6Set, steerRemote4Set, steerRemote6Set, secondaryMarks6Set)
+	return c.targets(steerPods4Set, steerPods6Set, steerRemote4Set, steerRemote6Set, secondaryMarks6Set, replyPods4Set, replyPods6Set)
+}
+
+// addReplies adds the elements of the other nodes' pods whose replies are routed by a mark.
+func addReplies(c contents, s *dataplane.NftablesState) {
+	for _, p := range s.Replies {
+		m, pod := p.Mark&s.SteerMask, p.Pod.Unmap()
+		if m == 0 || m != p.Mark || !pod.IsValid() {
+			continue
+		}
+		chain := steerChain(m)
+		c.add(family(pod, replyPods4Set, replyPods6Set), string(pod.AsSlice()), chain,
+			nftables.SetElement{Key: pod.AsSlice(), VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: chain}})
+	}
+}
+
+// replyRules, in steer_unmarked (after the SNAT is undone at dstnat, before the routing
+// decision):
+//
+//	ct direction reply ct status snat ip daddr vmap @egressip_reply_pods4 (ip6 likewise)
+func replyRules(sets map[string]*nftables.Set) [][]expr.Any {
+	var rules [][]expr.Any
+	for _, v4 := range []bool{true, false} {
+		set := sets[replyPods6Set]
+		if v4 {
+			set = sets[replyPods4Set]
+		}
+		rules = append(rules, slices.Concat(nfproto(v4), ctDirection(ctDirReply), ctStatus(ctStatusSrcNAT, false), []expr.Any{
+			addrField(v4, false, 1),
+			&expr.Lookup{SourceRegister: 1, SetName: set.Name, SetID: set.ID, IsDestRegSet: true},
+		}))
+	}
+	return rules
 }
 
 // steerRules:

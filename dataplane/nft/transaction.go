@@ -132,6 +132,7 @@ func (t *Table) plan(s *dataplane.NftablesState) (contents, map[string]dataplane
 	failed := addEgressIP(want, s)
 	addReturnPaths(want, s)
 	addSteered(want, s)
+	addReplies(want, s)
 	addDNSSnoop(want, s)
 	return want, denies, dscp, failed
 }

@@ -34,8 +34,9 @@ type Part struct {
 	// node address (upstream: pod to node traffic keeps its node IP source).
 	Exempt []netip.Prefix
 	// RemotePods are the other nodes' pod networks (spec.podCIDRs): where the pods are whose
-	// packets may arrive steered here.
-	RemotePods []netip.Prefix
+	// packets may arrive steered here; RemotePodsOf the same by node name.
+	RemotePods   []netip.Prefix
+	RemotePodsOf map[string][]netip.Prefix
 	// Assigned says some EgressIP has an egress node: other nodes may steer their pods' packets
 	// here, also for a moment after this node stopped serving them (and stopped reading them).
 	Assigned bool
@@ -74,7 +75,10 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 		return part, err
 	}
 	part.Primaries, part.Exempt = cluster.NodeNetworks(in, nodes)
-	part.RemotePods = remotePodNetworks(in.Node, nodes)
+	part.RemotePodsOf = remotePodNetworks(in.Node, nodes)
+	for _, ps := range part.RemotePodsOf {
+		part.RemotePods = append(part.RemotePods, ps...)
+	}
 	part.Cloud = slices.ContainsFunc(nodes, func(n *corev1.Node) bool {
 		_, ok := n.Annotations[CloudConfigAnnotation]
 		return ok
@@ -186,15 +190,15 @@ func (c *Compiler) addPod(part *Part, in *cluster.Input, pod *corev1.Pod, eip st
 // remotePodNetworks are the spec.podCIDRs of every node but this one. (A CNI with its own IPAM
 // gives Nodes none: then steered packets of pods this node does not know yet are not
 // recognised, and leave as the CNI treats them.)
-func remotePodNetworks(self string, nodes []*corev1.Node) []netip.Prefix {
-	var out []netip.Prefix
+func remotePodNetworks(self string, nodes []*corev1.Node) map[string][]netip.Prefix {
+	out := map[string][]netip.Prefix{}
 	for _, n := range nodes {
 		if n.Name == self {
 			continue
 		}
 		for _, c := range n.Spec.PodCIDRs {
 			if p, err := netip.ParsePrefix(c); err == nil {
-				out = append(out, p.Masked())
+				out[n.Name] = append(out[n.Name], p.Masked())
 			}
 		}
 	}

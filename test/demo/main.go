@@ -325,10 +325,6 @@ The demo keeps running; Ctrl-C here, or make demo-down from another shell, stops
 	return c.failures, nil
 }
 
-// ciliumServiceGap is why a pod on a node other than the egress node, on Cilium, does not
-// reach a Service's outside backend with the egress IP (docs/compat.md).
-const ciliumServiceGap = "Cilium translates the ClusterIP in its tc program; egressd steers the connection to the egress node, but the backend's answer, back over Cilium's tunnel, does not reach the pod: it times out, nothing leaves with the pod IP"
-
 // demoEgressIP makes node-1 an egress node and shows the source the external host sees from
 // the client pods of both nodes: the egress IP, whether the pod runs on the egress node or is
 // steered there from node-0 with its pod IP intact.
@@ -365,12 +361,7 @@ func demoEgressIP(ctx context.Context, l *lab.Lab, c *checker, pods []*lab.Pod) 
 				break
 			}
 		}
-		what := fmt.Sprintf("%s (%s) -> Service demo/web %s:443 source", p.Name, p.Node.Name, clusterIP)
-		if l.Nodes[0].CNI == lab.Cilium && p.Node != l.Nodes[1] {
-			c.knownGap(what, "ok "+eip, fmt.Sprintf("%s %s", r.Outcome, r.Seen.Src), ciliumServiceGap)
-			continue
-		}
-		c.check(what, "ok "+eip, fmt.Sprintf("%s %s", r.Outcome, r.Seen.Src))
+		c.check(fmt.Sprintf("%s (%s) -> Service demo/web %s:443 source", p.Name, p.Node.Name, clusterIP), "ok "+eip, fmt.Sprintf("%s %s", r.Outcome, r.Seen.Src))
 	}
 	return nil
 }
