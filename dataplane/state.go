@@ -158,6 +158,18 @@ type Result struct {
 	// HostCIDRs are the node's global unicast addresses with their prefix lengths (the
 	// k8s.ovn.org/host-cidrs annotation), excluding addresses egressd itself adds.
 	HostCIDRs []netip.Prefix
+	// Conflicts are the settings of the programs after the classifier at ingress of pods'
+	// interfaces (a CNI's) that undo its steering, each with the number of interfaces where
+	// they are.
+	Conflicts map[Conflict]int
+}
+
+// Conflict is a setting of a CNI's program after the classifier that undoes its steering.
+type Conflict struct {
+	// Program and Setting name them as the CNI does (cil_from_container, enable_identity_mark).
+	Program, Setting string
+	// Effect is what it does to the steered traffic, and what to set instead.
+	Effect string
 }
 
 // Applier programs a desired state. Implementations are safe to call repeatedly with the same

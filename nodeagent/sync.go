@@ -6,10 +6,12 @@
 package nodeagent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -127,7 +129,9 @@ type SyncLoop struct {
 	failing map[dataplane.Origin]string
 	// outside is the last count of local pod addresses outside the cluster networks.
 	outside int
-	retry   backoff
+	// conflicts are the CNI settings that undo the steering as last reported.
+	conflicts string
+	retry     backoff
 	// served are the scopes of other nodes' pods the last sync asked for (servePods).
 	served []watchers.PodScope
 }
@@ -275,6 +279,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 		res.Failed[o] = errors.Join(res.Failed[o], err)
 	}
 	l.logFailures(res.Failed)
+	l.reportConflicts(res.Conflicts)
 	// A removal that failed (logged and counted by the dataplane) left something stale that no
 	// object owns any more: retried as a failed object is.
 	if applyFailed(objects, res.Failed) || len(res.Removals) > 0 {
@@ -431,4 +436,36 @@ func (l *SyncLoop) checkNetworks(in *cluster.Input) {
 			"addresses", outside, "example", example, "networks", in.Networks)
 	}
 	l.outside = outside
+}
+
+// reasonSteeringConflict is the reason of the node Event that a CNI's setting undoes the
+// steering.
+const reasonSteeringConflict = "SteeringConflict"
+
+// reportConflicts warns, in the log and in an Event on the node, when the CNI settings that
+// undo the steering on pods' interfaces change to some: those pods' EgressIP, external gateway
+// and EgressService traffic is not steered.
+func (l *SyncLoop) reportConflicts(conflicts map[dataplane.Conflict]int) {
+	var parts []string
+	for _, c := range slices.SortedFunc(maps.Keys(conflicts), func(a, b dataplane.Conflict) int {
+		return cmp.Or(cmp.Compare(a.Program, b.Program), cmp.Compare(a.Setting, b.Setting))
+	}) {
+		parts = append(parts, fmt.Sprintf("%s with %s on %d pod interfaces %s", c.Program, c.Setting, conflicts[c], c.Effect))
+	}
+	said := strings.Join(parts, "; ")
+	if said == l.conflicts {
+		return
+	}
+	l.conflicts = said
+	if said == "" {
+		return
+	}
+	msg := "a CNI program after egressd's classifier undoes its steering of EgressIP, external gateway and EgressService traffic: " + said + " (docs/compat.md)"
+	l.deps.Log.Warn(msg)
+	if l.deps.Recorder == nil {
+		return
+	}
+	if node, err := l.deps.Snapshot.Nodes.Get(l.cfg.Node); err == nil {
+		l.deps.Recorder.Event(node, corev1.EventTypeWarning, reasonSteeringConflict, msg)
+	}
 }

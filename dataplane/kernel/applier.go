@@ -174,7 +174,7 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	d.tunnel = tunnelFacility{tun}
 	d.routing = &routingFacility{router: router, loosener: loosener, strictRPFilter: d.metrics.strictRPFilter, ipv6RPCheck: d.metrics.ipv6RPCheck, log: log}
 	d.attach = &attachFacility{attachers: []*tc.Attacher{toPod, a}, portGuard: ports, classifier: c, podsInForce: o.PodsInForce,
-		recheck: map[int]bool{}, kept: map[int]bool{}, unguardedSaid: map[string]string{}, reattached: d.metrics.reattached, ask: d.signal, log: log}
+		recheck: map[int]bool{}, kept: map[int]bool{}, unguardedSaid: map[string]string{}, conflicts: map[string][]tc.Conflict{}, reattached: d.metrics.reattached, ask: d.signal, log: log}
 	d.facilities = []facility{d.nft, d.addresses, d.bfd, d.tunnel, d.routing, &classifierFacility{classifier: c, facings: facings, log: log}, d.attach}
 	d.events = &kernelEvents{facings: facings, addresses: d.addresses, router: router, nft: d.nft, attach: d.attach,
 		lost: d.metrics.eventsLost, ask: d.signal, done: d.done, running: &d.running, log: log}
@@ -239,6 +239,11 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	var res dataplane.Result
 	res.Failed, res.Removals = d.run(&pass{state: s, up: d.bfd.up()})
 	res.HostCIDRs = d.addresses.hostCIDRs(s.Classifier.ClusterNetworks)
+	res.Conflicts = d.attach.conflictCounts()
+	d.metrics.conflicts.Reset()
+	for c, n := range res.Conflicts {
+		d.metrics.conflicts.WithLabelValues(c.Program, c.Setting).Set(float64(n))
+	}
 	return res
 }
 

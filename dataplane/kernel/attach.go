@@ -52,9 +52,12 @@ type attachFacility struct {
 	recheckMu    sync.Mutex
 	// unguardedSaid: why each unguarded interface is so, as last said. Apply's goroutine only.
 	unguardedSaid map[string]string
-	reattached    prometheus.Counter
-	ask           func()
-	log           *slog.Logger
+	// conflicts: the settings of the programs after the classifier that undo its steering, by
+	// interface, as found when it was attached there (tc.Conflicts). Apply's goroutine only.
+	conflicts  map[string][]tc.Conflict
+	reattached prometheus.Counter
+	ask        func()
+	log        *slog.Logger
 }
 
 func (*attachFacility) name() string { return "attach" }
@@ -183,6 +186,11 @@ func (a *attachFacility) attach(s *dataplane.State, f faced, before map[dataplan
 			}
 		}
 	}
+	for name := range a.conflicts {
+		if _, ok := want[name]; !ok {
+			delete(a.conflicts, name)
+		}
+	}
 	fresh := map[dataplane.Origin]bool{}
 	for _, name := range order {
 		isNew, again, errs, q := false, false, error(nil), &tc.Qdisc{}
@@ -195,6 +203,9 @@ func (a *attachFacility) attach(s *dataplane.State, f faced, before map[dataplan
 		}
 		if again {
 			a.log.Warn("egressd's classifier was deleted from a pod's interface behind its back; attached again", "interface", name, "pods", owners[name])
+		}
+		if isNew || again {
+			a.findConflicts(name)
 		}
 		var ready []dataplane.Origin
 		for _, o := range owners[name] {
@@ -255,4 +266,29 @@ func newReattached() prometheus.Counter {
 		Name: "egressd_classifier_reattached_total",
 		Help: "Hooks of pod interfaces (ingress, egress) whose egressd filter was found deleted behind egressd's back (its clsact qdisc deleted by hand or by another agent) and attached again. A steady rise: something on the node keeps removing it.",
 	})
+}
+
+// findConflicts notes the settings of the programs after the classifier at ingress of ifname
+// that undo its steering: a pod steered there would not be.
+func (a *attachFacility) findConflicts(ifname string) {
+	cs, err := tc.Conflicts(ifname)
+	if err != nil {
+		a.log.Warn("could not tell whether the programs after egressd's classifier keep its steering", "interface", ifname, "err", err)
+	}
+	if len(cs) > 0 {
+		a.conflicts[ifname] = cs
+	} else {
+		delete(a.conflicts, ifname)
+	}
+}
+
+// conflictCounts are the conflicts found, each with the number of pod interfaces where it is.
+func (a *attachFacility) conflictCounts() map[dataplane.Conflict]int {
+	out := map[dataplane.Conflict]int{}
+	for _, cs := range a.conflicts {
+		for _, c := range cs {
+			out[dataplane.Conflict{Program: c.Program, Setting: c.Setting, Effect: c.Effect()}]++
+		}
+	}
+	return out
 }

@@ -22,11 +22,13 @@ type metrics struct {
 	ipv6RPCheck    *prometheus.GaugeVec
 	// pruneFailures counts the removals that failed, by facility.
 	pruneFailures *prometheus.CounterVec
+	// conflicts: the CNI settings that undo the classifier's steering (Result.Conflicts).
+	conflicts *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
 	return &metrics{phases: newPhases(), eventsLost: newEventsLost(), tableLost: newTableLost(), reattached: newReattached(),
-		strictRPFilter: newStrictRPFilter(), ipv6RPCheck: newIPv6RPCheck(), pruneFailures: newPruneFailures()}
+		strictRPFilter: newStrictRPFilter(), ipv6RPCheck: newIPv6RPCheck(), pruneFailures: newPruneFailures(), conflicts: newConflicts()}
 }
 
 // Collectors are the dataplane's Prometheus metrics.
@@ -47,7 +49,14 @@ func (d *Applier) Collectors() []prometheus.Collector {
 		m = newMetrics()
 	}
 	return []prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT), nft.NewCollector(table), bfdCollector{d.bfd},
-		m.phases, m.eventsLost, m.reattached, m.tableLost, m.strictRPFilter, m.ipv6RPCheck, m.pruneFailures}
+		m.phases, m.eventsLost, m.reattached, m.tableLost, m.strictRPFilter, m.ipv6RPCheck, m.pruneFailures, m.conflicts}
+}
+
+func newConflicts() *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "egressd_pod_interfaces_steering_conflicts",
+		Help: "Pod interfaces where a program after egressd's classifier (a CNI's) runs with a setting that undoes egressd's steering, by program and setting: the EgressIP, external gateway and EgressService traffic of those pods is not steered. Cilium's cil_from_container with enable_identity_mark (overwrites the mark: the traffic is dropped; Helm enableIdentityMark false) or enable_bpf_host_routing (redirects past the host's routing: the traffic leaves with the node's address; Helm bpf.hostLegacyRouting true). Looked at when the classifier is attached to an interface.",
+	}, []string{"program", "setting"})
 }
 
 func newTableLost() prometheus.Counter {

@@ -17,7 +17,9 @@ import (
 // A Cilium cluster as its Helm chart installs it with these values: tunnel routing (VXLAN),
 // ipam "kubernetes" (each node's spec.podCIDRs), kube-proxy replacement and socket LB off,
 // legacy host routing and iptables masquerade (the path through the host's netfilter and
-// routing), identities in CRDs, no Hubble, no L7 proxy, no health probes. Pods get cilium-cni.
+// routing), identities in CRDs, no Hubble, no L7 proxy, no health probes, and
+// enableIdentityMark false, which egressd's steering needs (docs/compat.md). Pods get
+// cilium-cni.
 //
 // Every lab node is a network namespace on one machine, while cilium-agent keeps its state at
 // fixed paths (/var/run/cilium, the BPF filesystem, /sys/class/net): each agent runs in its own
@@ -100,7 +102,7 @@ func (l *Lab) startCilium(ctx context.Context) error {
 			"mount --bind " + filepath.Join(n.ciliumDir(), "run") + " /var/run/cilium",
 			`exec "$@"`}, " && ")
 		argv := append([]string{"unshare", "--mount", "--propagation", "private", "sh", "-c", mounts, "cilium-agent",
-			filepath.Join(bin, "daemon"), "--lib-dir=" + filepath.Join(n.ciliumDir(), "lib")}, ciliumArgs(kubeconfig)...)
+			filepath.Join(bin, "daemon"), "--lib-dir=" + filepath.Join(n.ciliumDir(), "lib")}, append(ciliumArgs(kubeconfig), l.opts.CiliumArgs...)...)
 		env := []string{"K8S_NODE_NAME=" + n.Name, "CILIUM_K8S_NAMESPACE=kube-system", "PATH=" + ciliumLLVM + ":" + os.Getenv("PATH")}
 		if err := n.startDaemon(ctx, "cilium-agent", env, argv, func() error { return n.ciliumHealthy(ctx) }); err != nil {
 			return err
@@ -169,4 +171,20 @@ func (n *Node) ciliumHealthy(ctx context.Context) error {
 		return fmt.Errorf("cilium-agent on %s: %s %s", n.Name, s.Cilium.State, s.Cilium.Msg)
 	}
 	return nil
+}
+
+// CiliumNativeRouting are the agent flags of Cilium's native routing (Helm routingMode native,
+// autoDirectNodeRoutes true) for the lab's cluster networks: pods' packets to other nodes leave
+// eth0 unencapsulated, along the routes each agent adds to the other nodes' pod CIDRs.
+func CiliumNativeRouting() []string {
+	return []string{"--routing-mode=native", "--auto-direct-node-routes=true",
+		"--ipv4-native-routing-cidr=" + ClusterCIDRs[0].String(), "--ipv6-native-routing-cidr=" + ClusterCIDRs[1].String()}
+}
+
+// CiliumKubeProxyReplacement are the agent flags of Cilium's kube-proxy replacement (Helm
+// kubeProxyReplacement true) as the lab can run it: Services translated in Cilium's tc
+// programs only, no kube-proxy. Socket LB stays off: it attaches to the cgroup root, which
+// every lab node shares.
+func CiliumKubeProxyReplacement() []string {
+	return []string{"--kube-proxy-replacement=true", "--bpf-lb-sock=false"}
 }

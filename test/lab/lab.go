@@ -58,6 +58,10 @@ var (
 	fabricV6     = "fc00:f853:ccd:e793::%x"
 )
 
+// KubeProxyNone runs no kube-proxy: the CNI translates Services itself
+// (CiliumKubeProxyReplacement).
+const KubeProxyNone = "none"
+
 // Options of a lab.
 type Options struct {
 	// Nodes is the number of nodes (default 3).
@@ -92,9 +96,12 @@ type Options struct {
 	// restricting it to the DaemonSet's capabilities; default DefaultAgentWrap.
 	AgentWrap []string
 	// KubeProxy is what StartKubeProxy runs on every node: "" the stand-in (kubeproxy.go), or
-	// "iptables" or "nftables", the real kube-proxy (test/tools/node) in that mode. IPVS is not
-	// offered: the development machines' kernels have no IP_VS.
+	// "iptables" or "nftables", the real kube-proxy (test/tools/node) in that mode, or
+	// KubeProxyNone. IPVS is not offered: the development machines' kernels have no IP_VS.
 	KubeProxy string
+	// CiliumArgs are cilium-agent flags after the lab's own (the last of a flag wins), on a
+	// Cilium lab.
+	CiliumArgs []string
 	// Log receives progress; default io.Discard.
 	Log io.Writer
 }

@@ -1,0 +1,145 @@
+package tc
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+)
+
+// Conflict is a setting of a program a CNI runs after egressd's classifier at ingress of a
+// pod's interface that undoes egressd's steering.
+type Conflict struct {
+	// Program is the program's name as its CNI names it.
+	Program string
+	// Setting is the program's config variable that is on.
+	Setting string
+}
+
+// Effect is what the conflict does to the steered traffic of a pod, and what to set instead.
+func (c Conflict) Effect() string { return conflicts[c] }
+
+// conflicts are the known settings, each with its effect. Cilium keeps them in the program's
+// .rodata.config map, which the program's BTF describes (bpf_lxc.c, v1.20).
+var conflicts = map[Conflict]string{
+	// set_identity_mark writes the pod's security identity over the whole skb->mark when
+	// the program hands the packet to the stack: egressd's guard drops it, unsteered.
+	{ciliumFromContainer, "enable_identity_mark"}: "overwrites the packet mark egressd steers with, so the packet is dropped, not steered (Cilium: set enableIdentityMark false)",
+	// fib_redirect_v4/v6 sends the packet to the egress device from tc, past the host's
+	// netfilter and policy routing, where egressd steers, SNATs and guards.
+	{ciliumFromContainer, "enable_bpf_host_routing"}: "redirects the packet to its device past the host's routing and netfilter, so it leaves with the node's address, not steered (Cilium: set bpf.hostLegacyRouting true)",
+}
+
+// Conflicts are the known conflicts of the programs after egressd's at ingress of ifname
+// (current network namespace).
+func Conflicts(ifname string) ([]Conflict, error) {
+	progs, err := Query(ifname)
+	if err != nil {
+		return nil, err
+	}
+	var out []Conflict
+	after := false
+	for _, p := range progs {
+		if p.Name == ProgramName {
+			after = true
+			continue
+		}
+		if !after {
+			continue
+		}
+		for c := range conflicts {
+			if p.Name != c.Program && p.Name != kernelName(c.Program) {
+				continue
+			}
+			on, err := ciliumConfig(p.ID, c.Setting)
+			if err != nil {
+				return out, fmt.Errorf("%s at ingress of %s: %w", c.Program, ifname, err)
+			}
+			if on {
+				out = append(out, c)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Conflict) int {
+		return cmp.Or(cmp.Compare(a.Program, b.Program), cmp.Compare(a.Setting, b.Setting))
+	})
+	return out, nil
+}
+
+// ciliumFromContainer is Cilium's program at ingress of a pod's veth (bpf_lxc.c).
+const ciliumFromContainer = "cil_from_container"
+
+// kernelName is a program's name as the kernel keeps it: its first 15 bytes (Query names a
+// program by its BTF instead, when it has one).
+func kernelName(name string) string { return name[:min(len(name), 15)] }
+
+// ciliumConfig reads the boolean Cilium config variable __config_<name> of the program id from
+// its .rodata.config map.
+func ciliumConfig(id ebpf.ProgramID, name string) (bool, error) {
+	prog, err := ebpf.NewProgramFromID(id)
+	if err != nil {
+		return false, err
+	}
+	defer prog.Close()
+	info, err := prog.Info()
+	if err != nil {
+		return false, err
+	}
+	ids, ok := info.MapIDs()
+	if !ok {
+		return false, errors.New("the kernel lists no maps of the program")
+	}
+	for _, mid := range ids {
+		m, err := ebpf.NewMapFromID(mid)
+		if err != nil {
+			continue
+		}
+		on, found, err := configIn(m, "__config_"+name)
+		m.Close()
+		if found || err != nil {
+			return on, err
+		}
+	}
+	return false, fmt.Errorf("no .rodata.config map holds __config_%s", name)
+}
+
+// configIn reads the one-byte variable v of m when m is Cilium's .rodata.config map.
+func configIn(m *ebpf.Map, v string) (on, found bool, err error) {
+	mi, err := m.Info()
+	if err != nil || mi.Name != ".rodata.config" {
+		return false, false, err
+	}
+	bid, ok := mi.BTFID()
+	if !ok {
+		return false, false, errors.New(".rodata.config has no BTF")
+	}
+	h, err := btf.NewHandleFromID(bid)
+	if err != nil {
+		return false, false, err
+	}
+	defer h.Close()
+	spec, err := h.Spec(nil)
+	if err != nil {
+		return false, false, err
+	}
+	var sec *btf.Datasec
+	if err := spec.TypeByName(".rodata.config", &sec); err != nil {
+		return false, false, err
+	}
+	for _, vs := range sec.Vars {
+		if vv, ok := vs.Type.(*btf.Var); ok && vv.Name == v {
+			val := make([]byte, mi.ValueSize)
+			if err := m.Lookup(uint32(0), &val); err != nil {
+				return false, true, err
+			}
+			if int(vs.Offset) >= len(val) {
+				return false, true, fmt.Errorf("%s at offset %d past the map's %d bytes", v, vs.Offset, len(val))
+			}
+			return val[vs.Offset] != 0, true, nil
+		}
+	}
+	return false, false, nil
+}

@@ -1,0 +1,75 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/poll"
+	"github.com/egressd/egressd/test/privileged"
+)
+
+// TestPrivilegedEgressIPCiliumIdentityMark: with Cilium's default enableIdentityMark, its
+// cil_from_container, after egressd's classifier on a pod's veth, overwrites the packet mark
+// egressd steers with. The agent finds it when it attaches there and says so in a metric and
+// an Event on its Node; the steered pod's traffic is dropped, never leaked with its pod or
+// node address.
+func TestPrivilegedEgressIPCiliumIdentityMark(t *testing.T) {
+	privileged.Require(t)
+	pod := ciliumConflictLab(t, "enable_identity_mark", "--enable-identity-mark=true")
+	for range 3 {
+		if r := pod.TCP("203.0.113.10:80", lab.ClientOptions{Timeout: quick}); r.Outcome != lab.Timeout {
+			t.Errorf("steered pod whose mark Cilium overwrote: %s, want dropped (timeout)", r)
+		}
+	}
+}
+
+// TestPrivilegedEgressIPCiliumBPFHostRouting: with Cilium's BPF host routing (kube-proxy
+// replacement and BPF masquerading on, bpf.hostLegacyRouting false), cil_from_container sends
+// a pod's packets to eth0 past the host's routing and netfilter, where egressd steers. The
+// agent finds it and says so in a metric and an Event on its Node.
+func TestPrivilegedEgressIPCiliumBPFHostRouting(t *testing.T) {
+	privileged.Require(t)
+	pod := ciliumConflictLab(t, "enable_bpf_host_routing", append(lab.CiliumKubeProxyReplacement(),
+		"--enable-bpf-masquerade=true", "--enable-host-legacy-routing=false")...)
+	// What the docs say of this setting, shown: not steered, so not from the egress IP.
+	r := pod.TCP("203.0.113.10:80", lab.ClientOptions{Timeout: quick})
+	t.Logf("the steered pod's connection with BPF host routing: %s", r)
+	if r.Outcome == lab.OK && r.Seen.Src.String() == eip4 {
+		t.Errorf("steered through BPF host routing: %s; the docs and the Event say it is not", r)
+	}
+}
+
+// ciliumConflictLab runs two Cilium nodes with the agent flags ciliumArgs, a pod on node-0
+// selected by an EgressIP on node-1, and waits for node-0's agent to report the conflict
+// setting of cil_from_container in its metric and a Node Event.
+func ciliumConflictLab(t *testing.T, setting string, ciliumArgs ...string) *lab.Pod {
+	t.Helper()
+	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{0: lab.Cilium, 1: lab.Cilium}, Agents: true,
+		CiliumArgs: ciliumArgs, NodeLabels: map[int]map[string]string{1: {assignable: ""}}})
+	if _, err := l.AddExternal("web", lab.ExternalOptions{}, "203.0.113.10"); err != nil {
+		t.Fatal(err)
+	}
+	n0, n1 := l.Nodes[0], l.Nodes[1]
+	ns := egressNamespace(t, l)
+	pod := addPod(t, n0, ns, "steered", lab.PodOptions{Labels: map[string]string{"app": "eip"}})
+	createEgressIP(t, l, "eip-"+ns, "eip", eip4)
+	waitItems(t, l, "eip-"+ns, n1.Name+"="+eip4)
+
+	series := fmt.Sprintf(`egressd_pod_interfaces_steering_conflicts{program="cil_from_container",setting=%q}`, setting)
+	poll.Eventually(t, "the agent on "+n0.Name+" reports Cilium's setting", 20*time.Second, func() error {
+		if got := sample(t, n0, series); got != 1 {
+			return fmt.Errorf("%s = %v, want 1", series, got)
+		}
+		return nil
+	})
+	want := "cil_from_container with " + setting + " on 1 pod interfaces"
+	waitEventFor(t, l.Client, "", "involvedObject.name="+n0.Name, "event SteeringConflict on Node "+n0.Name, func(e corev1.Event) bool {
+		return e.Reason == "SteeringConflict" && e.Type == "Warning" && e.InvolvedObject.Kind == "Node" && strings.Contains(e.Message, want)
+	})
+	return pod
+}
