@@ -158,18 +158,20 @@ type Result struct {
 	// HostCIDRs are the node's global unicast addresses with their prefix lengths (the
 	// k8s.ovn.org/host-cidrs annotation), excluding addresses egressd itself adds.
 	HostCIDRs []netip.Prefix
-	// Conflicts are the settings of the programs after the classifier at ingress of pods'
-	// interfaces (a CNI's) that undo its steering, each with the number of interfaces where
-	// they are.
+	// Conflicts are the settings of a CNI's programs on egressd's path that undo what it
+	// programs, each with the number of places (Conflict.Of) where they do.
 	Conflicts map[Conflict]int
 }
 
-// Conflict is a setting of a CNI's program after the classifier that undoes its steering.
+// Conflict is a setting of a CNI's program that undoes what egressd programs: after the
+// classifier on pods' interfaces, or on the node's devices.
 type Conflict struct {
 	// Program and Setting name them as the CNI does (cil_from_container, enable_identity_mark).
 	Program, Setting string
-	// Effect is what it does to the steered traffic, and what to set instead.
+	// Effect is what it does to the traffic, and what to set instead.
 	Effect string
+	// Of names what the count counts: "pod interfaces", "source NAT addresses".
+	Of string
 }
 
 // Applier programs a desired state. Implementations are safe to call repeatedly with the same

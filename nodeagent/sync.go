@@ -129,7 +129,7 @@ type SyncLoop struct {
 	failing map[dataplane.Origin]string
 	// outside is the last count of local pod addresses outside the cluster networks.
 	outside int
-	// conflicts are the CNI settings that undo the steering as last reported.
+	// conflicts are the CNI settings that undo what egressd programs, as last reported.
 	conflicts string
 	retry     backoff
 	// served are the scopes of other nodes' pods the last sync asked for (servePods).
@@ -438,19 +438,19 @@ func (l *SyncLoop) checkNetworks(in *cluster.Input) {
 	l.outside = outside
 }
 
-// reasonSteeringConflict is the reason of the node Event that a CNI's setting undoes the
-// steering.
-const reasonSteeringConflict = "SteeringConflict"
+// reasonCNIConflict is the reason of the node Event that a CNI's setting undoes what egressd
+// programs.
+const reasonCNIConflict = "CNIConflict"
 
 // reportConflicts warns, in the log and in an Event on the node, when the CNI settings that
-// undo the steering on pods' interfaces change to some: those pods' EgressIP, external gateway
-// and EgressService traffic is not steered.
+// undo what egressd programs change to some: the EgressIP, external gateway and EgressService
+// traffic they touch is not steered, or its replies are dropped.
 func (l *SyncLoop) reportConflicts(conflicts map[dataplane.Conflict]int) {
 	var parts []string
 	for _, c := range slices.SortedFunc(maps.Keys(conflicts), func(a, b dataplane.Conflict) int {
 		return cmp.Or(cmp.Compare(a.Program, b.Program), cmp.Compare(a.Setting, b.Setting))
 	}) {
-		parts = append(parts, fmt.Sprintf("%s with %s on %d pod interfaces %s", c.Program, c.Setting, conflicts[c], c.Effect))
+		parts = append(parts, fmt.Sprintf("%s with %s on %d %s %s", c.Program, c.Setting, conflicts[c], c.Of, c.Effect))
 	}
 	said := strings.Join(parts, "; ")
 	if said == l.conflicts {
@@ -460,12 +460,12 @@ func (l *SyncLoop) reportConflicts(conflicts map[dataplane.Conflict]int) {
 	if said == "" {
 		return
 	}
-	msg := "a CNI program after egressd's classifier undoes its steering of EgressIP, external gateway and EgressService traffic: " + said + " (docs/compat.md)"
+	msg := "a CNI's program on egressd's path undoes what egressd programs for EgressIP, external gateways and EgressService: " + said + " (docs/compat.md)"
 	l.deps.Log.Warn(msg)
 	if l.deps.Recorder == nil {
 		return
 	}
 	if node, err := l.deps.Snapshot.Nodes.Get(l.cfg.Node); err == nil {
-		l.deps.Recorder.Event(node, corev1.EventTypeWarning, reasonSteeringConflict, msg)
+		l.deps.Recorder.Event(node, corev1.EventTypeWarning, reasonCNIConflict, msg)
 	}
 }

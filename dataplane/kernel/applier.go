@@ -88,9 +88,10 @@ type Applier struct {
 	changed chan struct{}
 	done    chan struct{}
 	// running are the goroutines that watch the kernel and do the periodic work.
-	running sync.WaitGroup
-	metrics *metrics
-	log     *slog.Logger
+	running   sync.WaitGroup
+	metrics   *metrics
+	wildcards wildcardWatch
+	log       *slog.Logger
 }
 
 // New adopts what a previous agent left under pinRoot (so that enforcement continues without a
@@ -240,6 +241,10 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	res.Failed, res.Removals = d.run(&pass{state: s, up: d.bfd.up()})
 	res.HostCIDRs = d.addresses.hostCIDRs(s.Classifier.ClusterNetworks)
 	res.Conflicts = d.attach.conflictCounts()
+	if n := d.serviceWildcards(s); n > 0 {
+		c := tc.ServiceWildcard
+		res.Conflicts[dataplane.Conflict{Program: c.Program, Setting: c.Setting, Effect: c.Effect(), Of: "source NAT addresses"}] = n
+	}
 	d.metrics.conflicts.Reset()
 	for c, n := range res.Conflicts {
 		d.metrics.conflicts.WithLabelValues(c.Program, c.Setting).Set(float64(n))

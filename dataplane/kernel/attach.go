@@ -267,28 +267,3 @@ func newReattached() prometheus.Counter {
 		Help: "Hooks of pod interfaces (ingress, egress) whose egressd filter was found deleted behind egressd's back (its clsact qdisc deleted by hand or by another agent) and attached again. A steady rise: something on the node keeps removing it.",
 	})
 }
-
-// findConflicts notes the settings of the programs after the classifier at ingress of ifname
-// that undo its steering: a pod steered there would not be.
-func (a *attachFacility) findConflicts(ifname string) {
-	cs, err := tc.Conflicts(ifname)
-	if err != nil {
-		a.log.Warn("could not tell whether the programs after egressd's classifier keep its steering", "interface", ifname, "err", err)
-	}
-	if len(cs) > 0 {
-		a.conflicts[ifname] = cs
-	} else {
-		delete(a.conflicts, ifname)
-	}
-}
-
-// conflictCounts are the conflicts found, each with the number of pod interfaces where it is.
-func (a *attachFacility) conflictCounts() map[dataplane.Conflict]int {
-	out := map[dataplane.Conflict]int{}
-	for _, cs := range a.conflicts {
-		for _, c := range cs {
-			out[dataplane.Conflict{Program: c.Program, Setting: c.Setting, Effect: c.Effect()}]++
-		}
-	}
-	return out
-}

@@ -22,7 +22,7 @@ type metrics struct {
 	ipv6RPCheck    *prometheus.GaugeVec
 	// pruneFailures counts the removals that failed, by facility.
 	pruneFailures *prometheus.CounterVec
-	// conflicts: the CNI settings that undo the classifier's steering (Result.Conflicts).
+	// conflicts: the CNI settings that undo what egressd programs (Result.Conflicts).
 	conflicts *prometheus.GaugeVec
 }
 
@@ -54,8 +54,8 @@ func (d *Applier) Collectors() []prometheus.Collector {
 
 func newConflicts() *prometheus.GaugeVec {
 	return prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "egressd_pod_interfaces_steering_conflicts",
-		Help: "Pod interfaces where a program after egressd's classifier (a CNI's) runs with a setting that undoes egressd's steering, by program and setting: the EgressIP, external gateway and EgressService traffic of those pods is not steered. Cilium's cil_from_container with enable_identity_mark (overwrites the mark: the traffic is dropped; Helm enableIdentityMark false) or enable_bpf_host_routing (redirects past the host's routing: the traffic leaves with the node's address; Helm bpf.hostLegacyRouting true). Looked at when the classifier is attached to an interface.",
+		Name: "egressd_cni_conflicts",
+		Help: "Settings of a CNI's programs on egressd's path that undo what egressd programs, by program and setting: the number of pod interfaces where Cilium's cil_from_container, after egressd's classifier, runs with enable_identity_mark (overwrites the steering mark: steered traffic is dropped; Helm enableIdentityMark false) or enable_bpf_host_routing (redirects past the host's routing: steered traffic leaves with the node's address; Helm bpf.hostLegacyRouting true), looked at when the classifier is attached there; and the number of addresses egressd SNATs to for which Cilium's load balancer holds a wildcard entry (cil_from_netdev, bpf-lb-enable-wildcard-entries: the replies are dropped), looked at on every apply. docs/compat.md.",
 	}, []string{"program", "setting"})
 }
 

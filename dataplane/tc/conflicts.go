@@ -10,8 +10,9 @@ import (
 	"github.com/cilium/ebpf/btf"
 )
 
-// Conflict is a setting of a program a CNI runs after egressd's classifier at ingress of a
-// pod's interface that undoes egressd's steering.
+// Conflict is a setting of a program a CNI runs on egressd's path that undoes what egressd
+// programs: after its classifier at ingress of a pod's interface (Conflicts), or at ingress of
+// the node's devices (ServiceWildcards).
 type Conflict struct {
 	// Program is the program's name as its CNI names it.
 	Program string
@@ -19,18 +20,26 @@ type Conflict struct {
 	Setting string
 }
 
-// Effect is what the conflict does to the steered traffic of a pod, and what to set instead.
-func (c Conflict) Effect() string { return conflicts[c] }
+// Effect is what the conflict does to the traffic, and what to set instead.
+func (c Conflict) Effect() string { return effects[c] }
 
-// conflicts are the known settings, each with its effect. Cilium keeps them in the program's
-// .rodata.config map, which the program's BTF describes (bpf_lxc.c, v1.20).
-var conflicts = map[Conflict]string{
+// podSettings are the known settings of the programs after the classifier. Cilium keeps them
+// in the program's .rodata.config map, which the program's BTF describes (bpf_lxc.c, v1.20).
+var podSettings = []Conflict{
+	{ciliumFromContainer, "enable_identity_mark"}, {ciliumFromContainer, "enable_bpf_host_routing"},
+}
+
+// effects are what each known conflict does.
+var effects = map[Conflict]string{
 	// set_identity_mark writes the pod's security identity over the whole skb->mark when
 	// the program hands the packet to the stack: egressd's guard drops it, unsteered.
 	{ciliumFromContainer, "enable_identity_mark"}: "overwrites the packet mark egressd steers with, so the packet is dropped, not steered (Cilium: set enableIdentityMark false)",
 	// fib_redirect_v4/v6 sends the packet to the egress device from tc, past the host's
 	// netfilter and policy routing, where egressd steers, SNATs and guards.
 	{ciliumFromContainer, "enable_bpf_host_routing"}: "redirects the packet to its device past the host's routing and netfilter, so it leaves with the node's address, not steered (Cilium: set bpf.hostLegacyRouting true)",
+	// lb4_lookup_service finds the wildcard entry of a load-balancer address for any port no
+	// Service has, and the caller drops: the replies to egressd's SNAT to that address.
+	ServiceWildcard: "drops the replies to egressd's source NAT to a load-balancer IP, before netfilter can undo it (Cilium: set bpf-lb-enable-wildcard-entries false)",
 }
 
 // Conflicts are the known conflicts of the programs after egressd's at ingress of ifname
@@ -50,7 +59,7 @@ func Conflicts(ifname string) ([]Conflict, error) {
 		if !after {
 			continue
 		}
-		for c := range conflicts {
+		for _, c := range podSettings {
 			if p.Name != c.Program && p.Name != kernelName(c.Program) {
 				continue
 			}
@@ -79,18 +88,9 @@ func kernelName(name string) string { return name[:min(len(name), 15)] }
 // ciliumConfig reads the boolean Cilium config variable __config_<name> of the program id from
 // its .rodata.config map.
 func ciliumConfig(id ebpf.ProgramID, name string) (bool, error) {
-	prog, err := ebpf.NewProgramFromID(id)
+	ids, err := mapsOf(id)
 	if err != nil {
 		return false, err
-	}
-	defer prog.Close()
-	info, err := prog.Info()
-	if err != nil {
-		return false, err
-	}
-	ids, ok := info.MapIDs()
-	if !ok {
-		return false, errors.New("the kernel lists no maps of the program")
 	}
 	for _, mid := range ids {
 		m, err := ebpf.NewMapFromID(mid)

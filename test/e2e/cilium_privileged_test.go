@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -60,16 +61,61 @@ func ciliumConflictLab(t *testing.T, setting string, ciliumArgs ...string) *lab.
 	createEgressIP(t, l, "eip-"+ns, "eip", eip4)
 	waitItems(t, l, "eip-"+ns, n1.Name+"="+eip4)
 
-	series := fmt.Sprintf(`egressd_pod_interfaces_steering_conflicts{program="cil_from_container",setting=%q}`, setting)
-	poll.Eventually(t, "the agent on "+n0.Name+" reports Cilium's setting", 20*time.Second, func() error {
-		if got := sample(t, n0, series); got != 1 {
-			return fmt.Errorf("%s = %v, want 1", series, got)
+	waitConflict(t, l, n0, "cil_from_container", setting, "1 pod interfaces")
+	return pod
+}
+
+// waitConflict waits for n's agent to report the setting of Cilium's program, found at where
+// ("1 pod interfaces"), in its metric and an Event on its Node.
+func waitConflict(t *testing.T, l *lab.Lab, n *lab.Node, program, setting, where string) {
+	t.Helper()
+	series := fmt.Sprintf(`egressd_cni_conflicts{program=%q,setting=%q}`, program, setting)
+	count, _, _ := strings.Cut(where, " ")
+	poll.Eventually(t, "the agent on "+n.Name+" reports Cilium's "+setting, 20*time.Second, func() error {
+		if got := sample(t, n, series); fmt.Sprint(got) != count {
+			return fmt.Errorf("%s = %v, want %s", series, got, count)
 		}
 		return nil
 	})
-	want := "cil_from_container with " + setting + " on 1 pod interfaces"
-	waitEventFor(t, l.Client, "", "involvedObject.name="+n0.Name, "event SteeringConflict on Node "+n0.Name, func(e corev1.Event) bool {
-		return e.Reason == "SteeringConflict" && e.Type == "Warning" && e.InvolvedObject.Kind == "Node" && strings.Contains(e.Message, want)
+	want := program + " with " + setting + " on " + where
+	waitEventFor(t, l.Client, "", "involvedObject.name="+n.Name, "event CNIConflict on Node "+n.Name, func(e corev1.Event) bool {
+		return e.Reason == "CNIConflict" && e.Type == "Warning" && e.InvolvedObject.Kind == "Node" && strings.Contains(e.Message, want)
 	})
-	return pod
+}
+
+// TestPrivilegedEgressServiceCiliumWildcards: with Cilium's kube-proxy replacement and its
+// default wildcard service entries, cil_from_netdev drops every packet to a load-balancer IP on
+// a port no Service has: the replies to an EgressService's endpoints SNATed to that IP. The host
+// node's agent finds the entry and says so in a metric and an Event on its Node; with the
+// entries off (the lab's cilium-kpr), the same traffic passes.
+func TestPrivilegedEgressServiceCiliumWildcards(t *testing.T) {
+	privileged.Require(t)
+	for _, wildcards := range []bool{true, false} {
+		t.Run(fmt.Sprintf("wildcards=%v", wildcards), func(t *testing.T) {
+			l := lab.New(t, lab.Options{Nodes: 1, CNI: map[int]lab.CNI{0: lab.Cilium}, Agents: true, KubeProxy: lab.KubeProxyNone,
+				CiliumArgs: append(lab.CiliumKubeProxyReplacement(), fmt.Sprintf("--bpf-lb-enable-wildcard-entries=%v", wildcards)),
+				NodeLabels: map[int]map[string]string{0: {"egress-host": "yes"}}})
+			web, err := l.AddExternal("web", lab.ExternalOptions{}, "203.0.113.10")
+			if err != nil {
+				t.Fatal(err)
+			}
+			n0 := l.Nodes[0]
+			lb := netip.MustParseAddr(lbIP4)
+			routeLB(t, web, n0, lb)
+			ns := l.CP.Namespace(t)
+			ep := addPod(t, n0, ns, "ep", lab.PodOptions{Labels: map[string]string{"app": "lb"}})
+			loadBalancerEgressService(t, l, ns, "", lbIP4)
+			if !wildcards {
+				eventuallySource(t, "endpoint, without wildcard entries", ep, "203.0.113.10:80", lb)
+				if got := sample(t, n0, `egressd_cni_conflicts{program="cil_from_netdev",setting="bpf-lb-enable-wildcard-entries"}`); got != 0 {
+					t.Errorf("wildcard entries off, yet the agent reports %v", got)
+				}
+				return
+			}
+			waitConflict(t, l, n0, "cil_from_netdev", "bpf-lb-enable-wildcard-entries", "1 source NAT addresses")
+			if r := ep.TCP("203.0.113.10:80", lab.ClientOptions{Timeout: quick}); r.Outcome != lab.Timeout {
+				t.Errorf("endpoint with wildcard entries: %s; the docs and the Event say its replies are dropped", r)
+			}
+		})
+	}
 }

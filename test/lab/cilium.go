@@ -182,9 +182,10 @@ func CiliumNativeRouting() []string {
 }
 
 // CiliumKubeProxyReplacement are the agent flags of Cilium's kube-proxy replacement (Helm
-// kubeProxyReplacement true) as the lab can run it: Services translated in Cilium's tc
-// programs only, no kube-proxy. Socket LB stays off: it attaches to the cgroup root, which
-// every lab node shares.
+// kubeProxyReplacement true) as the lab can run it, with what egressd needs: Services
+// translated in Cilium's tc programs only, no kube-proxy, and no wildcard service entries
+// (they drop the replies to EgressServices' load-balancer IPs: docs/compat.md). Socket LB
+// stays off: it attaches to the cgroup root, which every lab node shares.
 func CiliumKubeProxyReplacement() []string {
-	return []string{"--kube-proxy-replacement=true", "--bpf-lb-sock=false"}
+	return []string{"--kube-proxy-replacement=true", "--bpf-lb-sock=false", "--bpf-lb-enable-wildcard-entries=false"}
 }

@@ -25,6 +25,9 @@ import (
 // StartKubeProxy starts the kube-proxy stand-in, or the real kube-proxy (Options.KubeProxy),
 // until the lab closes.
 func (l *Lab) StartKubeProxy(ctx context.Context) error {
+	if l.opts.KubeProxy == KubeProxyNone {
+		return nil
+	}
 	if l.opts.KubeProxy != "" {
 		return l.startRealKubeProxy(ctx, l.opts.KubeProxy)
 	}
