@@ -40,11 +40,11 @@ node-bin: ## build (or find cached) kubelet, kube-scheduler, kube-proxy, contain
 test: deps controlplane-bin node-bin ## every tier: unit, bpf, dataplane, control plane, end to end; race detector on, agents included
 	set -o pipefail; EGRESSD_RACE=1 GORACE="halt_on_error=1 atexit_sleep_ms=0" $(GO) test -race -json -count=1 -timeout 45m ./... 2>&1 | $(GO) run ./hack/testsummary
 
-test-compat: deps controlplane-bin node-bin ## the demo's scenarios per API on each CNI (reference plugins, flannel) and kube-proxy mode; COMPAT=flannel/nftables,... picks, WRITE=1 updates docs/compat.md
+test-compat: deps controlplane-bin node-bin ## the demo's scenarios per API on each CNI (reference plugins, flannel, Cilium in three modes) and kube-proxy mode; COMPAT=flannel/nftables,... picks, WRITE=1 updates docs/compat.md
 	$(GO) run ./hack/compat $(if $(COMPAT),-only $(COMPAT)) $(if $(WRITE),-write)
 
-bench-compat: deps controlplane-bin ## per CNI (reference routed and bridged, flannel): EgressIP failover (20 trials) and the UDP throughput ratio with an 8000-rule EgressFirewall, against the same CNI without egressd
-	set -o pipefail; for cni in routed bridged flannel; do echo "== CNI $$cni"; EGRESSD_BENCH_CNI=$$cni $(GO) test ./test/e2e -run '^$$' -bench 'PrivilegedEgressIPFailover$$|PrivilegedThroughput/cidr' -benchtime 1x -timeout 30m -v 2>&1 | grep -E '^(Benchmark|ok|FAIL|--- FAIL)|CNI: |over [0-9]+ trials|paired ratios' || exit 1; done
+bench-compat: deps controlplane-bin ## per CNI (reference routed and bridged, flannel, Cilium): EgressIP failover (20 trials) and the UDP throughput ratio with an 8000-rule EgressFirewall, against the same CNI without egressd
+	set -o pipefail; for cni in routed bridged flannel cilium; do echo "== CNI $$cni"; EGRESSD_BENCH_CNI=$$cni $(GO) test ./test/e2e -run '^$$' -bench 'PrivilegedEgressIPFailover$$|PrivilegedThroughput/cidr' -benchtime 1x -timeout 30m -v 2>&1 | grep -E '^(Benchmark|ok|FAIL|--- FAIL)|CNI: |over [0-9]+ trials|paired ratios' || exit 1; done
 
 test-unit: ## tests that need neither root nor a control plane
 	$(GO) test -count=1 ./api/... ./cmd/... ./dataplane/... ./internal/... ./nodeagent/... ./watchers/...

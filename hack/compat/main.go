@@ -28,10 +28,18 @@ type report struct {
 	} `json:"sections"`
 }
 
-var (
-	cnis  = []string{"routed+bridged", "flannel", "cilium"}
-	modes = []string{"stand-in", "iptables", "nftables"}
-)
+// kubeProxies are the modes of kube-proxy the lab offers (IPVS needs a kernel with IP_VS).
+var kubeProxies = []string{"stand-in", "iptables", "nftables"}
+
+// matrix is each CNI of test/demo's --cni with the kube-proxy modes it runs with: Cilium's
+// kube-proxy replacement runs without one.
+var matrix = []struct {
+	cni   string
+	modes []string
+}{
+	{"routed+bridged", kubeProxies}, {"flannel", kubeProxies}, {"cilium", kubeProxies},
+	{"cilium-native", kubeProxies}, {"cilium-kpr", []string{"none"}},
+}
 
 func main() {
 	only := flag.String("only", "", "comma-separated <cni>/<kube-proxy> combinations to run (default: all)")
@@ -47,15 +55,17 @@ func main() {
 		fail(fmt.Errorf("build test/demo: %v\n%s", err, out))
 	}
 	var combos [][2]string
-	for _, c := range cnis {
-		for _, m := range modes {
-			if *only == "" || slices.Contains(strings.Split(*only, ","), c+"/"+m) {
-				combos = append(combos, [2]string{c, m})
+	var all []string
+	for _, row := range matrix {
+		for _, m := range row.modes {
+			all = append(all, row.cni+"/"+m)
+			if *only == "" || slices.Contains(strings.Split(*only, ","), row.cni+"/"+m) {
+				combos = append(combos, [2]string{row.cni, m})
 			}
 		}
 	}
 	if len(combos) == 0 {
-		fail(fmt.Errorf("-only %q names no combination of %v and %v", *only, cnis, modes))
+		fail(fmt.Errorf("-only %q names none of %s", *only, strings.Join(all, ",")))
 	}
 	var reports []report
 	failed := false

@@ -35,8 +35,8 @@ const PidFile = "/tmp/egressd-demo.pid"
 func main() {
 	var o options
 	flag.BoolVar(&o.keep, "keep", false, "leave the demo running until interrupted")
-	flag.StringVar(&o.cni, "cni", "routed+bridged", "the lab's CNI: routed+bridged (node-0 routed pods, node-1 bridged: the reference plugins) flannel (flanneld, VXLAN) or cilium (cilium-agent, VXLAN tunnel, legacy host routing)")
-	flag.StringVar(&o.kubeProxy, "kube-proxy", "stand-in", "what programs Services: stand-in (the lab's), or the real kube-proxy in iptables or nftables mode")
+	flag.StringVar(&o.cni, "cni", "routed+bridged", "the lab's CNI: routed+bridged (node-0 routed pods, node-1 bridged: the reference plugins) flannel (flanneld, VXLAN) cilium (cilium-agent, VXLAN tunnel, legacy host routing)  cilium-native (cilium-agent, native routing) or cilium-kpr (cilium-agent, kube-proxy replacement: run with --kube-proxy none)")
+	flag.StringVar(&o.kubeProxy, "kube-proxy", "stand-in", "what programs Services: stand-in (the lab's), the real kube-proxy in iptables or nftables mode, or none (Cilium's replacement)")
 	flag.StringVar(&o.report, "report", "", "write the checks per API as JSON to this file (make test-compat)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -85,15 +85,26 @@ func run(ctx context.Context, o options) (int, error) {
 	case "cilium":
 		labOpts.CNI = map[int]lab.CNI{0: lab.Cilium, 1: lab.Cilium}
 		shape = "Cilium on node-0 and node-1 (VXLAN tunnel, legacy host routing, iptables masquerade)"
+	case "cilium-native":
+		labOpts.CNI = map[int]lab.CNI{0: lab.Cilium, 1: lab.Cilium}
+		labOpts.CiliumArgs = lab.CiliumNativeRouting()
+		shape = "Cilium on node-0 and node-1 (native routing, legacy host routing, iptables masquerade)"
+	case "cilium-kpr":
+		labOpts.CNI = map[int]lab.CNI{0: lab.Cilium, 1: lab.Cilium}
+		labOpts.CiliumArgs = lab.CiliumKubeProxyReplacement()
+		shape = "Cilium on node-0 and node-1 (VXLAN tunnel, kube-proxy replacement, legacy host routing, iptables masquerade)"
 	default:
-		return 0, fmt.Errorf("--cni %q: routed+bridged, flannel or cilium", o.cni)
+		return 0, fmt.Errorf("--cni %q: routed+bridged, flannel, cilium, cilium-native or cilium-kpr", o.cni)
 	}
 	switch o.kubeProxy {
 	case "stand-in":
-	case "iptables", "nftables":
+	case "iptables", "nftables", lab.KubeProxyNone:
 		labOpts.KubeProxy = o.kubeProxy
 	default:
-		return 0, fmt.Errorf("--kube-proxy %q: stand-in, iptables or nftables", o.kubeProxy)
+		return 0, fmt.Errorf("--kube-proxy %q: stand-in, iptables, nftables or none (with --cni cilium-kpr)", o.kubeProxy)
+	}
+	if (o.kubeProxy == lab.KubeProxyNone) != (o.cni == "cilium-kpr") {
+		return 0, fmt.Errorf("--kube-proxy none goes with --cni cilium-kpr, whose Cilium replaces kube-proxy, and only with it")
 	}
 	c.step("", "starting the control plane (etcd, kube-apiserver, kube-controller-manager; the first run builds them: ~5-10 min)")
 	cp, err := controlplane.Start(ctx, controlplane.Options{Log: os.Stdout})

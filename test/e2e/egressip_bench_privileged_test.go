@@ -25,15 +25,15 @@ func BenchmarkPrivilegedEgressIPFailover(b *testing.B) {
 }
 
 // benchCNI is the CNI of every node of a benchmark's lab of n nodes, from $EGRESSD_BENCH_CNI
-// (make bench-compat): routed (the default), bridged or flannel.
+// (make bench-compat): routed (the default), bridged, flannel or cilium.
 func benchCNI(b *testing.B, n int) map[int]lab.CNI {
 	c := lab.CNI(os.Getenv("EGRESSD_BENCH_CNI"))
 	switch c {
 	case "", lab.Routed:
 		return nil
-	case lab.Bridged, lab.Flannel:
+	case lab.Bridged, lab.Flannel, lab.Cilium:
 	default:
-		b.Fatalf("EGRESSD_BENCH_CNI=%q: routed, bridged or flannel", c)
+		b.Fatalf("EGRESSD_BENCH_CNI=%q: routed, bridged, flannel or cilium", c)
 	}
 	b.Logf("CNI: %s", c)
 	out := map[int]lab.CNI{}
