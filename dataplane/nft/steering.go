@@ -2,6 +2,7 @@ package nft
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -56,18 +57,11 @@ func steerChain(mark uint32) string { return fmt.Sprintf("%s%08x", steerMarkPref
 // the mask.
 func addSteered(c contents, s *dataplane.NftablesState) {
 	for _, p := range s.Steered {
-		m, pod := p.Mark&s.SteerMask, p.Pod.Unmap()
-		if m == 0 || m != p.Mark || !pod.IsValid() {
-			continue
-		}
-		chain := steerChain(m)
-		k := pod.AsSlice()
 		v4, v6 := steerPods4Set, steerPods6Set
 		if p.Remote {
 			v4, v6 = steerRemote4Set, steerRemote6Set
 		}
-		c.add(family(pod, v4, v6), string(k), chain,
-			nftables.SetElement{Key: k, VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: chain}})
+		addJump(c, s.SteerMask, p.Mark, p.Pod, v4, v6)
 	}
 }
 
@@ -79,14 +73,20 @@ func steerChains(c contents) []string {
 // addReplies adds the elements of the other nodes' pods whose replies are routed by a mark.
 func addReplies(c contents, s *dataplane.NftablesState) {
 	for _, p := range s.Replies {
-		m, pod := p.Mark&s.SteerMask, p.Pod.Unmap()
-		if m == 0 || m != p.Mark || !pod.IsValid() {
-			continue
-		}
-		chain := steerChain(m)
-		c.add(family(pod, replyPods4Set, replyPods6Set), string(pod.AsSlice()), chain,
-			nftables.SetElement{Key: pod.AsSlice(), VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: chain}})
+		addJump(c, s.SteerMask, p.Mark, p.Pod, replyPods4Set, replyPods6Set)
 	}
+}
+
+// addJump adds pod's element to the verdict map of its family, v4 or v6: a jump to the
+// steer_mark chain of mark, when mark is a whole mark under the mask.
+func addJump(c contents, mask, mark uint32, pod netip.Addr, v4, v6 string) {
+	m, pod := mark&mask, pod.Unmap()
+	if m == 0 || m != mark || !pod.IsValid() {
+		return
+	}
+	chain, k := steerChain(m), pod.AsSlice()
+	c.add(family(pod, v4, v6), string(k), chain,
+		nftables.SetElement{Key: k, VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: chain}})
 }
 
 // replyRules, in steer_unmarked (after the SNAT is undone at dstnat, before the routing
