@@ -37,9 +37,9 @@ func newFacings() (*facings, error) {
 	return &facings{h: h, byAddr: map[netip.Addr]facing{}}, nil
 }
 
-// of returns the interface facing the pod address ip: the interface of its connected route,
-// unless that is a gateway device of the node's own, a veth whose peer is in the node's
-// namespace too. Cilium routes its pods so (through cilium_host, whose program finds each
+// of returns the interface facing the pod address ip: the interface of its route, unless that
+// is a gateway device of the node's own, a veth whose peer is in the node's namespace too; a
+// pod routed via a gateway elsewhere is not on this node. Cilium routes its pods so (through cilium_host, whose program finds each
 // pod's veth) unless it installs endpoint routes: the pod's veth is then the host side the CNI
 // named in its ADD's result (hostSide).
 func (f *facings) of(ip netip.Addr, hostSide []string) (string, int, error) {
@@ -53,23 +53,20 @@ func (f *facings) of(ip netip.Addr, hostSide []string) (string, int, error) {
 		return "", 0, fmt.Errorf("no route to pod address %s: %v", ip, err)
 	}
 	r := routes[0]
-	var l netlink.Link
-	if r.Gw == nil {
-		if l, err = f.h.LinkByIndex(r.LinkIndex); err != nil {
-			return "", 0, fmt.Errorf("interface %d facing pod %s: %w", r.LinkIndex, ip, err)
-		}
-		if l.Type() == "device" && l.Attrs().Name == "lo" {
-			return "", 0, fmt.Errorf("pod address %s is local to the node", ip)
-		}
+	l, err := f.h.LinkByIndex(r.LinkIndex)
+	if err != nil {
+		return "", 0, fmt.Errorf("interface %d facing pod %s: %w", r.LinkIndex, ip, err)
 	}
-	if l == nil || (l.Type() == "veth" && l.Attrs().NetNsID < 0) {
-		via := fmt.Sprintf("via %s", r.Gw)
-		if l != nil {
-			via = "through " + l.Attrs().Name + ", a device of the node's own"
-		}
+	switch {
+	case l.Type() == "device" && l.Attrs().Name == "lo":
+		return "", 0, fmt.Errorf("pod address %s is local to the node", ip)
+	case l.Type() == "veth" && l.Attrs().NetNsID < 0:
+		gw := l.Attrs().Name
 		if l = f.vethOf(hostSide); l == nil {
-			return "", 0, fmt.Errorf("pod address %s is routed %s, and its CNI named no host-side veth of the pod (%v): its packets cannot be judged before they leave", ip, via, hostSide)
+			return "", 0, fmt.Errorf("pod address %s is routed through %s, a device of the node's own, and its CNI named no host-side veth of the pod (%v): its packets cannot be judged before they leave", ip, gw, hostSide)
 		}
+	case r.Gw != nil:
+		return "", 0, fmt.Errorf("pod address %s is routed via %s, not on a local interface", ip, r.Gw)
 	}
 	if f.trusted {
 		f.byAddr[ip] = facing{l.Attrs().Name, l.Attrs().Index}

@@ -40,8 +40,10 @@ var baseChains = []baseChain{
 	// After DNAT (kube-proxy's, at dstnat) and before the routing decision it steers.
 	{"prerouting_dstnat", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, *nftables.ChainPriorityNATDest + 10, []string{steerPodsChain}},
 	// After every standard priority and the reverse path checks at them (firewalld's at
-	// filter + 10), just before the routing decision: takes the marks given for them back.
-	{"prerouting_route", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, reversePathDone, []string{egressIPReversePath}},
+	// filter + 10), just before the routing decision: takes the marks given for them back, then
+	// marks the replies to other nodes' pods for their way back (steering.go), which those
+	// checks never see.
+	{"prerouting_route", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, reversePathDone, []string{egressIPReversePath, steerRepliesChain}},
 	{"forward_mangle", nftables.ChainTypeFilter, nftables.ChainHookForward, *nftables.ChainPriorityMangle, []string{qosBackendsChain}},
 	// dns_snoop last: a packet back from the queue skips the rest of the chain (dnssnoop.go).
 	{"forward_filter", nftables.ChainTypeFilter, nftables.ChainHookForward, *nftables.ChainPriorityFilter, []string{serviceBackendsChain, frontendsChain, dnsSnoopChain}},
@@ -89,8 +91,11 @@ func activeTargets(c contents) []string {
 	if has(secondaryMarks6Set) {
 		out = append(out, egressIPReversePath)
 	}
-	if has(steerPods4Set, steerPods6Set, steerRemote4Set, steerRemote6Set, replyPods4Set, replyPods6Set) {
+	if has(steerPods4Set, steerPods6Set, steerRemote4Set, steerRemote6Set) {
 		out = append(out, steerPodsChain)
+	}
+	if has(replyPods4Set, replyPods6Set) {
+		out = append(out, steerRepliesChain)
 	}
 	if has(dnsPods4Set, dnsPods6Set) {
 		out = append(out, dnsSnoopChain)
@@ -99,7 +104,7 @@ func activeTargets(c contents) []string {
 }
 
 // regularChains are the features' chains, in the order they are created.
-var regularChains = []string{serviceBackendsChain, frontendReject, frontendsChain, qosBackendsChain, egressIPPrerouting, egressIPSNAT, egressIPGuardSteered, egressIPGuard, extroutePrerouting, steerPodsChain, dnsSnoopChain, egressIPReversePath}
+var regularChains = []string{serviceBackendsChain, frontendReject, frontendsChain, qosBackendsChain, egressIPPrerouting, egressIPSNAT, egressIPGuardSteered, egressIPGuard, extroutePrerouting, steerPodsChain, dnsSnoopChain, egressIPReversePath, steerRepliesChain}
 
 // setDefs are every set and map of the table.
 var setDefs = slices.Concat(backendSets, frontendSets, qosSets, egressIPSets, extrouteSets, steerSets, dnsSnoopSets)
@@ -172,7 +177,8 @@ func writeTable(c *nftables.Conn, mask uint32, queue dnsQueue, elems contents) e
 	for _, name := range returns {
 		rules[name] = returnRules(name, mask)
 	}
-	rules[steerPodsChain] = append(steerRules(mask, sets), replyRules(sets)...)
+	rules[steerPodsChain] = steerRules(mask, sets)
+	rules[steerRepliesChain] = replyRules(sets)
 	if slices.Contains(active, dnsSnoopChain) { // see dnssnoop.go
 		rules[dnsSnoopChain] = dnsSnoopRules(queue, sets)
 	}

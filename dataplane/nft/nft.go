@@ -14,7 +14,7 @@
 //
 //	prerouting_mangle   type filter hook prerouting  priority mangle - 10   -> egressip_prerouting, extroute_prerouting
 //	prerouting_dstnat   type filter hook prerouting  priority dstnat + 10   -> steer_unmarked
-//	prerouting_route    type filter hook prerouting  priority 300           -> egressip_reverse_path
+//	prerouting_route    type filter hook prerouting  priority 300           -> egressip_reverse_path, steer_replies
 //	forward_mangle      type filter hook forward     priority mangle        -> qos_service_backends
 //	forward_filter      type filter hook forward     priority filter        -> fw_service_backends, fw_frontends_without_dnat, dns_snoop
 //	input_filter        type filter hook input       priority filter        -> fw_service_backends
@@ -81,6 +81,9 @@
 //     steer_pods4/6 (pod : jump steer_mark_<mark>); and the packets of other nodes' pods SNATed
 //     here to an egress IP on a secondary network (no classifier saw them) theirs:
 //     steer_remote4/6 (steering.go).
+//   - steer_replies: after the reverse path checks, just before the routing decision, gives
+//     the replies to other nodes' pods this node SNATs the mark of their way back: verdict maps
+//     egressip_reply_pods4/6 (pod : jump steer_mark_<mark>) (steering.go).
 //   - steer_mark_<mark>: sets mark under the steering mask, keeping the other bits; one chain
 //     per mark in use.
 //   - dns_snoop: sends the DNS answers to a local pod of set dns_pods4/6 (the pods of

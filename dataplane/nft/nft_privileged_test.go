@@ -478,11 +478,11 @@ func TestPrivilegedSteerChains(t *testing.T) {
 		mask    uint32
 		want    []string
 	}{
-		{"two marks", st.Steered, st.SteerMask, []string{"mark_00010000", "mark_00020000", "unmarked"}},
-		{"another mark", []dataplane.SteeredPod{{Pod: a("10.244.0.6"), Mark: 0x30000}}, st.SteerMask, []string{"mark_00030000", "unmarked"}},
-		{"a remote pod's mark", []dataplane.SteeredPod{{Pod: a("10.244.1.9"), Mark: 0x40000, Remote: true}}, st.SteerMask, []string{"mark_00040000", "unmarked"}},
-		{"none", nil, st.SteerMask, []string{"unmarked"}},
-		{"no steering mask", st.Steered, 0, []string{"unmarked"}}, // the regular chain stays, empty
+		{"two marks", st.Steered, st.SteerMask, []string{"mark_00010000", "mark_00020000", "replies", "unmarked"}},
+		{"another mark", []dataplane.SteeredPod{{Pod: a("10.244.0.6"), Mark: 0x30000}}, st.SteerMask, []string{"mark_00030000", "replies", "unmarked"}},
+		{"a remote pod's mark", []dataplane.SteeredPod{{Pod: a("10.244.1.9"), Mark: 0x40000, Remote: true}}, st.SteerMask, []string{"mark_00040000", "replies", "unmarked"}},
+		{"none", nil, st.SteerMask, []string{"replies", "unmarked"}},
+		{"no steering mask", st.Steered, 0, []string{"replies", "unmarked"}}, // the regular chains stay, empty
 	} {
 		s := fullState()
 		s.Steered, s.SteerMask = step.steered, step.mask

@@ -39,7 +39,9 @@ const (
 	replyPods4Set   = "egressip_reply_pods4" // another node's pod SNATed here : jump steer_mark_<mark>
 	replyPods6Set   = "egressip_reply_pods6"
 	steerPodsChain  = "steer_unmarked"
-	steerMarkPrefix = "steer_mark_"
+	// steerRepliesChain marks the replies to other nodes' pods this node SNATs (replyRules).
+	steerRepliesChain = "steer_replies"
+	steerMarkPrefix   = "steer_mark_"
 )
 
 var steerSets = []*nftables.Set{
@@ -54,9 +56,13 @@ var steerSets = []*nftables.Set{
 func steerChain(mark uint32) string { return fmt.Sprintf("%s%08x", steerMarkPrefix, mark) }
 
 // addSteered adds the steered pods' elements to the wanted contents: those with a mark under
-// the mask.
+// the mask, but the local pods whose flows are spread over this node too (Spread): their
+// unmarked flows are this node's share, to leave with its egress IP.
 func addSteered(c contents, s *dataplane.NftablesState) {
 	for _, p := range s.Steered {
+		if !p.Remote && slices.Contains(s.Spread, p.Pod) {
+			continue
+		}
 		v4, v6 := steerPods4Set, steerPods6Set
 		if p.Remote {
 			v4, v6 = steerRemote4Set, steerRemote6Set
@@ -89,8 +95,9 @@ func addJump(c contents, mask, mark uint32, pod netip.Addr, v4, v6 string) {
 		nftables.SetElement{Key: k, VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: chain}})
 }
 
-// replyRules, in steer_unmarked (after the SNAT is undone at dstnat, before the routing
-// decision):
+// replyRules, in steer_replies (prerouting_route: after the SNAT is undone at dstnat and
+// after the reverse path checks, which judge a reply by the mark it had, just before the
+// routing decision):
 //
 //	ct direction reply ct status snat ip daddr vmap @egressip_reply_pods4 (ip6 likewise)
 func replyRules(sets map[string]*nftables.Set) [][]expr.Any {
@@ -117,8 +124,9 @@ func replyRules(sets map[string]*nftables.Set) [][]expr.Any {
 //	ct direction original meta mark & mask == 0
 //	ip daddr != @egressip_exempt4 ip saddr vmap @steer_remote4 (ip6 likewise)
 //
-// The classifier marks every packet of a steered pod to an address that is not exempt, so
-// the first two see only packets whose destination changed after it: DNAT by kube-proxy, or
+// The classifier marks every packet of a steered pod to an address that is not exempt (but a
+// spread pod's share of this node, which is not in the maps), so the first two see only
+// packets whose destination changed after it: DNAT by kube-proxy, or
 // by Cilium's tc program after egressd's (conntrack never sees that one, so conntrack's DNAT
 // status is not asked). The first steers a Service's backend outside the cluster; the second
 // undoes the converse: the classifier marked a packet to an address that is not exempt (a
