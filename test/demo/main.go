@@ -35,7 +35,7 @@ const PidFile = "/tmp/egressd-demo.pid"
 func main() {
 	var o options
 	flag.BoolVar(&o.keep, "keep", false, "leave the demo running until interrupted")
-	flag.StringVar(&o.cni, "cni", "routed+bridged", "the lab's CNI: routed+bridged (node-0 routed pods, node-1 bridged: the reference plugins) flannel (flanneld, VXLAN) cilium (cilium-agent, VXLAN tunnel, legacy host routing)  cilium-native (cilium-agent, native routing) or cilium-kpr (cilium-agent, kube-proxy replacement: run with --kube-proxy none)")
+	flag.StringVar(&o.cni, "cni", "routed+bridged", "the lab's CNI: routed+bridged (node-0 routed pods, node-1 bridged: the reference plugins), flannel (flanneld, VXLAN), cilium (cilium-agent, VXLAN tunnel, legacy host routing), cilium-native (native routing), cilium-kpr (kube-proxy replacement: with --kube-proxy none) or cilium-bpfmasq (that and BPF masquerading)")
 	flag.StringVar(&o.kubeProxy, "kube-proxy", "stand-in", "what programs Services: stand-in (the lab's), the real kube-proxy in iptables or nftables mode, or none (Cilium's replacement)")
 	flag.StringVar(&o.report, "report", "", "write the checks per API as JSON to this file (make test-compat)")
 	flag.Parse()
@@ -93,8 +93,12 @@ func run(ctx context.Context, o options) (int, error) {
 		labOpts.CNI = map[int]lab.CNI{0: lab.Cilium, 1: lab.Cilium}
 		labOpts.CiliumArgs = lab.CiliumKubeProxyReplacement()
 		shape = "Cilium on node-0 and node-1 (VXLAN tunnel, kube-proxy replacement, legacy host routing, iptables masquerade)"
+	case "cilium-bpfmasq":
+		labOpts.CNI = map[int]lab.CNI{0: lab.Cilium, 1: lab.Cilium}
+		labOpts.CiliumArgs = lab.CiliumBPFMasquerade()
+		shape = "Cilium on node-0 and node-1 (VXLAN tunnel, kube-proxy replacement, BPF masquerade, legacy host routing)"
 	default:
-		return 0, fmt.Errorf("--cni %q: routed+bridged, flannel, cilium, cilium-native or cilium-kpr", o.cni)
+		return 0, fmt.Errorf("--cni %q: routed+bridged, flannel, cilium, cilium-native, cilium-kpr or cilium-bpfmasq", o.cni)
 	}
 	switch o.kubeProxy {
 	case "stand-in":
@@ -103,8 +107,8 @@ func run(ctx context.Context, o options) (int, error) {
 	default:
 		return 0, fmt.Errorf("--kube-proxy %q: stand-in, iptables, nftables or none (with --cni cilium-kpr)", o.kubeProxy)
 	}
-	if (o.kubeProxy == lab.KubeProxyNone) != (o.cni == "cilium-kpr") {
-		return 0, fmt.Errorf("--kube-proxy none goes with --cni cilium-kpr, whose Cilium replaces kube-proxy, and only with it")
+	if replaced := o.cni == "cilium-kpr" || o.cni == "cilium-bpfmasq"; (o.kubeProxy == lab.KubeProxyNone) != replaced {
+		return 0, fmt.Errorf("--kube-proxy none goes with --cni cilium-kpr and cilium-bpfmasq, whose Cilium replaces kube-proxy, and only with them")
 	}
 	c.step("", "starting the control plane (etcd, kube-apiserver, kube-controller-manager; the first run builds them: ~5-10 min)")
 	cp, err := controlplane.Start(ctx, controlplane.Options{Log: os.Stdout})

@@ -189,3 +189,11 @@ func CiliumNativeRouting() []string {
 func CiliumKubeProxyReplacement() []string {
 	return []string{"--kube-proxy-replacement=true", "--bpf-lb-sock=false", "--bpf-lb-enable-wildcard-entries=false"}
 }
+
+// CiliumBPFMasquerade are the flags of kube-proxy replacement with Cilium's BPF masquerading
+// (Helm bpf.masquerade true) in place of iptables', and legacy host routing kept (Helm
+// bpf.hostLegacyRouting true), as egressd needs: pods' traffic leaving the cluster is
+// masqueraded in cil_to_netdev at eth0's egress, after the host's netfilter.
+func CiliumBPFMasquerade() []string {
+	return append(CiliumKubeProxyReplacement(), "--enable-bpf-masquerade=true", "--enable-host-legacy-routing=true")
+}
