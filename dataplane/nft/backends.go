@@ -68,7 +68,7 @@ func backendRules(sets map[string]*nftables.Set) [][]expr.Any {
 		if v4 {
 			set, regs = sets[backendDeny4Set], 1
 		}
-		r := backendFlow(v4, regs)
+		r := backendFlow(v4, regs, false)
 		r = append(r,
 			lookup(set, 9, false),
 			&expr.Counter{},
@@ -97,15 +97,18 @@ func backendKey(pod, backend netip.Addr, proto uint8, port uint16) []byte {
 
 // backendFlow matches the original direction of a connection of one family and loads
 // pod . backend . protocol . port into the registers from 9 (regs registers per address): the
-// key of the sets and maps judged after DNAT. Whether conntrack did the DNAT is not asked:
-// Cilium translates a pod's ClusterIP traffic in its tc program, after egressd's classifier
+// key of the sets and maps judged after DNAT. Whether conntrack did the DNAT is asked only when
+// dnated: Cilium translates a pod's ClusterIP traffic in its tc program, after egressd's classifier
 // and before netfilter, so conntrack sees the backend as the destination from the start. A
 // direct connection to a backend gets the verdict the classifier gave it already: the sets
 // hold what the same rules say of that address.
-func backendFlow(v4 bool, regs uint32) []expr.Any {
+func backendFlow(v4 bool, regs uint32, dnated bool) []expr.Any {
 	var r []expr.Any
 	r = append(r, nfproto(v4)...)
 	r = append(r, ctDirection(ctDirOriginal)...)
+	if dnated { // only the connections conntrack translated (qosRules)
+		r = append(r, ctStatus(ctStatusDstNAT, false)...)
+	}
 	return append(r,
 		addrField(v4, true, 9),
 		addrField(v4, false, 9+regs),

@@ -73,8 +73,13 @@ func addDSCP(c contents, dscp map[string]dataplane.BackendDSCP) {
 // dscpChains are the qos_dscp_<n> chains the contents' maps jump to, sorted.
 func dscpChains(c contents) []string { return c.targets(backendDSCP4Set, backendDSCP6Set) }
 
-// qosRules: ct direction original
+// qosRules: ct direction original ct status dnat
 // <ip|ip6> saddr . <ip|ip6> daddr . meta l4proto . th dport vmap @map
+//
+// Unlike the firewall's denies, conntrack's DNAT is asked: a namespace whose EgressQoS turned
+// invalid keeps its backends' DSCP (KeepBackendDSCP) while the classifier stops marking its
+// direct flows, which must then leave unmarked. So a Service's backend gets no DSCP where
+// conntrack never sees the translation (Cilium's ClusterIPs: docs/compat.md).
 func qosRules(sets map[string]*nftables.Set) [][]expr.Any {
 	var rules [][]expr.Any
 	for _, v4 := range []bool{true, false} {
@@ -82,7 +87,7 @@ func qosRules(sets map[string]*nftables.Set) [][]expr.Any {
 		if v4 {
 			set, regs = sets[backendDSCP4Set], 1
 		}
-		r := backendFlow(v4, regs)
+		r := backendFlow(v4, regs, true)
 		r = append(r,
 			&expr.Lookup{SourceRegister: 9, SetName: set.Name, SetID: set.ID, DestRegister: 0, IsDestRegSet: true},
 		)
