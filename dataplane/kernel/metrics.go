@@ -55,7 +55,7 @@ func (d *Applier) Collectors() []prometheus.Collector {
 func newConflicts() *prometheus.GaugeVec {
 	return prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "egressd_cni_conflicts",
-		Help: "Settings of a CNI's programs on egressd's path that undo what egressd programs, by program and setting: the number of pod interfaces where Cilium's cil_from_container, after egressd's classifier, runs with enable_identity_mark (overwrites the steering mark: steered traffic is dropped; Helm enableIdentityMark false) or enable_bpf_host_routing (redirects past the host's routing: steered traffic leaves with the node's address; Helm bpf.hostLegacyRouting true), looked at when the classifier is attached there; and the number of addresses egressd SNATs to for which Cilium's load balancer holds a wildcard entry (cil_from_netdev, bpf-lb-enable-wildcard-entries: the replies are dropped), looked at on every apply. docs/compat.md.",
+		Help: "Settings of a CNI's programs on egressd's path that undo what egressd programs, by program and setting: the number of pod interfaces where Cilium's cil_from_container, after egressd's classifier, runs with enable_identity_mark (overwrites the steering mark: steered traffic is dropped, or takes the path its identity bits name; Helm enableIdentityMark false) or enable_bpf_host_routing (redirects past the host's routing: steered traffic leaves with the node's address; Helm bpf.hostLegacyRouting true), looked at when the classifier is attached there; and the number of addresses egressd SNATs to for which Cilium's load balancer holds a wildcard entry (cil_from_netdev, bpf-lb-enable-wildcard-entries: the replies are dropped), looked at on every apply. docs/compat.md.",
 	}, []string{"program", "setting"})
 }
 

@@ -32,8 +32,9 @@ var podSettings = []Conflict{
 // effects are what each known conflict does.
 var effects = map[Conflict]string{
 	// set_identity_mark writes the pod's security identity over the whole skb->mark when
-	// the program hands the packet to the stack: egressd's guard drops it, unsteered.
-	{ciliumFromContainer, "enable_identity_mark"}: "overwrites the packet mark egressd steers with, so the packet is dropped, not steered (Cilium: set enableIdentityMark false)",
+	// the program hands the packet to the stack: its bits under egressd's mask are no mark
+	// (the guard drops the packet) or, by chance, another steering mark.
+	{ciliumFromContainer, "enable_identity_mark"}: "overwrites the packet mark egressd steers with, so the packet is dropped or takes whichever steering path the pod's identity bits name (Cilium: set enableIdentityMark false)",
 	// fib_redirect_v4/v6 sends the packet to the egress device from tc, past the host's
 	// netfilter and policy routing, where egressd steers, SNATs and guards.
 	{ciliumFromContainer, "enable_bpf_host_routing"}: "redirects the packet to its device past the host's routing and netfilter, so it leaves with the node's address, not steered (Cilium: set bpf.hostLegacyRouting true)",

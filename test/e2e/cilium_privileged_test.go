@@ -15,18 +15,14 @@ import (
 )
 
 // TestPrivilegedEgressIPCiliumIdentityMark: with Cilium's default enableIdentityMark, its
-// cil_from_container, after egressd's classifier on a pod's veth, overwrites the packet mark
-// egressd steers with. The agent finds it when it attaches there and says so in a metric and
-// an Event on its Node; the steered pod's traffic is dropped, never leaked with its pod or
-// node address.
+// cil_from_container, after egressd's classifier on a pod's veth, writes the pod's security
+// identity over the packet mark egressd steers with. The agent finds it when it attaches there
+// and says so in a metric and an Event on its Node. (What the packet then does depends on the
+// identity Cilium allocated: its bits under egressd's mask are no mark, and the guard drops
+// it, or another steering mark, whose path it takes.)
 func TestPrivilegedEgressIPCiliumIdentityMark(t *testing.T) {
 	privileged.Require(t)
-	pod := ciliumConflictLab(t, "enable_identity_mark", "--enable-identity-mark=true")
-	for range 3 {
-		if r := pod.TCP("203.0.113.10:80", lab.ClientOptions{Timeout: quick}); r.Outcome != lab.Timeout {
-			t.Errorf("steered pod whose mark Cilium overwrote: %s, want dropped (timeout)", r)
-		}
-	}
+	ciliumConflictLab(t, "enable_identity_mark", "--enable-identity-mark=true")
 }
 
 // TestPrivilegedEgressIPCiliumBPFHostRouting: with Cilium's BPF host routing (kube-proxy
