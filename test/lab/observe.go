@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -32,6 +33,8 @@ type Observation struct {
 	DSCP    uint8      `json:"dscp"`
 	ECN     uint8      `json:"ecn"`
 	MAC     string     `json:"mac"`
+	// Echo is the start of a datagram's payload, so that a client can tell its answers apart.
+	Echo string `json:"echo,omitempty"`
 }
 
 type flowKey struct {
@@ -264,13 +267,13 @@ func (o *observer) serveUDP(pc net.PacketConn) {
 		if err != nil {
 			return
 		}
-		_ = n
 		ra := from.(*net.UDPAddr).AddrPort()
 		port := uint16(pc.LocalAddr().(*net.UDPAddr).Port)
 		ob, ok := o.lookup(flowKey{"udp", ra.Addr().Unmap(), ra.Port(), port})
 		if !ok {
 			ob = Observation{Host: o.host, Proto: "udp", Src: ra.Addr().Unmap(), SrcPort: ra.Port(), DstPort: port}
 		}
+		ob.Echo = strings.TrimSpace(string(buf[:min(n, 32)]))
 		b, _ := json.Marshal(ob)
 		_, _ = pc.WriteTo(append(b, '\n'), from)
 	}

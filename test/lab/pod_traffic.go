@@ -2,11 +2,13 @@ package lab
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"net"
 	"net/netip"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -118,46 +120,90 @@ func first(o []ClientOptions) ClientOptions {
 	return ClientOptions{}
 }
 
-// UDPStream sends n datagrams from the pod to dst, one every interval, and counts the servers'
-// answers (each datagram is answered): a packet lost either way shows as answered < sent.
-func (p *Pod) UDPStream(dst string, n int, interval time.Duration) (sent, answered int, err error) {
+// StreamResult is what UDPStream saw: how many datagrams it sent, how many were answered, and the
+// sequence numbers (0 to n-1, one per interval) of those that were not.
+type StreamResult struct {
+	Sent, Answered int
+	Unanswered     []int
+}
+
+// Lost says whether a datagram of the n the stream should have sent went unanswered.
+func (s StreamResult) Lost(n int) bool { return s.Sent != n || s.Answered != s.Sent }
+
+// String reads "293 of 300 answered, unanswered 101-107", the ranges telling when the loss was.
+func (s StreamResult) String() string {
+	out := fmt.Sprintf("%d of %d answered", s.Answered, s.Sent)
+	for i := 0; i < len(s.Unanswered); {
+		j := i
+		for j+1 < len(s.Unanswered) && s.Unanswered[j+1] == s.Unanswered[j]+1 {
+			j++
+		}
+		sep := ", "
+		if i == 0 {
+			sep = ", unanswered "
+		}
+		if out += sep + strconv.Itoa(s.Unanswered[i]); j > i {
+			out += "-" + strconv.Itoa(s.Unanswered[j])
+		}
+		i = j + 1
+	}
+	return out
+}
+
+// UDPStream sends n datagrams from the pod to dst, one every interval, each carrying its
+// sequence number, and matches the servers' answers (each datagram is answered, echoing it):
+// a packet lost either way shows in Unanswered.
+func (p *Pod) UDPStream(dst string, n int, interval time.Duration) (StreamResult, error) {
 	var conn net.Conn
 	if err := p.NS.Do(func() error {
 		var err error
 		conn, err = net.Dial("udp", dst)
 		return err
 	}); err != nil {
-		return 0, 0, err
+		return StreamResult{}, err
 	}
 	defer conn.Close()
-	done := make(chan int)
+	done := make(chan []bool)
 	go func() {
 		buf := make([]byte, 2048)
-		got := 0
-		for {
+		answered := make([]bool, n)
+		for got := 0; got < n; {
 			_ = conn.SetReadDeadline(time.Now().Add(time.Duration(n)*interval + 2*time.Second))
-			if _, err := conn.Read(buf); err != nil {
+			m, err := conn.Read(buf)
+			if err != nil {
 				if errors.Is(err, syscall.ECONNREFUSED) {
 					continue // an ICMP error for one datagram; keep counting the others
 				}
 				break // the deadline: nothing more is coming
 			}
-			got++
-			if got == n {
-				break
+			var ob Observation
+			if json.Unmarshal(buf[:m], &ob) != nil {
+				continue
+			}
+			if seq, err := strconv.Atoi(ob.Echo); err == nil && seq >= 0 && seq < n && !answered[seq] {
+				answered[seq] = true
+				got++
 			}
 		}
-		done <- got
+		done <- answered
 	}()
+	var s StreamResult
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for i := range n {
 		if _, err := conn.Write([]byte(fmt.Sprintf("%d\n", i))); err == nil {
-			sent++
+			s.Sent++
 		}
 		<-t.C
 	}
-	return sent, <-done, nil
+	for i, ok := range <-done {
+		if ok {
+			s.Answered++
+		} else {
+			s.Unanswered = append(s.Unanswered, i)
+		}
+	}
+	return s, nil
 }
 
 // FloodUDP sends 64-byte datagrams from the pod to dst (IPv4 "ip:port") as fast as it can for
