@@ -13,6 +13,7 @@ import (
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/test/lab"
+	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
 )
 
@@ -149,13 +150,19 @@ func TestPrivilegedEgressIPVXLAN(t *testing.T) {
 	// one) and the steered traffic follows through the tunnel.
 	labelNode(t, e.Lab, n1.Name, nil)
 	e.waitPlaced(t, name, 20*time.Second, map[*lab.Node]netip.Addr{n3: v4, n2: v6})
+	// The egress IP is the same before and after: the source proves nothing until the pod's
+	// node forwards to n3 alone (the old path drops, fail closed, while the move goes on).
+	poll.Eventually(t, "after the move, "+n0.Name+"'s forwarding entries name "+n3.Name+" and not "+n1.Name, 10*time.Second, func() error {
+		fdb := n0.NS.MustRun(t, "bridge", "fdb", "show", "dev", dataplane.TunnelDevice)
+		if !strings.Contains(fdb, "dst "+n3.IPv4.String()) || strings.Contains(fdb, "dst "+n1.IPv4.String()) {
+			return fmt.Errorf("forwarding entries:\n%s", fdb)
+		}
+		return nil
+	})
 	eventuallySource(t, "after the move, IPv4", steered, webAddr(v4), v4)
 	eventuallySource(t, "after the move, IPv6", steered, webAddr(v6), v6)
 	eventuallySource(t, "after the move, the bridged egress node's own pod, IPv4", bridged, webAddr(v4), v4)
 	eventuallySource(t, "after the move, from the bridged node through the tunnel, IPv6", bridged, webAddr(v6), v6)
-	if fdb := n0.NS.MustRun(t, "bridge", "fdb", "show", "dev", dataplane.TunnelDevice); !strings.Contains(fdb, "dst "+n3.IPv4.String()) || strings.Contains(fdb, "dst "+n1.IPv4.String()) {
-		t.Errorf("after the move, %s's forwarding entries should name %s and not %s:\n%s", n0.Name, n3.Name, n1.Name, fdb)
-	}
 
 	// The pod's agent (often the leader) is killed and restarted mid-stream: the tunnel stays as
 	// it is (the same device, adopted), a new leader keeps the assignments, and the stream
