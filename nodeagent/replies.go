@@ -25,12 +25,12 @@ const kindReplies dataplane.Kind = "RemotePodReplies"
 func remoteSNAT(snat []dataplane.SNAT, local map[netip.Addr]bool) []netip.Addr {
 	var out []netip.Addr
 	for _, s := range snat {
-		if !local[s.Pod] && !slices.Contains(out, s.Pod) {
+		if !local[s.Pod] {
 			out = append(out, s.Pod)
 		}
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
-	return out
+	return slices.Compact(out)
 }
 
 // replyRouting is the rule of both families for the replies' slot and its table: each other

@@ -96,6 +96,24 @@ type PodIndexer interface {
 // a compile step whose inputs did not change can reuse its last result.
 type Generations struct {
 	counts map[reflect.Type]*atomic.Uint64
+	// offsets are changes counted outside the caches (Adding).
+	offsets map[reflect.Type]uint64
+}
+
+// Adding returns generations that also count n changes of kind made outside the caches: n
+// counts the changes of an overlay over them (the pods the CNI plugin announced, in a
+// snapshot whose pod lister adds them), so that a result kept under a generation of kind is
+// not kept across a change of the overlay.
+func (g *Generations) Adding(kind any, n uint64) *Generations {
+	if g == nil {
+		return nil
+	}
+	out := &Generations{counts: g.counts, offsets: maps.Clone(g.offsets)}
+	if out.offsets == nil {
+		out.offsets = map[reflect.Type]uint64{}
+	}
+	out.offsets[reflect.TypeOf(kind)] += n
+	return out
 }
 
 // NewGenerations counts the changes of the given kinds (pointers to their Go types).
@@ -125,7 +143,7 @@ func (g *Generations) Of(kinds ...any) (uint64, bool) {
 		if c == nil {
 			return 0, false
 		}
-		sum += c.Load()
+		sum += c.Load() + g.offsets[reflect.TypeOf(k)]
 	}
 	return sum, true
 }

@@ -64,6 +64,7 @@ func (s *Store) includeRemotes(snap *watchers.Snapshot, latest map[podKey]*entry
 		known := err == nil && containsAll(statusIPs(obj), e.ips)
 		if gone || (!e.programmed.IsZero() && (known || time.Since(e.added) > remoteTTL)) {
 			delete(s.byID, e.id)
+			s.changes++
 			delete(latest, k)
 			continue
 		}

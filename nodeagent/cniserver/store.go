@@ -66,8 +66,11 @@ type Store struct {
 	// Runtime, when set, names the host-side interfaces of pods whose ADD was never seen.
 	Runtime *RuntimeCache
 
-	mu      sync.Mutex
-	byID    map[string]*entry
+	mu   sync.Mutex
+	byID map[string]*entry
+	// changes counts the changes of byID: what Overlay adds to the snapshot's pods moves
+	// its generation of pods (watchers.Generations.Adding).
+	changes uint64
 	last    map[podKey]applied
 	lastAt  time.Time
 	changed chan struct{}
@@ -103,6 +106,7 @@ func (s *Store) announce(id string, pod *corev1.Pod, ips []netip.Addr, host []st
 		remote: remoteState{announced: remote}}
 	s.mu.Lock()
 	s.byID[id] = e
+	s.changes++
 	s.mu.Unlock()
 	s.signal()
 	return e
@@ -115,6 +119,7 @@ func (s *Store) forget(ids ...string) bool {
 	for _, id := range ids {
 		if _, ok := s.byID[id]; ok {
 			delete(s.byID, id)
+			s.changes++
 			known = true
 		}
 	}
@@ -176,13 +181,16 @@ func (s *Store) Overlay(snap *watchers.Snapshot) (*watchers.Snapshot, []*corev1.
 			list = append(list, p)
 		}
 	}
+	out := *snap
+	s.mu.Lock()
+	out.Generations = snap.Generations.Adding(&corev1.Pod{}, s.changes)
+	s.mu.Unlock()
 	if len(pods) == 0 {
-		return snap, nil
+		return &out, nil
 	}
 	slices.SortFunc(list, func(a, b *corev1.Pod) int {
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
-	out := *snap
 	out.Pods = &overlayLister{base: snap.Pods, pods: pods}
 	return &out, list
 }

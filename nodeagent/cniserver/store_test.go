@@ -197,3 +197,32 @@ func TestHostInterfacesFollowTheSandbox(t *testing.T) {
 		t.Errorf("web at another address: %v, want none", moved[0].HostInterfaces)
 	}
 }
+
+// A result kept under the snapshot's generation of pods is not kept across an announcement or
+// a forgotten sandbox: the overlay's changes move that generation.
+func TestOverlayMovesThePodGeneration(t *testing.T) {
+	s := NewStore()
+	base := snapshot()
+	base.Generations = watchers.NewGenerations(&corev1.Pod{})
+	gen := func() uint64 {
+		snap, _ := s.Overlay(base)
+		g, known := snap.Generations.Of(&corev1.Pod{})
+		if !known {
+			t.Fatal("the overlay's generations do not know pods")
+		}
+		return g
+	}
+	g0 := gen()
+	s.announce("sb1", pod("ns", "web", nil), []netip.Addr{netip.MustParseAddr("10.0.0.5")}, nil, false)
+	g1 := gen()
+	if g1 == g0 {
+		t.Error("an announced pod left the generation of pods as it was")
+	}
+	if g := gen(); g != g1 {
+		t.Errorf("no change, yet the generation moved from %d to %d", g1, g)
+	}
+	s.forget("sb1")
+	if g := gen(); g == g1 {
+		t.Error("a forgotten sandbox left the generation of pods as it was")
+	}
+}

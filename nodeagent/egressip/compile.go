@@ -53,7 +53,44 @@ type Part struct {
 // Compiler compiles EgressIPs into this node's part, remembering which object serves each pod
 // so that the first claim holds across syncs.
 type Compiler struct {
-	serving map[string]string // pod namespace/name -> EgressIP
+	serving    map[string]string // pod namespace/name -> EgressIP
+	namespaces namespaceMemo
+}
+
+// namespaceMemo keeps the namespaces each EgressIP selects under the generation of the
+// EgressIPs and Namespaces they were matched from: with 100 EgressIPs and 10,000 namespaces,
+// matching them all is a million selector matches, which a sync for any other change (an
+// EgressFirewall's edit) need not pay.
+type namespaceMemo struct {
+	generation uint64
+	valid      bool
+	byEIP      map[string][]*corev1.Namespace
+}
+
+// selected returns the namespaces every EgressIP of eips selects, by name, matching them again
+// only when an EgressIP or a Namespace changed since.
+func (m *namespaceMemo) selected(in *cluster.Input, eips []*ovnv1.EgressIP, gen uint64, known bool) (map[string][]*corev1.Namespace, error) {
+	if known && m.valid && m.generation == gen {
+		return m.byEIP, nil
+	}
+	namespaces, err := in.Snap.Namespaces.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	byEIP := map[string][]*corev1.Namespace{}
+	for _, e := range eips {
+		nsSel, err := metav1.LabelSelectorAsSelector(&e.Spec.NamespaceSelector)
+		if err != nil {
+			continue // an invalid selector selects nothing
+		}
+		for _, ns := range namespaces {
+			if nsSel.Matches(labels.Set(ns.Labels)) {
+				byEIP[e.Name] = append(byEIP[e.Name], ns)
+			}
+		}
+	}
+	*m = namespaceMemo{generation: gen, valid: known, byEIP: byEIP}
+	return byEIP, nil
 }
 
 // egressNode is one status item with the node's primary address of the IP's family.
@@ -66,6 +103,8 @@ type egressNode struct {
 // Compile computes this node's part from the EgressIPs' status (the leader's assignment).
 func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 	var part Part
+	// Before the caches are read (watchers.Generations.Of).
+	gen, known := in.Snap.Generations.Of(&ovnv1.EgressIP{}, &corev1.Namespace{})
 	eips, err := in.Snap.EgressIPs.List(labels.Everything())
 	if err != nil {
 		return part, err
@@ -114,7 +153,11 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 		}
 	}
 	part.Assigned = len(egress) > 0
-	candidates, err := selectedPods(in, eips)
+	namespaces, err := c.namespaces.selected(in, eips, gen, known)
+	if err != nil {
+		return part, err
+	}
+	candidates, err := selectedPods(in, eips, namespaces)
 	if err != nil {
 		return part, err
 	}
@@ -217,28 +260,20 @@ type candidate struct {
 	eips     []*ovnv1.EgressIP
 }
 
-// selectedPods finds every pod of the cluster some assigned EgressIP selects: namespaces first,
-// then the pods of each selected namespace.
-func selectedPods(in *cluster.Input, eips []*ovnv1.EgressIP) ([]*candidate, error) {
-	namespaces, err := in.Snap.Namespaces.List(labels.Everything())
-	if err != nil {
-		return nil, err
-	}
+// selectedPods finds every pod of the cluster some assigned EgressIP selects, in the namespaces
+// each selects.
+func selectedPods(in *cluster.Input, eips []*ovnv1.EgressIP, namespaces map[string][]*corev1.Namespace) ([]*candidate, error) {
 	byKey := map[string]*candidate{}
 	var out []*candidate
 	for _, e := range eips {
 		if len(e.Status.Items) == 0 {
 			continue
 		}
-		nsSel, err1 := metav1.LabelSelectorAsSelector(&e.Spec.NamespaceSelector)
-		podSel, err2 := metav1.LabelSelectorAsSelector(&e.Spec.PodSelector)
-		if err1 != nil || err2 != nil {
+		podSel, err := metav1.LabelSelectorAsSelector(&e.Spec.PodSelector)
+		if err != nil {
 			continue // an invalid selector selects nothing
 		}
-		for _, ns := range namespaces {
-			if !nsSel.Matches(labels.Set(ns.Labels)) {
-				continue
-			}
+		for _, ns := range namespaces[e.Name] {
 			pods, err := in.Snap.Pods.Pods(ns.Name).List(podSel)
 			if err != nil {
 				return nil, err

@@ -17,6 +17,13 @@ import (
 
 // Snapshot is a Snapshot over the given objects, as the informers would hold them.
 func Snapshot(objs ...runtime.Object) *watchers.Snapshot {
+	snap, _ := Updatable(objs...)
+	return snap
+}
+
+// Updatable is Snapshot, with a function that adds or replaces an object in its caches as an
+// informer's event would (the caller counts the change in the snapshot's Generations, if any).
+func Updatable(objs ...runtime.Object) (*watchers.Snapshot, func(runtime.Object)) {
 	nsIdx := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, watchers.PodsByNode: watchers.PodIndexers[watchers.PodsByNode], watchers.PodsByIP: watchers.PodIndexers[watchers.PodsByIP]})
 	nodes := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
@@ -28,7 +35,7 @@ func Snapshot(objs ...runtime.Object) *watchers.Snapshot {
 	namespaces := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	slices := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
 	egressServices := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
-	for _, o := range objs {
+	update := func(o runtime.Object) {
 		switch o.(type) {
 		case *corev1.Pod:
 			_ = pods.Add(o)
@@ -52,11 +59,14 @@ func Snapshot(objs ...runtime.Object) *watchers.Snapshot {
 			_ = egressServices.Add(o)
 		}
 	}
+	for _, o := range objs {
+		update(o)
+	}
 	return &watchers.Snapshot{
 		Pods: corelisters.NewPodLister(pods), PodIndex: pods, Nodes: corelisters.NewNodeLister(nodes),
 		EgressFirewalls: ovnlisters.NewEgressFirewallLister(efs), EgressQoSes: ovnlisters.NewEgressQoSLister(qos),
 		EgressIPs: ovnlisters.NewEgressIPLister(eips), ExternalRoutes: ovnlisters.NewAdminPolicyBasedExternalRouteLister(routes),
 		Services: corelisters.NewServiceLister(svcs), Namespaces: corelisters.NewNamespaceLister(namespaces), EndpointSlices: discoverylisters.NewEndpointSliceLister(slices),
 		EgressServices: ovnlisters.NewEgressServiceLister(egressServices),
-	}
+	}, update
 }
