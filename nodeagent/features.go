@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
@@ -98,23 +99,6 @@ type egressIPs struct {
 	compiled compiledMemo
 }
 
-// compiledMemo says what a feature's part was last compiled from: the generation of the kinds
-// of objects it reads, the cluster networks and the node's pods (those the CNI announced
-// included, which no generation counts). A sync for anything else (an EgressFirewall's edit)
-// keeps the part instead of compiling it again: EgressIP's selection of 10,000 served pods by
-// 100 objects costs an egress node tens of milliseconds.
-type compiledMemo struct {
-	generation uint64
-	valid      bool
-	networks   []netip.Prefix
-	pods       []dataplane.Pod
-}
-
-// holds says whether the part compiled last is what in, at generation gen, compiles to.
-func (m *compiledMemo) holds(in *cluster.Input, gen uint64, known bool) bool {
-	return known && m.valid && m.generation == gen && slices.Equal(m.networks, in.Networks) && reflect.DeepEqual(m.pods, in.Pods)
-}
-
 // servedMemo keeps the scopes a feature named under the generation of what they were named
 // from: an egress node of a cluster with 10,000 namespaces and 100 EgressIPs matches them all
 // again only when one of those changed, not at every sync.
@@ -124,19 +108,43 @@ type servedMemo struct {
 	scopes     []watchers.PodScope
 }
 
+// compiledMemo says what a feature's part was last compiled from: the generation of the kinds
+// of objects it reads, the cluster networks and the node's pods (those the CNI announced
+// included). A sync for anything else (an EgressFirewall's edit) keeps the part instead of
+// compiling it again: EgressIP's selection of 10,000 served pods by 100 objects costs an
+// egress node tens of milliseconds, and each feature reads every Node.
+type compiledMemo struct {
+	generation uint64
+	valid      bool
+	networks   []netip.Prefix
+	pods       []dataplane.Pod
+}
+
+// compile runs compile, which reads in and objects of kinds only, unless what it would compile
+// from is what the part it compiled last came from.
+func (m *compiledMemo) compile(in *cluster.Input, kinds []any, compile func() error) error {
+	// Before the caches are read (watchers.Generations.Of).
+	gen, known := in.Snap.Generations.Of(kinds...)
+	if known && m.valid && m.generation == gen && slices.Equal(m.networks, in.Networks) && reflect.DeepEqual(m.pods, in.Pods) {
+		return nil
+	}
+	err := compile()
+	*m = compiledMemo{generation: gen, valid: known && err == nil, networks: in.Networks, pods: in.Pods}
+	return err
+}
+
+// egressIPReads are the kinds of objects EgressIP's compile reads.
+var egressIPReads = []any{&ovnv1.EgressIP{}, &corev1.Node{}, &corev1.Namespace{}, &corev1.Pod{}}
+
 func (*egressIPs) name() string { return "egressip" }
 
 func (f *egressIPs) compile(in *cluster.Input, p *parts) error {
-	// Before the caches are read (watchers.Generations.Of).
-	gen, known := in.Snap.Generations.Of(&ovnv1.EgressIP{}, &corev1.Node{}, &corev1.Namespace{}, &corev1.Pod{})
-	if f.compiled.holds(in, gen, known) {
-		return nil
-	}
-	part, err := f.compiler.Compile(in)
-	f.compiled = compiledMemo{generation: gen, valid: known && err == nil, networks: in.Networks, pods: in.Pods}
-	err = keep(&p.egressIP, part, err)
-	f.record(p.egressIP.Events)
-	return err
+	return f.compiled.compile(in, egressIPReads, func() error {
+		part, err := f.compiler.Compile(in)
+		err = keep(&p.egressIP, part, err)
+		f.record(p.egressIP.Events)
+		return err
+	})
 }
 
 func (f *egressIPs) servedPods(snap *watchers.Snapshot, node string) ([]watchers.PodScope, error) {
@@ -175,13 +183,20 @@ func (f *egressIPs) record(events []egressip.Event) {
 type services struct {
 	node     string
 	recorder EventRecorder
+	compiled compiledMemo
 }
 
 func (*services) name() string { return "egressservice" }
 
-func (*services) compile(in *cluster.Input, p *parts) error {
-	part, err := egressservice.Compile(in)
-	return keep(&p.service, part, err)
+// egressServiceReads are the kinds of objects EgressService's compile reads (its status.host
+// counts as a change, watchers.statusOnly).
+var egressServiceReads = []any{&ovnv1.EgressService{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &corev1.Node{}}
+
+func (f *services) compile(in *cluster.Input, p *parts) error {
+	return f.compiled.compile(in, egressServiceReads, func() error {
+		part, err := egressservice.Compile(in)
+		return keep(&p.service, part, err)
+	})
 }
 
 // applyFailed records a Warning on an EgressService this node failed to program (a network no

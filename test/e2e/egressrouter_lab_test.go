@@ -279,6 +279,18 @@ func (r *routerLab) restored(t *testing.T, step string, start time.Time) time.Du
 	// still lists a router pod that is gone (the endpoints controller lags a replacement on a
 	// loaded machine, and the Service then sends some connections to it).
 	poll.Eventually(t, step+": the Service's endpoints only the router pod", 30*time.Second, r.endpointsOnlyRouterPod)
+	// The API's endpoints reach the client's node's Service proxy a moment later: until then it
+	// may still send a connection to the pod that is gone. Five in a row of each family reach
+	// the router before the one-shot checks.
+	poll.Eventually(t, step+": five connections in a row through the router", 30*time.Second, func() error {
+		for range 5 {
+			if err := errors.Join(r.redirected("tcp", r.svc4, 80, r.dst1, 80, routerV4, 500*time.Millisecond),
+				r.redirected("tcp", r.svc6, 80, r.dst1, 80, routerV6, 500*time.Millisecond)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	return served
 }
 
