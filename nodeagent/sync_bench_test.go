@@ -7,8 +7,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/nodeagent/egressip"
@@ -49,7 +51,7 @@ func scaleCluster() []runtime.Object {
 			}
 		}
 		objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}},
-			&ovnv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}, Spec: ovnv1.EgressFirewallSpec{Egress: scaleRules(i, 0)}})
+			&ovnv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns, UID: types.UID("ef-" + ns), Generation: 1}, Spec: ovnv1.EgressFirewallSpec{Egress: scaleRules(i, 0)}})
 		if i < qos {
 			cidr := fmt.Sprintf("198.19.%d.0/24", i%256)
 			objs = append(objs, &ovnv1.EgressQoS{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns},
@@ -95,7 +97,7 @@ func scaleRules(i, extra int) []ovnv1.EgressFirewallRule {
 // costs before it reaches the kernel. Each step's time per sync is reported.
 func BenchmarkSyncOneFirewallChange(b *testing.B) {
 	snap, update := watcherstest.Updatable(scaleCluster()...)
-	snap.Generations = watchers.NewGenerations(&corev1.Node{}, &corev1.Namespace{}, &corev1.Pod{}, &corev1.Service{}, &ovnv1.EgressFirewall{},
+	snap.Generations = watchers.NewGenerations(&corev1.Node{}, &corev1.Namespace{}, &corev1.Pod{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &ovnv1.EgressFirewall{},
 		&ovnv1.EgressQoS{}, &ovnv1.EgressIP{}, &ovnv1.AdminPolicyBasedExternalRoute{}, &ovnv1.EgressService{})
 	l := newLoop(&recordingApplier{}, make(chan struct{}), 0, func(_ *Config, d *Deps) { d.Snapshot = snap })
 	l.sync(b.Context()) // the first: everything compiled once
@@ -106,6 +108,7 @@ func BenchmarkSyncOneFirewallChange(b *testing.B) {
 		ef, _ := snap.EgressFirewalls.EgressFirewalls("scale-00000").Get("default")
 		ef = ef.DeepCopy()
 		ef.Spec.Egress = scaleRules(0, i%2)
+		ef.Generation++
 		update(ef)
 		snap.Generations.Count(&ovnv1.EgressFirewall{})
 		l.sync(b.Context())

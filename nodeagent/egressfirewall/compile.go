@@ -6,7 +6,8 @@ package egressfirewall
 import (
 	"encoding/json"
 	"maps"
-	"sort"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -91,18 +92,17 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 
 // compileAll checks every EgressFirewall, and compiles the rules of those local names.
 func (c *Compiler) compileAll(in *cluster.Input, local map[string]bool) (Part, error) {
-	part := Part{Statuses: map[dataplane.Origin]error{}}
 	efs, err := in.Snap.EgressFirewalls.List(labels.Everything())
 	if err != nil {
-		return part, err
+		return Part{}, err
 	}
+	part := Part{Statuses: make(map[dataplane.Origin]error, len(efs))}
 	var nodes []*corev1.Node
 	if len(local) > 0 {
 		if nodes, err = in.Snap.Nodes.List(labels.Everything()); err != nil {
 			return part, err
 		}
 	}
-	sort.Slice(efs, func(i, j int) bool { return efs[i].Namespace < efs[j].Namespace })
 	for _, ef := range efs {
 		if ef.Name != "default" {
 			continue // the API server rejects other names; nothing to enforce
@@ -151,6 +151,11 @@ func (c *Compiler) compileAll(in *cluster.Input, local map[string]bool) (Part, e
 		part.Firewalls = append(part.Firewalls, fw)
 	}
 	c.memo.forgetBut(efs)
+	// Listers return objects in no particular order: sort what is enforced (a few namespaces'
+	// firewalls, not the cluster's thousands), so equal inputs give equal states.
+	slices.SortFunc(part.Firewalls, func(a, b dataplane.Firewall) int { return strings.Compare(a.Origin.Namespace, b.Origin.Namespace) })
+	slices.Sort(part.DNSNames)
+	slices.Sort(part.DNSNamespaces)
 	return part, nil
 }
 
