@@ -97,11 +97,13 @@ func (c *Compiler) compileAll(in *cluster.Input, local map[string]bool) (Part, e
 		return Part{}, err
 	}
 	part := Part{Statuses: make(map[dataplane.Origin]error, len(efs))}
-	var nodes []*corev1.Node
+	var nodes *nodeSelection
 	if len(local) > 0 {
-		if nodes, err = in.Snap.Nodes.List(labels.Everything()); err != nil {
+		all, err := in.Snap.Nodes.List(labels.Everything())
+		if err != nil {
 			return part, err
 		}
+		nodes = &nodeSelection{nodes: all}
 	}
 	for _, ef := range efs {
 		if ef.Name != "default" {

@@ -76,7 +76,7 @@ func FuzzCompileRule(f *testing.F) {
 		// A valid rule after it: it must not be compiled alone when the first fails.
 		e := ef("a", r, cidrRule(ovnv1.EgressFirewallRuleDeny, "0.0.0.0/0"))
 		var fw dataplane.Firewall
-		fw.Rules, fw.Err = rules(&cluster.Input{Networks: networks, Lookup: lookup}, e, nodes)
+		fw.Rules, fw.Err = rules(&cluster.Input{Networks: networks, Lookup: lookup}, e, &nodeSelection{nodes: nodes})
 
 		// What the API accepts.
 		dests := 0

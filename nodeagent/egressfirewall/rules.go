@@ -18,7 +18,7 @@ import (
 )
 
 // rules compiles one EgressFirewall's rules against the current nodes and DNS answers.
-func rules(in *cluster.Input, ef *ovnv1.EgressFirewall, nodes []*corev1.Node) ([]dataplane.FirewallRule, error) {
+func rules(in *cluster.Input, ef *ovnv1.EgressFirewall, nodes *nodeSelection) ([]dataplane.FirewallRule, error) {
 	// Upstream checks the index of each rule against the limit, so it accepts one rule more.
 	if len(ef.Spec.Egress) > maxRules+1 {
 		return nil, fmt.Errorf("egressFirewall for namespace %s has too many rules, max allowed number is %d", ef.Namespace, maxRules)
@@ -51,7 +51,7 @@ func rules(in *cluster.Input, ef *ovnv1.EgressFirewall, nodes []*corev1.Node) ([
 				}
 			}
 		case r.To.NodeSelector != nil:
-			rule.Prefixes, err = nodeAddresses(r.To.NodeSelector, nodes)
+			rule.Prefixes, err = nodes.addresses(r.To.NodeSelector)
 		}
 		if err == nil {
 			rule.Ports, err = ports(r.Ports)
@@ -107,15 +107,30 @@ func ports(in []ovnv1.EgressFirewallPort) ([]dataplane.Port, error) {
 	return out, nil
 }
 
-// nodeAddresses are every host address of the nodes a selector picks: the host-cidrs each
-// agent publishes (all addresses, secondary ones included), or the Node's addresses.
-func nodeAddresses(ls *metav1.LabelSelector, nodes []*corev1.Node) ([]netip.Prefix, error) {
+// nodeSelection picks the nodes of nodeSelector rules from nodes, each distinct selector once
+// per compile: the namespaces a node enforces often share one (their infrastructure nodes),
+// and with thousands of nodes each pick reads every node's addresses.
+type nodeSelection struct {
+	nodes  []*corev1.Node
+	picked map[string][]netip.Prefix
+}
+
+// addresses are every host address of the nodes a selector picks: the host-cidrs each agent
+// publishes (all addresses, secondary ones included), or the Node's addresses.
+func (s *nodeSelection) addresses(ls *metav1.LabelSelector) ([]netip.Prefix, error) {
 	sel, err := metav1.LabelSelectorAsSelector(ls)
 	if err != nil {
 		return nil, fmt.Errorf("rule destination has invalid node selector, err: %v", err)
 	}
+	if s == nil {
+		return nil, nil // only checked
+	}
+	key := sel.String()
+	if out, ok := s.picked[key]; ok {
+		return out, nil
+	}
 	var out []netip.Prefix
-	for _, n := range nodes {
+	for _, n := range s.nodes {
 		if !sel.Matches(labels.Set(n.Labels)) {
 			continue
 		}
@@ -123,6 +138,10 @@ func nodeAddresses(ls *metav1.LabelSelector, nodes []*corev1.Node) ([]netip.Pref
 			out = append(out, netip.PrefixFrom(a, a.BitLen()))
 		}
 	}
+	if s.picked == nil {
+		s.picked = map[string][]netip.Prefix{}
+	}
+	s.picked[key] = out
 	return out, nil
 }
 

@@ -67,6 +67,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "the scale harness needs root (network namespaces, bpf, nftables)")
 		os.Exit(2)
 	}
+	if *profiles != "" {
+		// Made before the half hour of filling the cluster, not found missing after it.
+		if err := os.MkdirAll(*profiles, 0o755); err != nil {
+			fmt.Fprintf(os.Stderr, "-profiles: %v\n", err)
+			os.Exit(2)
+		}
+	}
 	h := &harness{s: s, name: *name, steady: *steady, trials: *trials, wait: *wait, profiles: *profiles, log: os.Stderr, start: time.Now()}
 	err := h.run(context.Background())
 	h.report(os.Stdout)
