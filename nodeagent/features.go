@@ -92,7 +92,7 @@ type egressIPs struct {
 	// recorded are the events of the last sync: a lasting condition is reported once, not at
 	// every sync.
 	recorded map[egressip.Event]bool
-	served   servedMemo
+	served   watchers.Memo[[]watchers.PodScope]
 	compiled compiledMemo
 }
 
@@ -110,18 +110,15 @@ func (f *egressIPs) compile(in *cluster.Input, p *parts) error {
 	})
 }
 
+// servedPodsReads are the kinds of objects the served scopes are named from: EgressIPs (their
+// status too: the CRD has no status subresource, so an assignment moves the generation), the
+// namespaces' and the node's labels.
+var servedPodsReads = []any{&ovnv1.EgressIP{}, &corev1.Namespace{}, &corev1.Node{}}
+
 func (f *egressIPs) servedPods(snap *watchers.Snapshot, node string) ([]watchers.PodScope, error) {
-	// EgressIPs (their status too: the CRD has no status subresource, so an assignment moves
-	// the generation), the namespaces' and the node's labels. Read before the caches.
-	gen, known := snap.Generations.Of(&ovnv1.EgressIP{}, &corev1.Namespace{}, &corev1.Node{})
-	if known && f.served.valid && f.served.generation == gen {
-		return f.served.scopes, nil
-	}
-	scopes, err := egressip.ServedPods(snap, node)
-	if err == nil {
-		f.served = servedMemo{generation: gen, valid: known, scopes: scopes}
-	}
-	return scopes, err
+	return f.served.Get(snap.Generations, servedPodsReads, func() ([]watchers.PodScope, error) {
+		return egressip.ServedPods(snap, node)
+	})
 }
 
 // record records the events that were not recorded by the last sync.

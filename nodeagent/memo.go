@@ -17,52 +17,36 @@ import (
 // thousands of nodes and namespaces, a sync for one object's change must not pay again for
 // everything else.
 
-// servedMemo keeps the scopes a feature named under the generation of what they were named
-// from: an egress node of a cluster with 10,000 namespaces and 100 EgressIPs matches them all
-// again only when one of those changed, not at every sync.
-type servedMemo struct {
-	generation uint64
-	valid      bool
-	scopes     []watchers.PodScope
-}
-
 // compiledMemo says what a feature's part was last compiled from: the generation of the kinds
 // of objects it reads, the cluster networks and the node's pods (those the CNI announced
 // included). A sync for anything else (an EgressFirewall's edit) keeps the part instead of
 // compiling it again: EgressIP's selection of 10,000 served pods by 100 objects costs an
 // egress node tens of milliseconds, and each feature reads every Node.
 type compiledMemo struct {
-	generation uint64
-	valid      bool
-	networks   []netip.Prefix
-	pods       []dataplane.Pod
+	kept     watchers.Memo[struct{}]
+	networks []netip.Prefix
+	pods     []dataplane.Pod
 }
 
 // compile runs compile, which reads in and objects of kinds only, unless what it would compile
 // from is what the part it compiled last came from.
 func (m *compiledMemo) compile(in *cluster.Input, kinds []any, compile func() error) error {
-	// Before the caches are read (watchers.Generations.Of).
-	gen, known := in.Snap.Generations.Of(kinds...)
-	if known && m.valid && m.generation == gen && slices.Equal(m.networks, in.Networks) && reflect.DeepEqual(m.pods, in.Pods) {
-		return nil
+	if !slices.Equal(m.networks, in.Networks) || !reflect.DeepEqual(m.pods, in.Pods) {
+		m.kept.Forget()
+		m.networks, m.pods = in.Networks, in.Pods
 	}
-	err := compile()
-	*m = compiledMemo{generation: gen, valid: known && err == nil, networks: in.Networks, pods: in.Pods}
+	_, err := m.kept.Get(in.Snap.Generations, kinds, func() (struct{}, error) { return struct{}{}, compile() })
 	return err
 }
 
-// vipsMemo keeps the cluster's load balancer VIPs while Services and Nodes stay: telling them
-// from node addresses reads every node's.
-type vipsMemo struct {
-	generation uint64
-	valid      bool
-	vips       []netip.Prefix
-}
+// vipReads are the kinds of objects the cluster's load balancer VIPs are told from (telling
+// them from node addresses reads every node's).
+var vipReads = []any{&corev1.Service{}, &corev1.Node{}}
 
-func (m *vipsMemo) of(snap *watchers.Snapshot) []netip.Prefix {
-	gen, known := snap.Generations.Of(&corev1.Service{}, &corev1.Node{})
-	if !known || !m.valid || m.generation != gen {
-		*m = vipsMemo{generation: gen, valid: known, vips: cluster.LoadBalancerVIPs(snap)}
-	}
-	return m.vips
+// loadBalancerVIPs are the cluster's load balancer VIPs, kept while Services and Nodes stay.
+func (l *SyncLoop) loadBalancerVIPs() []netip.Prefix {
+	vips, _ := l.vips.Get(l.deps.Snapshot.Generations, vipReads, func() ([]netip.Prefix, error) {
+		return cluster.LoadBalancerVIPs(l.deps.Snapshot), nil
+	})
+	return vips
 }

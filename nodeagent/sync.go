@@ -132,7 +132,7 @@ type SyncLoop struct {
 	retry     backoff
 	// served are the scopes of other nodes' pods the last sync asked for (servePods).
 	served []watchers.PodScope
-	vips   vipsMemo
+	vips   watchers.Memo[[]netip.Prefix]
 }
 
 // New builds the sync loop of the node cfg.Node, with every feature.
@@ -249,7 +249,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 		l.compile(f.name(), func() error { return f.compile(in, &l.parts) })
 	}
 	mask := l.cfg.MarkMask
-	state, objects := merge(networks, l.vips.of(l.deps.Snapshot), cluster.Frontends(l.deps.Snapshot, l.cfg.Node), &l.parts, &l.steering, mask)
+	state, objects := merge(networks, l.loadBalancerVIPs(), cluster.Frontends(l.deps.Snapshot, l.cfg.Node), &l.parts, &l.steering, mask)
 	state.Nftables.DNSSnoop = dnsSnoop(l.parts.pods, l.parts.firewall.DNSNamespaces, l.cfg.DNSAnswersQueue)
 	if len(state.Nftables.DNSSnoop.Pods) > 0 {
 		state.Nftables.DNSSnoop.Resolvers = cluster.ClusterDNS(l.deps.Snapshot, l.cfg.DNSResolvers)

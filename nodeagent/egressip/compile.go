@@ -11,6 +11,7 @@ import (
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/watchers"
 )
 
 // Part is what EgressIP adds to this node's state.
@@ -54,24 +55,20 @@ type Part struct {
 // so that the first claim holds across syncs.
 type Compiler struct {
 	serving    map[string]string // pod namespace/name -> EgressIP
-	namespaces namespaceMemo
+	namespaces watchers.Memo[map[string][]*corev1.Namespace]
 }
 
-// namespaceMemo keeps the namespaces each EgressIP selects under the generation of the
-// EgressIPs and Namespaces they were matched from: with 100 EgressIPs and 10,000 namespaces,
-// matching them all is a million selector matches, which a sync for any other change (an
-// EgressFirewall's edit) need not pay.
-type namespaceMemo struct {
-	generation uint64
-	valid      bool
-	byEIP      map[string][]*corev1.Namespace
-}
+// namespaceReads are the kinds of objects the namespaces each EgressIP selects are matched
+// from.
+var namespaceReads = []any{&ovnv1.EgressIP{}, &corev1.Namespace{}}
 
-// selected returns the namespaces every EgressIP of eips selects, by name, matching them again
-// only when an EgressIP or a Namespace changed since.
-func (m *namespaceMemo) selected(in *cluster.Input, eips []*ovnv1.EgressIP, gen uint64, known bool) (map[string][]*corev1.Namespace, error) {
-	if known && m.valid && m.generation == gen {
-		return m.byEIP, nil
+// selectedNamespaces are the namespaces each EgressIP selects, by its name. With 100 EgressIPs
+// and 10,000 namespaces that is a million selector matches, which the Compiler keeps while
+// EgressIPs and Namespaces stay: a sync for another change (a pod's) need not pay it again.
+func selectedNamespaces(in *cluster.Input) (map[string][]*corev1.Namespace, error) {
+	eips, err := in.Snap.EgressIPs.List(labels.Everything())
+	if err != nil {
+		return nil, err
 	}
 	namespaces, err := in.Snap.Namespaces.List(labels.Everything())
 	if err != nil {
@@ -89,7 +86,6 @@ func (m *namespaceMemo) selected(in *cluster.Input, eips []*ovnv1.EgressIP, gen 
 			}
 		}
 	}
-	*m = namespaceMemo{generation: gen, valid: known, byEIP: byEIP}
 	return byEIP, nil
 }
 
@@ -103,8 +99,6 @@ type egressNode struct {
 // Compile computes this node's part from the EgressIPs' status (the leader's assignment).
 func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 	var part Part
-	// Before the caches are read (watchers.Generations.Of).
-	gen, known := in.Snap.Generations.Of(&ovnv1.EgressIP{}, &corev1.Namespace{})
 	eips, err := in.Snap.EgressIPs.List(labels.Everything())
 	if err != nil {
 		return part, err
@@ -153,7 +147,9 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 		}
 	}
 	part.Assigned = len(egress) > 0
-	namespaces, err := c.namespaces.selected(in, eips, gen, known)
+	namespaces, err := c.namespaces.Get(in.Snap.Generations, namespaceReads, func() (map[string][]*corev1.Namespace, error) {
+		return selectedNamespaces(in)
+	})
 	if err != nil {
 		return part, err
 	}
