@@ -152,6 +152,8 @@ type Table struct {
 	// dscp are the written backend DSCP elements by element key, with the EgressQoS rule each
 	// came from.
 	dscp map[string]dataplane.BackendDSCP
+	// egressIP is the EgressIP part of the last plan.
+	egressIP egressIPMemo
 	// Counter accumulators: they keep counts of removed or reset elements so that what the
 	// readers return never goes back.
 	denyCounts   tally[dataplane.Origin]

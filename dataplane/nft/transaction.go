@@ -122,14 +122,15 @@ func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 
 // plan is what the sets must hold for s: the contents, the backend denies and DSCP elements
 // (with those kept for the namespaces whose objects failed to compile), and the SNATs that
-// cannot be programmed. It reads the table's last written denies and DSCP elements only.
+// cannot be programmed. It reads the table's last written denies and DSCP elements, and keeps
+// the EgressIP part while its inputs stay.
 func (t *Table) plan(s *dataplane.NftablesState) (contents, map[string]dataplane.BackendDeny, map[string]dataplane.BackendDSCP, map[dataplane.Origin]error) {
 	denies, dscp := t.wantDenies(s), t.wantDSCP(s)
 	want := contents{}
 	addDenies(want, denies)
 	addFrontends(want, s)
 	addDSCP(want, dscp)
-	failed := addEgressIP(want, s)
+	failed := t.egressIP.add(want, s)
 	addReturnPaths(want, s)
 	addSteered(want, s)
 	addReplies(want, s)

@@ -1,0 +1,44 @@
+package nft
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+
+	"github.com/egressd/egressd/dataplane"
+)
+
+// TestEgressIPPartPlannedAgainWhenItsInputsChange: a Table keeps the EgressIP part of its plan
+// only while the fields it is planned from stay, including when the caller edits its state in
+// place after an Apply, and a caller's changes to the returned failures do not stick.
+func TestEgressIPPartPlannedAgainWhenItsInputsChange(t *testing.T) {
+	s := &dataplane.NftablesState{SteerMask: 0x00ff0000,
+		SNAT:    []dataplane.SNAT{{Origin: eipA, Pod: addr("10.244.1.5"), To: addr("172.18.0.100")}},
+		Guarded: []netip.Addr{addr("10.244.1.5")}}
+	tbl := &Table{}
+	has := func(set, key string) bool {
+		want, _, _, _ := tbl.plan(s)
+		_, ok := want[set][string(addr(key).AsSlice())]
+		return ok
+	}
+	if !has(snat4Set, "10.244.1.5") || !has(guarded4Set, "10.244.1.5") {
+		t.Fatalf("the first plan lacks the SNAT or guard of 10.244.1.5")
+	}
+	s.SNAT[0].Pod, s.Guarded[0] = addr("10.244.1.6"), addr("10.244.1.6") // in place
+	if !has(snat4Set, "10.244.1.6") || has(snat4Set, "10.244.1.5") || !has(guarded4Set, "10.244.1.6") {
+		t.Errorf("a pod changed in place: the plan still SNATs or guards the old one")
+	}
+	s.Exempt = append(s.Exempt, prefix("172.20.0.0/16"))
+	if !has(exempt4Set, "172.20.0.0") {
+		t.Errorf("an exempt prefix added: the plan lacks it")
+	}
+	s.SNAT = append(s.SNAT, dataplane.SNAT{Origin: eipB, Pod: addr("10.244.1.6"), To: addr("172.18.0.101")})
+	_, _, _, failed := tbl.plan(s)
+	if failed[eipB] == nil {
+		t.Fatalf("a pod SNATed to two egress IPs: no failure for %v", eipB)
+	}
+	failed[eipA] = errors.New("the caller's")
+	if _, _, _, again := tbl.plan(s); again[eipA] != nil || again[eipB] == nil {
+		t.Errorf("the kept failures are %v, want only %v's", again, eipB)
+	}
+}

@@ -1,0 +1,32 @@
+package nft
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/egressd/egressd/dataplane"
+)
+
+// BenchmarkPlan: what the egress node of make bench-scale's full size plans per Apply before
+// the kernel is touched: 100 EgressIPs serving 10,000 pods of other nodes, 5,000 nodes (their
+// addresses exempt, their pod networks remote), 30 local pods under a firewall.
+func BenchmarkPlan(b *testing.B) {
+	s := &dataplane.NftablesState{SteerMask: 0x00ff0000}
+	for i := range 10000 {
+		pod := netip.AddrFrom4([4]byte{10, byte(100 + i/65536), byte(i / 256), byte(i)})
+		eip := netip.AddrFrom4([4]byte{172, 18, 0, byte(100 + i%100)})
+		s.SNAT = append(s.SNAT, dataplane.SNAT{Origin: dataplane.Origin{Kind: "EgressIP", Name: eip.String()}, Pod: pod, To: eip})
+		s.Guarded = append(s.Guarded, pod)
+	}
+	for i := range 5000 {
+		s.Exempt = append(s.Exempt, netip.PrefixFrom(netip.AddrFrom4([4]byte{172, 20, byte(i / 250), byte(i%250 + 1)}), 32))
+		s.RemotePods = append(s.RemotePods, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i / 256), byte(i), 0}), 24))
+	}
+	for i := range 30 {
+		s.FirewalledPods = append(s.FirewalledPods, netip.AddrFrom4([4]byte{10, 244, 0, byte(i + 2)}))
+	}
+	t := &Table{}
+	for b.Loop() {
+		t.plan(s)
+	}
+}
