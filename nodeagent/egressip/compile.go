@@ -157,19 +157,19 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 	if err != nil {
 		return part, err
 	}
-	serving := map[string]string{}
+	served := map[string]string{}
 	for _, cp := range candidates {
-		name, events := Serving(cp.pod, cp.nsLabels, cp.eips, c.serving[cp.key])
+		name, events := serving(cp.pod, cp.eips, c.serving[cp.key])
 		if cp.pod.Spec.NodeName == in.Node { // each pod's agent reports it, once
 			part.Events = append(part.Events, events...)
 		}
 		if name == "" {
 			continue
 		}
-		serving[cp.key] = name
+		served[cp.key] = name
 		c.addPod(&part, in, cp.pod, name, egress[name])
 	}
-	c.serving = serving
+	c.serving = served
 	// Listers return objects in no particular order: sort, so equal inputs give equal states.
 	slices.SortFunc(part.Exempt, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	part.Exempt = slices.Compact(part.Exempt)
@@ -250,10 +250,9 @@ func origin(name string) dataplane.Origin {
 
 // candidate is a pod and the objects that select it.
 type candidate struct {
-	key      string
-	pod      *corev1.Pod
-	nsLabels map[string]string
-	eips     []*ovnv1.EgressIP
+	key  string
+	pod  *corev1.Pod
+	eips []*ovnv1.EgressIP
 }
 
 // selectedPods finds every pod of the cluster some assigned EgressIP selects, in the namespaces
@@ -278,7 +277,7 @@ func selectedPods(in *cluster.Input, eips []*ovnv1.EgressIP, namespaces map[stri
 				key := p.Namespace + "/" + p.Name
 				cp := byKey[key]
 				if cp == nil {
-					cp = &candidate{key: key, pod: p, nsLabels: ns.Labels}
+					cp = &candidate{key: key, pod: p}
 					byKey[key] = cp
 					out = append(out, cp)
 				}

@@ -6,8 +6,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/watchers/watcherstest"
 )
 
 // selecting is an assigned EgressIP created `age` minutes after epoch that selects namespaces
@@ -19,6 +22,29 @@ func selecting(name string, age int, podLabels map[string]string) *ovnv1.EgressI
 		e.Spec.PodSelector = metav1.LabelSelector{MatchLabels: podLabels}
 	}
 	return e
+}
+
+// servingAmong is the object serving pod, in a namespace labelled nsLabels, among eips: the
+// candidates the compile's selection finds, then its pick.
+func servingAmong(t *testing.T, pod *corev1.Pod, nsLabels map[string]string, eips []*ovnv1.EgressIP, current string) (string, []Event) {
+	t.Helper()
+	objs := []runtime.Object{pod, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: pod.Namespace, Labels: nsLabels}}}
+	for _, e := range eips {
+		objs = append(objs, e)
+	}
+	in := &cluster.Input{Snap: watcherstest.Snapshot(objs...), Node: "n1"}
+	namespaces, err := selectedNamespaces(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	candidates, err := selectedPods(in, eips, namespaces)
+	if err != nil || len(candidates) > 1 {
+		t.Fatalf("candidates %v, %v", candidates, err)
+	}
+	if len(candidates) == 0 {
+		return "", nil
+	}
+	return serving(candidates[0].pod, candidates[0].eips, current)
 }
 
 func TestServing(t *testing.T) {
@@ -74,7 +100,7 @@ func TestServing(t *testing.T) {
 			eips: []*ovnv1.EgressIP{selecting("a", 0, nil)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, events := Serving(tc.pod, tc.nsLabels, tc.eips, tc.current)
+			got, events := servingAmong(t, tc.pod, tc.nsLabels, tc.eips, tc.current)
 			if got != tc.want {
 				t.Errorf("serving = %q, want %q", got, tc.want)
 			}
