@@ -5,16 +5,12 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/egressd/egressd/test/agent"
 )
 
 // steadyState measures the agent's and the controller's CPU over h.steady on the settled
@@ -102,48 +98,6 @@ func (h *harness) steadyState(ctx context.Context, agents0 []usage, ctl0 usage, 
 	return h.heapProfiles()
 }
 
-// cpuProfile waits d, meanwhile recording the egress node's agent's CPU profile into
-// h.profiles (when set).
-func (h *harness) cpuProfile(d time.Duration) {
-	if h.profiles == "" {
-		time.Sleep(d)
-		return
-	}
-	path := filepath.Join(h.profiles, "agent-"+h.lab.Nodes[0].Name+".cpu.pprof")
-	b, err := h.lab.Nodes[0].Agent.Profile(fmt.Sprintf("profile?seconds=%d", int(d.Seconds())), d+time.Minute)
-	if err == nil {
-		err = os.WriteFile(path, b, 0o644)
-	}
-	if err != nil {
-		h.logf("CPU profile: %v", err)
-		return
-	}
-	h.logf("CPU profile of the egress node's agent over the steady cluster: %s", path)
-}
-
-// heapProfiles writes each agent's and the controller's heap profile to h.profiles.
-func (h *harness) heapProfiles() error {
-	if h.profiles == "" {
-		return nil
-	}
-	procs := map[string]*agent.Process{"controller": h.lab.Nodes[0].Controller}
-	for _, n := range h.lab.Nodes {
-		procs["agent-"+n.Name] = n.Agent
-	}
-	for name, p := range procs {
-		b, err := p.Profile("heap", time.Minute)
-		if err != nil {
-			return err
-		}
-		path := filepath.Join(h.profiles, name+".heap.pprof")
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			return err
-		}
-		h.logf("heap profile of %s: %s", name, path)
-	}
-	return nil
-}
-
 // changeLatency edits the EgressFirewall of a namespace with a pod on the first real node,
 // adding and removing a rule in turn, and times each edit until that node's agent reports the
 // new rule count programmed (egressd_egressfirewall_rules, set once the kernel holds it).
@@ -156,6 +110,8 @@ func (h *harness) changeLatency(ctx context.Context) error {
 	}
 	base := m.sum("egressd_egressfirewall_rules")
 	h.logf("EgressFirewall change trials: %d (node holds %.0f rules)", h.trials, base)
+	// The trials' first 30 s: most of them at the targeted latency.
+	defer h.profileFor(30*time.Second, "agent-"+h.lab.Nodes[0].Name+".trials.cpu.pprof", "the egress node's agent during the change trials", a.Profile)()
 	var lat, scrapes []time.Duration
 	budget := time.Now().Add(h.wait)
 	unfinished := "" // the trial the budget cut short
