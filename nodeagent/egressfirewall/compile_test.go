@@ -203,18 +203,21 @@ func TestCompileFirewallMemoInputs(t *testing.T) {
 	}
 }
 
-// While no EgressFirewall, Node or Namespace changed, the same list is handed on (the dataplane
-// recognizes it); any of them changing, or a dnsName rule, compiles it again. Backend denies,
-// which depend on pods too, are judged every time.
+// While no EgressFirewall, Node or Namespace changed, nor the cluster networks or the answers
+// of the names of dnsName rules, the same list is handed on (the dataplane recognizes it); any
+// of them changing compiles it again. Backend denies, which depend on pods too, are judged
+// every time.
 func TestCompileFirewallListKept(t *testing.T) {
 	e := ef("a", cidrRule("Deny", "10.0.0.0/8"))
 	snap := watcherstest.Snapshot(e)
 	snap.Generations = watchers.NewGenerations(&ovnv1.EgressFirewall{}, &corev1.Node{}, &corev1.Namespace{})
 	c := &Compiler{}
 	local := everywhere(e, ef("b"))
+	var answer []netip.Addr
+	networks := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
 	compile := func() []dataplane.Firewall {
 		t.Helper()
-		part, err := c.Compile(&cluster.Input{Snap: snap, Pods: local, Lookup: func(string) []netip.Addr { return nil }})
+		part, err := c.Compile(&cluster.Input{Snap: snap, Pods: local, Networks: networks, Lookup: func(string) []netip.Addr { return answer }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -234,7 +237,7 @@ func TestCompileFirewallListKept(t *testing.T) {
 		}
 	}
 	// The version names the list: the same while kept, another once compiled again.
-	in := &cluster.Input{Snap: snap, Pods: local, Lookup: func(string) []netip.Addr { return nil }}
+	in := &cluster.Input{Snap: snap, Pods: local, Networks: networks, Lookup: func(string) []netip.Addr { return nil }}
 	p1, _ := c.Compile(in)
 	p2, _ := c.Compile(in)
 	snap.Generations.Count(&corev1.Node{})
@@ -247,8 +250,19 @@ func TestCompileFirewallListKept(t *testing.T) {
 	snap2.Generations = snap.Generations
 	snap = snap2
 	snap.Generations.Count(&ovnv1.EgressFirewall{})
-	if dns := compile(); same(dns, compile()) {
-		t.Error("a list with a dnsName rule was kept (it changes with the answers)")
+	dns := compile()
+	if !same(dns, compile()) {
+		t.Error("a list with a dnsName rule was compiled again with the same answers")
+	}
+	answer = []netip.Addr{netip.MustParseAddr("192.0.2.7")}
+	if next := compile(); same(dns, next) || len(next[1].Rules) != 1 || len(next[1].Rules[0].Prefixes) != 1 {
+		t.Errorf("a name's new answer: the list was kept, or lacks it (%+v)", next)
+	} else {
+		dns = next
+	}
+	networks = append(networks, netip.MustParsePrefix("10.96.0.0/16"))
+	if same(dns, compile()) {
+		t.Error("the cluster networks changed, yet the list was kept")
 	}
 }
 

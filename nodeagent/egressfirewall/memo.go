@@ -39,7 +39,7 @@ type compiledFirewall struct {
 // nodeSelector rule (ok false when unknown: then it is not kept), and the hash of its names'
 // addresses when it has dnsName rules.
 func inputs(in *cluster.Input, ef *ovnv1.EgressFirewall) (nodes, names uint64, ok bool) {
-	h := fnv.New64a()
+	var dnsNames []string
 	for _, r := range ef.Spec.Egress {
 		switch {
 		case r.To.NodeSelector != nil && nodes == 0:
@@ -49,14 +49,28 @@ func inputs(in *cluster.Input, ef *ovnv1.EgressFirewall) (nodes, names uint64, o
 			}
 			nodes++ // 0 means "no nodeSelector rule"
 		case r.To.DNSName != "":
-			h.Write([]byte(r.To.DNSName))
-			for _, a := range in.Lookup(dnsname.Canonical(r.To.DNSName)) {
-				h.Write(a.AsSlice())
-			}
-			names = h.Sum64() | 1 // 0 means "no dnsName rule"
+			dnsNames = append(dnsNames, r.To.DNSName)
 		}
 	}
+	if len(dnsNames) > 0 {
+		names = namesHash(in, dnsNames) | 1 // 0 means "no dnsName rule"
+	}
 	return nodes, names, true
+}
+
+// namesHash is a hash of the current addresses of names (DNS names of rules; 0: none).
+func namesHash(in *cluster.Input, names []string) uint64 {
+	if len(names) == 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	for _, n := range names {
+		h.Write([]byte(n))
+		for _, a := range in.Lookup(dnsname.Canonical(n)) {
+			h.Write(a.AsSlice())
+		}
+	}
+	return h.Sum64()
 }
 
 func (m *memo) firewall(ef *ovnv1.EgressFirewall, enforced bool, nodes, names uint64) (compiledFirewall, bool) {
