@@ -56,6 +56,47 @@ type Part struct {
 type Compiler struct {
 	serving    map[string]string // pod namespace/name -> EgressIP
 	namespaces watchers.Memo[map[string][]*corev1.Namespace]
+	nodes      watchers.Memo[nodeNetworks]
+	// networks and node are what nodes was computed with besides the Nodes.
+	networks []netip.Prefix
+	node     string
+}
+
+// nodeNetworks is what the compile reads of every Node: with 5,000 nodes, a few milliseconds
+// the Compiler keeps while Nodes (and the cluster networks) stay. Its slices are clipped: a
+// part that appends to them copies them.
+type nodeNetworks struct {
+	primaries    map[string]cluster.PrimaryIfAddr
+	exempt       []netip.Prefix // sorted, without duplicates
+	remotePodsOf map[string][]netip.Prefix
+	remotePods   []netip.Prefix // sorted
+	cloud        bool
+}
+
+// nodeReads are the kinds of objects nodeNetworks is read from.
+var nodeReads = []any{&corev1.Node{}}
+
+func readNodeNetworks(in *cluster.Input) (nodeNetworks, error) {
+	nodes, err := in.Snap.Nodes.List(labels.Everything())
+	if err != nil {
+		return nodeNetworks{}, err
+	}
+	var n nodeNetworks
+	n.primaries, n.exempt = cluster.NodeNetworks(in, nodes)
+	n.remotePodsOf = remotePodNetworks(in.Node, nodes)
+	for _, ps := range n.remotePodsOf {
+		n.remotePods = append(n.remotePods, ps...)
+	}
+	n.cloud = slices.ContainsFunc(nodes, func(n *corev1.Node) bool {
+		_, ok := n.Annotations[CloudConfigAnnotation]
+		return ok
+	})
+	// Listers return objects in no particular order: sort, so equal inputs give equal states.
+	slices.SortFunc(n.exempt, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	n.exempt = slices.Clip(slices.Compact(n.exempt))
+	slices.SortFunc(n.remotePods, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	n.remotePods = slices.Clip(n.remotePods)
+	return n, nil
 }
 
 // namespaceReads are the kinds of objects the namespaces each EgressIP selects are matched
@@ -103,19 +144,15 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 	if err != nil {
 		return part, err
 	}
-	nodes, err := in.Snap.Nodes.List(labels.Everything())
+	if !slices.Equal(c.networks, in.Networks) || c.node != in.Node {
+		c.nodes.Forget()
+		c.networks, c.node = slices.Clone(in.Networks), in.Node
+	}
+	nodes, err := c.nodes.Get(in.Snap.Generations, nodeReads, func() (nodeNetworks, error) { return readNodeNetworks(in) })
 	if err != nil {
 		return part, err
 	}
-	part.Primaries, part.Exempt = cluster.NodeNetworks(in, nodes)
-	part.RemotePodsOf = remotePodNetworks(in.Node, nodes)
-	for _, ps := range part.RemotePodsOf {
-		part.RemotePods = append(part.RemotePods, ps...)
-	}
-	part.Cloud = slices.ContainsFunc(nodes, func(n *corev1.Node) bool {
-		_, ok := n.Annotations[CloudConfigAnnotation]
-		return ok
-	})
+	part.Primaries, part.Exempt, part.RemotePodsOf, part.RemotePods, part.Cloud = nodes.primaries, nodes.exempt, nodes.remotePodsOf, nodes.remotePods, nodes.cloud
 	primary := part.Primaries
 	egress := map[string][]egressNode{}
 	for _, e := range eips {
@@ -171,10 +208,7 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 	}
 	c.serving = served
 	// Listers return objects in no particular order: sort, so equal inputs give equal states.
-	slices.SortFunc(part.Exempt, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
-	part.Exempt = slices.Compact(part.Exempt)
 	slices.SortFunc(part.Guarded, netip.Addr.Compare)
-	slices.SortFunc(part.RemotePods, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	slices.SortFunc(part.SNAT, func(a, b dataplane.SNAT) int { return a.Pod.Compare(b.Pod) })
 	slices.SortFunc(part.Steer, func(a, b cluster.Steer) int { return a.PodIP.Compare(b.PodIP) })
 	slices.SortFunc(part.Addresses, func(a, b dataplane.Address) int { return a.Addr.Compare(b.Addr) })

@@ -2,6 +2,7 @@ package egressip
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -45,4 +46,43 @@ func TestCompileMatchesNamespacesAgainOnlyWhenTheyOrTheObjectsChange(t *testing.
 	snat("after pods changed (a2's namespace not counted yet)", 2)
 	gens.Count(&corev1.Namespace{})
 	snat("after a namespace's change", 3)
+}
+
+// TestCompileReadsNodesAgainOnlyWhenTheyOrTheNetworksChange: what the compile reads of every
+// Node (exempt addresses, other nodes' pod networks) is kept while Nodes and the cluster
+// networks stay, and read again when either changes.
+func TestCompileReadsNodesAgainOnlyWhenTheyOrTheNetworksChange(t *testing.T) {
+	n3 := clusterNode("n3", "192.0.2.3/24")
+	n3.Spec.PodCIDRs = []string{"10.244.3.0/24"}
+	snap, update := watcherstest.Updatable(clusterNode("n1", "192.0.2.1/24"), clusterNode("n2", "192.0.2.2/24"))
+	gens := watchers.NewGenerations(&ovnv1.EgressIP{}, &corev1.Namespace{}, &corev1.Node{}, &corev1.Pod{})
+	snap.Generations = gens
+	c := &Compiler{}
+	networks := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
+	compile := func() Part {
+		t.Helper()
+		part, err := c.Compile(&cluster.Input{Snap: snap, Node: "n2", Networks: networks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return part
+	}
+	exempts := func(p Part, s string) bool {
+		return slices.Contains(p.Exempt, netip.MustParsePrefix(s))
+	}
+	if p := compile(); !exempts(p, "192.0.2.1/32") || exempts(p, "192.0.2.3/32") {
+		t.Fatalf("first: exempt %v", p.Exempt)
+	}
+	update(n3)
+	if p := compile(); exempts(p, "192.0.2.3/32") {
+		t.Errorf("a node added but not counted yet: it is read already (nothing kept)")
+	}
+	gens.Count(&corev1.Node{})
+	if p := compile(); !exempts(p, "192.0.2.3/32") || !slices.Contains(p.RemotePods, netip.MustParsePrefix("10.244.3.0/24")) {
+		t.Errorf("after a node's change: exempt %v, remote pods %v, want n3's address and pod network", p.Exempt, p.RemotePods)
+	}
+	networks = append(networks, netip.MustParsePrefix("10.96.0.0/16"))
+	if p := compile(); !exempts(p, "10.96.0.0/16") {
+		t.Errorf("after the cluster networks changed: exempt %v, want 10.96.0.0/16", p.Exempt)
+	}
 }
