@@ -76,7 +76,7 @@ type clientFlows struct {
 // and the one its reply went back through ("" for none: straight from the node).
 type roundTrip struct {
 	flow           clientFlow
-	request, reply string // gateway names
+	request, reply string // gateway names, joined by "+" when a direction went through several
 }
 
 // roundTrips opens n UDP and n TCP connections from the client to dst and tells, from what the
@@ -108,12 +108,12 @@ func roundTrips(t *testing.T, client *lab.External, dst netip.AddrPort, gws []*l
 				if c.Count(func(p lab.Captured) bool {
 					return p.ForHost && p.Proto == f.proto && p.SrcPort == f.port && p.Dst == dst.Addr()
 				}) > 0 {
-					rt.request = gws[i].Name
+					rt.request = joinName(rt.request, gws[i].Name)
 				}
 				if c.Count(func(p lab.Captured) bool {
 					return p.ForHost && p.Proto == f.proto && p.DstPort == f.port && p.Src == dst.Addr()
 				}) > 0 {
-					rt.reply = gws[i].Name
+					rt.reply = joinName(rt.reply, gws[i].Name)
 				}
 			}
 			complete = complete && rt.request != "" && rt.reply != ""
@@ -133,6 +133,26 @@ func roundTrips(t *testing.T, client *lab.External, dst netip.AddrPort, gws []*l
 		t.Fatalf("only %d of %d connections from the client to the pod succeeded", len(out), 2*n)
 	}
 	return out
+}
+
+func joinName(names, name string) string {
+	if names == "" {
+		return name
+	}
+	return names + "+" + name
+}
+
+// returnState is what decides the way of a flow's replies on node n, for a failure message:
+// its conntrack mark, the return paths' map, the policy rules and the neighbours.
+func returnState(t *testing.T, n *lab.Node, f clientFlow, src, dst netip.Addr) string {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "conntrack mark of %s: %#x\n", f, ctMarks(t, n, src, dst)[f])
+	for _, cmd := range [][]string{{"nft", "list", "map", "inet", "egressd", "extroute_gateways4"}, {"ip", "rule"}, {"ip", "neigh"}} {
+		out, _ := n.NS.Run(cmd[0], cmd[1:]...)
+		fmt.Fprintf(&b, "%s:\n%s\n", strings.Join(cmd, " "), out)
+	}
+	return b.String()
 }
 
 // linkMAC is the MAC of an external host's link.
@@ -477,7 +497,8 @@ func TestPrivilegedExternalRouteRestartKeepsBFDGateway(t *testing.T) {
 	}
 	for _, rt := range roundTrips(t, client, server, gws, 12) {
 		if rt.request != rt.reply {
-			t.Errorf("after the restart, %s: request through %q, reply through %q", rt.flow, rt.request, rt.reply)
+			t.Errorf("after the restart, %s: request through %q, reply through %q\n%s", rt.flow, rt.request, rt.reply,
+				returnState(t, n, rt.flow, client.Addrs[0], pod.IPv4))
 		}
 	}
 
