@@ -45,7 +45,7 @@ type applyWatcher interface {
 func newFeatures(cfg Config, deps Deps) []feature {
 	return []feature{
 		&firewalls{dns: deps.DNS},
-		qos{},
+		&qos{},
 		&egressIPs{recorder: deps.Recorder},
 		&services{node: cfg.Node, recorder: deps.Recorder},
 		&routes{compiler: externalroute.Compiler{Legacy: cfg.LegacyGateways}, log: deps.Log},
@@ -76,13 +76,19 @@ func (f *firewalls) compile(in *cluster.Input, p *parts) error {
 }
 
 // qos is EgressQoS.
-type qos struct{}
+type qos struct{ compiled compiledMemo }
 
-func (qos) name() string { return "egressqos" }
+// qosReads are the kinds of objects EgressQoS's compile reads: the local pods' labels, and the
+// Services' backends outside the cluster networks.
+var qosReads = []any{&ovnv1.EgressQoS{}, &corev1.Pod{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}}
 
-func (qos) compile(in *cluster.Input, p *parts) error {
-	part, err := egressqos.Compile(in)
-	return keep(&p.qos, part, err)
+func (*qos) name() string { return "egressqos" }
+
+func (f *qos) compile(in *cluster.Input, p *parts) error {
+	return f.compiled.compile(in, qosReads, func() error {
+		part, err := egressqos.Compile(in)
+		return keep(&p.qos, part, err)
+	})
 }
 
 // egressIPs is EgressIP; the compile's events (UndefinedRequest) are recorded, when set.

@@ -1,10 +1,12 @@
 package nodeagent
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
@@ -55,4 +57,36 @@ func TestEgressIPsPartKeptWhileItsInputsStay(t *testing.T) {
 	update(pod("p4", "10.244.1.8"))
 	in.Networks = append(in.Networks, netip.MustParsePrefix("10.96.0.0/12"))
 	compiled("after the cluster networks changed", 4)
+}
+
+// TestQoSPartKeptWhileItsInputsStay: EgressQoS's part is kept through a sync for another
+// feature's change and compiled again when an EgressQoS, a pod or a Service's endpoints change.
+func TestQoSPartKeptWhileItsInputsStay(t *testing.T) {
+	qosOf := func(name string, dscp int) *ovnv1.EgressQoS {
+		return &ovnv1.EgressQoS{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: "default"},
+			Spec: ovnv1.EgressQoSSpec{Egress: []ovnv1.EgressQoSRule{{DSCP: dscp}}}}
+	}
+	snap, update := watcherstest.Updatable(qosOf("a", 46))
+	gens := watchers.NewGenerations(&ovnv1.EgressQoS{}, &corev1.Pod{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &ovnv1.EgressFirewall{})
+	snap.Generations = gens
+	f, p := &qos{}, &parts{}
+	in := &cluster.Input{Snap: snap, Node: "n", Networks: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}
+	compiled := func(what string, want int) {
+		t.Helper()
+		if err := f.compile(in, p); err != nil {
+			t.Fatal(err)
+		}
+		if len(p.qos.QoS) != want {
+			t.Errorf("%s: %d EgressQoS, want %d", what, len(p.qos.QoS), want)
+		}
+	}
+	compiled("first", 1)
+	update(qosOf("b", 10)) // not counted: a compile that runs would see it, a kept part does not
+	gens.Count(&ovnv1.EgressFirewall{})
+	compiled("after an EgressFirewall's change", 1)
+	for i, kind := range []any{&ovnv1.EgressQoS{}, &corev1.Pod{}, &discoveryv1.EndpointSlice{}} {
+		update(qosOf(fmt.Sprint("c", i), 10))
+		gens.Count(kind)
+		compiled(fmt.Sprintf("after a %T's change", kind), 3+i)
+	}
 }
