@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -82,5 +83,13 @@ func (h *harness) profileFor(d time.Duration, name, what string, get func(name s
 func (h *harness) apiServerProfile(name string, timeout time.Duration) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return h.c.kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/" + name).DoRaw(ctx)
+	u, err := url.Parse(name) // "profile?seconds=30": the query is not part of the path
+	if err != nil {
+		return nil, err
+	}
+	req := h.c.kube.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/" + u.Path)
+	for k, vs := range u.Query() {
+		req = req.Param(k, vs[0])
+	}
+	return req.DoRaw(ctx)
 }
