@@ -12,8 +12,10 @@ import (
 // sync compiles without them (an egress node then drops, rather than SNATs, the steered
 // traffic of the new pods it does not know yet) and their arrival triggers the next one. The
 // first sync of an agent waits for them all, as for its other caches: what an earlier agent
-// programmed for them stays until then.
-const servePodsWait = 10 * time.Second
+// programmed for them stays until then. Later syncs carry every other change too: at the
+// scale harness's size, with the API server busy, 10 s held an EgressFirewall's edit behind
+// each EgressIP the controller assigned. A second covers a scope's fill on a healthy server.
+const servePodsWait = time.Second
 
 // servePods caches the other nodes' pods the features read, before they compile: the scopes
 // each podReader names for this node, nothing else. When a feature cannot name them, the
