@@ -30,6 +30,13 @@ type Aggregator struct {
 	// unknown forever. Nil ignores none.
 	Ignore labels.Selector
 	Log    *slog.Logger
+
+	// settled are the objects whose aggregate was right, by kind/namespace/name, with the
+	// resourceVersion it was right at, for the nodes named nodes. A reconcile looks again only
+	// at what changed since: with 10,000 EgressFirewalls, each node's entry arriving made the
+	// leader parse every object's messages again (half a core while 20,000 entries arrived).
+	settled map[string]string
+	nodes   string
 }
 
 // upstreamManager is the field manager OVN-Kubernetes' cluster-manager writes status.status
@@ -105,23 +112,54 @@ func (a *Aggregator) reconcile(ctx context.Context) {
 			nodes.Insert(n.Name)
 		}
 	}
+	if names := strings.Join(sets.List(nodes), ","); names != a.nodes || a.settled == nil {
+		a.settled, a.nodes = map[string]string{}, names // every aggregate depends on the nodes
+	}
+	prev := a.settled
+	var mu sync.Mutex // settled, from the writes in flight
+	a.settled = map[string]string{}
+	// unsettled tells whether key needs a look, and remembers it as settled at rv if so when
+	// done returns true.
+	unsettled := func(key, rv string) (bool, func(ok bool)) {
+		if prev[key] == rv {
+			mu.Lock()
+			a.settled[key] = rv
+			mu.Unlock()
+			return false, nil
+		}
+		return true, func(ok bool) {
+			if ok {
+				mu.Lock()
+				a.settled[key] = rv
+				mu.Unlock()
+			}
+		}
+	}
 	efs, _ := a.Snapshot.EgressFirewalls.List(labels.Everything())
 	for _, ef := range efs {
+		look, done := unsettled("EgressFirewall/"+ef.Namespace+"/"+ef.Name, ef.ResourceVersion)
+		if !look {
+			continue
+		}
 		c := a.Client.K8sOVNV1().EgressFirewalls(ef.Namespace)
 		apply := func(st *ovnac.EgressFirewallStatusApplyConfiguration, manager string) error {
 			_, err := c.ApplyStatus(ctx, ovnac.EgressFirewall(ef.Name, ef.Namespace).WithStatus(st), metav1.ApplyOptions{FieldManager: manager, Force: true})
 			return err
 		}
 		inParallel(func() {
-			a.settle("EgressFirewall "+ef.Namespace+"/"+ef.Name, ef.Status.Messages, ef.Status.Status, nodes, fwApplied, fwNotApplied,
+			done(a.settle("EgressFirewall "+ef.Namespace+"/"+ef.Name, ef.Status.Messages, ef.Status.Status, nodes, fwApplied, fwNotApplied,
 				func(manager string) error { return apply(ovnac.EgressFirewallStatus(), manager) },
 				func(status string) error {
 					return apply(ovnac.EgressFirewallStatus().WithStatus(status), leaderManager)
-				})
+				}))
 		})
 	}
 	qs, _ := a.Snapshot.EgressQoSes.List(labels.Everything())
 	for _, q := range qs {
+		look, done := unsettled("EgressQoS/"+q.Namespace+"/"+q.Name, q.ResourceVersion)
+		if !look {
+			continue
+		}
 		var msgs []string
 		for _, cnd := range q.Status.Conditions {
 			if node, ok := strings.CutPrefix(cnd.Type, qosZonePrefix); ok {
@@ -134,19 +172,21 @@ func (a *Aggregator) reconcile(ctx context.Context) {
 			return err
 		}
 		inParallel(func() {
-			a.settle("EgressQoS "+q.Namespace+"/"+q.Name, msgs, q.Status.Status, nodes, qosApplied, qosNotApplied,
+			done(a.settle("EgressQoS "+q.Namespace+"/"+q.Name, msgs, q.Status.Status, nodes, qosApplied, qosNotApplied,
 				func(manager string) error { return apply(ovnac.EgressQoSStatus(), manager) },
-				func(status string) error { return apply(ovnac.EgressQoSStatus().WithStatus(status), leaderManager) })
+				func(status string) error { return apply(ovnac.EgressQoSStatus().WithStatus(status), leaderManager) }))
 		})
 	}
+	inFlight.Wait() // settled complete before the next reconcile reads it
 	a.reconcileRoutes(ctx, nodes)
 }
 
 // settle removes the entries of nodes that are gone (applying nothing under a node's field
 // manager drops what it owned) and writes the aggregate status when it changed; an empty
-// aggregate is written by applying without the field, which removes it.
+// aggregate is written by applying without the field, which removes it. It tells whether the
+// object was right already (a write changes it: the next reconcile looks again).
 func (a *Aggregator) settle(object string, msgs []string, current string, nodes sets.Set[string], applied, notApplied string,
-	dropNode func(manager string) error, write func(status string) error) {
+	dropNode func(manager string) error, write func(status string) error) (right bool) {
 	status, stale := aggregate(msgs, nodes, applied, notApplied)
 	for _, node := range stale {
 		if err := dropNode(node); err != nil {
@@ -154,7 +194,7 @@ func (a *Aggregator) settle(object string, msgs []string, current string, nodes 
 		}
 	}
 	if status == current {
-		return
+		return len(stale) == 0
 	}
 	var err error
 	if status == "" {
@@ -167,4 +207,5 @@ func (a *Aggregator) settle(object string, msgs []string, current string, nodes 
 	if err != nil {
 		a.Log.Error("write aggregate status", "object", object, "status", status, "err", err)
 	}
+	return false
 }
