@@ -351,8 +351,8 @@ func Sweep(log io.Writer) {
 			live[e.Name()] = true
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(StateRoot(), e.Name(), "owner.pid")); err != nil && strings.HasPrefix(e.Name(), ".new-") {
-			continue // being made: its pid comes next
+		if strings.HasPrefix(e.Name(), ".new-") && !abandoned(e) {
+			continue // being made: its pid comes next, or came since ownerAlive read it
 		}
 		fmt.Fprintf(log, "sweeping leftovers of dead lab %s\n", e.Name())
 		os.RemoveAll(filepath.Join(StateRoot(), e.Name()))
@@ -366,6 +366,19 @@ func Sweep(log io.Writer) {
 			_ = (&netns.NS{Name: n.Name()}).Delete()
 		}
 	}
+}
+
+// abandoned says whether a directory being made (makeDir) was left by a dead process: its pid
+// names one, or it is too old to be in the making. Read afresh: its maker may have written the
+// pid since the caller looked.
+func abandoned(e os.DirEntry) bool {
+	b, err := os.ReadFile(filepath.Join(StateRoot(), e.Name(), "owner.pid"))
+	if err != nil {
+		info, err := e.Info()
+		return err == nil && time.Since(info.ModTime()) > 10*time.Minute
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return err == nil && !processAlive(pid)
 }
 
 // ownerAlive says whether the lab id's directory names a live owner.
