@@ -81,10 +81,10 @@ func family(a netip.Addr, v4, v6 string) string {
 
 // addEgressIP adds s's EgressIP elements to the wanted contents. Returns the SNATs that cannot
 // be programmed.
-func addEgressIP(c contents, s *dataplane.NftablesState) map[dataplane.Origin]error {
+func addEgressIP(c contents, s egressIPInputs) map[dataplane.Origin]error {
 	failed := map[dataplane.Origin]error{}
 	to := map[netip.Addr]netip.Addr{}
-	for _, n := range s.SNAT {
+	for _, n := range s.snat {
 		pod, eip := n.Pod.Unmap(), n.To.Unmap()
 		switch {
 		case !pod.IsValid() || !eip.IsValid() || pod.Is4() != eip.Is4():
@@ -98,35 +98,35 @@ func addEgressIP(c contents, s *dataplane.NftablesState) map[dataplane.Origin]er
 			c.add(family(eip, addrs4Set, addrs6Set), string(eip.AsSlice()), "", nftables.SetElement{Key: eip.AsSlice()})
 		}
 	}
-	addRanges(c, s.Exempt, exempt4Set, exempt6Set)
-	addRanges(c, s.RemotePods, remotePods4Set, remotePods6Set)
-	for _, a := range s.Guarded {
+	addRanges(c, s.exempt, exempt4Set, exempt6Set)
+	addRanges(c, s.remotePods, remotePods4Set, remotePods6Set)
+	for _, a := range s.guarded {
 		a = a.Unmap()
 		if a.IsValid() {
 			c.add(family(a, guarded4Set, guarded6Set), string(a.AsSlice()), "", nftables.SetElement{Key: a.AsSlice()})
 		}
 	}
-	for _, a := range s.Spread {
+	for _, a := range s.spread {
 		a = a.Unmap()
 		if a.IsValid() {
 			c.add(family(a, spread4Set, spread6Set), string(a.AsSlice()), "", nftables.SetElement{Key: a.AsSlice()})
 		}
 	}
-	for _, a := range s.Secondary {
+	for _, a := range s.secondary {
 		a = a.Unmap()
 		if a.IsValid() {
 			c.add(family(a, secondary4Set, secondary6Set), string(a.AsSlice()), "", nftables.SetElement{Key: a.AsSlice()})
 		}
 	}
 	addSecondaryMarks(c, s)
-	for _, n := range s.SteerNexthops {
+	for _, n := range s.nexthops {
 		a := n.Nexthop.Unmap()
-		if a.IsValid() && n.Mark&s.SteerMask != 0 {
-			k := string(append(binary.NativeEndian.AppendUint32(nil, n.Mark&s.SteerMask), a.AsSlice()...))
+		if a.IsValid() && n.Mark&s.mask != 0 {
+			k := string(append(binary.NativeEndian.AppendUint32(nil, n.Mark&s.mask), a.AsSlice()...))
 			c.add(family(a, steerNexthops4Set, steerNexthops6Set), k, "", nftables.SetElement{Key: []byte(k)})
 		}
 	}
-	for _, d := range s.SteerDevices {
+	for _, d := range s.devices {
 		if d != "" && len(d) < unix.IFNAMSIZ {
 			k := make([]byte, unix.IFNAMSIZ)
 			copy(k, d)

@@ -18,7 +18,8 @@ type egressIPMemo struct {
 	valid  bool
 }
 
-// egressIPInputs are the fields of a state that addEgressIP reads.
+// egressIPInputs are the fields of a state that addEgressIP reads, all it is given: a field it
+// comes to read must be added here, where the memo compares it.
 type egressIPInputs struct {
 	mask                       uint32
 	snat                       []dataplane.SNAT
@@ -57,7 +58,7 @@ func (m *egressIPMemo) add(c contents, s *dataplane.NftablesState) map[dataplane
 	in := egressIPInputsOf(s)
 	if !m.valid || !m.in.equal(in) {
 		sets := contents{}
-		*m = egressIPMemo{in: in.clone(), sets: sets, failed: addEgressIP(sets, s), valid: true}
+		*m = egressIPMemo{in: in.clone(), sets: sets, failed: addEgressIP(sets, in), valid: true}
 	}
 	maps.Copy(c, m.sets)
 	return maps.Clone(m.failed)

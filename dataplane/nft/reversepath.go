@@ -6,8 +6,6 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
-
-	"github.com/egressd/egressd/dataplane"
 )
 
 // Reverse path checks keyed by the mark. IPv6 has no rp_filter sysctl: a node's reverse path
@@ -39,9 +37,9 @@ import (
 var reversePathDone = nftables.ChainPriority(300)
 
 // addSecondaryMarks adds the IPv6 secondary egress IPs' marks under the mask.
-func addSecondaryMarks(c contents, s *dataplane.NftablesState) {
-	for _, m := range s.SecondaryMarks {
-		a, mark := m.EgressIP.Unmap(), m.Mark&s.SteerMask
+func addSecondaryMarks(c contents, s egressIPInputs) {
+	for _, m := range s.secondaryMarks {
+		a, mark := m.EgressIP.Unmap(), m.Mark&s.mask
 		if !a.Is6() || mark == 0 || mark != m.Mark {
 			continue
 		}
