@@ -112,26 +112,26 @@ func (a *Aggregator) reconcile(ctx context.Context) {
 			nodes.Insert(n.Name)
 		}
 	}
-	if names := strings.Join(sets.List(nodes), ","); names != a.nodes || a.settled == nil {
-		a.settled, a.nodes = map[string]string{}, names // every aggregate depends on the nodes
-	}
 	prev := a.settled
-	var mu sync.Mutex // settled, from the writes in flight
+	if names := strings.Join(sets.List(nodes), ","); names != a.nodes {
+		prev, a.nodes = nil, names // every aggregate depends on the nodes
+	}
 	a.settled = map[string]string{}
-	// unsettled tells whether key needs a look, and remembers it as settled at rv if so when
-	// done returns true.
+	var mu sync.Mutex // a.settled, from the writes in flight
+	settledAt := func(key, rv string) {
+		mu.Lock()
+		a.settled[key] = rv
+		mu.Unlock()
+	}
+	// unsettled tells whether key needs a look (else it stays settled); done(true) settles it.
 	unsettled := func(key, rv string) (bool, func(ok bool)) {
-		if prev[key] == rv {
-			mu.Lock()
-			a.settled[key] = rv
-			mu.Unlock()
+		if was, ok := prev[key]; ok && was == rv {
+			settledAt(key, rv)
 			return false, nil
 		}
 		return true, func(ok bool) {
 			if ok {
-				mu.Lock()
-				a.settled[key] = rv
-				mu.Unlock()
+				settledAt(key, rv)
 			}
 		}
 	}
