@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/miekg/dns"
@@ -62,15 +64,22 @@ spec:
 		}
 		return ips[0], p.TCP(netip.AddrPortFrom(ips[0], 443).String(), lab.ClientOptions{Timeout: time.Second}).Outcome
 	}
-	ok, seen := 0, map[netip.Addr]bool{}
+	ok, seen, failed := 0, map[netip.Addr]bool{}, []string(nil)
 	for range 8 {
 		ip, outcome := connect("objects.demo.example")
 		seen[ip] = true
 		if outcome == lab.OK {
 			ok++
+		} else {
+			failed = append(failed, fmt.Sprintf("%s: %s", ip, outcome))
 		}
 	}
-	c.check("app: lookup objects.demo.example, then connect, 8 times", "8 of 8 ok, 8 addresses", fmt.Sprintf("%d of 8 ok, %d addresses", ok, len(seen)))
+	observed := fmt.Sprintf("%d of 8 ok, %d addresses", ok, len(seen))
+	if len(failed) > 0 {
+		// Whether the answer was held until its address was in force tells the agent's part.
+		observed += fmt.Sprintf(" (%s; node-1's answers %s)", strings.Join(failed, ", "), answerResults(l.Nodes[1]))
+	}
+	c.check("app: lookup objects.demo.example, then connect, 8 times", "8 of 8 ok, 8 addresses", observed)
 	for _, x := range []struct {
 		name string
 		want lab.Outcome
@@ -79,4 +88,17 @@ spec:
 		c.check("app: lookup "+x.name+", then connect", string(x.want), string(outcome))
 	}
 	return nil
+}
+
+// answerResults are the counts of egressd_dns_answers_total on n's agent, by result.
+func answerResults(n *lab.Node) string {
+	var out []string
+	for _, r := range []string{"learned", "known", "hold_expired", "not_held"} {
+		v, err := n.Agent.Sample(`egressd_dns_answers_total{result="` + r + `"}`)
+		if err != nil {
+			return err.Error()
+		}
+		out = append(out, r+" "+cmp.Or(v, "0"))
+	}
+	return strings.Join(out, ", ")
 }

@@ -124,6 +124,11 @@ func run(ctx context.Context, o options) (int, error) {
 		return 0, err
 	}
 	defer l.Close()
+	defer func() {
+		if c.failures > 0 {
+			printTrouble(l)
+		}
+	}()
 	web, err := l.AddExternal("web", lab.ExternalOptions{}, "203.0.113.10", "2001:db8::10")
 	if err != nil {
 		return 0, err

@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
+
+	"github.com/egressd/egressd/test/lab"
 )
 
 // checker prints expected vs observed and counts mismatches, per API (the section a step
@@ -67,4 +70,25 @@ func (c *checker) write(path string) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// printTrouble prints what the agents logged at warning or error level (their last 40 such
+// lines each), before the lab and its logs go: a failed check in make test-compat is explained
+// from the demo's own output.
+func printTrouble(l *lab.Lab) {
+	for _, n := range l.Nodes {
+		if n.Agent == nil {
+			continue
+		}
+		var trouble []string
+		for _, line := range strings.Split(n.Agent.Log(), "\n") {
+			if strings.Contains(line, " level=WARN ") || strings.Contains(line, " level=ERROR ") {
+				trouble = append(trouble, line)
+			}
+		}
+		fmt.Printf("\n==> egressd on %s: its last warnings and errors (%d in all)\n", n.Name, len(trouble))
+		for _, line := range trouble[max(0, len(trouble)-40):] {
+			fmt.Println("  " + line)
+		}
+	}
 }
