@@ -146,7 +146,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		// Its entries' objects, and what the node's annotations and labels are made from.
 		Changed: w.Subscribe(true, &ovnv1.EgressFirewall{}, &ovnv1.EgressQoS{}, &ovnv1.AdminPolicyBasedExternalRoute{},
 			&ovnv1.EgressService{}, &corev1.Node{}),
-		RouteGateways: externalroute.ConfiguredGateways, Log: log.With("component", "status")}
+		RouteGateways: externalroute.ConfiguredGateways, Metrics: status.NewMetrics(), Log: log.With("component", "status")}
 	resolver := dnsnames.New(ctx, cfg.dnsServers, cfg.dnsMinTTL, cfg.dnsState(), log.With("component", "dns"))
 	resolver.LimitNamespaces(cfg.dnsPerNamespace)
 	dnsMetrics := dnsanswers.NewMetrics()
@@ -174,7 +174,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	})
 	announceMetrics := podannounce.NewMetrics()
 	cniMetrics := cniserver.NewMetrics()
-	metrics.Registry.MustRegister(agentCollectors(dp, announceMetrics, cniMetrics, dnsMetrics, resolver)...)
+	metrics.Registry.MustRegister(agentCollectors(dp, announceMetrics, cniMetrics, dnsMetrics, resolver, statusWriter.Metrics)...)
 
 	announcer := &podannounce.Announcer{Node: cfg.nodeName, Port: cfg.healthPort, TokenFile: cfg.announceToken, Metrics: announceMetrics,
 		Log: log.With("component", "pod-announce")}
@@ -249,11 +249,11 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 }
 
 // agentCollectors are the metrics the agent registers besides nodeagent.Metrics' own: the
-// dataplane's, the pod announcements' and the CNI plugin's calls'. The metrics reference
-// (docs/reference/metrics.md) is generated from the same list, and the egress health server's
-// (registered where it starts).
-func agentCollectors(dp *kernel.Applier, announce *podannounce.Metrics, cni *cniserver.Metrics, dns *dnsanswers.Metrics, resolver *dnsnames.Resolver) []prometheus.Collector {
-	return slices.Concat(dp.Collectors(), announce.Collectors(), cni.Collectors(), dns.Collectors(), resolver.Collectors())
+// dataplane's, the pod announcements', the CNI plugin's calls', the DNS answers' and the
+// status entries'. The metrics reference (docs/reference/metrics.md) is generated from the
+// same list, and the egress health server's (registered where it starts).
+func agentCollectors(dp *kernel.Applier, announce *podannounce.Metrics, cni *cniserver.Metrics, dns *dnsanswers.Metrics, resolver *dnsnames.Resolver, statuses *status.Metrics) []prometheus.Collector {
+	return slices.Concat(dp.Collectors(), announce.Collectors(), cni.Collectors(), dns.Collectors(), resolver.Collectors(), statuses.Collectors())
 }
 
 // eventRecorder records Events (on the objects whose status says why they failed), as

@@ -16,6 +16,7 @@ import (
 	"github.com/egressd/egressd/nodeagent/leader"
 	"github.com/egressd/egressd/nodeagent/podannounce"
 	"github.com/egressd/egressd/nodeagent/reachability"
+	"github.com/egressd/egressd/nodeagent/status"
 	"github.com/egressd/egressd/watchers/dnsnames"
 )
 
@@ -34,7 +35,7 @@ func TestReferenceDocs(t *testing.T) {
 	// A zero Applier describes the dataplane's metrics without a kernel: its collectors read
 	// the kernel only when collected.
 	collectors := slices.Concat(nodeagent.NewMetrics().Collectors(),
-		agentCollectors(&kernel.Applier{}, podannounce.NewMetrics(), cniserver.NewMetrics(), dnsanswers.NewMetrics(), dnsnames.New(t.Context(), nil, 0, "", slog.New(slog.DiscardHandler))),
+		agentCollectors(&kernel.Applier{}, podannounce.NewMetrics(), cniserver.NewMetrics(), dnsanswers.NewMetrics(), dnsnames.New(t.Context(), nil, 0, "", slog.New(slog.DiscardHandler)), status.NewMetrics()),
 		reachability.NewServer("").Collectors())
 	table, err := reference.Metrics(collectors)
 	if err != nil {

@@ -21,10 +21,10 @@ const (
 // writeFirewallEntry writes "<node>: EgressFirewall Rules applied" (or the failure) into
 // status.messages, a set each node owns its element of. A note follows the success (after
 // "; "): the aggregate status reads the entry as applied still, as it is.
-func writeFirewallEntry(ctx context.Context, w *Writer, o dataplane.Origin, failure error, note string) error {
+func writeFirewallEntry(ctx context.Context, w *Writer, o dataplane.Origin, failure error, note string) (bool, error) {
 	ef, err := w.Snapshot.EgressFirewalls.EgressFirewalls(o.Namespace).Get(o.Name)
 	if err != nil {
-		return nil // deleted since
+		return false, nil // deleted since
 	}
 	msg := w.Node + ": " + fwApplied
 	switch {
@@ -34,7 +34,7 @@ func writeFirewallEntry(ctx context.Context, w *Writer, o dataplane.Origin, fail
 		msg += "; " + note
 	}
 	if slices.Contains(ef.Status.Messages, msg) {
-		return nil
+		return false, nil
 	}
 	switch {
 	case failure != nil:
@@ -44,5 +44,5 @@ func writeFirewallEntry(ctx context.Context, w *Writer, o dataplane.Origin, fail
 	}
 	ac := ovnac.EgressFirewall(o.Name, o.Namespace).WithStatus(ovnac.EgressFirewallStatus().WithMessages(msg))
 	_, err = w.Client.K8sOVNV1().EgressFirewalls(o.Namespace).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: w.Node, Force: true})
-	return err
+	return true, err
 }

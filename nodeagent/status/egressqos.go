@@ -23,10 +23,10 @@ const (
 
 // writeQoSEntry writes this node's condition Ready-In-Zone-<node>; only a flip of its status
 // moves its lastTransitionTime.
-func writeQoSEntry(ctx context.Context, w *Writer, o dataplane.Origin, failure error, _ string) error {
+func writeQoSEntry(ctx context.Context, w *Writer, o dataplane.Origin, failure error, _ string) (bool, error) {
 	q, err := w.Snapshot.EgressQoSes.EgressQoSes(o.Namespace).Get(o.Name)
 	if err != nil {
-		return nil
+		return false, nil
 	}
 	cond := metav1.Condition{Type: qosZonePrefix + w.Node, Status: metav1.ConditionTrue, Reason: reasonSuccess, Message: qosApplied}
 	if failure != nil {
@@ -38,7 +38,7 @@ func writeQoSEntry(ctx context.Context, w *Writer, o dataplane.Origin, failure e
 			continue
 		}
 		if c.Status == cond.Status && c.Reason == cond.Reason && c.Message == cond.Message {
-			return nil
+			return false, nil
 		}
 		if c.Status == cond.Status {
 			cond.LastTransitionTime = c.LastTransitionTime // only a flip moves it
@@ -51,5 +51,5 @@ func writeQoSEntry(ctx context.Context, w *Writer, o dataplane.Origin, failure e
 		metav1ac.Condition().WithType(cond.Type).WithStatus(cond.Status).WithReason(cond.Reason).
 			WithMessage(cond.Message).WithLastTransitionTime(cond.LastTransitionTime)))
 	_, err = w.Client.K8sOVNV1().EgressQoSes(o.Namespace).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: w.Node, Force: true})
-	return err
+	return true, err
 }

@@ -36,25 +36,25 @@ func routeMessage(node string, gateways []netip.Addr, failure error) string {
 
 // writeRouteEntry writes this node's message into status.messages with its lastTransitionTime,
 // only when the message changed, so that the time says when this node's outcome last changed.
-func writeRouteEntry(ctx context.Context, w *Writer, o dataplane.Origin, failure error, _ string) error {
+func writeRouteEntry(ctx context.Context, w *Writer, o dataplane.Origin, failure error, _ string) (bool, error) {
 	r, err := w.Snapshot.ExternalRoutes.Get(o.Name)
 	if err != nil {
-		return nil // deleted since, or a legacy annotation's origin: nothing to report on
+		return false, nil // deleted since, or a legacy annotation's origin: nothing to report on
 	}
 	var gateways []netip.Addr
 	if failure == nil {
 		if gateways, err = w.RouteGateways(w.Snapshot, o.Name); err != nil {
-			return nil // changed since the sync: the next one reports it
+			return false, nil // changed since the sync: the next one reports it
 		}
 	}
 	msg := routeMessage(w.Node, gateways, failure)
 	if slices.Contains(r.Status.Messages, msg) {
-		return nil
+		return false, nil
 	}
 	ac := ovnac.AdminPolicyBasedExternalRoute(o.Name).WithStatus(ovnac.AdminPolicyBasedRouteStatus().
 		WithMessages(msg).WithLastTransitionTime(metav1.Now()))
 	_, err = w.Client.K8sOVNV1().AdminPolicyBasedExternalRoutes().ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: w.Node, Force: true})
-	return err
+	return true, err
 }
 
 // routeVerdicts turns the nodes' messages into "<node>: Success|Fail" for aggregate.

@@ -78,7 +78,7 @@ func TestWriteRouteEntry(t *testing.T) {
 			return []netip.Addr{netip.MustParseAddr("192.0.2.1")}, nil
 		}}
 	o := dataplane.Origin{Kind: cluster.KindExternalRoute, Name: "pol"}
-	if err := writeRouteEntry(context.Background(), w, o, nil, ""); err != nil || len(applied) != 1 {
+	if _, err := writeRouteEntry(context.Background(), w, o, nil, ""); err != nil || len(applied) != 1 {
 		t.Fatalf("%v, %d applies", err, len(applied))
 	}
 	a := applied[0]
@@ -89,15 +89,15 @@ func TestWriteRouteEntry(t *testing.T) {
 	// The object shows the entry: the same outcome writes nothing; another one does.
 	pol.Status = a.status
 	w.Snapshot = watcherstest.Snapshot(pol)
-	if err := writeRouteEntry(context.Background(), w, o, nil, ""); err != nil || len(applied) != 1 {
+	if _, err := writeRouteEntry(context.Background(), w, o, nil, ""); err != nil || len(applied) != 1 {
 		t.Errorf("unchanged entry written again: %v, %d applies", err, len(applied))
 	}
-	if err := writeRouteEntry(context.Background(), w, o, errors.New("boom"), ""); err != nil || len(applied) != 2 ||
+	if _, err := writeRouteEntry(context.Background(), w, o, errors.New("boom"), ""); err != nil || len(applied) != 2 ||
 		applied[1].status.Messages[0] != "n1: n1 failed to apply policy: boom" {
 		t.Errorf("changed entry: %v %+v", err, applied)
 	}
 	// A legacy origin (no object) and a deleted policy write nothing.
-	if err := writeRouteEntry(context.Background(), w, dataplane.Origin{Kind: cluster.KindExternalRoute, Namespace: "a"}, nil, ""); err != nil || len(applied) != 2 {
+	if _, err := writeRouteEntry(context.Background(), w, dataplane.Origin{Kind: cluster.KindExternalRoute, Namespace: "a"}, nil, ""); err != nil || len(applied) != 2 {
 		t.Errorf("legacy origin: %v, %d applies", err, len(applied))
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -21,8 +20,9 @@ import (
 const leaderManager = "egressd-leader"
 
 // entryWriter writes this node's status entry of one kind of object: its failure, else its
-// success with the note, if any, appended.
-type entryWriter func(ctx context.Context, w *Writer, o dataplane.Origin, failure error, note string) error
+// success with the note, if any, appended. It tells whether it asked the API server (not when
+// the entry already said it, or the object is gone).
+type entryWriter func(ctx context.Context, w *Writer, o dataplane.Origin, failure error, note string) (bool, error)
 
 // entryWriters are the kinds that get a per-node status entry.
 var entryWriters = map[dataplane.Kind]entryWriter{
@@ -38,8 +38,9 @@ var byOutcome = map[dataplane.Kind]bool{cluster.KindEgressFirewall: true, cluste
 
 // Writer reports, for this node, what the last sync applied: one entry per object,
 // written with server-side apply under the node's name as field manager, so that every node
-// owns exactly its own entry. Writes run on their own goroutine: a slow API server never holds
-// the dataplane back, and only the latest wanted status of an object is written.
+// owns exactly its own entry. Writes run on their own goroutines, from a queue (entryQueue):
+// a slow API server never holds the dataplane back, only the latest wanted status of an
+// object is written, and what changed after the first report goes ahead of its backlog.
 type Writer struct {
 	Node     string
 	Client   versioned.Interface
@@ -54,12 +55,13 @@ type Writer struct {
 	// its success entry names (externalroute.ConfiguredGateways: the feature computes them,
 	// this package only writes).
 	RouteGateways func(snap *watchers.Snapshot, policy string) ([]netip.Addr, error)
+	Metrics       *Metrics // optional
 
 	pending     chan report
 	pendingOnce sync.Once // Run and Report start concurrently
 }
 
-// coalesce is how long the writer lets newer reports replace one before it writes.
+// coalesce is how long the writer lets newer reports replace one before it looks at it.
 const coalesce = 50 * time.Millisecond
 
 // parallelWrites bounds the entries written at once: each is a request whose time is mostly the
@@ -67,7 +69,7 @@ const coalesce = 50 * time.Millisecond
 // the client's rate limit still bounds the rate.
 const parallelWrites = 8
 
-// A pass with a failed write is tried again after retryMin, doubling up to retryMax.
+// A failed write of an entry is tried again after retryMin, doubling up to retryMax.
 const (
 	retryMin = time.Second
 	retryMax = 30 * time.Second
@@ -80,27 +82,48 @@ type report struct {
 	hostCIDRs []netip.Prefix
 }
 
+// entry is what a report wants an object's entry to say.
+type entry struct {
+	failure error
+	note    string
+	outcome string // failure and note as one comparable string
+}
+
+// entries is the writer's state between reports and the writes in flight.
+type entries struct {
+	mu     sync.Mutex
+	wanted map[dataplane.Origin]entry
+	// written are the outcomes written (or found in place), of the kinds byOutcome: a sync's
+	// report looks again only at what changed (a thousand firewalls, and a report after every
+	// pod's sync).
+	written map[dataplane.Origin]string
+	// recheck are the entries to write even if written says so: a change of the objects
+	// themselves (another writer may have removed an entry) looks at all of them again.
+	recheck  map[dataplane.Origin]bool
+	failures map[dataplane.Origin]int // consecutive failed writes, for the retry's wait
+}
+
 // Run writes reported statuses until ctx ends.
 func (w *Writer) Run(ctx context.Context) {
+	e := &entries{wanted: map[dataplane.Origin]entry{}, written: map[dataplane.Origin]string{},
+		recheck: map[dataplane.Origin]bool{}, failures: map[dataplane.Origin]int{}}
+	q := newEntryQueue(w.Metrics)
+	var writers sync.WaitGroup
+	defer writers.Wait()
+	defer q.stop()
+	for range parallelWrites {
+		writers.Go(func() { w.write(ctx, q, e) })
+	}
 	var last report
-	// written are the outcomes written (or found in place) by the last pass, of the kinds
-	// byOutcome: a sync's report looks again only at what changed (a thousand firewalls, and a
-	// report after every pod's sync); a change of the objects themselves looks at all.
-	written := map[dataplane.Origin]string{}
-	// retry brings back the last outcome when a write failed (the API server away, a
-	// conflict): what failed is written again then, not only at the next sync's report.
-	var retry <-chan time.Time
-	retryAfter := retryMin
+	first := true
 	for {
 		var r report
-		all := true
+		all := false
 		select {
 		case <-ctx.Done():
 			return
-		case <-retry:
-			r, all = last, false
 		case r = <-w.queue():
-			// Reports within coalesce of this one make one pass over the latest: while pods
+			// Reports within coalesce of this one make one look at the latest: while pods
 			// start a sync ends every few milliseconds, each reporting every object.
 			select {
 			case <-ctx.Done():
@@ -111,72 +134,87 @@ func (w *Writer) Run(ctx context.Context) {
 			case r = <-w.queue():
 			default:
 			}
-			last, all = r, false
+			last = r
 		case <-w.Changed:
-			r = last // entries already right are skipped
+			r, all = last, true // entries already right are skipped by their writers
 		}
 		if err := w.publishNodeAnnotations(ctx, r.hostCIDRs); err != nil {
 			w.Log.Error("publish node annotations", "node", w.Node, "err", err)
 		}
-		kept := 0 // entries of written that r still holds
-		var failed atomic.Bool
-		var mu sync.Mutex // written, from the writes in flight
-		writes := make(chan struct{}, parallelWrites)
-		var inFlight sync.WaitGroup
-		for origin, err := range r.objects {
-			if ctx.Err() != nil {
-				break
-			}
-			if entryWriters[origin.Kind] == nil {
-				continue
-			}
-			note := r.notes[origin]
-			outcome := "applied: " + note
-			if err != nil {
-				outcome = err.Error()
-			}
-			mu.Lock()
-			prev, ok := written[origin]
-			if ok && prev == outcome && !all {
-				kept++
-				mu.Unlock()
-				continue
-			}
-			mu.Unlock()
-			writes <- struct{}{}
-			inFlight.Go(func() {
-				defer func() { <-writes }()
-				werr := entryWriters[origin.Kind](ctx, w, origin, err, note)
-				mu.Lock()
-				defer mu.Unlock()
-				if werr != nil {
-					w.Log.Error("write status", "object", origin.String(), "err", werr, "retryIn", retryAfter)
-					delete(written, origin)
-					failed.Store(true)
-				} else if byOutcome[origin.Kind] {
-					written[origin] = outcome
-					kept++
-				}
-			})
+		e.take(q, r, all, !first && !all)
+		first = false
+	}
+}
+
+// take makes r the wanted entries and queues those to write: every one if all, else those
+// whose outcome changed; urgent puts them ahead of what earlier looks queued.
+func (e *entries) take(q *entryQueue, r report, all, urgent bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for origin := range e.wanted {
+		if _, ok := r.objects[origin]; !ok { // gone since
+			delete(e.wanted, origin)
+			delete(e.written, origin)
+			delete(e.recheck, origin)
+			delete(e.failures, origin)
 		}
-		inFlight.Wait()
-		if ctx.Err() != nil {
+	}
+	for origin, err := range r.objects {
+		if entryWriters[origin.Kind] == nil {
+			continue
+		}
+		x := entry{failure: err, note: r.notes[origin], outcome: "applied: " + r.notes[origin]}
+		if err != nil {
+			x.outcome = err.Error()
+		}
+		prev, had := e.wanted[origin]
+		e.wanted[origin] = x
+		switch {
+		case all:
+			e.recheck[origin] = true
+		case had && prev.outcome == x.outcome && byOutcome[origin.Kind]:
+			continue // written, or queued, being written or waiting to be tried again
+		}
+		q.add(origin, urgent)
+	}
+}
+
+// write takes entries from q and writes them until q stops; a failed write is queued again
+// after its wait, in its lane.
+func (w *Writer) write(ctx context.Context, q *entryQueue, e *entries) {
+	for {
+		origin, urgent, ok := q.get()
+		if !ok {
 			return
 		}
-		retry = nil
-		if failed.Load() {
-			retry = time.After(retryAfter)
-			retryAfter = min(2*retryAfter, retryMax)
-		} else {
-			retryAfter = retryMin
+		e.mu.Lock()
+		x, wanted := e.wanted[origin]
+		skip := !wanted || (!e.recheck[origin] && e.written[origin] == x.outcome && byOutcome[origin.Kind])
+		delete(e.recheck, origin)
+		e.mu.Unlock()
+		if skip {
+			q.done(origin)
+			continue
 		}
-		if len(written) > kept { // objects gone since
-			for origin := range written {
-				if _, ok := r.objects[origin]; !ok {
-					delete(written, origin)
-				}
+		wrote, err := entryWriters[origin.Kind](ctx, w, origin, x.failure, x.note)
+		e.mu.Lock()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			wait := min(retryMin<<min(e.failures[origin], 5), retryMax)
+			e.failures[origin]++
+			delete(e.written, origin)
+			w.Log.Error("write status", "object", origin.String(), "err", err, "retryIn", wait)
+			w.Metrics.wrote("failed")
+			time.AfterFunc(wait, func() { q.add(origin, urgent) })
+		case err == nil:
+			w.Metrics.wrote(map[bool]string{true: "written", false: "in_place"}[wrote])
+			delete(e.failures, origin)
+			if byOutcome[origin.Kind] && e.wanted[origin].outcome == x.outcome {
+				e.written[origin] = x.outcome
 			}
 		}
+		e.mu.Unlock()
+		q.done(origin)
 	}
 }
 

@@ -3,12 +3,16 @@ package status
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
@@ -142,6 +146,60 @@ func TestWriterRetriesFailedWrites(t *testing.T) {
 		defer mu.Unlock()
 		if attempts != 1 {
 			t.Errorf("%d writes once the API server was back, want 1 (and none after it succeeded)", attempts)
+		}
+	})
+}
+
+// A firewall created while the agent writes the entries of the thousand it found at start has
+// its entry written next, not after theirs: each write takes the API server 100 ms here.
+func TestWriterPutsNewEntriesAheadOfTheBacklog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const backlog = 1000
+		var efs []runtime.Object
+		objects := map[dataplane.Origin]error{}
+		for i := range backlog + 1 {
+			ns := fmt.Sprintf("ns%d", i)
+			efs = append(efs, &ovnv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}})
+			if i < backlog {
+				objects[fw(ns)] = nil
+			}
+		}
+		// The API server's time, not the fake client's (which holds a lock over its reactors).
+		var mu sync.Mutex
+		var order []string
+		writeEntry := entryWriters[cluster.KindEgressFirewall]
+		t.Cleanup(func() { entryWriters[cluster.KindEgressFirewall] = writeEntry })
+		entryWriters[cluster.KindEgressFirewall] = func(_ context.Context, _ *Writer, o dataplane.Origin, _ error, _ string) (bool, error) {
+			time.Sleep(100 * time.Millisecond)
+			mu.Lock()
+			defer mu.Unlock()
+			order = append(order, o.Namespace)
+			return true, nil
+		}
+		m := NewMetrics()
+		w := &Writer{Node: "n1", Snapshot: watcherstest.Snapshot(efs...), Metrics: m, Log: slog.New(slog.DiscardHandler)}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go w.Run(ctx)
+		w.Report(objects, nil, dataplane.Result{})
+		time.Sleep(time.Second) // 8 writes at a time: some 80 written
+		synctest.Wait()
+		if p := testutil.ToFloat64(m.pending); p < backlog-100 || p > backlog-50 {
+			t.Errorf("%v entries pending a second into the backlog, want some 920", p)
+		}
+		created := maps.Clone(objects)
+		created[fw(fmt.Sprintf("ns%d", backlog))] = nil
+		w.Report(created, nil, dataplane.Result{})
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		at := slices.Index(order, fmt.Sprintf("ns%d", backlog))
+		if len(order) != backlog+1 || at < 0 || at > 100 {
+			t.Fatalf("%d entries written, the new firewall's %dth; want %d, it among the first 100", len(order), at+1, backlog+1)
+		}
+		if p, n := testutil.ToFloat64(m.pending), testutil.ToFloat64(m.writes.WithLabelValues("written")); p != 0 || n != backlog+1 {
+			t.Errorf("metrics at the end: %v pending, %v written; want 0, %d", p, n, backlog+1)
 		}
 	})
 }

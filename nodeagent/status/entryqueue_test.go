@@ -1,0 +1,90 @@
+package status
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
+)
+
+func fw(ns string) dataplane.Origin {
+	return dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: ns, Name: "default"}
+}
+
+// take gets n origins, each done at once, and names their namespaces in order.
+func take(t *testing.T, q *entryQueue, n int) []string {
+	t.Helper()
+	var out []string
+	for range n {
+		o, _, ok := q.get()
+		if !ok {
+			t.Fatal("queue stopped")
+		}
+		q.done(o)
+		out = append(out, o.Namespace)
+	}
+	return out
+}
+
+func TestEntryQueueOrder(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		do   func(q *entryQueue)
+		want []string
+	}{
+		{"backlog in order, each once", func(q *entryQueue) {
+			q.add(fw("a"), false)
+			q.add(fw("b"), false)
+			q.add(fw("a"), false)
+		}, []string{"a", "b"}},
+		{"urgent ahead of the backlog", func(q *entryQueue) {
+			q.add(fw("a"), false)
+			q.add(fw("b"), false)
+			q.add(fw("new"), true)
+		}, []string{"new", "a", "b"}},
+		{"a backlog entry made urgent moves ahead, once", func(q *entryQueue) {
+			q.add(fw("a"), false)
+			q.add(fw("b"), false)
+			q.add(fw("b"), true)
+			q.add(fw("b"), false) // stays urgent
+		}, []string{"b", "a"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			q := newEntryQueue(nil)
+			c.do(q)
+			got := take(t, q, len(c.want))
+			if !slices.Equal(got, c.want) {
+				t.Fatalf("taken %v, want %v", got, c.want)
+			}
+			q.add(fw("last"), false)
+			if o, _, _ := q.get(); o.Namespace != "last" {
+				t.Fatalf("after %v: %s left in the queue, want only last", got, o.Namespace)
+			}
+		})
+	}
+}
+
+// An entry changed while it is written is not written twice at once; it is queued again when
+// its write ends, in the lane it was added to.
+func TestEntryQueueAddedWhileActive(t *testing.T) {
+	q := newEntryQueue(nil)
+	q.add(fw("a"), false)
+	q.add(fw("b"), false)
+	a, _, _ := q.get()
+	q.add(fw("a"), true)
+	if o, _, _ := q.get(); o.Namespace != "b" {
+		t.Fatalf("took %s while a was written, want b", o.Namespace)
+	}
+	q.done(fw("b"))
+	q.done(a)
+	o, urgent, _ := q.get()
+	if o.Namespace != "a" || !urgent {
+		t.Fatalf("after a's write: took %s (urgent %v), want a, urgent", o.Namespace, urgent)
+	}
+	q.done(o)
+	q.stop()
+	if _, _, ok := q.get(); ok {
+		t.Fatal("get after stop reported an entry")
+	}
+}
