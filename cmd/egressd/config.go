@@ -71,6 +71,7 @@ type config struct {
 	// cniDaemonSet is the agent's own DaemonSet, in podNamespace (unchain.go).
 	cniDaemonSet, podNamespace string
 	loosenRPFilter             bool
+	ciliumNodeConfig           string
 }
 
 // prefixList is a comma-separated list of CIDRs, v4 and/or v6.
@@ -166,6 +167,7 @@ func newFlagSet(c *config, env environment) *flag.FlagSet {
 	fs.StringVar(&c.cniBinDir, "cni-bin-dir", "", "the host's CNI plugin directory: the agent installs egressd-cni there at start (with --cni-conf-dir; \"\": installed by the DaemonSet's init container, egressd install-cni, so that the agent needs no write access to the host's plugins)")
 	fs.StringVar(&c.cniBinary, "cni-plugin-binary", env.cniBinary, "the egressd-cni executable to install (with --cni-conf-dir; default egressd-cni next to egressd)")
 	fs.BoolVar(&c.loosenRPFilter, "loosen-rp-filter", true, "set net.ipv4.conf.<interface>.rp_filter to 2 (loose) where it is strict on an interface egressd routes pods' traffic through other than the default route's (a secondary network's egress IP, an external gateway's): the replies arrive there. Put back when no longer used, or by egressctl cleanup (remembered in the directory of --cni-socket, /run/egressd by default: give egressctl cleanup the same --cni-socket). false: only reported, and what an earlier agent loosened is put back")
+	fs.StringVar(&c.ciliumNodeConfig, "cilium-node-config", "/var/run/cilium/state/globals/node_config.h", "the node configuration header Cilium's agent builds its programs with, read for the settings compiled into them that undo egressd's steering (BPF masquerading: metric egressd_cni_conflicts, Event CNIConflict on the Node); absent on nodes without Cilium. \"\": not read")
 	c.podNamespace = env.namespace
 	fs.StringVar(&c.cniDaemonSet, "cni-uninstall-with-daemonset", "", "the agent's own DaemonSet, in its namespace ($POD_NAMESPACE): when the agent stops after that DaemonSet was deleted (an uninstall, not an upgrade or a restart), it takes egressd-cni out of the CNI chain of --cni-conf-dir, so that new pods do not wait for an agent that is gone (\"\": the chain is left as it is, egressctl cleanup removes it)")
 	fs.BoolVar(&c.cniFailOpen, "cni-fail-open", false, "installed chain entry lets a pod start when egressd does not answer its CNI ADD in time, unprogrammed until egressd is back (default: fail closed, the runtime retries)")

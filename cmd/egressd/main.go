@@ -134,7 +134,8 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		store.Runtime = &cniserver.RuntimeCache{Dir: cfg.cniCacheDir, Every: 10 * time.Second}
 	}
 	dp, err := kernel.New(kernel.Options{PinRoot: cfg.bpfPinRoot, Classifier: classifier.Options{ACLLogRate: uint32(cfg.aclLogRate), MarkMask: cfg.markMask}, Routing: cfg.routing,
-		Tunnel: cfg.tunnel, AddressLifetime: cfg.addressLifetime, PodsInForce: store.InForce, RPFilterState: cfg.rpFilterState(), LoosenRPFilter: cfg.loosenRPFilter},
+		Tunnel: cfg.tunnel, AddressLifetime: cfg.addressLifetime, PodsInForce: store.InForce, RPFilterState: cfg.rpFilterState(), LoosenRPFilter: cfg.loosenRPFilter,
+		CiliumNodeConfig: cfg.ciliumNodeConfig},
 		log.With("component", "dataplane"))
 	if err != nil {
 		return err

@@ -64,6 +64,9 @@ type Options struct {
 	// puts back what an earlier agent loosened.
 	RPFilterState  string
 	LoosenRPFilter bool
+	// CiliumNodeConfig is the node configuration header Cilium's agent builds its programs
+	// with (tc.CompiledConflicts); "" looks for none.
+	CiliumNodeConfig string
 }
 
 // Applier programs the kernel of the network namespace the process runs in: it runs its
@@ -88,10 +91,10 @@ type Applier struct {
 	changed chan struct{}
 	done    chan struct{}
 	// running are the goroutines that watch the kernel and do the periodic work.
-	running   sync.WaitGroup
-	metrics   *metrics
-	wildcards wildcardWatch
-	log       *slog.Logger
+	running sync.WaitGroup
+	metrics *metrics
+	cni     *cniWatch
+	log     *slog.Logger
 }
 
 // New adopts what a previous agent left under pinRoot (so that enforcement continues without a
@@ -168,7 +171,8 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	if err != nil {
 		return fail(err)
 	}
-	d := &Applier{classifier: c, facings: facings, changed: make(chan struct{}, 1), done: make(chan struct{}), metrics: newMetrics(), log: log}
+	d := &Applier{classifier: c, facings: facings, changed: make(chan struct{}, 1), done: make(chan struct{}), metrics: newMetrics(),
+		cni: &cniWatch{nodeConfig: o.CiliumNodeConfig, log: log}, log: log}
 	d.nft = &nftFacility{table: t, tableLost: d.metrics.tableLost, ask: d.signal, log: log}
 	d.addresses = &addressFacility{Addresses: owned, log: log}
 	d.bfd = &bfdFacility{done: d.done, ask: d.signal, log: log}
@@ -208,6 +212,14 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 		d.Close()
 		return nil, err
 	}
+	if err := d.every(cniLook, func() {
+		if d.cni.look() {
+			d.signal()
+		}
+	}); err != nil {
+		d.Close()
+		return nil, err
+	}
 	log.Info("dataplane ready", "adoptedInterfaces", a.Attached(), "adoptedReplyInterfaces", toPod.Attached())
 	return d, nil
 }
@@ -241,9 +253,13 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	res.Failed, res.Removals = d.run(&pass{state: s, up: d.bfd.up()})
 	res.HostCIDRs = d.addresses.hostCIDRs(s.Classifier.ClusterNetworks)
 	res.Conflicts = d.attach.conflictCounts()
-	if n := d.serviceWildcards(s); n > 0 {
+	wildcards, compiled := d.cni.conflicts(s)
+	if wildcards > 0 {
 		c := tc.ServiceWildcard
-		res.Conflicts[dataplane.Conflict{Program: c.Program, Setting: c.Setting, Effect: c.Effect(), Of: "source NAT addresses"}] = n
+		res.Conflicts[dataplane.Conflict{Program: c.Program, Setting: c.Setting, Effect: c.Effect(), Of: "source NAT addresses"}] = wildcards
+	}
+	for _, c := range compiled {
+		res.Conflicts[dataplane.Conflict{Program: c.Program, Setting: c.Setting, Effect: c.Effect(), Of: "node (its node_config.h)"}] = 1
 	}
 	d.metrics.conflicts.Reset()
 	for c, n := range res.Conflicts {

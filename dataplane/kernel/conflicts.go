@@ -2,8 +2,11 @@ package kernel
 
 import (
 	"fmt"
+	"log/slog"
 	"net/netip"
+	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/egressd/egressd/dataplane"
@@ -38,39 +41,86 @@ func (a *attachFacility) conflictCounts() map[dataplane.Conflict]int {
 	return out
 }
 
-// wildcardsEvery is how often serviceWildcards looks again at the same addresses: the
-// lookup walks the programs of the node's devices, too much for every Apply.
-const wildcardsEvery = 30 * time.Second
+// cniLook is how often the node's CNI is looked at again outside the pods' interfaces
+// (cniWatch.look): Cilium adds a load-balancer IP's wildcard entry some time after egressd
+// SNATs to the IP, and rewrites its node configuration when restarted with other settings,
+// while no sync may follow. The lookup walks the programs of the node's devices, too much for
+// every Apply.
+const cniLook = 5 * time.Second
 
-// wildcardWatch is what serviceWildcards last found. Apply's goroutine only.
-type wildcardWatch struct {
-	addrs string // the addresses looked up, sorted
-	at    time.Time
-	found int
-	err   string // the last error logged
+// cniWatch is what the last looks at the node's CNI found, outside the pods' interfaces:
+// wildcard entries of Cilium's load balancer for the addresses egressd SNATs to, and the
+// settings Cilium compiled into its programs. Apply reports it (and looks at once at
+// addresses new to it); the periodic look refreshes it and asks for a sync when it changed.
+type cniWatch struct {
+	nodeConfig string // Cilium's node configuration header; "" looks for none
+	log        *slog.Logger
+
+	mu            sync.Mutex
+	addrs         []netip.Addr // what the last Apply SNATs to, sorted
+	looked        string       // the addresses last looked up
+	wildcards     int
+	wildcardsErr  string // the last error logged
+	compiledStamp string // the header's size and modification time when read
+	compiled      []tc.Conflict
+	compiledErr   string
 }
 
-// serviceWildcards is how many of the addresses s SNATs to (egress IPs, EgressServices'
-// load-balancer IPs) Cilium's load balancer holds a wildcard entry for (tc.ServiceWildcard),
-// looked up when they change and every wildcardsEvery.
-func (d *Applier) serviceWildcards(s *dataplane.State) int {
+// conflicts are the wildcard entries for what s SNATs to and the compiled settings, as found
+// by the last look, or now for addresses not looked up yet.
+func (w *cniWatch) conflicts(s *dataplane.State) (int, []tc.Conflict) {
 	var addrs []netip.Addr
 	for _, n := range s.Nftables.SNAT {
 		addrs = append(addrs, n.To)
 	}
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	addrs = slices.Compact(addrs)
-	key, w := fmt.Sprint(addrs), &d.wildcards
-	if key == w.addrs && time.Since(w.at) < wildcardsEvery {
-		return w.found
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.addrs = addrs
+	if fmt.Sprint(addrs) != w.looked || w.compiledErr == "" {
+		w.lookLocked()
 	}
-	found, err := tc.ServiceWildcards(addrs)
-	w.addrs, w.at, w.found = key, time.Now(), len(found)
-	if msg := fmt.Sprint(err); msg != w.err {
-		w.err = msg
+	return w.wildcards, w.compiled
+}
+
+// look looks again, and reports whether what it found changed.
+func (w *cniWatch) look() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	wildcards, compiled := w.wildcards, w.compiled
+	w.lookLocked()
+	return wildcards != w.wildcards || !slices.Equal(compiled, w.compiled)
+}
+
+// lookLocked looks up the wildcard entries (tc.ServiceWildcards) of w.addrs and reads the node
+// configuration again if it changed (tc.CompiledConflicts). w.mu held.
+func (w *cniWatch) lookLocked() {
+	found, err := tc.ServiceWildcards(w.addrs)
+	w.looked, w.wildcards = fmt.Sprint(w.addrs), len(found)
+	if msg := fmt.Sprint(err); msg != w.wildcardsErr {
+		w.wildcardsErr = msg
 		if err != nil {
-			d.log.Warn("could not tell whether Cilium's load balancer drops the replies to egressd's source NAT", "err", err)
+			w.log.Warn("could not tell whether Cilium's load balancer drops the replies to egressd's source NAT", "err", err)
 		}
 	}
-	return w.found
+	if w.nodeConfig == "" {
+		w.compiledErr = "<nil>"
+		return
+	}
+	stamp := ""
+	if fi, err := os.Stat(w.nodeConfig); err == nil {
+		stamp = fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
+	}
+	if stamp == w.compiledStamp && w.compiledErr == "<nil>" {
+		return
+	}
+	compiled, err := tc.CompiledConflicts(w.nodeConfig)
+	w.compiledStamp, w.compiled = stamp, compiled
+	if msg := fmt.Sprint(err); msg != w.compiledErr {
+		w.compiledErr = msg
+		if err != nil {
+			w.log.Warn("could not tell whether Cilium's programs masquerade what egressd steers", "file", w.nodeConfig, "err", err)
+		}
+	}
 }

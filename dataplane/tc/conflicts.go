@@ -11,8 +11,8 @@ import (
 )
 
 // Conflict is a setting of a program a CNI runs on egressd's path that undoes what egressd
-// programs: after its classifier at ingress of a pod's interface (Conflicts), or at ingress of
-// the node's devices (ServiceWildcards).
+// programs: after its classifier at ingress of a pod's interface (Conflicts), at ingress of
+// the node's devices (ServiceWildcards), or at their egress (CompiledConflicts).
 type Conflict struct {
 	// Program is the program's name as its CNI names it.
 	Program string
@@ -40,6 +40,11 @@ var effects = map[Conflict]string{
 	{ciliumFromContainer, "enable_bpf_host_routing"}: "redirects the packet to its device past the host's routing and netfilter, so it leaves with the node's address, not steered (Cilium: set bpf.hostLegacyRouting true)",
 	// lb4_lookup_service finds the wildcard entry of a load-balancer address for any port no
 	// Service has, and the caller drops: the replies to egressd's SNAT to that address.
+	// snat_v4_nat/snat_v6_nat rewrite the source of what leaves the device for the node's
+	// address, after netfilter's postrouting: egressd's SNAT to an egress IP, a load-balancer
+	// IP, or its keeping of the pod's address towards a gateway, is undone.
+	{ciliumToNetdev, "ENABLE_MASQUERADE_IPV4"}: "masquerades pod traffic at the device's egress, after egressd's steering and source NAT, so it leaves with the node's address (Cilium: set bpf.masquerade false, with enableIPv4Masquerade true for iptables masquerading)",
+	{ciliumToNetdev, "ENABLE_MASQUERADE_IPV6"}: "masquerades pod traffic at the device's egress, after egressd's steering and source NAT, so it leaves with the node's address (Cilium: set bpf.masquerade false, with enableIPv6Masquerade true for iptables masquerading)",
 	ServiceWildcard: "drops the replies to egressd's source NAT to a load-balancer IP, before netfilter can undo it (Cilium: set bpf-lb-enable-wildcard-entries false)",
 }
 

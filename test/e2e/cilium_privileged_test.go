@@ -22,7 +22,7 @@ import (
 // it, or another steering mark, whose path it takes.)
 func TestPrivilegedEgressIPCiliumIdentityMark(t *testing.T) {
 	privileged.Require(t)
-	ciliumConflictLab(t, "enable_identity_mark", "--enable-identity-mark=true")
+	ciliumConflictLab(t, "cil_from_container", "enable_identity_mark", "1 pod interfaces", "--enable-identity-mark=true")
 }
 
 // TestPrivilegedEgressIPCiliumBPFHostRouting: with Cilium's BPF host routing (kube-proxy
@@ -31,7 +31,7 @@ func TestPrivilegedEgressIPCiliumIdentityMark(t *testing.T) {
 // agent finds it and says so in a metric and an Event on its Node.
 func TestPrivilegedEgressIPCiliumBPFHostRouting(t *testing.T) {
 	privileged.Require(t)
-	pod := ciliumConflictLab(t, "enable_bpf_host_routing", append(lab.CiliumKubeProxyReplacement(),
+	pod := ciliumConflictLab(t, "cil_from_container", "enable_bpf_host_routing", "1 pod interfaces", append(lab.CiliumKubeProxyReplacement(),
 		"--enable-bpf-masquerade=true", "--enable-host-legacy-routing=false")...)
 	// What the docs say of this setting, shown: not steered, so not from the egress IP.
 	r := pod.TCP("203.0.113.10:80", lab.ClientOptions{Timeout: quick})
@@ -41,10 +41,26 @@ func TestPrivilegedEgressIPCiliumBPFHostRouting(t *testing.T) {
 	}
 }
 
+// TestPrivilegedEgressIPCiliumBPFMasquerade: with Cilium's BPF masquerading (and kube-proxy
+// replacement, legacy host routing), cil_to_netdev masquerades what leaves eth0, after
+// egressd's steering and source NAT: the steered pod's traffic leaves with the node's address.
+// No loaded program says so (the setting is compiled in); the agent finds it in the node
+// configuration Cilium built its programs with, and says so in a metric and an Event on its
+// Node.
+func TestPrivilegedEgressIPCiliumBPFMasquerade(t *testing.T) {
+	privileged.Require(t)
+	pod := ciliumConflictLab(t, "cil_to_netdev", "ENABLE_MASQUERADE_IPV4", "1 node (its node_config.h)", lab.CiliumBPFMasquerade()...)
+	r := pod.TCP("203.0.113.10:80", lab.ClientOptions{Timeout: quick})
+	t.Logf("the steered pod's connection with BPF masquerading: %s", r)
+	if r.Outcome == lab.OK && r.Seen.Src.String() == eip4 {
+		t.Errorf("steered past BPF masquerading: %s; the docs and the Event say it is not", r)
+	}
+}
+
 // ciliumConflictLab runs two Cilium nodes with the agent flags ciliumArgs, a pod on node-0
-// selected by an EgressIP on node-1, and waits for node-0's agent to report the conflict
-// setting of cil_from_container in its metric and a Node Event.
-func ciliumConflictLab(t *testing.T, setting string, ciliumArgs ...string) *lab.Pod {
+// selected by an EgressIP on node-1, and waits for node-0's agent to report the setting of
+// Cilium's program, found at where, in its metric and a Node Event.
+func ciliumConflictLab(t *testing.T, program, setting, where string, ciliumArgs ...string) *lab.Pod {
 	t.Helper()
 	l := lab.New(t, lab.Options{Nodes: 2, CNI: map[int]lab.CNI{0: lab.Cilium, 1: lab.Cilium}, Agents: true,
 		CiliumArgs: ciliumArgs, NodeLabels: map[int]map[string]string{1: {assignable: ""}}})
@@ -57,7 +73,7 @@ func ciliumConflictLab(t *testing.T, setting string, ciliumArgs ...string) *lab.
 	createEgressIP(t, l, "eip-"+ns, "eip", eip4)
 	waitItems(t, l, "eip-"+ns, n1.Name+"="+eip4)
 
-	waitConflict(t, l, n0, "cil_from_container", setting, "1 pod interfaces")
+	waitConflict(t, l, n0, program, setting, where)
 	return pod
 }
 
@@ -105,6 +121,10 @@ func TestPrivilegedEgressServiceCiliumWildcards(t *testing.T) {
 				eventuallySource(t, "endpoint, without wildcard entries", ep, "203.0.113.10:80", lb)
 				if got := sample(t, n0, `egressd_cni_conflicts{program="cil_from_netdev",setting="bpf-lb-enable-wildcard-entries"}`); got != 0 {
 					t.Errorf("wildcard entries off, yet the agent reports %v", got)
+				}
+				// The matrix's cilium-kpr: iptables masquerading, which egressd's SNAT precedes.
+				if got := sample(t, n0, `egressd_cni_conflicts{program="cil_to_netdev",setting="ENABLE_MASQUERADE_IPV4"}`); got != 0 {
+					t.Errorf("BPF masquerading off, yet the agent reports it on %v", got)
 				}
 				return
 			}

@@ -288,7 +288,8 @@ func (n *Node) StartAgent(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Dir(n.CNISocket()), 0o755); err != nil {
 		return fmt.Errorf("node %s: its agent's state directory: %w", n.Name, err)
 	}
-	args := []string{"--cni-socket", n.CNISocket(), "--pod-announce-token-file", token, "--cni-cache-dir", n.CNICacheDir()}
+	args := []string{"--cni-socket", n.CNISocket(), "--pod-announce-token-file", token, "--cni-cache-dir", n.CNICacheDir(),
+		"--cilium-node-config", n.ciliumNodeConfig()}
 	if n.lab.opts.InstallCNI {
 		plugin, err := agent.Command("egressd-cni")
 		if err != nil {

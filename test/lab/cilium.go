@@ -45,6 +45,12 @@ const ciliumLLVM = "/usr/lib/llvm-19/bin"
 // ciliumDir holds a node's Cilium state (its /var/run/cilium) and the CNI plugin's wrapper.
 func (n *Node) ciliumDir() string { return filepath.Join(n.lab.Dir, n.Name, "cilium") }
 
+// ciliumNodeConfig is the node configuration header the node's Cilium agent builds its
+// programs with (its /var/run/cilium/state/globals); absent on a node without Cilium.
+func (n *Node) ciliumNodeConfig() string {
+	return filepath.Join(n.ciliumDir(), "run", "state", "globals", "node_config.h")
+}
+
 // ciliumSocket is the node's cilium-agent API, as the root mount namespace sees it.
 func (n *Node) ciliumSocket() string { return filepath.Join(n.ciliumDir(), "run", "cilium.sock") }
 
