@@ -144,7 +144,7 @@ func newFlagSet(c *config, env environment) *flag.FlagSet {
 	fs.DurationVar(&c.dnsMinTTL, "dns-min-ttl", 0, "refresh a dnsName no sooner than this, whatever its TTL, to protect the resolver (a TTL of 0 is refreshed every 5 s, as upstream)")
 	fs.IntVar(&c.dnsPerNamespace, "dns-learned-per-namespace", dnsnames.DefaultNamespaceAddresses, "addresses learned from the DNS answers to one namespace's pods kept at once on this node; beyond, its pods' answers teach nothing new until some expire (its EgressFirewall status entry says so)")
 	fs.Uint16Var(&c.dnsAnswersQueue, "dns-answers-queue", defaultDNSAnswersQueue, "NFQUEUE number on which the DNS answers to pods of namespaces with dnsName rules are read, and held until the addresses they give are allowed (wildcard rules match only through them): answers from the cluster's DNS Service (kube-system/kube-dns) and from --dns-server only; 0 reads none")
-	fs.Uint32Var(&c.markMask, "fwmark-mask", dataplane.DefaultMarkMask, "skb->mark bits egressd may set on steered packets (keep clear of the CNI's and kube-proxy's bits)")
+	fs.Uint32Var(&c.markMask, "fwmark-mask", dataplane.DefaultMarkMask, "skb->mark bits egressd may set on steered packets: one run of bits, clear of the CNI's and kube-proxy's (refused if it overlaps kube-proxy's 0x4000 or 0x8000 or Cilium's 0x0f00; with Calico, bits its --iptables-mark-mask leaves free)")
 	c.routing = routing.DefaultConfig()
 	fs.IntVar(&c.routing.RulePriorityBase, "rule-priority-base", c.routing.RulePriorityBase, "first ip rule priority of egressd's reserved range")
 	fs.IntVar(&c.routing.RulePriorityCount, "rule-priority-count", c.routing.RulePriorityCount, "size of egressd's ip rule priority range")
