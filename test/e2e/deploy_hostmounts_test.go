@@ -9,14 +9,16 @@ import (
 
 // agentHostPaths are the host paths each container of the DaemonSet may mount, and whether it
 // may write there: the agent writes only its pins, its state and the CNI configuration it
-// chains its plugin into; it reads the runtime's CNI results; the init container writes the
+// chains its plugin into; it reads the runtime's CNI results and Cilium's node configuration
+// (not the directory above it, with Cilium's API socket); the init container writes the
 // plugin. Anything else on the host (other components' pins, the runtime's files) stays out.
 var agentHostPaths = map[string]map[string]bool{
 	"egressd": {
-		"/sys/fs/bpf/egressd":  true,
-		"/run/egressd":         true,
-		"/etc/cni/net.d":       true,
-		"/var/lib/cni/results": false,
+		"/sys/fs/bpf/egressd":           true,
+		"/run/egressd":                  true,
+		"/etc/cni/net.d":                true,
+		"/var/lib/cni/results":          false,
+		"/var/run/cilium/state/globals": false,
 	},
 	"install-cni": {"/opt/cni/bin": true, "/run/egressd": true},
 }
