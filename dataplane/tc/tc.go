@@ -11,7 +11,10 @@
 //     interface (BenchmarkPrivilegedAttach). This is the common case: the pod-facing
 //     interfaces of routed and bridged CNIs carry no other program.
 //   - a tcx link (tcx.go), first in the hook's chain, pinned under <pin root>/links: where
-//     another program already runs at that hook (a CNI's own tcx program or tc filter). tcx runs
+//     another program already runs at that hook (a CNI's own tcx program or tc filter), and on
+//     every new interface of a node whose CNI runs programs of its own there (found at one of
+//     its interfaces before, or Cilium's cilium_host is up): such a CNI adds its program after
+//     the CNI ADD and may delete the hook's filters then (Cilium does). tcx runs
 //     before any tc filter and a program there that ends the chain (TCX_PASS, a redirect) would
 //     skip a filter of ours; first in the tcx chain, ours judges every packet. Attaching (or
 //     detaching) a tcx link waits for a full RCU grace period under the RTNL lock, about 12 ms
@@ -61,6 +64,13 @@ type Attacher struct {
 	hook  Hook
 	prog  *ebpf.Program
 	links map[string]*attached // by interface name
+	// cniPrograms: the node's CNI runs programs of its own at this hook of its pod interfaces
+	// (found at one, or Cilium's devices are up): new interfaces get a tcx link at once. Such
+	// a CNI adds its program after the CNI ADD, when egressd's filter is in place already,
+	// and may delete the hook's filters as it does (Cilium's loader deletes every filter at
+	// a hook it attaches to by tcx): until egressd attached again, the pod's packets would
+	// meet only the CNI's programs.
+	cniPrograms bool
 }
 
 // attached is one interface's attachment: a tcx link, or (link nil) egressd's filter.
@@ -157,13 +167,15 @@ func (a *Attacher) Attach(name string, idx int, q *Qdisc) (Outcome, error) {
 		at.checked = time.Now()
 		return outcome, nil
 	case ok: // another program came after our filter: first in the tcx chain instead
+		a.cniPrograms = true
 		l, err := a.attachLink(name, idx)
 		if err != nil {
 			return Kept, fmt.Errorf("attach %s to %s before the program added there: %w", a.hook.program, name, err)
 		}
 		a.links[name] = &attached{link: l, ifindex: idx}
 		return outcome, a.deleteFilter(idx)
-	case others:
+	case others || a.linkFirst():
+		a.cniPrograms = true
 		l, err := a.attachLink(name, idx)
 		if err != nil {
 			return Kept, fmt.Errorf("attach %s to %s: %w", a.hook.program, name, err)
@@ -177,6 +189,19 @@ func (a *Attacher) Attach(name string, idx int, q *Qdisc) (Outcome, error) {
 	}
 	return Fresh, nil
 }
+
+// linkFirst tells whether a new interface gets a tcx link rather than a filter though no
+// other program runs at its hook yet: where the node's CNI runs its own (cniPrograms).
+func (a *Attacher) linkFirst() bool {
+	if !a.cniPrograms {
+		_, err := netlink.LinkByName(ciliumHost)
+		a.cniPrograms = err == nil
+	}
+	return a.cniPrograms
+}
+
+// ciliumHost is the device Cilium's agent makes on every node it runs on.
+const ciliumHost = "cilium_host"
 
 // Recheck makes the next Attach of the interface of index idx (0: of every interface) look at
 // its hook again.

@@ -122,6 +122,11 @@ func TestPrivilegedEgressServiceCiliumWildcards(t *testing.T) {
 				if got := sample(t, n0, `egressd_cni_conflicts{program="cil_from_netdev",setting="bpf-lb-enable-wildcard-entries"}`); got != 0 {
 					t.Errorf("wildcard entries off, yet the agent reports %v", got)
 				}
+				// Cilium attached its program to ep's veth after the CNI ADD and deleted the
+				// hook's filters: egressd's classifier, a tcx link from the start, stayed.
+				if got := sample(t, n0, "egressd_classifier_reattached_total"); got != 0 {
+					t.Errorf("egressd's classifier was attached again %v times: Cilium deleted it from a pod's veth", got)
+				}
 				// The matrix's cilium-kpr: iptables masquerading, which egressd's SNAT precedes.
 				if got := sample(t, n0, `egressd_cni_conflicts{program="cil_to_netdev",setting="ENABLE_MASQUERADE_IPV4"}`); got != 0 {
 					t.Errorf("BPF masquerading off, yet the agent reports it on %v", got)
