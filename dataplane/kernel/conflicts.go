@@ -56,14 +56,15 @@ type cniWatch struct {
 	nodeConfig string // Cilium's node configuration header; "" looks for none
 	log        *slog.Logger
 
-	mu            sync.Mutex
-	addrs         []netip.Addr // what the last Apply SNATs to, sorted
-	looked        string       // the addresses last looked up
-	wildcards     int
-	wildcardsErr  string // the last error logged
-	compiledStamp string // the header's size and modification time when read
-	compiled      []tc.Conflict
-	compiledErr   string
+	mu           sync.Mutex
+	addrs        []netip.Addr // what the last Apply SNATs to, sorted
+	looked       string       // the addresses last looked up; "" before the first look
+	wildcards    int
+	wildcardsErr string // the last error logged
+	// compiledAt is the header's size and modification time when last read without error.
+	compiledAt  string
+	compiled    []tc.Conflict
+	compiledErr string // the last error logged
 }
 
 // conflicts are the wildcard entries for what s SNATs to and the compiled settings, as found
@@ -78,7 +79,7 @@ func (w *cniWatch) conflicts(s *dataplane.State) (int, []tc.Conflict) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.addrs = addrs
-	if fmt.Sprint(addrs) != w.looked || w.compiledErr == "" {
+	if w.looked == "" || fmt.Sprint(addrs) != w.looked {
 		w.lookLocked()
 	}
 	return w.wildcards, w.compiled
@@ -105,18 +106,20 @@ func (w *cniWatch) lookLocked() {
 		}
 	}
 	if w.nodeConfig == "" {
-		w.compiledErr = "<nil>"
 		return
 	}
-	stamp := ""
+	stamp := "absent"
 	if fi, err := os.Stat(w.nodeConfig); err == nil {
 		stamp = fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
 	}
-	if stamp == w.compiledStamp && w.compiledErr == "<nil>" {
+	if stamp == w.compiledAt {
 		return
 	}
 	compiled, err := tc.CompiledConflicts(w.nodeConfig)
-	w.compiledStamp, w.compiled = stamp, compiled
+	w.compiled, w.compiledAt = compiled, stamp
+	if err != nil {
+		w.compiledAt = "" // read again at the next look
+	}
 	if msg := fmt.Sprint(err); msg != w.compiledErr {
 		w.compiledErr = msg
 		if err != nil {

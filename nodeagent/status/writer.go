@@ -207,7 +207,11 @@ func (w *Writer) write(ctx context.Context, q *entryQueue, e *entries) {
 			w.Metrics.wrote("failed")
 			time.AfterFunc(wait, func() { q.add(origin, urgent) })
 		case err == nil:
-			w.Metrics.wrote(map[bool]string{true: "written", false: "in_place"}[wrote])
+			result := "in_place"
+			if wrote {
+				result = "written"
+			}
+			w.Metrics.wrote(result)
 			delete(e.failures, origin)
 			if byOutcome[origin.Kind] && e.wanted[origin].outcome == x.outcome {
 				e.written[origin] = x.outcome
