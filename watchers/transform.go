@@ -4,6 +4,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 )
 
 // Annotations egressd reads; every other annotation is dropped from the cache.
@@ -81,6 +82,20 @@ func transform(obj any) (any, error) {
 		o.GetObjectMeta().SetManagedFields(nil)
 	}
 	return obj, nil
+}
+
+// egressTransform is transform, then trim (if any) for the egress API objects.
+func egressTransform(trim func(obj any)) cache.TransformFunc {
+	if trim == nil {
+		return transform
+	}
+	return func(obj any) (any, error) {
+		obj, err := transform(obj)
+		if err == nil {
+			trim(obj)
+		}
+		return obj, err
+	}
 }
 
 // trimPod keeps only what the features read: labels, node, host networking, IPs, phase and

@@ -170,6 +170,7 @@ type Option func(*options)
 type options struct {
 	podSelector labels.Selector
 	node        string
+	trimEgress  func(obj any)
 }
 
 // OnlyPods caches only the pods sel selects, so that a process that reads a few pods (the
@@ -181,6 +182,10 @@ func OnlyPods(sel labels.Selector) Option { return func(o *options) { o.podSelec
 // snapshot's Pods and PodIndex read both as one.
 func NodePods(node string) Option { return func(o *options) { o.node = node } }
 
+// TrimEgress applies trim to each egress API object after the transform that drops its managed
+// fields, before it enters the cache: for what one process never reads of those objects.
+func TrimEgress(trim func(obj any)) Option { return func(o *options) { o.trimEgress = trim } }
+
 // New builds the informers; nothing runs until Start.
 func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Duration, opts ...Option) (*Watchers, error) {
 	var o options
@@ -189,7 +194,7 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 	}
 	w := &Watchers{
 		core:   informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithTransform(transform)),
-		egress: egressinformers.NewSharedInformerFactoryWithOptions(egress, resync, egressinformers.WithTransform(transform)),
+		egress: egressinformers.NewSharedInformerFactoryWithOptions(egress, resync, egressinformers.WithTransform(egressTransform(o.trimEgress))),
 	}
 	w.pods = w.core
 	switch {
@@ -326,14 +331,14 @@ func statusOnly(old, new any) bool {
 		maps.Equal(o.GetAnnotations(), n.GetAnnotations())
 }
 
-// unchanged says whether an update of a core object changed nothing the cache keeps of it: what
-// changed was dropped by the transform (a pod's container statuses, a node's heartbeat), or a
-// relist delivered the object again. Without this, each kubelet status write of a pod a node
-// caches made the node sync.
+// unchanged says whether an update changed nothing the cache keeps of an object: what changed
+// was dropped by the transform (a pod's container statuses, a node's heartbeat, another node's
+// status entry), or a relist delivered the object again. Without this, each kubelet status
+// write of a pod a node caches made the node sync.
 func unchanged(old, new any) bool {
 	o, ok := old.(runtime.Object)
-	if !ok || egressAPI(new) {
-		return false // the egress APIs' status writes are told apart by statusOnly
+	if !ok {
+		return false
 	}
 	c := o.DeepCopyObject()
 	cm, ok1 := c.(metav1.Object)

@@ -122,7 +122,8 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	kube, egress := api.kube, api.egress
 
 	metrics := nodeagent.NewMetrics()
-	w, err := watchers.New(reads.kube, reads.egress, 0, watchers.NodePods(cfg.nodeName))
+	w, err := watchers.New(reads.kube, reads.egress, 0, watchers.NodePods(cfg.nodeName),
+		watchers.TrimEgress(status.OwnEntries(cfg.nodeName)))
 	if err != nil {
 		return err
 	}
