@@ -168,7 +168,6 @@ func (cp *ControlPlane) start(ctx context.Context, bins Binaries, opts Options) 
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-cluster-ip-range", "10.96.0.0/16,fd00:10:96::/112",
 		"--allow-privileged",
-		"--storage-media-type", "application/json",
 		"--v", "1",
 	}
 	if opts.Scheduler == "" {
