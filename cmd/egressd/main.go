@@ -86,6 +86,7 @@ func usageError(command string, err error) int {
 
 // runUntilSignal runs a process's main function until SIGTERM or SIGINT; the exit code.
 func runUntilSignal(log *slog.Logger, what string, run func(ctx context.Context) error) int {
+	tuneGC(log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := run(ctx); err != nil {
