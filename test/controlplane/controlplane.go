@@ -46,6 +46,9 @@ type Options struct {
 	// DaemonSet controller runs, kube-scheduler places the DaemonSet's pods, and the Node
 	// authorizer admits kubelets.
 	Scheduler string
+	// EtcdData, when set, is an etcd data directory an earlier control plane left (SaveEtcd):
+	// a copy of it is this one's, so that its objects are there from the start.
+	EtcdData string
 }
 
 // ControlPlane is one running control plane.
@@ -144,6 +147,12 @@ func (cp *ControlPlane) start(ctx context.Context, bins Binaries, opts Options) 
 		return err
 	}
 
+	if opts.EtcdData != "" {
+		fmt.Fprintf(opts.Log, "copying etcd's data from %s\n", opts.EtcdData)
+		if out, err := exec.Command("cp", "-a", opts.EtcdData, cp.path("etcd-data")).CombinedOutput(); err != nil {
+			return fmt.Errorf("copy etcd data %s: %v: %s", opts.EtcdData, err, out)
+		}
+	}
 	fmt.Fprintln(opts.Log, "starting etcd")
 	if err := cp.run(opts, "etcd", bins.Etcd,
 		"--data-dir", cp.path("etcd-data"),

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,6 +15,26 @@ import (
 
 // Stop kills every component and removes the control plane's directory.
 func (cp *ControlPlane) Stop() {
+	cp.kill()
+	os.RemoveAll(cp.Dir)
+}
+
+// SaveEtcd stops the control plane and moves etcd's data to dst (which must not exist), for
+// Options.EtcdData of later ones; the rest of its directory is removed.
+func (cp *ControlPlane) SaveEtcd(dst string) error {
+	cp.kill() // etcd stops on SIGTERM, its data consistent
+	defer os.RemoveAll(cp.Dir)
+	if err := os.Rename(cp.path("etcd-data"), dst); err == nil {
+		return nil
+	}
+	if out, err := exec.Command("cp", "-a", cp.path("etcd-data"), dst).CombinedOutput(); err != nil {
+		return fmt.Errorf("save etcd data to %s: %v: %s", dst, err, out)
+	}
+	return nil
+}
+
+// kill stops the components, the last started first, each with SIGTERM and after 5 s SIGKILL.
+func (cp *ControlPlane) kill() {
 	for i := len(cp.procs) - 1; i >= 0; i-- {
 		p := cp.procs[i]
 		_ = syscall.Kill(-p.Process.Pid, syscall.SIGTERM)
@@ -26,7 +47,7 @@ func (cp *ControlPlane) Stop() {
 			<-done
 		}
 	}
-	os.RemoveAll(cp.Dir)
+	cp.procs = nil
 }
 
 // StopDir stops the control plane whose state is in dir (started detached by another process).

@@ -41,6 +41,29 @@ func (l *Lab) LeaderNamespace() string { return "egressd-" + l.ID }
 // StartAgents forwards the API server into every node and starts egressd there, and egressd
 // controller on the nodes of ControllerNodes.
 func (l *Lab) StartAgents(ctx context.Context) error {
+	if err := l.PrepareAgents(ctx); err != nil {
+		return err
+	}
+	for _, n := range l.Nodes {
+		if n.Kubelet {
+			continue // its agent is the DaemonSet's pod
+		}
+		if err := n.StartAgent(ctx); err != nil {
+			return err
+		}
+	}
+	for _, i := range l.controllerNodes() {
+		if err := l.Nodes[i].StartController(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PrepareAgents does what the agents and controllers need before they start (their RBAC,
+// policies and Lease namespace, every node's API forwarder), for a caller that starts them
+// itself (Node.StartAgent, Node.StartController).
+func (l *Lab) PrepareAgents(ctx context.Context) error {
 	ns := l.LeaderNamespace()
 	if _, err := l.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		return err
@@ -66,17 +89,9 @@ func (l *Lab) StartAgents(ctx context.Context) error {
 	}
 	for _, n := range l.Nodes {
 		if n.Kubelet {
-			continue // its agent is the DaemonSet's pod
+			continue
 		}
 		if err := n.forwardAPIOnce(); err != nil {
-			return err
-		}
-		if err := n.StartAgent(ctx); err != nil {
-			return err
-		}
-	}
-	for _, i := range l.controllerNodes() {
-		if err := l.Nodes[i].StartController(ctx); err != nil {
 			return err
 		}
 	}

@@ -56,6 +56,7 @@ func main() {
 	steady := flag.Duration("steady", time.Minute, "how long the steady cluster's CPU is measured")
 	trials := flag.Int("trials", 50, "EgressFirewall changes timed")
 	profiles := flag.String("profiles", "", "a directory: the agents and the controller run with --profiling, and their heap profiles after the steady minute go there")
+	fresh := flag.Bool("fresh", false, "populate the cluster even if an earlier run kept one of this size and generators")
 	wait := flag.Duration("wait", 6*time.Minute, "the longest wait for aggregate statuses, and for the change trials: a target missed by far is reported as such rather than waited out")
 	flag.Parse()
 	s, ok := sizes[*name]
@@ -74,7 +75,7 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	h := &harness{s: s, name: *name, steady: *steady, trials: *trials, wait: *wait, profiles: *profiles, log: os.Stderr, start: time.Now()}
+	h := &harness{s: s, name: *name, steady: *steady, trials: *trials, wait: *wait, profiles: *profiles, fresh: *fresh, log: os.Stderr, start: time.Now()}
 	err := h.run(context.Background())
 	h.report(os.Stdout)
 	if err != nil {
@@ -91,8 +92,10 @@ type harness struct {
 	wait   time.Duration
 	// profiles is where heap profiles go ("": none taken)
 	profiles string
-	log      io.Writer
-	start    time.Time
+	// fresh populates the cluster even when a populated one is kept
+	fresh bool
+	log   io.Writer
+	start time.Time
 
 	cp   *controlplane.ControlPlane
 	meta metadata.Interface
@@ -136,84 +139,42 @@ func (h *harness) run(ctx context.Context) error {
 		return err
 	}
 	defer os.RemoveAll(h.dir)
-	h.logf("control plane")
-	if h.cp, err = controlplane.Start(ctx, controlplane.Options{Log: h.log}); err != nil {
+	agents0, ctl0, err := h.baseline(ctx)
+	if err != nil {
+		return err
+	}
+	data, err := h.populated(ctx)
+	if err != nil {
+		return err
+	}
+	h.logf("control plane on the populated cluster")
+	if h.cp, err = controlplane.Start(ctx, controlplane.Options{Log: h.log, EtcdData: data}); err != nil {
 		return err
 	}
 	defer h.cp.Stop()
-	cfg := rest.CopyConfig(h.cp.Config)
-	// The generators are many clients at once (kubelets, users); protobuf spares the API
-	// server's CPU, which the 2-core machine shares with everything measured.
-	cfg.QPS, cfg.Burst = 5000, 10000
-	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	h.c = &cluster{s: h.s, log: h.log, workers: 32}
-	if h.c.kube, err = kubernetes.NewForConfig(cfg); err != nil {
-		return err
-	}
-	ovnCfg := rest.CopyConfig(cfg)
-	ovnCfg.ContentType = "" // CRDs speak JSON only
-	if h.c.ovn, err = versioned.NewForConfig(ovnCfg); err != nil {
+	if h.c, err = newCluster(h, h.cp); err != nil {
 		return err
 	}
 	h.logf("kwok")
 	if _, err = startKwok(h.log, h.dir, h.cp.Kubeconfig); err != nil {
 		return err
 	}
-	// The first lab node hosts the egress IPs (and EgressServices); the others, as most nodes
-	// of a cluster, none: their agents read only their own pods.
-	labels := map[int]map[string]string{0: {egressip.AssignableLabel: ""}}
-	h.logf("lab: %d nodes", h.s.RealNodes)
-	agentArgs := []string{"--dns-server", "198.51.100.53:53"}
-	// The fake nodes run no agent: their entries must not hold the aggregate statuses.
-	controllerArgs := []string{"--status-ignore-nodes", kwokLabel + "=" + kwokValue}
-	if h.profiles != "" {
-		agentArgs, controllerArgs = append(agentArgs, "--profiling"), append(controllerArgs, "--profiling")
-	}
-	if h.lab, err = lab.Start(ctx, h.cp, lab.Options{
-		Nodes: h.s.RealNodes, NodeLabels: labels, NodePrefix: "scale-",
-		AgentArgs: agentArgs, ControllerArgs: controllerArgs,
-		ReadyTimeout: 30 * time.Minute, Log: h.log,
-	}); err != nil {
+	if err := h.startLab(ctx); err != nil {
 		return err
 	}
 	defer h.lab.Close()
-	dns, err := h.lab.AddDNS("dns", "198.51.100.53")
-	if err != nil {
-		return err
-	}
-	for k := range dnsNames {
-		dns.Set(dnsName(k), 300, fmt.Sprintf("203.0.113.%d", k%250+1))
-	}
-
-	if err := flowSchemas(ctx, h.c.kube, map[string]string{agentFlow: kube.DeployedAgent, controllerFlow: kube.DeployedController}); err != nil {
+	if err := h.lab.PrepareAgents(ctx); err != nil {
 		return err
 	}
 	if h.meta, err = metadata.NewForConfig(h.cp.Config); err != nil {
 		return err
 	}
-
-	// Empty baseline: agents and controller on a cluster of the lab's nodes alone.
-	h.logf("agents and controller on the empty cluster")
-	if err := h.lab.StartAgents(ctx); err != nil {
+	running := h.c.watchPods(ctx)
+	if err := h.labPods(ctx); err != nil {
 		return err
 	}
-	time.Sleep(5 * time.Second)
-	agents0, ctl0, err := h.usage()
-	if err != nil {
-		return err
-	}
-	h.record("agent RSS, empty cluster", mb(agents0[0].rss), "")
-	h.record("controller RSS, empty cluster", mb(ctl0.rss), "")
-	// Stopped while the cluster fills: their start on the full cluster is the initial sync
-	// measured, and the generators get the machine's CPU.
-	for _, n := range h.lab.Nodes {
-		n.Agent.Kill()
-		if n.Controller != nil {
-			n.Controller.Kill()
-		}
-	}
-
-	if err := h.populate(ctx); err != nil {
+	// kwok finds its pods running already; this only checks it manages them.
+	if err := h.c.awaitRunning(ctx, running, 5*time.Minute, h.dir); err != nil {
 		return err
 	}
 
@@ -266,6 +227,82 @@ func (h *harness) run(ctx context.Context) error {
 	return h.createFirewalls(ctx)
 }
 
+// newCluster is the generators' clients of cp.
+func newCluster(h *harness, cp *controlplane.ControlPlane) (*cluster, error) {
+	cfg := rest.CopyConfig(cp.Config)
+	// The generators are many clients at once (kubelets, users); protobuf spares the API
+	// server's CPU, which the 2-core machine shares with everything measured.
+	cfg.QPS, cfg.Burst = 5000, 10000
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	c := &cluster{s: h.s, log: h.log, workers: 32}
+	var err error
+	if c.kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	ovnCfg := rest.CopyConfig(cfg)
+	ovnCfg.ContentType = "" // CRDs speak JSON only
+	c.ovn, err = versioned.NewForConfig(ovnCfg)
+	return c, err
+}
+
+// startLab starts the lab's nodes on h.cp, their agents and the controller stopped, with the
+// DNS server the dnsName rules ask and the FlowSchemas that count the agents' requests.
+func (h *harness) startLab(ctx context.Context) error {
+	// The first lab node hosts the egress IPs (and EgressServices); the others, as most nodes
+	// of a cluster, none: their agents read only their own pods.
+	labels := map[int]map[string]string{0: {egressip.AssignableLabel: ""}}
+	h.logf("lab: %d nodes", h.s.RealNodes)
+	agentArgs := []string{"--dns-server", "198.51.100.53:53"}
+	// The fake nodes run no agent: their entries must not hold the aggregate statuses.
+	controllerArgs := []string{"--status-ignore-nodes", kwokLabel + "=" + kwokValue}
+	if h.profiles != "" {
+		agentArgs, controllerArgs = append(agentArgs, "--profiling"), append(controllerArgs, "--profiling")
+	}
+	var err error
+	if h.lab, err = lab.Start(ctx, h.cp, lab.Options{
+		Nodes: h.s.RealNodes, NodeLabels: labels, NodePrefix: "scale-",
+		AgentArgs: agentArgs, ControllerArgs: controllerArgs,
+		ReadyTimeout: 30 * time.Minute, Log: h.log,
+	}); err != nil {
+		return err
+	}
+	dns, err := h.lab.AddDNS("dns", "198.51.100.53")
+	if err != nil {
+		return err
+	}
+	for k := range dnsNames {
+		dns.Set(dnsName(k), 300, fmt.Sprintf("203.0.113.%d", k%250+1))
+	}
+	return flowSchemas(ctx, h.c.kube, map[string]string{agentFlow: kube.DeployedAgent, controllerFlow: kube.DeployedController})
+}
+
+// baseline measures the agents and the controller on an empty cluster: a control plane and
+// lab of their own, the lab's nodes alone.
+func (h *harness) baseline(ctx context.Context) (agents []usage, ctl usage, err error) {
+	h.logf("agents and controller on an empty cluster")
+	if h.cp, err = controlplane.Start(ctx, controlplane.Options{Log: h.log}); err != nil {
+		return nil, ctl, err
+	}
+	defer h.cp.Stop()
+	if h.c, err = newCluster(h, h.cp); err != nil {
+		return nil, ctl, err
+	}
+	if err := h.startLab(ctx); err != nil {
+		return nil, ctl, err
+	}
+	defer h.lab.Close()
+	if err := h.lab.StartAgents(ctx); err != nil {
+		return nil, ctl, err
+	}
+	time.Sleep(5 * time.Second)
+	if agents, ctl, err = h.usage(); err != nil {
+		return nil, ctl, err
+	}
+	h.record("agent RSS, empty cluster", mb(agents[0].rss), "")
+	h.record("controller RSS, empty cluster", mb(ctl.rss), "")
+	return agents, ctl, nil
+}
+
 // usage reads each lab node's agent, and the controller.
 func (h *harness) usage() (agents []usage, c usage, err error) {
 	for _, n := range h.lab.Nodes {
@@ -279,43 +316,10 @@ func (h *harness) usage() (agents []usage, c usage, err error) {
 	return agents, c, err
 }
 
-// populate creates the cluster, then waits until kwok runs every pod.
-func (h *harness) populate(ctx context.Context) error {
-	c := h.c
-	h.logf("populating")
-	running := h.watchPods(ctx)
-	steps := []struct {
-		name string
-		f    func(context.Context) error
-	}{
-		{"nodes", c.nodes}, {"namespaces", c.namespaces}, {"pods", c.pods},
-		{"lab pods", h.labPods},
-		{"EgressFirewalls", func(ctx context.Context) error { return c.firewalls(ctx, "EgressFirewalls", 0, h.s.Namespaces, "") }},
-		{"EgressQoS", c.qos}, {"EgressIPs", c.egressIPs}, {"EgressServices", c.egressServices},
-	}
-	begin := time.Now()
-	for _, st := range steps {
-		if err := st.f(ctx); err != nil {
-			return fmt.Errorf("%s: %w\nkwok: %s", st.name, err, kwokLogTail(h.dir))
-		}
-	}
-	stop := progress(h.log, func() string { return fmt.Sprintf("pods running with an address: %d/%d", running(), h.s.Pods) })
-	defer stop()
-	deadline := time.Now().Add(20 * time.Minute)
-	for running() < h.s.Pods {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("kwok ran %d of %d pods in 20 minutes\n%s", running(), h.s.Pods, kwokLogTail(h.dir))
-		}
-		time.Sleep(time.Second)
-	}
-	h.record("cluster populated (objects created, kwok's pods running)", time.Since(begin).Round(time.Second).String(), "")
-	return nil
-}
-
 // watchPods counts the fake nodes' pods that are Running with an address, from an informer
 // that keeps only what the count needs.
-func (h *harness) watchPods(ctx context.Context) (running func() int) {
-	lw := cache.NewFilteredListWatchFromClient(h.c.kube.CoreV1().RESTClient(), "pods", metav1.NamespaceAll, func(o *metav1.ListOptions) {
+func (c *cluster) watchPods(ctx context.Context) (running func() int) {
+	lw := cache.NewFilteredListWatchFromClient(c.kube.CoreV1().RESTClient(), "pods", metav1.NamespaceAll, func(o *metav1.ListOptions) {
 		o.FieldSelector = "status.phase=Running"
 	})
 	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
