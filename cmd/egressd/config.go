@@ -32,6 +32,7 @@ import (
 // config is the agent's command line.
 type config struct {
 	kubeconfig       string
+	apiRate          apiRate
 	nodeName         string
 	bpfPinRoot       string
 	profiling        bool
@@ -126,6 +127,7 @@ func newFlagSet(c *config, env environment) *flag.FlagSet {
 	fs := flag.NewFlagSet("egressd", flag.ContinueOnError)
 	fs.SortFlags = false
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "path to a kubeconfig; empty uses the in-cluster configuration")
+	c.apiRate.declare(fs, 50, 100, "the agent (its status entries, announcements and reads)")
 	fs.StringVar(&c.nodeName, "node-name", env.nodeName, "name of the Node this agent runs on (default $NODE_NAME)")
 	fs.StringVar(&c.bpfPinRoot, "bpf-pin-root", pinroot.Default(), "bpffs directory under which egressd pins its maps, programs and links (default $"+pinroot.Env+" or /sys/fs/bpf/egressd)")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":9476", "host:port serving Prometheus metrics on /metrics; \"0\" disables")
@@ -217,6 +219,7 @@ func (c *config) validate() error {
 	bad := func(flag, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, a...)))
 	}
+	c.apiRate.check(bad)
 	if c.nodeName == "" {
 		bad("node-name", "required (or set $NODE_NAME)")
 	}

@@ -19,7 +19,8 @@ func TestParseFlagsDefaults(t *testing.T) {
 	}
 	if c.nodeName != "node-a" || c.bpfPinRoot != "/sys/fs/bpf/egressd" || c.metricsAddr != ":9476" ||
 		c.kubeconfig != "" || c.reachabilityAddr != ":9107" ||
-		c.steering != nodeagent.SteerAuto || c.tunnel != (tunnel.Config{VNI: 229, Port: 4799}) {
+		c.steering != nodeagent.SteerAuto || c.tunnel != (tunnel.Config{VNI: 229, Port: 4799}) ||
+		c.apiRate != (apiRate{qps: 50, burst: 100}) {
 		t.Errorf("defaults: %+v", c)
 	}
 }
@@ -50,6 +51,8 @@ func TestParseFlagsErrorsNameTheFlag(t *testing.T) {
 		"--vxlan-vni":                  {"--node-name=n", "--vxlan-vni=16777216"},
 		"--vxlan-port":                 {"--node-name=n", "--vxlan-port=0"},
 		"--profiling-bind-address":     {"--node-name=n", "--profiling", "--profiling-bind-address=0.0.0.0:9475"},
+		"--kube-api-qps":               {"--node-name=n", "--kube-api-qps=0"},
+		"--kube-api-burst":             {"--node-name=n", "--kube-api-burst=0"},
 	} {
 		_, err := parseFlags(args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), flag) {

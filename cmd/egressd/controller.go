@@ -63,7 +63,7 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 		"leaseDuration", cfg.leaseDuration, "reachabilityTotalTimeout", cfg.reachTotalTimeout)
 	// The controller writes every object's status and assignment for the whole cluster: a
 	// higher client rate than an agent's own entries.
-	api, reads, err := clients(cfg.kubeconfig, "egressd-controller/"+version.Version+" "+cfg.identity, 200, 400, log)
+	api, reads, err := clients(cfg.kubeconfig, "egressd-controller/"+version.Version+" "+cfg.identity, cfg.apiRate, log)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 // controllerConfig is egressd controller's command line.
 type controllerConfig struct {
 	kubeconfig        string
+	apiRate           apiRate
 	identity          string
 	nodeName          string
 	metricsAddr       string
@@ -60,6 +61,7 @@ func newControllerFlagSet(c *controllerConfig, env environment, identity string)
 	fs = flag.NewFlagSet("egressd controller", flag.ContinueOnError)
 	fs.SortFlags = false
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "path to a kubeconfig; empty uses the in-cluster configuration")
+	c.apiRate.declare(fs, 200, 400, "the controller (the aggregate statuses, assignments and reads)")
 	fs.StringVar(&c.identity, "identity", identity, "this replica's name in the leader Lease (default $POD_NAME@$NODE_NAME)")
 	fs.StringVar(&c.nodeName, "node-name", env.nodeName, "the node this replica runs on (default $NODE_NAME): it answers this replica's probes whatever the network, so it does not count when the replica asks whether it is cut off from every egress node")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":9478", "host:port serving Prometheus metrics on /metrics; \"0\" disables")
@@ -109,6 +111,7 @@ func (c *controllerConfig) validate() error {
 	bad := func(flag, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, a...)))
 	}
+	c.apiRate.check(bad)
 	if c.identity == "" {
 		bad("identity", "required (or set $POD_NAME)")
 	}

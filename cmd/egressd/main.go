@@ -116,7 +116,7 @@ func newLogger(verbosity int, format string, attrs ...any) *slog.Logger {
 func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	log.Info("starting egressd", "version", version.String(), "pinRoot", cfg.bpfPinRoot,
 		"clusterCIDRs", cfg.clusterCIDRs.String(), "serviceCIDRs", cfg.serviceCIDRs.String())
-	api, reads, err := clients(cfg.kubeconfig, "egressd/"+version.Version+" node="+cfg.nodeName, 50, 100, log)
+	api, reads, err := clients(cfg.kubeconfig, "egressd/"+version.Version+" node="+cfg.nodeName, cfg.apiRate, log)
 	if err != nil {
 		return err
 	}
@@ -280,13 +280,13 @@ type apiClients struct {
 // clients of the API server from a kubeconfig (in-cluster when ""), with the process's user
 // agent and client-side rate limit: for requests, and for the informers (reads), whose lists
 // and watches wait out an API server outage rather than fail (watchers.ReadConfig).
-func clients(kubeconfig, userAgent string, qps float32, burst int, log *slog.Logger) (requests, reads apiClients, err error) {
+func clients(kubeconfig, userAgent string, rate apiRate, log *slog.Logger) (requests, reads apiClients, err error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return requests, reads, fmt.Errorf("kubeconfig %q: %w", kubeconfig, err)
 	}
 	cfg.UserAgent = userAgent
-	cfg.QPS, cfg.Burst = qps, burst
+	cfg.QPS, cfg.Burst = rate.qps, rate.burst
 	if requests, err = clientsFor(cfg); err != nil {
 		return requests, reads, err
 	}
