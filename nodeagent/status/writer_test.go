@@ -80,6 +80,9 @@ func TestWriterLooksAgainAtChangedOutcomes(t *testing.T) {
 		w.Report(map[dataplane.Origin]error{origin("a"): nil, origin("b"): errors.New("boom")}, nil, dataplane.Result{})
 		settled("the same outcomes again", map[string]int{"a": 1, "b": 2})
 		changed <- struct{}{}
+		settled("the objects changed, not yet looked at", map[string]int{"a": 1, "b": 2})
+		changed <- struct{}{} // gathered with the first
+		time.Sleep(recheckDelay)
 		settled("the objects changed", map[string]int{"a": 2, "b": 3})
 		// a is gone from a sync (b recovers in it: the write shows the writer took that report),
 		// then back (made again): its entry is written again.
