@@ -46,7 +46,7 @@ func TestServedPodsOnlyOnEgressNodes(t *testing.T) {
 	snap := watcherstest.Snapshot(objs...)
 	want := []watchers.PodScope{{Selector: "app=web"}, {Namespace: "a1"}}
 	for node, want := range map[string][]watchers.PodScope{"egress": want, "stale": want, "worker": nil} {
-		got, err := ServedPods(snap, node)
+		got, err := ServedPods(snap, node, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,5 +55,27 @@ func TestServedPodsOnlyOnEgressNodes(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("node %s reads %v, want %v", node, got, want)
 		}
+	}
+}
+
+// The namespaces a selector picks are named once while the caller keeps known: an assignment
+// changes the EgressIP, not what its selector picks.
+func TestServedPodsKeepsWhatNamespaceSelectorsPick(t *testing.T) {
+	e := &ovnv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "e"}, Spec: ovnv1.EgressIPSpec{
+		NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}},
+		Status: ovnv1.EgressIPStatus{Items: []ovnv1.EgressIPStatusItem{{Node: "n", EgressIP: "192.0.2.100"}}}}
+	snap := watcherstest.Snapshot(e, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "a1", Labels: map[string]string{"team": "a"}}})
+	known := NamespaceScopes{}
+	got, err := ServedPods(snap, "n", known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []watchers.PodScope{{Namespace: "a1"}}; !slices.Equal(got, want) || !slices.Equal(known["team=a"], want) {
+		t.Fatalf("read %v, kept %v; want %v for both", got, known, want)
+	}
+	kept := []watchers.PodScope{{Namespace: "kept"}}
+	known["team=a"] = kept
+	if got, _ = ServedPods(snap, "n", known); !slices.Equal(got, kept) {
+		t.Errorf("with the selector's namespaces known, read %v, want them: %v", got, kept)
 	}
 }
