@@ -162,6 +162,8 @@ type Watchers struct {
 	snap   Snapshot
 	// pending is when the oldest change not yet taken by TakePending arrived (unix nanoseconds).
 	pending atomic.Int64
+	// trimsEgress: the egress API objects are trimmed (TrimEgress) before they are cached.
+	trimsEgress bool
 }
 
 // Option narrows what the watchers cache.
@@ -193,8 +195,9 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 		opt(&o)
 	}
 	w := &Watchers{
-		core:   informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithTransform(transform)),
-		egress: egressinformers.NewSharedInformerFactoryWithOptions(egress, resync, egressinformers.WithTransform(egressTransform(o.trimEgress))),
+		core:        informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithTransform(transform)),
+		egress:      egressinformers.NewSharedInformerFactoryWithOptions(egress, resync, egressinformers.WithTransform(egressTransform(o.trimEgress))),
+		trimsEgress: o.trimEgress != nil,
 	}
 	w.pods = w.core
 	switch {
@@ -271,9 +274,12 @@ func (w *Watchers) notify(kind any) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { w.changed(kind, true) },
 		UpdateFunc: func(old, new any) {
-			if !unchanged(old, new) {
-				w.changed(kind, !statusOnly(old, new))
+			// Of the egress APIs only trimmed objects are compared: whole ones change with every
+			// status write, and carry every node's entry (a copy to compare is costly).
+			if (w.trimsEgress || !egressAPI(new)) && unchanged(old, new) {
+				return
 			}
+			w.changed(kind, !statusOnly(old, new))
 		},
 		DeleteFunc: func(any) { w.changed(kind, true) },
 	}
