@@ -99,8 +99,6 @@ type egressIPs struct {
 	// every sync.
 	recorded map[egressip.Event]bool
 	served   watchers.Memo[[]watchers.PodScope]
-	// nsScopes fills as the served scopes are named, and starts empty when namespaces change.
-	nsScopes watchers.Memo[egressip.NamespaceScopes]
 	compiled compiledMemo
 }
 
@@ -123,14 +121,9 @@ func (f *egressIPs) compile(in *cluster.Input, p *parts) error {
 // namespaces' and the node's labels.
 var servedPodsReads = []any{&ovnv1.EgressIP{}, &corev1.Namespace{}, &corev1.Node{}}
 
-var namespaceReads = []any{&corev1.Namespace{}}
-
 func (f *egressIPs) servedPods(snap *watchers.Snapshot, node string) ([]watchers.PodScope, error) {
 	return f.served.Get(snap.Generations, servedPodsReads, func() ([]watchers.PodScope, error) {
-		known, _ := f.nsScopes.Get(snap.Generations, namespaceReads, func() (egressip.NamespaceScopes, error) {
-			return egressip.NamespaceScopes{}, nil
-		})
-		return egressip.ServedPods(snap, node, known)
+		return f.compiler.ServedPods(snap, node)
 	})
 }
 

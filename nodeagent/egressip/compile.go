@@ -55,7 +55,7 @@ type Part struct {
 // so that the first claim holds across syncs.
 type Compiler struct {
 	serving    map[string]string // pod namespace/name -> EgressIP
-	namespaces watchers.Memo[map[string][]*corev1.Namespace]
+	namespaces watchers.Memo[*pickedNamespaces]
 	nodes      watchers.Memo[nodeNetworks]
 	// networks and node are what nodes was computed with besides the Nodes.
 	networks []netip.Prefix
@@ -99,32 +99,16 @@ func readNodeNetworks(in *cluster.Input) (nodeNetworks, error) {
 	return n, nil
 }
 
-// namespaceReads are the kinds of objects the namespaces each EgressIP selects are matched
-// from.
-var namespaceReads = []any{&ovnv1.EgressIP{}, &corev1.Namespace{}}
-
-// selectedNamespaces are the namespaces each EgressIP selects, by its name. With 100 EgressIPs
-// and 10,000 namespaces that is a million selector matches, which the Compiler keeps while
-// EgressIPs and Namespaces stay: a sync for another change (a pod's) need not pay it again.
-func selectedNamespaces(in *cluster.Input) (map[string][]*corev1.Namespace, error) {
-	eips, err := in.Snap.EgressIPs.List(labels.Everything())
-	if err != nil {
-		return nil, err
-	}
-	namespaces, err := in.Snap.Namespaces.List(labels.Everything())
-	if err != nil {
-		return nil, err
-	}
+// selectedNamespaces are the namespaces each EgressIP selects, by its name.
+func selectedNamespaces(snap *watchers.Snapshot, eips []*ovnv1.EgressIP, picked *pickedNamespaces) (map[string][]*corev1.Namespace, error) {
 	byEIP := map[string][]*corev1.Namespace{}
 	for _, e := range eips {
 		nsSel, err := metav1.LabelSelectorAsSelector(&e.Spec.NamespaceSelector)
 		if err != nil {
 			continue // an invalid selector selects nothing
 		}
-		for _, ns := range namespaces {
-			if nsSel.Matches(labels.Set(ns.Labels)) {
-				byEIP[e.Name] = append(byEIP[e.Name], ns)
-			}
+		if byEIP[e.Name], err = picked.pick(snap, nsSel); err != nil {
+			return nil, err
 		}
 	}
 	return byEIP, nil
@@ -184,9 +168,7 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 		}
 	}
 	part.Assigned = len(egress) > 0
-	namespaces, err := c.namespaces.Get(in.Snap.Generations, namespaceReads, func() (map[string][]*corev1.Namespace, error) {
-		return selectedNamespaces(in)
-	})
+	namespaces, err := selectedNamespaces(in.Snap, eips, c.picked(in.Snap))
 	if err != nil {
 		return part, err
 	}

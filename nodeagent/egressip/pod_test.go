@@ -33,7 +33,7 @@ func servingAmong(t *testing.T, pod *corev1.Pod, nsLabels map[string]string, eip
 		objs = append(objs, e)
 	}
 	in := &cluster.Input{Snap: watcherstest.Snapshot(objs...), Node: "n1"}
-	namespaces, err := selectedNamespaces(in)
+	namespaces, err := selectedNamespaces(in.Snap, eips, (&Compiler{}).picked(in.Snap))
 	if err != nil {
 		t.Fatal(err)
 	}

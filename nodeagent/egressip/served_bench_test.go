@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/watchers"
 	"github.com/egressd/egressd/watchers/watcherstest"
 )
 
@@ -29,19 +30,21 @@ func BenchmarkServedPods(b *testing.B) {
 	snap := watcherstest.Snapshot(objs...)
 	b.Run("Named", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := ServedPods(snap, "n", nil); err != nil {
+			if _, err := (&Compiler{}).ServedPods(snap, "n"); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
-	// An assignment changed, the namespaces did not: what the selectors picked is known.
-	b.Run("NamespacesKnown", func(b *testing.B) {
-		known := NamespaceScopes{}
-		if _, err := ServedPods(snap, "n", known); err != nil {
+	// An assignment changed, the namespaces did not: the Compiler knows what each selector picks.
+	b.Run("NamespacesKept", func(b *testing.B) {
+		kept := *snap
+		kept.Generations = watchers.NewGenerations(&corev1.Namespace{})
+		var c Compiler
+		if _, err := c.ServedPods(&kept, "n"); err != nil {
 			b.Fatal(err)
 		}
 		for b.Loop() {
-			if _, err := ServedPods(snap, "n", known); err != nil {
+			if _, err := c.ServedPods(&kept, "n"); err != nil {
 				b.Fatal(err)
 			}
 		}

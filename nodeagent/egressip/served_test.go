@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
@@ -46,7 +47,7 @@ func TestServedPodsOnlyOnEgressNodes(t *testing.T) {
 	snap := watcherstest.Snapshot(objs...)
 	want := []watchers.PodScope{{Selector: "app=web"}, {Namespace: "a1"}}
 	for node, want := range map[string][]watchers.PodScope{"egress": want, "stale": want, "worker": nil} {
-		got, err := ServedPods(snap, node, nil)
+		got, err := (&Compiler{}).ServedPods(snap, node)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,24 +59,20 @@ func TestServedPodsOnlyOnEgressNodes(t *testing.T) {
 	}
 }
 
-// The namespaces a selector picks are named once while the caller keeps known: an assignment
-// changes the EgressIP, not what its selector picks.
-func TestServedPodsKeepsWhatNamespaceSelectorsPick(t *testing.T) {
-	e := &ovnv1.EgressIP{ObjectMeta: metav1.ObjectMeta{Name: "e"}, Spec: ovnv1.EgressIPSpec{
-		NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}},
-		Status: ovnv1.EgressIPStatus{Items: []ovnv1.EgressIPStatusItem{{Node: "n", EgressIP: "192.0.2.100"}}}}
-	snap := watcherstest.Snapshot(e, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "a1", Labels: map[string]string{"team": "a"}}})
-	known := NamespaceScopes{}
-	got, err := ServedPods(snap, "n", known)
-	if err != nil {
-		t.Fatal(err)
+// The namespaces a selector picks are matched once while the Compiler keeps them (while the
+// namespaces stay): an assignment changes the EgressIP, not what its selector picks.
+func TestPickedNamespacesMatchOncePerSelector(t *testing.T) {
+	snap := watcherstest.Snapshot(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "a1", Labels: map[string]string{"team": "a"}}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "b1", Labels: map[string]string{"team": "b"}}})
+	sel := labels.SelectorFromSet(labels.Set{"team": "a"})
+	p := &pickedNamespaces{bySelector: map[string][]*corev1.Namespace{}}
+	got, err := p.pick(snap, sel)
+	if err != nil || len(got) != 1 || got[0].Name != "a1" {
+		t.Fatalf("picked %v (%v), want a1", got, err)
 	}
-	if want := []watchers.PodScope{{Namespace: "a1"}}; !slices.Equal(got, want) || !slices.Equal(known["team=a"], want) {
-		t.Fatalf("read %v, kept %v; want %v for both", got, known, want)
-	}
-	kept := []watchers.PodScope{{Namespace: "kept"}}
-	known["team=a"] = kept
-	if got, _ = ServedPods(snap, "n", known); !slices.Equal(got, kept) {
-		t.Errorf("with the selector's namespaces known, read %v, want them: %v", got, kept)
+	kept := []*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "kept"}}}
+	p.bySelector["team=a"] = kept
+	if got, _ = p.pick(snap, sel); len(got) != 1 || got[0] != kept[0] {
+		t.Errorf("with the selector met before, picked %v, want what it picked then", got)
 	}
 }
