@@ -22,8 +22,8 @@ import (
 // from a copy of it.
 
 // fixtureSources are the files whose content decides the populated cluster, relative to
-// the repository.
-var fixtureSources = []string{"test/scale/populate.go", "test/scale/fixture.go", "test/scale/kwok.go",
+// the repository: what creates it is all in populate.go, so that an edit here keeps it.
+var fixtureSources = []string{"test/scale/populate.go", "test/scale/kwok.go",
 	"test/tools/kwok/go.sum", "test/tools/kwok/stages/main.go"}
 
 const populatedFile = "populated" // in the fixture's directory: how long populating took
@@ -98,42 +98,4 @@ func fixtureKey(s size, controlPlane string) (string, error) {
 		sum.Write(b)
 	}
 	return hex.EncodeToString(sum.Sum(nil)[:8]), nil
-}
-
-// populate creates the cluster kwok plays, then waits until kwok runs every pod.
-func (c *cluster) populate(ctx context.Context, dir string) error {
-	fmt.Fprintln(c.log, "populating")
-	running := c.watchPods(ctx)
-	steps := []struct {
-		name string
-		f    func(context.Context) error
-	}{
-		{"nodes", c.nodes}, {"namespaces", c.namespaces}, {"pods", c.pods},
-		{"EgressFirewalls", func(ctx context.Context) error { return c.firewalls(ctx, "EgressFirewalls", 0, c.s.Namespaces, "") }},
-		{"EgressQoS", c.qos}, {"EgressIPs", c.egressIPs}, {"EgressServices", c.egressServices},
-	}
-	for _, st := range steps {
-		if err := st.f(ctx); err != nil {
-			return fmt.Errorf("%s: %w\nkwok: %s", st.name, err, kwokLogTail(dir))
-		}
-	}
-	return c.awaitRunning(ctx, running, 20*time.Minute, dir)
-}
-
-// awaitRunning waits at most d until running counts every pod.
-func (c *cluster) awaitRunning(ctx context.Context, running func() int, d time.Duration, dir string) error {
-	stop := progress(c.log, func() string { return fmt.Sprintf("pods running with an address: %d/%d", running(), c.s.Pods) })
-	defer stop()
-	deadline := time.Now().Add(d)
-	for running() < c.s.Pods {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("kwok ran %d of %d pods in %s\n%s", running(), c.s.Pods, d, kwokLogTail(dir))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Second):
-		}
-	}
-	return nil
 }
