@@ -15,8 +15,11 @@ import (
 // router's anti-spoofing would). An egress IP of that network, 10.10.10.100, serves the voice
 // pod of node-0 (its namespace's EgressFirewall allows the docs host): steered to node-1,
 // SNATed there, and sent out of eth1 by a table copying eth1's routes (main's route to the host
-// takes the fabric, where the host would drop it). node-1's reverse path filter is strict, as
-// on RHEL: the agent loosens eth1's while it routes through it, and puts it back after.
+// takes the fabric, where the host would drop it). eth1's reverse path filter is strict, as
+// RHEL's net.ipv4.conf.default.rp_filter=1 makes a new NIC's: the agent loosens it while it
+// routes through it, and puts it back after. The demo sets eth1's own value rather than all's:
+// cilium-agent holds net.ipv4.conf.all.rp_filter at 0 (it sets it again whenever it
+// reinitializes its datapath, as when node-1's addresses change).
 func demoSecondaryEgressIP(ctx context.Context, l *lab.Lab, c *checker, host *lab.External, voice *lab.Pod) error {
 	n1 := l.Nodes[1]
 	if err := netns.Link(n1.NS, "eth1", host.NS, "sec0"); err != nil {
@@ -31,7 +34,7 @@ func demoSecondaryEgressIP(ctx context.Context, l *lab.Lab, c *checker, host *la
 	if err := host.NS.Script("sysctl -qw net.ipv4.conf.sec0.rp_filter=0"); err != nil {
 		return err
 	}
-	if err := n1.NS.Script("sysctl -qw net.ipv4.conf.all.rp_filter=1"); err != nil {
+	if err := n1.NS.Script("sysctl -qw net.ipv4.conf.eth1.rp_filter=1"); err != nil {
 		return err
 	}
 	rpFilter := func() string {
@@ -68,16 +71,16 @@ func demoSecondaryEgressIP(ctx context.Context, l *lab.Lab, c *checker, host *la
 	for deadline := time.Now().Add(10 * time.Second); loosened != "2" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		loosened = rpFilter()
 	}
-	c.check(n1.Name+" strict (all 1): eth1's rp_filter, loosened", "2", loosened)
+	c.check(n1.Name+"'s eth1 strict (1): its rp_filter, loosened", "2", loosened)
 	// The cloud step below turns the cluster into a cloud, where no secondary network hosts an
 	// egress IP.
 	if err := l.Kube.Delete(ctx, "k8s.ovn.org/v1", "EgressIP", "", "demo-voice"); err != nil {
 		return err
 	}
 	got := rpFilter()
-	for deadline := time.Now().Add(10 * time.Second); got != "0" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); got != "1" && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		got = rpFilter()
 	}
-	c.check("eth1's rp_filter once no egress IP is there, put back", "0", got)
-	return n1.NS.Script("sysctl -qw net.ipv4.conf.all.rp_filter=0")
+	c.check("eth1's rp_filter once no egress IP is there, put back", "1", got)
+	return n1.NS.Script("sysctl -qw net.ipv4.conf.eth1.rp_filter=0")
 }
