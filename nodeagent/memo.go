@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
@@ -37,6 +38,18 @@ func (m *compiledMemo) compile(in *cluster.Input, kinds []any, compile func() er
 	}
 	_, err := m.kept.Get(in.Snap.Generations, kinds, func() (struct{}, error) { return struct{}{}, compile() })
 	return err
+}
+
+// networkReads are the kinds of objects the cluster networks are told from: every Node's pod
+// CIDRs (aggregated, 5,000 of them in a large cluster) and the ServiceCIDRs.
+var networkReads = []any{&corev1.Node{}, &networkingv1.ServiceCIDR{}}
+
+// clusterNetworks are the cluster networks, kept while Nodes and ServiceCIDRs stay.
+func (l *SyncLoop) clusterNetworks() []netip.Prefix {
+	networks, _ := l.networks.Get(l.deps.Snapshot.Generations, networkReads, func() ([]netip.Prefix, error) {
+		return cluster.Networks(l.deps.Snapshot, l.cfg.Networks), nil
+	})
+	return networks
 }
 
 // vipReads are the kinds of objects the cluster's load balancer VIPs are told from (telling

@@ -227,9 +227,15 @@ func withoutServed(p egressip.Part, served []netip.Addr) egressip.Part {
 	if len(served) == 0 {
 		return p
 	}
+	// A set: an egress node's part holds an entry per served pod (10,000), and EgressServices
+	// may serve hundreds.
+	isServed := make(map[netip.Addr]bool, len(served))
+	for _, a := range served {
+		isServed[a] = true
+	}
 	out := p
-	out.SNAT = slices.DeleteFunc(slices.Clone(p.SNAT), func(s dataplane.SNAT) bool { return slices.Contains(served, s.Pod) })
-	out.Steer = slices.DeleteFunc(slices.Clone(p.Steer), func(s cluster.Steer) bool { return slices.Contains(served, s.PodIP) })
+	out.SNAT = slices.DeleteFunc(slices.Clone(p.SNAT), func(s dataplane.SNAT) bool { return isServed[s.Pod] })
+	out.Steer = slices.DeleteFunc(slices.Clone(p.Steer), func(s cluster.Steer) bool { return isServed[s.PodIP] })
 	return out
 }
 

@@ -3,13 +3,16 @@ package nodeagent
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/egressd/egressd/watchers"
 	"github.com/egressd/egressd/watchers/watcherstest"
 )
 
@@ -39,5 +42,34 @@ func TestPodAddressesOutsideClusterNetworks(t *testing.T) {
 		if got := testutil.ToFloat64(l.deps.Metrics.OutsideNetworks); got != tc.want {
 			t.Errorf("%s: %v pod addresses outside the cluster networks, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// The pod networks discovered from the Nodes are kept between syncs while no Node changes,
+// and a Node added later widens them at the next sync.
+func TestNodeAddedLaterWidensPodNetworks(t *testing.T) {
+	n1 := node("n1", `{"ipv4":"192.0.2.1/24"}`)
+	n1.Spec.PodCIDRs = []string{"10.244.1.0/24"}
+	snap, update := watcherstest.Updatable(n1)
+	snap.Generations = watchers.NewGenerations(&corev1.Node{}, &networkingv1.ServiceCIDR{})
+	app := &recordingApplier{}
+	l := newLoop(app, nil, 0, func(c *Config, d *Deps) { c.Node, d.Snapshot = "n1", snap })
+	networks := func() []netip.Prefix {
+		l.sync(context.Background())
+		app.mu.Lock()
+		defer app.mu.Unlock()
+		return app.last.Classifier.ClusterNetworks
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}
+	if got := networks(); !slices.Equal(got, want) {
+		t.Fatalf("cluster networks %v, want %v", got, want)
+	}
+	n2 := node("n2", `{"ipv4":"192.0.2.2/24"}`)
+	n2.Spec.PodCIDRs = []string{"10.244.2.0/24"}
+	update(n2)
+	snap.Generations.Count(&corev1.Node{})
+	want = append(want, netip.MustParsePrefix("10.244.2.0/24"))
+	if got := networks(); !slices.Equal(got, want) {
+		t.Errorf("after node n2 (10.244.2.0/24) was added: cluster networks %v, want %v", got, want)
 	}
 }

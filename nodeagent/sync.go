@@ -131,8 +131,9 @@ type SyncLoop struct {
 	conflicts string
 	retry     backoff
 	// served are the scopes of other nodes' pods the last sync asked for (servePods).
-	served []watchers.PodScope
-	vips   watchers.Memo[[]netip.Prefix]
+	served   []watchers.PodScope
+	vips     watchers.Memo[[]netip.Prefix]
+	networks watchers.Memo[[]netip.Prefix]
 }
 
 // New builds the sync loop of the node cfg.Node, with every feature.
@@ -229,7 +230,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 		since = l.deps.PendingSince()
 	}
 	l.servePods(ctx)
-	networks := cluster.Networks(l.deps.Snapshot, l.cfg.Networks)
+	networks := l.clusterNetworks()
 	snap, announced := l.deps.Snapshot, []*corev1.Pod(nil)
 	if l.deps.Announced != nil {
 		snap, announced = l.deps.Announced.Overlay(l.deps.Snapshot)
