@@ -63,3 +63,23 @@ func (m *egressIPMemo) add(c contents, s *dataplane.NftablesState) map[dataplane
 	maps.Copy(c, m.sets)
 	return maps.Clone(m.failed)
 }
+
+// repliesMemo is the reply maps of the last plan (egressip_reply_pods4/6), kept while the
+// replies and the mask stay: an egress node has an element per pod of other nodes it SNATs
+// (10,000 at the scale harness's size), and most Applies change something else.
+type repliesMemo struct {
+	mask    uint32
+	replies []dataplane.SteeredPod
+	sets    contents // read only, as egressIPMemo's
+	valid   bool
+}
+
+// add puts s's reply elements in c, planned again only when their inputs changed.
+func (m *repliesMemo) add(c contents, s *dataplane.NftablesState) {
+	if !m.valid || m.mask != s.SteerMask || !slices.Equal(m.replies, s.Replies) {
+		sets := contents{}
+		addReplies(sets, s)
+		*m = repliesMemo{mask: s.SteerMask, replies: slices.Clone(s.Replies), sets: sets, valid: true}
+	}
+	maps.Copy(c, m.sets)
+}

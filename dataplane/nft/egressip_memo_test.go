@@ -42,3 +42,30 @@ func TestEgressIPPartPlannedAgainWhenItsInputsChange(t *testing.T) {
 		t.Errorf("the kept failures are %v, want only %v's", again, eipB)
 	}
 }
+
+// TestRepliesPlannedAgainWhenTheyChange: a Table keeps the reply maps of its plan only while
+// the replies and the mask stay, also when the caller edits its state in place.
+func TestRepliesPlannedAgainWhenTheyChange(t *testing.T) {
+	s := &dataplane.NftablesState{SteerMask: 0x00ff0000,
+		Replies: []dataplane.SteeredPod{{Pod: addr("10.244.1.5"), Mark: 0x00010000}}}
+	tbl := &Table{}
+	jumpOf := func(key string) string {
+		want, _, _, _ := tbl.plan(s)
+		return want[replyPods4Set][string(addr(key).AsSlice())].data
+	}
+	if got := jumpOf("10.244.1.5"); got != steerChain(0x00010000) {
+		t.Fatalf("the first plan's reply of 10.244.1.5 jumps to %q, want %q", got, steerChain(0x00010000))
+	}
+	s.Replies[0].Pod = addr("10.244.1.6") // in place
+	if jumpOf("10.244.1.5") != "" || jumpOf("10.244.1.6") == "" {
+		t.Errorf("a reply's pod changed in place: the plan still routes the old one's replies")
+	}
+	s.Replies[0].Mark = 0x00020000
+	if got := jumpOf("10.244.1.6"); got != steerChain(0x00020000) {
+		t.Errorf("a reply's mark changed: it jumps to %q, want %q", got, steerChain(0x00020000))
+	}
+	s.SteerMask = 0x00f00000 // the mark is no longer a whole mark under the mask
+	if got := jumpOf("10.244.1.6"); got != "" {
+		t.Errorf("the mask changed: the plan still routes the reply to %q", got)
+	}
+}

@@ -154,6 +154,8 @@ type Table struct {
 	dscp map[string]dataplane.BackendDSCP
 	// egressIP is the EgressIP part of the last plan.
 	egressIP egressIPMemo
+	// replies are the reply maps of the last plan.
+	replies repliesMemo
 	// Counter accumulators: they keep counts of removed or reset elements so that what the
 	// readers return never goes back.
 	denyCounts   tally[dataplane.Origin]

@@ -9,7 +9,8 @@ import (
 
 // BenchmarkPlan: what the egress node of make bench-scale's full size plans per Apply before
 // the kernel is touched: 100 EgressIPs serving 10,000 pods of other nodes, 5,000 nodes (their
-// addresses exempt, their pod networks remote), 30 local pods under a firewall.
+// addresses exempt, their pod networks remote, their replies routed by a mark), 30 local pods
+// under a firewall.
 func BenchmarkPlan(b *testing.B) {
 	s := &dataplane.NftablesState{SteerMask: 0x00ff0000}
 	for i := range 10000 {
@@ -17,6 +18,7 @@ func BenchmarkPlan(b *testing.B) {
 		eip := netip.AddrFrom4([4]byte{172, 18, 0, byte(100 + i%100)})
 		s.SNAT = append(s.SNAT, dataplane.SNAT{Origin: dataplane.Origin{Kind: "EgressIP", Name: eip.String()}, Pod: pod, To: eip})
 		s.Guarded = append(s.Guarded, pod)
+		s.Replies = append(s.Replies, dataplane.SteeredPod{Pod: pod, Mark: 0x00010000})
 	}
 	for i := range 5000 {
 		s.Exempt = append(s.Exempt, netip.PrefixFrom(netip.AddrFrom4([4]byte{172, 20, byte(i / 250), byte(i%250 + 1)}), 32))

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/bits"
 	"net/netip"
+	"reflect"
 	"slices"
 
 	"github.com/google/nftables"
@@ -42,6 +43,12 @@ func (c contents) targets(names ...string) []string {
 	return slices.Sorted(maps.Keys(in))
 }
 
+// sameMap tells whether a and b are one map: a memo's set, which the plan and the written
+// table share, need not be compared element by element.
+func sameMap(a, b map[string]element) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
 // elements are the kernel elements of a set, in the order of their entries.
 func (c contents) elements(set string) []nftables.SetElement {
 	var out []nftables.SetElement
@@ -64,7 +71,7 @@ func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 	intact := t.written != nil && t.mask == s.SteerMask && t.queue == s.DNSSnoop.Queue && slices.Equal(dynamicChains(want), dynamicChains(t.written)) &&
 		slices.Equal(activeTargets(want), activeTargets(t.written)) && t.intact()
 	if intact && maps.EqualFunc(want, t.written, func(a, b map[string]element) bool {
-		return maps.EqualFunc(a, b, func(x, y element) bool { return x.data == y.data })
+		return sameMap(a, b) || maps.EqualFunc(a, b, func(x, y element) bool { return x.data == y.data })
 	}) {
 		t.dscp = dscp              // the same elements; their rules may have moved
 		for k, d := range denies { // what changed, if anything, is how drops are logged
@@ -133,7 +140,7 @@ func (t *Table) plan(s *dataplane.NftablesState) (contents, map[string]dataplane
 	failed := t.egressIP.add(want, s)
 	addReturnPaths(want, s)
 	addSteered(want, s)
-	addReplies(want, s)
+	t.replies.add(want, s)
 	addDNSSnoop(want, s)
 	return want, denies, dscp, failed
 }
@@ -217,6 +224,9 @@ func (t *Table) update(want contents) error {
 // changedElements are the kernel elements of set to delete and to add to go from written to
 // want: those of the entries that went, came, or whose content changed.
 func changedElements(written, want contents, set string) (del, add []nftables.SetElement) {
+	if sameMap(written[set], want[set]) {
+		return nil, nil
+	}
 	for id, e := range written[set] {
 		if w, ok := want[set][id]; !ok || w.data != e.data {
 			del = append(del, e.els...)
