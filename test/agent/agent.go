@@ -246,10 +246,12 @@ func launch(name, logDir string, wrap []string, dial func(ctx context.Context, n
 		ProfilingAddr: fmt.Sprintf("127.0.0.1:%d", ports[2]),
 		LogPath:       filepath.Join(logDir, name+".log"),
 		done:          make(chan struct{}),
-		http:          &http.Client{Timeout: 2 * time.Second},
+		// Uncompressed: the tests and the scale harness scrape an agent on this machine many
+		// times a second, and gzip was the agent's cost, not the network's.
+		http: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableCompression: true}},
 	}
 	if dial != nil {
-		p.http.Transport = &http.Transport{DialContext: dial, DisableKeepAlives: true}
+		p.http.Transport = &http.Transport{DialContext: dial, DisableKeepAlives: true, DisableCompression: true}
 	}
 	argv := append(append([]string{}, wrap...), args(p)...)
 	logf, err := os.Create(p.LogPath)
