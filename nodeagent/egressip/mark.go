@@ -77,13 +77,18 @@ func (c *Controller) writeMarks(ctx context.Context, eips []*ovnv1.EgressIP) {
 		}
 	}
 	c.marks = written
-	for _, ch := range markChanges(eips, written) {
+	changes := markChanges(eips, written)
+	errs := make([]error, len(changes))
+	inParallel(len(changes), func(i int) {
 		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-			"annotations": map[string]string{MarkAnnotation: strconv.Itoa(ch.mark)}}})
+			"annotations": map[string]string{MarkAnnotation: strconv.Itoa(changes[i].mark)}}})
 		if err == nil {
-			_, err = c.Client.K8sOVNV1().EgressIPs().Patch(ctx, ch.name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "egressd-leader"})
+			_, err = c.Client.K8sOVNV1().EgressIPs().Patch(ctx, changes[i].name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "egressd-leader"})
 		}
-		if err != nil {
+		errs[i] = err
+	})
+	for i, ch := range changes {
+		if err := errs[i]; err != nil {
 			c.Log.Error("write EgressIP mark", "object", "EgressIP "+ch.name, "err", fmt.Errorf("annotation %s=%d: %w", MarkAnnotation, ch.mark, err))
 			continue
 		}
