@@ -259,6 +259,13 @@ func TestDeployManifestsDryRun(t *testing.T) {
 		}
 		dryRunApply(t, cp, objs)
 	})
+	t.Run("helm-no-flowschema", func(t *testing.T) {
+		// The cluster's own priority and fairness configuration decides.
+		objs := helmTemplate(t, "egressd", cp.Namespace(t), "--set", "controller.leaseFlowSchema=false")
+		if fs := byKindName(objs)["FlowSchema/egressd-controller-leader-election"]; fs != nil {
+			t.Errorf("a FlowSchema with controller.leaseFlowSchema=false")
+		}
+	})
 	t.Run("helm-one-controller", func(t *testing.T) {
 		// A single replica has no PodDisruptionBudget: minAvailable 1 would block every drain.
 		objs := helmTemplate(t, "egressd", cp.Namespace(t), "--set", "controller.replicas=1")
@@ -311,7 +318,7 @@ func TestDeployChartMatchesKustomize(t *testing.T) {
 			fields = [][]string{{"spec", "selector"}, {"spec", "updateStrategy"}, {"spec", "template"}}
 		case "Deployment":
 			fields = [][]string{{"spec", "replicas"}, {"spec", "selector"}, {"spec", "strategy"}, {"spec", "template"}}
-		case "PodDisruptionBudget":
+		case "PodDisruptionBudget", "FlowSchema":
 			fields = [][]string{{"spec"}}
 		case "ServiceAccount":
 		default:

@@ -76,6 +76,14 @@ func (l *Lab) PrepareAgents(ctx context.Context) error {
 			return err
 		}
 	}
+	// The controller's Lease requests in the leader-election priority level, as shipped.
+	removeSchema, err := kube.InstallLeaseFlowSchema(ctx, l.CP.Config, filepath.Join(repoRoot(), "deploy", "controller-flowschema.yaml"), ns, l.ID)
+	if removeSchema != nil {
+		l.onClose(removeSchema)
+	}
+	if err != nil {
+		return err
+	}
 	// The controller's pod policy as shipped; not the node identity ones: the agents' client
 	// certificates cannot carry the node-name claim of a pod-bound token (the real node's
 	// DaemonSet runs under them).
