@@ -289,9 +289,11 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	}
 	// An object reports what the dataplane failed of it, else what failed to compile (the
 	// dataplane keeps enforcing its previous rules then, and may have nothing to say).
-	invalid := map[dataplane.Origin]bool{}
+	invalid := map[dataplane.Origin]bool{} // those alone: a node checks 10,000 firewalls
 	for o, err := range objects {
-		invalid[o] = err != nil && res.Failed[o] == nil
+		if err != nil && res.Failed[o] == nil {
+			invalid[o] = true
+		}
 	}
 	for o := range objects {
 		if err := res.Failed[o]; err != nil {

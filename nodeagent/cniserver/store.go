@@ -222,7 +222,8 @@ func (s *Store) HostInterfaces(pods []dataplane.Pod) {
 func (s *Store) Applied(state *dataplane.State, res dataplane.Result) {
 	last := held(state, res.Failed, nil)
 	now := time.Now()
-	targets, snat := steerTargets(state), snatted(state)
+	targets := steerTargets(state)
+	var snat map[netip.Addr]bool // made when an announced pod waits: an egress node SNATs 10,000
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.last, s.lastAt = last, now
@@ -231,6 +232,9 @@ func (s *Store) Applied(state *dataplane.State, res dataplane.Result) {
 			continue
 		}
 		if e.remote.announced {
+			if snat == nil {
+				snat = snatted(state)
+			}
 			appliedRemote(e, snat, now)
 			continue
 		}

@@ -116,6 +116,7 @@ func (c *Compiler) compileAll(in *cluster.Input, local map[string]bool) (Part, e
 		}
 		nodes = &nodeSelection{nodes: all}
 	}
+	kept := 0 // listed firewalls the memo holds
 	for _, ef := range efs {
 		if ef.Name != "default" {
 			continue // the API server rejects other names; nothing to enforce
@@ -129,6 +130,7 @@ func (c *Compiler) compileAll(in *cluster.Input, local map[string]bool) (Part, e
 				_, fw.Err = rules(in, ef, nil)
 				c.memo.keep(ef, false, 0, 0, nil, fw.Err)
 			}
+			kept++
 			part.Statuses[fw.Origin] = fw.Err
 			continue
 		}
@@ -140,6 +142,9 @@ func (c *Compiler) compileAll(in *cluster.Input, local map[string]bool) (Part, e
 			if keep {
 				c.memo.keep(ef, true, nodesGen, names, fw.Rules, fw.Err)
 			}
+		}
+		if _, ok := c.memo.firewalls[ef.UID]; ok {
+			kept++
 		}
 		part.Statuses[fw.Origin] = fw.Err
 		enforced := ef
@@ -163,7 +168,11 @@ func (c *Compiler) compileAll(in *cluster.Input, local map[string]bool) (Part, e
 		fw.Log = aclLog(in, ef.Namespace)
 		part.Firewalls = append(part.Firewalls, fw)
 	}
-	c.memo.forgetBut(efs)
+	// Only when the memo holds a firewall no longer listed: a sync for one edit must not
+	// build a set of every firewall's UID.
+	if len(c.memo.firewalls) > kept {
+		c.memo.forgetBut(efs)
+	}
 	// Listers return objects in no particular order: sort what is enforced (a few namespaces'
 	// firewalls, not the cluster's thousands), so equal inputs give equal states.
 	slices.SortFunc(part.Firewalls, func(a, b dataplane.Firewall) int { return strings.Compare(a.Origin.Namespace, b.Origin.Namespace) })

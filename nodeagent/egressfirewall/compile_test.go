@@ -2,6 +2,7 @@ package egressfirewall
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -164,6 +165,31 @@ func TestCompileFirewallMemo(t *testing.T) {
 	e.Generation = 2
 	if third := compile(); third[0].Rules[0].Deny {
 		t.Errorf("a new generation was not recompiled: %+v", third[0].Rules[0])
+	}
+}
+
+// A deleted firewall is forgotten at the next compile, enforced or only checked on this node,
+// its last valid rules too; one still listed is kept.
+func TestCompileFirewallMemoForgetsDeleted(t *testing.T) {
+	a, b, other := ef("a", cidrRule("Deny", "10.0.0.0/8")), ef("b", cidrRule("Deny", "10.0.0.0/8")), ef("c", cidrRule("Deny", "10.0.0.0/8"))
+	a.UID, b.UID, other.UID = "uid-a", "uid-b", "uid-c"
+	c := &Compiler{}
+	compile := func(efs ...*ovnv1.EgressFirewall) {
+		objs := make([]runtime.Object, len(efs))
+		for i, e := range efs {
+			objs[i] = e
+		}
+		if _, err := c.Compile(&cluster.Input{Snap: watcherstest.Snapshot(objs...), Pods: everywhere(a, b)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	compile(a, b, other)
+	if len(c.memo.firewalls) != 3 || len(c.memo.lastValid) != 3 {
+		t.Fatalf("memo holds %d firewalls (%d last valid), want 3", len(c.memo.firewalls), len(c.memo.lastValid))
+	}
+	compile(a)
+	if _, ok := c.memo.firewalls["uid-a"]; !ok || len(c.memo.firewalls) != 1 || len(c.memo.lastValid) != 1 {
+		t.Errorf("after b and c were deleted, the memo holds %v (last valid %d), want a's alone", slices.Collect(maps.Keys(c.memo.firewalls)), len(c.memo.lastValid))
 	}
 }
 
