@@ -2,7 +2,6 @@ package tc
 
 import (
 	"fmt"
-	"net"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -21,11 +20,17 @@ type Program struct {
 // whoever attached them, in the order they run: tcx links, then tc filters (Debian's bpftool
 // 7.1 cannot list tcx programs).
 func Query(ifname string) ([]Program, error) {
-	ifi, err := net.InterfaceByName(ifname)
+	// Not net.InterfaceByName, which dumps every interface of the node to find one.
+	l, err := netlink.LinkByName(ifname)
 	if err != nil {
 		return nil, err
 	}
-	res, err := link.QueryPrograms(link.QueryOptions{Target: ifi.Index, Attach: ebpf.AttachTCXIngress})
+	return queryIndex(l.Attrs().Index)
+}
+
+// queryIndex is Query of the interface of index.
+func queryIndex(index int) ([]Program, error) {
+	res, err := link.QueryPrograms(link.QueryOptions{Target: index, Attach: ebpf.AttachTCXIngress})
 	if err != nil {
 		return nil, err
 	}
@@ -43,7 +48,7 @@ func Query(ifname string) ([]Program, error) {
 		id, _ := p.LinkID()
 		out = append(out, Program{Name: info.Name, ID: p.ID, Attachment: fmt.Sprintf("tcx link %d", id)})
 	}
-	filters, err := filtersAt(ifi.Index, netlink.HANDLE_MIN_INGRESS)
+	filters, err := filtersAt(index, netlink.HANDLE_MIN_INGRESS)
 	if err != nil {
 		return nil, err
 	}
