@@ -23,36 +23,16 @@ func InstallLeaseFlowSchema(ctx context.Context, cfg *rest.Config, path, ns, suf
 	if err != nil {
 		return nil, err
 	}
-	c, err := NewClient(cfg)
-	if err != nil {
-		return nil, err
-	}
-	var created []func()
-	cleanup := func() {
-		for _, del := range created {
-			del()
-		}
-	}
-	for _, o := range objs {
+	return createRenamed(ctx, cfg, objs, suffix, func(o *unstructured.Unstructured) error {
 		if o.GetKind() != "FlowSchema" {
-			return cleanup, fmt.Errorf("%s holds a %s: want FlowSchemas only", path, o.GetKind())
+			return fmt.Errorf("%s holds a %s: want FlowSchemas only", path, o.GetKind())
 		}
-		o.SetName(o.GetName() + "-" + suffix)
 		rules, _, _ := unstructured.NestedSlice(o.Object, "spec", "rules")
 		for _, r := range rules {
 			for _, rr := range r.(map[string]any)["resourceRules"].([]any) {
 				rr.(map[string]any)["namespaces"] = []any{ns}
 			}
 		}
-		if err := unstructured.SetNestedSlice(o.Object, rules, "spec", "rules"); err != nil {
-			return cleanup, err
-		}
-		if _, err := c.Create(ctx, "", o); err != nil {
-			return cleanup, fmt.Errorf("FlowSchema %s: %w", o.GetName(), err)
-		}
-		created = append(created, func() {
-			_ = c.Delete(context.Background(), o.GetAPIVersion(), o.GetKind(), "", o.GetName())
-		})
-	}
-	return cleanup, nil
+		return unstructured.SetNestedSlice(o.Object, rules, "spec", "rules")
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -70,6 +71,17 @@ func InstallPolicies(ctx context.Context, cfg *rest.Config, path string, users m
 	if err != nil {
 		return nil, err
 	}
+	return createRenamed(ctx, cfg, objs, suffix, func(o *unstructured.Unstructured) error {
+		if p, ok := o.Object["spec"].(map[string]any)["policyName"].(string); ok {
+			o.Object["spec"].(map[string]any)["policyName"] = p + "-" + suffix
+		}
+		return nil
+	})
+}
+
+// createRenamed creates the cluster-scoped objs, each renamed with suffix and then changed by
+// adjust, and returns a cleanup that deletes those it created.
+func createRenamed(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured, suffix string, adjust func(*unstructured.Unstructured) error) (func(), error) {
 	c, err := NewClient(cfg)
 	if err != nil {
 		return nil, err
@@ -82,8 +94,8 @@ func InstallPolicies(ctx context.Context, cfg *rest.Config, path string, users m
 	}
 	for _, o := range objs {
 		o.SetName(o.GetName() + "-" + suffix)
-		if p, ok := o.Object["spec"].(map[string]any)["policyName"].(string); ok {
-			o.Object["spec"].(map[string]any)["policyName"] = p + "-" + suffix
+		if err := adjust(o); err != nil {
+			return cleanup, err
 		}
 		if _, err := c.Create(ctx, "", o); err != nil {
 			return cleanup, fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err)
