@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -212,29 +211,6 @@ func (c *Controller) reconcile(ctx context.Context) bool {
 	return again
 }
 
-// objectWrites bounds the EgressIPs written at once. Moving a failed node's egress IPs is a
-// write per EgressIP (a read and a patch): one at a time, the last of 100 waited for the 99
-// before it (about 100 s on an API server answering in 0.5 s). The client's rate limit still
-// bounds the rate. The writes of one reconcile never conflict: each is another object's, and
-// an IP taken from one node is given to another only in the reconcile after
-// (Assignment.Pending).
-const objectWrites = 16
-
-// inParallel runs write(i) for each i below n, at most objectWrites at once, and returns once
-// all have.
-func inParallel(n int, write func(i int)) {
-	slots := make(chan struct{}, objectWrites)
-	var wg sync.WaitGroup
-	for i := range n {
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			write(i)
-		})
-	}
-	wg.Wait()
-}
-
 // statusWrite is how one write went: its error, and when it ended.
 type statusWrite struct {
 	err error
@@ -244,7 +220,9 @@ type statusWrite struct {
 // writeStatuses writes the assignments' status.items and returns how each went, in their order.
 func (c *Controller) writeStatuses(ctx context.Context, as []Assignment) []statusWrite {
 	out := make([]statusWrite, len(as))
-	inParallel(len(as), func(i int) {
+	// The writes of one reconcile never conflict: each is another object's, and an IP taken
+	// from one node is given to another only in the reconcile after (Assignment.Pending).
+	leader.Writes(len(as), func(i int) {
 		err := c.writeStatus(ctx, as[i].Name, as[i].Items)
 		out[i] = statusWrite{err: err, at: time.Now()}
 	})

@@ -18,17 +18,18 @@ import (
 	ovnfake "github.com/egressd/egressd/api/generated/clientset/versioned/fake"
 	typedv1 "github.com/egressd/egressd/api/generated/clientset/versioned/typed/k8sovn/v1"
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/nodeagent/leader"
 	"github.com/egressd/egressd/watchers/watcherstest"
 )
 
 // When a node holding many egress IPs fails, their EgressIPs are written together, not one
 // after the other: on an API server answering in half a second,
 // the last of 100 written in turn moved 50 s after the first. On the bubble's fake clock, each
-// patch waits until objectWrites of them are in flight (a minute at most): written in turn,
+// patch waits until leader.ConcurrentWrites of them are in flight (a minute at most): written in turn,
 // each waits the whole minute, and the move takes an hour.
 func TestControllerMovesEgressIPsTogether(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const n = 2 * objectWrites
+		const n = 2 * leader.ConcurrentWrites
 		objs := []runtime.Object{assignableNode("n1", "10.0.0.1/24"), assignableNode("n2", "10.0.0.2/24")}
 		var eips []runtime.Object
 		for i := range n {
@@ -37,7 +38,7 @@ func TestControllerMovesEgressIPsTogether(t *testing.T) {
 			e.Annotations = map[string]string{MarkAnnotation: fmt.Sprint(50000 + i)}
 			eips = append(eips, e)
 		}
-		together := &gatedPatches{Interface: ovnfake.NewSimpleClientset(eips...), quorum: objectWrites, all: make(chan struct{})}
+		together := &gatedPatches{Interface: ovnfake.NewSimpleClientset(eips...), quorum: leader.ConcurrentWrites, all: make(chan struct{})}
 		c := &Controller{Client: together, Snapshot: watcherstest.Snapshot(append(objs, eips...)...),
 			Probes: &proberLike{down: map[string]bool{"n1": true}}, HealthPort: 9107,
 			Recorder: record.NewFakeRecorder(4 * n), Log: slog.New(slog.DiscardHandler), recorded: map[Event]bool{}}
@@ -55,8 +56,8 @@ func TestControllerMovesEgressIPsTogether(t *testing.T) {
 				t.Errorf("EgressIP %s after n1 failed: %v, want its IP on n2", got.Name, got.Status.Items)
 			}
 		}
-		if together.most > objectWrites {
-			t.Errorf("%d writes in flight at once, want at most %d", together.most, objectWrites)
+		if together.most > leader.ConcurrentWrites {
+			t.Errorf("%d writes in flight at once, want at most %d", together.most, leader.ConcurrentWrites)
 		}
 	})
 }

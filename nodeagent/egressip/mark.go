@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/nodeagent/leader"
 )
 
 // MarkAnnotation is upstream's packet mark of an EgressIP, which its cluster-manager allocates
@@ -79,7 +80,7 @@ func (c *Controller) writeMarks(ctx context.Context, eips []*ovnv1.EgressIP) {
 	c.marks = written
 	changes := markChanges(eips, written)
 	errs := make([]error, len(changes))
-	inParallel(len(changes), func(i int) {
+	leader.Writes(len(changes), func(i int) {
 		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 			"annotations": map[string]string{MarkAnnotation: strconv.Itoa(changes[i].mark)}}})
 		if err == nil {

@@ -128,11 +128,24 @@ func (c *Controller) reconcile(ctx context.Context) error {
 		reqs = append(reqs, RequestFor(es, svc, eps))
 	}
 	results := Elect(reqs, candidates)
+	// The hosts that change are written together (each another object's), then looked at in
+	// order.
+	type write struct {
+		wrote bool
+		err   error
+	}
+	writes := make([]write, len(results))
+	leader.Writes(len(results), func(i int) {
+		r := results[i]
+		if es := byKey[r.Namespace+"/"+r.Name]; r.Host != es.Status.Host {
+			writes[i].wrote, writes[i].err = c.writeHost(ctx, es, r.Host)
+		}
+	})
 	var errs []error
 	hosts := make([]string, 0, len(results))
 	labelled := map[string]string{} // node label -> the host that carries it
 	var moves [][2]string
-	for _, r := range results {
+	for i, r := range results {
 		key := r.Namespace + "/" + r.Name
 		es := byKey[key]
 		host := es.Status.Host
@@ -140,7 +153,7 @@ func (c *Controller) reconcile(ctx context.Context) error {
 			labelled[NodeLabel(es.Namespace, es.Name)] = host
 		}
 		if r.Host != es.Status.Host {
-			wrote, err := c.writeHost(ctx, es, r.Host)
+			wrote, err := writes[i].wrote, writes[i].err
 			if err != nil {
 				errs = append(errs, err)
 				hosts = append(hosts, host)

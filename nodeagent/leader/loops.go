@@ -3,6 +3,7 @@ package leader
 import (
 	"context"
 	"net/netip"
+	"sync"
 	"time"
 )
 
@@ -70,4 +71,25 @@ func StandbyLoop(ctx context.Context, changed <-chan struct{}, setTargets func()
 		case <-changed:
 		}
 	}
+}
+
+// ConcurrentWrites bounds the objects a leader writes at once. Moving a failed node's egress
+// IPs or EgressService hosts is a write per object (a read and a patch or update): one at a
+// time, the last of 100 waited for the 99 before it (about 100 s on an API server answering in
+// 0.5 s). The client's rate limit still bounds the rate.
+const ConcurrentWrites = 16
+
+// Writes runs write(i) for each i below n, at most ConcurrentWrites at once, and returns once
+// all have. The writes must be independent: each of another object.
+func Writes(n int, write func(i int)) {
+	slots := make(chan struct{}, ConcurrentWrites)
+	var wg sync.WaitGroup
+	for i := range n {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			write(i)
+		})
+	}
+	wg.Wait()
 }
