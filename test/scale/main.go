@@ -10,12 +10,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"runtime"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -224,7 +226,18 @@ func (h *harness) run(ctx context.Context) error {
 	if err := h.changeLatency(ctx); err != nil {
 		return err
 	}
-	return h.createFirewalls(ctx)
+	err = h.createFirewalls(ctx)
+	h.record("controller's Lease terms, start -> end", leaseTerms(h.lab.Nodes[0].Controller.LogPath)+" in "+time.Since(begin).Round(time.Second).String(), "")
+	return err
+}
+
+// leaseTerms counts the terms the controller logged at path began, as text.
+func leaseTerms(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	return strconv.Itoa(bytes.Count(b, []byte("started leading")))
 }
 
 // newCluster is the generators' clients of cp.

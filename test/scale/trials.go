@@ -35,7 +35,7 @@ func (h *harness) steadyState(ctx context.Context, agents0 []usage, ctl0 usage, 
 	if err != nil {
 		return err
 	}
-	reqC0, err := dispatched(ctx, h.c.kube, controllerFlow)
+	reqC0, err := dispatched(ctx, h.c.kube, controllerFlow, leaseFlow)
 	if err != nil {
 		return err
 	}
@@ -54,7 +54,7 @@ func (h *harness) steadyState(ctx context.Context, agents0 []usage, ctl0 usage, 
 	if err != nil {
 		return err
 	}
-	reqC1, err := dispatched(ctx, h.c.kube, controllerFlow)
+	reqC1, err := dispatched(ctx, h.c.kube, controllerFlow, leaseFlow)
 	if err != nil {
 		return err
 	}
