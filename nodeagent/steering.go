@@ -121,12 +121,11 @@ func returnPathState(returns []path, slots map[dataplane.Origin]int, mask uint32
 			index[p.origin] = i
 			out = append(out, dataplane.ReturnPath{Origin: p.origin, Gateway: p.hops[0].Gateway, BFD: p.hops[0].BFD, Mark: mark(slot, mask)})
 		}
-		if !slices.Contains(out[i].Pods, p.podIP) {
-			out[i].Pods = append(out[i].Pods, p.podIP)
-		}
+		out[i].Pods = append(out[i].Pods, p.podIP)
 	}
-	for i := range out {
+	for i := range out { // a gateway may return to thousands of pods: sorted, not searched
 		slices.SortFunc(out[i].Pods, netip.Addr.Compare)
+		out[i].Pods = slices.Compact(out[i].Pods)
 	}
 	slices.SortFunc(out, func(a, b dataplane.ReturnPath) int { return a.Gateway.Compare(b.Gateway) })
 	return out
