@@ -163,14 +163,7 @@ func (w *Writer) Run(ctx context.Context) {
 func (e *entries) take(q *entryQueue, r report, all, urgent bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for origin := range e.wanted {
-		if _, ok := r.objects[origin]; !ok { // gone since
-			delete(e.wanted, origin)
-			delete(e.written, origin)
-			delete(e.recheck, origin)
-			delete(e.failures, origin)
-		}
-	}
+	before, kept := len(e.wanted), 0 // kept: of those wanted before, the ones r still has
 	for origin, err := range r.objects {
 		if entryWriters[origin.Kind] == nil {
 			continue
@@ -180,6 +173,9 @@ func (e *entries) take(q *entryQueue, r report, all, urgent bool) {
 			x.outcome = err.Error()
 		}
 		prev, had := e.wanted[origin]
+		if had {
+			kept++
+		}
 		e.wanted[origin] = x
 		switch {
 		case all:
@@ -188,6 +184,17 @@ func (e *entries) take(q *entryQueue, r report, all, urgent bool) {
 			continue // written, or queued, being written or waiting to be tried again
 		}
 		q.add(origin, urgent)
+	}
+	if kept == before {
+		return // none gone: no look at each of 10,000 entries for the one that went
+	}
+	for origin := range e.wanted {
+		if _, ok := r.objects[origin]; !ok { // gone since
+			delete(e.wanted, origin)
+			delete(e.written, origin)
+			delete(e.recheck, origin)
+			delete(e.failures, origin)
+		}
 	}
 }
 
