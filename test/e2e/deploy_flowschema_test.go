@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/egressd/egressd/test/controlplane"
 	"github.com/egressd/egressd/test/kube"
+	"github.com/egressd/egressd/test/poll"
 )
 
 // TestDeployControllerLeaseFlowSchema: with deploy/controller-flowschema.yaml, the real API
@@ -32,11 +35,13 @@ func TestDeployControllerLeaseFlowSchema(t *testing.T) {
 	}
 	levels := map[string]string{} // UID -> name
 	for _, name := range []string{"leader-election", "workload-low"} {
-		pl, err := cp.Client(t).FlowcontrolV1().PriorityLevelConfigurations().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatalf("the API server's suggested priority level %s: %v", name, err)
-		}
-		levels[string(pl.UID)] = name
+		poll.Eventually(t, "the API server's suggested priority level "+name, 30*time.Second, func() error {
+			pl, err := cp.Client(t).FlowcontrolV1().PriorityLevelConfigurations().Get(ctx, name, metav1.GetOptions{})
+			if err == nil {
+				levels[string(pl.UID)] = name
+			}
+			return err
+		})
 	}
 	level := func(user, path string) string {
 		t.Helper()
@@ -66,6 +71,13 @@ func TestDeployControllerLeaseFlowSchema(t *testing.T) {
 		return "level " + uid + " (" + http.StatusText(resp.StatusCode) + ")"
 	}
 	lease := "/apis/coordination.k8s.io/v1/namespaces/" + ns + "/leases/egressd-leader"
+	// The API server's priority and fairness takes a new FlowSchema up from its informer.
+	poll.Eventually(t, "the controller's Lease requests in leader-election", 30*time.Second, func() error {
+		if got := level(kube.DeployedController, lease); got != "leader-election" {
+			return fmt.Errorf("priority level %s", got)
+		}
+		return nil
+	})
 	for _, c := range []struct{ who, user, path, want string }{
 		{"the controller's Lease", kube.DeployedController, lease, "leader-election"},
 		{"the controller's list of pods", kube.DeployedController, "/api/v1/namespaces/" + ns + "/pods", "workload-low"},
