@@ -64,22 +64,37 @@ spec:
 		}
 		return ips[0], p.TCP(netip.AddrPortFrom(ips[0], 443).String(), lab.ClientOptions{Timeout: time.Second}).Outcome
 	}
-	ok, seen, failed := 0, map[netip.Addr]bool{}, []string(nil)
-	for range 8 {
+	// Until the server has answered each of its 8 addresses once. A lookup left unanswered is
+	// asked again, as a stub resolver does (glibc: after 5 s, twice): one is tolerated and
+	// shown. On CI's loaded machine one query of eight once went unanswered, and no answer
+	// had reached node-1's agent (its counters, below, say so when a check fails).
+	answered, refused, unanswered, seen, failed := 0, 0, 0, map[netip.Addr]bool{}, []string(nil)
+	for tries := 0; len(seen) < 8 && tries < 10; tries++ {
 		ip, outcome := connect("objects.demo.example")
+		if outcome == "no answer" {
+			unanswered++
+			continue
+		}
+		answered++
 		seen[ip] = true
-		if outcome == lab.OK {
-			ok++
-		} else {
+		if outcome != lab.OK {
+			refused++
 			failed = append(failed, fmt.Sprintf("%s: %s", ip, outcome))
 		}
 	}
-	observed := fmt.Sprintf("%d of 8 ok, %d addresses", ok, len(seen))
+	if unanswered > 1 {
+		failed = append(failed, fmt.Sprintf("%d lookups unanswered", unanswered))
+	}
+	observed := fmt.Sprintf("all ok, %d addresses", len(seen))
 	if len(failed) > 0 {
 		// Whether the answer was held until its address was in force tells the agent's part.
-		observed += fmt.Sprintf(" (%s; node-1's answers %s)", strings.Join(failed, ", "), answerResults(l.Nodes[1]))
+		observed = fmt.Sprintf("%d of %d ok, %d addresses (%s; node-1's answers %s)", answered-refused, answered, len(seen),
+			strings.Join(failed, ", "), answerResults(l.Nodes[1]))
 	}
-	c.check("app: lookup objects.demo.example, then connect, 8 times", "8 of 8 ok, 8 addresses", observed)
+	c.check("app: lookup objects.demo.example and connect, until each of its 8 addresses was answered", "all ok, 8 addresses", observed)
+	if unanswered == 1 {
+		fmt.Println("        (1 lookup went unanswered and was asked again, as a resolver does)")
+	}
 	for _, x := range []struct {
 		name string
 		want lab.Outcome
