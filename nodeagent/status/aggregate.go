@@ -14,6 +14,7 @@ import (
 
 	ovnac "github.com/egressd/egressd/api/generated/applyconfiguration/k8sovn/v1"
 	"github.com/egressd/egressd/api/generated/clientset/versioned"
+	"github.com/egressd/egressd/nodeagent/leader"
 	"github.com/egressd/egressd/watchers"
 )
 
@@ -85,23 +86,7 @@ func aggregate(messages []string, nodes sets.Set[string], applied, notApplied st
 	return "", stale
 }
 
-// aggregateWrites bounds the objects settled at once: each write is mostly a round trip, and
-// one at a time the controller settled about 30 a second (10,000 new EgressFirewalls: more than
-// 5 minutes); the client's rate limit still bounds the rate.
-const aggregateWrites = 16
-
 func (a *Aggregator) reconcile(ctx context.Context) {
-	writes := make(chan struct{}, aggregateWrites)
-	var inFlight sync.WaitGroup
-	defer inFlight.Wait()
-	// inParallel runs f beside at most aggregateWrites-1 others.
-	inParallel := func(f func()) {
-		writes <- struct{}{}
-		inFlight.Go(func() {
-			defer func() { <-writes }()
-			f()
-		})
-	}
 	nodeList, err := a.Snapshot.Nodes.List(labels.Everything())
 	if err != nil {
 		return
@@ -135,6 +120,10 @@ func (a *Aggregator) reconcile(ctx context.Context) {
 			}
 		}
 	}
+	// The objects to settle are written several at once: each write is mostly a round trip,
+	// and one at a time the controller settled about 30 a second (10,000 new EgressFirewalls:
+	// more than 5 minutes); the client's rate limit still bounds the rate.
+	var writes []func()
 	efs, _ := a.Snapshot.EgressFirewalls.List(labels.Everything())
 	for _, ef := range efs {
 		look, done := unsettled("EgressFirewall/"+ef.Namespace+"/"+ef.Name, ef.ResourceVersion)
@@ -146,7 +135,7 @@ func (a *Aggregator) reconcile(ctx context.Context) {
 			_, err := c.ApplyStatus(ctx, ovnac.EgressFirewall(ef.Name, ef.Namespace).WithStatus(st), metav1.ApplyOptions{FieldManager: manager, Force: true})
 			return err
 		}
-		inParallel(func() {
+		writes = append(writes, func() {
 			done(a.settle("EgressFirewall "+ef.Namespace+"/"+ef.Name, ef.Status.Messages, ef.Status.Status, nodes, fwApplied, fwNotApplied,
 				func(manager string) error { return apply(ovnac.EgressFirewallStatus(), manager) },
 				func(status string) error {
@@ -171,13 +160,13 @@ func (a *Aggregator) reconcile(ctx context.Context) {
 			_, err := c.ApplyStatus(ctx, ovnac.EgressQoS(q.Name, q.Namespace).WithStatus(st), metav1.ApplyOptions{FieldManager: manager, Force: true})
 			return err
 		}
-		inParallel(func() {
+		writes = append(writes, func() {
 			done(a.settle("EgressQoS "+q.Namespace+"/"+q.Name, msgs, q.Status.Status, nodes, qosApplied, qosNotApplied,
 				func(manager string) error { return apply(ovnac.EgressQoSStatus(), manager) },
 				func(status string) error { return apply(ovnac.EgressQoSStatus().WithStatus(status), leaderManager) }))
 		})
 	}
-	inFlight.Wait() // settled complete before the next reconcile reads it
+	leader.Writes(len(writes), func(i int) { writes[i]() }) // settled complete before the next reconcile reads it
 	a.reconcileRoutes(ctx, nodes)
 }
 
