@@ -86,6 +86,21 @@ func (p PrimaryIfAddr) ProbeAddress() netip.Addr {
 	return p.V6.Addr()
 }
 
+// ProbeTarget is where the leader probes node n's agent: its primary address at port. A Node
+// without the annotation (not yet published, or one egressd does not run on) has none, and costs
+// no parse: the controllers ask for every Node at each reconcile.
+func ProbeTarget(n *corev1.Node, port uint16) (netip.AddrPort, bool) {
+	v, ok := n.Annotations[PrimaryIfAddrAnnotation]
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	p, err := ParsePrimaryIfAddr(v)
+	if err != nil {
+		return netip.AddrPort{}, false
+	}
+	return netip.AddrPortFrom(p.ProbeAddress(), port), true
+}
+
 // Contains says whether the primary network holds ip.
 func (p PrimaryIfAddr) Contains(ip netip.Addr) bool {
 	return p.V4.IsValid() && p.V4.Contains(ip) || p.V6.IsValid() && p.V6.Contains(ip)

@@ -4,6 +4,9 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestPrimaryIfAddrRoundTrip(t *testing.T) {
@@ -35,6 +38,25 @@ func TestPrimaryIfAddrRoundTrip(t *testing.T) {
 		}
 		if f := got.Format(); f != tc.format {
 			t.Errorf("Format() = %s, want %s", f, tc.format)
+		}
+	}
+}
+
+func TestProbeTarget(t *testing.T) {
+	for _, tc := range []struct {
+		annotations map[string]string
+		want        string // "" is none
+	}{
+		{map[string]string{PrimaryIfAddrAnnotation: `{"ipv4":"10.0.0.2/24","ipv6":"fd00::2/64"}`}, "10.0.0.2:9107"},
+		{map[string]string{PrimaryIfAddrAnnotation: `{"ipv6":"fd00::2/64"}`}, "[fd00::2]:9107"},
+		{map[string]string{PrimaryIfAddrAnnotation: `{}`}, ""},
+		{map[string]string{"other": "x"}, ""},
+		{nil, ""},
+	} {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: tc.annotations}}
+		got, ok := ProbeTarget(n, 9107)
+		if s := map[bool]string{true: got.String()}[ok]; s != tc.want {
+			t.Errorf("ProbeTarget(%v) = %q, want %q", tc.annotations, s, tc.want)
 		}
 	}
 }

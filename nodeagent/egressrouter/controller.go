@@ -155,8 +155,8 @@ func (c *Controller) candidates() ([]candidate, error) {
 	out := make([]candidate, 0, len(apiNodes))
 	for _, n := range apiNodes {
 		ready := nodeReady(n)
-		if p, err := cluster.ParsePrimaryIfAddr(n.Annotations[cluster.PrimaryIfAddrAnnotation]); err == nil && ready {
-			targets[n.Name] = netip.AddrPortFrom(p.ProbeAddress(), c.HealthPort)
+		if to, ok := cluster.ProbeTarget(n, c.HealthPort); ok && ready {
+			targets[n.Name] = to
 		}
 		out = append(out, candidate{Name: n.Name, Ready: ready, Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints,
 			HostCIDRs: hostCIDRs(n)})

@@ -70,8 +70,8 @@ func (c *Controller) targets(apiNodes []*corev1.Node) map[string]netip.AddrPort 
 		if !nodeReady(n) {
 			continue
 		}
-		if p, err := cluster.ParsePrimaryIfAddr(n.Annotations[cluster.PrimaryIfAddrAnnotation]); err == nil {
-			targets[n.Name] = netip.AddrPortFrom(p.ProbeAddress(), c.HealthPort)
+		if to, ok := cluster.ProbeTarget(n, c.HealthPort); ok {
+			targets[n.Name] = to
 		}
 	}
 	return targets
