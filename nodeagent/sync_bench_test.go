@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/nodeagent/egressip"
@@ -119,15 +120,17 @@ func BenchmarkSync(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			snap, update := watcherstest.Updatable(scaleCluster()...)
 			snap.Generations = watchers.NewGenerations(&corev1.Node{}, &corev1.Namespace{}, &corev1.Pod{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &ovnv1.EgressFirewall{},
-				&ovnv1.EgressQoS{}, &ovnv1.EgressIP{}, &ovnv1.AdminPolicyBasedExternalRoute{}, &ovnv1.EgressService{})
+				&ovnv1.EgressQoS{}, &ovnv1.EgressIP{}, &ovnv1.AdminPolicyBasedExternalRoute{}, &ovnv1.EgressService{}).Journaled(&ovnv1.EgressFirewall{})
 			l := newLoop(&recordingApplier{}, make(chan struct{}), 0, func(_ *Config, d *Deps) { d.Snapshot = snap })
 			l.sync(b.Context()) // the first: everything compiled once
 			first := stepSums(b, l.deps.Metrics)
 			i := 0
 			for b.Loop() {
 				i++
-				update(c.change(snap, i))
-				snap.Generations.Count(c.kind)
+				o := c.change(snap, i)
+				update(o)
+				key, _ := cache.MetaNamespaceKeyFunc(o)
+				snap.Generations.Changed(c.kind, key)
 				l.sync(b.Context())
 			}
 			b.StopTimer()

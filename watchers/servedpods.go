@@ -151,7 +151,7 @@ func (w *Watchers) ServePods(ctx context.Context, want []PodScope) error {
 	}
 	s.mu.Unlock()
 	if stopped {
-		w.changed(&corev1.Pod{}, true)
+		w.changed(&corev1.Pod{}, nil, true) // pods of several scopes: no one key
 	}
 	return nil
 }

@@ -98,6 +98,8 @@ type Generations struct {
 	counts map[reflect.Type]*atomic.Uint64
 	// offsets are changes counted outside the caches (Adding).
 	offsets map[reflect.Type]uint64
+	// journals keep the keys of the changed objects of some kinds (Journaled).
+	journals map[reflect.Type]*journal
 }
 
 // Adding returns generations that also count n changes of kind made outside the caches: n
@@ -108,7 +110,7 @@ func (g *Generations) Adding(kind any, n uint64) *Generations {
 	if g == nil {
 		return nil
 	}
-	out := &Generations{counts: g.counts, offsets: maps.Clone(g.offsets)}
+	out := &Generations{counts: g.counts, offsets: maps.Clone(g.offsets), journals: g.journals}
 	if out.offsets == nil {
 		out.offsets = map[reflect.Type]uint64{}
 	}
@@ -125,8 +127,8 @@ func NewGenerations(kinds ...any) *Generations {
 	return g
 }
 
-// Count records a change of an object of kind.
-func (g *Generations) Count(kind any) { g.counts[reflect.TypeOf(kind)].Add(1) }
+// Count records a change of an object of kind, whose key is not known (see Changed).
+func (g *Generations) Count(kind any) { g.Changed(kind, "") }
 
 // Of returns a number that changes whenever an object of one of the kinds (given as pointers to
 // their Go types, as &corev1.Node{}) changed, and false when g is nil or a kind is not watched
@@ -259,7 +261,9 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 	for i := range informers {
 		kinds[i] = informers[i].kind
 	}
-	w.snap.Generations = NewGenerations(kinds...)
+	// The firewall compile brings its statuses of every EgressFirewall up to date from those
+	// that changed.
+	w.snap.Generations = NewGenerations(kinds...).Journaled(&ovnv1.EgressFirewall{})
 	for _, i := range informers {
 		if _, err := i.inf.AddEventHandler(w.notify(i.kind)); err != nil {
 			return nil, err
@@ -272,23 +276,24 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 // notify is the handler of an informer of kind: it runs after the cache holds the change.
 func (w *Watchers) notify(kind any) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { w.changed(kind, true) },
+		AddFunc: func(obj any) { w.changed(kind, obj, true) },
 		UpdateFunc: func(old, new any) {
 			// Of the egress APIs only trimmed objects are compared: whole ones change with every
 			// status write, and carry every node's entry (a copy to compare is costly).
 			if (w.trimsEgress || !egressAPI(new)) && unchanged(old, new) {
 				return
 			}
-			w.changed(kind, !statusOnly(old, new))
+			w.changed(kind, new, !statusOnly(old, new))
 		},
-		DeleteFunc: func(any) { w.changed(kind, true) },
+		DeleteFunc: func(obj any) { w.changed(kind, obj, true) },
 	}
 }
 
-// changed counts a change of an object of kind (unless only its status changed), then signals.
-func (w *Watchers) changed(kind any, spec bool) {
+// changed counts a change of obj, of kind (unless only its status changed), then signals.
+func (w *Watchers) changed(kind, obj any, spec bool) {
 	if spec {
-		w.snap.Generations.Count(kind)
+		key, _ := cache.DeletionHandlingMetaNamespaceKeyFunc(obj) // "" (unknown) if it fails
+		w.snap.Generations.Changed(kind, key)
 	}
 	w.signal(kind, spec)
 }

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
@@ -47,8 +46,10 @@ type Part struct {
 // Compiler compiles EgressFirewalls, remembering the rules of those that depend on their spec
 // alone across syncs, and the whole list while nothing it was compiled from changed.
 type Compiler struct {
-	memo memo
-	list compiledList
+	memo    memo
+	list    compiledList
+	checked checked
+	nodes   nodeSelection
 }
 
 // compiledList is the last part compiled, kept under what it was compiled from: the generation
@@ -101,39 +102,20 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 	return part, err
 }
 
-// compileAll checks every EgressFirewall, and compiles the rules of those local names.
+// compileAll brings the statuses of every EgressFirewall up to date, and compiles the rules of
+// the local namespaces'.
 func (c *Compiler) compileAll(in *cluster.Input, local map[string]bool) (Part, error) {
-	efs, err := in.Snap.EgressFirewalls.List(labels.Everything())
-	if err != nil {
+	if err := c.check(in, local); err != nil {
 		return Part{}, err
 	}
-	part := Part{Statuses: make(map[dataplane.Origin]error, len(efs))}
-	var nodes *nodeSelection
-	if len(local) > 0 {
-		all, err := in.Snap.Nodes.List(labels.Everything())
+	part := Part{Statuses: c.checked.copy()}
+	nodes := c.nodes.at(in)
+	for ns := range local {
+		ef, err := in.Snap.EgressFirewalls.EgressFirewalls(ns).Get("default")
 		if err != nil {
-			return part, err
+			continue // none (a lister's only error)
 		}
-		nodes = &nodeSelection{nodes: all}
-	}
-	kept := 0 // listed firewalls the memo holds
-	for _, ef := range efs {
-		if ef.Name != "default" {
-			continue // the API server rejects other names; nothing to enforce
-		}
-		fw := dataplane.Firewall{Origin: dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: ef.Namespace, Name: ef.Name}}
-		if !local[ef.Namespace] {
-			// Checked, not enforced here: its rules' nodes and names do not matter yet.
-			if m, ok := c.memo.firewall(ef, false, 0, 0); ok {
-				fw.Err = m.err
-			} else {
-				_, fw.Err = rules(in, ef, nil)
-				c.memo.keep(ef, false, 0, 0, nil, fw.Err)
-			}
-			kept++
-			part.Statuses[fw.Origin] = fw.Err
-			continue
-		}
+		fw := dataplane.Firewall{Origin: origin(ef.Namespace, ef.Name)}
 		nodesGen, names, keep := inputs(in, ef)
 		if m, ok := c.memo.firewall(ef, true, nodesGen, names); ok && keep {
 			fw.Rules, fw.Err = m.rules, m.err
@@ -142,9 +124,6 @@ func (c *Compiler) compileAll(in *cluster.Input, local map[string]bool) (Part, e
 			if keep {
 				c.memo.keep(ef, true, nodesGen, names, fw.Rules, fw.Err)
 			}
-		}
-		if _, ok := c.memo.firewalls[ef.UID]; ok {
-			kept++
 		}
 		part.Statuses[fw.Origin] = fw.Err
 		enforced := ef
@@ -168,13 +147,7 @@ func (c *Compiler) compileAll(in *cluster.Input, local map[string]bool) (Part, e
 		fw.Log = aclLog(in, ef.Namespace)
 		part.Firewalls = append(part.Firewalls, fw)
 	}
-	// Only when the memo holds a firewall no longer listed: a sync for one edit must not
-	// build a set of every firewall's UID.
-	if len(c.memo.firewalls) > kept {
-		c.memo.forgetBut(efs)
-	}
-	// Listers return objects in no particular order: sort what is enforced (a few namespaces'
-	// firewalls, not the cluster's thousands), so equal inputs give equal states.
+	// Sorted, so equal inputs give equal states.
 	slices.SortFunc(part.Firewalls, func(a, b dataplane.Firewall) int { return strings.Compare(a.Origin.Namespace, b.Origin.Namespace) })
 	slices.Sort(part.DNSNames)
 	slices.Sort(part.DNSNamespaces)

@@ -91,6 +91,12 @@ func (m *memo) keep(ef *ovnv1.EgressFirewall, enforced bool, nodes, names uint64
 	}
 }
 
+// forget drops what is kept for the firewall uid.
+func (m *memo) forget(uid types.UID) {
+	delete(m.firewalls, uid)
+	delete(m.lastValid, uid)
+}
+
 // forgetBut drops what is kept for firewalls no longer listed.
 func (m *memo) forgetBut(efs []*ovnv1.EgressFirewall) {
 	live := make(map[types.UID]bool, len(efs))
@@ -99,8 +105,12 @@ func (m *memo) forgetBut(efs []*ovnv1.EgressFirewall) {
 	}
 	for uid := range m.firewalls {
 		if !live[uid] {
-			delete(m.firewalls, uid)
-			delete(m.lastValid, uid)
+			m.forget(uid)
+		}
+	}
+	for uid := range m.lastValid {
+		if !live[uid] {
+			m.forget(uid)
 		}
 	}
 }

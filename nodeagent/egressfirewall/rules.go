@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	corelisters "k8s.io/client-go/listers/core/v1"
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
@@ -107,12 +108,24 @@ func ports(in []ovnv1.EgressFirewallPort) ([]dataplane.Port, error) {
 	return out, nil
 }
 
-// nodeSelection picks the nodes of nodeSelector rules from nodes, each distinct selector once
-// per compile: the namespaces a node enforces often share one (their infrastructure nodes),
-// and with thousands of nodes each pick reads every node's addresses.
+// nodeSelection picks the nodes of nodeSelector rules, each distinct selector once while no
+// Node changed (the nodes' generation): the namespaces a node enforces often share one (their
+// infrastructure nodes), and with thousands of nodes each pick reads every node's addresses.
 type nodeSelection struct {
-	nodes  []*corev1.Node
-	picked map[string][]netip.Prefix
+	generation uint64
+	valid      bool
+	lister     corelisters.NodeLister
+	nodes      []*corev1.Node // listed at the first pick
+	picked     map[string][]netip.Prefix
+}
+
+// at is the selection of the current nodes.
+func (s *nodeSelection) at(in *cluster.Input) *nodeSelection {
+	gen, known := in.Snap.Generations.Of(&corev1.Node{})
+	if !s.valid || !known || gen != s.generation {
+		*s = nodeSelection{generation: gen, valid: known, lister: in.Snap.Nodes}
+	}
+	return s
 }
 
 // addresses are every host address of the nodes a selector picks: the host-cidrs each agent
@@ -128,6 +141,11 @@ func (s *nodeSelection) addresses(ls *metav1.LabelSelector) ([]netip.Prefix, err
 	key := sel.String()
 	if out, ok := s.picked[key]; ok {
 		return out, nil
+	}
+	if s.nodes == nil {
+		if s.nodes, err = s.lister.List(labels.Everything()); err != nil {
+			return nil, err
+		}
 	}
 	var out []netip.Prefix
 	for _, n := range s.nodes {

@@ -1,0 +1,118 @@
+package egressfirewall
+
+import (
+	"fmt"
+	"maps"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+
+	ovnlisters "github.com/egressd/egressd/api/generated/listers/k8sovn/v1"
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/watchers"
+	"github.com/egressd/egressd/watchers/watcherstest"
+)
+
+// A node checks every EgressFirewall, but after the first compile it looks again only at those
+// the journal names (a change it was not told of stays unseen, which shows it did not walk
+// them all), at those of namespaces no longer enforced here, and at every one when a change of
+// unknown key came.
+func TestCompileFirewallChecksWhatChanged(t *testing.T) {
+	kind := &ovnv1.EgressFirewall{}
+	snap := watcherstest.Snapshot()
+	snap.Generations = watchers.NewGenerations(kind, &corev1.Node{}, &corev1.Namespace{}).Journaled(kind)
+	efs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	snap.EgressFirewalls = ovnlisters.NewEgressFirewallLister(efs)
+	valid, invalid := cidrRule("Deny", "10.0.0.0/8"), cidrRule("Deny", "not-a-cidr")
+	put := func(e *ovnv1.EgressFirewall, told bool) {
+		e.UID = types.UID(fmt.Sprintf("uid-%s%d", e.Namespace, e.Generation))
+		if err := efs.Update(e); err != nil {
+			t.Fatal(err)
+		}
+		if told {
+			snap.Generations.Changed(kind, e.Namespace+"/"+e.Name)
+		}
+	}
+	for _, ns := range []string{"a", "b", "c"} {
+		put(ef(ns, valid), false)
+	}
+	c := &Compiler{}
+	local := everywhere(ef("c"))
+	statuses := func() map[string]bool { // namespace: its status is an error
+		t.Helper()
+		part, err := c.Compile(&cluster.Input{Snap: snap, Pods: local})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for o, err := range part.Statuses {
+			out[o.Namespace] = err != nil
+		}
+		return out
+	}
+	want := func(step string, w map[string]bool) {
+		t.Helper()
+		if got := statuses(); !maps.Equal(got, w) {
+			t.Errorf("%s: statuses (namespace: failed) %v, want %v", step, got, w)
+		}
+	}
+	want("first compile", map[string]bool{"a": false, "b": false, "c": false})
+
+	bad := ef("a", invalid)
+	bad.Generation = 1
+	put(bad, true)
+	want("a made invalid, told", map[string]bool{"a": true, "b": false, "c": false})
+
+	sneaky := ef("b", invalid)
+	sneaky.Generation = 1
+	put(sneaky, false)
+	snap.Generations.Changed(&corev1.Node{}, "") // a sync for something else
+	want("b made invalid, not told", map[string]bool{"a": true, "b": false, "c": false})
+
+	if err := efs.Delete(bad); err != nil {
+		t.Fatal(err)
+	}
+	snap.Generations.Changed(kind, "a/default")
+	want("a deleted", map[string]bool{"b": false, "c": false})
+	if _, ok := c.memo.firewalls["uid-a1"]; ok {
+		t.Error("the memo still holds the deleted firewall")
+	}
+
+	cBad := ef("c", invalid)
+	cBad.Generation = 1
+	put(cBad, false) // enforced here: compiled at every compile of the list
+	snap.Generations.Changed(&corev1.Node{}, "")
+	want("c, enforced, made invalid", map[string]bool{"b": false, "c": true})
+
+	local = nil // c's last pod went: c is only checked now
+	want("c no longer enforced", map[string]bool{"b": false, "c": true})
+
+	snap.Generations.Count(kind) // a change of unknown key: every firewall looked at
+	want("after a change of unknown key", map[string]bool{"b": true, "c": true})
+}
+
+// The statuses a part hands on are its own: a later compile does not change them.
+func TestCompileFirewallStatusesOwned(t *testing.T) {
+	kind := &ovnv1.EgressFirewall{}
+	e := ef("a", cidrRule("Deny", "10.0.0.0/8"))
+	snap := watcherstest.Snapshot(e)
+	snap.Generations = watchers.NewGenerations(kind, &corev1.Node{}, &corev1.Namespace{}).Journaled(kind)
+	c := &Compiler{}
+	first, err := c.Compile(&cluster.Input{Snap: snap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Spec.Egress[0].To.CIDRSelector = "bad"
+	e.Generation++
+	snap.Generations.Changed(kind, "a/default")
+	if _, err := c.Compile(&cluster.Input{Snap: snap}); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Statuses[dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: "a", Name: "default"}]; err != nil {
+		t.Errorf("the first part's status changed with the second compile: %v", err)
+	}
+}

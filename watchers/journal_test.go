@@ -1,0 +1,64 @@
+package watchers
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+)
+
+func TestChangedSince(t *testing.T) {
+	ef := &ovnv1.EgressFirewall{}
+	g := NewGenerations(ef, &corev1.Node{}).Journaled(ef)
+	_, start, ok := g.ChangedSince(ef, 0)
+	if !ok || start != 0 {
+		t.Fatalf("an empty journal: cursor %d, ok %v", start, ok)
+	}
+	g.Changed(ef, "a/default")
+	g.Changed(ef, "b/default")
+	g.Changed(ef, "a/default")
+	keys, next, ok := g.ChangedSince(ef, start)
+	if !ok || !slices.Equal(keys, []string{"a/default", "b/default"}) || next != 3 {
+		t.Errorf("after three changes: %v, cursor %d, ok %v; want [a/default b/default], 3, true", keys, next, ok)
+	}
+	if gen, _ := g.Of(ef); gen != 3 {
+		t.Errorf("generation %d after three changes, want 3", gen)
+	}
+	if keys, _, ok := g.ChangedSince(ef, next); !ok || len(keys) != 0 {
+		t.Errorf("nothing changed since: %v, ok %v", keys, ok)
+	}
+
+	g.Count(ef) // a change without its key: the reader must look at everything
+	if _, next2, ok := g.ChangedSince(ef, next); ok || next2 != 4 {
+		t.Errorf("a change of unknown key: ok %v, cursor %d; want false, 4", ok, next2)
+	}
+	g.Changed(ef, "c/default")
+	if keys, _, ok := g.ChangedSince(ef, 4); !ok || !slices.Equal(keys, []string{"c/default"}) {
+		t.Errorf("after it: %v, ok %v", keys, ok)
+	}
+
+	for i := range journalSize {
+		g.Changed(ef, fmt.Sprintf("n%d/default", i))
+	}
+	if _, _, ok := g.ChangedSince(ef, 4); ok {
+		t.Error("more changes than the journal keeps: ok")
+	}
+	_, last, _ := g.ChangedSince(ef, 0)
+	g.Changed(ef, "d/default")
+	if keys, _, ok := g.ChangedSince(ef, last); !ok || !slices.Equal(keys, []string{"d/default"}) {
+		t.Errorf("once trimmed: %v, ok %v", keys, ok)
+	}
+
+	if _, _, ok := g.ChangedSince(&corev1.Node{}, 0); ok {
+		t.Error("a kind not journaled: ok")
+	}
+	if _, _, ok := (*Generations)(nil).ChangedSince(ef, 0); ok {
+		t.Error("no generations: ok")
+	}
+	if _, _, ok := g.Adding(ef, 1).ChangedSince(ef, last); !ok {
+		t.Error("generations with an overlay lost the journal")
+	}
+}
