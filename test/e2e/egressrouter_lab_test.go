@@ -281,17 +281,50 @@ func (r *routerLab) restored(t *testing.T, step string, start time.Time) time.Du
 	poll.Eventually(t, step+": the Service's endpoints only the router pod", 30*time.Second, r.endpointsOnlyRouterPod)
 	// The API's endpoints reach the client's node's Service proxy a moment later: until then it
 	// may still send a connection to the pod that is gone. Five in a row of each family reach
-	// the router before the one-shot checks.
-	poll.Eventually(t, step+": five connections in a row through the router", 30*time.Second, func() error {
+	// the router before the one-shot checks. Each waits up to a second, as those checks do:
+	// the destination's server answers once its sniffer saw the connection, up to a second
+	// later on a loaded machine.
+	caps := map[string]*lab.Capture{r.dst1.Name: r.dst1.Capture(), r.gw.Name: r.gw.Capture()}
+	defer func() {
+		for _, c := range caps {
+			c.Stop()
+		}
+	}()
+	err := poll.Until(context.Background(), step+": five connections in a row through the router", 30*time.Second, func() error {
 		for range 5 {
-			if err := errors.Join(r.redirected("tcp", r.svc4, 80, r.dst1, 80, routerV4, 500*time.Millisecond),
-				r.redirected("tcp", r.svc6, 80, r.dst1, 80, routerV6, 500*time.Millisecond)); err != nil {
+			if err := errors.Join(r.redirected("tcp", r.svc4, 80, r.dst1, 80, routerV4, time.Second),
+				r.redirected("tcp", r.svc6, 80, r.dst1, 80, routerV6, time.Second)); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+	if err != nil {
+		// What reached the gateway and the destination, for the next look (CI saw IPv6 time
+		// out after the handshake for 30 s, once, and never here). The destination answers
+		// the router on the fabric: the gateway sees the requests alone.
+		for name, c := range caps {
+			t.Logf("%s: the last TCP port 80 packets it saw: %s", name, lastPackets(c, 16, func(p lab.Captured) bool {
+				return p.Proto == "tcp" && (p.DstPort == 80 || p.SrcPort == 80)
+			}))
+		}
+		t.Fatal(err)
+	}
 	return served
+}
+
+// lastPackets describes the last n packets of c that match, oldest first.
+func lastPackets(c *lab.Capture, n int, match func(lab.Captured) bool) string {
+	var out []string
+	for _, p := range c.Packets() {
+		if match(p) {
+			out = append(out, fmt.Sprintf("%s %s [%s]:%d -> [%s]:%d (for this host: %t)", p.At.Format("15:04:05.000"), p.Proto, p.Src, p.SrcPort, p.Dst, p.DstPort, p.ForHost))
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return "\n\t" + strings.Join(out[max(0, len(out)-n):], "\n\t")
 }
 
 // endpointsOnlyRouterPod says whether every endpoint of the router's Service, of each family,
