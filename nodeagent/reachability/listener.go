@@ -23,9 +23,9 @@ const maxLife = 2 * maxAge
 // limitListener caps the connections open at once, per peer address and in all, so that one
 // address cannot take every slot, and a crowd cannot exhaust the agent's memory and file
 // descriptors. A connection over a cap is reset as soon as it is accepted (gRPC never sees it)
-// and counted. Only open connections count, not connection rates: the leader's connect probes
-// (every 150 ms, reset by the leader right after the handshake) leave as soon as gRPC reads
-// from them, so they never crowd out its health connection. Peers are counted by address, not
+// and counted. Only open connections count, not connection rates; the leader's connect probes
+// (every 150 ms, reset by the leader right after the handshake) send nothing and never reach
+// it (deferAccept), so they never crowd out its health connection. Peers are counted by address, not
 // by IPv6 prefix: pods cannot send from addresses not theirs (anti-spoofing), and a prefix
 // would let the pods next to the leader crowd it out.
 type limitListener struct {

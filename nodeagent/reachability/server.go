@@ -6,9 +6,11 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -37,7 +39,13 @@ const (
 	maxAgeGrace   = 10 * time.Second // for the RPCs in flight at maxAge
 	minPingEvery  = 30 * time.Second // keepalive pings more often, or with no RPC, get GOAWAY
 	maxPerPeer    = 8                // open connections per peer address (see limitListener)
-	maxConns      = 256              // open connections in all
+	// deferAccept: a connection is handed to the agent once its first data arrives, or after
+	// these seconds (TCP_DEFER_ACCEPT). The leader's connect probes (a handshake every 150 ms,
+	// then a reset) never send any: the kernel answers them and drops them without waking the
+	// agent, which set up and tore down a gRPC transport for each (a sixth of an idle egress
+	// node's CPU). Every client sends its preface at once.
+	deferAccept = 5
+	maxConns    = 256 // open connections in all
 )
 
 // Server serves grpc.health.v1 Check with Service_Egress_IP SERVING, on the node's address. The
@@ -92,7 +100,16 @@ func (s *Server) Start() error {
 	if s.lis != nil {
 		return fmt.Errorf("reachability server on %s: already started", s.addr)
 	}
-	lis, err := net.Listen("tcp", s.addr)
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT, deferAccept)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	lis, err := lc.Listen(context.Background(), "tcp", s.addr)
 	if err != nil {
 		return fmt.Errorf("reachability server: %w", err)
 	}

@@ -137,7 +137,12 @@ func dialRefused(t *testing.T, to netip.AddrPort, from string) bool {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_ = c.SetReadDeadline(time.Now().Add(connTimeout / 2)) // gRPC waits connTimeout for our preface
+	// The first byte of a client's preface: the kernel hands a connection to the server once it
+	// sent something (deferAccept).
+	if _, err := c.Write([]byte("P")); err != nil {
+		return true
+	}
+	_ = c.SetReadDeadline(time.Now().Add(connTimeout / 2)) // gRPC waits connTimeout for the rest
 	_, err = c.Read(make([]byte, 1))
 	var ne net.Error
 	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
@@ -172,6 +177,25 @@ func TestServerConnectionsPerPeer(t *testing.T) {
 	waitFor(t, 5*time.Second, "a connection once one of 8 closed", func() bool { return !dialRefused(t, s.Addr(), "127.0.0.1") })
 	if n := refusedCount(s, overTotal); n != 0 {
 		t.Errorf("refused over the total: %v, want 0", n)
+	}
+}
+
+// Connections that send nothing, as the leader's connect probes, take no slot: twice as many as
+// a peer may hold leave it a health connection, and none is counted refused.
+func TestServerSilentConnectionsTakeNoSlot(t *testing.T) {
+	s := startServer(t, "127.0.0.1:0")
+	for range 2 * maxPerPeer {
+		c, err := net.Dial("tcp", s.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	if st, err := check(healthFrom(t, s, "127.0.0.1"), serviceName); err != nil || st != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("a health check beside %d silent connections of its address: %v, %v; want SERVING", 2*maxPerPeer, st, err)
+	}
+	if n := refusedCount(s, overPeer); n != 0 {
+		t.Errorf("refused per peer: %v, want 0", n)
 	}
 }
 
