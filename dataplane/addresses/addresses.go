@@ -349,13 +349,13 @@ func (a *Addresses) Renew() error {
 	if err != nil {
 		return err
 	}
-	var errs []error
+	var ours []kaddr
 	for _, k := range kernel {
 		if k.proto == a.protocol {
-			errs = append(errs, renew(k, a.protocol, a.lifetime))
+			ours = append(ours, k)
 		}
 	}
-	return errors.Join(errs...)
+	return renew(ours, a.protocol, a.lifetime)
 }
 
 // Cleanup removes every address stamped with protocol from the current network namespace

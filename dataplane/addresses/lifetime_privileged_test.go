@@ -52,3 +52,39 @@ func TestPrivilegedLifetime(t *testing.T) {
 		time.Sleep(200 * time.Millisecond) // waiting for the kernel's expiry, nothing to poll on
 	}
 }
+
+// BenchmarkPrivilegedRenew: the periodic renewal of an egress node's 100 egress addresses (it
+// runs every 5 s on every egress node).
+func BenchmarkPrivilegedRenew(b *testing.B) {
+	privileged.Require(b)
+	node := netns.New(b, "renew")
+	side := netns.New(b, "renewside")
+	netns.Veth(b, node, "eth0", side, "eth0")
+	node.Addr(b, "eth0", "10.0.0.1/16")
+	var want []dataplane.Address
+	for i := range 100 {
+		want = append(want, dataplane.Address{Origin: dataplane.Origin{Kind: "EgressIP", Name: fmt.Sprint(i)}, Addr: netip.AddrFrom4([4]byte{10, 0, 1, byte(i)})})
+	}
+	var a *Addresses
+	if err := node.Do(func() (err error) {
+		if a, err = New(DefaultProtocol, time.Minute); err != nil {
+			return err
+		}
+		if failed := a.Apply(want); len(failed) > 0 {
+			return fmt.Errorf("apply: %v", failed)
+		}
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	if err := node.Do(func() error {
+		for b.Loop() {
+			if err := a.Renew(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+}

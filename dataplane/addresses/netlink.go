@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -95,16 +96,36 @@ func parse(m []byte) (kaddr, bool) {
 // for lifetime (0: forever), stamped with proto, and for IPv6 without duplicate address
 // detection (the address must answer at once, and the cluster has made sure it is unique).
 func add(ip netip.Addr, ifindex int, proto uint8, lifetime time.Duration) error {
-	return newaddr(ip, ifindex, proto, lifetime, unix.NLM_F_CREATE|unix.NLM_F_EXCL)
+	return newaddr(ip, ifindex, proto, lifetime, unix.NLM_F_CREATE|unix.NLM_F_EXCL, nil)
 }
 
-// renew gives an existing address a fresh lifetime.
-func renew(k kaddr, proto uint8, lifetime time.Duration) error {
-	return newaddr(k.prefix.Addr(), k.ifindex, proto, lifetime, unix.NLM_F_REPLACE)
+// renew gives existing addresses a fresh lifetime, over one netlink socket: an egress node
+// renews its hundred addresses every few seconds, and a socket per request was most of the cost.
+func renew(ks []kaddr, proto uint8, lifetime time.Duration) error {
+	if len(ks) == 0 {
+		return nil
+	}
+	s, err := nl.GetNetlinkSocketAt(netns.None(), netns.None(), unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("netlink socket: %w", err)
+	}
+	sh := &nl.SocketHandle{Socket: s}
+	defer sh.Close()
+	if err := s.SetReceiveTimeout(&nl.SocketTimeoutTv); err != nil {
+		return fmt.Errorf("netlink socket: %w", err)
+	}
+	sockets := map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: sh}
+	var errs []error
+	for _, k := range ks {
+		errs = append(errs, newaddr(k.prefix.Addr(), k.ifindex, proto, lifetime, unix.NLM_F_REPLACE, sockets))
+	}
+	return errors.Join(errs...)
 }
 
-func newaddr(ip netip.Addr, ifindex int, proto uint8, lifetime time.Duration, flags int) error {
+// newaddr sends RTM_NEWADDR with flags over sockets (nil: a socket of its own).
+func newaddr(ip netip.Addr, ifindex int, proto uint8, lifetime time.Duration, flags int, sockets map[int]*nl.SocketHandle) error {
 	req := nl.NewNetlinkRequest(unix.RTM_NEWADDR, flags|unix.NLM_F_ACK)
+	req.Sockets = sockets
 	msg := addrmsg(ip, ifindex)
 	msg.Scope = unix.RT_SCOPE_UNIVERSE
 	if ip.Is6() {
