@@ -56,7 +56,8 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 		}
 	}
 	replies := dataplane.Origin{Kind: kindReplies, Name: st.node}
-	remote := remoteSNAT(append(slices.Clip(p.service.SNAT), eip.SNAT...), local)
+	snat := append(slices.Clip(p.service.SNAT), eip.SNAT...) // one copy of 10,000 on an egress node
+	remote := remoteSNAT(snat, local)
 	planned := append(slices.Clip(paths), returns...)
 	if len(remote) > 0 {
 		planned = append(planned, path{origin: replies})
@@ -117,11 +118,12 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 			Src: netip.PrefixFrom(r.Src, r.Src.BitLen()), Network: r.Network})
 	}
 	s.Nftables.SteerMask = mask
-	s.Nftables.SNAT = append(slices.Clip(p.service.SNAT), eip.SNAT...)
+	s.Nftables.SNAT = snat
 	var replyRules []dataplane.RouteRule
 	var replyTable dataplane.RouteTable
 	if slot, ok := slots[replies]; ok { // before the tunnel's state: its hops may need peers
 		replyRules, replyTable = replyRouting(replies, slot, mask, p.egressIP.RemotePodsOf, p.egressIP.Primaries, u.hop)
+		s.Nftables.Replies = make([]dataplane.SteeredPod, 0, len(remote))
 		for _, pod := range remote {
 			s.Nftables.Replies = append(s.Nftables.Replies, dataplane.SteeredPod{Pod: pod, Mark: mark(slot, mask)})
 		}

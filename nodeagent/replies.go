@@ -23,7 +23,7 @@ const kindReplies dataplane.Kind = "RemotePodReplies"
 
 // remoteSNAT are the pods of snat that are not local, in order.
 func remoteSNAT(snat []dataplane.SNAT, local map[netip.Addr]bool) []netip.Addr {
-	var out []netip.Addr
+	out := make([]netip.Addr, 0, len(snat))
 	for _, s := range snat {
 		if !local[s.Pod] {
 			out = append(out, s.Pod)
