@@ -141,6 +141,10 @@ type Table struct {
 	// written is what the sets hold, by set name and element identity; nil until the first
 	// Apply (a predecessor's table keeps enforcing until then).
 	written contents
+	// chains and targets are dynamicChains and activeTargets of written, kept with it: telling
+	// them walks every reply and steering element (10,000 on an egress node), and Intact asks
+	// every few seconds.
+	chains, targets []string
 	// mask is the steering mask the chains were written with; queue the DNS answers' queue.
 	mask  uint32
 	queue uint16

@@ -68,8 +68,9 @@ func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	want, denies, dscp, failed := t.plan(s)
-	intact := t.written != nil && t.mask == s.SteerMask && t.queue == s.DNSSnoop.Queue && slices.Equal(dynamicChains(want), dynamicChains(t.written)) &&
-		slices.Equal(activeTargets(want), activeTargets(t.written)) && t.intact()
+	chains, targets := dynamicChains(want), activeTargets(want)
+	intact := t.written != nil && t.mask == s.SteerMask && t.queue == s.DNSSnoop.Queue && slices.Equal(chains, t.chains) &&
+		slices.Equal(targets, t.targets) && t.intact()
 	if intact && maps.EqualFunc(want, t.written, func(a, b map[string]element) bool {
 		return sameMap(a, b) || maps.EqualFunc(a, b, func(x, y element) bool { return x.data == y.data })
 	}) {
@@ -120,7 +121,8 @@ func (t *Table) Apply(s *dataplane.NftablesState) map[dataplane.Origin]error {
 		return failed
 	}
 	prev := t.denies
-	t.written, t.mask, t.queue, t.denies, t.dscp = want, s.SteerMask, s.DNSSnoop.Queue, denies, dscp
+	t.written, t.chains, t.targets = want, chains, targets
+	t.mask, t.queue, t.denies, t.dscp = s.SteerMask, s.DNSSnoop.Queue, denies, dscp
 	t.relabel(rewrite)
 	t.drops.track(prev, denies, rewrite)
 	t.flushOrFail(s, failed)
@@ -184,7 +186,7 @@ func (t *Table) Intact() bool {
 
 func (t *Table) intact() bool {
 	got, err := t.conn.ListTableOfFamily(TableName, nftables.TableFamilyINet)
-	size := tableSize + uint32(len(usedBaseChains(activeTargets(t.written)))+len(dynamicChains(t.written)))
+	size := tableSize + uint32(len(usedBaseChains(t.targets))+len(t.chains))
 	return err == nil && (got.Use == size || bits.ReverseBytes32(got.Use) == size)
 }
 
