@@ -74,10 +74,12 @@ func (h *harness) steadyState(ctx context.Context, agents0 []usage, ctl0 usage, 
 	h.record("agent CPU, "+steady, fmt.Sprintf("%.2f%% of a core", 100*(a2.cpu-a1.cpu)/secs), "< 1%")
 	h.record("controller CPU, "+steady, fmt.Sprintf("%.2f%% of a core", 100*(c2.cpu-c1.cpu)/secs), "")
 	syncs := m1.sum("egressd_sync_duration_seconds_count", `feature="apply"`) - m0.sum("egressd_sync_duration_seconds_count", `feature="apply"`)
-	if syncs > 0 {
+	h.record("agent syncs (full recompute + apply), "+steady, fmt.Sprintf("%.2f/s", syncs/secs), "")
+	if syncs == 0 {
+		h.record("agent full resync (one sync: compile + apply)", "none in the steady minute (the change trials time syncs)", "")
+	} else {
 		per := (m1.sum("egressd_sync_duration_seconds_sum") - m0.sum("egressd_sync_duration_seconds_sum")) / syncs
 		apply := (m1.sum("egressd_sync_duration_seconds_sum", `feature="apply"`) - m0.sum("egressd_sync_duration_seconds_sum", `feature="apply"`)) / syncs
-		h.record("agent syncs (full recompute + apply), "+steady, fmt.Sprintf("%.2f/s", syncs/secs), "")
 		h.record("agent full resync (one sync: compile + apply)", fmt.Sprintf("%s (apply %s)", ms(time.Duration(per*1e9)), ms(time.Duration(apply*1e9))), "")
 		// What a sync's time goes to: each feature's compile, and the apply's facilities.
 		h.record("agent sync, by step (largest first)", perSync(m1.delta(m0, "egressd_sync_duration_seconds_sum", "feature"), syncs), "")
