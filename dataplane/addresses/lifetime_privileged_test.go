@@ -16,23 +16,8 @@ import (
 // so it no longer answers for an egress IP the cluster moved elsewhere.
 func TestPrivilegedLifetime(t *testing.T) {
 	privileged.Require(t)
-	node := netns.New(t, "life")
-	side := netns.New(t, "lifeside")
-	netns.Veth(t, node, "eth0", side, "eth0")
-	node.Addr(t, "eth0", "192.0.2.1/24")
 	eip := netip.MustParseAddr("192.0.2.77")
-	var a *Addresses
-	if err := node.Do(func() (err error) {
-		if a, err = New(DefaultProtocol, 2*time.Second); err != nil {
-			return err
-		}
-		if failed := a.Apply([]dataplane.Address{{Origin: dataplane.Origin{Kind: "EgressIP", Name: "e"}, Addr: eip}}); len(failed) > 0 {
-			return fmt.Errorf("apply: %v", failed)
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	node, a := egressNode(t, "life", "192.0.2.1/24", 2*time.Second, []dataplane.Address{{Origin: dataplane.Origin{Kind: "EgressIP", Name: "e"}, Addr: eip}})
 	// Renewed every 600 ms for 4 s (twice the lifetime): still there.
 	for range 7 {
 		time.Sleep(600 * time.Millisecond) // the agent's renewal period, under test
@@ -57,26 +42,11 @@ func TestPrivilegedLifetime(t *testing.T) {
 // runs every 5 s on every egress node).
 func BenchmarkPrivilegedRenew(b *testing.B) {
 	privileged.Require(b)
-	node := netns.New(b, "renew")
-	side := netns.New(b, "renewside")
-	netns.Veth(b, node, "eth0", side, "eth0")
-	node.Addr(b, "eth0", "10.0.0.1/16")
 	var want []dataplane.Address
 	for i := range 100 {
 		want = append(want, dataplane.Address{Origin: dataplane.Origin{Kind: "EgressIP", Name: fmt.Sprint(i)}, Addr: netip.AddrFrom4([4]byte{10, 0, 1, byte(i)})})
 	}
-	var a *Addresses
-	if err := node.Do(func() (err error) {
-		if a, err = New(DefaultProtocol, time.Minute); err != nil {
-			return err
-		}
-		if failed := a.Apply(want); len(failed) > 0 {
-			return fmt.Errorf("apply: %v", failed)
-		}
-		return nil
-	}); err != nil {
-		b.Fatal(err)
-	}
+	node, a := egressNode(b, "renew", "10.0.0.1/16", time.Minute, want)
 	if err := node.Do(func() error {
 		for b.Loop() {
 			if err := a.Renew(); err != nil {
@@ -87,4 +57,27 @@ func BenchmarkPrivilegedRenew(b *testing.B) {
 	}); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// egressNode is a namespace whose eth0, addressed cidr, links to another, and in which
+// Addresses owns want, valid for lifetime.
+func egressNode(tb testing.TB, name, cidr string, lifetime time.Duration, want []dataplane.Address) (*netns.NS, *Addresses) {
+	tb.Helper()
+	node := netns.New(tb, name)
+	side := netns.New(tb, name+"side")
+	netns.Veth(tb, node, "eth0", side, "eth0")
+	node.Addr(tb, "eth0", cidr)
+	var a *Addresses
+	if err := node.Do(func() (err error) {
+		if a, err = New(DefaultProtocol, lifetime); err != nil {
+			return err
+		}
+		if failed := a.Apply(want); len(failed) > 0 {
+			return fmt.Errorf("apply: %v", failed)
+		}
+		return nil
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	return node, a
 }
