@@ -324,7 +324,7 @@ func (w *Watchers) signal(kind any, spec bool) {
 }
 
 // statusOnly says whether an update changed nothing but the status (and bookkeeping) of one
-// of the egress API objects: same generation, labels and annotations. Core objects always
+// of the egress API objects: same UID, generation, labels and annotations. Core objects always
 // count: pod IPs and readiness, node addresses live in their status.
 func statusOnly(old, new any) bool {
 	o, ok1 := old.(metav1.Object)
@@ -338,7 +338,9 @@ func statusOnly(old, new any) bool {
 			return false
 		}
 	}
-	return o.GetGeneration() == n.GetGeneration() && maps.Equal(o.GetLabels(), n.GetLabels()) &&
+	// Another UID is another object: deleted and created again while the watch was down, which
+	// a relist delivers as an update (both often at generation 1).
+	return o.GetUID() == n.GetUID() && o.GetGeneration() == n.GetGeneration() && maps.Equal(o.GetLabels(), n.GetLabels()) &&
 		maps.Equal(o.GetAnnotations(), n.GetAnnotations())
 }
 

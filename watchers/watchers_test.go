@@ -29,6 +29,11 @@ func TestStatusOnlyUpdates(t *testing.T) {
 	if statusOnly(ef(1, nil), ef(1, map[string]string{"a": "b"})) {
 		t.Error("a label change counted as status only")
 	}
+	recreated := ef(1, nil)
+	recreated.UID = "another"
+	if statusOnly(ef(1, nil), recreated) {
+		t.Error("an object deleted and created again (another UID, a relist's update) counted as status only")
+	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Generation: 1}}
 	if statusOnly(pod, pod.DeepCopy()) {
 		t.Error("pod updates always matter (IPs, readiness live in status)")

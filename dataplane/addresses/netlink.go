@@ -111,7 +111,7 @@ func renew(ks []kaddr, proto uint8, lifetime time.Duration) error {
 	}
 	sh := &nl.SocketHandle{Socket: s}
 	defer sh.Close()
-	if err := s.SetReceiveTimeout(&nl.SocketTimeoutTv); err != nil {
+	if err := errors.Join(s.SetSendTimeout(&nl.SocketTimeoutTv), s.SetReceiveTimeout(&nl.SocketTimeoutTv)); err != nil {
 		return fmt.Errorf("netlink socket: %w", err)
 	}
 	sockets := map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: sh}

@@ -116,3 +116,38 @@ func TestCompileFirewallStatusesOwned(t *testing.T) {
 		t.Errorf("the first part's status changed with the second compile: %v", err)
 	}
 }
+
+// A firewall the node enforced before the journal named it (the cache holds a change a moment
+// before its handler records it) is forgotten by the memo when it goes.
+func TestCompileFirewallForgetsEnforcedBeforeJournaled(t *testing.T) {
+	kind := &ovnv1.EgressFirewall{}
+	snap := watcherstest.Snapshot()
+	snap.Generations = watchers.NewGenerations(kind, &corev1.Node{}, &corev1.Namespace{}).Journaled(kind)
+	efs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	snap.EgressFirewalls = ovnlisters.NewEgressFirewallLister(efs)
+	c := &Compiler{}
+	in := &cluster.Input{Snap: snap, Pods: everywhere(ef("a"))}
+	if _, err := c.Compile(in); err != nil {
+		t.Fatal(err)
+	}
+	e := ef("a", cidrRule("Deny", "10.0.0.0/8"))
+	e.UID = "uid-a"
+	if err := efs.Add(e); err != nil {
+		t.Fatal(err)
+	}
+	snap.Generations.Changed(&corev1.Node{}, "") // a sync before the handler's record
+	if part, err := c.Compile(in); err != nil || len(part.Firewalls) != 1 {
+		t.Fatalf("the firewall in the cache is not enforced: %+v, %v", part.Firewalls, err)
+	}
+	snap.Generations.Changed(kind, "a/default")
+	if err := efs.Delete(e); err != nil {
+		t.Fatal(err)
+	}
+	snap.Generations.Changed(kind, "a/default")
+	if _, err := c.Compile(in); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.memo.firewalls["uid-a"]; ok || len(c.memo.lastValid) != 0 {
+		t.Errorf("the memo still holds the deleted firewall (%d last valid)", len(c.memo.lastValid))
+	}
+}

@@ -116,7 +116,8 @@ func (c *Compiler) compileAll(in *cluster.Input, local map[string]bool) (Part, e
 			continue // none (a lister's only error)
 		}
 		fw := dataplane.Firewall{Origin: origin(ef.Namespace, ef.Name)}
-		nodesGen, names, keep := inputs(in, ef)
+		c.checked.uids[fw.Origin] = ef.UID // forgotten by the memo once gone, as those checked
+		nodesGen, names, keep := inputs(in, ef, nodes)
 		if m, ok := c.memo.firewall(ef, true, nodesGen, names); ok && keep {
 			fw.Rules, fw.Err = m.rules, m.err
 		} else {

@@ -3,7 +3,6 @@ package egressfirewall
 import (
 	"hash/fnv"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
@@ -35,19 +34,18 @@ type compiledFirewall struct {
 	err          error
 }
 
-// inputs are what ef's rules read besides its spec: the nodes' change count when it has a
-// nodeSelector rule (ok false when unknown: then it is not kept), and the hash of its names'
-// addresses when it has dnsName rules.
-func inputs(in *cluster.Input, ef *ovnv1.EgressFirewall) (nodes, names uint64, ok bool) {
+// inputs are what ef's rules read besides its spec: the change count of the nodes sel picks
+// from when it has a nodeSelector rule (ok false when unknown: then it is not kept), and the
+// hash of its names' addresses when it has dnsName rules.
+func inputs(in *cluster.Input, ef *ovnv1.EgressFirewall, sel *nodeSelection) (nodes, names uint64, ok bool) {
 	var dnsNames []string
 	for _, r := range ef.Spec.Egress {
 		switch {
 		case r.To.NodeSelector != nil && nodes == 0:
-			var known bool
-			if nodes, known = in.Snap.Generations.Of(&corev1.Node{}); !known {
+			if !sel.valid {
 				return 0, 0, false
 			}
-			nodes++ // 0 means "no nodeSelector rule"
+			nodes = sel.generation + 1 // the selection's own: 0 means "no nodeSelector rule"
 		case r.To.DNSName != "":
 			dnsNames = append(dnsNames, r.To.DNSName)
 		}
