@@ -23,10 +23,7 @@ import (
 // unknown key came.
 func TestCompileFirewallChecksWhatChanged(t *testing.T) {
 	kind := &ovnv1.EgressFirewall{}
-	snap := watcherstest.Snapshot()
-	snap.Generations = watchers.NewGenerations(kind, &corev1.Node{}, &corev1.Namespace{}).Journaled(kind)
-	efs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	snap.EgressFirewalls = ovnlisters.NewEgressFirewallLister(efs)
+	snap, efs := journaled()
 	valid, invalid := cidrRule("Deny", "10.0.0.0/8"), cidrRule("Deny", "not-a-cidr")
 	put := func(e *ovnv1.EgressFirewall, told bool) {
 		e.UID = types.UID(fmt.Sprintf("uid-%s%d", e.Namespace, e.Generation))
@@ -121,10 +118,7 @@ func TestCompileFirewallStatusesOwned(t *testing.T) {
 // before its handler records it) is forgotten by the memo when it goes.
 func TestCompileFirewallForgetsEnforcedBeforeJournaled(t *testing.T) {
 	kind := &ovnv1.EgressFirewall{}
-	snap := watcherstest.Snapshot()
-	snap.Generations = watchers.NewGenerations(kind, &corev1.Node{}, &corev1.Namespace{}).Journaled(kind)
-	efs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	snap.EgressFirewalls = ovnlisters.NewEgressFirewallLister(efs)
+	snap, efs := journaled()
 	c := &Compiler{}
 	in := &cluster.Input{Snap: snap, Pods: everywhere(ef("a"))}
 	if _, err := c.Compile(in); err != nil {
@@ -150,4 +144,14 @@ func TestCompileFirewallForgetsEnforcedBeforeJournaled(t *testing.T) {
 	if _, ok := c.memo.firewalls["uid-a"]; ok || len(c.memo.lastValid) != 0 {
 		t.Errorf("the memo still holds the deleted firewall (%d last valid)", len(c.memo.lastValid))
 	}
+}
+
+// journaled is a snapshot whose generations journal the EgressFirewalls, held by efs.
+func journaled() (*watchers.Snapshot, cache.Indexer) {
+	kind := &ovnv1.EgressFirewall{}
+	snap := watcherstest.Snapshot()
+	snap.Generations = watchers.NewGenerations(kind, &corev1.Node{}, &corev1.Namespace{}).Journaled(kind)
+	efs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	snap.EgressFirewalls = ovnlisters.NewEgressFirewallLister(efs)
+	return snap, efs
 }
