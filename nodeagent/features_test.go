@@ -47,9 +47,9 @@ func TestEgressIPsPartKeptWhileItsInputsStay(t *testing.T) {
 	compiled("first", 1)
 	// Not counted: a compile that runs would see it, a kept part does not.
 	update(pod("p2", "10.244.1.6"))
-	gens.Count(&ovnv1.EgressFirewall{})
+	gens.Changed(&ovnv1.EgressFirewall{}, "")
 	compiled("after an EgressFirewall's change", 1)
-	gens.Count(&corev1.Pod{})
+	gens.Changed(&corev1.Pod{}, "")
 	compiled("after a pod's change", 2)
 	update(pod("p3", "10.244.1.7"))
 	in.Pods = []dataplane.Pod{{Origin: dataplane.Origin{Kind: cluster.KindPod, Namespace: "a", Name: "local"}, IPs: []netip.Addr{netip.MustParseAddr("10.244.0.9")}}}
@@ -82,11 +82,11 @@ func TestQoSPartKeptWhileItsInputsStay(t *testing.T) {
 	}
 	compiled("first", 1)
 	update(qosOf("b", 10)) // not counted: a compile that runs would see it, a kept part does not
-	gens.Count(&ovnv1.EgressFirewall{})
+	gens.Changed(&ovnv1.EgressFirewall{}, "")
 	compiled("after an EgressFirewall's change", 1)
 	for i, kind := range []any{&ovnv1.EgressQoS{}, &corev1.Pod{}, &discoveryv1.EndpointSlice{}} {
 		update(qosOf(fmt.Sprint("c", i), 10))
-		gens.Count(kind)
+		gens.Changed(kind, "")
 		compiled(fmt.Sprintf("after a %T's change", kind), 3+i)
 	}
 }

@@ -167,11 +167,11 @@ func TestEgressIPsServedPodsKeptWhileTheirInputsStay(t *testing.T) {
 	if got := served(before); len(got) != 1 {
 		t.Fatalf("scopes %v, want a1's", got)
 	}
-	gens.Count(&corev1.Pod{})
+	gens.Changed(&corev1.Pod{}, "")
 	if got := served(after); len(got) != 1 {
 		t.Errorf("after a pod's change: %v, want the scopes kept (a1's)", got)
 	}
-	gens.Count(&corev1.Namespace{})
+	gens.Changed(&corev1.Namespace{}, "")
 	if got := served(after); len(got) != 2 {
 		t.Errorf("after a namespace's change: %v, want a1's and a2's", got)
 	}

@@ -37,6 +37,9 @@ func (j *journal) since(cursor uint64) (keys []string, next uint64, ok bool) {
 	if cursor < first || cursor > j.seq {
 		return nil, j.seq, false
 	}
+	if cursor == j.seq {
+		return nil, j.seq, true // the usual answer: nothing since
+	}
 	seen := map[string]bool{}
 	for _, k := range j.keys[cursor-first:] {
 		if k == "" {

@@ -34,10 +34,10 @@ func TestMemo(t *testing.T) {
 	}{
 		{"first", nil, g, false, 1},
 		{"nothing changed", nil, g, false, 1},
-		{"another kind changed", func() { g.Count(&corev1.Node{}) }, g, false, 1},
-		{"its kind changed", func() { g.Count(&corev1.Pod{}) }, g, false, 2},
+		{"another kind changed", func() { g.Changed(&corev1.Node{}, "") }, g, false, 1},
+		{"its kind changed", func() { g.Changed(&corev1.Pod{}, "") }, g, false, 2},
 		{"forgotten", func() { m.Forget() }, g, false, 3},
-		{"failed", func() { g.Count(&corev1.Pod{}) }, g, true, 4},
+		{"failed", func() { g.Changed(&corev1.Pod{}, "") }, g, true, 4},
 		{"after a failure", nil, g, false, 5},
 		{"unknown generations", nil, nil, false, 6},
 		{"unknown generations again", nil, nil, false, 7},

@@ -127,9 +127,6 @@ func NewGenerations(kinds ...any) *Generations {
 	return g
 }
 
-// Count records a change of an object of kind, whose key is not known (see Changed).
-func (g *Generations) Count(kind any) { g.Changed(kind, "") }
-
 // Of returns a number that changes whenever an object of one of the kinds (given as pointers to
 // their Go types, as &corev1.Node{}) changed, and false when g is nil or a kind is not watched
 // (never equal to another answer then). Read it before reading the caches: a change that lands

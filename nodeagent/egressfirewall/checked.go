@@ -15,7 +15,7 @@ import (
 // checked is every EgressFirewall's status as this node checks it (whether its rules compile),
 // kept across syncs. While the EgressFirewalls' journal (watchers.Generations.ChangedSince)
 // names those that changed, a sync looks at them alone: with 10,000 namespaces, an edit of one
-// costed every node a walk of all 10,000 (half of its sync). The firewalls of the namespaces
+// cost every node a walk of all 10,000 (half of its sync). The firewalls of the namespaces
 // enforced here are compiled apart, and have no status in here.
 type checked struct {
 	valid    bool
@@ -90,7 +90,7 @@ func (c *Compiler) checkOne(in *cluster.Input, ef *ovnv1.EgressFirewall, local m
 	c.checked.statuses[o] = m.err
 }
 
-// statuses are the statuses checked, a copy for a part to hand on.
+// copy is the statuses checked, for a part to hand on as its own.
 func (c *checked) copy() map[dataplane.Origin]error { return maps.Clone(c.statuses) }
 
 func origin(namespace, name string) dataplane.Origin {

@@ -103,7 +103,7 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 }
 
 // compileAll brings the statuses of every EgressFirewall up to date, and compiles the rules of
-// the local namespaces'.
+// the firewalls of the local namespaces.
 func (c *Compiler) compileAll(in *cluster.Input, local map[string]bool) (Part, error) {
 	if err := c.check(in, local); err != nil {
 		return Part{}, err

@@ -223,7 +223,7 @@ func TestCompileFirewallMemoInputs(t *testing.T) {
 	if &second[0] == &first[0] || len(second[0].Prefixes) != 2 {
 		t.Errorf("a new answer was not compiled in: %+v", second[0])
 	}
-	gens.Count(&corev1.Node{})
+	gens.Changed(&corev1.Node{}, "")
 	if third := compile(); &third[0] == &second[0] {
 		t.Error("a Node change did not recompile a nodeSelector rule")
 	}
@@ -255,7 +255,7 @@ func TestCompileFirewallListKept(t *testing.T) {
 		t.Error("nothing changed, yet the list was compiled again")
 	}
 	for _, kind := range []any{&ovnv1.EgressFirewall{}, &corev1.Node{}, &corev1.Namespace{}} {
-		snap.Generations.Count(kind)
+		snap.Generations.Changed(kind, "")
 		if next := compile(); same(first, next) {
 			t.Errorf("a %T changed, yet the list was kept", kind)
 		} else {
@@ -266,7 +266,7 @@ func TestCompileFirewallListKept(t *testing.T) {
 	in := &cluster.Input{Snap: snap, Pods: local, Networks: networks, Lookup: func(string) []netip.Addr { return nil }}
 	p1, _ := c.Compile(in)
 	p2, _ := c.Compile(in)
-	snap.Generations.Count(&corev1.Node{})
+	snap.Generations.Changed(&corev1.Node{}, "")
 	p3, _ := c.Compile(in)
 	if p1.Version == 0 || p2.Version != p1.Version || p3.Version == p1.Version {
 		t.Errorf("versions %d, %d (kept), %d (compiled again): want the same nonzero, then another", p1.Version, p2.Version, p3.Version)
@@ -275,7 +275,7 @@ func TestCompileFirewallListKept(t *testing.T) {
 	snap2 := watcherstest.Snapshot(e, withDNS)
 	snap2.Generations = snap.Generations
 	snap = snap2
-	snap.Generations.Count(&ovnv1.EgressFirewall{})
+	snap.Generations.Changed(&ovnv1.EgressFirewall{}, "")
 	dns := compile()
 	if !same(dns, compile()) {
 		t.Error("a list with a dnsName rule was compiled again with the same answers")
@@ -378,7 +378,7 @@ func TestCompileEnforcesTheLastValidRules(t *testing.T) {
 		t.Helper()
 		snap := watcherstest.Snapshot(e)
 		snap.Generations = gens
-		gens.Count(&ovnv1.EgressFirewall{})
+		gens.Changed(&ovnv1.EgressFirewall{}, "")
 		part, err := c.Compile(&cluster.Input{Snap: snap, Pods: pods, Lookup: func(string) []netip.Addr { return nil }})
 		if err != nil {
 			t.Fatal(err)

@@ -42,9 +42,9 @@ func TestCompileMatchesNamespacesAgainOnlyWhenTheyOrTheObjectsChange(t *testing.
 	update(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "a2", Labels: map[string]string{"team": "a"}}})
 	update(runningPod("a1", "p2", "n1", nil, "10.244.1.6"))
 	update(runningPod("a2", "p3", "n1", nil, "10.244.1.7"))
-	gens.Count(&corev1.Pod{})
+	gens.Changed(&corev1.Pod{}, "")
 	snat("after pods changed (a2's namespace not counted yet)", 2)
-	gens.Count(&corev1.Namespace{})
+	gens.Changed(&corev1.Namespace{}, "")
 	snat("after a namespace's change", 3)
 }
 
@@ -77,7 +77,7 @@ func TestCompileReadsNodesAgainOnlyWhenTheyOrTheNetworksChange(t *testing.T) {
 	if p := compile(); exempts(p, "192.0.2.3/32") {
 		t.Errorf("a node added but not counted yet: it is read already (nothing kept)")
 	}
-	gens.Count(&corev1.Node{})
+	gens.Changed(&corev1.Node{}, "")
 	if p := compile(); !exempts(p, "192.0.2.3/32") || !slices.Contains(p.RemotePods, netip.MustParsePrefix("10.244.3.0/24")) {
 		t.Errorf("after a node's change: exempt %v, remote pods %v, want n3's address and pod network", p.Exempt, p.RemotePods)
 	}

@@ -208,7 +208,7 @@ func TestSortedNamespacesKept(t *testing.T) {
 	if got := names(); got != "a,b" {
 		t.Errorf("no Namespace counted as changed, yet read again: %s", got)
 	}
-	gens.Count(&corev1.Namespace{})
+	gens.Changed(&corev1.Namespace{}, "")
 	if got := names(); got != "a,b,c" {
 		t.Errorf("a Namespace changed: %s, want a,b,c", got)
 	}
