@@ -100,6 +100,28 @@ func (in *Inspector) Rules(qos bool) ([]ProgrammedRule, error) {
 	return out, it.Err()
 }
 
+// FirewallRule reads the text of a namespace's EgressFirewall rule, if programmed. The agent
+// writes a rule's text after the entries that enforce it, and removes it after them, so that
+// its presence shows the rule enforced and its absence shows it gone.
+func (in *Inspector) FirewallRule(namespace string, index int) (text string, ok bool, err error) {
+	names, err := in.names()
+	if err != nil {
+		return "", false, err
+	}
+	for id, name := range names { // a namespace's QoS classes carry its name too
+		if name != namespace {
+			continue
+		}
+		var t bpf.FromPodRuleText
+		err := in.maps["egressd_fw_rules"].Lookup(statKey(nsID(id), index), &t)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			continue
+		}
+		return cstr(t.S[:]), err == nil, err
+	}
+	return "", false, nil
+}
+
 func (in *Inspector) names() (map[uint32]string, error) {
 	out := map[uint32]string{}
 	var id uint32

@@ -70,6 +70,16 @@ func TestPrivilegedApplierComplete(t *testing.T) {
 	if err != nil || len(fw) != 1 || fw[0].Namespace != "a" || fw[0].Index != 0 || fw[0].Text != "Deny to 198.51.100.10/32" {
 		t.Errorf("firewall rules %+v (%v)", fw, err)
 	}
+	for _, c := range []struct {
+		namespace string
+		index     int
+		want      bool
+	}{{"a", 0, true}, {"a", 1, false}, {"b", 0, false}} {
+		text, ok, err := in.FirewallRule(c.namespace, c.index)
+		if err != nil || ok != c.want || ok && text != "Deny to 198.51.100.10/32" {
+			t.Errorf("firewall rule %d of %s: %q, %v (%v); want programmed %v", c.index, c.namespace, text, ok, err, c.want)
+		}
+	}
 	qos, err := in.Rules(true)
 	if err != nil || len(qos) != 1 || qos[0].Namespace != "a" || qos[0].Text != "DSCP 10 to 203.0.113.0/24" {
 		t.Errorf("QoS rules %+v (%v)", qos, err)
