@@ -63,7 +63,8 @@ type Config struct {
 	// Networks are the cluster networks of the command line; the rest is discovered
 	// (cluster.Networks). Cluster networks are never subject to EgressFirewall.
 	Networks cluster.NetworkFlags
-	// Debounce coalesces bursts of changes into one sync.
+	// Debounce is the least time between the end of a sync and the start of one for an API
+	// change: a burst of changes costs a sync per Debounce, an isolated change syncs at once.
 	Debounce time.Duration
 	// Resync re-applies the state periodically, repairing drift made behind egressd's back.
 	Resync time.Duration
@@ -86,7 +87,7 @@ type Config struct {
 // Deps are what the sync loop reads, applies to and reports to.
 type Deps struct {
 	Snapshot *watchers.Snapshot
-	// Changed signals API changes; a burst is coalesced by Config.Debounce.
+	// Changed signals API changes; a burst is coalesced as Config.Debounce says.
 	Changed <-chan struct{}
 	// Triggers signal other changes that need a sync at once: the kernel (links, addresses),
 	// BFD sessions, health results. DNS answers and announced pods trigger one too.
@@ -152,14 +153,15 @@ func New(cfg Config, deps Deps) *SyncLoop {
 // Synced reports whether the first sync has finished (readiness).
 func (l *SyncLoop) Synced() bool { return l.synced.Load() }
 
-// Run syncs once, then after every debounced change, trigger (which cuts a debounce short),
-// retry or resync period, until ctx ends.
+// Run syncs once, then after every change (paced by Debounce), trigger (which cuts the pacing
+// short), retry or resync period, until ctx ends.
 func (l *SyncLoop) Run(ctx context.Context) {
 	resync := time.NewTicker(l.cfg.Resync)
 	defer resync.Stop()
 	triggered := fanIn(ctx, l.triggers)
 	for {
 		l.sync(ctx)
+		synced := time.Now()
 		select {
 		case <-ctx.Done():
 			return
@@ -167,13 +169,17 @@ func (l *SyncLoop) Run(ctx context.Context) {
 		case <-triggered:
 		case <-l.retry.after():
 		case <-l.deps.Changed:
-			// Let a burst of API events settle, unless something needs a sync at once (a pod
-			// whose CNI ADD waits for it): the sync reads the latest state either way.
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(l.cfg.Debounce):
-			case <-triggered:
+			// A change after a quiet period syncs at once: an edit is programmed without
+			// waiting. One within Debounce of the last sync (a burst of API events) waits
+			// until then, unless something needs a sync at once (a pod whose CNI ADD waits for
+			// it): the sync reads the latest state either way, as kube-proxy's minSyncPeriod.
+			if wait := l.cfg.Debounce - time.Since(synced); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				case <-triggered:
+				}
 			}
 		}
 		// The informers signal a change after their caches hold it: this sync covers any

@@ -116,6 +116,32 @@ func TestSyncLoopDebouncesBursts(t *testing.T) {
 	})
 }
 
+// A change after a quiet period syncs at once; one right after a sync waits out the debounce.
+// On the bubble's fake clock.
+func TestSyncLoopSyncsIsolatedChangeAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		changed := make(chan struct{}, 1)
+		app := &recordingApplier{}
+		l := newLoop(app, changed, 300*time.Millisecond)
+		run(t, l)
+		settle(time.Second) // quiet since the first sync
+		changed <- struct{}{}
+		settle(0) // a sync without the fake clock moving
+		if n := app.n.Load(); n != 2 {
+			t.Fatalf("%d syncs after a change a second after the last sync, want 2", n)
+		}
+		changed <- struct{}{} // at once after that sync: a burst
+		settle(l.cfg.Debounce - time.Millisecond)
+		if n := app.n.Load(); n != 2 {
+			t.Fatalf("%d syncs before the debounce passed since the last, want 2", n)
+		}
+		settle(time.Millisecond)
+		if n := app.n.Load(); n != 3 {
+			t.Errorf("%d syncs once the debounce passed since the last, want 3", n)
+		}
+	})
+}
+
 // A failed apply is retried by itself, without waiting for a change or the resync (an hour:
 // the bubble's fake clock never reaches it here).
 func TestSyncLoopRetriesFailedApply(t *testing.T) {

@@ -139,7 +139,7 @@ func newFlagSet(c *config, env environment) *flag.FlagSet {
 		"host:port serving grpc.health.v1 Service_Egress_IP, probed by the controller to judge this node's reachability for EgressIP and EgressService (upstream's egressip-node-healthcheck-port); \"0\" disables, and the node is then unreachable for them")
 	fs.Var(&c.clusterCIDRs, "cluster-cidr", "comma-separated pod network CIDRs, replacing those discovered from the Nodes' spec.podCIDRs (for a CNI with its own IPAM, e.g. Calico's IP pools)")
 	fs.Var(&c.serviceCIDRs, "service-cidr", "comma-separated service network CIDRs, added to those of the ServiceCIDR objects (for a cluster without them)")
-	fs.DurationVar(&c.debounce, "sync-debounce", 10*time.Millisecond, "quiet period that coalesces a burst of changes into one sync")
+	fs.DurationVar(&c.debounce, "sync-debounce", 10*time.Millisecond, "least time from the end of a sync to a sync for an API change: a burst of changes costs one sync per period, an isolated change syncs at once")
 	fs.DurationVar(&c.resync, "sync-period", 5*time.Minute, "period of the full re-sync that repairs drift of kernel state")
 	fs.UintVar(&c.aclLogRate, "acl-logging-rate-limit", classifier.DefaultACLLogRate, "EgressFirewall verdicts logged per second per rule for namespaces annotated k8s.ovn.org/acl-logging; 0 logs none")
 	fs.StringSliceVar(&c.dnsServers, "dns-server", env.dnsServers, "comma-separated ip:port of the DNS servers that resolve EgressFirewall dnsName rules, asked in order until one answers (default: the nameservers of /etc/resolv.conf)")
