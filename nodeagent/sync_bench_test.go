@@ -120,7 +120,7 @@ func BenchmarkSync(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			snap, update := watcherstest.Updatable(scaleCluster()...)
 			snap.Generations = watchers.NewGenerations(&corev1.Node{}, &corev1.Namespace{}, &corev1.Pod{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &ovnv1.EgressFirewall{},
-				&ovnv1.EgressQoS{}, &ovnv1.EgressIP{}, &ovnv1.AdminPolicyBasedExternalRoute{}, &ovnv1.EgressService{}).Journaled(&ovnv1.EgressFirewall{})
+				&ovnv1.EgressQoS{}, &ovnv1.EgressIP{}, &ovnv1.AdminPolicyBasedExternalRoute{}, &ovnv1.EgressService{}).Journaled(&ovnv1.EgressFirewall{}, &corev1.Pod{})
 			l := newLoop(&recordingApplier{}, make(chan struct{}), 0, func(_ *Config, d *Deps) { d.Snapshot = snap })
 			l.sync(b.Context()) // the first: everything compiled once
 			first := stepSums(b, l.deps.Metrics)

@@ -61,4 +61,14 @@ func TestChangedSince(t *testing.T) {
 	if _, _, ok := g.Adding(ef, 1).ChangedSince(ef, last); !ok {
 		t.Error("generations with an overlay lost the journal")
 	}
+	over := g.Adding(ef, 1, "x/default")
+	if keys := over.Adding(ef, 1, "y/default").Overlaid(ef); !slices.Equal(keys, []string{"x/default", "y/default"}) {
+		t.Errorf("overlaid %v, want both overlays' keys", keys)
+	}
+	if keys := over.Overlaid(ef); !slices.Equal(keys, []string{"x/default"}) {
+		t.Errorf("an overlay over it changed the overlaid keys: %v", keys)
+	}
+	if keys := g.Overlaid(ef); keys != nil {
+		t.Errorf("the caches' generations have overlaid keys %v", keys)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"reflect"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -100,22 +101,42 @@ type Generations struct {
 	offsets map[reflect.Type]uint64
 	// journals keep the keys of the changed objects of some kinds (Journaled).
 	journals map[reflect.Type]*journal
+	// overlaid are the keys of the objects an overlay lists instead of the caches (Adding).
+	overlaid map[reflect.Type][]string
 }
 
 // Adding returns generations that also count n changes of kind made outside the caches: n
 // counts the changes of an overlay over them (the pods the CNI plugin announced, in a
 // snapshot whose pod lister adds them), so that a result kept under a generation of kind is
-// not kept across a change of the overlay.
-func (g *Generations) Adding(kind any, n uint64) *Generations {
+// not kept across a change of the overlay. keys are the objects the overlay lists now
+// (Overlaid): its changes are in no journal.
+func (g *Generations) Adding(kind any, n uint64, keys ...string) *Generations {
 	if g == nil {
 		return nil
 	}
-	out := &Generations{counts: g.counts, offsets: maps.Clone(g.offsets), journals: g.journals}
+	out := &Generations{counts: g.counts, offsets: maps.Clone(g.offsets), journals: g.journals, overlaid: maps.Clone(g.overlaid)}
 	if out.offsets == nil {
 		out.offsets = map[reflect.Type]uint64{}
 	}
-	out.offsets[reflect.TypeOf(kind)] += n
+	t := reflect.TypeOf(kind)
+	out.offsets[t] += n
+	if len(keys) > 0 {
+		if out.overlaid == nil {
+			out.overlaid = map[reflect.Type][]string{}
+		}
+		out.overlaid[t] = append(slices.Clip(out.overlaid[t]), keys...)
+	}
 	return out
+}
+
+// Overlaid returns the keys of the objects of kind an overlay lists instead of the caches. A
+// consumer that follows the journal (ChangedSince) looks at these, and at those it was told
+// of the last time, as changed: the overlay's changes are in no journal.
+func (g *Generations) Overlaid(kind any) []string {
+	if g == nil {
+		return nil
+	}
+	return g.overlaid[reflect.TypeOf(kind)]
 }
 
 // NewGenerations counts the changes of the given kinds (pointers to their Go types).
@@ -260,7 +281,7 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 	}
 	// The firewall compile brings its statuses of every EgressFirewall up to date from those
 	// that changed.
-	w.snap.Generations = NewGenerations(kinds...).Journaled(&ovnv1.EgressFirewall{})
+	w.snap.Generations = NewGenerations(kinds...).Journaled(&ovnv1.EgressFirewall{}, &corev1.Pod{})
 	for _, i := range informers {
 		if _, err := i.inf.AddEventHandler(w.notify(i.kind)); err != nil {
 			return nil, err

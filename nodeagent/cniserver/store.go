@@ -182,8 +182,12 @@ func (s *Store) Overlay(snap *watchers.Snapshot) (*watchers.Snapshot, []*corev1.
 		}
 	}
 	out := *snap
+	keys := make([]string, 0, len(pods))
+	for k := range pods {
+		keys = append(keys, k.namespace+"/"+k.name)
+	}
 	s.mu.Lock()
-	out.Generations = snap.Generations.Adding(&corev1.Pod{}, s.changes)
+	out.Generations = snap.Generations.Adding(&corev1.Pod{}, s.changes, keys...)
 	s.mu.Unlock()
 	if len(pods) == 0 {
 		return &out, nil

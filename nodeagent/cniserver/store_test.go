@@ -3,6 +3,7 @@ package cniserver
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,9 +42,16 @@ func TestOverlayMergesAnnouncedPods(t *testing.T) {
 	other := pod("ns", "db", nil, "10.0.0.9")
 	a4, a6 := netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("fd00::5")
 	s.announce("sb1", obj, []netip.Addr{a4, a6}, nil, false)
-	snap, announced := s.Overlay(snapshot(obj, other))
+	base := snapshot(obj, other)
+	base.Generations = watchers.NewGenerations(&corev1.Pod{})
+	snap, announced := s.Overlay(base)
 	if len(announced) != 1 || len(announced[0].Status.PodIPs) != 2 {
 		t.Fatalf("announced %+v", announced)
+	}
+	// Who follows the pods' journal learns which pods the overlay lists: their changes are in
+	// no journal.
+	if keys := snap.Generations.Overlaid(&corev1.Pod{}); !slices.Equal(keys, []string{"ns/web"}) {
+		t.Errorf("overlaid %v, want ns/web", keys)
 	}
 	sel := labels.SelectorFromSet(labels.Set{"app": "web"})
 	got, _ := snap.Pods.Pods("ns").List(sel)

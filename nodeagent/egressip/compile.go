@@ -54,7 +54,7 @@ type Part struct {
 // Compiler compiles EgressIPs into this node's part, remembering which object serves each pod
 // so that the first claim holds across syncs.
 type Compiler struct {
-	serving    map[string]string // pod namespace/name -> EgressIP
+	decided    decided
 	namespaces watchers.Memo[*pickedNamespaces]
 	nodes      watchers.Memo[nodeNetworks]
 	// networks and node are what nodes was computed with besides the Nodes.
@@ -122,15 +122,36 @@ type egressNode struct {
 }
 
 // Compile computes this node's part from the EgressIPs' status (the leader's assignment).
+// While only pods changed, and the pods' journal names them, it decides for those alone.
 func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
+	// Both before the caches are read: a change landing after is seen by the next compile.
+	keys, cursor, journaled := in.Snap.Generations.ChangedSince(&corev1.Pod{}, c.decided.cursor)
+	others, known := in.Snap.Generations.Of(decisionReads...)
+	if !slices.Equal(c.networks, in.Networks) || c.node != in.Node {
+		c.nodes.Forget()
+		c.decided.valid = false
+		c.networks, c.node = slices.Clone(in.Networks), in.Node
+	}
+	if c.decided.valid && journaled && others == c.decided.others {
+		part, err := c.decided.decideAgain(in, keys)
+		if err != nil {
+			c.decided.valid = false
+			return part, err
+		}
+		c.decided.cursor = cursor
+		return part, nil
+	}
+	part, err := c.compileAll(in)
+	c.decided.valid, c.decided.cursor, c.decided.others = err == nil && known, cursor, others
+	return part, err
+}
+
+// compileAll computes the part from every object, and decides for every selected pod.
+func (c *Compiler) compileAll(in *cluster.Input) (Part, error) {
 	var part Part
 	eips, err := in.Snap.EgressIPs.List(labels.Everything())
 	if err != nil {
 		return part, err
-	}
-	if !slices.Equal(c.networks, in.Networks) || c.node != in.Node {
-		c.nodes.Forget()
-		c.networks, c.node = slices.Clone(in.Networks), in.Node
 	}
 	nodes, err := c.nodes.Get(in.Snap.Generations, nodeReads, func() (nodeNetworks, error) { return readNodeNetworks(in) })
 	if err != nil {
@@ -176,30 +197,26 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 	if err != nil {
 		return part, err
 	}
-	served := map[string]string{}
-	for _, cp := range candidates {
-		name, events := serving(cp.pod, cp.eips, c.serving[cp.key])
-		if cp.pod.Spec.NodeName == in.Node { // each pod's agent reports it, once
-			part.Events = append(part.Events, events...)
-		}
-		if name == "" {
-			continue
-		}
-		served[cp.key] = name
-		c.addPod(&part, in, cp.pod, name, egress[name])
-	}
-	c.serving = served
 	// Listers return objects in no particular order: sort, so equal inputs give equal states.
-	slices.SortFunc(part.Guarded, netip.Addr.Compare)
-	slices.SortFunc(part.SNAT, func(a, b dataplane.SNAT) int { return a.Pod.Compare(b.Pod) })
-	slices.SortFunc(part.Steer, func(a, b cluster.Steer) int { return a.PodIP.Compare(b.PodIP) })
 	slices.SortFunc(part.Addresses, func(a, b dataplane.Address) int { return a.Addr.Compare(b.Addr) })
 	slices.SortFunc(part.Secondary, netip.Addr.Compare)
+	d := &c.decided
+	previous := d.of
+	d.of, d.evented = make(map[string]*podDecision, len(candidates)), map[string]bool{}
+	d.selections, d.egress, d.secondary = selections(eips, namespaces), egress, part.Secondary
+	for _, cp := range candidates {
+		var current string // the first claim holds
+		if p := previous[cp.key]; p != nil {
+			current = p.eip
+		}
+		d.set(cp.key, d.decide(in, cp.pod, cp.eips, current))
+	}
+	d.assemble(&part)
 	return part, nil
 }
 
-// addPod adds what serving one pod by an object takes on this node.
-func (c *Compiler) addPod(part *Part, in *cluster.Input, pod *corev1.Pod, eip string, nodes []egressNode) {
+// addPod adds what serving pod by object eip, from nodes, takes on this node to pd.
+func (d *decided) addPod(pd *podDecision, in *cluster.Input, pod *corev1.Pod, eip string, nodes []egressNode) {
 	local := pod.Spec.NodeName == in.Node
 	for _, pip := range pod.Status.PodIPs {
 		addr, err := netip.ParseAddr(pip.IP)
@@ -221,22 +238,22 @@ func (c *Compiler) addPod(part *Part, in *cluster.Input, pod *corev1.Pod, eip st
 		if !here.IsValid() && len(via) == 0 {
 			continue // no egress IP of this family: the normal path, as upstream
 		}
-		part.Guarded = append(part.Guarded, addr)
+		pd.guarded = append(pd.guarded, addr)
 		if here.IsValid() {
-			part.SNAT = append(part.SNAT, dataplane.SNAT{Origin: origin(eip), Pod: addr, To: here})
+			pd.snat = append(pd.snat, dataplane.SNAT{Origin: origin(eip), Pod: addr, To: here})
 			// This node is an egress node of the object: its own pods leave here, and through the
 			// other egress nodes too, flow by flow, as upstream spreads them (not from an egress
 			// IP on a secondary network, whose pods leave through its interface).
-			if local && len(via) > 0 && !slices.Contains(part.Secondary, here) {
+			if local && len(via) > 0 && !slices.Contains(d.secondary, here) {
 				slices.SortFunc(via, netip.Addr.Compare)
-				part.Steer = append(part.Steer, cluster.Steer{Origin: origin(eip), PodIP: addr, Via: via, Spread: uint8(min(1+len(via), 255)),
+				pd.steer = append(pd.steer, cluster.Steer{Origin: origin(eip), PodIP: addr, Via: via, Spread: uint8(min(1+len(via), 255)),
 					Pod: dataplane.Origin{Kind: cluster.KindPod, Namespace: pod.Namespace, Name: pod.Name}})
 			}
 			continue
 		}
 		if local {
 			slices.SortFunc(via, netip.Addr.Compare)
-			part.Steer = append(part.Steer, cluster.Steer{Origin: origin(eip), PodIP: addr, Via: via,
+			pd.steer = append(pd.steer, cluster.Steer{Origin: origin(eip), PodIP: addr, Via: via,
 				Pod: dataplane.Origin{Kind: cluster.KindPod, Namespace: pod.Namespace, Name: pod.Name}})
 		}
 	}
@@ -277,12 +294,9 @@ func selectedPods(in *cluster.Input, eips []*ovnv1.EgressIP, namespaces map[stri
 	byKey := map[string]*candidate{}
 	var out []*candidate
 	for _, e := range eips {
-		if len(e.Status.Items) == 0 {
+		podSel, ok := podSelector(e)
+		if !ok {
 			continue
-		}
-		podSel, err := metav1.LabelSelectorAsSelector(&e.Spec.PodSelector)
-		if err != nil {
-			continue // an invalid selector selects nothing
 		}
 		for _, ns := range namespaces[e.Name] {
 			pods, err := in.Snap.Pods.Pods(ns.Name).List(podSel)
@@ -302,4 +316,14 @@ func selectedPods(in *cluster.Input, eips []*ovnv1.EgressIP, namespaces map[stri
 		}
 	}
 	return out, nil
+}
+
+// podSelector is the pod selector of e, if e is assigned and its selector valid (an invalid
+// one selects nothing).
+func podSelector(e *ovnv1.EgressIP) (labels.Selector, bool) {
+	if len(e.Status.Items) == 0 {
+		return nil, false
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&e.Spec.PodSelector)
+	return sel, err == nil
 }
