@@ -78,14 +78,14 @@ func (f *firewalls) compile(in *cluster.Input, p *parts) error {
 // qos is EgressQoS.
 type qos struct{ compiled compiledMemo }
 
-// qosReads are the kinds of objects EgressQoS's compile reads: the local pods' labels, and the
-// Services' backends outside the cluster networks.
-var qosReads = []any{&ovnv1.EgressQoS{}, &corev1.Pod{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}}
+// qosReads are the kinds of objects EgressQoS's compile reads besides the local pods' labels:
+// the Services' backends outside the cluster networks.
+var qosReads = []any{&ovnv1.EgressQoS{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}}
 
 func (*qos) name() string { return "egressqos" }
 
 func (f *qos) compile(in *cluster.Input, p *parts) error {
-	return f.compiled.compile(in, qosReads, func() error {
+	return f.compiled.compileOfLocalPods(in, qosReads, func() error {
 		part, err := egressqos.Compile(in)
 		return keep(&p.qos, part, err)
 	})

@@ -27,6 +27,8 @@ type compiledMemo struct {
 	kept     watchers.Memo[struct{}]
 	networks []netip.Prefix
 	pods     []dataplane.Pod
+	// cursor and podGen are those of the pods' journal and generation (compileOfLocalPods).
+	cursor, podGen uint64
 }
 
 // compile runs compile, which reads in and objects of kinds only, unless what it would compile
@@ -38,6 +40,39 @@ func (m *compiledMemo) compile(in *cluster.Input, kinds []any, compile func() er
 	}
 	_, err := m.kept.Get(in.Snap.Generations, kinds, func() (struct{}, error) { return struct{}{}, compile() })
 	return err
+}
+
+// compileOfLocalPods is compile for a feature that reads of the pods only the node's own
+// (in.Pods, and their objects): while the pods' journal names the pods that changed, a change
+// of none of the node's pods keeps the part. An egress node reads the 10,000 pods its
+// EgressIPs serve; their changes are none of its EgressQoS's.
+func (m *compiledMemo) compileOfLocalPods(in *cluster.Input, kinds []any, compile func() error) error {
+	g := in.Snap.Generations
+	keys, next, journaled := g.ChangedSince(&corev1.Pod{}, m.cursor)
+	gen, _ := g.Of(&corev1.Pod{})
+	changed := gen != m.podGen // which pods changed is not known: any did
+	if journaled {
+		changed = anyLocal(keys, in.Pods)
+	}
+	if changed || len(g.Overlaid(&corev1.Pod{})) > 0 {
+		m.kept.Forget()
+	}
+	m.cursor, m.podGen = next, gen
+	return m.compile(in, kinds, compile)
+}
+
+// anyLocal says whether one of the pod keys is one of pods.
+func anyLocal(keys []string, pods []dataplane.Pod) bool {
+	if len(keys) == 0 {
+		return false
+	}
+	local := make(map[string]bool, len(pods))
+	for _, p := range pods {
+		if p.Origin.Kind == cluster.KindPod {
+			local[p.Origin.Namespace+"/"+p.Origin.Name] = true
+		}
+	}
+	return slices.ContainsFunc(keys, func(k string) bool { return local[k] })
 }
 
 // networkReads are the kinds of objects the cluster networks are told from: every Node's pod
