@@ -5,6 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 )
 
 func TestTransformPodKeepsWhatFeaturesRead(t *testing.T) {
@@ -114,5 +116,26 @@ func TestTransformServiceKeepsWhatFeaturesRead(t *testing.T) {
 		s.Spec.ExternalTrafficPolicy != svc.Spec.ExternalTrafficPolicy || len(s.Status.LoadBalancer.Ingress) != 1 ||
 		s.Status.LoadBalancer.Ingress[0].IPMode == nil {
 		t.Errorf("read fields lost: %+v", s)
+	}
+}
+
+// The rules of the egress API objects that hold many are kept in arrays of their length (the
+// decoder's leave up to half unused), and their managed fields dropped.
+func TestTransformEgressRulesExactly(t *testing.T) {
+	rules := make([]ovnv1.EgressFirewallRule, 10, 16)
+	ef := &ovnv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
+		Spec: ovnv1.EgressFirewallSpec{Egress: rules}}
+	ef.Spec.Egress[9].Type = "Deny"
+	qos := &ovnv1.EgressQoS{Spec: ovnv1.EgressQoSSpec{Egress: make([]ovnv1.EgressQoSRule, 3, 4)}}
+	for _, o := range []any{ef, qos} {
+		if _, err := transform(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(ef.Spec.Egress) != 10 || cap(ef.Spec.Egress) != 10 || ef.Spec.Egress[9].Type != "Deny" || ef.ManagedFields != nil {
+		t.Errorf("EgressFirewall: %d rules in an array of %d, last %+v, managed fields %v", len(ef.Spec.Egress), cap(ef.Spec.Egress), ef.Spec.Egress[9], ef.ManagedFields)
+	}
+	if len(qos.Spec.Egress) != 3 || cap(qos.Spec.Egress) != 3 {
+		t.Errorf("EgressQoS: %d rules in an array of %d", len(qos.Spec.Egress), cap(qos.Spec.Egress))
 	}
 }
