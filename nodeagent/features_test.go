@@ -67,7 +67,7 @@ func TestQoSPartKeptWhileItsInputsStay(t *testing.T) {
 			Spec: ovnv1.EgressQoSSpec{Egress: []ovnv1.EgressQoSRule{{DSCP: dscp}}}}
 	}
 	snap, update := watcherstest.Updatable(qosOf("a", 46))
-	gens := watchers.NewGenerations(&ovnv1.EgressQoS{}, &corev1.Pod{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &ovnv1.EgressFirewall{})
+	gens := watchers.NewGenerations(&ovnv1.EgressQoS{}, &corev1.Pod{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &ovnv1.EgressFirewall{}).Journaled(&corev1.Pod{})
 	snap.Generations = gens
 	f, p := &qos{}, &parts{}
 	in := &cluster.Input{Snap: snap, Node: "n", Networks: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}

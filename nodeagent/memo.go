@@ -27,8 +27,10 @@ type compiledMemo struct {
 	kept     watchers.Memo[struct{}]
 	networks []netip.Prefix
 	pods     []dataplane.Pod
-	// cursor and podGen are those of the pods' journal and generation (compileOfLocalPods).
-	cursor, podGen uint64
+	// cursor is the pods' journal's, overlaid whether the overlay listed pods, as of the last
+	// compileOfLocalPods.
+	cursor   uint64
+	overlaid bool
 }
 
 // compile runs compile, which reads in and objects of kinds only, unless what it would compile
@@ -49,15 +51,13 @@ func (m *compiledMemo) compile(in *cluster.Input, kinds []any, compile func() er
 func (m *compiledMemo) compileOfLocalPods(in *cluster.Input, kinds []any, compile func() error) error {
 	g := in.Snap.Generations
 	keys, next, journaled := g.ChangedSince(&corev1.Pod{}, m.cursor)
-	gen, _ := g.Of(&corev1.Pod{})
-	changed := gen != m.podGen // which pods changed is not known: any did
-	if journaled {
-		changed = anyLocal(keys, in.Pods)
-	}
-	if changed || len(g.Overlaid(&corev1.Pod{})) > 0 {
+	// The overlay's pods count as changed while it lists some, and once more after: one it
+	// leaves is in no journal.
+	overlaid := len(g.Overlaid(&corev1.Pod{})) > 0
+	if !journaled || anyLocal(keys, in.Pods) || overlaid || m.overlaid {
 		m.kept.Forget()
 	}
-	m.cursor, m.podGen = next, gen
+	m.cursor, m.overlaid = next, overlaid
 	return m.compile(in, kinds, compile)
 }
 

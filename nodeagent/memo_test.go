@@ -13,8 +13,8 @@ import (
 )
 
 // A feature that reads only the node's own pods compiles again for a change of one of them, of
-// a pod the journal does not name, of the overlay's pods, or of a kind it reads; not for a
-// change of another node's pod.
+// a pod the journal does not name, while the overlay lists pods and once after, or for a
+// change of a kind it reads; not for a change of another node's pod.
 func TestCompiledMemoOfLocalPods(t *testing.T) {
 	pod, qos := &corev1.Pod{}, &ovnv1.EgressQoS{}
 	gens := watchers.NewGenerations(pod, qos).Journaled(pod)
@@ -39,6 +39,8 @@ func TestCompiledMemoOfLocalPods(t *testing.T) {
 			over.Generations = gens.Adding(pod, 1, "b/announced")
 			return &cluster.Input{Snap: &over, Pods: in.Pods}
 		}, true},
+		{"the overlay's pods no longer listed", func() *cluster.Input { return in }, true},
+		{"nothing changed since", func() *cluster.Input { return in }, false},
 	} {
 		before := compiles
 		if err := m.compileOfLocalPods(c.change(), []any{qos}, func() error { compiles++; return nil }); err != nil {

@@ -143,6 +143,8 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 	}
 	part, err := c.compileAll(in)
 	c.decided.valid, c.decided.cursor, c.decided.others = err == nil && known, cursor, others
+	// The overlay's pods are decided for again next time: one it leaves is in no journal.
+	c.decided.overlaid = in.Snap.Generations.Overlaid(&corev1.Pod{})
 	return part, err
 }
 

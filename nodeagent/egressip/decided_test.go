@@ -168,4 +168,13 @@ func TestCompileDecidesOnlyChangedPods(t *testing.T) {
 	o, _, _ := pods.GetByKey("a2/p3")
 	_ = pods.Delete(o)
 	snat("p3 no longer overlaid, nor cached", snap, "10.244.2.5", "10.244.2.6")
+
+	// The same, the pod overlaid at a compile of everything.
+	_ = pods.Add(runningPod("a2", "p4", "n3", map[string]string{"app": "x"}, "10.244.3.8"))
+	gens.Changed(&corev1.Namespace{}, "")
+	over.Generations = gens.Adding(podKind, 2, "a2/p4")
+	snat("p4 overlaid as a namespace changed", &over, "10.244.2.5", "10.244.2.6", "10.244.3.8")
+	o, _, _ = pods.GetByKey("a2/p4")
+	_ = pods.Delete(o)
+	snat("p4 no longer overlaid, nor cached", snap, "10.244.2.5", "10.244.2.6")
 }

@@ -172,6 +172,7 @@ trials:
 	}
 	if syncs := m1.sum("egressd_sync_duration_seconds_count", `feature="apply"`) - m.sum("egressd_sync_duration_seconds_count", `feature="apply"`); syncs > 0 {
 		h.record(fmt.Sprintf("agent sync during the trials, by step (%.0f syncs)", syncs), perSync(m1.delta(m, "egressd_sync_duration_seconds_sum", "feature"), syncs), "")
+		h.record("agent apply during the trials, by facility", perSync(m1.delta(m, "egressd_dataplane_apply_phase_duration_seconds_sum", "phase"), syncs), "")
 	}
 	what := fmt.Sprintf("EgressFirewall change -> enforced on a node (%d of %d trials within %s)", len(lat), h.trials, h.wait)
 	if len(lat) == 0 {
