@@ -73,8 +73,11 @@ func (s *namespacePods) Add(o any) error { return s.Update(o) }
 
 func (s *namespacePods) Update(o any) error {
 	p, ok := o.(*corev1.Pod)
-	if !ok || !s.keep(p) {
-		return nil // a pod's namespace never changes: one not kept never was
+	if !ok {
+		return nil
+	}
+	if !s.keep(p) { // relabelled out of its scopes, if it was kept: then it is gone
+		return s.Delete(p)
 	}
 	p = trimPod(p)
 	old, existed, err := s.Indexer.Get(p)

@@ -11,8 +11,8 @@ import (
 
 // TestNamespacePodsKeepsOnlyItsScopes: the cluster-wide watch's store keeps the pods of its
 // namespaces that their selectors select, trimmed, from a plain list, a watch-list (through
-// its transformer, every other pod replaced by one shared object) and watch events, and signals each change
-// it keeps and none it drops.
+// its transformer, every other pod replaced by one shared object) and watch events, signals
+// each change it keeps and none it drops, and lets go of a pod relabelled out of its scope.
 func TestNamespacePodsKeepsOnlyItsScopes(t *testing.T) {
 	signals := 0
 	s, err := newNamespacePods([]PodScope{{Namespace: "a"}, {Namespace: "b", Selector: "app=web"}},
@@ -94,6 +94,12 @@ func TestNamespacePodsKeepsOnlyItsScopes(t *testing.T) {
 	}
 	if o, _, _ := s.GetByKey("b/web"); o.(*corev1.Pod).Status.PodIPs[0].IP != "10.0.0.8" {
 		t.Errorf("b/web not updated: %v", o.(*corev1.Pod).Status.PodIPs)
+	}
+	// Relabelled out of its namespace's scope: gone, as for the scope's own watch.
+	signals = 0
+	_ = s.Update(testPod("b", "web", "n2", "10.0.0.8", map[string]string{"app": "db"}))
+	if got, want := cached(), []string{"a/p2"}; !slices.Equal(got, want) || signals != 1 {
+		t.Errorf("after b/web was relabelled: %v (%d signals), want %v (1)", got, signals, want)
 	}
 }
 
