@@ -56,25 +56,26 @@ func (h *harness) heapProfiles() error {
 	return nil
 }
 
-// profileFor records a CPU profile over the next d in the background, through get (an agent's
-// or the API server's pprof endpoint), into h.profiles as name; wait waits for it. Without
-// h.profiles it does nothing.
-func (h *harness) profileFor(d time.Duration, name, what string, get func(name string, timeout time.Duration) ([]byte, error)) (wait func()) {
+// profileFor records a CPU profile ("profile") or an execution trace ("trace", which shows
+// where goroutines waited) over the next d in the background, through get (an agent's or the
+// API server's pprof endpoint), into h.profiles as name; wait waits for it. Without h.profiles
+// it does nothing.
+func (h *harness) profileFor(d time.Duration, kind, name, what string, get func(name string, timeout time.Duration) ([]byte, error)) (wait func()) {
 	if h.profiles == "" {
 		return func() {}
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		b, err := get(fmt.Sprintf("profile?seconds=%d", int(d.Seconds())), d+time.Minute)
+		b, err := get(fmt.Sprintf("%s?seconds=%d", kind, int(d.Seconds())), d+time.Minute)
 		if err == nil {
 			err = os.WriteFile(filepath.Join(h.profiles, name), b, 0o644)
 		}
 		if err != nil {
-			h.logf("CPU profile of %s: %v", what, err)
+			h.logf("%s of %s: %v", kind, what, err)
 			return
 		}
-		h.logf("CPU profile of %s over %s: %s", what, d, filepath.Join(h.profiles, name))
+		h.logf("%s of %s over %s: %s", kind, what, d, filepath.Join(h.profiles, name))
 	}()
 	return func() { <-done }
 }

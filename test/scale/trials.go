@@ -125,7 +125,8 @@ func (h *harness) changeLatency(ctx context.Context) error {
 	}
 	h.logf("EgressFirewall change trials: %d (node holds %.0f rules)", h.trials, m.sum("egressd_egressfirewall_rules"))
 	// The trials' first 30 s: most of them at the targeted latency.
-	defer h.profileFor(30*time.Second, "agent-"+node.Name+".trials.cpu.pprof", "the egress node's agent during the change trials", a.Profile)()
+	defer h.profileFor(30*time.Second, "profile", "agent-"+node.Name+".trials.cpu.pprof", "the egress node's agent during the change trials", a.Profile)()
+	defer h.profileFor(5*time.Second, "trace", "agent-"+node.Name+".trials.trace", "the egress node's agent during the change trials", a.Profile)()
 	var lat, accepted []time.Duration
 	budget := time.Now().Add(h.wait)
 	unfinished := "" // the trial the budget cut short
