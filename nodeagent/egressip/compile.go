@@ -92,7 +92,7 @@ func readNodeNetworks(in *cluster.Input) (nodeNetworks, error) {
 		return ok
 	})
 	// Listers return objects in no particular order: sort, so equal inputs give equal states.
-	slices.SortFunc(n.exempt, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	slices.SortFunc(n.exempt, netip.Prefix.Compare)
 	n.exempt = slices.Clip(slices.Compact(n.exempt))
 	slices.SortFunc(n.remotePods, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	n.remotePods = slices.Clip(n.remotePods)

@@ -135,7 +135,7 @@ func Compile(in *cluster.Input) (Part, error) {
 			}
 		}
 	}
-	slices.SortFunc(part.Exempt, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	slices.SortFunc(part.Exempt, netip.Prefix.Compare)
 	part.Exempt = slices.Compact(part.Exempt)
 	slices.SortFunc(part.Guarded, netip.Addr.Compare)
 	part.Guarded = slices.Compact(part.Guarded)
