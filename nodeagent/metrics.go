@@ -40,7 +40,7 @@ func NewMetrics() *Metrics {
 		Registry: prometheus.NewRegistry(),
 		SyncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "egressd_sync_duration_seconds",
-			Help:    "Duration of one sync step (compile of a feature, or apply), by feature.",
+			Help:    "Duration of one sync step (compile of a feature, merge of the features' parts into the node's state, or apply), by feature.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"feature"}),
 		SyncErrors: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -256,6 +256,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 		l.compile(f.name(), func() error { return f.compile(in, &l.parts) })
 	}
 	mask := l.cfg.MarkMask
+	merged := time.Now()
 	state, objects := merge(networks, l.loadBalancerVIPs(), cluster.Frontends(l.deps.Snapshot, l.cfg.Node), &l.parts, &l.steering, mask)
 	state.Nftables.DNSSnoop = dnsSnoop(l.parts.pods, l.parts.firewall.DNSNamespaces, l.cfg.DNSAnswersQueue)
 	if len(state.Nftables.DNSSnoop.Pods) > 0 {
@@ -264,6 +265,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	for i := range state.BFD {
 		state.BFD[i].MinTx, state.BFD[i].MinRx, state.BFD[i].Multiplier = l.cfg.GatewayBFD.MinTx, l.cfg.GatewayBFD.MinRx, l.cfg.GatewayBFD.Multiplier
 	}
+	l.deps.Metrics.SyncDuration.WithLabelValues("merge").Observe(time.Since(merged).Seconds())
 	l.deps.Metrics.observePaths(&state)
 
 	start := time.Now()
