@@ -68,7 +68,7 @@ func TestPrivilegedExternalRouteIPv6Dynamic(t *testing.T) {
 		used := map[string]int{}
 		for _, rt := range roundTrips(t, client, netip.AddrPortFrom(pod.IPv6, 8080), gws, 12) {
 			if rt.request == "" || rt.reply != rt.request {
-				return fmt.Errorf("%s: request through %q, reply through %q", rt.flow, rt.request, rt.reply)
+				return fmt.Errorf("%s", rt)
 			}
 			used[rt.request]++
 		}

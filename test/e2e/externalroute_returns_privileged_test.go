@@ -77,6 +77,18 @@ type clientFlows struct {
 type roundTrip struct {
 	flow           clientFlow
 	request, reply string // gateway names, joined by "+" when a direction went through several
+	// seen lists, when the requests went through several gateways, each request packet each
+	// saw (time, source MAC): the client's own choice of both (two connections on one port)
+	// shows the client's MAC at both, a request the node sent back out its own.
+	seen string
+}
+
+func (rt roundTrip) String() string {
+	s := fmt.Sprintf("%s: request through %q, reply through %q", rt.flow, rt.request, rt.reply)
+	if rt.seen != "" {
+		s += "; requests seen: " + rt.seen
+	}
+	return s
 }
 
 // roundTrips opens n UDP and n TCP connections from the client to dst and tells, from what the
@@ -104,17 +116,27 @@ func roundTrips(t *testing.T, client *lab.External, dst netip.AddrPort, gws []*l
 		complete = true
 		for _, f := range flows {
 			rt := roundTrip{flow: f}
+			var seen []string
 			for i, c := range captures {
-				if c.Count(func(p lab.Captured) bool {
+				request := func(p lab.Captured) bool {
 					return p.ForHost && p.Proto == f.proto && p.SrcPort == f.port && p.Dst == dst.Addr()
-				}) > 0 {
+				}
+				if c.Count(request) > 0 {
 					rt.request = joinName(rt.request, gws[i].Name)
+				}
+				for _, p := range c.Packets() {
+					if request(p) {
+						seen = append(seen, fmt.Sprintf("%s at %s from %s", gws[i].Name, p.At.Format("15:04:05.000"), p.MAC))
+					}
 				}
 				if c.Count(func(p lab.Captured) bool {
 					return p.ForHost && p.Proto == f.proto && p.DstPort == f.port && p.Src == dst.Addr()
 				}) > 0 {
 					rt.reply = joinName(rt.reply, gws[i].Name)
 				}
+			}
+			if strings.Contains(rt.request, "+") {
+				rt.seen = strings.Join(seen, ", ")
 			}
 			complete = complete && rt.request != "" && rt.reply != ""
 			out = append(out, rt)
@@ -265,7 +287,7 @@ spec:
 		used := map[string]int{}
 		for _, rt := range trips {
 			if rt.request == "" || rt.reply != rt.request {
-				return fmt.Errorf("%s: request through %q, reply through %q (of %d connections)", rt.flow, rt.request, rt.reply, len(trips))
+				return fmt.Errorf("%s (of %d connections)", rt, len(trips))
 			}
 			used[rt.request]++
 		}
@@ -399,7 +421,7 @@ func TestPrivilegedExternalRouteGatewayMAC(t *testing.T) {
 			used := map[string]int{}
 			for _, rt := range roundTrips(t, client, server, gws, 12) {
 				if rt.request == "" || rt.reply != rt.request {
-					return fmt.Errorf("%s: request through %q, reply through %q", rt.flow, rt.request, rt.reply)
+					return fmt.Errorf("%s", rt)
 				}
 				used[rt.request]++
 			}
@@ -444,7 +466,7 @@ func TestPrivilegedExternalRouteRestartKeepsBFDGateway(t *testing.T) {
 		used := map[string]int{}
 		for _, rt := range trips {
 			if rt.request == "" || rt.reply != rt.request {
-				return fmt.Errorf("%s: request through %q, reply through %q", rt.flow, rt.request, rt.reply)
+				return fmt.Errorf("%s", rt)
 			}
 			used[rt.request]++
 			if m := marks[rt.flow]; m == 0 {
@@ -497,8 +519,7 @@ func TestPrivilegedExternalRouteRestartKeepsBFDGateway(t *testing.T) {
 	}
 	for _, rt := range roundTrips(t, client, server, gws, 12) {
 		if rt.request != rt.reply {
-			t.Errorf("after the restart, %s: request through %q, reply through %q\n%s", rt.flow, rt.request, rt.reply,
-				returnState(t, n, rt.flow, client.Addrs[0], pod.IPv4))
+			t.Errorf("after the restart, %s\n%s", rt, returnState(t, n, rt.flow, client.Addrs[0], pod.IPv4))
 		}
 	}
 
