@@ -27,10 +27,7 @@ type compiledMemo struct {
 	kept     watchers.Memo[struct{}]
 	networks []netip.Prefix
 	pods     []dataplane.Pod
-	// cursor is the pods' journal's, overlaid whether the overlay listed pods, as of the last
-	// compileOfLocalPods.
-	cursor   uint64
-	overlaid bool
+	changed  watchers.Follower // the pods changed since the last compileOfLocalPods
 }
 
 // compile runs compile, which reads in and objects of kinds only, unless what it would compile
@@ -49,15 +46,9 @@ func (m *compiledMemo) compile(in *cluster.Input, kinds []any, compile func() er
 // of none of the node's pods keeps the part. An egress node reads the 10,000 pods its
 // EgressIPs serve; their changes are none of its EgressQoS's.
 func (m *compiledMemo) compileOfLocalPods(in *cluster.Input, kinds []any, compile func() error) error {
-	g := in.Snap.Generations
-	keys, next, journaled := g.ChangedSince(&corev1.Pod{}, m.cursor)
-	// The overlay's pods count as changed while it lists some, and once more after: one it
-	// leaves is in no journal.
-	overlaid := len(g.Overlaid(&corev1.Pod{})) > 0
-	if !journaled || anyLocal(keys, in.Pods) || overlaid || m.overlaid {
+	if keys, ok := m.changed.Changed(in.Snap.Generations, &corev1.Pod{}); !ok || anyLocal(keys, in.Pods) {
 		m.kept.Forget()
 	}
-	m.cursor, m.overlaid = next, overlaid
 	return m.compile(in, kinds, compile)
 }
 

@@ -2,6 +2,7 @@ package watchers
 
 import (
 	"reflect"
+	"slices"
 	"sync"
 )
 
@@ -88,4 +89,24 @@ func (g *Generations) ChangedSince(kind any, cursor uint64) (keys []string, next
 		return nil, 0, false
 	}
 	return j.since(cursor)
+}
+
+// Follower follows the changes of one kind for a consumer that keeps a result per object: the
+// journal's keys since its last look, with the objects an overlay lists now or listed then (an
+// overlay's changes are in no journal: an object it stops listing is seen once more).
+type Follower struct {
+	cursor   uint64
+	overlaid []string
+}
+
+// Changed returns the keys of the objects of kind to look at again since the last call, and
+// false when they are not known (look at every object). Call it before reading the caches.
+func (f *Follower) Changed(g *Generations, kind any) (keys []string, ok bool) {
+	keys, f.cursor, ok = g.ChangedSince(kind, f.cursor)
+	overlaid := g.Overlaid(kind)
+	if ok {
+		keys = slices.Concat(keys, overlaid, f.overlaid)
+	}
+	f.overlaid = overlaid
+	return keys, ok
 }

@@ -72,3 +72,28 @@ func TestChangedSince(t *testing.T) {
 		t.Errorf("the caches' generations have overlaid keys %v", keys)
 	}
 }
+
+// A Follower gives the journal's keys since its last look, with the overlay's keys now and the
+// time before; nothing it does not know.
+func TestFollower(t *testing.T) {
+	pod := &corev1.Pod{}
+	g := NewGenerations(pod).Journaled(pod)
+	var f Follower
+	if _, ok := f.Changed(g, pod); !ok {
+		t.Fatal("nothing changed: not known")
+	}
+	g.Changed(pod, "a/p1")
+	if keys, ok := f.Changed(g.Adding(pod, 1, "a/announced"), pod); !ok || !slices.Equal(keys, []string{"a/p1", "a/announced"}) {
+		t.Errorf("a change and an overlay: %v, ok %v", keys, ok)
+	}
+	if keys, ok := f.Changed(g, pod); !ok || !slices.Equal(keys, []string{"a/announced"}) {
+		t.Errorf("the overlay gone: %v, ok %v, want the pod it listed", keys, ok)
+	}
+	if keys, ok := f.Changed(g, pod); !ok || len(keys) != 0 {
+		t.Errorf("nothing since: %v, ok %v", keys, ok)
+	}
+	g.Changed(pod, "")
+	if _, ok := f.Changed(g, pod); ok {
+		t.Error("a change of unknown key: known")
+	}
+}

@@ -125,7 +125,7 @@ type egressNode struct {
 // While only pods changed, and the pods' journal names them, it decides for those alone.
 func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 	// Both before the caches are read: a change landing after is seen by the next compile.
-	keys, cursor, journaled := in.Snap.Generations.ChangedSince(&corev1.Pod{}, c.decided.cursor)
+	keys, journaled := c.decided.pods.Changed(in.Snap.Generations, &corev1.Pod{})
 	others, known := in.Snap.Generations.Of(decisionReads...)
 	if !slices.Equal(c.networks, in.Networks) || c.node != in.Node {
 		c.nodes.Forget()
@@ -134,17 +134,11 @@ func (c *Compiler) Compile(in *cluster.Input) (Part, error) {
 	}
 	if c.decided.valid && journaled && others == c.decided.others {
 		part, err := c.decided.decideAgain(in, keys)
-		if err != nil {
-			c.decided.valid = false
-			return part, err
-		}
-		c.decided.cursor = cursor
-		return part, nil
+		c.decided.valid = err == nil
+		return part, err
 	}
 	part, err := c.compileAll(in)
-	c.decided.valid, c.decided.cursor, c.decided.others = err == nil && known, cursor, others
-	// The overlay's pods are decided for again next time: one it leaves is in no journal.
-	c.decided.overlaid = in.Snap.Generations.Overlaid(&corev1.Pod{})
+	c.decided.valid, c.decided.others = err == nil && known, others
 	return part, err
 }
 

@@ -14,6 +14,7 @@ import (
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/watchers"
 )
 
 // decided is what serving each selected pod takes on this node, kept across syncs with what it
@@ -22,14 +23,11 @@ import (
 // serves 10,000 pods, and deciding for all of them again at one pod's change was most of its
 // sync.
 type decided struct {
-	valid  bool
-	cursor uint64 // of the pods' journal, as of the last compile
-	others uint64 // the generation of decisionReads the decisions were made under
-	// overlaid are the pods an overlay listed at the last compile (watchers.Generations.Overlaid):
-	// decided again at the next, as those it lists then.
-	overlaid []string
-	of       map[string]*podDecision // by pod key: only pods served or told of (events)
-	evented  map[string]bool         // the keys of of with events
+	valid   bool
+	pods    watchers.Follower       // the pods changed since the last compile
+	others  uint64                  // the generation of decisionReads the decisions were made under
+	of      map[string]*podDecision // by pod key: only pods served or told of (events)
+	evented map[string]bool         // the keys of of with events
 	// What deciding for one pod reads, as of the last compile of everything.
 	selections []selection
 	egress     map[string][]egressNode
@@ -141,15 +139,12 @@ func (d *decided) events() []Event {
 	return out
 }
 
-// decideAgain decides again for the pods of keys, those the overlay lists and those it listed
-// at the last compile, and patches the last part with what changed.
+// decideAgain decides again for the pods of keys (some may repeat), and patches the last part
+// with what changed.
 func (d *decided) decideAgain(in *cluster.Input, keys []string) (Part, error) {
-	overlaid := in.Snap.Generations.Overlaid(&corev1.Pod{})
-	changed := make(map[string]bool, len(keys)+len(overlaid)+len(d.overlaid))
-	for _, ks := range [][]string{keys, overlaid, d.overlaid} {
-		for _, k := range ks {
-			changed[k] = true
-		}
+	changed := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		changed[k] = true
 	}
 	var gone, added podDecision
 	events := false
@@ -191,7 +186,7 @@ func (d *decided) decideAgain(in *cluster.Input, keys []string) (Part, error) {
 	if events {
 		part.Events = d.events()
 	}
-	d.part, d.overlaid = part, overlaid
+	d.part = part
 	return part, nil
 }
 
