@@ -25,10 +25,16 @@ func (c *Classifier) Apply(s *dataplane.ClassifierState, facing, port map[netip.
 	fws, list, reused := c.firewallsFor(s, a, failed)
 	want.ids = c.namesOf(a)
 	keep := c.pods(s, a, fws, facing, port, &want, failed) // QoS classes whose previous entries stay
+	var qosTexts []qosText
 	for _, q := range s.QoS {
 		id := a.namespace(q.Origin.Namespace)
 		for _, r := range q.Rules {
-			want.qosRules[statKey(id, r.Index)] = ruleText(r.Text)
+			qosTexts = append(qosTexts, qosText{id, r.Index, r.Text})
+		}
+	}
+	if !c.from.qosRules.unchanged(qosTexts) {
+		for _, t := range qosTexts {
+			want.qosRules[statKey(t.id, t.index)] = ruleText(t.text)
 		}
 	}
 	for id, ns := range a.namespaces { // the QoS namespaces without a firewall
@@ -39,15 +45,23 @@ func (c *Classifier) Apply(s *dataplane.ClassifierState, facing, port map[netip.
 	for id, ns := range a.classes {
 		want.ids[uint32(id)] = nameOf(ns)
 	}
-	for _, p := range append(linkScoped, s.ClusterNetworks...) {
-		want.cluster[prefixKey(p)] = 1
+	clusterChanged := !c.from.cluster.unchanged(s.ClusterNetworks)
+	if clusterChanged {
+		for _, p := range append(linkScoped, s.ClusterNetworks...) {
+			want.cluster[prefixKey(p)] = 1
+		}
 	}
-	for _, f := range s.Frontends {
-		want.frontends[frontendKey(f)] = 1
+	frontendsChanged := !c.from.frontends.unchanged(s.Frontends)
+	if frontendsChanged {
+		for _, f := range s.Frontends {
+			want.frontends[frontendKey(f)] = 1
+		}
 	}
 	// Link-scoped destinations are never steered either (their routes are in the main table).
-	for _, p := range append(linkScoped, s.SteerExempt...) {
-		want.steerExempt[prefixKey(p)] = 1
+	if !c.from.steerExempt.unchanged(s.SteerExempt) {
+		for _, p := range append(linkScoped, s.SteerExempt...) {
+			want.steerExempt[prefixKey(p)] = 1
+		}
 	}
 	c.names.Store(&a.namespaces)
 	c.logging.Store(&fws.logging)
@@ -57,8 +71,8 @@ func (c *Classifier) Apply(s *dataplane.ClassifierState, facing, port map[netip.
 	// Cached decisions go stale when what they were decided from changes.
 	// Reused sets are the written ones (firewallsFor checked): nothing of them to write, nor of
 	// their texts once written from them.
-	fwChanged := !maps.Equal(c.written.cluster, want.cluster) || !maps.Equal(c.written.frontends, want.frontends) ||
-		(!reused && c.firewallsChanged(fws.sets))
+	fwChanged := (clusterChanged && !maps.Equal(c.written.cluster, want.cluster)) ||
+		(frontendsChanged && !maps.Equal(c.written.frontends, want.frontends)) || (!reused && c.firewallsChanged(fws.sets))
 	syncSets, syncTexts := c.syncFirewalls, c.syncFirewallTexts
 	if reused {
 		syncSets = func(map[nsID]*fwSet) error { return nil }
@@ -71,15 +85,23 @@ func (c *Classifier) Apply(s *dataplane.ClassifierState, facing, port map[netip.
 	errs := []error{
 		syncSets(fws.sets),
 		syncMap(c.objs.EgressdQos, c.written.qos, want.qos),
-		syncMap(c.objs.EgressdCluster, c.written.cluster, want.cluster),
-		syncMap(c.objs.EgressdFrontends, c.written.frontends, want.frontends),
+		c.from.cluster.write(s.ClusterNetworks, func() error {
+			return syncMap(c.objs.EgressdCluster, c.written.cluster, want.cluster)
+		}),
+		c.from.frontends.write(s.Frontends, func() error {
+			return syncMap(c.objs.EgressdFrontends, c.written.frontends, want.frontends)
+		}),
 		// Exemptions before the marks of new pods, so that none is steered where it must not be.
-		syncMap(c.objs.EgressdSteerExempt, c.written.steerExempt, want.steerExempt),
+		c.from.steerExempt.write(s.SteerExempt, func() error {
+			return syncMap(c.objs.EgressdSteerExempt, c.written.steerExempt, want.steerExempt)
+		}),
 		syncMap(c.objs.EgressdPods, c.written.pods, want.pods),
 		c.nextGeneration(fwChanged),
 		c.textsFrom(syncTexts, fws.sets),
 		syncMap(c.objs.EgressdIds, c.written.ids, want.ids),
-		syncMap(c.objs.EgressdQosRules, c.written.qosRules, want.qosRules),
+		c.from.qosRules.write(qosTexts, func() error {
+			return syncMap(c.objs.EgressdQosRules, c.written.qosRules, want.qosRules)
+		}),
 	}
 	if err := errors.Join(errs...); err != nil {
 		for _, fw := range s.Firewalls {

@@ -31,6 +31,8 @@ type Classifier struct {
 	FromPort *ebpf.Program
 	objs     bpf.FromPodObjects
 	written  content
+	// from are the lists some of written's maps were made from (listed).
+	from lists
 	// names are the namespaces of the namespace ids, as of the last Apply (read by metrics
 	// scrapes, concurrently).
 	names atomic.Pointer[map[nsID]string]
@@ -142,7 +144,7 @@ var mapNames = sync.OnceValue(func() []string {
 // grouped into per-namespace sets of unknown fingerprint, so that the first sync rewrites
 // what differs and removes what no namespace wants any more.
 func (c *Classifier) read() error {
-	c.written = newContent()
+	c.written, c.from = newContent(), lists{}
 	fw := map[bpf.FromPodLpmKey]bpf.FromPodFwEntry{}
 	ports := map[bpf.FromPodPortKey]bpf.FromPodFwEntry{}
 	texts := map[bpf.FromPodStatKey]bpf.FromPodRuleText{}
