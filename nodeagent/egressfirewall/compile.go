@@ -32,7 +32,8 @@ type Part struct {
 	// Version changes whenever Firewalls is compiled afresh (dataplane.ClassifierState).
 	Version uint64
 	// Statuses are every EgressFirewall with its compile error: the node reports on each,
-	// enforced here or not (its rules are checked all the same).
+	// enforced here or not (its rules are checked all the same). Read only: shared by the
+	// parts compiled until a status changes.
 	Statuses      map[dataplane.Origin]error
 	BackendDenies []dataplane.BackendDeny
 	// DNSNames are the names the enforced rules refer to (wildcards included), to resolve and
@@ -108,7 +109,7 @@ func (c *Compiler) compileAll(in *cluster.Input, local map[string]bool) (Part, e
 	if err := c.check(in, local); err != nil {
 		return Part{}, err
 	}
-	part := Part{Statuses: c.checked.copy()}
+	var part Part
 	nodes := c.nodes.at(in)
 	for ns := range local {
 		ef, err := in.Snap.EgressFirewalls.EgressFirewalls(ns).Get("default")
@@ -126,7 +127,7 @@ func (c *Compiler) compileAll(in *cluster.Input, local map[string]bool) (Part, e
 				c.memo.keep(ef, true, nodesGen, names, fw.Rules, fw.Err)
 			}
 		}
-		part.Statuses[fw.Origin] = fw.Err
+		c.checked.set(fw.Origin, fw.Err)
 		enforced := ef
 		if last := c.memo.lastValid[ef.UID]; fw.Err != nil && last != nil {
 			// Fail closed: the rules in force are the last valid ones, also on a node where
@@ -148,6 +149,7 @@ func (c *Compiler) compileAll(in *cluster.Input, local map[string]bool) (Part, e
 		fw.Log = aclLog(in, ef.Namespace)
 		part.Firewalls = append(part.Firewalls, fw)
 	}
+	part.Statuses = c.checked.part()
 	// Sorted, so equal inputs give equal states.
 	slices.SortFunc(part.Firewalls, func(a, b dataplane.Firewall) int { return strings.Compare(a.Origin.Namespace, b.Origin.Namespace) })
 	slices.Sort(part.DNSNames)
