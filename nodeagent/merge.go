@@ -27,7 +27,7 @@ type parts struct {
 // merge combines the parts into the node's desired state. It owns what crosses features: a
 // pod's entry carries what every feature wants of it. It also returns the objects the state was
 // compiled from that get a status entry, with their compile errors.
-func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *parts, st *steering, mask uint32) (dataplane.State, map[dataplane.Origin]error) {
+func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *parts, st *steering, m *mergeMemo, mask uint32) (dataplane.State, map[dataplane.Origin]error) {
 	// A clone, not a copy into a new map: the statuses of 10,000 EgressFirewalls are not hashed
 	// again at every sync.
 	objects := maps.Clone(p.firewall.Statuses)
@@ -56,8 +56,8 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 		}
 	}
 	replies := dataplane.Origin{Kind: kindReplies, Name: st.node}
-	snat := append(slices.Clip(p.service.SNAT), eip.SNAT...) // one copy of 10,000 on an egress node
-	remote := remoteSNAT(snat, local)
+	snat := m.snat(p.service.SNAT, eip.SNAT)
+	remote := m.remoteSNAT(snat, local)
 	planned := append(slices.Clip(paths), returns...)
 	if len(remote) > 0 {
 		planned = append(planned, path{origin: replies})
@@ -123,10 +123,7 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 	var replyTable dataplane.RouteTable
 	if slot, ok := slots[replies]; ok { // before the tunnel's state: its hops may need peers
 		replyRules, replyTable = replyRouting(replies, slot, mask, p.egressIP.RemotePodsOf, p.egressIP.Primaries, u.hop)
-		s.Nftables.Replies = make([]dataplane.SteeredPod, 0, len(remote))
-		for _, pod := range remote {
-			s.Nftables.Replies = append(s.Nftables.Replies, dataplane.SteeredPod{Pod: pod, Mark: mark(slot, mask)})
-		}
+		s.Nftables.Replies = m.replies(remote, mark(slot, mask))
 	}
 	s.Tunnel = u.state(len(s.Nftables.SNAT) > 0)
 	if len(s.Nftables.SNAT) > 0 {

@@ -32,7 +32,7 @@ func TestMergeEgressServiceBeatsEgressIP(t *testing.T) {
 			Guarded: []netip.Addr{both, a("10.244.2.7")}, Exempt: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("192.0.2.3/32")},
 		},
 	}
-	s, _ := merge(nil, nil, nil, p, &steering{}, dataplane.DefaultMarkMask)
+	s, _ := merge(nil, nil, nil, p, &steering{}, &mergeMemo{}, dataplane.DefaultMarkMask)
 	marks := map[netip.Addr]uint32{}
 	for _, pod := range s.Classifier.Pods {
 		for _, ip := range pod.IPs {

@@ -36,7 +36,7 @@ func TestMergeRemotePods(t *testing.T) {
 		{"another node is a gateway", parts{egressIP: eip(a("10.244.2.5")), routes: gatewayPolicy("192.0.2.2")}, 1},
 		{"this node is a gateway", parts{egressIP: eip(a("10.244.2.5")), routes: gatewayPolicy("192.0.2.1")}, 0},
 	} {
-		s, _ := merge(nil, nil, nil, &c.p, &steering{node: "n1"}, dataplane.DefaultMarkMask)
+		s, _ := merge(nil, nil, nil, &c.p, &steering{node: "n1"}, &mergeMemo{}, dataplane.DefaultMarkMask)
 		if len(s.Nftables.RemotePods) != c.want {
 			t.Errorf("%s: remote pods %v, want %d prefixes", c.name, s.Nftables.RemotePods, c.want)
 		}

@@ -123,6 +123,8 @@ type SyncLoop struct {
 	steering steering
 	// parts are the last parts each feature compiled.
 	parts parts
+	// merged is what the merge of the parts keeps across syncs.
+	merged mergeMemo
 	// failing is the last error logged per object, so that a persistent failure is logged
 	// when it starts or changes, not at every sync.
 	failing map[dataplane.Origin]string
@@ -257,7 +259,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	}
 	mask := l.cfg.MarkMask
 	merged := time.Now()
-	state, objects := merge(networks, l.loadBalancerVIPs(), cluster.Frontends(l.deps.Snapshot, l.cfg.Node), &l.parts, &l.steering, mask)
+	state, objects := merge(networks, l.loadBalancerVIPs(), cluster.Frontends(l.deps.Snapshot, l.cfg.Node), &l.parts, &l.steering, &l.merged, mask)
 	state.Nftables.DNSSnoop = dnsSnoop(l.parts.pods, l.parts.firewall.DNSNamespaces, l.cfg.DNSAnswersQueue)
 	if len(state.Nftables.DNSSnoop.Pods) > 0 {
 		state.Nftables.DNSSnoop.Resolvers = cluster.ClusterDNS(l.deps.Snapshot, l.cfg.DNSResolvers)

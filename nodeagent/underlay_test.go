@@ -125,7 +125,7 @@ func TestMergeVXLANSteering(t *testing.T) {
 			Primaries: testPrimaries,
 		},
 	}
-	s, _ := merge(nil, nil, nil, p, &steering{node: "n1"}, dataplane.DefaultMarkMask)
+	s, _ := merge(nil, nil, nil, p, &steering{node: "n1"}, &mergeMemo{}, dataplane.DefaultMarkMask)
 	if len(s.Routing.Tables) != 1 {
 		t.Fatalf("tables %+v, want one", s.Routing.Tables)
 	}
@@ -160,8 +160,8 @@ func TestMergeOutOfSteeringSlots(t *testing.T) {
 			Primaries: testPrimaries,
 		},
 	}
-	st := &steering{node: "n1"}
-	s, _ := merge(nil, nil, nil, p, st, mask)
+	st, memo := &steering{node: "n1"}, &mergeMemo{}
+	s, _ := merge(nil, nil, nil, p, st, memo, mask)
 	marks := map[dataplane.Origin]uint32{}
 	for _, pod := range s.Classifier.Pods {
 		marks[pod.Origin] = pod.Mark
@@ -178,7 +178,7 @@ func TestMergeOutOfSteeringSlots(t *testing.T) {
 	}
 	// eip-a goes: eip-b gets the slot.
 	p.egressIP.Steer = p.egressIP.Steer[1:]
-	s, _ = merge(nil, nil, nil, p, st, mask)
+	s, _ = merge(nil, nil, nil, p, st, memo, mask)
 	if len(st.unplacedFailures(mask)) != 0 || len(s.Routing.Tables) != 1 || s.Routing.Tables[0].Origin != eipB {
 		t.Errorf("after eip-a went: failures %v, tables %+v", st.unplacedFailures(mask), s.Routing.Tables)
 	}

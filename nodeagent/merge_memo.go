@@ -1,0 +1,76 @@
+package nodeagent
+
+import (
+	"maps"
+	"net/netip"
+	"slices"
+
+	"github.com/egressd/egressd/dataplane"
+)
+
+// mergeMemo keeps what merge derives from an egress node's SNATs (one per pod it serves:
+// 10,000 at the scale harness's size) while they stay the same: made again at every sync,
+// these copies were half of what an EgressFirewall edit's sync allocated, which the collector
+// then scans. Inputs are compared by value, which costs no allocation; the outputs are read
+// only, as every list of the state.
+type mergeMemo struct {
+	snats   derived[[2][]dataplane.SNAT, []dataplane.SNAT]
+	remote  derived[remoteInputs, []netip.Addr]
+	replied derived[repliesInputs, []dataplane.SteeredPod]
+}
+
+type remoteInputs struct {
+	snat  []dataplane.SNAT
+	local map[netip.Addr]bool
+}
+
+type repliesInputs struct {
+	remote []netip.Addr
+	mark   uint32
+}
+
+// derived is one value made from inputs, kept while they stay equal.
+type derived[In, Out any] struct {
+	in    In
+	out   Out
+	valid bool
+}
+
+func (d *derived[In, Out]) of(in In, equal func(a, b In) bool, make func(In) Out) Out {
+	if !d.valid || !equal(d.in, in) {
+		d.in, d.out, d.valid = in, make(in), true
+	}
+	return d.out
+}
+
+// snat are the EgressService's SNATs, then EgressIP's.
+func (m *mergeMemo) snat(service, egressIP []dataplane.SNAT) []dataplane.SNAT {
+	return m.snats.of([2][]dataplane.SNAT{service, egressIP}, func(a, b [2][]dataplane.SNAT) bool {
+		return slices.Equal(a[0], b[0]) && slices.Equal(a[1], b[1])
+	}, func(in [2][]dataplane.SNAT) []dataplane.SNAT { return append(slices.Clip(in[0]), in[1]...) })
+}
+
+// remoteSNAT is remoteSNAT of snat (a list snat returned) and local.
+func (m *mergeMemo) remoteSNAT(snat []dataplane.SNAT, local map[netip.Addr]bool) []netip.Addr {
+	return m.remote.of(remoteInputs{snat, local}, func(a, b remoteInputs) bool {
+		return sameList(a.snat, b.snat) && maps.Equal(a.local, b.local)
+	}, func(in remoteInputs) []netip.Addr { return remoteSNAT(in.snat, in.local) })
+}
+
+// replies are the reply entries of the remote pods, marked with mark.
+func (m *mergeMemo) replies(remote []netip.Addr, mark uint32) []dataplane.SteeredPod {
+	return m.replied.of(repliesInputs{remote, mark}, func(a, b repliesInputs) bool {
+		return sameList(a.remote, b.remote) && a.mark == b.mark
+	}, func(in repliesInputs) []dataplane.SteeredPod {
+		out := make([]dataplane.SteeredPod, 0, len(in.remote))
+		for _, pod := range in.remote {
+			out = append(out, dataplane.SteeredPod{Pod: pod, Mark: in.mark})
+		}
+		return out
+	})
+}
+
+// sameList says whether a and b are one list: the memo's own outputs, handed in again.
+func sameList[T any](a, b []T) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}

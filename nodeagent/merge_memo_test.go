@@ -1,0 +1,68 @@
+package nodeagent
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/egressd/egressd/dataplane"
+)
+
+// The merge's memo gives what its functions make of the inputs of each sync, and the same
+// lists again while the inputs stay equal (in new slices, as every sync makes them).
+func TestMergeMemoFollowsItsInputs(t *testing.T) {
+	a := netip.MustParseAddr
+	snat := func(pods ...string) []dataplane.SNAT {
+		var out []dataplane.SNAT
+		for _, p := range pods {
+			out = append(out, dataplane.SNAT{Origin: dataplane.Origin{Kind: "EgressIP", Name: "e"}, Pod: a(p), To: a("172.18.0.100")})
+		}
+		return out
+	}
+	local := func(pods ...string) map[netip.Addr]bool {
+		out := map[netip.Addr]bool{}
+		for _, p := range pods {
+			out[a(p)] = true
+		}
+		return out
+	}
+	m := &mergeMemo{}
+	var last []dataplane.SteeredPod
+	for _, step := range []struct {
+		name         string
+		service, eip []dataplane.SNAT
+		local        map[netip.Addr]bool
+		mark         uint32
+		same         bool
+	}{
+		{"first", nil, snat("10.244.2.5", "10.244.1.5"), local("10.244.1.5"), 0x10000, false},
+		{"the same, in new slices", nil, snat("10.244.2.5", "10.244.1.5"), local("10.244.1.5"), 0x10000, true},
+		{"a pod more", nil, snat("10.244.2.5", "10.244.1.5", "10.244.3.5"), local("10.244.1.5"), 0x10000, false},
+		{"the service's SNAT", snat("10.244.4.5"), snat("10.244.2.5", "10.244.1.5", "10.244.3.5"), local("10.244.1.5"), 0x10000, false},
+		{"a pod became local", snat("10.244.4.5"), snat("10.244.2.5", "10.244.1.5", "10.244.3.5"), local("10.244.1.5", "10.244.2.5"), 0x10000, false},
+		{"another mark", snat("10.244.4.5"), snat("10.244.2.5", "10.244.1.5", "10.244.3.5"), local("10.244.1.5", "10.244.2.5"), 0x20000, false},
+		{"the same again", snat("10.244.4.5"), snat("10.244.2.5", "10.244.1.5", "10.244.3.5"), local("10.244.1.5", "10.244.2.5"), 0x20000, true},
+	} {
+		s := m.snat(step.service, step.eip)
+		if want := append(slices.Clone(step.service), step.eip...); !slices.Equal(s, want) {
+			t.Errorf("%s: SNAT %v, want %v", step.name, s, want)
+		}
+		remote := m.remoteSNAT(s, step.local)
+		if want := remoteSNAT(s, step.local); !slices.Equal(remote, want) {
+			t.Errorf("%s: remote pods %v, want %v", step.name, remote, want)
+		}
+		replies := m.replies(remote, step.mark)
+		if len(replies) != len(remote) {
+			t.Fatalf("%s: %d replies for %d remote pods", step.name, len(replies), len(remote))
+		}
+		for i, r := range replies {
+			if r.Pod != remote[i] || r.Mark != step.mark {
+				t.Errorf("%s: reply %v, want %v with mark %#x", step.name, r, remote[i], step.mark)
+			}
+		}
+		if same := sameList(replies, last); same != step.same {
+			t.Errorf("%s: the last replies handed again %v, want %v", step.name, same, step.same)
+		}
+		last = replies
+	}
+}
