@@ -1,7 +1,6 @@
 package nodeagent
 
 import (
-	"maps"
 	"net/netip"
 	"slices"
 
@@ -27,13 +26,8 @@ type parts struct {
 // merge combines the parts into the node's desired state. It owns what crosses features: a
 // pod's entry carries what every feature wants of it. It also returns the objects the state was
 // compiled from that get a status entry, with their compile errors.
-func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *parts, st *steering, m *mergeMemo, mask uint32) (dataplane.State, map[dataplane.Origin]error) {
-	// A clone, not a copy into a new map: the statuses of 10,000 EgressFirewalls are not hashed
-	// again at every sync.
-	objects := maps.Clone(p.firewall.Statuses)
-	if objects == nil {
-		objects = map[dataplane.Origin]error{}
-	}
+func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *parts, st *steering, m *mergeMemo, mask uint32) (dataplane.State, cluster.Outcomes) {
+	objects := cluster.NewOutcomes(p.firewall.Statuses)
 	s := dataplane.State{Classifier: dataplane.ClassifierState{
 		ClusterNetworks:  networks,
 		Frontends:        frontends,
@@ -99,13 +93,13 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 	}
 	s.Nftables.BackendDSCP = p.qos.BackendDSCP
 	for _, q := range p.qos.QoS {
-		objects[q.Origin] = q.Err
+		objects.Set(q.Origin, q.Err)
 		if q.Err != nil {
 			s.Nftables.KeepBackendDSCP = append(s.Nftables.KeepBackendDSCP, q.Origin.Namespace)
 		}
 	}
 	for _, r := range p.routes.Policies {
-		objects[r.Origin] = r.Err
+		objects.Set(r.Origin, r.Err)
 	}
 	s.BFD = bfdPeers(p.routes.Routes)
 	s.Addresses = p.egressIP.Addresses

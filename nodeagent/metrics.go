@@ -9,6 +9,7 @@ import (
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/internal/version"
+	"github.com/egressd/egressd/nodeagent/cluster"
 )
 
 // Metrics are the agent's Prometheus metrics, on their own registry (no global state).
@@ -95,7 +96,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 // failures of objects that have no status of their own on this node (EgressIP, EgressService,
 // pods). A failure's label is its kind of reason, never the error's text: a label set that
 // grows with every new text is a series each, and the text is the status's.
-func (m *Metrics) observeObjects(objects, failed map[dataplane.Origin]error, invalid map[dataplane.Origin]bool) {
+func (m *Metrics) observeObjects(objects cluster.Outcomes, failed map[dataplane.Origin]error, invalid map[dataplane.Origin]bool) {
 	m.Objects.Reset()
 	m.ObjectFailures.Reset()
 	// Counted here, set once per kind and result: a thousand firewalls are a thousand lookups
@@ -118,11 +119,11 @@ func (m *Metrics) observeObjects(objects, failed map[dataplane.Origin]error, inv
 		}
 		m.ObjectFailures.WithLabelValues(string(o.Kind), objectName(o), reason).Set(1)
 	}
-	for o, err := range objects {
+	for o, err := range objects.All() {
 		count(o, err)
 	}
 	for o, err := range failed {
-		if _, reported := objects[o]; !reported {
+		if _, reported := objects.Get(o); !reported {
 			count(o, err)
 		}
 	}

@@ -42,7 +42,7 @@ type Names interface {
 // failed for each, notes on some that did not fail (maps it may keep: the loop makes new ones
 // each sync), and the node's facts.
 type Reporter interface {
-	Report(objects map[dataplane.Origin]error, notes map[dataplane.Origin]string, res dataplane.Result)
+	Report(objects cluster.Outcomes, notes map[dataplane.Origin]string, res dataplane.Result)
 }
 
 // Announced pods are merged into what a sync compiles from; after the apply, Applied is told
@@ -300,14 +300,14 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	// An object reports what the dataplane failed of it, else what failed to compile (the
 	// dataplane keeps enforcing its previous rules then, and may have nothing to say).
 	invalid := map[dataplane.Origin]bool{} // those alone: a node checks 10,000 firewalls
-	for o, err := range objects {
+	for o, err := range objects.All() {
 		if err != nil && res.Failed[o] == nil {
 			invalid[o] = true
 		}
 	}
-	for o := range objects {
-		if err := res.Failed[o]; err != nil {
-			objects[o] = err
+	for o, err := range res.Failed {
+		if _, reported := objects.Get(o); reported && err != nil {
+			objects.Set(o, err)
 		}
 	}
 	blamePods(objects, res.Failed)
@@ -322,12 +322,12 @@ func (l *SyncLoop) sync(ctx context.Context) {
 
 // firewallNotes are the notes on the EgressFirewalls of namespaces whose pods' DNS answers
 // are no longer learned (capped: why, by namespace).
-func firewallNotes(objects map[dataplane.Origin]error, capped map[string]string) map[dataplane.Origin]string {
+func firewallNotes(objects cluster.Outcomes, capped map[string]string) map[dataplane.Origin]string {
 	if len(capped) == 0 {
 		return nil
 	}
 	notes := map[dataplane.Origin]string{}
-	for o, err := range objects {
+	for o, err := range objects.All() {
 		if why, ok := capped[o.Namespace]; ok && o.Kind == cluster.KindEgressFirewall && err == nil {
 			notes[o] = why
 		}
@@ -339,7 +339,7 @@ func firewallNotes(objects map[dataplane.Origin]error, capped map[string]string)
 // attached) in the status of the policies of its namespace: they are not in force for it. The
 // pods are named in order, on one line with what else failed, as upstream prints several errors
 // ("[e1, e2]"): a status message is one line, and the same failures make the same message.
-func blamePods(objects, failed map[dataplane.Origin]error) {
+func blamePods(objects cluster.Outcomes, failed map[dataplane.Origin]error) {
 	var pods []dataplane.Origin
 	for o := range failed {
 		if o.Kind == cluster.KindPod {
@@ -350,24 +350,28 @@ func blamePods(objects, failed map[dataplane.Origin]error) {
 		return
 	}
 	slices.SortFunc(pods, func(a, b dataplane.Origin) int { return strings.Compare(a.Name, b.Name) })
-	for o := range objects {
+	blamed := map[dataplane.Origin]error{} // set after the walk, which they would change
+	for o, err := range objects.All() {
 		if o.Kind != cluster.KindEgressFirewall && o.Kind != cluster.KindEgressQoS {
 			continue
 		}
-		errs := flatten(objects[o])
-		blamed := false
+		errs := flatten(err)
+		named := false
 		for _, pod := range pods {
 			if pod.Namespace != o.Namespace {
 				continue
 			}
-			blamed = true
+			named = true
 			for _, err := range flatten(failed[pod]) {
 				errs = append(errs, fmt.Errorf("pod %s: %w", pod.Name, err))
 			}
 		}
-		if blamed {
-			objects[o] = utilerrors.NewAggregate(errs)
+		if named {
+			blamed[o] = utilerrors.NewAggregate(errs)
 		}
+	}
+	for o, err := range blamed {
+		objects.Set(o, err)
 	}
 }
 
@@ -393,9 +397,9 @@ func flatten(err error) []error {
 
 // applyFailed reports whether the dataplane failed something that compiled: that is worth
 // retrying, whereas an object that does not compile fails the same way until it changes.
-func applyFailed(compiled map[dataplane.Origin]error, failed map[dataplane.Origin]error) bool {
+func applyFailed(compiled cluster.Outcomes, failed map[dataplane.Origin]error) bool {
 	for o := range failed {
-		if compiled[o] == nil {
+		if err, _ := compiled.Get(o); err == nil {
 			return true
 		}
 	}

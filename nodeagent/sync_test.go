@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	ovnlisters "github.com/egressd/egressd/api/generated/listers/k8sovn/v1"
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/egressservice"
 	"github.com/egressd/egressd/watchers/watcherstest"
 )
@@ -255,10 +257,10 @@ type recordingReporter struct {
 	objects map[dataplane.Origin]error
 }
 
-func (r *recordingReporter) Report(objects map[dataplane.Origin]error, _ map[dataplane.Origin]string, _ dataplane.Result) {
+func (r *recordingReporter) Report(objects cluster.Outcomes, _ map[dataplane.Origin]string, _ dataplane.Result) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.objects = objects
+	r.objects = maps.Collect(objects.All())
 }
 
 // An EgressQoS the API accepts but that cannot be compiled (a podSelector with an invalid
@@ -314,8 +316,9 @@ func TestBlamePodsOneLine(t *testing.T) {
 		{Kind: "Pod", Namespace: "ns", Name: "web"}: errors.Join(errors.New("no route to pod address 10.244.0.5"), errors.New("no route to pod address fd00::5")),
 		{Kind: "Pod", Namespace: "ns", Name: "api"}: errors.New("attach: busy"),
 	}
-	objects := map[dataplane.Origin]error{ef: errors.New("compile"), qos: nil, other: nil}
-	blamePods(objects, failed)
+	outcomes := cluster.NewOutcomes(map[dataplane.Origin]error{ef: errors.New("compile"), qos: nil, other: nil})
+	blamePods(outcomes, failed)
+	objects := maps.Collect(outcomes.All())
 	pods := "pod api: attach: busy, pod web: no route to pod address 10.244.0.5, pod web: no route to pod address fd00::5"
 	if got := fmt.Sprint(objects[ef]); got != "[compile, "+pods+"]" {
 		t.Errorf("firewall: %q", got)

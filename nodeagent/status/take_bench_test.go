@@ -18,15 +18,15 @@ func BenchmarkTake(b *testing.B) {
 	e := &entries{wanted: map[dataplane.Origin]entry{}, written: map[dataplane.Origin]string{},
 		recheck: map[dataplane.Origin]bool{}, failures: map[dataplane.Origin]int{}}
 	q := newEntryQueue(nil)
-	e.take(q, report{objects: objects}, false, false)
+	e.take(q, report{objects: cluster.NewOutcomes(objects)}, false, false)
 	changed := dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: "scale-00000", Name: "default"}
 	i := 0
 	for b.Loop() {
 		i++
-		objects[changed] = nil
+		r := report{objects: cluster.NewOutcomes(objects)}
 		if i%2 == 1 {
-			objects[changed] = fmt.Errorf("invalid")
+			r.objects.Set(changed, fmt.Errorf("invalid"))
 		}
-		e.take(q, report{objects: objects}, false, true)
+		e.take(q, r, false, true)
 	}
 }

@@ -82,7 +82,7 @@ const (
 
 // report is one sync's outcome: per-object failures and notes, and the node's host addresses.
 type report struct {
-	objects   map[dataplane.Origin]error
+	objects   cluster.Outcomes
 	notes     map[dataplane.Origin]string
 	hostCIDRs []netip.Prefix
 }
@@ -164,7 +164,7 @@ func (e *entries) take(q *entryQueue, r report, all, urgent bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	before, kept := len(e.wanted), 0 // kept: of those wanted before, the ones r still has
-	for origin, err := range r.objects {
+	for origin, err := range r.objects.All() {
 		// One lookup of an entry that stays as it was: a report holds 10,000 firewalls.
 		prev, had := e.wanted[origin]
 		if had {
@@ -190,7 +190,7 @@ func (e *entries) take(q *entryQueue, r report, all, urgent bool) {
 		return // none gone: no look at each of 10,000 entries for the one that went
 	}
 	for origin := range e.wanted {
-		if _, ok := r.objects[origin]; !ok { // gone since
+		if _, ok := r.objects.Get(origin); !ok { // gone since
 			delete(e.wanted, origin)
 			delete(e.written, origin)
 			delete(e.recheck, origin)
@@ -249,7 +249,7 @@ func (w *Writer) queue() chan report {
 
 // Report hands the outcome of a sync to the writer, replacing an outcome not yet written. The
 // writer keeps objects and notes: the caller must not modify them afterwards.
-func (w *Writer) Report(objects map[dataplane.Origin]error, notes map[dataplane.Origin]string, res dataplane.Result) {
+func (w *Writer) Report(objects cluster.Outcomes, notes map[dataplane.Origin]string, res dataplane.Result) {
 	q := w.queue()
 	select {
 	case <-q: // drop the stale outcome
