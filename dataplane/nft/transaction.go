@@ -33,10 +33,17 @@ func (c contents) add(set, id, data string, els ...nftables.SetElement) {
 }
 
 // targets are the chains the entries of the verdict maps named jump to (their data), sorted.
+// An entry whose target is the one before it is not hashed again: an egress node's replies map
+// holds 10,000 entries, which all jump to one chain.
 func (c contents) targets(names ...string) []string {
 	in := map[string]bool{}
+	last, seen := "", false
 	for _, name := range names {
 		for _, e := range c[name] {
+			if seen && e.data == last {
+				continue
+			}
+			last, seen = e.data, true
 			in[e.data] = true
 		}
 	}
