@@ -137,7 +137,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	}
 	dp, err := kernel.New(kernel.Options{PinRoot: cfg.bpfPinRoot, Classifier: classifier.Options{ACLLogRate: uint32(cfg.aclLogRate), MarkMask: cfg.markMask}, Routing: cfg.routing,
 		Tunnel: cfg.tunnel, AddressLifetime: cfg.addressLifetime, PodsInForce: store.InForce, RPFilterState: cfg.rpFilterState(), LoosenRPFilter: cfg.loosenRPFilter,
-		CiliumNodeConfig: cfg.ciliumNodeConfig},
+		CiliumNodeConfig: cfg.ciliumNodeConfig, FullPass: cfg.resync},
 		log.With("component", "dataplane"))
 	if err != nil {
 		return err

@@ -67,7 +67,13 @@ type Options struct {
 	// CiliumNodeConfig is the node configuration header Cilium's agent builds its programs
 	// with (tc.CompiledConflicts); "" looks for none.
 	CiliumNodeConfig string
+	// FullPass is how often an Apply runs every facility, also those whose part of the state
+	// did not change (sectioned), to repair what changed in the kernel unseen (0: 5 minutes).
+	FullPass time.Duration
 }
+
+// defaultFullPass is Options.FullPass's default, the sync loop's default resync period.
+const defaultFullPass = 5 * time.Minute
 
 // Applier programs the kernel of the network namespace the process runs in: it runs its
 // facilities in order (run), and the components that keep it current between syncs: the
@@ -88,6 +94,11 @@ type Applier struct {
 	// snooped are the namespaces of the pods whose DNS answers the last Apply queued, by
 	// address: the answer reader counts what they teach against them (SnoopedNamespace).
 	snooped atomic.Pointer[map[netip.Addr]string]
+	// news: the kernel changed, or was found changed, since the last Apply began, or a full
+	// pass is due (signal, FullPass): the next Apply runs every facility. applied are the
+	// sections the sectioned facilities last applied without a failure (Apply's goroutine).
+	news    atomic.Bool
+	applied map[string]any
 	changed chan struct{}
 	done    chan struct{}
 	// running are the goroutines that watch the kernel and do the periodic work.
@@ -171,7 +182,7 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	if err != nil {
 		return fail(err)
 	}
-	d := &Applier{classifier: c, facings: facings, changed: make(chan struct{}, 1), done: make(chan struct{}), metrics: newMetrics(),
+	d := &Applier{classifier: c, facings: facings, applied: map[string]any{}, changed: make(chan struct{}, 1), done: make(chan struct{}), metrics: newMetrics(),
 		cni: &cniWatch{nodeConfig: o.CiliumNodeConfig, log: log}, log: log}
 	d.nft = &nftFacility{table: t, tableLost: d.metrics.tableLost, ask: d.signal, log: log}
 	d.addresses = &addressFacility{Addresses: owned, log: log}
@@ -208,6 +219,13 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 			return nil, err
 		}
 	}
+	if o.FullPass <= 0 {
+		o.FullPass = defaultFullPass
+	}
+	if err := d.every(o.FullPass, d.signal); err != nil {
+		d.Close()
+		return nil, err
+	}
 	if err := d.every(tableCheck, d.nft.checkTable); err != nil {
 		d.Close()
 		return nil, err
@@ -227,8 +245,10 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 // Changed receives a value after the kernel changed under egressd (links added, removed,
 // renamed; the node's addresses, not those on the pods' side; the routes to pods, those of
 // the interfaces of egress IPs on secondary networks (copied into their tables) and those to
-// gateways (which decide their interface); gateways' neighbours; egressd's filters deleted behind its back), its view of those changes was lost
-// and taken again, or a BFD session changed state: the desired state must be applied again.
+// gateways (which decide their interface); gateways' neighbours; egressd's filters deleted
+// behind its back), its view of those changes was lost and taken again, a BFD session changed
+// state, or a full pass is due (Options.FullPass): the desired state must be applied again,
+// by every facility.
 func (d *Applier) Changed() <-chan struct{} { return d.changed }
 
 // SnoopedNamespace is the namespace of the pod at addr whose DNS answers are queued ("" for
@@ -268,8 +288,10 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	return res
 }
 
-// signal asks for a sync (Changed), without waiting: one pending request covers any number.
+// signal asks for a sync (Changed) that runs every facility, without waiting: one pending
+// request covers any number.
 func (d *Applier) signal() {
+	d.news.Store(true)
 	select {
 	case d.changed <- struct{}{}:
 	default:

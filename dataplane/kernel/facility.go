@@ -3,6 +3,7 @@ package kernel
 import (
 	"errors"
 	"net/netip"
+	"reflect"
 	"time"
 
 	"github.com/egressd/egressd/dataplane"
@@ -25,6 +26,19 @@ type pruner interface {
 	prune(p *pass) error
 	// removes says what prune removes, for the log.
 	removes() string
+}
+
+// sectioned is a facility with nothing to do while its section of the state is the one it last
+// applied without a failure and the kernel changed under none since (Applier.news). Each of
+// them reads the kernel at every install (the links, rules, routes and nexthops; egressd's
+// nftables table) and plans its whole section: at full size, most of an EgressFirewall edit's
+// apply went to facilities the edit did not touch. Drift that no event tells of (a route deleted
+// in egressd's table) is repaired by the next full pass (Options.FullPass).
+type sectioned interface {
+	facility
+	// section is the facility's section of s, compared with reflect.DeepEqual: the state's
+	// lists are read only, and a list unchanged is mostly the same slice.
+	section(s *dataplane.State) any
 }
 
 // pass is one Apply as the facilities see it: the desired state, and what a facility found
@@ -51,20 +65,38 @@ type pass struct {
 func (d *Applier) run(p *pass) (failed map[dataplane.Origin]error, removals map[string]error) {
 	failed = map[dataplane.Origin]error{}
 	p.failed = failed
+	full := d.news.Swap(false)
+	// skipped are the facilities with nothing to do; sections, the sections of the others.
+	skipped, sections := map[string]bool{}, map[string]any{}
 	for _, f := range d.facilities {
+		if sf, ok := f.(sectioned); ok {
+			sections[f.name()] = sf.section(p.state)
+			last, applied := d.applied[f.name()]
+			skipped[f.name()] = !full && applied && reflect.DeepEqual(last, sections[f.name()])
+		}
+	}
+	clean := map[string]bool{} // the facilities that failed nothing
+	for _, f := range d.facilities {
+		if skipped[f.name()] {
+			d.metrics.skipped.WithLabelValues(f.name()).Inc()
+			continue
+		}
 		start := time.Now()
+		clean[f.name()] = true
 		for o, err := range f.install(p) {
 			failed[o] = errors.Join(failed[o], err)
+			clean[f.name()] = false
 		}
 		d.metrics.phases.WithLabelValues(f.name()).Observe(time.Since(start).Seconds())
 	}
 	start := time.Now()
 	for i := len(d.facilities) - 1; i >= 0; i-- {
 		pr, ok := d.facilities[i].(pruner)
-		if !ok {
+		if !ok || skipped[pr.name()] {
 			continue
 		}
 		if err := pr.prune(p); err != nil {
+			clean[pr.name()] = false
 			if removals == nil {
 				removals = map[string]error{}
 			}
@@ -74,5 +106,14 @@ func (d *Applier) run(p *pass) (failed map[dataplane.Origin]error, removals map[
 		}
 	}
 	d.metrics.phases.WithLabelValues("removals").Observe(time.Since(start).Seconds())
+	for name, section := range sections {
+		switch {
+		case skipped[name]:
+		case clean[name]:
+			d.applied[name] = section
+		default: // tried again in full next time
+			delete(d.applied, name)
+		}
+	}
 	return failed, removals
 }

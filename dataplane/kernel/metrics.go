@@ -22,13 +22,15 @@ type metrics struct {
 	ipv6RPCheck    *prometheus.GaugeVec
 	// pruneFailures counts the removals that failed, by facility.
 	pruneFailures *prometheus.CounterVec
+	// skipped counts the phases an Apply skipped, by facility (sectioned).
+	skipped *prometheus.CounterVec
 	// conflicts: the CNI settings that undo what egressd programs (Result.Conflicts).
 	conflicts *prometheus.GaugeVec
 }
 
 func newMetrics() *metrics {
 	return &metrics{phases: newPhases(), eventsLost: newEventsLost(), tableLost: newTableLost(), reattached: newReattached(),
-		strictRPFilter: newStrictRPFilter(), ipv6RPCheck: newIPv6RPCheck(), pruneFailures: newPruneFailures(), conflicts: newConflicts()}
+		strictRPFilter: newStrictRPFilter(), ipv6RPCheck: newIPv6RPCheck(), pruneFailures: newPruneFailures(), skipped: newSkipped(), conflicts: newConflicts()}
 }
 
 // Collectors are the dataplane's Prometheus metrics.
@@ -49,7 +51,7 @@ func (d *Applier) Collectors() []prometheus.Collector {
 		m = newMetrics()
 	}
 	return []prometheus.Collector{classifier.NewCollector(d.classifier, afterDNAT), nft.NewCollector(table), bfdCollector{d.bfd},
-		m.phases, m.eventsLost, m.reattached, m.tableLost, m.strictRPFilter, m.ipv6RPCheck, m.pruneFailures, m.conflicts}
+		m.phases, m.eventsLost, m.reattached, m.tableLost, m.strictRPFilter, m.ipv6RPCheck, m.pruneFailures, m.skipped, m.conflicts}
 }
 
 func newConflicts() *prometheus.GaugeVec {
@@ -78,5 +80,12 @@ func newPruneFailures() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "egressd_dataplane_prune_failures_total",
 		Help: "Removals of kernel objects egressd no longer wants (rules, routes and nexthops; tunnel entries; egress addresses) that failed, by facility (routing, tunnel, addresses): the objects stay until a removal succeeds. The sync is retried with a backoff (100 ms doubling to 30 s) while they fail.",
+	}, []string{"facility"})
+}
+
+func newSkipped() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "egressd_dataplane_apply_phase_skipped_total",
+		Help: "Phases of applying the node's state that had nothing to do, by facility (nftables, addresses, tunnel, routing): its part of the state was the one it last applied without a failure, and the kernel told of no change since. Each runs in full at least every --sync-period, which repairs what changed unseen.",
 	}, []string{"facility"})
 }

@@ -27,6 +27,8 @@ type nftFacility struct {
 
 func (*nftFacility) name() string { return "nftables" }
 
+func (*nftFacility) section(s *dataplane.State) any { return s.Nftables }
+
 func (f *nftFacility) install(p *pass) map[dataplane.Origin]error {
 	s := p.state.Nftables
 	s.ReturnPaths = f.returnPaths(p.state.Nftables.ReturnPaths, p.up)

@@ -34,6 +34,8 @@ type routingFacility struct {
 
 func (*routingFacility) name() string { return "routing" }
 
+func (*routingFacility) section(s *dataplane.State) any { return s.Routing }
+
 // install copies the routes of egress IPs' interfaces on secondary networks into their tables
 // as they are now (after the addresses phase placed the IPs), then writes the tables and rules.
 func (f *routingFacility) install(p *pass) map[dataplane.Origin]error {

@@ -11,6 +11,8 @@ type tunnelFacility struct{ *tunnel.Tunnel }
 
 func (tunnelFacility) name() string { return "tunnel" }
 
+func (tunnelFacility) section(s *dataplane.State) any { return s.Tunnel }
+
 func (f tunnelFacility) install(p *pass) map[dataplane.Origin]error {
 	return f.Apply(&p.state.Tunnel)
 }

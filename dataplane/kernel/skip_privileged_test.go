@@ -1,0 +1,129 @@
+package kernel_test
+
+import (
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/dataplane/kernel"
+	"github.com/egressd/egressd/test/privileged"
+)
+
+// sectioned are the facilities an Apply skips when their part of the state did not change.
+var sectioned = []string{"nftables", "addresses", "tunnel", "routing"}
+
+// skips reads egressd_dataplane_apply_phase_skipped_total by facility.
+func skips(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "egressd_dataplane_apply_phase_skipped_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			out[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+// deleteOwnedRule deletes the first of egressd's ip rules behind its back (no event tells of
+// it) and returns the rules as they were.
+func deleteOwnedRule(t *testing.T, l *lab) []string {
+	t.Helper()
+	rules := l.ownedRules(t)
+	if len(rules) == 0 {
+		t.Fatal("egressd owns no ip rule")
+	}
+	fam, rest, _ := strings.Cut(rules[0], " ")
+	prio, _, _ := strings.Cut(rest, ":")
+	l.node.MustRun(t, "ip", fam, "rule", "del", "priority", prio)
+	return rules
+}
+
+// TestPrivilegedApplierSkipsWhatDidNotChange: an Apply of a state equal to the last one (new
+// slices, as every sync makes them) skips nftables, addresses, tunnel and routing; a changed
+// part is applied by its facility alone; a kernel change egressd hears of (a link added) makes
+// the next Apply run every facility, which repairs what changed unseen meanwhile (a rule of
+// egressd's deleted behind its back).
+func TestPrivilegedApplierSkipsWhatDidNotChange(t *testing.T) {
+	privileged.Require(t)
+	l := newLab(t)
+	a := l.applierWith(t, kernel.Options{FullPass: time.Hour})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(a.Collectors()...)
+	l.mustApply(t, a, fullState())
+	quiet(a)
+	l.mustApply(t, a, fullState()) // every facility: the first Apply's own events were news
+	before := skips(t, reg)
+	l.mustApply(t, a, fullState())
+	after := skips(t, reg)
+	for _, f := range sectioned {
+		if after[f] != before[f]+1 {
+			t.Errorf("an Apply of the same state: %s skipped %v times, want once", f, after[f]-before[f])
+		}
+	}
+
+	changed := fullState()
+	extra := netip.MustParsePrefix("198.18.9.0/24")
+	changed.Routing.Tables[0].Routes = append(changed.Routing.Tables[0].Routes, dataplane.Route{Dst: extra, Via: &dataplane.Nexthop{Gateway: extIP}})
+	before = skips(t, reg)
+	l.mustApply(t, a, changed)
+	after = skips(t, reg)
+	if after["routing"] != before["routing"] || after["nftables"] != before["nftables"]+1 {
+		t.Errorf("a changed routing part: skipped %v, before %v; want routing applied, nftables skipped", after, before)
+	}
+	if got := l.ip(t, "-4", "route", "show", "table", "all"); !strings.Contains(got, extra.String()) {
+		t.Errorf("the route added to the state is not in the kernel:\n%s", got)
+	}
+
+	rules := deleteOwnedRule(t, l)
+	l.node.MustRun(t, "ip", "link", "add", "news0", "type", "bridge")
+	select {
+	case <-a.Changed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("no sync asked for after a link was added")
+	}
+	before = skips(t, reg)
+	l.mustApply(t, a, changed)
+	if after := skips(t, reg); !maps.Equal(after, before) {
+		t.Errorf("the Apply after a kernel change skipped %v (before %v), want none", after, before)
+	}
+	if got := l.ownedRules(t); !slices.Equal(got, rules) {
+		t.Errorf("after the full pass egressd's rules are %q, want %q", got, rules)
+	}
+}
+
+// TestPrivilegedApplierFullPassRepairs: with nothing else happening, the full pass asks for a
+// sync within Options.FullPass, and that sync puts back what changed unseen.
+func TestPrivilegedApplierFullPassRepairs(t *testing.T) {
+	privileged.Require(t)
+	l := newLab(t)
+	a := l.applierWith(t, kernel.Options{FullPass: time.Second})
+	l.mustApply(t, a, fullState())
+	quiet(a)
+	l.mustApply(t, a, fullState())
+	rules := deleteOwnedRule(t, l)
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case <-a.Changed():
+		case <-deadline:
+			t.Fatalf("egressd's rules are %q 5 s after one was deleted, want %q", l.ownedRules(t), rules)
+		}
+		l.mustApply(t, a, fullState())
+		if slices.Equal(l.ownedRules(t), rules) {
+			return
+		}
+	}
+}
