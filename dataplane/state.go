@@ -175,7 +175,8 @@ type Conflict struct {
 }
 
 // Applier programs a desired state. Implementations are safe to call repeatedly with the same
-// state (level-triggered callers do).
+// state (level-triggered callers do). A state and its lists are read only once handed to
+// Apply: an implementation may keep them, to compare with the next state.
 type Applier interface {
 	Apply(ctx context.Context, s *State) Result
 }

@@ -39,8 +39,8 @@ type Names interface {
 }
 
 // Reporter is told the outcome of every sync: the objects the state was compiled from with what
-// failed for each, notes on some that did not fail (maps it may keep: the loop makes new ones
-// each sync), and the node's facts.
+// failed for each, notes on some that did not fail (it may keep them: the loop changes neither
+// after the report), and the node's facts.
 type Reporter interface {
 	Report(objects cluster.Outcomes, notes map[dataplane.Origin]string, res dataplane.Result)
 }
@@ -66,7 +66,8 @@ type Config struct {
 	// Debounce is the least time between the end of a sync and the start of one for an API
 	// change: a burst of changes costs a sync per Debounce, an isolated change syncs at once.
 	Debounce time.Duration
-	// Resync re-applies the state periodically, repairing drift made behind egressd's back.
+	// Resync compiles and applies the state periodically, whatever changed; the dataplane's own
+	// full pass repairs drift made behind egressd's back (kernel.Options.FullPass).
 	Resync time.Duration
 	// MarkMask are the skb->mark bits egressd may use (dataplane.DefaultMarkMask when 0).
 	MarkMask uint32

@@ -18,7 +18,7 @@ type addressFacility struct {
 
 func (*addressFacility) name() string { return "addresses" }
 
-func (*addressFacility) section(s *dataplane.State) any { return s.Addresses }
+func (*addressFacility) section(p *pass) any { return p.state.Addresses }
 
 func (f *addressFacility) install(p *pass) map[dataplane.Origin]error {
 	return f.Apply(p.state.Addresses)

@@ -211,6 +211,7 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	// The caches are trusted from here on: the events tell of each change.
 	facings.watched(true)
 	owned.Watched(true)
+	d.events.watched.Store(true)
 	d.running.Add(1)
 	go d.events.watch(e, ns)
 	if o.AddressLifetime > 0 {
@@ -269,8 +270,11 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 		snooped[p.IP.Unmap()] = p.Namespace
 	}
 	d.snooped.Store(&snooped) // before the rules that queue their answers
+	// Before the BFD sessions are read: a change from here on makes the next Apply full. While
+	// the kernel's events are not watched, every Apply is.
+	full := d.news.Swap(false) || !d.events.watched.Load()
 	var res dataplane.Result
-	res.Failed, res.Removals = d.run(&pass{state: s, up: d.bfd.up()})
+	res.Failed, res.Removals = d.run(&pass{state: s, up: d.bfd.up(), full: full})
 	res.HostCIDRs = d.addresses.hostCIDRs(s.Classifier.ClusterNetworks)
 	res.Conflicts = d.attach.conflictCounts()
 	wildcards, compiled := d.cni.conflicts(s)

@@ -383,8 +383,14 @@ func TestPrivilegedApplierResult(t *testing.T) {
 	if want := []netip.Prefix{netip.MustParsePrefix("192.0.2.1/24")}; !slices.Equal(res.HostCIDRs, want) {
 		t.Errorf("HostCIDRs %v, want %v", res.HostCIDRs, want)
 	}
-	// Another host address is reported at the next Apply.
+	// Another host address is reported by the Apply of the sync it asks for.
+	quiet(a)
 	l.node.MustRun(t, "ip", "addr", "add", "198.18.0.1/15", "dev", "ext0")
+	select {
+	case <-a.Changed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("no sync asked for after a host address was added")
+	}
 	res = l.apply(t, a, s)
 	if want := []netip.Prefix{netip.MustParsePrefix("192.0.2.1/24"), netip.MustParsePrefix("198.18.0.1/15")}; !slices.Equal(res.HostCIDRs, want) {
 		t.Errorf("HostCIDRs %v, want %v", res.HostCIDRs, want)

@@ -56,9 +56,12 @@ type cniWatch struct {
 	nodeConfig string // Cilium's node configuration header; "" looks for none
 	log        *slog.Logger
 
-	mu           sync.Mutex
-	addrs        []netip.Addr // what the last Apply SNATs to, sorted
-	looked       string       // the addresses last looked up; "" before the first look
+	mu sync.Mutex
+	// snat is the last Apply's SNAT list, addrs what it SNATs to, sorted: a list handed again
+	// (the state's lists are read only) is not sorted again (10,000 SNATs on an egress node).
+	snat         []dataplane.SNAT
+	addrs        []netip.Addr
+	looked       string // the addresses last looked up; "" before the first look
 	wildcards    int
 	wildcardsErr string // the last error logged
 	// compiledAt is the header's size and modification time when last read without error.
@@ -70,16 +73,20 @@ type cniWatch struct {
 // conflicts are the wildcard entries for what s SNATs to and the compiled settings, as found
 // by the last look, or now for addresses not looked up yet.
 func (w *cniWatch) conflicts(s *dataplane.State) (int, []tc.Conflict) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	snat := s.Nftables.SNAT
+	if w.looked != "" && len(snat) == len(w.snat) && (len(snat) == 0 || &snat[0] == &w.snat[0]) {
+		return w.wildcards, w.compiled
+	}
+	w.snat = snat
 	var addrs []netip.Addr
-	for _, n := range s.Nftables.SNAT {
+	for _, n := range snat {
 		addrs = append(addrs, n.To)
 	}
 	slices.SortFunc(addrs, netip.Addr.Compare)
-	addrs = slices.Compact(addrs)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.addrs = addrs
-	if w.looked == "" || fmt.Sprint(addrs) != w.looked {
+	w.addrs = slices.Compact(addrs)
+	if w.looked == "" || fmt.Sprint(w.addrs) != w.looked {
 		w.lookLocked()
 	}
 	return w.wildcards, w.compiled

@@ -176,8 +176,11 @@ type kernelEvents struct {
 	podNetworks atomic.Pointer[[]netip.Prefix]
 	// lost counts the subscriptions that failed (see watch).
 	lost prometheus.Counter
-	ask  func()
-	done <-chan struct{}
+	// watched: the events are subscribed to, and tell of each change (every Apply runs every
+	// facility while they are not).
+	watched atomic.Bool
+	ask     func()
+	done    <-chan struct{}
 	// running is the Applier's, which Close waits for.
 	running *sync.WaitGroup
 	log     *slog.Logger
@@ -205,6 +208,7 @@ func (k *kernelEvents) watch(e *events, ns netns.NsHandle) {
 			return
 		default:
 		}
+		k.watched.Store(false)
 		k.addresses.Watched(false)
 		k.facings.watched(false)
 		k.attach.recheckHooks(0) // a deletion of egressd's filters may be among the events lost
@@ -233,6 +237,7 @@ func (k *kernelEvents) watch(e *events, ns netns.NsHandle) {
 		// before it was not told.
 		k.facings.watched(true)
 		k.addresses.Watched(true)
+		k.watched.Store(true)
 		k.attach.recheckHooks(0)
 		k.ask()
 	}

@@ -28,17 +28,19 @@ type pruner interface {
 	removes() string
 }
 
-// sectioned is a facility with nothing to do while its section of the state is the one it last
-// applied without a failure and the kernel changed under none since (Applier.news). Each of
-// them reads the kernel at every install (the links, rules, routes and nexthops; egressd's
-// nftables table) and plans its whole section: at full size, most of an EgressFirewall edit's
-// apply went to facilities the edit did not touch. Drift that no event tells of (a route deleted
-// in egressd's table) is repaired by the next full pass (Options.FullPass).
+// sectioned is a facility with nothing to do while what it would write is what it last wrote
+// without a failure and the kernel changed under none since (Applier.news). Each of them reads
+// the kernel at every install (the links, rules, routes and nexthops; egressd's nftables table)
+// and plans its whole section: at full size, most of an EgressFirewall edit's apply went to
+// facilities the edit did not touch. Drift that no event tells of (a route deleted in egressd's
+// table) is repaired by the next full pass (Options.FullPass).
 type sectioned interface {
 	facility
-	// section is the facility's section of s, compared with reflect.DeepEqual: the state's
-	// lists are read only, and a list unchanged is mostly the same slice.
-	section(s *dataplane.State) any
+	// section is what install would write, from the pass's state and what it reads of the
+	// kernel to decide that (the routes it copies, the gateways' MACs), and leaves in the pass
+	// for install. It is compared with reflect.DeepEqual: the state's lists are read only, and
+	// a list unchanged is mostly the same slice.
+	section(p *pass) any
 }
 
 // pass is one Apply as the facilities see it: the desired state, and what a facility found
@@ -55,6 +57,10 @@ type pass struct {
 	faced faced
 	// failed are the failures so far: attach tells podsInForce of them.
 	failed map[dataplane.Origin]error
+	// full: every facility runs, also those whose section did not change (sectioned).
+	full bool
+	// nftables is the nftables section as its facility would write it (set by its section).
+	nftables *dataplane.NftablesState
 }
 
 // run installs p's state facility by facility, then prunes in reverse; each phase's time is
@@ -65,21 +71,22 @@ type pass struct {
 func (d *Applier) run(p *pass) (failed map[dataplane.Origin]error, removals map[string]error) {
 	failed = map[dataplane.Origin]error{}
 	p.failed = failed
-	full := d.news.Swap(false)
-	// skipped are the facilities with nothing to do; sections, the sections of the others.
+	// skipped are the facilities with nothing to do; sections, what the others wrote. Once one
+	// runs, those after it run too: they may read what it changed (the routes copied from the
+	// interface an address was just placed on, the tunnel's device made again).
 	skipped, sections := map[string]bool{}, map[string]any{}
-	for _, f := range d.facilities {
-		if sf, ok := f.(sectioned); ok {
-			sections[f.name()] = sf.section(p.state)
-			last, applied := d.applied[f.name()]
-			skipped[f.name()] = !full && applied && reflect.DeepEqual(last, sections[f.name()])
-		}
-	}
+	ran := p.full
 	clean := map[string]bool{} // the facilities that failed nothing
 	for _, f := range d.facilities {
-		if skipped[f.name()] {
-			d.metrics.skipped.WithLabelValues(f.name()).Inc()
-			continue
+		if sf, ok := f.(sectioned); ok {
+			section := sf.section(p) // at its turn: after what those before it wrote
+			last, applied := d.applied[f.name()]
+			if !ran && applied && reflect.DeepEqual(last, section) {
+				skipped[f.name()] = true
+				d.metrics.skipped.WithLabelValues(f.name()).Inc()
+				continue
+			}
+			sections[f.name()], ran = section, true
 		}
 		start := time.Now()
 		clean[f.name()] = true
@@ -107,11 +114,9 @@ func (d *Applier) run(p *pass) (failed map[dataplane.Origin]error, removals map[
 	}
 	d.metrics.phases.WithLabelValues("removals").Observe(time.Since(start).Seconds())
 	for name, section := range sections {
-		switch {
-		case skipped[name]:
-		case clean[name]:
+		if clean[name] {
 			d.applied[name] = section
-		default: // tried again in full next time
+		} else { // run in full next time
 			delete(d.applied, name)
 		}
 	}

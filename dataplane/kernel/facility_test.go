@@ -44,7 +44,7 @@ func (f fakePruner) prune(*pass) error {
 func (f fakePruner) removes() string { return f.id + "'s leftovers" }
 
 func testApplier(log *bytes.Buffer, facilities ...facility) *Applier {
-	return &Applier{facilities: facilities, metrics: newMetrics(), log: slog.New(slog.NewTextHandler(log, nil))}
+	return &Applier{facilities: facilities, applied: map[string]any{}, metrics: newMetrics(), log: slog.New(slog.NewTextHandler(log, nil))}
 }
 
 // TestRunInstallsInOrderThenPrunesInReverse: every facility installs in the list's order, and
@@ -145,5 +145,64 @@ func TestRunTimesEachPhase(t *testing.T) {
 		if err := h.Write(&m); err != nil || m.GetHistogram().GetSampleCount() != 2 {
 			t.Errorf("phase %s observed %d times, want 2 (%v)", phase, m.GetHistogram().GetSampleCount(), err)
 		}
+	}
+}
+
+// fakeSectioned is a fake pruner whose section is what it is told.
+type fakeSectioned struct {
+	fakePruner
+	is *string
+}
+
+func (f fakeSectioned) section(*pass) any { return *f.is }
+
+// TestRunSkipsWhatDidNotChange: a facility whose section is the one it last wrote without a
+// failure skips the pass, unless the pass is full; once one runs, those after it run too; a
+// failure, of its install or of its removals, makes it run again next time.
+func TestRunSkipsWhatDidNotChange(t *testing.T) {
+	var journal []string
+	nftables, addresses, routing := "n1", "a1", "r1"
+	addrFake := &fake{id: "addresses", journal: &journal}
+	routeFake := &fake{id: "routing", journal: &journal}
+	d := testApplier(&bytes.Buffer{},
+		fakeSectioned{fakePruner{&fake{id: "nftables", journal: &journal}}, &nftables},
+		fakeSectioned{fakePruner{addrFake}, &addresses},
+		&fake{id: "classifier", journal: &journal},
+		fakeSectioned{fakePruner{routeFake}, &routing})
+	ran := func(step string, full bool, want string) {
+		t.Helper()
+		journal = nil
+		d.run(&pass{state: &dataplane.State{}, full: full})
+		var installed []string
+		for _, call := range journal {
+			if name, ok := strings.CutPrefix(call, "install "); ok {
+				installed = append(installed, name)
+			}
+		}
+		if got := strings.Join(installed, " "); got != want {
+			t.Errorf("%s: installed %q, want %q", step, got, want)
+		}
+	}
+	ran("first", false, "nftables addresses classifier routing")
+	ran("nothing changed", false, "classifier")
+	routing = "r2"
+	ran("routing changed", false, "classifier routing")
+	addresses = "a2"
+	ran("addresses changed: routing after it too", false, "addresses classifier routing")
+	ran("full pass", true, "nftables addresses classifier routing")
+	addrFake.failed = map[dataplane.Origin]error{{Kind: "EgressIP", Name: "e"}: errors.New("refused")}
+	addresses = "a3"
+	ran("addresses changed, and fail", false, "addresses classifier routing")
+	addrFake.failed = nil
+	ran("nothing changed, but addresses failed", false, "addresses classifier routing")
+	ran("all written", false, "classifier")
+	routeFake.pruneErr = errors.New("busy")
+	routing = "r3"
+	ran("routing's removals fail", false, "classifier routing")
+	routeFake.pruneErr = nil
+	ran("after the failed removals", false, "classifier routing")
+	ran("removed", false, "classifier")
+	if n := testutil.ToFloat64(d.metrics.skipped.WithLabelValues("nftables")); n != 9 {
+		t.Errorf("nftables skipped %v times, want 9", n)
 	}
 }

@@ -27,12 +27,20 @@ type nftFacility struct {
 
 func (*nftFacility) name() string { return "nftables" }
 
-func (*nftFacility) section(s *dataplane.State) any { return s.Nftables }
-
-func (f *nftFacility) install(p *pass) map[dataplane.Origin]error {
+// section is the state's nftables section with the return paths as they would be written:
+// those of live gateways whose MAC is known.
+func (f *nftFacility) section(p *pass) any {
 	s := p.state.Nftables
 	s.ReturnPaths = f.returnPaths(p.state.Nftables.ReturnPaths, p.up)
-	return f.table.Apply(&s)
+	p.nftables = &s
+	return s
+}
+
+func (f *nftFacility) install(p *pass) map[dataplane.Origin]error {
+	if p.nftables == nil {
+		f.section(p)
+	}
+	return f.table.Apply(p.nftables)
 }
 
 // checkTable asks for a sync, which writes egressd's nftables table again, when it is not

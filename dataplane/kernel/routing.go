@@ -34,12 +34,19 @@ type routingFacility struct {
 
 func (*routingFacility) name() string { return "routing" }
 
-func (*routingFacility) section(s *dataplane.State) any { return s.Routing }
+// section is the routing state with the routes of egress IPs' interfaces copied in, as they
+// are now (after the addresses phase placed the IPs).
+func (f *routingFacility) section(p *pass) any {
+	p.routes = f.router.WithLinkRoutes(&p.state.Routing)
+	return *p.routes
+}
 
 // install copies the routes of egress IPs' interfaces on secondary networks into their tables
 // as they are now (after the addresses phase placed the IPs), then writes the tables and rules.
 func (f *routingFacility) install(p *pass) map[dataplane.Origin]error {
-	p.routes = f.router.WithLinkRoutes(&p.state.Routing)
+	if p.routes == nil {
+		f.section(p)
+	}
 	defer f.reversePath6(tunnel6(&p.state.Tunnel))
 	defer f.reversePath(p.state.Routing.SteeredFrom, p.state.Routing.SteeredPods)
 	return f.router.Apply(p.routes, p.up)

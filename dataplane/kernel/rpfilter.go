@@ -68,7 +68,7 @@ func newStrictRPFilter() *prometheus.GaugeVec {
 }
 
 // checks6Every is how often reversePath6 reads the ruleset again while the paths it looks at
-// stay the same (a firewall reloaded meanwhile shows at the first sync after).
+// stay the same (a firewall reloaded meanwhile shows at the first routing install after).
 var checks6Every = 30 * time.Second
 
 // reversePath6 reports the IPv6 reverse path checks of the node's firewall that drop traffic

@@ -11,7 +11,7 @@ type tunnelFacility struct{ *tunnel.Tunnel }
 
 func (tunnelFacility) name() string { return "tunnel" }
 
-func (tunnelFacility) section(s *dataplane.State) any { return s.Tunnel }
+func (tunnelFacility) section(p *pass) any { return p.state.Tunnel }
 
 func (f tunnelFacility) install(p *pass) map[dataplane.Origin]error {
 	return f.Apply(&p.state.Tunnel)
