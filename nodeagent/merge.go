@@ -123,9 +123,9 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 	if len(s.Nftables.SNAT) > 0 {
 		s.Routing.SteeredFrom, s.Routing.SteeredPods = u.others4(), p.egressIP.RemotePods
 	}
-	s.Nftables.Exempt = union(union(p.egressIP.Exempt, p.service.Exempt, netip.Prefix.Compare), vips, netip.Prefix.Compare)
+	s.Nftables.Exempt = m.exemptUnion(p.egressIP.Exempt, p.service.Exempt, vips)
 	s.Classifier.SteerExempt = s.Nftables.Exempt
-	s.Nftables.Guarded = union(p.egressIP.Guarded, p.service.Guarded, netip.Addr.Compare)
+	s.Nftables.Guarded = m.guardedUnion(p.egressIP.Guarded, p.service.Guarded)
 	s.Nftables.Secondary = p.egressIP.Secondary
 	s.Nftables.SecondaryMarks = secondaryMarks(paths, slots, mask)
 	// Some pod's packets may be steered to this node: other nodes' pods it does not know are

@@ -17,6 +17,26 @@ type mergeMemo struct {
 	snats   derived[[2][]dataplane.SNAT, []dataplane.SNAT]
 	remote  derived[remoteInputs, []netip.Addr]
 	replied derived[repliesInputs, []dataplane.SteeredPod]
+	// exempt and guarded are the unions of the features' lists (and the load balancers' VIPs):
+	// the same list while they stay, which the dataplane then compares at no cost.
+	exempt  derived[[3][]netip.Prefix, []netip.Prefix]
+	guarded derived[[2][]netip.Addr, []netip.Addr]
+}
+
+// exemptUnion is union of the EgressIP, EgressService and VIP lists, in that order.
+func (m *mergeMemo) exemptUnion(eip, service, vips []netip.Prefix) []netip.Prefix {
+	return m.exempt.of([3][]netip.Prefix{eip, service, vips}, func(a, b [3][]netip.Prefix) bool {
+		return slices.Equal(a[0], b[0]) && slices.Equal(a[1], b[1]) && slices.Equal(a[2], b[2])
+	}, func(in [3][]netip.Prefix) []netip.Prefix {
+		return union(union(in[0], in[1], netip.Prefix.Compare), in[2], netip.Prefix.Compare)
+	})
+}
+
+// guardedUnion is union of the EgressIP and EgressService lists.
+func (m *mergeMemo) guardedUnion(eip, service []netip.Addr) []netip.Addr {
+	return m.guarded.of([2][]netip.Addr{eip, service}, func(a, b [2][]netip.Addr) bool {
+		return slices.Equal(a[0], b[0]) && slices.Equal(a[1], b[1])
+	}, func(in [2][]netip.Addr) []netip.Addr { return union(in[0], in[1], netip.Addr.Compare) })
 }
 
 type remoteInputs struct {

@@ -66,3 +66,33 @@ func TestMergeMemoFollowsItsInputs(t *testing.T) {
 		last = replies
 	}
 }
+
+// The unions of the exempt destinations and of the guarded addresses are the lists union makes,
+// and the same list while the inputs stay equal.
+func TestMergeMemoUnions(t *testing.T) {
+	p, a := netip.MustParsePrefix, netip.MustParseAddr
+	m := &mergeMemo{}
+	var lastExempt []netip.Prefix
+	var lastGuarded []netip.Addr
+	for _, step := range []struct {
+		name            string
+		eip, service    []netip.Prefix
+		vips            []netip.Prefix
+		guarded, served []netip.Addr
+		same            bool
+	}{
+		{"first", []netip.Prefix{p("10.0.0.0/8")}, []netip.Prefix{p("192.0.2.1/32")}, nil, []netip.Addr{a("10.244.1.5")}, []netip.Addr{a("10.244.2.5")}, false},
+		{"equal, new slices", []netip.Prefix{p("10.0.0.0/8")}, []netip.Prefix{p("192.0.2.1/32")}, nil, []netip.Addr{a("10.244.1.5")}, []netip.Addr{a("10.244.2.5")}, true},
+		{"a VIP", []netip.Prefix{p("10.0.0.0/8")}, []netip.Prefix{p("192.0.2.1/32")}, []netip.Prefix{p("198.51.100.7/32")}, []netip.Addr{a("10.244.1.5")}, []netip.Addr{a("10.244.2.5"), a("10.244.3.5")}, false},
+	} {
+		exempt, guarded := m.exemptUnion(step.eip, step.service, step.vips), m.guardedUnion(step.guarded, step.served)
+		wantExempt := union(union(step.eip, step.service, netip.Prefix.Compare), step.vips, netip.Prefix.Compare)
+		if !slices.Equal(exempt, wantExempt) || !slices.Equal(guarded, union(step.guarded, step.served, netip.Addr.Compare)) {
+			t.Errorf("%s: exempt %v guarded %v, want the unions", step.name, exempt, guarded)
+		}
+		if sameList(exempt, lastExempt) != step.same || sameList(guarded, lastGuarded) != step.same {
+			t.Errorf("%s: the last lists handed again: %v, %v; want %v", step.name, sameList(exempt, lastExempt), sameList(guarded, lastGuarded), step.same)
+		}
+		lastExempt, lastGuarded = exempt, guarded
+	}
+}
