@@ -66,8 +66,9 @@ type Config struct {
 	// Debounce is the least time between the end of a sync and the start of one for an API
 	// change: a burst of changes costs a sync per Debounce, an isolated change syncs at once.
 	Debounce time.Duration
-	// Resync compiles and applies the state periodically, whatever changed; the dataplane's own
-	// full pass repairs drift made behind egressd's back (kernel.Options.FullPass).
+	// Resync is the longest time without a sync: the state is compiled and applied again,
+	// whatever changed. The dataplane's own full pass repairs drift made behind egressd's back
+	// (kernel.Options.FullPass).
 	Resync time.Duration
 	// MarkMask are the skb->mark bits egressd may use (dataplane.DefaultMarkMask when 0).
 	MarkMask uint32
@@ -159,12 +160,15 @@ func (l *SyncLoop) Synced() bool { return l.synced.Load() }
 // Run syncs once, then after every change (paced by Debounce), trigger (which cuts the pacing
 // short), retry or resync period, until ctx ends.
 func (l *SyncLoop) Run(ctx context.Context) {
-	resync := time.NewTicker(l.cfg.Resync)
+	// Resync after a quiet period, not on a clock of its own: the dataplane's full pass asks
+	// for a sync every period too (kernel.Options.FullPass), which then resets it.
+	resync := time.NewTimer(l.cfg.Resync)
 	defer resync.Stop()
 	triggered := fanIn(ctx, l.triggers)
 	for {
 		l.sync(ctx)
 		synced := time.Now()
+		resync.Reset(l.cfg.Resync)
 		select {
 		case <-ctx.Done():
 			return

@@ -144,6 +144,28 @@ func TestSyncLoopSyncsIsolatedChangeAtOnce(t *testing.T) {
 	})
 }
 
+// The resync comes a period after the last sync, whatever caused it: the dataplane's full pass
+// asks for a sync every period as well, and the two make one sync, not two.
+func TestSyncLoopResyncsAPeriodAfterTheLastSync(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		changed := make(chan struct{}, 1)
+		app := &recordingApplier{}
+		l := newLoop(app, changed, time.Millisecond, func(c *Config, _ *Deps) { c.Resync = time.Minute })
+		run(t, l)
+		settle(40 * time.Second)
+		changed <- struct{}{} // the full pass's request, say
+		settle(0)
+		settle(30 * time.Second) // a minute after the first sync, 30 s after the last
+		if n := app.n.Load(); n != 2 {
+			t.Fatalf("%d syncs a minute after the first, 30 s after the second, want 2", n)
+		}
+		settle(30 * time.Second) // a minute after the last
+		if n := app.n.Load(); n != 3 {
+			t.Errorf("%d syncs a minute after the last, want 3 (the resync)", n)
+		}
+	})
+}
+
 // A failed apply is retried by itself, without waiting for a change or the resync (an hour:
 // the bubble's fake clock never reaches it here).
 func TestSyncLoopRetriesFailedApply(t *testing.T) {
