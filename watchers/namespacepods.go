@@ -31,7 +31,7 @@ type namespacePods struct {
 
 func newNamespacePods(scopes []PodScope, handler cache.ResourceEventHandler) (*namespacePods, error) {
 	s := &namespacePods{scopes: map[string][]labels.Selector{}, handler: handler,
-		Indexer: cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, podIndexers())}
+		Indexer: cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, servedPodIndexers())}
 	for _, sc := range scopes {
 		sel, err := labels.Parse(sc.Selector)
 		if err != nil {

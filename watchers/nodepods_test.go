@@ -103,8 +103,8 @@ func TestNodePodsReadsItsNodeAndTheServedPods(t *testing.T) {
 	if _, err := snap.Pods.Pods(ns1).Get("other"); !apierrors.IsNotFound(err) {
 		t.Errorf("get a pod of another node not served: %v, want not found", err)
 	}
-	if objs, err := snap.PodIndex.ByIndex(watchers.PodsByNode, "n2"); err != nil || len(objs) != 1 {
-		t.Errorf("pods of n2 by index: %d (%v), want the gateway alone", len(objs), err)
+	if objs, err := snap.PodIndex.ByIndex(watchers.PodsByNode, "n1"); err != nil || len(objs) != 1 {
+		t.Errorf("pods of n1 by index: %d (%v), want its own alone", len(objs), err)
 	}
 
 	// A served pod created now arrives, and signals.

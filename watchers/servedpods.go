@@ -52,13 +52,11 @@ type scopeInformer struct {
 	stop    chan struct{}
 }
 
-// podIndexers are those of every pod cache: by namespace, and PodIndexers.
-func podIndexers() cache.Indexers {
-	indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
-	for name, f := range PodIndexers {
-		indexers[name] = f
-	}
-	return indexers
+// servedPodIndexers are those of the served pods' caches: by namespace and by address. Not by
+// node: the node's own pods are all in its own cache, and the ten thousand pods an egress node
+// may serve would each cost an entry of an index nobody reads.
+func servedPodIndexers() cache.Indexers {
+	return cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, PodsByIP: PodIndexers[PodsByIP]}
 }
 
 // start runs an informer of sc's pods, trimmed and indexed as the node's own.
@@ -67,7 +65,7 @@ func (s *servedPods) start(sc PodScope) (*scopeInformer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pod scope %s/%q: %w", sc.Namespace, sc.Selector, err)
 	}
-	inf := coreinformers.NewFilteredPodInformer(s.kube, sc.Namespace, s.resync, podIndexers(),
+	inf := coreinformers.NewFilteredPodInformer(s.kube, sc.Namespace, s.resync, servedPodIndexers(),
 		func(o *metav1.ListOptions) { o.LabelSelector = sel.String() })
 	if err := inf.SetTransform(transform); err != nil {
 		return nil, err
@@ -213,8 +211,12 @@ func (u *podUnion) Pods(namespace string) corelisters.PodNamespaceLister {
 	return podUnionNamespace{u, namespace}
 }
 
-// ByIndex is the pods of every cache under the index's value.
+// ByIndex is the pods of every cache under the index's value; by node, those of the node's own
+// cache (the served ones are not indexed by node).
 func (u *podUnion) ByIndex(index, value string) ([]any, error) {
+	if index == PodsByNode {
+		return u.local.ByIndex(index, value)
+	}
 	pods, err := u.collect(func(idx cache.Indexer, add func(any)) error {
 		objs, err := idx.ByIndex(index, value)
 		for _, o := range objs {

@@ -1,6 +1,7 @@
 package watchers
 
 import (
+	"maps"
 	"slices"
 	"testing"
 
@@ -11,8 +12,18 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-func podIndexer(pods ...*corev1.Pod) cache.Indexer {
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, podIndexers())
+// podIndexer is a served scope's cache of pods.
+func podIndexer(pods ...*corev1.Pod) cache.Indexer { return indexed(servedPodIndexers(), pods) }
+
+// localIndexer is the node's own cache of pods: also by node.
+func localIndexer(pods ...*corev1.Pod) cache.Indexer {
+	indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+	maps.Copy(indexers, PodIndexers)
+	return indexed(indexers, pods)
+}
+
+func indexed(indexers cache.Indexers, pods []*corev1.Pod) cache.Indexer {
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexers)
 	for _, p := range pods {
 		_ = idx.Add(p)
 	}
@@ -34,7 +45,7 @@ func TestPodUnionReadsEachPodOnce(t *testing.T) {
 	gw := testPod("b", "gw", "n2", "10.244.2.5", map[string]string{"app": "gw"})
 	other := testPod("a", "other", "n3", "10.244.3.5", web)
 	s := &servedPods{scopes: map[PodScope]*scopeInformer{}}
-	u := &podUnion{local: podIndexer(own), served: s}
+	u := &podUnion{local: localIndexer(own), served: s}
 	s.scopes[PodScope{Selector: "app"}] = &scopeInformer{indexer: podIndexer(stale, gw)}
 	s.scopes[PodScope{Namespace: "a"}] = &scopeInformer{indexer: podIndexer(other)}
 

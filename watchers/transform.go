@@ -83,6 +83,8 @@ func transform(obj any) (any, error) {
 	case *ovnv1.EgressFirewall:
 		o.ManagedFields = nil
 		o.Spec.Egress = exactly(o.Spec.Egress)
+		internRules(o.Spec.Egress)
+		internStatus(&o.Status)
 	case *ovnv1.EgressQoS:
 		o.ManagedFields = nil
 		o.Spec.Egress = exactly(o.Spec.Egress)
@@ -119,27 +121,86 @@ func egressTransform(trim func(obj any)) cache.TransformFunc {
 }
 
 // trimPod keeps only what the features read: labels, node, host networking, IPs, phase and
-// readiness, and the controlling EgressRouter of router pods. A cached pod is a few hundred bytes instead of several kilobytes.
+// readiness, and the controlling EgressRouter of router pods. A cached pod is a few hundred bytes
+// instead of several kilobytes, and shares its labels, namespace, node and readiness with the
+// pods that hold equal ones (an egress node caches the tens of thousands its EgressIPs serve).
 func trimPod(p *corev1.Pod) *corev1.Pod {
 	owner := metav1.GetControllerOf(p)
 	trimMeta(&p.ObjectMeta)
 	if owner != nil && owner.Kind == "EgressRouter" { // router pods: the leader places them per owner
 		p.OwnerReferences = []metav1.OwnerReference{*owner}
 	}
+	p.Namespace = intern(p.Namespace)
+	p.Labels = internLabels(p.Labels)
 	ready := corev1.ConditionFalse
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
 			ready = c.Status
 		}
 	}
-	p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork}
+	p.Spec = corev1.PodSpec{NodeName: intern(p.Spec.NodeName), HostNetwork: p.Spec.HostNetwork}
+	podIP := p.Status.PodIP
+	if len(p.Status.PodIPs) > 0 && p.Status.PodIPs[0].IP == podIP {
+		podIP = p.Status.PodIPs[0].IP // one copy of the address, not two
+	}
 	p.Status = corev1.PodStatus{
-		Phase:      p.Status.Phase,
+		Phase:      corev1.PodPhase(intern(string(p.Status.Phase))),
 		PodIPs:     p.Status.PodIPs,
-		PodIP:      p.Status.PodIP,
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: ready}},
+		PodIP:      podIP,
+		Conditions: podReadiness(ready),
 	}
 	return p
+}
+
+// Readiness conditions as cached: one array for each status, shared by every object with it.
+var (
+	podReady  = map[corev1.ConditionStatus][]corev1.PodCondition{}
+	nodeReady = map[corev1.ConditionStatus][]corev1.NodeCondition{}
+)
+
+func init() {
+	for _, s := range []corev1.ConditionStatus{corev1.ConditionTrue, corev1.ConditionFalse, corev1.ConditionUnknown} {
+		podReady[s] = []corev1.PodCondition{{Type: corev1.PodReady, Status: s}}
+		nodeReady[s] = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: s}}
+	}
+}
+
+func podReadiness(s corev1.ConditionStatus) []corev1.PodCondition {
+	if c, ok := podReady[s]; ok {
+		return c
+	}
+	return []corev1.PodCondition{{Type: corev1.PodReady, Status: s}}
+}
+
+func nodeReadiness(s corev1.ConditionStatus) []corev1.NodeCondition {
+	if c, ok := nodeReady[s]; ok {
+		return c
+	}
+	return []corev1.NodeCondition{{Type: corev1.NodeReady, Status: s}}
+}
+
+// internStatus shares the status strings every EgressFirewall repeats: the aggregate and the
+// nodes' entries ("node: EgressFirewall Rules applied").
+func internStatus(st *ovnv1.EgressFirewallStatus) {
+	st.Status = intern(st.Status)
+	for i, m := range st.Messages {
+		st.Messages[i] = intern(m)
+	}
+}
+
+// internRules shares what EgressFirewall rules repeat across namespaces: their types,
+// protocols, destinations and node selectors.
+func internRules(rules []ovnv1.EgressFirewallRule) {
+	for i := range rules {
+		r := &rules[i]
+		r.Type = ovnv1.EgressFirewallRuleType(intern(string(r.Type)))
+		for j := range r.Ports {
+			r.Ports[j].Protocol = intern(r.Ports[j].Protocol)
+		}
+		r.To.CIDRSelector = intern(r.To.CIDRSelector)
+		r.To.DNSName = intern(r.To.DNSName)
+		r.To.NodeSelector = internSelector(r.To.NodeSelector)
+	}
 }
 
 func trimNode(n *corev1.Node) *corev1.Node {
@@ -153,7 +214,7 @@ func trimNode(n *corev1.Node) *corev1.Node {
 	n.Spec = corev1.NodeSpec{PodCIDRs: n.Spec.PodCIDRs, PodCIDR: n.Spec.PodCIDR}
 	n.Status = corev1.NodeStatus{
 		Addresses:  n.Status.Addresses,
-		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}},
+		Conditions: nodeReadiness(ready),
 	}
 	return n
 }

@@ -40,6 +40,7 @@ import (
 
 // Index names of the pod informer.
 const (
+	// PodsByNode indexes the node's own pods by node (with NodePods; else every pod).
 	PodsByNode      = "node"
 	PodsByNamespace = cache.NamespaceIndex // every informer of the factory has it
 	// PodsByIP indexes pods of the pod network by the addresses their status shows.

@@ -23,7 +23,12 @@ type entryQueue struct {
 	again   map[dataplane.Origin]bool // added while active: queued when done, urgent if true
 	stopped bool
 	metrics *Metrics // its pending gauge: how many are queued
+	peak    int      // most queued since the maps were made: a map keeps its size once grown
 }
+
+// shrinkAfter is how many queued origins make the queue's maps worth making anew once it
+// drains: a first pass over ten thousand firewalls would keep a megabyte otherwise.
+const shrinkAfter = 1024
 
 func newEntryQueue(m *Metrics) *entryQueue {
 	q := &entryQueue{metrics: m, queued: map[dataplane.Origin]bool{}, urgent: map[dataplane.Origin]bool{},
@@ -57,6 +62,7 @@ func (q *entryQueue) push(o dataplane.Origin, urgent bool) {
 		q.urgent[o] = true
 	}
 	q.queued[o] = true
+	q.peak = max(q.peak, len(q.queued))
 	q.metrics.setPending(len(q.queued))
 	q.lanes[lane] = append(q.lanes[lane], o)
 	q.cond.Signal()
@@ -82,10 +88,12 @@ func (q *entryQueue) get() (o dataplane.Origin, urgent, ok bool) {
 				delete(q.queued, o)
 				q.metrics.setPending(len(q.queued))
 				delete(q.urgent, o)
+				q.drained()
 				q.active[o] = true
 				return o, lane == 0, true
 			}
 		}
+		q.drained()
 		q.cond.Wait()
 	}
 }
@@ -100,6 +108,19 @@ func (q *entryQueue) done(o dataplane.Origin) {
 		if !q.stopped {
 			q.push(o, urgent)
 		}
+	}
+}
+
+// drained lets go of what a long queue grew once it is empty: the lanes' arrays (a drained
+// lane still points into its array) and the maps. q.mu held.
+func (q *entryQueue) drained() {
+	for lane := range q.lanes {
+		if len(q.lanes[lane]) == 0 {
+			q.lanes[lane] = nil
+		}
+	}
+	if len(q.queued) == 0 && q.peak > shrinkAfter {
+		q.queued, q.urgent, q.peak = map[dataplane.Origin]bool{}, map[dataplane.Origin]bool{}, 0
 	}
 }
 

@@ -1,6 +1,7 @@
 package status
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -86,5 +87,31 @@ func TestEntryQueueAddedWhileActive(t *testing.T) {
 	q.stop()
 	if _, _, ok := q.get(); ok {
 		t.Fatal("get after stop reported an entry")
+	}
+}
+
+// A queue that drained a first pass over thousands of firewalls lets go of the arrays and maps
+// it grew for them, and keeps ordering what comes after.
+func TestEntryQueueDrainedLetsGo(t *testing.T) {
+	q := newEntryQueue(nil)
+	for i := range 2 * shrinkAfter {
+		q.add(fw(fmt.Sprint(i)), i%2 == 0) // promoted ones leave stale origins in the backlog
+		if i%3 == 0 {
+			q.add(fw(fmt.Sprint(i)), true)
+		}
+	}
+	if got := take(t, q, 2*shrinkAfter); len(got) != 2*shrinkAfter {
+		t.Fatalf("took %d", len(got))
+	}
+	q.mu.Lock()
+	lanes, peak := q.lanes, q.peak
+	q.mu.Unlock()
+	if lanes[0] != nil || lanes[1] != nil || peak != 0 {
+		t.Errorf("after draining: lanes of %d and %d, peak %d; want none kept", cap(lanes[0]), cap(lanes[1]), peak)
+	}
+	q.add(fw("b"), false)
+	q.add(fw("a"), true)
+	if got := take(t, q, 2); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("after draining: %v, want [a b]", got)
 	}
 }
