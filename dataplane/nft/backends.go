@@ -55,7 +55,7 @@ func addDenies(c contents, denies map[string]dataplane.BackendDeny) {
 		if len(k) == 16 {
 			name = backendDeny4Set
 		}
-		c.add(name, k, "", nftables.SetElement{Key: []byte(k)})
+		c.add(name, k, "")
 	}
 }
 

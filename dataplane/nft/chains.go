@@ -155,7 +155,7 @@ func writeTable(c *nftables.Conn, mask uint32, queue dnsQueue, elems contents) e
 		if err := c.AddSet(&s, nil); err != nil {
 			return err
 		}
-		if err := inMessages(c.SetAddElements, &s, elems.elements(s.Name)); err != nil {
+		if err := inMessages(c.SetAddElements, &s, elems.elements(def)); err != nil {
 			return err
 		}
 		sets[s.Name] = &s

@@ -53,7 +53,7 @@ var dnsSnoopSets = []*nftables.Set{
 func addDNSSnoop(c contents, s *dataplane.NftablesState) {
 	for _, sp := range s.DNSSnoop.Pods {
 		if p := sp.IP.Unmap(); p.IsValid() {
-			c.add(family(p, dnsPods4Set, dnsPods6Set), string(p.AsSlice()), "", nftables.SetElement{Key: p.AsSlice()})
+			c.add(family(p, dnsPods4Set, dnsPods6Set), string(p.AsSlice()), "")
 		}
 	}
 	if len(s.DNSSnoop.Pods) == 0 {
@@ -61,7 +61,7 @@ func addDNSSnoop(c contents, s *dataplane.NftablesState) {
 	}
 	for _, r := range s.DNSSnoop.Resolvers {
 		if r = r.Unmap(); r.IsValid() {
-			c.add(family(r, dnsResolvers4Set, dnsResolvers6Set), string(r.AsSlice()), "", nftables.SetElement{Key: r.AsSlice()})
+			c.add(family(r, dnsResolvers4Set, dnsResolvers6Set), string(r.AsSlice()), "")
 		}
 	}
 }

@@ -93,9 +93,8 @@ func addEgressIP(c contents, s egressIPInputs) map[dataplane.Origin]error {
 			failed[n.Origin] = fmt.Errorf("SNAT of %s to %s: already SNATed to %s", pod, eip, to[pod])
 		default:
 			to[pod] = eip
-			c.add(family(pod, snat4Set, snat6Set), string(pod.AsSlice()), string(eip.AsSlice()),
-				nftables.SetElement{Key: pod.AsSlice(), Val: eip.AsSlice()})
-			c.add(family(eip, addrs4Set, addrs6Set), string(eip.AsSlice()), "", nftables.SetElement{Key: eip.AsSlice()})
+			c.add(family(pod, snat4Set, snat6Set), string(pod.AsSlice()), string(eip.AsSlice()))
+			c.add(family(eip, addrs4Set, addrs6Set), string(eip.AsSlice()), "")
 		}
 	}
 	addRanges(c, s.exempt, exempt4Set, exempt6Set)
@@ -103,19 +102,19 @@ func addEgressIP(c contents, s egressIPInputs) map[dataplane.Origin]error {
 	for _, a := range s.guarded {
 		a = a.Unmap()
 		if a.IsValid() {
-			c.add(family(a, guarded4Set, guarded6Set), string(a.AsSlice()), "", nftables.SetElement{Key: a.AsSlice()})
+			c.add(family(a, guarded4Set, guarded6Set), string(a.AsSlice()), "")
 		}
 	}
 	for _, a := range s.spread {
 		a = a.Unmap()
 		if a.IsValid() {
-			c.add(family(a, spread4Set, spread6Set), string(a.AsSlice()), "", nftables.SetElement{Key: a.AsSlice()})
+			c.add(family(a, spread4Set, spread6Set), string(a.AsSlice()), "")
 		}
 	}
 	for _, a := range s.secondary {
 		a = a.Unmap()
 		if a.IsValid() {
-			c.add(family(a, secondary4Set, secondary6Set), string(a.AsSlice()), "", nftables.SetElement{Key: a.AsSlice()})
+			c.add(family(a, secondary4Set, secondary6Set), string(a.AsSlice()), "")
 		}
 	}
 	addSecondaryMarks(c, s)
@@ -123,14 +122,14 @@ func addEgressIP(c contents, s egressIPInputs) map[dataplane.Origin]error {
 		a := n.Nexthop.Unmap()
 		if a.IsValid() && n.Mark&s.mask != 0 {
 			k := string(append(binary.NativeEndian.AppendUint32(nil, n.Mark&s.mask), a.AsSlice()...))
-			c.add(family(a, steerNexthops4Set, steerNexthops6Set), k, "", nftables.SetElement{Key: []byte(k)})
+			c.add(family(a, steerNexthops4Set, steerNexthops6Set), k, "")
 		}
 	}
 	for _, d := range s.devices {
 		if d != "" && len(d) < unix.IFNAMSIZ {
 			k := make([]byte, unix.IFNAMSIZ)
 			copy(k, d)
-			c.add(steerDevicesSet, string(k), "", nftables.SetElement{Key: k})
+			c.add(steerDevicesSet, string(k), "")
 		}
 	}
 	return failed
@@ -145,7 +144,7 @@ func addRanges(c contents, ps []netip.Prefix, v4, v6 string) {
 			es = append(es, nftables.SetElement{Key: next.AsSlice(), IntervalEnd: true})
 			end = string(next.AsSlice())
 		}
-		c.add(family(r.from, v4, v6), string(r.from.AsSlice()), end, es...)
+		c.addInterval(family(r.from, v4, v6), string(r.from.AsSlice()), end, es)
 	}
 }
 

@@ -44,21 +44,14 @@ func (a egressIPInputs) equal(b egressIPInputs) bool {
 		slices.Equal(a.devices, b.devices)
 }
 
-// clone copies the slices: the caller's state may be reused after Apply returns.
-func (a egressIPInputs) clone() egressIPInputs {
-	return egressIPInputs{mask: a.mask, snat: slices.Clone(a.snat), exempt: slices.Clone(a.exempt),
-		remotePods: slices.Clone(a.remotePods), guarded: slices.Clone(a.guarded), spread: slices.Clone(a.spread),
-		secondary: slices.Clone(a.secondary), secondaryMarks: slices.Clone(a.secondaryMarks),
-		nexthops: slices.Clone(a.nexthops), devices: slices.Clone(a.devices)}
-}
-
 // add puts s's EgressIP elements in c, planned again only when their inputs changed. Returns
 // the SNATs that cannot be programmed (a map of the caller's own).
 func (m *egressIPMemo) add(c contents, s *dataplane.NftablesState) map[dataplane.Origin]error {
 	in := egressIPInputsOf(s)
 	if !m.valid || !m.in.equal(in) {
 		sets := contents{}
-		*m = egressIPMemo{in: in.clone(), sets: sets, failed: addEgressIP(sets, in), valid: true}
+		// The state's lists are read only once handed over (dataplane.Applier): kept, not copied.
+		*m = egressIPMemo{in: in, sets: sets, failed: addEgressIP(sets, in), valid: true}
 	}
 	maps.Copy(c, m.sets)
 	return maps.Clone(m.failed)
@@ -79,7 +72,7 @@ func (m *repliesMemo) add(c contents, s *dataplane.NftablesState) {
 	if !m.valid || m.mask != s.SteerMask || !slices.Equal(m.replies, s.Replies) {
 		sets := contents{}
 		addReplies(sets, s)
-		*m = repliesMemo{mask: s.SteerMask, replies: slices.Clone(s.Replies), sets: sets, valid: true}
+		*m = repliesMemo{mask: s.SteerMask, replies: s.Replies, sets: sets, valid: true}
 	}
 	maps.Copy(c, m.sets)
 }

@@ -3,14 +3,15 @@ package nft
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/egressd/egressd/dataplane"
 )
 
 // TestEgressIPPartPlannedAgainWhenItsInputsChange: a Table keeps the EgressIP part of its plan
-// only while the fields it is planned from stay, including when the caller edits its state in
-// place after an Apply, and a caller's changes to the returned failures do not stick.
+// only while the fields it is planned from stay (new lists: a state's are read only once
+// handed over), and a caller's changes to the returned failures do not stick.
 func TestEgressIPPartPlannedAgainWhenItsInputsChange(t *testing.T) {
 	s := &dataplane.NftablesState{SteerMask: 0x00ff0000,
 		SNAT:    []dataplane.SNAT{{Origin: eipA, Pod: addr("10.244.1.5"), To: addr("172.18.0.100")}},
@@ -24,9 +25,10 @@ func TestEgressIPPartPlannedAgainWhenItsInputsChange(t *testing.T) {
 	if !has(snat4Set, "10.244.1.5") || !has(guarded4Set, "10.244.1.5") {
 		t.Fatalf("the first plan lacks the SNAT or guard of 10.244.1.5")
 	}
-	s.SNAT[0].Pod, s.Guarded[0] = addr("10.244.1.6"), addr("10.244.1.6") // in place
+	s.SNAT, s.Guarded = slices.Clone(s.SNAT), slices.Clone(s.Guarded)
+	s.SNAT[0].Pod, s.Guarded[0] = addr("10.244.1.6"), addr("10.244.1.6")
 	if !has(snat4Set, "10.244.1.6") || has(snat4Set, "10.244.1.5") || !has(guarded4Set, "10.244.1.6") {
-		t.Errorf("a pod changed in place: the plan still SNATs or guards the old one")
+		t.Errorf("a pod changed: the plan still SNATs or guards the old one")
 	}
 	s.Exempt = append(s.Exempt, prefix("172.20.0.0/16"))
 	if !has(exempt4Set, "172.20.0.0") {
@@ -44,7 +46,7 @@ func TestEgressIPPartPlannedAgainWhenItsInputsChange(t *testing.T) {
 }
 
 // TestRepliesPlannedAgainWhenTheyChange: a Table keeps the reply maps of its plan only while
-// the replies and the mask stay, also when the caller edits its state in place.
+// the replies and the mask stay.
 func TestRepliesPlannedAgainWhenTheyChange(t *testing.T) {
 	s := &dataplane.NftablesState{SteerMask: 0x00ff0000,
 		Replies: []dataplane.SteeredPod{{Pod: addr("10.244.1.5"), Mark: 0x00010000}}}
@@ -56,11 +58,11 @@ func TestRepliesPlannedAgainWhenTheyChange(t *testing.T) {
 	if got := jumpOf("10.244.1.5"); got != steerChain(0x00010000) {
 		t.Fatalf("the first plan's reply of 10.244.1.5 jumps to %q, want %q", got, steerChain(0x00010000))
 	}
-	s.Replies[0].Pod = addr("10.244.1.6") // in place
+	s.Replies = []dataplane.SteeredPod{{Pod: addr("10.244.1.6"), Mark: 0x00010000}}
 	if jumpOf("10.244.1.5") != "" || jumpOf("10.244.1.6") == "" {
-		t.Errorf("a reply's pod changed in place: the plan still routes the old one's replies")
+		t.Errorf("a reply's pod changed: the plan still routes the old one's replies")
 	}
-	s.Replies[0].Mark = 0x00020000
+	s.Replies = []dataplane.SteeredPod{{Pod: addr("10.244.1.6"), Mark: 0x00020000}}
 	if got := jumpOf("10.244.1.6"); got != steerChain(0x00020000) {
 		t.Errorf("a reply's mark changed: it jumps to %q, want %q", got, steerChain(0x00020000))
 	}

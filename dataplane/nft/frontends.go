@@ -47,11 +47,11 @@ var frontendSets = []*nftables.Set{
 // addFrontends adds the firewalled pods and the frontends to the wanted contents.
 func addFrontends(c contents, s *dataplane.NftablesState) {
 	for _, p := range s.FirewalledPods {
-		c.add(family(p, firewalled4Set, firewalled6Set), string(p.AsSlice()), "", nftables.SetElement{Key: p.AsSlice()})
+		c.add(family(p, firewalled4Set, firewalled6Set), string(p.AsSlice()), "")
 	}
 	for _, f := range s.Frontends {
 		k := frontendKey(f.Addr, f.Protocol, f.Port.Port)
-		c.add(family(f.Addr, frontends4Set, frontends6Set), string(k), "", nftables.SetElement{Key: k})
+		c.add(family(f.Addr, frontends4Set, frontends6Set), string(k), "")
 	}
 }
 

@@ -66,7 +66,7 @@ func addDSCP(c contents, dscp map[string]dataplane.BackendDSCP) {
 			name = backendDSCP4Set
 		}
 		chain := dscpChain(d.DSCP)
-		c.add(name, k, chain, nftables.SetElement{Key: []byte(k), VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: chain}})
+		c.add(name, k, chain)
 	}
 }
 

@@ -32,7 +32,7 @@ func renderPlan(c contents, failed map[dataplane.Origin]error) string {
 		}
 		fmt.Fprintf(&b, "%s\n", setHeader(def))
 		for _, id := range slices.Sorted(maps.Keys(c[def.Name])) {
-			fmt.Fprintf(&b, "\t%s\n", renderEntry(def, c[def.Name][id].els))
+			fmt.Fprintf(&b, "\t%s\n", renderEntry(def, kernelElements(def, id, c[def.Name][id])))
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(c)) {

@@ -64,9 +64,8 @@ func addReturnPaths(c contents, s *dataplane.NftablesState) {
 			continue
 		}
 		chain := returnChain(m)
-		jump := &expr.Verdict{Kind: expr.VerdictJump, Chain: chain}
 		k := binary.NativeEndian.AppendUint32(nil, m)
-		c.add(extrouteMarksSet, string(k), chain, nftables.SetElement{Key: k, VerdictData: jump})
+		c.add(extrouteMarksSet, string(k), chain)
 		for _, pod := range r.Pods {
 			pod = pod.Unmap()
 			if !pod.IsValid() || pod.Is4() != r.Gateway.Unmap().Is4() {
@@ -74,8 +73,7 @@ func addReturnPaths(c contents, s *dataplane.NftablesState) {
 			}
 			// The MAC takes two 4-byte registers of the concatenation: padded to 8 bytes.
 			k := slices.Concat(pod.AsSlice(), r.MAC, []byte{0, 0})
-			c.add(family(pod, extrouteGateways4Set, extrouteGateways6Set), string(k), chain,
-				nftables.SetElement{Key: k, VerdictData: jump})
+			c.add(family(pod, extrouteGateways4Set, extrouteGateways6Set), string(k), chain)
 		}
 	}
 }

@@ -44,10 +44,9 @@ func addSecondaryMarks(c contents, s egressIPInputs) {
 			continue
 		}
 		chain := steerChain(mark)
-		c.add(secondaryMarks6Set, string(a.AsSlice()), chain,
-			nftables.SetElement{Key: a.AsSlice(), VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: chain}})
+		c.add(secondaryMarks6Set, string(a.AsSlice()), chain)
 		k := binary.NativeEndian.AppendUint32(nil, mark)
-		c.add(replyMarks6Set, string(k), "", nftables.SetElement{Key: k})
+		c.add(replyMarks6Set, string(k), "")
 	}
 }
 

@@ -91,8 +91,7 @@ func addJump(c contents, mask, mark uint32, pod netip.Addr, v4, v6 string) {
 		return
 	}
 	chain, k := steerChain(m), pod.AsSlice()
-	c.add(family(pod, v4, v6), string(k), chain,
-		nftables.SetElement{Key: k, VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: chain}})
+	c.add(family(pod, v4, v6), string(k), chain)
 }
 
 // replyRules, in steer_replies (prerouting_route: after the SNAT is undone at dstnat and

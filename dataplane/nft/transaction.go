@@ -10,26 +10,56 @@ import (
 	"slices"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 
 	"github.com/egressd/egressd/dataplane"
 )
 
-// element is one entry of a set: its kernel elements (an interval has two, its start and the
-// end marker) and what its content is, to tell a changed entry.
+// element is one entry of a set: what its content is, to tell a changed entry, and, of an
+// interval, its kernel elements (its start and the end marker).
 type element struct {
-	data string
-	els  []nftables.SetElement
+	data     string
+	interval []nftables.SetElement
 }
 
 // contents are the entries of the sets, by set name and entry identity (the element key, or
 // an interval's start).
 type contents map[string]map[string]element
 
-func (c contents) add(set, id, data string, els ...nftables.SetElement) {
+// add puts entry id in set, with data: the value it maps to (an address's bytes), or the chain
+// its verdict jumps to. Its kernel element is made when written (kernelElements): a plan holds
+// one entry per pod an egress node SNATs, replies to and guards (30,000 at the scale harness's
+// size), and a kernel element of each would be 6 MB more.
+func (c contents) add(set, id, data string) {
+	c.entry(set, id, element{data: data})
+}
+
+// addInterval puts the interval starting at id in set: its kernel elements (start and end) and
+// data to compare it by (its end).
+func (c contents) addInterval(set, id, data string, els []nftables.SetElement) {
+	c.entry(set, id, element{data: data, interval: els})
+}
+
+func (c contents) entry(set, id string, e element) {
 	if c[set] == nil {
 		c[set] = map[string]element{}
 	}
-	c[set][id] = element{data: data, els: els}
+	c[set][id] = e
+}
+
+// kernelElements are the kernel elements of entry id of set def.
+func kernelElements(def *nftables.Set, id string, e element) []nftables.SetElement {
+	if e.interval != nil {
+		return e.interval
+	}
+	el := nftables.SetElement{Key: []byte(id)}
+	switch {
+	case def.IsMap && def.DataType == nftables.TypeVerdict:
+		el.VerdictData = &expr.Verdict{Kind: expr.VerdictJump, Chain: e.data}
+	case def.IsMap:
+		el.Val = []byte(e.data)
+	}
+	return []nftables.SetElement{el}
 }
 
 // targets are the chains the entries of the verdict maps named jump to (their data), sorted.
@@ -56,11 +86,11 @@ func sameMap(a, b map[string]element) bool {
 	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
-// elements are the kernel elements of a set, in the order of their entries.
-func (c contents) elements(set string) []nftables.SetElement {
+// elements are the kernel elements of set def, in the order of their entries.
+func (c contents) elements(def *nftables.Set) []nftables.SetElement {
 	var out []nftables.SetElement
-	for _, id := range slices.Sorted(maps.Keys(c[set])) {
-		out = append(out, c[set][id].els...)
+	for _, id := range slices.Sorted(maps.Keys(c[def.Name])) {
+		out = append(out, kernelElements(def, id, c[def.Name][id])...)
 	}
 	return out
 }
@@ -219,7 +249,7 @@ func inMessages(op func(*nftables.Set, []nftables.SetElement) error, s *nftables
 // update deletes and adds the changed entries in one transaction.
 func (t *Table) update(want contents) error {
 	for _, def := range setDefs {
-		del, add := changedElements(t.written, want, def.Name)
+		del, add := changedElements(t.written, want, def)
 		if err := inMessages(t.conn.SetDeleteElements, def, del); err != nil {
 			return err
 		}
@@ -232,18 +262,19 @@ func (t *Table) update(want contents) error {
 
 // changedElements are the kernel elements of set to delete and to add to go from written to
 // want: those of the entries that went, came, or whose content changed.
-func changedElements(written, want contents, set string) (del, add []nftables.SetElement) {
+func changedElements(written, want contents, def *nftables.Set) (del, add []nftables.SetElement) {
+	set := def.Name
 	if sameMap(written[set], want[set]) {
 		return nil, nil
 	}
 	for id, e := range written[set] {
 		if w, ok := want[set][id]; !ok || w.data != e.data {
-			del = append(del, e.els...)
+			del = append(del, kernelElements(def, id, e)...)
 		}
 	}
 	for id, e := range want[set] {
 		if w, ok := written[set][id]; !ok || w.data != e.data {
-			add = append(add, e.els...)
+			add = append(add, kernelElements(def, id, e)...)
 		}
 	}
 	return del, add

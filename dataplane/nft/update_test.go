@@ -76,7 +76,7 @@ func TestChangedElements(t *testing.T) {
 			want := planOf(s)
 			var got []string
 			for _, def := range setDefs {
-				del, add := changedElements(written, want, def.Name)
+				del, add := changedElements(written, want, def)
 				for _, el := range del {
 					got = append(got, "- "+def.Name+" "+renderElement(def, el))
 				}
