@@ -116,7 +116,7 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 	var replyRules []dataplane.RouteRule
 	var replyTable dataplane.RouteTable
 	if slot, ok := slots[replies]; ok { // before the tunnel's state: its hops may need peers
-		replyRules, replyTable = replyRouting(replies, slot, mask, p.egressIP.RemotePodsOf, p.egressIP.Primaries, u.hop)
+		replyRules, replyTable = replyRouting(replies, slot, mask, p.egressIP.RemotePodsOf, m.nodesOf(p.egressIP.RemotePodsOf), p.egressIP.Primaries, u.hop)
 		s.Nftables.Replies = m.replies(remote, mark(slot, mask))
 	}
 	s.Tunnel = u.state(len(s.Nftables.SNAT) > 0)

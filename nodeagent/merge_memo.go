@@ -21,6 +21,17 @@ type mergeMemo struct {
 	// the same list while they stay, which the dataplane then compares at no cost.
 	exempt  derived[[3][]netip.Prefix, []netip.Prefix]
 	guarded derived[[2][]netip.Addr, []netip.Addr]
+	// nodes are the names of the nodes whose pod networks the replies are routed to, in order:
+	// sorting 5,000 names was most of the merge of an edit that changed none.
+	nodes derived[map[string][]netip.Prefix, []string]
+}
+
+// nodesOf are the nodes of podsOf, sorted.
+func (m *mergeMemo) nodesOf(podsOf map[string][]netip.Prefix) []string {
+	sameKeys := func(a, b map[string][]netip.Prefix) bool {
+		return maps.EqualFunc(a, b, func(_, _ []netip.Prefix) bool { return true })
+	}
+	return m.nodes.of(podsOf, sameKeys, func(in map[string][]netip.Prefix) []string { return slices.Sorted(maps.Keys(in)) })
 }
 
 // exemptUnion is union of the EgressIP, EgressService and VIP lists, in that order.

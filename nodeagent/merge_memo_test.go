@@ -96,3 +96,32 @@ func TestMergeMemoUnions(t *testing.T) {
 		lastExempt, lastGuarded = exempt, guarded
 	}
 }
+
+// The nodes the replies are routed to are the pod networks' nodes in order, made again when a
+// node comes or goes, and the same list while they stay (their networks may change).
+func TestMergeMemoNodes(t *testing.T) {
+	p := netip.MustParsePrefix
+	m := &mergeMemo{}
+	var last []string
+	for _, step := range []struct {
+		name   string
+		podsOf map[string][]netip.Prefix
+		want   []string
+		same   bool
+	}{
+		{"first", map[string][]netip.Prefix{"n2": {p("10.244.2.0/24")}, "n1": {p("10.244.1.0/24")}}, []string{"n1", "n2"}, false},
+		{"a network changed", map[string][]netip.Prefix{"n2": {p("10.244.9.0/24")}, "n1": {p("10.244.1.0/24")}}, []string{"n1", "n2"}, true},
+		{"a node more", map[string][]netip.Prefix{"n2": nil, "n1": nil, "n0": nil}, []string{"n0", "n1", "n2"}, false},
+		{"one replaced", map[string][]netip.Prefix{"n2": nil, "n1": nil, "n3": nil}, []string{"n1", "n2", "n3"}, false},
+		{"none", nil, nil, false},
+	} {
+		got := m.nodesOf(step.podsOf)
+		if !slices.Equal(got, step.want) {
+			t.Errorf("%s: nodes %v, want %v", step.name, got, step.want)
+		}
+		if same := sameList(got, last) && len(got) > 0; same != step.same {
+			t.Errorf("%s: the last list handed again %v, want %v", step.name, same, step.same)
+		}
+		last = got
+	}
+}

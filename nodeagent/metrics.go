@@ -99,34 +99,38 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 func (m *Metrics) observeObjects(objects cluster.Outcomes, failed map[dataplane.Origin]error, invalid map[dataplane.Origin]bool) {
 	m.Objects.Reset()
 	m.ObjectFailures.Reset()
-	// Counted here, set once per kind and result: a thousand firewalls are a thousand lookups
-	// of a labelled series otherwise, at every sync.
-	counts := map[[2]string]float64{}
-	defer func() {
-		for k, n := range counts {
-			m.Objects.WithLabelValues(k[0], k[1]).Set(n)
-		}
-	}()
-	count := func(o dataplane.Origin, err error) {
-		if err == nil {
-			counts[[2]string{string(o.Kind), "applied"}]++
-			return
-		}
-		counts[[2]string{string(o.Kind), "failed"}]++
-		reason := "dataplane"
-		if invalid[o] {
-			reason = "invalid"
-		}
-		m.ObjectFailures.WithLabelValues(string(o.Kind), objectName(o), reason).Set(1)
-	}
-	for o, err := range objects.All() {
-		count(o, err)
-	}
+	// Counted by kind, and set once per kind and result: the 10,000 firewalls in force are
+	// counted by their shared statuses, not walked at every sync.
+	inForce, failures := objects.Tally()
 	for o, err := range failed {
-		if _, reported := objects.Get(o); !reported {
-			count(o, err)
+		switch _, reported := objects.Get(o); {
+		case reported:
+		case err == nil:
+			inForce[o.Kind]++
+		default:
+			failures[o.Kind]++
+			m.observeFailure(o, invalid)
 		}
 	}
+	for o := range objects.Failures() {
+		m.observeFailure(o, invalid)
+	}
+	for result, counts := range map[string]map[dataplane.Kind]int{"applied": inForce, "failed": failures} {
+		for kind, n := range counts {
+			if n > 0 {
+				m.Objects.WithLabelValues(string(kind), result).Set(float64(n))
+			}
+		}
+	}
+}
+
+// observeFailure marks o failed, for the dataplane or, if invalid, for its spec.
+func (m *Metrics) observeFailure(o dataplane.Origin, invalid map[dataplane.Origin]bool) {
+	reason := "dataplane"
+	if invalid[o] {
+		reason = "invalid"
+	}
+	m.ObjectFailures.WithLabelValues(string(o.Kind), objectName(o), reason).Set(1)
 }
 
 // objectName is namespace/name, or name for a cluster-scoped object.

@@ -19,7 +19,7 @@ func TestObserveObjects(t *testing.T) {
 	fw := dataplane.Origin{Kind: "EgressFirewall", Namespace: "a", Name: "default"}
 	qos := dataplane.Origin{Kind: "EgressQoS", Namespace: "a", Name: "default"}
 	eip := dataplane.Origin{Kind: "EgressIP", Name: "eip"}
-	m.observeObjects(cluster.NewOutcomes(map[dataplane.Origin]error{fw: nil, qos: errors.New("bad dscp")}),
+	m.observeObjects(cluster.NewOutcomes(cluster.NewShared(map[dataplane.Origin]error{fw: nil, qos: errors.New("bad dscp")})),
 		map[dataplane.Origin]error{eip: errors.New("address 192.0.2.100: no interface")}, map[dataplane.Origin]bool{qos: true})
 	want := `# HELP egressd_object_failure 1 per API object the last sync failed to program on this node, by reason: invalid (it did not compile: the node keeps enforcing its previous rules), dataplane (the kernel refused part of it). The error itself is in the object's status, its Events and the agent's log.
 # TYPE egressd_object_failure gauge
@@ -35,7 +35,7 @@ egressd_objects{kind="EgressQoS",result="failed"} 1
 		t.Error(err)
 	}
 	// A later sync replaces them: nothing of the former failures remains.
-	m.observeObjects(cluster.NewOutcomes(map[dataplane.Origin]error{fw: nil}), nil, nil)
+	m.observeObjects(cluster.NewOutcomes(cluster.NewShared(map[dataplane.Origin]error{fw: nil})), nil, nil)
 	if n := testutil.CollectAndCount(m.ObjectFailures); n != 0 {
 		t.Errorf("%d failures left after a sync without any", n)
 	}

@@ -35,15 +35,9 @@ func remoteSNAT(snat []dataplane.SNAT, local map[netip.Addr]bool) []netip.Addr {
 
 // replyRouting is the rule of both families for the replies' slot and its table: each other
 // node's pod networks through the hop to that node's primary address of the family.
-func replyRouting(o dataplane.Origin, slot int, mask uint32, podsOf map[string][]netip.Prefix, primaries map[string]cluster.PrimaryIfAddr, hop func(netip.Addr) dataplane.Nexthop) ([]dataplane.RouteRule, dataplane.RouteTable) {
+func replyRouting(o dataplane.Origin, slot int, mask uint32, podsOf map[string][]netip.Prefix, nodes []string, primaries map[string]cluster.PrimaryIfAddr, hop func(netip.Addr) dataplane.Nexthop) ([]dataplane.RouteRule, dataplane.RouteTable) {
 	table := dataplane.RouteTable{Origin: o, ID: slot}
-	for _, node := range slices.Sorted(func(yield func(string) bool) {
-		for n := range podsOf {
-			if !yield(n) {
-				return
-			}
-		}
-	}) {
+	for _, node := range nodes {
 		for _, p := range podsOf[node] {
 			via := primaries[node].V4.Addr()
 			if p.Addr().Is6() {

@@ -302,8 +302,8 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	// An object reports what the dataplane failed of it, else what failed to compile (the
 	// dataplane keeps enforcing its previous rules then, and may have nothing to say).
 	invalid := map[dataplane.Origin]bool{} // those alone: a node checks 10,000 firewalls
-	for o, err := range objects.All() {
-		if err != nil && res.Failed[o] == nil {
+	for o := range objects.Failures() {
+		if res.Failed[o] == nil {
 			invalid[o] = true
 		}
 	}

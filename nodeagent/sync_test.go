@@ -338,7 +338,7 @@ func TestBlamePodsOneLine(t *testing.T) {
 		{Kind: "Pod", Namespace: "ns", Name: "web"}: errors.Join(errors.New("no route to pod address 10.244.0.5"), errors.New("no route to pod address fd00::5")),
 		{Kind: "Pod", Namespace: "ns", Name: "api"}: errors.New("attach: busy"),
 	}
-	outcomes := cluster.NewOutcomes(map[dataplane.Origin]error{ef: errors.New("compile"), qos: nil, other: nil})
+	outcomes := cluster.NewOutcomes(cluster.NewShared(map[dataplane.Origin]error{ef: errors.New("compile"), qos: nil, other: nil}))
 	blamePods(outcomes, failed)
 	objects := maps.Collect(outcomes.All())
 	pods := "pod api: attach: busy, pod web: no route to pod address 10.244.0.5, pod web: no route to pod address fd00::5"

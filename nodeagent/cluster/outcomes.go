@@ -6,17 +6,40 @@ import (
 	"github.com/egressd/egressd/dataplane"
 )
 
-// Outcomes are the objects a sync reports on, each with what failed of it (nil: in force).
-// Most are the EgressFirewalls' statuses, which the compile hands on unchanged from sync to
-// sync (shared, read only); what a sync sets lies over them. A report on 10,000 firewalls
-// copies none of them: the copy was a quarter of what an edit's sync allocated.
+// Shared are outcomes a compile hands on unchanged from sync to sync (the EgressFirewalls'
+// statuses), read only, with what a sync's report needs of them made once: those that fail,
+// and how many there are of each kind. A report walks its own outcomes and the failures;
+// the 10,000 firewalls in force it counts and leaves.
+type Shared struct {
+	All     map[dataplane.Origin]error
+	failing []dataplane.Origin
+	kinds   map[dataplane.Kind]int
+}
+
+// NewShared are the outcomes of all, which no one changes afterwards.
+func NewShared(all map[dataplane.Origin]error) *Shared {
+	s := &Shared{All: all, kinds: map[dataplane.Kind]int{}}
+	for o, err := range all {
+		s.kinds[o.Kind]++
+		if err != nil {
+			s.failing = append(s.failing, o)
+		}
+	}
+	return s
+}
+
+// Outcomes are the objects a sync reports on, each with what failed of it (nil: in force):
+// the shared ones, and what the sync sets over them.
 type Outcomes struct {
-	shared map[dataplane.Origin]error
+	shared *Shared
 	own    map[dataplane.Origin]error
 }
 
-// NewOutcomes reports on the objects of shared, which it never changes.
-func NewOutcomes(shared map[dataplane.Origin]error) Outcomes {
+// NewOutcomes reports on the objects of shared (nil: none).
+func NewOutcomes(shared *Shared) Outcomes {
+	if shared == nil {
+		shared = &Shared{}
+	}
 	return Outcomes{shared: shared, own: map[dataplane.Origin]error{}}
 }
 
@@ -25,7 +48,7 @@ func (out Outcomes) Get(o dataplane.Origin) (error, bool) {
 	if err, ok := out.own[o]; ok {
 		return err, true
 	}
-	err, ok := out.shared[o]
+	err, ok := out.shared.All[o]
 	return err, ok
 }
 
@@ -40,7 +63,7 @@ func (out Outcomes) All() iter.Seq2[dataplane.Origin, error] {
 				return
 			}
 		}
-		for o, err := range out.shared {
+		for o, err := range out.shared.All {
 			if _, over := out.own[o]; over {
 				continue
 			}
@@ -49,4 +72,68 @@ func (out Outcomes) All() iter.Seq2[dataplane.Origin, error] {
 			}
 		}
 	}
+}
+
+// Failures are the outcomes with an error, each object once.
+func (out Outcomes) Failures() iter.Seq2[dataplane.Origin, error] {
+	return func(yield func(dataplane.Origin, error) bool) {
+		for o, err := range out.own {
+			if err != nil && !yield(o, err) {
+				return
+			}
+		}
+		for _, o := range out.shared.failing {
+			if _, over := out.own[o]; over {
+				continue
+			}
+			if !yield(o, out.shared.All[o]) {
+				return
+			}
+		}
+	}
+}
+
+// Tally counts the outcomes of each kind: in force, and failed.
+func (out Outcomes) Tally() (inForce, failed map[dataplane.Kind]int) {
+	inForce, failed = map[dataplane.Kind]int{}, map[dataplane.Kind]int{}
+	for k, n := range out.shared.kinds {
+		inForce[k] += n
+	}
+	for _, o := range out.shared.failing {
+		inForce[o.Kind]-- // counted below, failed or as set over
+		if _, over := out.own[o]; !over {
+			failed[o.Kind]++
+		}
+	}
+	for o, err := range out.own {
+		if was, shared := out.shared.All[o]; shared && was == nil {
+			inForce[o.Kind]-- // counted as set over
+		}
+		if err == nil {
+			inForce[o.Kind]++
+		} else {
+			failed[o.Kind]++
+		}
+	}
+	return inForce, failed
+}
+
+// Since are the objects whose outcome may differ from last's, when both lie over the same
+// shared outcomes: those either sets. ok is false when they do not (every object may differ).
+func (out Outcomes) Since(last Outcomes) (objects iter.Seq[dataplane.Origin], ok bool) {
+	if last.shared != out.shared || last.own == nil {
+		return nil, false
+	}
+	return func(yield func(dataplane.Origin) bool) {
+		for o := range out.own {
+			if !yield(o) {
+				return
+			}
+		}
+		for o := range last.own {
+			if _, both := out.own[o]; !both && !yield(o) {
+				return
+			}
+		}
+	}, true
 }

@@ -23,7 +23,7 @@ type checked struct {
 	statuses map[dataplane.Origin]error
 	// handed is statuses as last handed on (Part.Statuses, read only), nil once they changed:
 	// a copy of 10,000 statuses at every sync was a quarter of what an edit's sync allocated.
-	handed map[dataplane.Origin]error
+	handed *cluster.Shared
 	uids   map[dataplane.Origin]types.UID // every firewall's, enforced ones too: what the memo forgets
 	local  map[string]bool                // the namespaces enforced as of the last look
 }
@@ -108,9 +108,9 @@ func (c *checked) remove(o dataplane.Origin) {
 }
 
 // part is the statuses for a part to hand on: a copy, made again only once they changed.
-func (c *checked) part() map[dataplane.Origin]error {
+func (c *checked) part() *cluster.Shared {
 	if c.handed == nil {
-		c.handed = maps.Clone(c.statuses)
+		c.handed = cluster.NewShared(maps.Clone(c.statuses))
 	}
 	return c.handed
 }

@@ -46,7 +46,7 @@ func TestCompileFirewallChecksWhatChanged(t *testing.T) {
 			t.Fatal(err)
 		}
 		out := map[string]bool{}
-		for o, err := range part.Statuses {
+		for o, err := range part.Statuses.All {
 			out[o.Namespace] = err != nil
 		}
 		return out
@@ -109,7 +109,7 @@ func TestCompileFirewallStatusesOwned(t *testing.T) {
 	if _, err := c.Compile(&cluster.Input{Snap: snap}); err != nil {
 		t.Fatal(err)
 	}
-	if err := first.Statuses[dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: "a", Name: "default"}]; err != nil {
+	if err := first.Statuses.All[dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: "a", Name: "default"}]; err != nil {
 		t.Errorf("the first part's status changed with the second compile: %v", err)
 	}
 }
@@ -180,7 +180,7 @@ func TestCompileFirewallStatusesCopiedOnlyOnChange(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return part.Statuses
+		return part.Statuses.All
 	}
 	same := func(a, b map[dataplane.Origin]error) bool { return fmt.Sprintf("%p", a) == fmt.Sprintf("%p", b) }
 	last := compile()

@@ -34,7 +34,7 @@ type Part struct {
 	// Statuses are every EgressFirewall with its compile error: the node reports on each,
 	// enforced here or not (its rules are checked all the same). Read only: shared by the
 	// parts compiled until a status changes.
-	Statuses      map[dataplane.Origin]error
+	Statuses      *cluster.Shared
 	BackendDenies []dataplane.BackendDeny
 	// DNSNames are the names the enforced rules refer to (wildcards included), to resolve and
 	// keep fresh and to learn from the answers pods get.

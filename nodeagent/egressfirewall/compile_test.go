@@ -348,10 +348,10 @@ func TestCompileEnforcesOnlyLocalNamespaces(t *testing.T) {
 	if !slices.Equal(first.DNSNames, []string{"a.example.com"}) || !slices.Equal(first.DNSNamespaces, []string{"a"}) {
 		t.Errorf("names %v of namespaces %v, want a's alone", first.DNSNames, first.DNSNamespaces)
 	}
-	if len(first.Statuses) != 3 || first.Statuses[origin("a")] != nil || first.Statuses[origin("b")] != nil {
-		t.Errorf("statuses %v, want a and b fine, c failing", first.Statuses)
+	if len(first.Statuses.All) != 3 || first.Statuses.All[origin("a")] != nil || first.Statuses.All[origin("b")] != nil {
+		t.Errorf("statuses %v, want a and b fine, c failing", first.Statuses.All)
 	}
-	if err := first.Statuses[origin("c")]; err == nil || !strings.Contains(err.Error(), "not-a-cidr") {
+	if err := first.Statuses.All[origin("c")]; err == nil || !strings.Contains(err.Error(), "not-a-cidr") {
 		t.Errorf("the invalid firewall of a namespace without a pod here: %v, want its error", err)
 	}
 
@@ -359,8 +359,8 @@ func TestCompileEnforcesOnlyLocalNamespaces(t *testing.T) {
 	if got := namespaces(second.Firewalls); !slices.Equal(got, []string{"a", "b"}) || second.Version == first.Version {
 		t.Errorf("after a pod of b: enforced %v (version %d, was %d), want [a b] under a new version", got, second.Version, first.Version)
 	}
-	if got := compile(); len(got.Firewalls) != 0 || len(got.Statuses) != 3 {
-		t.Errorf("no pod here: enforced %v, %d statuses; want none enforced, 3 statuses", namespaces(got.Firewalls), len(got.Statuses))
+	if got := compile(); len(got.Firewalls) != 0 || len(got.Statuses.All) != 3 {
+		t.Errorf("no pod here: enforced %v, %d statuses; want none enforced, 3 statuses", namespaces(got.Firewalls), len(got.Statuses.All))
 	}
 }
 
@@ -392,12 +392,12 @@ func TestCompileEnforcesTheLastValidRules(t *testing.T) {
 	if len(part.Firewalls) != 1 || part.Firewalls[0].Err != nil || len(part.Firewalls[0].Rules) != 1 || !part.Firewalls[0].Rules[0].Deny {
 		t.Fatalf("a first pod after an invalid update: enforced %+v, want v1's deny-all", part.Firewalls)
 	}
-	if err := part.Statuses[origin]; err == nil || !strings.Contains(err.Error(), "not-a-cidr") {
+	if err := part.Statuses.All[origin]; err == nil || !strings.Contains(err.Error(), "not-a-cidr") {
 		t.Errorf("status: %v, want the update's error", err)
 	}
 	v3 := ef("a", cidrRule("Allow", "0.0.0.0/0"))
 	v3.UID, v3.Generation = "uid-a", 3
-	if part := compile(v3, everywhere(v3)...); part.Firewalls[0].Rules[0].Deny || part.Statuses[origin] != nil {
-		t.Errorf("a valid update: enforced %+v (status %v), want v3's allow", part.Firewalls[0].Rules, part.Statuses[origin])
+	if part := compile(v3, everywhere(v3)...); part.Firewalls[0].Rules[0].Deny || part.Statuses.All[origin] != nil {
+		t.Errorf("a valid update: enforced %+v (status %v), want v3's allow", part.Firewalls[0].Rules, part.Statuses.All[origin])
 	}
 }

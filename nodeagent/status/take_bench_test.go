@@ -18,12 +18,13 @@ func BenchmarkTake(b *testing.B) {
 	e := &entries{wanted: map[dataplane.Origin]entry{}, written: map[dataplane.Origin]string{},
 		recheck: map[dataplane.Origin]bool{}, failures: map[dataplane.Origin]int{}}
 	q := newEntryQueue(nil)
-	e.take(q, report{objects: cluster.NewOutcomes(objects)}, false, false)
+	shared := cluster.NewShared(objects) // handed on from sync to sync, as the compile does
+	e.take(q, report{objects: cluster.NewOutcomes(shared)}, false, false)
 	changed := dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: "scale-00000", Name: "default"}
 	i := 0
 	for b.Loop() {
 		i++
-		r := report{objects: cluster.NewOutcomes(objects)}
+		r := report{objects: cluster.NewOutcomes(shared)}
 		if i%2 == 1 {
 			r.objects.Set(changed, fmt.Errorf("invalid"))
 		}

@@ -106,6 +106,9 @@ type entries struct {
 	// themselves (another writer may have removed an entry) looks at all of them again.
 	recheck  map[dataplane.Origin]bool
 	failures map[dataplane.Origin]int // consecutive failed writes, for the retry's wait
+	// last is the report last taken: the next, over the same shared statuses, is compared
+	// with it where either sets an outcome (cluster.Outcomes.Since), not entry by entry.
+	last report
 }
 
 // Run writes reported statuses until ctx ends.
@@ -163,40 +166,66 @@ func (w *Writer) Run(ctx context.Context) {
 func (e *entries) take(q *entryQueue, r report, all, urgent bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	last := e.last
+	e.last = r
+	if since, ok := r.objects.Since(last.objects); ok && !all && r.notes == nil && last.notes == nil {
+		// The 10,000 firewalls' statuses are as last taken: only what either report sets over
+		// them may have changed.
+		for origin := range since {
+			if err, reported := r.objects.Get(origin); reported {
+				e.want(q, r, origin, err, false, urgent)
+			} else {
+				e.forget(origin)
+			}
+		}
+		return
+	}
 	before, kept := len(e.wanted), 0 // kept: of those wanted before, the ones r still has
 	for origin, err := range r.objects.All() {
-		// One lookup of an entry that stays as it was: a report holds 10,000 firewalls.
-		prev, had := e.wanted[origin]
-		if had {
+		if e.want(q, r, origin, err, all, urgent) {
 			kept++
-		} else if entryWriters[origin.Kind] == nil {
-			continue
 		}
-		note := r.notes[origin]
-		outcome := "applied: " + note
-		if err != nil {
-			outcome = err.Error()
-		}
-		if !all && had && prev.outcome == outcome && byOutcome[origin.Kind] {
-			continue // written, or queued, being written or waiting to be tried again
-		}
-		e.wanted[origin] = entry{failure: err, note: note, outcome: outcome}
-		if all {
-			e.recheck[origin] = true
-		}
-		q.add(origin, urgent)
 	}
 	if kept == before {
 		return // none gone: no look at each of 10,000 entries for the one that went
 	}
 	for origin := range e.wanted {
 		if _, ok := r.objects.Get(origin); !ok { // gone since
-			delete(e.wanted, origin)
-			delete(e.written, origin)
-			delete(e.recheck, origin)
-			delete(e.failures, origin)
+			e.forget(origin)
 		}
 	}
+}
+
+// want makes origin's entry say err (and r's note) and queues it if that changed, or always
+// if all. It tells whether the entry was wanted before. e.mu held.
+func (e *entries) want(q *entryQueue, r report, origin dataplane.Origin, err error, all, urgent bool) (had bool) {
+	// One lookup of an entry that stays as it was: a report holds 10,000 firewalls.
+	prev, had := e.wanted[origin]
+	if !had && entryWriters[origin.Kind] == nil {
+		return false
+	}
+	note := r.notes[origin]
+	outcome := "applied: " + note
+	if err != nil {
+		outcome = err.Error()
+	}
+	if !all && had && prev.outcome == outcome && byOutcome[origin.Kind] {
+		return true // written, or queued, being written or waiting to be tried again
+	}
+	e.wanted[origin] = entry{failure: err, note: note, outcome: outcome}
+	if all {
+		e.recheck[origin] = true
+	}
+	q.add(origin, urgent)
+	return had
+}
+
+// forget drops what is known of origin's entry: its object is no longer reported on. e.mu held.
+func (e *entries) forget(origin dataplane.Origin) {
+	delete(e.wanted, origin)
+	delete(e.written, origin)
+	delete(e.recheck, origin)
+	delete(e.failures, origin)
 }
 
 // write takes entries from q and writes them until q stops; a failed write is queued again

@@ -73,11 +73,11 @@ func TestWriterLooksAgainAtChangedOutcomes(t *testing.T) {
 				t.Fatalf("%s: writes %v, want %v", what, got, want)
 			}
 		}
-		w.Report(cluster.NewOutcomes(map[dataplane.Origin]error{origin("a"): nil, origin("b"): nil}), nil, dataplane.Result{})
+		w.Report(cluster.NewOutcomes(cluster.NewShared(map[dataplane.Origin]error{origin("a"): nil, origin("b"): nil})), nil, dataplane.Result{})
 		settled("first report", map[string]int{"a": 1, "b": 1})
-		w.Report(cluster.NewOutcomes(map[dataplane.Origin]error{origin("a"): nil, origin("b"): errors.New("boom")}), nil, dataplane.Result{})
+		w.Report(cluster.NewOutcomes(cluster.NewShared(map[dataplane.Origin]error{origin("a"): nil, origin("b"): errors.New("boom")})), nil, dataplane.Result{})
 		settled("b failed", map[string]int{"a": 1, "b": 2})
-		w.Report(cluster.NewOutcomes(map[dataplane.Origin]error{origin("a"): nil, origin("b"): errors.New("boom")}), nil, dataplane.Result{})
+		w.Report(cluster.NewOutcomes(cluster.NewShared(map[dataplane.Origin]error{origin("a"): nil, origin("b"): errors.New("boom")})), nil, dataplane.Result{})
 		settled("the same outcomes again", map[string]int{"a": 1, "b": 2})
 		changed <- struct{}{}
 		settled("the objects changed, not yet looked at", map[string]int{"a": 1, "b": 2})
@@ -86,9 +86,9 @@ func TestWriterLooksAgainAtChangedOutcomes(t *testing.T) {
 		settled("the objects changed", map[string]int{"a": 2, "b": 3})
 		// a is gone from a sync (b recovers in it: the write shows the writer took that report),
 		// then back (made again): its entry is written again.
-		w.Report(cluster.NewOutcomes(map[dataplane.Origin]error{origin("b"): nil}), nil, dataplane.Result{})
+		w.Report(cluster.NewOutcomes(cluster.NewShared(map[dataplane.Origin]error{origin("b"): nil})), nil, dataplane.Result{})
 		settled("a gone", map[string]int{"a": 2, "b": 4})
-		w.Report(cluster.NewOutcomes(map[dataplane.Origin]error{origin("a"): nil, origin("b"): nil}), nil, dataplane.Result{})
+		w.Report(cluster.NewOutcomes(cluster.NewShared(map[dataplane.Origin]error{origin("a"): nil, origin("b"): nil})), nil, dataplane.Result{})
 		settled("a back", map[string]int{"a": 3, "b": 4})
 		// A burst of syncs (pods starting) reports b failing and recovering, ending as written:
 		// the writer takes the latest report only, and writes nothing.
@@ -97,16 +97,16 @@ func TestWriterLooksAgainAtChangedOutcomes(t *testing.T) {
 			if i < 9 {
 				err = errors.New("boom")
 			}
-			w.Report(cluster.NewOutcomes(map[dataplane.Origin]error{origin("a"): nil, origin("b"): err}), nil, dataplane.Result{})
+			w.Report(cluster.NewOutcomes(cluster.NewShared(map[dataplane.Origin]error{origin("a"): nil, origin("b"): err})), nil, dataplane.Result{})
 		}
 		settled("a burst ending as written", map[string]int{"a": 3, "b": 4})
 		// A note on a (its namespace's DNS answers capped) is a new entry; once.
 		noted := map[dataplane.Origin]string{origin("a"): "DNS answers to its pods are not learned"}
-		w.Report(cluster.NewOutcomes(map[dataplane.Origin]error{origin("a"): nil, origin("b"): nil}), noted, dataplane.Result{})
+		w.Report(cluster.NewOutcomes(cluster.NewShared(map[dataplane.Origin]error{origin("a"): nil, origin("b"): nil})), noted, dataplane.Result{})
 		settled("a noted", map[string]int{"a": 4, "b": 4})
-		w.Report(cluster.NewOutcomes(map[dataplane.Origin]error{origin("a"): nil, origin("b"): nil}), noted, dataplane.Result{})
+		w.Report(cluster.NewOutcomes(cluster.NewShared(map[dataplane.Origin]error{origin("a"): nil, origin("b"): nil})), noted, dataplane.Result{})
 		settled("a noted again", map[string]int{"a": 4, "b": 4})
-		w.Report(cluster.NewOutcomes(map[dataplane.Origin]error{origin("a"): nil, origin("b"): nil}), nil, dataplane.Result{})
+		w.Report(cluster.NewOutcomes(cluster.NewShared(map[dataplane.Origin]error{origin("a"): nil, origin("b"): nil})), nil, dataplane.Result{})
 		settled("a's note gone", map[string]int{"a": 5, "b": 4})
 	})
 }
@@ -133,7 +133,7 @@ func TestWriterRetriesFailedWrites(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go w.Run(ctx)
-		w.Report(cluster.NewOutcomes(map[dataplane.Origin]error{{Kind: cluster.KindEgressFirewall, Namespace: "a", Name: "default"}: nil}), nil, dataplane.Result{})
+		w.Report(cluster.NewOutcomes(cluster.NewShared(map[dataplane.Origin]error{{Kind: cluster.KindEgressFirewall, Namespace: "a", Name: "default"}: nil})), nil, dataplane.Result{})
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		mu.Lock()
@@ -184,7 +184,7 @@ func TestWriterPutsNewEntriesAheadOfTheBacklog(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go w.Run(ctx)
-		w.Report(cluster.NewOutcomes(objects), nil, dataplane.Result{})
+		w.Report(cluster.NewOutcomes(cluster.NewShared(objects)), nil, dataplane.Result{})
 		time.Sleep(time.Second) // 8 writes at a time: some 80 written
 		synctest.Wait()
 		if p := testutil.ToFloat64(m.pending); p < backlog-100 || p > backlog-50 {
@@ -192,7 +192,7 @@ func TestWriterPutsNewEntriesAheadOfTheBacklog(t *testing.T) {
 		}
 		created := maps.Clone(objects)
 		created[fw(fmt.Sprintf("ns%d", backlog))] = nil
-		w.Report(cluster.NewOutcomes(created), nil, dataplane.Result{})
+		w.Report(cluster.NewOutcomes(cluster.NewShared(created)), nil, dataplane.Result{})
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		mu.Lock()

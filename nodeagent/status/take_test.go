@@ -1,0 +1,63 @@
+package status
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
+)
+
+// A report over the statuses the last one shared is taken where either sets an outcome; it
+// wants and queues what a look at every entry wants and queues, as reports come and go over
+// statuses handed on or made anew.
+func TestTakeInPartAsInFull(t *testing.T) {
+	newEntries := func() *entries {
+		return &entries{wanted: map[dataplane.Origin]entry{}, written: map[dataplane.Origin]string{},
+			recheck: map[dataplane.Origin]bool{}, failures: map[dataplane.Origin]int{}}
+	}
+	queued := func(q *entryQueue) map[dataplane.Origin]bool {
+		out := map[dataplane.Origin]bool{}
+		for len(q.queued) > 0 {
+			o, _, _ := q.get()
+			q.done(o)
+			out[o] = true
+		}
+		return out
+	}
+	rnd := rand.New(rand.NewPCG(3, 4))
+	bad := errors.New("bad")
+	originOf := func() dataplane.Origin {
+		kind := []dataplane.Kind{cluster.KindEgressFirewall, cluster.KindEgressQoS, cluster.KindEgressIP}[rnd.IntN(3)]
+		return dataplane.Origin{Kind: kind, Namespace: fmt.Sprint(rnd.IntN(6)), Name: "default"}
+	}
+	errOf := func() error { return []error{nil, nil, bad, errors.New("worse")}[rnd.IntN(4)] }
+	part, full := newEntries(), newEntries()
+	qPart, qFull := newEntryQueue(nil), newEntryQueue(nil)
+	var shared *cluster.Shared
+	for step := range 500 {
+		if shared == nil || rnd.IntN(5) == 0 { // the statuses changed: handed on anew
+			all := map[dataplane.Origin]error{}
+			for range rnd.IntN(8) {
+				all[dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: fmt.Sprint(rnd.IntN(6)), Name: "default"}] = errOf()
+			}
+			shared = cluster.NewShared(all)
+		}
+		objects := cluster.NewOutcomes(shared)
+		for range rnd.IntN(5) {
+			objects.Set(originOf(), errOf())
+		}
+		part.take(qPart, report{objects: objects}, false, false)
+		// A report with notes (none here) is always looked at in full.
+		full.take(qFull, report{objects: objects, notes: map[dataplane.Origin]string{}}, false, false)
+		if !maps.Equal(part.wanted, full.wanted) {
+			t.Fatalf("step %d: wanted %v, a look at every entry wants %v", step, part.wanted, full.wanted)
+		}
+		if got, want := queued(qPart), queued(qFull); !maps.Equal(got, want) {
+			t.Fatalf("step %d: queued %v, a look at every entry queues %v", step, got, want)
+		}
+	}
+}
