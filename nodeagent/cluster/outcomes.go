@@ -29,7 +29,7 @@ func NewShared(all map[dataplane.Origin]error) *Shared {
 }
 
 // Outcomes are the objects a sync reports on, each with what failed of it (nil: in force):
-// the shared ones, and what the sync sets over them.
+// the shared ones, and what the sync sets over them. The zero Outcomes reports on none.
 type Outcomes struct {
 	shared *Shared
 	own    map[dataplane.Origin]error
@@ -43,12 +43,20 @@ func NewOutcomes(shared *Shared) Outcomes {
 	return Outcomes{shared: shared, own: map[dataplane.Origin]error{}}
 }
 
+// common are the shared outcomes (none, of the zero Outcomes).
+func (out Outcomes) common() *Shared {
+	if out.shared == nil {
+		return &Shared{}
+	}
+	return out.shared
+}
+
 // Get is o's outcome, and whether o is reported on.
 func (out Outcomes) Get(o dataplane.Origin) (error, bool) {
 	if err, ok := out.own[o]; ok {
 		return err, true
 	}
-	err, ok := out.shared.All[o]
+	err, ok := out.common().All[o]
 	return err, ok
 }
 
@@ -63,7 +71,7 @@ func (out Outcomes) All() iter.Seq2[dataplane.Origin, error] {
 				return
 			}
 		}
-		for o, err := range out.shared.All {
+		for o, err := range out.common().All {
 			if _, over := out.own[o]; over {
 				continue
 			}
@@ -82,11 +90,12 @@ func (out Outcomes) Failures() iter.Seq2[dataplane.Origin, error] {
 				return
 			}
 		}
-		for _, o := range out.shared.failing {
+		shared := out.common()
+		for _, o := range shared.failing {
 			if _, over := out.own[o]; over {
 				continue
 			}
-			if !yield(o, out.shared.All[o]) {
+			if !yield(o, shared.All[o]) {
 				return
 			}
 		}
@@ -96,17 +105,18 @@ func (out Outcomes) Failures() iter.Seq2[dataplane.Origin, error] {
 // Tally counts the outcomes of each kind: in force, and failed.
 func (out Outcomes) Tally() (inForce, failed map[dataplane.Kind]int) {
 	inForce, failed = map[dataplane.Kind]int{}, map[dataplane.Kind]int{}
-	for k, n := range out.shared.kinds {
+	shared := out.common()
+	for k, n := range shared.kinds {
 		inForce[k] += n
 	}
-	for _, o := range out.shared.failing {
+	for _, o := range shared.failing {
 		inForce[o.Kind]-- // counted below, failed or as set over
 		if _, over := out.own[o]; !over {
 			failed[o.Kind]++
 		}
 	}
 	for o, err := range out.own {
-		if was, shared := out.shared.All[o]; shared && was == nil {
+		if was, common := shared.All[o]; common && was == nil {
 			inForce[o.Kind]-- // counted as set over
 		}
 		if err == nil {
@@ -121,7 +131,7 @@ func (out Outcomes) Tally() (inForce, failed map[dataplane.Kind]int) {
 // Since are the objects whose outcome may differ from last's, when both lie over the same
 // shared outcomes: those either sets. ok is false when they do not (every object may differ).
 func (out Outcomes) Since(last Outcomes) (objects iter.Seq[dataplane.Origin], ok bool) {
-	if last.shared != out.shared || last.own == nil {
+	if last.shared != out.shared || out.shared == nil || last.own == nil {
 		return nil, false
 	}
 	return func(yield func(dataplane.Origin) bool) {

@@ -103,3 +103,20 @@ func TestOutcomesWalkedInPart(t *testing.T) {
 		}
 	}
 }
+
+// The zero Outcomes (a writer's report before the first sync's) reports on nothing.
+func TestOutcomesZero(t *testing.T) {
+	var out Outcomes
+	if n := len(maps.Collect(out.All())) + len(maps.Collect(out.Failures())); n != 0 {
+		t.Errorf("%d outcomes", n)
+	}
+	if inForce, failed := out.Tally(); len(inForce)+len(failed) != 0 {
+		t.Errorf("tally %v, %v", inForce, failed)
+	}
+	if _, ok := out.Get(dataplane.Origin{Kind: KindEgressFirewall}); ok {
+		t.Error("an object reported on")
+	}
+	if _, ok := out.Since(Outcomes{}); ok {
+		t.Error("two zero outcomes compared in part")
+	}
+}

@@ -61,3 +61,15 @@ func TestTakeInPartAsInFull(t *testing.T) {
 		}
 	}
 }
+
+// A recheck before any sync reported takes the empty report: nothing to write.
+func TestTakeEmptyReport(t *testing.T) {
+	e := &entries{wanted: map[dataplane.Origin]entry{}, written: map[dataplane.Origin]string{},
+		recheck: map[dataplane.Origin]bool{}, failures: map[dataplane.Origin]int{}}
+	q := newEntryQueue(nil)
+	e.take(q, report{}, true, false)
+	e.take(q, report{}, false, false)
+	if len(e.wanted) != 0 || len(q.queued) != 0 {
+		t.Errorf("wanted %v, queued %v", e.wanted, q.queued)
+	}
+}
