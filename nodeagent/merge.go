@@ -35,7 +35,7 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 		FirewallsVersion: p.firewall.Version,
 		QoS:              p.qos.QoS,
 	}}
-	eip := withoutServed(p.egressIP, p.service.Served)
+	eip := m.withoutServed(p.egressIP, p.service.Served)
 	mode := st.mode
 	if p.egressIP.Cloud && mode != SteerDirect { // auto (the zero value too)
 		mode = SteerVXLAN // a cloud drops a pod source on the wire even between VMs of one subnet

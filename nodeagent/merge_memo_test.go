@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/nodeagent/egressip"
 )
 
 // The merge's memo gives what its functions make of the inputs of each sync, and the same
@@ -121,6 +123,51 @@ func TestMergeMemoNodes(t *testing.T) {
 		}
 		if same := sameList(got, last) && len(got) > 0; same != step.same {
 			t.Errorf("%s: the last list handed again %v, want %v", step.name, same, step.same)
+		}
+		last = got
+	}
+}
+
+// EgressIP's lists without what EgressServices serve are withoutServed's, the same lists while
+// the part's and the served addresses stay, and made again when either changes.
+func TestMergeMemoWithoutServed(t *testing.T) {
+	a := netip.MustParseAddr
+	eip := dataplane.Origin{Kind: "EgressIP", Name: "e"}
+	part := func(pods ...string) egressip.Part {
+		var p egressip.Part
+		for _, pod := range pods {
+			p.SNAT = append(p.SNAT, dataplane.SNAT{Origin: eip, Pod: a(pod), To: a("172.18.0.100")})
+			p.Steer = append(p.Steer, cluster.Steer{Origin: eip, PodIP: a(pod), Via: []netip.Addr{a("192.0.2.2")}})
+		}
+		return p
+	}
+	m := &mergeMemo{}
+	p := part("10.244.1.5", "10.244.2.5")
+	var last egressip.Part
+	for _, step := range []struct {
+		name   string
+		part   egressip.Part
+		served []netip.Addr
+		same   bool
+	}{
+		{"first", p, []netip.Addr{a("10.244.2.5")}, false},
+		{"the same part, the same served", p, []netip.Addr{a("10.244.2.5")}, true},
+		{"another served", p, []netip.Addr{a("10.244.1.5")}, false},
+		{"a part compiled anew", part("10.244.1.5", "10.244.2.5"), []netip.Addr{a("10.244.1.5")}, false},
+		{"none served", p, nil, false},
+	} {
+		got := m.withoutServed(step.part, step.served)
+		want := withoutServed(step.part, step.served)
+		if !slices.Equal(got.SNAT, want.SNAT) || len(got.Steer) != len(want.Steer) {
+			t.Errorf("%s: SNAT %v, steering %v; want %v, %v", step.name, got.SNAT, got.Steer, want.SNAT, want.Steer)
+		}
+		for i := range got.Steer {
+			if got.Steer[i].PodIP != want.Steer[i].PodIP {
+				t.Errorf("%s: steering %v, want %v", step.name, got.Steer, want.Steer)
+			}
+		}
+		if same := sameList(got.SNAT, last.SNAT) && sameList(got.Steer, last.Steer); same != step.same {
+			t.Errorf("%s: the last lists handed again %v, want %v", step.name, same, step.same)
 		}
 		last = got
 	}
