@@ -1,7 +1,6 @@
 package watchers
 
 import (
-	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -9,8 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 )
 
 // fresh is s in memory of its own, as a decoder hands out each string.
@@ -82,19 +79,7 @@ func TestTransformSharesWhatPodsRepeat(t *testing.T) {
 // EgressFirewalls decoded apart share the rule parts and status strings they repeat, and keep
 // what they do not.
 func TestTransformSharesWhatFirewallsRepeat(t *testing.T) {
-	decode := func(i int) *ovnv1.EgressFirewall {
-		data, err := json.Marshal(scaleFirewall(i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ef := &ovnv1.EgressFirewall{}
-		if err := json.Unmarshal(data, ef); err != nil {
-			t.Fatal(err)
-		}
-		out, _ := transform(ef)
-		return out.(*ovnv1.EgressFirewall)
-	}
-	a, b := decode(1), decode(2)
+	a, b := decodedFirewall(t, 1), decodedFirewall(t, 2)
 	if !reflect.DeepEqual(a.Spec, scaleFirewall(1).Spec) || !reflect.DeepEqual(a.Status, scaleFirewall(1).Status) {
 		t.Fatalf("transform changed what the firewall says: %+v", a)
 	}
