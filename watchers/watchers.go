@@ -322,26 +322,30 @@ func (w *Watchers) changed(kind, obj any, spec bool) {
 		key, _ := cache.DeletionHandlingMetaNamespaceKeyFunc(obj) // "" (unknown) if it fails
 		w.snap.Generations.Changed(kind, key)
 	}
-	w.signal(kind, spec)
+	w.signal(kind, obj, spec)
 }
 
 type subscriber struct {
 	ch        chan struct{}
 	statusToo bool
 	kinds     map[reflect.Type]bool // nil: all
+	changes   *Changes              // nil: the channel alone
 }
 
 // signal coalesces events: one pending notification is enough for a level-triggered consumer.
 // An update of only the status of an egress API object reaches only subscribers that read
 // status: the node's programming does not depend on it, and every node writing its status
 // entry would otherwise make every node recompile.
-func (w *Watchers) signal(kind any, spec bool) {
+func (w *Watchers) signal(kind, obj any, spec bool) {
 	if spec {
 		w.pending.CompareAndSwap(0, time.Now().UnixNano())
 	}
 	for _, s := range w.subs {
 		if (!spec && !s.statusToo) || (s.kinds != nil && !s.kinds[reflect.TypeOf(kind)]) {
 			continue
+		}
+		if s.changes != nil {
+			s.changes.add(kind, obj)
 		}
 		select {
 		case s.ch <- struct{}{}:
@@ -383,8 +387,12 @@ func (w *Watchers) Shutdown() {
 // to Go types, as &corev1.Node{}), when given, limit it to objects of those kinds (a consumer
 // that reads no pods is not woken by every pod's churn). Call it before Start.
 func (w *Watchers) Subscribe(statusToo bool, kinds ...any) <-chan struct{} {
+	return w.subscribe(statusToo, nil, kinds)
+}
+
+func (w *Watchers) subscribe(statusToo bool, changes *Changes, kinds []any) <-chan struct{} {
 	ch := make(chan struct{}, 1)
-	sub := subscriber{ch: ch, statusToo: statusToo}
+	sub := subscriber{ch: ch, statusToo: statusToo, changes: changes}
 	if len(kinds) > 0 {
 		sub.kinds = map[reflect.Type]bool{}
 		for _, k := range kinds {

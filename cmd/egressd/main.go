@@ -145,10 +145,11 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	defer dp.Close()
 	recorder, stopEvents := eventRecorder(ctx, kube, "egressd", cfg.nodeName)
 	defer stopEvents()
+	// Its entries' objects, and what the node's annotations and labels are made from.
+	statusReads := w.SubscribeChanges(true, &ovnv1.EgressFirewall{}, &ovnv1.EgressQoS{}, &ovnv1.AdminPolicyBasedExternalRoute{},
+		&ovnv1.EgressService{}, &corev1.Node{})
 	statusWriter := &status.Writer{Node: cfg.nodeName, Client: egress, Kube: kube, Snapshot: w.Snapshot(), Recorder: recorder,
-		// Its entries' objects, and what the node's annotations and labels are made from.
-		Changed: w.Subscribe(true, &ovnv1.EgressFirewall{}, &ovnv1.EgressQoS{}, &ovnv1.AdminPolicyBasedExternalRoute{},
-			&ovnv1.EgressService{}, &corev1.Node{}),
+		Changed: statusReads.C, ChangedObjects: statusReads.Take,
 		RouteGateways: externalroute.ConfiguredGateways, Metrics: status.NewMetrics(), Log: log.With("component", "status")}
 	resolver := dnsnames.New(ctx, cfg.dnsServers, cfg.dnsMinTTL, cfg.dnsState(), log.With("component", "dns"))
 	resolver.LimitNamespaces(cfg.dnsPerNamespace)

@@ -51,6 +51,9 @@ type Writer struct {
 	// Changed, when set, signals status changes made by others: the last outcome is written
 	// again where an entry of this node went missing or stale.
 	Changed <-chan struct{}
+	// ChangedObjects, when set, names the objects that changed since it was last called
+	// (watchers.Changes.Take), whose entries alone are looked at again; all: every entry.
+	ChangedObjects func() (objects []watchers.ChangedObject, all bool)
 	// RouteGateways lists the gateways an AdminPolicyBasedExternalRoute configures now, which
 	// its success entry names (externalroute.ConfiguredGateways: the feature computes them,
 	// this package only writes).
@@ -156,6 +159,12 @@ func (w *Writer) Run(ctx context.Context) {
 		if err := w.publishNodeAnnotations(ctx, r.hostCIDRs); err != nil {
 			w.Log.Error("publish node annotations", "node", w.Node, "err", err)
 		}
+		if all && w.ChangedObjects != nil {
+			if changed, every := w.ChangedObjects(); !every {
+				e.recheckObjects(q, changed)
+				continue
+			}
+		}
 		e.take(q, r, all, !first && !all)
 		first = false
 	}
@@ -192,6 +201,20 @@ func (e *entries) take(q *entryQueue, r report, all, urgent bool) {
 	for origin := range e.wanted {
 		if _, ok := r.objects.Get(origin); !ok { // gone since
 			e.forget(origin)
+		}
+	}
+}
+
+// recheckObjects queues the wanted entries of the objects that changed, to be written even if
+// written says they are (another writer may have removed one).
+func (e *entries) recheckObjects(q *entryQueue, changed []watchers.ChangedObject) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, c := range changed {
+		origin := dataplane.Origin{Kind: dataplane.Kind(c.Kind), Namespace: c.Namespace, Name: c.Name}
+		if _, wanted := e.wanted[origin]; wanted {
+			e.recheck[origin] = true
+			q.add(origin, false)
 		}
 	}
 }
