@@ -37,16 +37,16 @@ type Outcomes struct {
 
 // NewOutcomes reports on the objects of shared (nil: none).
 func NewOutcomes(shared *Shared) Outcomes {
-	if shared == nil {
-		shared = &Shared{}
-	}
 	return Outcomes{shared: shared, own: map[dataplane.Origin]error{}}
 }
 
-// common are the shared outcomes (none, of the zero Outcomes).
+// none are no shared outcomes.
+var none = &Shared{}
+
+// common are the shared outcomes (none when nil).
 func (out Outcomes) common() *Shared {
 	if out.shared == nil {
-		return &Shared{}
+		return none
 	}
 	return out.shared
 }

@@ -46,13 +46,22 @@ func TestTakeInPartAsInFull(t *testing.T) {
 			}
 			shared = cluster.NewShared(all)
 		}
-		objects := cluster.NewOutcomes(shared)
+		// The reference lies over another handing on of the same statuses: looked at in full.
+		objects, fresh := cluster.NewOutcomes(shared), cluster.NewOutcomes(cluster.NewShared(shared.All))
 		for range rnd.IntN(5) {
-			objects.Set(originOf(), errOf())
+			o, err := originOf(), errOf()
+			objects.Set(o, err)
+			fresh.Set(o, err)
 		}
-		part.take(qPart, report{objects: objects}, false, false)
-		// A report with notes (none here) is always looked at in full.
-		full.take(qFull, report{objects: objects, notes: map[dataplane.Origin]string{}}, false, false)
+		var notes map[dataplane.Origin]string // a namespace's DNS answers capped, now and then
+		for range rnd.IntN(3) {
+			if notes == nil {
+				notes = map[dataplane.Origin]string{}
+			}
+			notes[dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: fmt.Sprint(rnd.IntN(6)), Name: "default"}] = []string{"capped", "full"}[rnd.IntN(2)]
+		}
+		part.take(qPart, report{objects: objects, notes: notes}, false, false)
+		full.take(qFull, report{objects: fresh, notes: notes}, false, false)
 		if !maps.Equal(part.wanted, full.wanted) {
 			t.Fatalf("step %d: wanted %v, a look at every entry wants %v", step, part.wanted, full.wanted)
 		}

@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"iter"
 	"log/slog"
 	"net/netip"
 	"sync"
@@ -177,15 +178,21 @@ func (e *entries) take(q *entryQueue, r report, all, urgent bool) {
 	defer e.mu.Unlock()
 	last := e.last
 	e.last = r
-	if since, ok := r.objects.Since(last.objects); ok && !all && r.notes == nil && last.notes == nil {
+	if since, ok := r.objects.Since(last.objects); ok && !all {
 		// The 10,000 firewalls' statuses are as last taken: only what either report sets over
-		// them may have changed.
-		for origin := range since {
+		// them, or notes otherwise, may have changed.
+		look := func(origin dataplane.Origin) {
 			if err, reported := r.objects.Get(origin); reported {
 				e.want(q, r, origin, err, false, urgent)
 			} else {
 				e.forget(origin)
 			}
+		}
+		for origin := range since {
+			look(origin)
+		}
+		for origin := range otherNotes(last.notes, r.notes) {
+			look(origin)
 		}
 		return
 	}
@@ -201,6 +208,22 @@ func (e *entries) take(q *entryQueue, r report, all, urgent bool) {
 	for origin := range e.wanted {
 		if _, ok := r.objects.Get(origin); !ok { // gone since
 			e.forget(origin)
+		}
+	}
+}
+
+// otherNotes are the objects whose note differs between a and b.
+func otherNotes(a, b map[dataplane.Origin]string) iter.Seq[dataplane.Origin] {
+	return func(yield func(dataplane.Origin) bool) {
+		for o, note := range a {
+			if other, ok := b[o]; (!ok || other != note) && !yield(o) {
+				return
+			}
+		}
+		for o := range b {
+			if _, ok := a[o]; !ok && !yield(o) {
+				return
+			}
 		}
 	}
 }
