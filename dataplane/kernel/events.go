@@ -253,7 +253,7 @@ func (k *kernelEvents) consume(e *events) {
 			if !ok {
 				return
 			}
-			k.facings.forgetLink(int(u.Index))
+			k.facings.linkChanged(int(u.Index))
 		case u, ok := <-e.addrs:
 			if !ok {
 				return

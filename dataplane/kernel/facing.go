@@ -16,12 +16,18 @@ import (
 // interface faces an address changes only with the links (a pod's veth comes or goes, a
 // bridge is made again) and with the main table's routes, which the watchers report: the
 // addresses behind a link that changed or went, or under a route that changed, are looked up
-// again. While the events are not watched, nothing is remembered.
+// again. While the events are not watched, nothing is remembered. The namespace's interfaces
+// are kept likewise (links).
 type facings struct {
 	mu      sync.Mutex
 	h       *netlink.Handle
 	byAddr  map[netip.Addr]facing
 	trusted bool // the events are watched
+	// kept are the interfaces by index as last read, while the events are watched (links);
+	// readAgain, those an event named since. era counts the times kept was dropped.
+	kept      map[int]netlink.Link
+	readAgain map[int]bool
+	era       uint64
 }
 
 type facing struct {
@@ -34,7 +40,7 @@ func newFacings() (*facings, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netlink handle: %w", err)
 	}
-	return &facings{h: h, byAddr: map[netip.Addr]facing{}}, nil
+	return &facings{h: h, byAddr: map[netip.Addr]facing{}, readAgain: map[int]bool{}}, nil
 }
 
 // of returns the interface facing the pod address ip: the interface of its route, unless that
@@ -117,17 +123,6 @@ func (f *facings) keepOnly(want map[netip.Addr]bool) {
 	}
 }
 
-// forgetLink drops the addresses behind the link of index (it changed, was renamed or went).
-func (f *facings) forgetLink(index int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for ip, fc := range f.byAddr {
-		if fc.index == index {
-			delete(f.byAddr, ip)
-		}
-	}
-}
-
 // watched tells whether the link and route events are watched from now on; what was
 // remembered before is forgotten either way.
 func (f *facings) watched(on bool) {
@@ -135,6 +130,7 @@ func (f *facings) watched(on bool) {
 	defer f.mu.Unlock()
 	f.trusted = on
 	clear(f.byAddr)
+	f.forgetLinks()
 }
 
 func (f *facings) close() { f.h.Close() }

@@ -9,7 +9,7 @@ import (
 )
 
 func testFacings() *facings {
-	return &facings{trusted: true, byAddr: map[netip.Addr]facing{
+	return &facings{trusted: true, readAgain: map[int]bool{}, byAddr: map[netip.Addr]facing{
 		netip.MustParseAddr("10.244.1.2"): {"pod0", 10},
 		netip.MustParseAddr("10.244.1.3"): {"cni0", 20},
 		netip.MustParseAddr("10.244.2.4"): {"cni0", 20},
@@ -42,7 +42,7 @@ func TestFacingsForget(t *testing.T) {
 		{"route over two pods", func(f *facings) bool { return f.forgetRoute(pods1) }, true, []string{"10.244.2.4", "fd00::2"}},
 		{"route over none", func(f *facings) bool { return f.forgetRoute(other) }, false, []string{"10.244.1.2", "10.244.1.3", "10.244.2.4", "fd00::2"}},
 		{"default route", func(f *facings) bool { return f.forgetRoute(nil) }, true, nil},
-		{"a bridge changed", func(f *facings) bool { f.forgetLink(20); return true }, true, []string{"10.244.1.2", "fd00::2"}},
+		{"a bridge changed", func(f *facings) bool { f.linkChanged(20); return true }, true, []string{"10.244.1.2", "fd00::2"}},
 		{"pods gone", func(f *facings) bool {
 			f.keepOnly(map[netip.Addr]bool{netip.MustParseAddr("fd00::2"): true})
 			return true

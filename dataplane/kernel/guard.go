@@ -9,29 +9,6 @@ import (
 	"github.com/egressd/egressd/dataplane/tc"
 )
 
-// linkSet is the namespace's interfaces as a sync reads them, once.
-type linkSet struct {
-	byIndex map[int]netlink.Link
-	byName  map[string]netlink.Link
-	ports   map[int][]netlink.Link // by the index of their master (a bridge)
-}
-
-// links reads the namespace's interfaces (once per sync).
-func (f *facings) links() (*linkSet, error) {
-	links, err := f.h.LinkList()
-	if err != nil {
-		return nil, err
-	}
-	ls := &linkSet{byIndex: map[int]netlink.Link{}, byName: map[string]netlink.Link{}, ports: map[int][]netlink.Link{}}
-	for _, l := range links {
-		ls.byIndex[l.Attrs().Index], ls.byName[l.Attrs().Name] = l, l
-		if m := l.Attrs().MasterIndex; m != 0 {
-			ls.ports[m] = append(ls.ports[m], l)
-		}
-	}
-	return ls, nil
-}
-
 // portOf is the veth port of bridge behind which the pod address ip is: the one of the pod's
 // host-side interfaces (its CNI ADD) that is a port of the bridge, else the port it was written
 // with, if that is still one (a restarted agent has not seen the pod's ADD); 0: unknown.

@@ -17,14 +17,11 @@ import (
 
 // testLinks is a linkSet as facings.links builds it from a list of interfaces.
 func testLinks(links ...netlink.Link) *linkSet {
-	ls := &linkSet{byIndex: map[int]netlink.Link{}, byName: map[string]netlink.Link{}, ports: map[int][]netlink.Link{}}
+	m := map[int]netlink.Link{}
 	for _, l := range links {
-		ls.byIndex[l.Attrs().Index], ls.byName[l.Attrs().Name] = l, l
-		if m := l.Attrs().MasterIndex; m != 0 {
-			ls.ports[m] = append(ls.ports[m], l)
-		}
+		m[l.Attrs().Index] = l
 	}
-	return ls
+	return newLinkSet(m)
 }
 
 func veth(name string, index, master int) *netlink.Veth {
