@@ -11,6 +11,7 @@ package dataplane
 import (
 	"context"
 	"net/netip"
+	"slices"
 )
 
 // State is the complete desired state of one node. Every element remembers the API object it
@@ -68,6 +69,12 @@ type Pod struct {
 	// ADD reported them (none for a pod added before egressd's plugin was chained): a bridged
 	// pod's bridge port is among them, and only the pod's addresses pass that port.
 	HostInterfaces []string `json:",omitempty"`
+}
+
+// Equal reports whether p and o are the same entry (nil and empty lists alike).
+func (p Pod) Equal(o Pod) bool {
+	return p.Origin == o.Origin && p.Mark == o.Mark && p.Spread == o.Spread && slices.Equal(p.IPs, o.IPs) &&
+		slices.Equal(p.QoSRules, o.QoSRules) && slices.Equal(p.HostInterfaces, o.HostInterfaces)
 }
 
 // Firewall is one namespace's EgressFirewall, compiled. Err set means it could not be

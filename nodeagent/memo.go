@@ -2,7 +2,6 @@ package nodeagent
 
 import (
 	"net/netip"
-	"reflect"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,7 +32,7 @@ type compiledMemo struct {
 // compile runs compile, which reads in and objects of kinds only, unless what it would compile
 // from is what the part it compiled last came from.
 func (m *compiledMemo) compile(in *cluster.Input, kinds []any, compile func() error) error {
-	if !slices.Equal(m.networks, in.Networks) || !reflect.DeepEqual(m.pods, in.Pods) {
+	if !slices.Equal(m.networks, in.Networks) || !slices.EqualFunc(m.pods, in.Pods, dataplane.Pod.Equal) {
 		m.kept.Forget()
 		m.networks, m.pods = in.Networks, in.Pods
 	}

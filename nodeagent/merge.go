@@ -43,7 +43,7 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 	u := newUnderlay(mode, st.node, p.egressIP.Primaries)
 	paths := steeredPaths(append(append([]cluster.Steer{}, p.service.Steer...), eip.Steer...), eip, p.routes.Routes, u.hop)
 	returns := returnPaths(paths)
-	local := map[netip.Addr]bool{}
+	local := make(map[netip.Addr]bool, len(p.pods))
 	for _, pod := range p.pods {
 		for _, ip := range pod.IPs {
 			local[ip] = true
@@ -69,9 +69,10 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 	}
 	slices.SortFunc(s.Nftables.Steered, func(a, b dataplane.SteeredPod) int { return a.Pod.Compare(b.Pod) })
 	slices.SortFunc(s.Nftables.Spread, netip.Addr.Compare)
+	s.Classifier.Pods = make([]dataplane.Pod, 0, len(p.pods))
 	for _, pod := range p.pods {
 		pod.QoSRules = p.qos.PodRules[pod.Origin]
-		s.Classifier.Pods = append(s.Classifier.Pods, byMark(pod, marks, spreads)...)
+		s.Classifier.Pods = appendByMark(s.Classifier.Pods, pod, marks, spreads)
 	}
 	s.Classifier.SteerExempt = p.egressIP.Exempt
 	s.Nftables.BackendDenies = p.firewall.BackendDenies
@@ -180,23 +181,31 @@ func externalGateway(policies []externalroute.Policy, self cluster.PrimaryIfAddr
 	return false
 }
 
-// byMark gives a pod its steering mark. The classifier holds one entry per address, and a
-// dual-stack pod may be steered in one family only (its object has an egress IP of the other
-// family on this node, or none): such a pod becomes one entry per mark.
-func byMark(pod dataplane.Pod, marks map[netip.Addr]uint32, spreads map[netip.Addr]uint8) []dataplane.Pod {
-	var out []dataplane.Pod
+// appendByMark appends a pod with its steering mark to pods. The classifier holds one entry per
+// address, and a dual-stack pod may be steered in one family only (its object has an egress IP
+// of the other family on this node, or none): such a pod becomes one entry per mark. A pod
+// whose addresses share one mark, nearly every pod, keeps its list of addresses.
+func appendByMark(pods []dataplane.Pod, pod dataplane.Pod, marks map[netip.Addr]uint32, spreads map[netip.Addr]uint8) []dataplane.Pod {
+	if len(pod.IPs) > 0 {
+		m, sp := marks[pod.IPs[0]], spreads[pod.IPs[0]]
+		if !slices.ContainsFunc(pod.IPs[1:], func(ip netip.Addr) bool { return marks[ip] != m || spreads[ip] != sp }) {
+			pod.Mark, pod.Spread = m, sp
+			return append(pods, pod)
+		}
+	}
+	first := len(pods)
 	for _, ip := range pod.IPs {
 		m, sp := marks[ip], spreads[ip]
-		i := slices.IndexFunc(out, func(p dataplane.Pod) bool { return p.Mark == m && p.Spread == sp })
+		i := slices.IndexFunc(pods[first:], func(p dataplane.Pod) bool { return p.Mark == m && p.Spread == sp })
 		if i < 0 {
 			part := pod
 			part.IPs, part.Mark, part.Spread = nil, m, sp
-			out = append(out, part)
-			i = len(out) - 1
+			pods = append(pods, part)
+			i = len(pods) - 1 - first
 		}
-		out[i].IPs = append(out[i].IPs, ip)
+		pods[first+i].IPs = append(pods[first+i].IPs, ip)
 	}
-	return out
+	return pods
 }
 
 // dnsSnoop are the local pods of the namespaces with dnsName rules, whose DNS answers the agent

@@ -21,6 +21,7 @@ var linkScoped = []netip.Prefix{netip.MustParsePrefix("fe80::/10"), netip.MustPa
 func (c *Classifier) Apply(s *dataplane.ClassifierState, facing, port map[netip.Addr]int) map[dataplane.Origin]error {
 	failed := map[dataplane.Origin]error{}
 	want := newContent()
+	want.pods = make(map[bpf.FromPodAddr]bpf.FromPodPodInfo, len(s.Pods))
 	a := newIDs()
 	fws, list, reused := c.firewallsFor(s, a, failed)
 	want.ids = c.namesOf(a)

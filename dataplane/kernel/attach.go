@@ -85,8 +85,9 @@ type faced struct {
 // face finds the interface facing every pod address of s, and the bridge ports; a pod whose
 // address faces none fails.
 func (c *classifierFacility) face(s *dataplane.State) faced {
-	f := faced{byAddr: map[netip.Addr]facing{}, ports: map[netip.Addr]int{}, failed: map[dataplane.Origin]error{}}
-	ips := map[netip.Addr]bool{}
+	n := len(s.Classifier.Pods)
+	f := faced{byAddr: make(map[netip.Addr]facing, n), ports: map[netip.Addr]int{}, failed: map[dataplane.Origin]error{}}
+	ips := make(map[netip.Addr]bool, n)
 	for _, p := range s.Classifier.Pods {
 		for _, ip := range p.IPs {
 			ips[ip] = true
@@ -130,12 +131,14 @@ func (a *attachFacility) attach(s *dataplane.State, f faced, before map[dataplan
 		iface  string
 		origin dataplane.Origin
 	}
+	// Sized for a pod per interface: growing them was most of what a sync allocated.
+	n := len(s.Classifier.Pods)
 	failed := maps.Clone(f.failed)
-	want := map[string]int{}
-	var order []string
-	owners := map[string][]dataplane.Origin{}
-	seen := map[owner]bool{}
-	left := map[dataplane.Origin]int{} // interfaces of each pod not attached yet
+	want := make(map[string]int, n)
+	order := make([]string, 0, n)
+	owners := make(map[string][]dataplane.Origin, n)
+	seen := make(map[owner]bool, n)
+	left := make(map[dataplane.Origin]int, n) // interfaces of each pod not attached yet
 	for _, p := range s.Classifier.Pods {
 		for _, ip := range p.IPs {
 			fc, ok := f.byAddr[ip]
@@ -191,7 +194,7 @@ func (a *attachFacility) attach(s *dataplane.State, f faced, before map[dataplan
 			delete(a.conflicts, name)
 		}
 	}
-	fresh := map[dataplane.Origin]bool{}
+	fresh := make(map[dataplane.Origin]bool, n)
 	for _, name := range order {
 		isNew, again, errs, q := false, false, error(nil), &tc.Qdisc{}
 		for _, at := range a.attachers {

@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -48,10 +50,10 @@ func LocalPods(snap *watchers.Snapshot, node string, announced ...*corev1.Pod) (
 		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
 			return b.CreationTimestamp.Before(&a.CreationTimestamp)
 		}
-		return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name)) < 0
 	})
-	var out []dataplane.Pod
-	claimed := map[netip.Addr]bool{}
+	out := make([]dataplane.Pod, 0, len(pods))
+	claimed := make(map[netip.Addr]bool, len(pods))
 	for _, pod := range pods {
 		p := dataplane.Pod{Origin: dataplane.Origin{Kind: KindPod, Namespace: pod.Namespace, Name: pod.Name}}
 		for _, ip := range pod.Status.PodIPs {

@@ -147,7 +147,7 @@ func (s *Store) keepOnly(valid []string) int {
 
 // latest is the newest announced sandbox of each pod.
 func (s *Store) latest() map[podKey]*entry {
-	out := map[podKey]*entry{}
+	out := make(map[podKey]*entry, len(s.byID))
 	for _, e := range s.byID {
 		if o := out[e.key]; o == nil || e.added.After(o.added) {
 			out[e.key] = e
@@ -284,7 +284,11 @@ func (s *Store) InForce(state *dataplane.State, pods []dataplane.Origin, failed 
 // pod and of the policies of its namespace (another pod's failure, its interface gone, is not
 // this one's).
 func held(state *dataplane.State, failed map[dataplane.Origin]error, only map[podKey]bool) map[podKey]applied {
-	last := map[podKey]applied{}
+	n := len(state.Classifier.Pods)
+	if only != nil {
+		n = len(only)
+	}
+	last := make(map[podKey]applied, n)
 	for _, p := range state.Classifier.Pods {
 		if p.Origin.Kind != cluster.KindPod {
 			continue
@@ -295,7 +299,11 @@ func held(state *dataplane.State, failed map[dataplane.Origin]error, only map[po
 			continue
 		}
 		a := last[k]
-		a.ips = append(a.ips, p.IPs...)
+		if a.ips == nil {
+			a.ips = slices.Clip(p.IPs) // an entry of its second mark appends to a copy
+		} else {
+			a.ips = append(a.ips, p.IPs...)
+		}
 		last[k] = a
 	}
 	for o, err := range failed {
