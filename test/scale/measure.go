@@ -100,6 +100,19 @@ func containsAll(s string, subs []string) bool {
 // usage is what the harness reads of a process at one instant.
 type usage struct {
 	rss, heap, cpu float64 // bytes, bytes, CPU seconds
+	// What of the RSS the Go runtime accounts for (bytes): the heap's objects (live and not yet
+	// collected), its spans kept free but not returned to the system, goroutine stacks, and its
+	// own metadata.
+	objects, kept, stacks, runtime float64
+}
+
+// composition says where a process's RSS goes: the heap's spans in use (of which objects,
+// the rest room left in spans), free spans the runtime keeps, stacks, the runtime's metadata,
+// and what is left (the mapped binary and whatever the runtime does not count).
+func (u usage) composition() string {
+	rest := u.rss - u.heap - u.kept - u.stacks - u.runtime
+	return fmt.Sprintf("heap spans in use %s (objects %s), free spans kept %s, stacks %s, runtime metadata %s, rest %s",
+		mb(u.heap), mb(u.objects), mb(u.kept), mb(u.stacks), mb(u.runtime), mb(rest))
 }
 
 func read(p *agent.Process) (usage, error) {
@@ -107,7 +120,10 @@ func read(p *agent.Process) (usage, error) {
 	if err != nil {
 		return usage{}, err
 	}
-	return usage{rss: m["process_resident_memory_bytes"], heap: m["go_memstats_heap_inuse_bytes"], cpu: m["process_cpu_seconds_total"]}, nil
+	return usage{rss: m["process_resident_memory_bytes"], heap: m["go_memstats_heap_inuse_bytes"], cpu: m["process_cpu_seconds_total"],
+		objects: m["go_memstats_heap_alloc_bytes"], kept: m["go_memstats_heap_idle_bytes"] - m["go_memstats_heap_released_bytes"],
+		stacks:  m["go_memstats_stack_inuse_bytes"],
+		runtime: m["go_memstats_mspan_inuse_bytes"] + m["go_memstats_mcache_inuse_bytes"] + m["go_memstats_buck_hash_sys_bytes"] + m["go_memstats_gc_sys_bytes"] + m["go_memstats_other_sys_bytes"]}, nil
 }
 
 // quantiles of ds: min, median, p99 (nearest rank), max.

@@ -97,6 +97,7 @@ func (h *harness) steadyState(ctx context.Context, agents0 []usage, ctl0 usage, 
 		h.record(fmt.Sprintf("agent RSS, full cluster (%s)", role), mb(a.rss), "<= 250 MB")
 		h.record(fmt.Sprintf("agent RSS per cluster pod above empty (%s)", role), fmt.Sprintf("%.2f KB", (a.rss-agents0[i].rss)/pods/1e3), "<= 1 KB")
 		h.record(fmt.Sprintf("agent Go heap in use per cluster pod (%s)", role), fmt.Sprintf("%.2f KB", (a.heap-agents0[i].heap)/pods/1e3), "")
+		h.record(fmt.Sprintf("agent RSS, where it goes (%s)", role), a.composition(), "")
 	}
 	h.record("controller RSS, full cluster", mb(c2.rss), "")
 	h.record("controller RSS per cluster pod above empty", fmt.Sprintf("%.2f KB", (c2.rss-ctl0.rss)/pods/1e3), "<= 1 KB")
