@@ -33,7 +33,7 @@ func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *par
 		Frontends:        frontends,
 		Firewalls:        p.firewall.Firewalls,
 		FirewallsVersion: p.firewall.Version,
-		QoS:              p.qos.QoS,
+		QoS:              localQoS(p.qos.QoS, p.pods),
 	}}
 	eip := m.withoutServed(p.egressIP, p.service.Served)
 	mode := st.mode
@@ -206,6 +206,26 @@ func appendByMark(pods []dataplane.Pod, pod dataplane.Pod, marks map[netip.Addr]
 		pods[first+i].IPs = append(pods[first+i].IPs, ip)
 	}
 	return pods
+}
+
+// localQoS are the EgressQoS of the namespaces of the node's pods, the only ones whose rules the
+// classifier uses: with a thousand in the cluster, writing the others' rule texts and ids was
+// most of its work at every sync. Every EgressQoS's status still comes from its compile.
+func localQoS(all []dataplane.QoS, pods []dataplane.Pod) []dataplane.QoS {
+	if len(all) == 0 || len(pods) == 0 {
+		return nil
+	}
+	namespaces := make(map[string]bool, len(pods))
+	for _, p := range pods {
+		namespaces[p.Origin.Namespace] = true
+	}
+	var out []dataplane.QoS
+	for _, q := range all {
+		if namespaces[q.Origin.Namespace] {
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 // dnsSnoop are the local pods of the namespaces with dnsName rules, whose DNS answers the agent

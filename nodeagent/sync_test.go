@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -301,6 +302,48 @@ func TestSyncLoopReportsCompileFailures(t *testing.T) {
 	err := rep.objects[dataplane.Origin{Kind: "EgressQoS", Namespace: "a", Name: "default"}]
 	if err == nil || !strings.Contains(err.Error(), "Bogus") {
 		t.Errorf("EgressQoS a/default reported %v, want its invalid podSelector", err)
+	}
+}
+
+// The classifier gets the EgressQoS of the namespaces with a pod on the node only, and every
+// EgressQoS still reports its outcome: one elsewhere, valid or not, and one whose namespace's
+// first pod arrives gets its rules then.
+func TestSyncLoopClassifiesLocalNamespacesQoS(t *testing.T) {
+	qos := func(ns, op string) *ovnv1.EgressQoS {
+		return &ovnv1.EgressQoS{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}, Spec: ovnv1.EgressQoSSpec{Egress: []ovnv1.EgressQoSRule{
+			{DSCP: 46, PodSelector: metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOperator(op)}}}}}}}
+	}
+	origin := func(ns string) dataplane.Origin {
+		return dataplane.Origin{Kind: "EgressQoS", Namespace: ns, Name: "default"}
+	}
+	classified := func(app *recordingApplier) []string {
+		var out []string
+		for _, q := range app.state().Classifier.QoS {
+			out = append(out, q.Origin.Namespace)
+		}
+		slices.Sort(out)
+		return out
+	}
+	rep, app := &recordingReporter{}, &recordingApplier{}
+	snap := watcherstest.Snapshot(qos("local", "Exists"), qos("elsewhere", "Exists"), qos("broken", "Bogus"),
+		pod("local", "p", "n", nil, "10.244.0.5"), pod("elsewhere", "q", "other", nil, "10.244.1.5"))
+	l := newLoop(app, make(chan struct{}), time.Millisecond, func(_ *Config, d *Deps) { d.Snapshot, d.Status = snap, rep })
+	l.sync(context.Background())
+	if got := classified(app); !slices.Equal(got, []string{"local"}) {
+		t.Errorf("classifier's EgressQoS of namespaces %v, want [local]", got)
+	}
+	rep.mu.Lock()
+	for _, ns := range []string{"local", "elsewhere", "broken"} {
+		if err, ok := rep.objects[origin(ns)]; !ok || (err != nil) != (ns == "broken") {
+			t.Errorf("EgressQoS %s/default reported %v (reported: %v)", ns, err, ok)
+		}
+	}
+	rep.mu.Unlock()
+	l.deps.Snapshot = watcherstest.Snapshot(qos("local", "Exists"), qos("elsewhere", "Exists"), qos("broken", "Bogus"),
+		pod("local", "p", "n", nil, "10.244.0.5"), pod("elsewhere", "q", "n", nil, "10.244.0.6"))
+	l.sync(context.Background())
+	if got := classified(app); !slices.Equal(got, []string{"elsewhere", "local"}) {
+		t.Errorf("after a pod of elsewhere arrived: classifier's EgressQoS of namespaces %v, want local and elsewhere", got)
 	}
 }
 
