@@ -209,8 +209,9 @@ func appendByMark(pods []dataplane.Pod, pod dataplane.Pod, marks map[netip.Addr]
 }
 
 // localQoS are the EgressQoS of the namespaces of the node's pods, the only ones whose rules the
-// classifier uses: with a thousand in the cluster, writing the others' rule texts and ids was
-// most of its work at every sync. Every EgressQoS's status still comes from its compile.
+// classifier marks packets by: with a thousand in the cluster, writing the others' rule texts
+// and ids was most of its work at every sync. Every EgressQoS's status still comes from its
+// compile; the node's rule listing (egressctl qos) and its counters show the local ones.
 func localQoS(all []dataplane.QoS, pods []dataplane.Pod) []dataplane.QoS {
 	if len(all) == 0 || len(pods) == 0 {
 		return nil

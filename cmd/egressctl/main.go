@@ -26,9 +26,10 @@ Usage: egressctl [flags] COMMAND [ARGS] [flags]   (flags go before or after the 
 Commands:
   status       one screen: the agent's version, the leader, the objects it programmed or
                failed to program (with the reasons), BFD sessions, the egress IPs hosted here
-  firewall     EgressFirewall rules programmed per namespace, with the packets and bytes each
-               one decided
-  qos          EgressQoS rules programmed per namespace, with the packets each one marked
+  firewall     EgressFirewall rules programmed per namespace (those with a pod on this node),
+               with the packets and bytes each one decided
+  qos          EgressQoS rules programmed per namespace (those with a pod on this node), with
+               the packets each one marked
   trace SRC DST [tcp|udp|sctp/PORT]
                what this node does with a new flow from pod address SRC: verdict, rule, DSCP,
                the routing mark (and its object, from the agent's metrics), the gateways it

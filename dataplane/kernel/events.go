@@ -32,9 +32,11 @@ var eventBuffer = 2 << 20
 const resubscribeEvery = time.Second
 
 // events is one subscription to the kernel's link, address, main-table route, neighbour and
-// tc changes. It ends, all five together, when stop closes or when one receiver fails: the
-// library ends a receiver on any receive error (a socket whose buffer overran lost the events
-// that did not fit) or message it cannot read.
+// tc changes. It ends, all five together, when stop closes or when one receiver reports an
+// error (report): the library ends a receiver on a receive error (a socket whose buffer
+// overran lost the events that did not fit), but reports a message it cannot read and goes
+// on without it. Either way a change may have gone untold, and what the events keep current
+// (the interfaces facing pods, the node's interfaces) is looked up afresh.
 type events struct {
 	links  chan netlink.LinkUpdate
 	addrs  chan netlink.AddrUpdate
@@ -47,17 +49,25 @@ type events struct {
 	// drains empty the channels of the subscriptions made, so that their receivers, which may
 	// be blocked sending, end once stop closed.
 	drains []func()
-	// failure is the first receive error the library reported.
-	failure atomic.Pointer[error]
+	// failure is the first error the library reported; lost closes then.
+	failure  atomic.Pointer[error]
+	lost     chan struct{}
+	lostOnce sync.Once
+}
+
+// report records a receiver's error and ends the subscription (its first error is the cause;
+// closing the others' sockets makes them report more).
+func (e *events) report(err error) {
+	e.failure.CompareAndSwap(nil, &err)
+	e.lostOnce.Do(func() { close(e.lost) })
 }
 
 // subscribe subscribes in the calling thread's network namespace.
 func subscribe() (*events, error) {
 	e := &events{links: make(chan netlink.LinkUpdate, 64), addrs: make(chan netlink.AddrUpdate, 64),
 		routes: make(chan netlink.RouteUpdate, 256), neighs: make(chan netlink.NeighUpdate, 64), tcDeleted: make(chan int, 64),
-		stop: make(chan struct{})}
-	// The first error is the cause; closing the others' sockets makes them report more.
-	onError := func(err error) { e.failure.CompareAndSwap(nil, &err) }
+		stop: make(chan struct{}), lost: make(chan struct{})}
+	onError := e.report
 	for _, sub := range []struct {
 		what      string
 		subscribe func() error
@@ -243,11 +253,14 @@ func (k *kernelEvents) watch(e *events, ns netns.NsHandle) {
 	}
 }
 
-// consume handles e's events until one of its receivers ends or the applier closes.
+// consume handles e's events until one of its receivers ends or reports an error, or the
+// applier closes.
 func (k *kernelEvents) consume(e *events) {
 	for {
 		select {
 		case <-k.done:
+			return
+		case <-e.lost:
 			return
 		case u, ok := <-e.links:
 			if !ok {

@@ -1,10 +1,12 @@
 package kernel
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"syscall"
 	"testing"
+	"testing/synctest"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -82,4 +84,37 @@ func TestUneventfulAddressEvents(t *testing.T) {
 	if (&kernelEvents{}).uneventful(event("10.244.1.1", false)) {
 		t.Error("an event in a cluster network was ignored before any Apply said which they are")
 	}
+}
+
+// TestReportedErrorEndsEvents: a receiver's reported error (the library reports a message it
+// cannot read and goes on without it) ends the subscription's handling, so that it is made
+// anew and its caches looked up afresh, as when a receiver ends; the first error is the cause.
+func TestReportedErrorEndsEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := &events{links: make(chan netlink.LinkUpdate), addrs: make(chan netlink.AddrUpdate), routes: make(chan netlink.RouteUpdate),
+			neighs: make(chan netlink.NeighUpdate), tcDeleted: make(chan int), lost: make(chan struct{})}
+		k := &kernelEvents{done: make(chan struct{})}
+		ended := make(chan struct{})
+		go func() {
+			k.consume(e)
+			close(ended)
+		}()
+		synctest.Wait()
+		select {
+		case <-ended:
+			t.Fatal("consume ended before any error")
+		default:
+		}
+		e.report(errors.New("first"))
+		e.report(errors.New("second"))
+		synctest.Wait()
+		select {
+		case <-ended:
+		default:
+			t.Fatal("consume goes on after a receiver reported an error")
+		}
+		if err := e.err(); err == nil || err.Error() != "first" {
+			t.Errorf("cause %v, want the first error", err)
+		}
+	})
 }

@@ -78,7 +78,9 @@ func TestPrivilegedLinksKeptByEvents(t *testing.T) {
 	netns.Veth(t, node, "v0", pods, "eth0")
 	netns.Veth(t, node, "v1", pods, "eth1")
 	node.MustRun(t, "ip", "link", "set", "v0", "master", "br0")
-	if ls, _ := f.links(); ls.byName["br0"] != nil {
+	if ls, err := f.links(); err != nil {
+		t.Fatal(err)
+	} else if ls.byName["br0"] != nil {
 		t.Fatalf("the interfaces were listed again though no event was delivered")
 	}
 	deliver()

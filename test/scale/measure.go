@@ -107,11 +107,12 @@ type usage struct {
 }
 
 // composition says where a process's RSS goes: the heap's spans in use (of which objects,
-// the rest room left in spans), free spans the runtime keeps, stacks, the runtime's metadata,
-// and what is left (the mapped binary and whatever the runtime does not count).
+// the rest room left in spans), free spans the runtime keeps, stacks, the runtime's metadata
+// (what it reserved: an upper bound), and what is left (the mapped binary and whatever the
+// runtime does not count; understated by as much as the metadata is not resident).
 func (u usage) composition() string {
 	rest := u.rss - u.heap - u.kept - u.stacks - u.runtime
-	return fmt.Sprintf("heap spans in use %s (objects %s), free spans kept %s, stacks %s, runtime metadata %s, rest %s",
+	return fmt.Sprintf("heap spans in use %s (objects %s), free spans kept %s, stacks %s, runtime metadata (reserved, not all resident) %s, rest %s",
 		mb(u.heap), mb(u.objects), mb(u.kept), mb(u.stacks), mb(u.runtime), mb(rest))
 }
 
