@@ -3,6 +3,7 @@ package status
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -10,7 +11,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/egressd/egressd/api/generated/clientset/versioned/fake"
@@ -26,14 +26,7 @@ import (
 func TestWriterRechecksTheChangedObjects(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		client := fake.NewSimpleClientset()
-		var mu sync.Mutex
-		writes := map[string]int{}
-		client.PrependReactor("patch", "egressfirewalls", func(a k8stesting.Action) (bool, runtime.Object, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			writes[a.GetNamespace()]++
-			return true, &ovnv1.EgressFirewall{}, nil
-		})
+		count := firewallWrites(client)
 		var efs []runtime.Object
 		statuses := map[dataplane.Origin]error{}
 		for _, ns := range []string{"a", "b", "c"} {
@@ -41,6 +34,7 @@ func TestWriterRechecksTheChangedObjects(t *testing.T) {
 			statuses[dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: ns, Name: "default"}] = nil
 		}
 		changed := make(chan struct{}, 1)
+		var mu sync.Mutex // guards what ChangedObjects returns
 		var objects []watchers.ChangedObject
 		all := false
 		// The snapshot never shows the entries written: every look at an entry writes it.
@@ -60,12 +54,8 @@ func TestWriterRechecksTheChangedObjects(t *testing.T) {
 			t.Helper()
 			time.Sleep(recheckDelay) // the fake clock: instant
 			synctest.Wait()
-			mu.Lock()
-			defer mu.Unlock()
-			for _, ns := range []string{"a", "b", "c"} {
-				if writes[ns] != want[ns] {
-					t.Fatalf("%s: writes %v, want %v", what, writes, want)
-				}
+			if writes := count(); !maps.Equal(writes, want) {
+				t.Fatalf("%s: writes %v, want %v", what, writes, want)
 			}
 		}
 		w.Report(cluster.NewOutcomes(cluster.NewShared(statuses)), nil, dataplane.Result{})

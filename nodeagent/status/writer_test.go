@@ -25,6 +25,24 @@ import (
 	"github.com/egressd/egressd/watchers/watcherstest"
 )
 
+// firewallWrites makes client count the patches of EgressFirewalls by namespace; the count
+// returned is a copy of the counts so far.
+func firewallWrites(client *fake.Clientset) (count func() map[string]int) {
+	var mu sync.Mutex
+	writes := map[string]int{}
+	client.PrependReactor("patch", "egressfirewalls", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		writes[a.GetNamespace()]++
+		return true, &ovnv1.EgressFirewall{}, nil
+	})
+	return func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(writes)
+	}
+}
+
 // A sync's report looks again only at the firewalls whose outcome changed (a report follows
 // every pod's sync); a change of the objects looks at all of them again. In a bubble: each
 // check is made once the writer is durably blocked, past the coalesce window; "writes nothing"
@@ -36,23 +54,7 @@ func TestWriterLooksAgainAtChangedOutcomes(t *testing.T) {
 			{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "default"}},
 		}
 		client := fake.NewSimpleClientset()
-		var mu sync.Mutex
-		writes := map[string]int{}
-		client.PrependReactor("patch", "egressfirewalls", func(a k8stesting.Action) (bool, runtime.Object, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			writes[a.GetNamespace()]++
-			return true, &ovnv1.EgressFirewall{}, nil
-		})
-		count := func() map[string]int {
-			mu.Lock()
-			defer mu.Unlock()
-			out := map[string]int{}
-			for k, v := range writes {
-				out[k] = v
-			}
-			return out
-		}
+		count := firewallWrites(client)
 		changed := make(chan struct{}, 1)
 		// The snapshot never shows the entries written: every look at an entry writes it.
 		w := &Writer{Node: "n1", Client: client, Snapshot: watcherstest.Snapshot(efs[0], efs[1]), Changed: changed,
