@@ -32,15 +32,15 @@ func (w *Watchers) SubscribeChanges(statusToo bool, kinds ...any) *Changes {
 	return c
 }
 
-// add notes obj, of kind, as changed (before the subscriber's channel is signalled).
-func (c *Changes) add(kind, obj any) {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	ns, name, splitErr := cache.SplitMetaNamespaceKey(key)
+// add notes the object of key ("namespace/name", "" when unknown), of kind, as changed (before
+// the subscriber's channel is signalled).
+func (c *Changes) add(kind any, key string) {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
 	case c.all:
-	case err != nil || splitErr != nil || len(c.objects) >= maxChanges:
+	case key == "" || err != nil || len(c.objects) >= maxChanges:
 		c.all, c.objects = true, nil
 	default:
 		if c.objects == nil {

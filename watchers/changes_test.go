@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 )
@@ -17,13 +16,11 @@ import (
 func TestChangesNameWhatChanged(t *testing.T) {
 	w := &Watchers{}
 	c := w.SubscribeChanges(true, &ovnv1.EgressFirewall{})
-	ef := func(ns string) *ovnv1.EgressFirewall {
-		return &ovnv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}}
-	}
+	ef := func(ns string) string { return ns + "/default" }
 	w.signal(&ovnv1.EgressFirewall{}, ef("b"), false) // status only: this subscriber reads status
 	w.signal(&ovnv1.EgressFirewall{}, ef("a"), true)
 	w.signal(&ovnv1.EgressFirewall{}, ef("a"), true)
-	w.signal(&corev1.Node{}, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, true) // not its kind
+	w.signal(&corev1.Node{}, "n1", true) // not its kind
 	select {
 	case <-c.C:
 	default:
@@ -43,5 +40,10 @@ func TestChangesNameWhatChanged(t *testing.T) {
 	}
 	if got, all := c.Take(); len(got) != 0 || !all {
 		t.Errorf("past the bound: %d objects (all %v), want every object", len(got), all)
+	}
+	w.signal(&ovnv1.EgressFirewall{}, ef("a"), true)
+	w.signal(&ovnv1.EgressFirewall{}, "", true) // an object the watchers could not name
+	if got, all := c.Take(); len(got) != 0 || !all {
+		t.Errorf("after an unnamed object: %v (all %v), want every object", got, all)
 	}
 }

@@ -318,11 +318,11 @@ func (w *Watchers) notify(kind any) cache.ResourceEventHandler {
 
 // changed counts a change of obj, of kind (unless only its status changed), then signals.
 func (w *Watchers) changed(kind, obj any, spec bool) {
+	key, _ := cache.DeletionHandlingMetaNamespaceKeyFunc(obj) // "" (unknown) if it fails
 	if spec {
-		key, _ := cache.DeletionHandlingMetaNamespaceKeyFunc(obj) // "" (unknown) if it fails
 		w.snap.Generations.Changed(kind, key)
 	}
-	w.signal(kind, obj, spec)
+	w.signal(kind, key, spec)
 }
 
 type subscriber struct {
@@ -336,7 +336,7 @@ type subscriber struct {
 // An update of only the status of an egress API object reaches only subscribers that read
 // status: the node's programming does not depend on it, and every node writing its status
 // entry would otherwise make every node recompile.
-func (w *Watchers) signal(kind, obj any, spec bool) {
+func (w *Watchers) signal(kind any, key string, spec bool) {
 	if spec {
 		w.pending.CompareAndSwap(0, time.Now().UnixNano())
 	}
@@ -345,7 +345,7 @@ func (w *Watchers) signal(kind, obj any, spec bool) {
 			continue
 		}
 		if s.changes != nil {
-			s.changes.add(kind, obj)
+			s.changes.add(kind, key)
 		}
 		select {
 		case s.ch <- struct{}{}:

@@ -41,7 +41,7 @@ func TestStatusOnlyUpdates(t *testing.T) {
 	w := &Watchers{}
 	spec, all := w.Subscribe(false), w.Subscribe(true)
 	nodes := w.Subscribe(true, &corev1.Node{})
-	w.signal(&ovnv1.EgressFirewall{}, &ovnv1.EgressFirewall{}, false)
+	w.signal(&ovnv1.EgressFirewall{}, "ns/ef", false)
 	select {
 	case <-spec:
 		t.Error("status-only change reached a spec subscriber")
@@ -58,16 +58,16 @@ func TestStatusOnlyUpdates(t *testing.T) {
 
 	// A spec change reaches both subscribers and is pending from its first signal until taken.
 	before := time.Now()
-	w.signal(&ovnv1.EgressFirewall{}, &ovnv1.EgressFirewall{}, true)
+	w.signal(&ovnv1.EgressFirewall{}, "ns/ef", true)
 	after := time.Now()
 	time.Sleep(time.Millisecond) // so that the second signal's time is after the first's
-	w.signal(&ovnv1.EgressFirewall{}, &ovnv1.EgressFirewall{}, true)
+	w.signal(&ovnv1.EgressFirewall{}, "ns/ef", true)
 	select {
 	case <-nodes:
 		t.Error("a firewall's change reached a subscriber of nodes only")
 	default:
 	}
-	w.signal(&corev1.Node{}, &corev1.Node{}, false)
+	w.signal(&corev1.Node{}, "n1", false)
 	select {
 	case <-nodes:
 	default:
