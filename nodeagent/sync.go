@@ -88,9 +88,11 @@ type Deps struct {
 	Snapshot *watchers.Snapshot
 	// Changed signals API changes; a burst is coalesced as Config.Debounce says.
 	Changed <-chan struct{}
-	// Triggers signal other changes that need a sync at once: the kernel (links, addresses),
-	// BFD sessions, health results. DNS answers and announced pods trigger one too.
-	Triggers []<-chan struct{}
+	// Kernel signals that the kernel changed under the dataplane (links, addresses, routes,
+	// BFD sessions: dataplane.Applier's Changed), paced as API changes: the veth of a new pod
+	// comes with a burst of link events, which costs one sync, not one each, and the pod's CNI
+	// ADD (which needs a sync at once, as DNS answers do) does not queue behind them.
+	Kernel <-chan struct{}
 	// PendingSince, when set, says when the oldest change this sync handles arrived.
 	PendingSince func() time.Time
 	// DNS resolves the names of dnsName rules.
@@ -143,7 +145,7 @@ func New(cfg Config, deps Deps) *SyncLoop {
 	if cfg.MarkMask == 0 {
 		cfg.MarkMask = dataplane.DefaultMarkMask
 	}
-	triggers := append([]<-chan struct{}{deps.DNS.Changed()}, deps.Triggers...)
+	triggers := []<-chan struct{}{deps.DNS.Changed()}
 	if deps.Announced != nil {
 		triggers = append(triggers, deps.Announced.Changed())
 	}
@@ -163,6 +165,12 @@ func (l *SyncLoop) Run(ctx context.Context) {
 	defer resync.Stop()
 	triggered := fanIn(ctx, l.triggers)
 	for {
+		// The dataplane notes a change before it signals it, and the sync's apply takes the
+		// notes: a signal pending now is covered by this sync; one that comes during it is not.
+		select {
+		case <-l.deps.Kernel:
+		default:
+		}
 		l.sync(ctx)
 		synced := time.Now()
 		resync.Reset(l.cfg.Resync)
@@ -173,17 +181,12 @@ func (l *SyncLoop) Run(ctx context.Context) {
 		case <-triggered:
 		case <-l.retry.after():
 		case <-l.deps.Changed:
-			// A change after a quiet period syncs at once: an edit is programmed without
-			// waiting. One within Debounce of the last sync (a burst of API events) waits
-			// until then, unless something needs a sync at once (a pod whose CNI ADD waits for
-			// it): the sync reads the latest state either way, as kube-proxy's minSyncPeriod.
-			if wait := l.cfg.Debounce - time.Since(synced); wait > 0 {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(wait):
-				case <-triggered:
-				}
+			if !l.pace(ctx, synced, triggered) {
+				return
+			}
+		case <-l.deps.Kernel:
+			if !l.pace(ctx, synced, triggered) {
+				return
 			}
 		}
 		// The informers signal a change after their caches hold it: this sync covers any
@@ -193,6 +196,27 @@ func (l *SyncLoop) Run(ctx context.Context) {
 		default:
 		}
 	}
+}
+
+// pace waits until Debounce after the last sync ended, unless a trigger cuts it short, and says
+// whether ctx is still going. A change after a quiet period syncs at once: an edit is
+// programmed without waiting. One within Debounce of the last sync (a burst of API or kernel
+// events) waits until then, unless something needs a sync at once (a pod whose CNI ADD waits
+// for it): the sync reads the latest state either way, as kube-proxy's minSyncPeriod.
+func (l *SyncLoop) pace(ctx context.Context, synced time.Time, triggered <-chan struct{}) bool {
+	wait := l.cfg.Debounce - time.Since(synced)
+	if wait <= 0 {
+		return true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-triggered:
+	}
+	return true
 }
 
 // fanIn merges signal channels into one that holds at most one pending signal.

@@ -264,6 +264,73 @@ func TestSyncLoopKeepsPartOfFailedCompile(t *testing.T) {
 	})
 }
 
+// The kernel's changes are paced as the API's: one after a quiet period syncs at once, a burst
+// (a new veth's link events) costs one more sync after the debounce (what is pending when it
+// starts is in it), and one that came during a sync (after the dataplane read its news) is not
+// taken as covered by it.
+func TestSyncLoopPacesKernelChanges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		kernel := make(chan struct{}, 1)
+		app := &kernelApplier{kernel: kernel}
+		l := newLoop(app, make(chan struct{}), 10*time.Millisecond, func(_ *Config, d *Deps) { d.Kernel = kernel })
+		run(t, l)
+		settle(time.Second) // quiet since the first sync
+		kernel <- struct{}{}
+		settle(0)
+		if n := app.n.Load(); n != 2 {
+			t.Fatalf("%d syncs after an isolated kernel change, want 2: it syncs at once", n)
+		}
+		for range 3 { // the link events of a new veth, right after that sync
+			select {
+			case kernel <- struct{}{}:
+			default:
+			}
+			settle(time.Millisecond)
+		}
+		if n := app.n.Load(); n != 2 {
+			t.Fatalf("%d syncs within the debounce, want 2", n)
+		}
+		settle(10 * time.Millisecond)
+		if n := app.n.Load(); n != 3 {
+			t.Fatalf("%d syncs after the debounce, want 3: one for the burst", n)
+		}
+		app.during.Store(true) // the next sync's apply hears of a change
+		settle(time.Second)
+		kernel <- struct{}{}
+		settle(0)
+		settle(10 * time.Millisecond)
+		if n := app.n.Load(); n != 5 {
+			t.Errorf("%d syncs, want 5: the change heard during the 4th has a sync of its own", n)
+		}
+	})
+}
+
+// kernelApplier is a recordingApplier that, once during is set, signals a kernel change during
+// one apply, as the dataplane does when the kernel changes while it applies.
+type kernelApplier struct {
+	recordingApplier
+	kernel chan struct{}
+	during atomic.Bool
+}
+
+func (a *kernelApplier) Apply(ctx context.Context, s *dataplane.State) dataplane.Result {
+	res := a.recordingApplier.Apply(ctx, s)
+	if a.during.Swap(false) {
+		a.kernel <- struct{}{}
+	}
+	return res
+}
+
+// answeredNames is noNames whose answers changed when c says so: a trigger of a sync at once.
+type answeredNames struct{ c chan struct{} }
+
+func (answeredNames) Want([]string)              {}
+func (answeredNames) Lookup(string) []netip.Addr { return nil }
+func (n answeredNames) Changed() <-chan struct{} { return n.c }
+func (answeredNames) Generation() uint64         { return 0 }
+func (answeredNames) Applied(uint64)             {}
+func (answeredNames) Capped() map[string]string  { return nil }
+
 // noNames is a resolver that knows no name.
 type noNames struct{}
 
@@ -429,7 +496,7 @@ func TestSyncLoopTriggerCutsDebounce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		changed, trigger := make(chan struct{}, 1), make(chan struct{}, 1)
 		app := &recordingApplier{}
-		l := newLoop(app, changed, time.Hour, func(_ *Config, d *Deps) { d.Triggers = []<-chan struct{}{trigger} })
+		l := newLoop(app, changed, time.Hour, func(_ *Config, d *Deps) { d.DNS = answeredNames{trigger} })
 		run(t, l)
 		settle(0)
 		if !l.Synced() {

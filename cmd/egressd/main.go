@@ -165,7 +165,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	loop := nodeagent.New(cfg.syncConfig(), nodeagent.Deps{
 		Snapshot:     w.Snapshot(),
 		Changed:      w.Subscribe(false),
-		Triggers:     []<-chan struct{}{dp.Changed()},
+		Kernel:       dp.Changed(),
 		PendingSince: w.TakePending,
 		ServePods:    w.ServePods,
 		DNS:          resolver,
