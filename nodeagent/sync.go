@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/egressd/egressd/dataplane"
@@ -46,7 +45,7 @@ type Reporter interface {
 // the state and its result.
 type Announced interface {
 	// Overlay returns the snapshot to compile from and the announced pods of this node.
-	Overlay(snap *watchers.Snapshot) (*watchers.Snapshot, []*corev1.Pod)
+	Overlay(snap *watchers.Snapshot) (*watchers.Snapshot, []*watchers.Pod)
 	// HostInterfaces sets the host-side interfaces of the pods the CNI plugin announced.
 	HostInterfaces(pods []dataplane.Pod)
 	Applied(state *dataplane.State, res dataplane.Result)
@@ -265,7 +264,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	}
 	l.servePods(ctx)
 	networks := l.clusterNetworks()
-	snap, announced := l.deps.Snapshot, []*corev1.Pod(nil)
+	snap, announced := l.deps.Snapshot, []*watchers.Pod(nil)
 	if l.deps.Announced != nil {
 		snap, announced = l.deps.Announced.Overlay(l.deps.Snapshot)
 	}

@@ -48,7 +48,7 @@ func TestInternerRemembersTwoGenerations(t *testing.T) {
 // Pods decoded apart share their namespace, node, labels and readiness once cached; pods that
 // differ keep their own.
 func TestTransformSharesWhatPodsRepeat(t *testing.T) {
-	pod := func(name, tier string, ready corev1.ConditionStatus) *corev1.Pod {
+	pod := func(name, tier string, ready corev1.ConditionStatus) *Pod {
 		return trimPod(&corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fresh(name), Namespace: fresh("shop"),
 				Labels: map[string]string{fresh("app"): fresh("web"), fresh("tier"): fresh(tier)}},

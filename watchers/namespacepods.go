@@ -45,11 +45,11 @@ func newNamespacePods(scopes []PodScope, handler cache.ResourceEventHandler) (*n
 // dropped stands for every pod the store does not keep while a watch-list streams the initial
 // pods into the reflector's temporary store: that store holds each such pod's key and this one
 // object, not the decoded pod.
-var dropped = &corev1.Pod{}
+var dropped = &Pod{}
 
-func (s *namespacePods) keep(p *corev1.Pod) bool {
-	for _, sel := range s.scopes[p.Namespace] {
-		if sel.Matches(labels.Set(p.Labels)) {
+func (s *namespacePods) keep(p metav1.Object) bool {
+	for _, sel := range s.scopes[p.GetNamespace()] {
+		if sel.Matches(labels.Set(p.GetLabels())) {
 			return true
 		}
 	}
@@ -59,27 +59,27 @@ func (s *namespacePods) keep(p *corev1.Pod) bool {
 // Transformer trims the pods kept, for the reflector's watch-list (cache.TransformingStore).
 func (s *namespacePods) Transformer() cache.TransformFunc {
 	return func(o any) (any, error) {
-		if p, ok := o.(*corev1.Pod); ok && p != dropped {
+		if p, ok := o.(*corev1.Pod); ok {
 			if !s.keep(p) {
 				return dropped, nil
 			}
 			return trimPod(p), nil
 		}
-		return o, nil
+		return o, nil // dropped, or a Pod already
 	}
 }
 
 func (s *namespacePods) Add(o any) error { return s.Update(o) }
 
 func (s *namespacePods) Update(o any) error {
-	p, ok := o.(*corev1.Pod)
+	full, ok := o.(*corev1.Pod)
 	if !ok {
 		return nil
 	}
-	if !s.keep(p) { // relabelled out of its scopes, if it was kept: then it is gone
-		return s.Delete(p)
+	if !s.keep(full) { // relabelled out of its scopes, if it was kept: then it is gone
+		return s.Delete(full)
 	}
-	p = trimPod(p)
+	p := trimPod(full)
 	old, existed, err := s.Indexer.Get(p)
 	if err != nil {
 		return err
@@ -111,8 +111,15 @@ func (s *namespacePods) Delete(o any) error {
 func (s *namespacePods) Replace(list []any, rv string) error {
 	var kept []any
 	for _, o := range list {
-		if p, ok := o.(*corev1.Pod); ok && p != dropped && s.keep(p) {
-			kept = append(kept, trimPod(p))
+		switch p := o.(type) {
+		case *corev1.Pod: // a plain list's
+			if s.keep(p) {
+				kept = append(kept, trimPod(p))
+			}
+		case *Pod: // a watch-list's, trimmed by Transformer
+			if p != dropped {
+				kept = append(kept, p)
+			}
 		}
 	}
 	if err := s.Indexer.Replace(kept, rv); err != nil {

@@ -27,18 +27,18 @@ func TestNamespacePodsKeepsOnlyItsScopes(t *testing.T) {
 	web := map[string]string{"app": "web"}
 	pods := func() []*corev1.Pod {
 		return []*corev1.Pod{
-			testPod("a", "p1", "n2", "10.0.0.1", nil),
-			testPod("b", "web", "n2", "10.0.0.2", web),
-			testPod("b", "db", "n2", "10.0.0.3", map[string]string{"app": "db"}),
-			testPod("c", "web", "n3", "10.0.0.4", web),
+			apiPod("a", "p1", "n2", "10.0.0.1", nil),
+			apiPod("b", "web", "n2", "10.0.0.2", web),
+			apiPod("b", "db", "n2", "10.0.0.3", map[string]string{"app": "db"}),
+			apiPod("c", "web", "n3", "10.0.0.4", web),
 		}
 	}
 	cached := func() []string {
 		var out []string
 		for _, o := range s.List() {
-			p := o.(*corev1.Pod)
-			if len(p.Status.Conditions) != 1 {
-				t.Errorf("%s/%s cached untrimmed", p.Namespace, p.Name)
+			p, ok := o.(*Pod)
+			if !ok {
+				t.Fatalf("%T cached untrimmed", o)
 			}
 			out = append(out, p.Namespace+"/"+p.Name)
 		}
@@ -80,24 +80,24 @@ func TestNamespacePodsKeepsOnlyItsScopes(t *testing.T) {
 	}
 
 	signals = 0
-	_ = s.Add(testPod("c", "other", "n3", "10.0.0.5", web))
-	_ = s.Update(testPod("b", "db", "n2", "10.0.0.6", map[string]string{"app": "db"}))
-	_ = s.Delete(testPod("c", "web", "n3", "10.0.0.4", web))
+	_ = s.Add(apiPod("c", "other", "n3", "10.0.0.5", web))
+	_ = s.Update(apiPod("b", "db", "n2", "10.0.0.6", map[string]string{"app": "db"}))
+	_ = s.Delete(apiPod("c", "web", "n3", "10.0.0.4", web))
 	if signals != 0 {
 		t.Errorf("%d signals for pods outside the scopes, want none", signals)
 	}
-	_ = s.Add(testPod("a", "p2", "n2", "10.0.0.7", nil))
-	_ = s.Update(testPod("b", "web", "n2", "10.0.0.8", web))
-	_ = s.Delete(testPod("a", "p1", "n2", "10.0.0.1", nil))
+	_ = s.Add(apiPod("a", "p2", "n2", "10.0.0.7", nil))
+	_ = s.Update(apiPod("b", "web", "n2", "10.0.0.8", web))
+	_ = s.Delete(apiPod("a", "p1", "n2", "10.0.0.1", nil))
 	if got, want := cached(), []string{"a/p2", "b/web"}; !slices.Equal(got, want) || signals != 3 {
 		t.Errorf("after watch events: %v (%d signals), want %v (3)", got, signals, want)
 	}
-	if o, _, _ := s.GetByKey("b/web"); o.(*corev1.Pod).Status.PodIPs[0].IP != "10.0.0.8" {
-		t.Errorf("b/web not updated: %v", o.(*corev1.Pod).Status.PodIPs)
+	if o, _, _ := s.GetByKey("b/web"); o.(*Pod).Status.PodIPs[0].IP != "10.0.0.8" {
+		t.Errorf("b/web not updated: %v", o.(*Pod).Status.PodIPs)
 	}
 	// Relabelled out of its namespace's scope: gone, as for the scope's own watch.
 	signals = 0
-	_ = s.Update(testPod("b", "web", "n2", "10.0.0.8", map[string]string{"app": "db"}))
+	_ = s.Update(apiPod("b", "web", "n2", "10.0.0.8", map[string]string{"app": "db"}))
 	if got, want := cached(), []string{"a/p2"}; !slices.Equal(got, want) || signals != 1 {
 		t.Errorf("after b/web was relabelled: %v (%d signals), want %v (1)", got, signals, want)
 	}

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -185,12 +184,12 @@ type podUnion struct {
 	served *servedPods
 }
 
-func (u *podUnion) collect(list func(cache.Indexer, func(any)) error) ([]*corev1.Pod, error) {
+func (u *podUnion) collect(list func(cache.Indexer, func(any)) error) ([]*Pod, error) {
 	seen := map[string]bool{}
-	var out []*corev1.Pod
+	var out []*Pod
 	for _, idx := range u.served.indexers(u.local) {
 		err := list(idx, func(o any) {
-			p := o.(*corev1.Pod)
+			p := o.(*Pod)
 			if k := p.Namespace + "/" + p.Name; !seen[k] {
 				seen[k] = true
 				out = append(out, p)
@@ -203,11 +202,11 @@ func (u *podUnion) collect(list func(cache.Indexer, func(any)) error) ([]*corev1
 	return out, nil
 }
 
-func (u *podUnion) List(sel labels.Selector) ([]*corev1.Pod, error) {
+func (u *podUnion) List(sel labels.Selector) ([]*Pod, error) {
 	return u.collect(func(idx cache.Indexer, add func(any)) error { return cache.ListAll(idx, sel, add) })
 }
 
-func (u *podUnion) Pods(namespace string) corelisters.PodNamespaceLister {
+func (u *podUnion) Pods(namespace string) PodNamespaceLister {
 	return podUnionNamespace{u, namespace}
 }
 
@@ -236,20 +235,20 @@ type podUnionNamespace struct {
 	namespace string
 }
 
-func (n podUnionNamespace) List(sel labels.Selector) ([]*corev1.Pod, error) {
+func (n podUnionNamespace) List(sel labels.Selector) ([]*Pod, error) {
 	return n.u.collect(func(idx cache.Indexer, add func(any)) error {
 		return cache.ListAllByNamespace(idx, n.namespace, sel, add)
 	})
 }
 
-func (n podUnionNamespace) Get(name string) (*corev1.Pod, error) {
+func (n podUnionNamespace) Get(name string) (*Pod, error) {
 	for _, idx := range n.u.served.indexers(n.u.local) {
 		o, ok, err := idx.GetByKey(n.namespace + "/" + name)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			return o.(*corev1.Pod), nil
+			return o.(*Pod), nil
 		}
 	}
 	return nil, apierrors.NewNotFound(corev1.Resource("pod"), name)

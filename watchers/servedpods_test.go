@@ -13,16 +13,16 @@ import (
 )
 
 // podIndexer is a served scope's cache of pods.
-func podIndexer(pods ...*corev1.Pod) cache.Indexer { return indexed(servedPodIndexers(), pods) }
+func podIndexer(pods ...*Pod) cache.Indexer { return indexed(servedPodIndexers(), pods) }
 
 // localIndexer is the node's own cache of pods: also by node.
-func localIndexer(pods ...*corev1.Pod) cache.Indexer {
+func localIndexer(pods ...*Pod) cache.Indexer {
 	indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	maps.Copy(indexers, PodIndexers)
 	return indexed(indexers, pods)
 }
 
-func indexed(indexers cache.Indexers, pods []*corev1.Pod) cache.Indexer {
+func indexed(indexers cache.Indexers, pods []*Pod) cache.Indexer {
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, indexers)
 	for _, p := range pods {
 		_ = idx.Add(p)
@@ -30,7 +30,12 @@ func indexed(indexers cache.Indexers, pods []*corev1.Pod) cache.Indexer {
 	return idx
 }
 
-func testPod(ns, name, node, ip string, l map[string]string) *corev1.Pod {
+func testPod(ns, name, node, ip string, l map[string]string) *Pod {
+	return CachedPod(apiPod(ns, name, node, ip, l))
+}
+
+// apiPod is a pod as the API server sends it.
+func apiPod(ns, name, node, ip string, l map[string]string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: l}, Spec: corev1.PodSpec{NodeName: node},
 		Status: corev1.PodStatus{PodIPs: []corev1.PodIP{{IP: ip}}}}
 }
@@ -49,7 +54,7 @@ func TestPodUnionReadsEachPodOnce(t *testing.T) {
 	s.scopes[PodScope{Selector: "app"}] = &scopeInformer{indexer: podIndexer(stale, gw)}
 	s.scopes[PodScope{Namespace: "a"}] = &scopeInformer{indexer: podIndexer(other)}
 
-	names := func(pods []*corev1.Pod, err error) []string {
+	names := func(pods []*Pod, err error) []string {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)

@@ -46,12 +46,15 @@ func trimMeta(m *metav1.ObjectMeta) {
 }
 
 // transform shrinks core objects before they enter the informer caches, so that memory per
-// object stays small and flat with cluster size. CRD objects only lose managed fields: egressd
-// reads all of their spec and status.
+// object stays small and flat with cluster size: a pod becomes a Pod. CRD objects only lose
+// managed fields: egressd reads all of their spec and status. A Pod passes unchanged: the
+// reflector's watch-list transforms what it streams, and the informer's queue again.
 func transform(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
 		return trimPod(o), nil
+	case *Pod:
+		return o, nil
 	case *corev1.Node:
 		return trimNode(o), nil
 	case *corev1.Namespace:
@@ -120,11 +123,12 @@ func egressTransform(trim func(obj any)) cache.TransformFunc {
 	}
 }
 
-// trimPod keeps only what the features read: labels, node, host networking, IPs, phase and
-// readiness, and the controlling EgressRouter of router pods. A cached pod is a few hundred bytes
-// instead of several kilobytes, and shares its labels, namespace, node and readiness with the
-// pods that hold equal ones (an egress node caches the tens of thousands its EgressIPs serve).
-func trimPod(p *corev1.Pod) *corev1.Pod {
+// trimPod is p as cached: what the features read, labels, node, host networking, IPs, phase
+// and readiness, and the controlling EgressRouter of router pods. A cached pod is a few hundred
+// bytes instead of several kilobytes, and shares its labels, namespace, node and readiness with
+// the pods that hold equal ones (an egress node caches the tens of thousands its EgressIPs
+// serve). Trims p's metadata in place.
+func trimPod(p *corev1.Pod) *Pod {
 	owner := metav1.GetControllerOf(p)
 	trimMeta(&p.ObjectMeta)
 	if owner != nil && owner.Kind == "EgressRouter" { // router pods: the leader places them per owner
@@ -138,18 +142,20 @@ func trimPod(p *corev1.Pod) *corev1.Pod {
 			ready = c.Status
 		}
 	}
-	p.Spec = corev1.PodSpec{NodeName: intern(p.Spec.NodeName), HostNetwork: p.Spec.HostNetwork}
 	podIP := p.Status.PodIP
 	if len(p.Status.PodIPs) > 0 && p.Status.PodIPs[0].IP == podIP {
 		podIP = p.Status.PodIPs[0].IP // one copy of the address, not two
 	}
-	p.Status = corev1.PodStatus{
-		Phase:      corev1.PodPhase(intern(string(p.Status.Phase))),
-		PodIPs:     p.Status.PodIPs,
-		PodIP:      podIP,
-		Conditions: podReadiness(ready),
+	return &Pod{
+		ObjectMeta: p.ObjectMeta,
+		Spec:       PodSpec{NodeName: intern(p.Spec.NodeName), HostNetwork: p.Spec.HostNetwork},
+		Status: PodStatus{
+			Phase:      corev1.PodPhase(intern(string(p.Status.Phase))),
+			PodIPs:     exactly(p.Status.PodIPs),
+			PodIP:      podIP,
+			Conditions: podReadiness(ready),
+		},
 	}
-	return p
 }
 
 // Readiness conditions as cached: one array for each status, shared by every object with it.

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/listers"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
@@ -49,9 +50,9 @@ const (
 
 // PodIndexers are the indexes the pod cache adds to the factory's namespace index.
 var PodIndexers = cache.Indexers{
-	PodsByNode: func(obj any) ([]string, error) { return []string{obj.(*corev1.Pod).Spec.NodeName}, nil },
+	PodsByNode: func(obj any) ([]string, error) { return []string{obj.(*Pod).Spec.NodeName}, nil },
 	PodsByIP: func(obj any) ([]string, error) {
-		p := obj.(*corev1.Pod)
+		p := obj.(*Pod)
 		if p.Spec.HostNetwork {
 			return nil, nil
 		}
@@ -68,7 +69,7 @@ var PodIndexers = cache.Indexers{
 type Snapshot struct {
 	Nodes          corelisters.NodeLister
 	Namespaces     corelisters.NamespaceLister
-	Pods           corelisters.PodLister
+	Pods           PodLister
 	PodIndex       PodIndexer
 	Services       corelisters.ServiceLister
 	EndpointSlices discoverylisters.EndpointSliceLister
@@ -85,6 +86,29 @@ type Snapshot struct {
 
 	// Generations counts the changes of each kind (nil: unknown, as in a snapshot built by hand).
 	Generations *Generations
+}
+
+// PodLister lists the cached pods, as corelisters.PodLister lists corev1.Pods.
+type PodLister interface {
+	List(sel labels.Selector) ([]*Pod, error)
+	Pods(namespace string) PodNamespaceLister
+}
+
+// PodNamespaceLister lists and gets the cached pods of one namespace.
+type PodNamespaceLister interface {
+	List(sel labels.Selector) ([]*Pod, error)
+	Get(name string) (*Pod, error)
+}
+
+// NewPodLister lists the Pods of indexer, which has the namespace index.
+func NewPodLister(indexer cache.Indexer) PodLister {
+	return podLister{listers.New[*Pod](indexer, corev1.Resource("pod"))}
+}
+
+type podLister struct{ listers.ResourceIndexer[*Pod] }
+
+func (l podLister) Pods(namespace string) PodNamespaceLister {
+	return listers.NewNamespaced(l.ResourceIndexer, namespace)
 }
 
 // PodIndexer looks pods up by one of PodIndexers' indexes.
@@ -248,7 +272,7 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 	w.snap = Snapshot{
 		Nodes:                 w.core.Core().V1().Nodes().Lister(),
 		Namespaces:            w.core.Core().V1().Namespaces().Lister(),
-		Pods:                  pods.Lister(),
+		Pods:                  NewPodLister(pods.Informer().GetIndexer()),
 		PodIndex:              pods.Informer().GetIndexer(),
 		Services:              w.core.Core().V1().Services().Lister(),
 		EndpointSlices:        w.core.Discovery().V1().EndpointSlices().Lister(),

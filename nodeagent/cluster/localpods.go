@@ -18,23 +18,23 @@ import (
 // terminating belongs to the pod that is not being deleted, else to the newest. Announced pods
 // (the CNI plugin's, with their addresses before the Pod object shows them) replace the node's
 // pods of the same name, or add to them.
-func LocalPods(snap *watchers.Snapshot, node string, announced ...*corev1.Pod) ([]dataplane.Pod, error) {
+func LocalPods(snap *watchers.Snapshot, node string, announced ...*watchers.Pod) ([]dataplane.Pod, error) {
 	objs, err := snap.PodIndex.ByIndex(watchers.PodsByNode, node)
 	if err != nil {
 		return nil, fmt.Errorf("pods of node %s: %w", node, err)
 	}
-	candidates := make([]*corev1.Pod, 0, len(objs)+len(announced))
+	candidates := make([]*watchers.Pod, 0, len(objs)+len(announced))
 	replaced := map[[2]string]bool{}
 	for _, pod := range announced {
 		replaced[[2]string{pod.Namespace, pod.Name}] = true
 		candidates = append(candidates, pod)
 	}
 	for _, o := range objs {
-		if pod := o.(*corev1.Pod); !replaced[[2]string{pod.Namespace, pod.Name}] {
+		if pod := o.(*watchers.Pod); !replaced[[2]string{pod.Namespace, pod.Name}] {
 			candidates = append(candidates, pod)
 		}
 	}
-	pods := make([]*corev1.Pod, 0, len(candidates))
+	pods := make([]*watchers.Pod, 0, len(candidates))
 	for _, pod := range candidates {
 		if pod.Spec.HostNetwork || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue

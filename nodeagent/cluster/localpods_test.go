@@ -37,7 +37,7 @@ func TestCompileLocalPods(t *testing.T) {
 		pod("elsewhere", "n2", false, corev1.PodRunning, "10.244.2.5"),
 		pod("bad-ip", "n1", false, corev1.PodRunning, "not-an-ip"),
 	} {
-		_ = idx.Add(p)
+		_ = idx.Add(watchers.CachedPod(p))
 	}
 	pods, err := LocalPods(&watchers.Snapshot{PodIndex: idx}, "n1")
 	if err != nil {

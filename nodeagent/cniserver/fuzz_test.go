@@ -16,6 +16,7 @@ import (
 	ktypes "k8s.io/apimachinery/pkg/types"
 
 	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
+	"github.com/egressd/egressd/watchers"
 	"github.com/egressd/egressd/watchers/watcherstest"
 )
 
@@ -146,7 +147,7 @@ func FuzzRequest(f *testing.F) {
 		var gc cniapi.GCRequest
 		gerr := json.NewDecoder(bytes.NewReader(body)).Decode(&gc)
 		for _, id := range []string{"sb1", "sb2"} {
-			s.Store.announce(id, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: id, UID: ktypes.UID(id)}}, nil, nil, false)
+			s.Store.announce(id, &watchers.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: id, UID: ktypes.UID(id)}}, nil, nil, false)
 		}
 		code, r = call(t, s.gc, cniapi.PathGC, body)
 		if gerr != nil && (code != http.StatusBadRequest || r.Code != cniapi.CodeDecode) || gerr == nil && code != http.StatusOK {

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/watchers"
@@ -36,7 +34,7 @@ const remoteTTL = time.Minute
 // AnnounceRemote takes another node's new pod (its Pod object, as this node's informer holds
 // it, and the addresses the pod's CNI gave it) and returns once a sync that included it was
 // applied, reporting whether this node SNATs the pod (it is an egress node serving it).
-func (s *Store) AnnounceRemote(ctx context.Context, pod *corev1.Pod, ips []netip.Addr) (bool, error) {
+func (s *Store) AnnounceRemote(ctx context.Context, pod *watchers.Pod, ips []netip.Addr) (bool, error) {
 	e := s.announce("remote:"+pod.Namespace+"/"+pod.Name, pod, ips, nil, true)
 	select {
 	case <-e.done:
@@ -133,7 +131,7 @@ func steerTargets(state *dataplane.State) map[podKey][]netip.Addr {
 	return out
 }
 
-func statusIPs(pod *corev1.Pod) []netip.Addr {
+func statusIPs(pod *watchers.Pod) []netip.Addr {
 	var out []netip.Addr
 	for _, ip := range pod.Status.PodIPs {
 		if a, err := netip.ParseAddr(ip.IP); err == nil {

@@ -14,14 +14,12 @@ import (
 	"slices"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/egressd/egressd/dataplane/router"
 	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
+	"github.com/egressd/egressd/watchers"
 )
 
 // DefaultWait bounds an ADD whose request carries no timeout.
@@ -35,7 +33,7 @@ type Server struct {
 	Node  string
 	Store *Store
 	// Pods is the informer's pod lister; Kube reads a pod it does not hold yet.
-	Pods corelisters.PodLister
+	Pods watchers.PodLister
 	Kube kubernetes.Interface
 	// Synced reports whether the agent finished its first sync (STATUS).
 	Synced func() bool
@@ -71,8 +69,8 @@ const peerWait = time.Second
 // Routers compiles the configuration of a router pod (nil for other pods) and hears the
 // outcome of applying it.
 type Routers interface {
-	Config(ctx context.Context, pod *corev1.Pod) (*router.Config, error)
-	Configured(ctx context.Context, pod *corev1.Pod, master string, failure error)
+	Config(ctx context.Context, pod *watchers.Pod) (*router.Config, error)
+	Configured(ctx context.Context, pod *watchers.Pod, master string, failure error)
 }
 
 // Listen binds the socket (replacing a stale one) and serves until Close.
@@ -242,7 +240,7 @@ func (s *Server) add(w http.ResponseWriter, r *http.Request) {
 
 // pod is the pod's object: from the informer, else from the API (the kubelet calls the CNI
 // after the object exists); and where it came from (informer, api, none: then an error).
-func (s *Server) pod(ctx context.Context, namespace, name string) (*corev1.Pod, string, error) {
+func (s *Server) pod(ctx context.Context, namespace, name string) (*watchers.Pod, string, error) {
 	if s.Pods != nil {
 		if p, err := s.Pods.Pods(namespace).Get(name); err == nil {
 			return p, "informer", nil
@@ -257,7 +255,7 @@ func (s *Server) pod(ctx context.Context, namespace, name string) (*corev1.Pod, 
 	if err != nil {
 		return nil, "none", err
 	}
-	return p, "api", nil
+	return watchers.CachedPod(p), "api", nil
 }
 
 func (s *Server) del(w http.ResponseWriter, r *http.Request) {

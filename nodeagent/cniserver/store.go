@@ -22,7 +22,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	corelisters "k8s.io/client-go/listers/core/v1"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
@@ -34,8 +33,8 @@ type entry struct {
 	id    string // CNI_CONTAINERID
 	key   podKey
 	ips   []netip.Addr
-	host  []string    // the host-side interfaces the CNI made for it
-	pod   *corev1.Pod // the Pod object (or a bare one) with ips in its status; never modified
+	host  []string      // the host-side interfaces the CNI made for it
+	pod   *watchers.Pod // the Pod object (or a bare one) with ips in its status; never modified
 	added time.Time
 	// done is closed once a sync that included the pod has it in force without failure.
 	done       chan struct{}
@@ -93,7 +92,7 @@ func (s *Store) signal() {
 
 // announce records a sandbox with its addresses and host-side interfaces (replacing an earlier
 // ADD of the same sandbox; remote: another node's pod its agent announced) and returns it.
-func (s *Store) announce(id string, pod *corev1.Pod, ips []netip.Addr, host []string, remote bool) *entry {
+func (s *Store) announce(id string, pod *watchers.Pod, ips []netip.Addr, host []string, remote bool) *entry {
 	pod = pod.DeepCopy()
 	pod.Status.PodIPs = nil
 	for _, ip := range ips {
@@ -159,12 +158,12 @@ func (s *Store) latest() map[podKey]*entry {
 // Overlay returns the snapshot to compile from: snap, whose pod lister also returns the
 // announced pods, with the plugin's addresses; and the announced pods themselves, which
 // cluster.LocalPods merges into the node's pods.
-func (s *Store) Overlay(snap *watchers.Snapshot) (*watchers.Snapshot, []*corev1.Pod) {
+func (s *Store) Overlay(snap *watchers.Snapshot) (*watchers.Snapshot, []*watchers.Pod) {
 	s.mu.Lock()
 	latest := s.latest()
 	s.mu.Unlock()
-	pods := map[podKey]*corev1.Pod{}
-	var list []*corev1.Pod
+	pods := map[podKey]*watchers.Pod{}
+	var list []*watchers.Pod
 	remotes := s.includeRemotes(snap, latest)
 	for k, e := range latest {
 		p := e.pod
@@ -192,7 +191,7 @@ func (s *Store) Overlay(snap *watchers.Snapshot) (*watchers.Snapshot, []*corev1.
 	if len(pods) == 0 {
 		return &out, nil
 	}
-	slices.SortFunc(list, func(a, b *corev1.Pod) int {
+	slices.SortFunc(list, func(a, b *watchers.Pod) int {
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
 	out.Pods = &overlayLister{base: snap.Pods, pods: pods}
@@ -363,11 +362,11 @@ func containsAll(have, want []netip.Addr) bool {
 // overlayLister is a pod lister that returns the announced pods instead of (or besides) the
 // informer's objects.
 type overlayLister struct {
-	base corelisters.PodLister
-	pods map[podKey]*corev1.Pod
+	base watchers.PodLister
+	pods map[podKey]*watchers.Pod
 }
 
-func (l *overlayLister) List(sel labels.Selector) ([]*corev1.Pod, error) {
+func (l *overlayLister) List(sel labels.Selector) ([]*watchers.Pod, error) {
 	base, err := l.base.List(sel)
 	if err != nil {
 		return nil, err
@@ -375,13 +374,13 @@ func (l *overlayLister) List(sel labels.Selector) ([]*corev1.Pod, error) {
 	return l.merge(base, sel, ""), nil
 }
 
-func (l *overlayLister) Pods(namespace string) corelisters.PodNamespaceLister {
+func (l *overlayLister) Pods(namespace string) watchers.PodNamespaceLister {
 	return &overlayNamespaceLister{l: l, namespace: namespace}
 }
 
 // merge replaces base's announced pods and adds the ones base lacks that match sel.
-func (l *overlayLister) merge(base []*corev1.Pod, sel labels.Selector, namespace string) []*corev1.Pod {
-	out := make([]*corev1.Pod, 0, len(base)+len(l.pods))
+func (l *overlayLister) merge(base []*watchers.Pod, sel labels.Selector, namespace string) []*watchers.Pod {
+	out := make([]*watchers.Pod, 0, len(base)+len(l.pods))
 	seen := map[podKey]bool{}
 	for _, p := range base {
 		k := podKey{p.Namespace, p.Name}
@@ -408,7 +407,7 @@ type overlayNamespaceLister struct {
 	namespace string
 }
 
-func (n *overlayNamespaceLister) List(sel labels.Selector) ([]*corev1.Pod, error) {
+func (n *overlayNamespaceLister) List(sel labels.Selector) ([]*watchers.Pod, error) {
 	base, err := n.l.base.Pods(n.namespace).List(sel)
 	if err != nil {
 		return nil, err
@@ -416,7 +415,7 @@ func (n *overlayNamespaceLister) List(sel labels.Selector) ([]*corev1.Pod, error
 	return n.l.merge(base, sel, n.namespace), nil
 }
 
-func (n *overlayNamespaceLister) Get(name string) (*corev1.Pod, error) {
+func (n *overlayNamespaceLister) Get(name string) (*watchers.Pod, error) {
 	if p, ok := n.l.pods[podKey{n.namespace, name}]; ok {
 		return p, nil
 	}
@@ -425,9 +424,9 @@ func (n *overlayNamespaceLister) Get(name string) (*corev1.Pod, error) {
 
 // bare is the Pod object of a pod whose object could not be read: its namespace and name only
 // (its namespace's EgressFirewall applies; label selectors reconcile once the object arrives).
-func bare(namespace, name, node string) *corev1.Pod {
-	return &corev1.Pod{
+func bare(namespace, name, node string) *watchers.Pod {
+	return &watchers.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, CreationTimestamp: metav1.Now()},
-		Spec:       corev1.PodSpec{NodeName: node},
+		Spec:       watchers.PodSpec{NodeName: node},
 	}
 }

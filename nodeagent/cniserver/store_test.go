@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	ktypes "k8s.io/apimachinery/pkg/types"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/egressd/egressd/dataplane"
@@ -18,16 +17,16 @@ import (
 	"github.com/egressd/egressd/watchers"
 )
 
-func snapshot(pods ...*corev1.Pod) *watchers.Snapshot {
+func snapshot(pods ...*watchers.Pod) *watchers.Snapshot {
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, watchers.PodsByNode: watchers.PodIndexers[watchers.PodsByNode]})
 	for _, p := range pods {
 		_ = idx.Add(p)
 	}
-	return &watchers.Snapshot{Pods: corelisters.NewPodLister(idx), PodIndex: idx}
+	return &watchers.Snapshot{Pods: watchers.NewPodLister(idx), PodIndex: idx}
 }
 
-func pod(ns, name string, lbl map[string]string, ips ...string) *corev1.Pod {
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: lbl, UID: ktypes.UID("uid-" + name)}, Spec: corev1.PodSpec{NodeName: "n"}}
+func pod(ns, name string, lbl map[string]string, ips ...string) *watchers.Pod {
+	p := &watchers.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: lbl, UID: ktypes.UID("uid-" + name)}, Spec: watchers.PodSpec{NodeName: "n"}}
 	for _, ip := range ips {
 		p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
 	}

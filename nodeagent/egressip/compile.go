@@ -212,7 +212,7 @@ func (c *Compiler) compileAll(in *cluster.Input) (Part, error) {
 }
 
 // addPod adds what serving pod by object eip, from nodes, takes on this node to pd.
-func (d *decided) addPod(pd *podDecision, in *cluster.Input, pod *corev1.Pod, eip string, nodes []egressNode) {
+func (d *decided) addPod(pd *podDecision, in *cluster.Input, pod *watchers.Pod, eip string, nodes []egressNode) {
 	local := pod.Spec.NodeName == in.Node
 	for _, pip := range pod.Status.PodIPs {
 		addr, err := netip.ParseAddr(pip.IP)
@@ -280,7 +280,7 @@ func origin(name string) dataplane.Origin {
 // candidate is a pod and the objects that select it.
 type candidate struct {
 	key  string
-	pod  *corev1.Pod
+	pod  *watchers.Pod
 	eips []*ovnv1.EgressIP
 }
 

@@ -76,7 +76,7 @@ func selections(eips []*ovnv1.EgressIP, namespaces map[string][]*corev1.Namespac
 }
 
 // selecting are the assigned objects that select pod.
-func (d *decided) selecting(pod *corev1.Pod) []*ovnv1.EgressIP {
+func (d *decided) selecting(pod *watchers.Pod) []*ovnv1.EgressIP {
 	var out []*ovnv1.EgressIP
 	for _, s := range d.selections {
 		if s.namespaces[pod.Namespace] && s.pods.Matches(labels.Set(pod.Labels)) {
@@ -88,7 +88,7 @@ func (d *decided) selecting(pod *corev1.Pod) []*ovnv1.EgressIP {
 
 // decide decides which of selecting serves pod, current serving it so far, and what that takes
 // here; nil when nothing.
-func (d *decided) decide(in *cluster.Input, pod *corev1.Pod, selecting []*ovnv1.EgressIP, current string) *podDecision {
+func (d *decided) decide(in *cluster.Input, pod *watchers.Pod, selecting []*ovnv1.EgressIP, current string) *podDecision {
 	name, events := serving(pod, selecting, current)
 	if pod.Spec.NodeName != in.Node {
 		events = nil // each pod's agent reports it, once

@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
@@ -53,7 +52,7 @@ func decidedCluster() (*watchers.Snapshot, cache.Indexer, *watchers.Generations)
 	snap := watcherstest.Snapshot(objs...)
 	pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc,
 		watchers.PodsByNode: watchers.PodIndexers[watchers.PodsByNode]})
-	snap.Pods, snap.PodIndex = corelisters.NewPodLister(pods), pods
+	snap.Pods, snap.PodIndex = watchers.NewPodLister(pods), pods
 	snap.Generations = watchers.NewGenerations(&ovnv1.EgressIP{}, &corev1.Namespace{}, &corev1.Node{}, podKind).Journaled(podKind)
 	return snap, pods, snap.Generations
 }
@@ -110,7 +109,7 @@ func TestCompileDecidesChangedPodsAsAll(t *testing.T) {
 			if rng.IntN(8) == 0 {
 				p.Status.Phase = corev1.PodSucceeded
 			}
-			_ = pods.Update(p)
+			_ = pods.Update(watchers.CachedPod(p))
 		}
 		gens.Changed(podKind, key)
 		got, err := patched.Compile(decidedInput(snap))
@@ -151,17 +150,17 @@ func TestCompileDecidesOnlyChangedPods(t *testing.T) {
 			t.Errorf("%s: SNAT of %v, want %v", what, got, want)
 		}
 	}
-	_ = pods.Add(runningPod("a1", "p1", "n2", map[string]string{"app": "x"}, "10.244.2.5"))
+	_ = pods.Add(watchers.CachedPod(runningPod("a1", "p1", "n2", map[string]string{"app": "x"}, "10.244.2.5")))
 	gens.Changed(podKind, "a1/p1")
 	snat("first", snap, "10.244.2.5")
-	_ = pods.Add(runningPod("a1", "p2", "n2", map[string]string{"app": "x"}, "10.244.2.6"))
+	_ = pods.Add(watchers.CachedPod(runningPod("a1", "p2", "n2", map[string]string{"app": "x"}, "10.244.2.6")))
 	gens.Changed(podKind, "a1/p1") // not p2
 	snat("p2 added, the journal naming p1 alone", snap, "10.244.2.5")
 	gens.Changed(&corev1.Namespace{}, "")
 	snat("after a namespace's change", snap, "10.244.2.5", "10.244.2.6")
 
 	// An announced pod: listed by the overlay (the test's caches hold it), named by no journal.
-	_ = pods.Add(runningPod("a2", "p3", "n3", map[string]string{"app": "x"}, "10.244.3.7"))
+	_ = pods.Add(watchers.CachedPod(runningPod("a2", "p3", "n3", map[string]string{"app": "x"}, "10.244.3.7")))
 	over := *snap
 	over.Generations = gens.Adding(podKind, 1, "a2/p3")
 	snat("p3 overlaid", &over, "10.244.2.5", "10.244.2.6", "10.244.3.7")
@@ -170,7 +169,7 @@ func TestCompileDecidesOnlyChangedPods(t *testing.T) {
 	snat("p3 no longer overlaid, nor cached", snap, "10.244.2.5", "10.244.2.6")
 
 	// The same, the pod overlaid at a compile of everything.
-	_ = pods.Add(runningPod("a2", "p4", "n3", map[string]string{"app": "x"}, "10.244.3.8"))
+	_ = pods.Add(watchers.CachedPod(runningPod("a2", "p4", "n3", map[string]string{"app": "x"}, "10.244.3.8")))
 	gens.Changed(&corev1.Namespace{}, "")
 	over.Generations = gens.Adding(podKind, 2, "a2/p4")
 	snat("p4 overlaid as a namespace changed", &over, "10.244.2.5", "10.244.2.6", "10.244.3.8")

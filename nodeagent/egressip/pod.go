@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/watchers"
 )
 
 // serving picks the one EgressIP object whose IPs a pod leaves with when several select it;
@@ -19,7 +20,7 @@ import (
 //     (creation time, then name), so every agent and every run agree.
 //
 // Each other qualifying object stands by and gets upstream's UndefinedRequest event.
-func serving(pod *corev1.Pod, selecting []*ovnv1.EgressIP, current string) (string, []Event) {
+func serving(pod *watchers.Pod, selecting []*ovnv1.EgressIP, current string) (string, []Event) {
 	if pod.Spec.NodeName == "" || pod.Spec.HostNetwork ||
 		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || len(selecting) == 0 {
 		return "", nil

@@ -321,8 +321,8 @@ func (c *Controller) unready(ctx context.Context, er *netopv1.EgressRouter, keep
 // (before: when it first saw it so; seen: the same, of the pods it sees so now), for
 // unreadyAfter (unready: reported), and, its node usable (Ready, reachable), for as long again
 // (stuck: replaced). Any ready moment starts the count again.
-func unreadiness(before, seen map[types.UID]time.Time, pod *corev1.Pod, now time.Time, usable bool) (unready, stuck bool) {
-	if pod.Status.Phase != corev1.PodRunning || podReady(pod) {
+func unreadiness(before, seen map[types.UID]time.Time, pod *watchers.Pod, now time.Time, usable bool) (unready, stuck bool) {
+	if pod.Status.Phase != corev1.PodRunning || pod.Ready() {
 		return false, false
 	}
 	since, ok := before[pod.UID]
@@ -332,15 +332,6 @@ func unreadiness(before, seen map[types.UID]time.Time, pod *corev1.Pod, now time
 	seen[pod.UID] = since
 	unready = now.Sub(since) > unreadyAfter
 	return unready, unready && now.Sub(since) > 2*unreadyAfter && usable
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // deletePod deletes a router pod at once (grace period 0): a router on a dead node must not

@@ -7,12 +7,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/egressd/egressd/watchers"
 )
 
 // The leader counts a router pod's unreadiness on its own clock, from when it first saw it
 // running and not ready; a ready moment starts again.
 func TestUnreadiness(t *testing.T) {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "p1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning,
+	pod := &watchers.Pod{ObjectMeta: metav1.ObjectMeta{UID: "p1"}, Status: watchers.PodStatus{Phase: corev1.PodRunning,
 		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}}}
 	t0 := time.Now()
 	seen := map[types.UID]time.Time{}

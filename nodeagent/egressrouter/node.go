@@ -33,7 +33,7 @@ type Node struct {
 // Config is the router configuration of pod, nil if it is not a router pod (labelled
 // app: egress-router-cni and controlled by an EgressRouter). A router pod whose EgressRouter is
 // gone, or does not compile, is an error (its ADD fails; an invalid spec is reported).
-func (n *Node) Config(ctx context.Context, pod *corev1.Pod) (*router.Config, error) {
+func (n *Node) Config(ctx context.Context, pod *watchers.Pod) (*router.Config, error) {
 	ref, ok := ownerOf(pod)
 	if !ok {
 		return nil, nil
@@ -58,7 +58,7 @@ func (n *Node) Config(ctx context.Context, pod *corev1.Pod) (*router.Config, err
 }
 
 // Configured reports the outcome of applying the router pod's configuration on master.
-func (n *Node) Configured(ctx context.Context, pod *corev1.Pod, master string, failure error) {
+func (n *Node) Configured(ctx context.Context, pod *watchers.Pod, master string, failure error) {
 	ref, ok := ownerOf(pod)
 	if !ok {
 		return
@@ -70,7 +70,7 @@ func (n *Node) Configured(ctx context.Context, pod *corev1.Pod, master string, f
 	n.report(ctx, er, pod, master, failure)
 }
 
-func (n *Node) report(ctx context.Context, er *netopv1.EgressRouter, pod *corev1.Pod, master string, failure error) {
+func (n *Node) report(ctx context.Context, er *netopv1.EgressRouter, pod *watchers.Pod, master string, failure error) {
 	desc := ""
 	if failure == nil {
 		c, err := compile(er, nil)

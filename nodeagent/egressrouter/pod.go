@@ -76,12 +76,12 @@ func newPod(er *netopv1.EgressRouter, node, image string) *corev1.Pod {
 }
 
 // ownerOf returns the name and UID of the EgressRouter controlling pod, if any.
-func ownerOf(pod *corev1.Pod) (metav1.OwnerReference, bool) {
+func ownerOf(pod metav1.Object) (metav1.OwnerReference, bool) {
 	ref := metav1.GetControllerOf(pod)
 	if ref == nil || ref.Kind != "EgressRouter" || ref.APIVersion != netopv1.SchemeGroupVersion.String() {
 		return metav1.OwnerReference{}, false
 	}
-	return *ref, pod.Labels[AppLabel] == AppValue
+	return *ref, pod.GetLabels()[AppLabel] == AppValue
 }
 
 // served describes a configured router for the Available message.

@@ -85,7 +85,7 @@ func dynamicGateways(snap *watchers.Snapshot, namespaces []*corev1.Namespace, ho
 			if err != nil {
 				return nil, warnings, fmt.Errorf("failed to list pods: %w", err)
 			}
-			slices.SortFunc(pods, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+			slices.SortFunc(pods, func(a, b *watchers.Pod) int { return strings.Compare(a.Name, b.Name) })
 			for _, pod := range pods {
 				if !canServe(pod) {
 					warnings = append(warnings, notServingWarning(pod))
@@ -109,25 +109,17 @@ func dynamicGateways(snap *watchers.Snapshot, namespaces []*corev1.Namespace, ho
 }
 
 // canServe: a terminating or not Ready gateway pod gets no traffic (upstream's getExGwPodIPs).
-func canServe(pod *corev1.Pod) bool {
-	if pod.DeletionTimestamp != nil {
-		return false
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+func canServe(pod *watchers.Pod) bool {
+	return pod.DeletionTimestamp == nil && pod.Ready()
 }
 
-func notServingWarning(pod *corev1.Pod) string {
+func notServingWarning(pod *watchers.Pod) string {
 	return fmt.Sprintf("External gateway pod cannot serve traffic; it's in terminating or not ready state: %s/%s", pod.Namespace, pod.Name)
 }
 
 // podGatewayIPs are a gateway pod's addresses: those of its Multus network named network, or
 // its own (node) addresses when it is host-networked and no network is named.
-func podGatewayIPs(pod *corev1.Pod, network string) ([]netip.Addr, error) {
+func podGatewayIPs(pod *watchers.Pod, network string) ([]netip.Addr, error) {
 	if network != "" {
 		ips, found, err := networkStatusIPs(pod, network)
 		if err != nil {
@@ -148,7 +140,7 @@ func podGatewayIPs(pod *corev1.Pod, network string) ([]netip.Addr, error) {
 
 // networkStatusIPs are the addresses of the first network-status entry named network (exact
 // match); unparsable addresses are skipped, as upstream.
-func networkStatusIPs(pod *corev1.Pod, network string) (ips []netip.Addr, found bool, err error) {
+func networkStatusIPs(pod *watchers.Pod, network string) (ips []netip.Addr, found bool, err error) {
 	var entries []networkStatus
 	if err := json.Unmarshal([]byte(pod.Annotations[networkStatusKey]), &entries); err != nil {
 		return nil, false, err
@@ -167,7 +159,7 @@ func networkStatusIPs(pod *corev1.Pod, network string) (ips []netip.Addr, found 
 	return nil, false, nil
 }
 
-func hostNetworkIPs(pod *corev1.Pod) []netip.Addr {
+func hostNetworkIPs(pod *watchers.Pod) []netip.Addr {
 	var ips []netip.Addr
 	for _, p := range pod.Status.PodIPs {
 		if ip, ok := parseIP(p.IP); ok && !slices.Contains(ips, ip) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
+	"github.com/egressd/egressd/watchers"
 )
 
 // Upstream's legacy external-gateway annotations (removed upstream in 2026; still honoured
@@ -89,7 +90,7 @@ func legacyGroups(in *cluster.Input, namespaces []*corev1.Namespace) (map[string
 	if err != nil {
 		return groups, append(warnings, err.Error())
 	}
-	slices.SortFunc(pods, func(a, b *corev1.Pod) int {
+	slices.SortFunc(pods, func(a, b *watchers.Pod) int {
 		if t := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); t != 0 {
 			return t
 		}
@@ -159,7 +160,7 @@ func parseRoutingExternalGWs(v string) ([]netip.Addr, error) {
 
 // legacyPodIPs is upstream's legacy getExGwPodIPs: unlike a dynamic hop, a missing network
 // entry only yields no address.
-func legacyPodIPs(pod *corev1.Pod) ([]netip.Addr, error) {
+func legacyPodIPs(pod *watchers.Pod) ([]netip.Addr, error) {
 	if network := pod.Annotations[routingNetworkKey]; network != "" {
 		ips, _, err := networkStatusIPs(pod, network)
 		if err != nil {
@@ -175,4 +176,4 @@ func legacyPodIPs(pod *corev1.Pod) ([]netip.Addr, error) {
 }
 
 // podKey is upstream's makePodGWKey.
-func podKey(pod *corev1.Pod) string { return pod.Namespace + "_" + pod.Name }
+func podKey(pod *watchers.Pod) string { return pod.Namespace + "_" + pod.Name }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/egressd/egressd/nodeagent/reachability"
+	"github.com/egressd/egressd/watchers"
 	"github.com/egressd/egressd/watchers/watcherstest"
 )
 
@@ -25,7 +26,7 @@ type fakeStore struct {
 	got  []netip.Addr
 }
 
-func (f *fakeStore) AnnounceRemote(_ context.Context, _ *corev1.Pod, ips []netip.Addr) (bool, error) {
+func (f *fakeStore) AnnounceRemote(_ context.Context, _ *watchers.Pod, ips []netip.Addr) (bool, error) {
 	f.got = ips
 	for _, ip := range ips {
 		if f.snat[ip] {

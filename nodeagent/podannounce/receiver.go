@@ -23,7 +23,7 @@ import (
 // Store takes another node's pod and returns once a sync that included it was applied,
 // saying whether this node SNATs it (nodeagent/cniserver.Store).
 type Store interface {
-	AnnounceRemote(ctx context.Context, pod *corev1.Pod, ips []netip.Addr) (bool, error)
+	AnnounceRemote(ctx context.Context, pod *watchers.Pod, ips []netip.Addr) (bool, error)
 }
 
 // Receiver serves the announcements of other nodes' agents.
@@ -62,7 +62,7 @@ func (r *Receiver) announce(ctx context.Context, req *Request) (*Reply, error) {
 // node, and those the Pod object shows once it shows any: an announcement only stands in for
 // the Pod's status until the kubelet writes it, and must not lend a pod another's address (it
 // would leave with the other's egress IP) nor give it a junk one.
-func (r *Receiver) validate(ctx context.Context, req *Request) (*corev1.Pod, []netip.Addr, error) {
+func (r *Receiver) validate(ctx context.Context, req *Request) (*watchers.Pod, []netip.Addr, error) {
 	sender, err := r.Auth.Node(ctx, bearer(ctx))
 	if err != nil {
 		return nil, nil, status.Errorf(codes.Unauthenticated, "announcement of pod %s/%s: %v", req.Namespace, req.Name, err)
@@ -127,13 +127,13 @@ func (r *Receiver) validate(ctx context.Context, req *Request) (*corev1.Pod, []n
 // a node holds. The pods looked at are those the agent caches: its node's own and the other
 // nodes' pods it serves (watchers.NodePods), which are the only ones whose traffic reaches it:
 // an address lent from any other pod changes nothing this node does to that pod's packets.
-func (r *Receiver) unclaimed(pod *corev1.Pod, a netip.Addr) error {
+func (r *Receiver) unclaimed(pod *watchers.Pod, a netip.Addr) error {
 	holders, err := r.Snapshot.PodIndex.ByIndex(watchers.PodsByIP, a.String())
 	if err != nil {
 		return status.Errorf(codes.Internal, "pods by address: %v", err)
 	}
 	for _, o := range holders {
-		p := o.(*corev1.Pod)
+		p := o.(*watchers.Pod)
 		if p.UID != pod.UID && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
 			return status.Errorf(codes.PermissionDenied, "address %s is pod %s/%s's", a, p.Namespace, p.Name)
 		}
@@ -151,7 +151,7 @@ func (r *Receiver) unclaimed(pod *corev1.Pod, a netip.Addr) error {
 }
 
 // podIPs are the addresses the Pod's status shows.
-func podIPs(p *corev1.Pod) []netip.Addr {
+func podIPs(p *watchers.Pod) []netip.Addr {
 	var out []netip.Addr
 	for _, ip := range p.Status.PodIPs {
 		if a, err := netip.ParseAddr(ip.IP); err == nil {

@@ -38,7 +38,7 @@ func Updatable(objs ...runtime.Object) (*watchers.Snapshot, func(runtime.Object)
 	update := func(o runtime.Object) {
 		switch o.(type) {
 		case *corev1.Pod:
-			_ = pods.Add(o)
+			_ = pods.Add(watchers.CachedPod(o.(*corev1.Pod)))
 		case *corev1.Node:
 			_ = nodes.Add(o)
 		case *ovnv1.EgressFirewall:
@@ -63,7 +63,7 @@ func Updatable(objs ...runtime.Object) (*watchers.Snapshot, func(runtime.Object)
 		update(o)
 	}
 	return &watchers.Snapshot{
-		Pods: corelisters.NewPodLister(pods), PodIndex: pods, Nodes: corelisters.NewNodeLister(nodes),
+		Pods: watchers.NewPodLister(pods), PodIndex: pods, Nodes: corelisters.NewNodeLister(nodes),
 		EgressFirewalls: ovnlisters.NewEgressFirewallLister(efs), EgressQoSes: ovnlisters.NewEgressQoSLister(qos),
 		EgressIPs: ovnlisters.NewEgressIPLister(eips), ExternalRoutes: ovnlisters.NewAdminPolicyBasedExternalRouteLister(routes),
 		Services: corelisters.NewServiceLister(svcs), Namespaces: corelisters.NewNamespaceLister(namespaces), EndpointSlices: discoverylisters.NewEndpointSliceLister(slices),
