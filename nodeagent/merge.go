@@ -260,9 +260,20 @@ func withoutServed(p egressip.Part, served []netip.Addr) egressip.Part {
 		isServed[a] = true
 	}
 	out := p
-	out.SNAT = slices.DeleteFunc(slices.Clone(p.SNAT), func(s dataplane.SNAT) bool { return isServed[s.Pod] })
-	out.Steer = slices.DeleteFunc(slices.Clone(p.Steer), func(s cluster.Steer) bool { return isServed[s.PodIP] })
+	out.SNAT = without(p.SNAT, func(s dataplane.SNAT) bool { return isServed[s.Pod] })
+	out.Steer = without(p.Steer, func(s cluster.Steer) bool { return isServed[s.PodIP] })
 	return out
+}
+
+// without is s without the elements drop says to: s itself when there are none (an egress
+// node's 10,000 SNAT entries are not copied for EgressServices that serve other pods), else a
+// copy.
+func without[S ~[]E, E any](s S, drop func(E) bool) S {
+	i := slices.IndexFunc(s, drop)
+	if i < 0 {
+		return s
+	}
+	return append(slices.Clone(s[:i:i]), slices.DeleteFunc(slices.Clone(s[i+1:]), drop)...)
 }
 
 // union is the union of two lists (the features' Exempt, Guarded), sorted by cmp (a total
