@@ -273,7 +273,14 @@ func without[S ~[]E, E any](s S, drop func(E) bool) S {
 	if i < 0 {
 		return s
 	}
-	return append(slices.Clone(s[:i:i]), slices.DeleteFunc(slices.Clone(s[i+1:]), drop)...)
+	out := make(S, i, len(s)-1)
+	copy(out, s[:i])
+	for _, e := range s[i+1:] {
+		if !drop(e) {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // union is the union of two lists (the features' Exempt, Guarded), sorted by cmp (a total

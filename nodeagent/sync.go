@@ -87,11 +87,14 @@ type Deps struct {
 	Snapshot *watchers.Snapshot
 	// Changed signals API changes; a burst is coalesced as Config.Debounce says.
 	Changed <-chan struct{}
-	// Kernel signals that the kernel changed under the dataplane (links, addresses, routes,
-	// BFD sessions: dataplane.Applier's Changed), paced as API changes: the veth of a new pod
-	// comes with a burst of link events, which costs one sync, not one each, and the pod's CNI
-	// ADD (which needs a sync at once, as DNS answers do) does not queue behind them.
+	// Kernel signals that the kernel changed under the dataplane (links, addresses, routes:
+	// kernel.Applier's Changed), paced as API changes: the veth of a new pod comes with a
+	// burst of link events, which costs one sync, not one each, and the pod's CNI ADD (which
+	// needs a sync at once, as DNS answers do) does not queue behind them.
 	Kernel <-chan struct{}
+	// Urgent signals the kernel's changes whose sync must not wait (kernel.Applier's Urgent:
+	// a BFD session went Down, egressd's table or filters were deleted).
+	Urgent <-chan struct{}
 	// PendingSince, when set, says when the oldest change this sync handles arrived.
 	PendingSince func() time.Time
 	// DNS resolves the names of dnsName rules.
@@ -144,7 +147,7 @@ func New(cfg Config, deps Deps) *SyncLoop {
 	if cfg.MarkMask == 0 {
 		cfg.MarkMask = dataplane.DefaultMarkMask
 	}
-	triggers := []<-chan struct{}{deps.DNS.Changed()}
+	triggers := []<-chan struct{}{deps.DNS.Changed(), deps.Urgent}
 	if deps.Announced != nil {
 		triggers = append(triggers, deps.Announced.Changed())
 	}

@@ -321,16 +321,6 @@ func (a *kernelApplier) Apply(ctx context.Context, s *dataplane.State) dataplane
 	return res
 }
 
-// answeredNames is noNames whose answers changed when c says so: a trigger of a sync at once.
-type answeredNames struct{ c chan struct{} }
-
-func (answeredNames) Want([]string)              {}
-func (answeredNames) Lookup(string) []netip.Addr { return nil }
-func (n answeredNames) Changed() <-chan struct{} { return n.c }
-func (answeredNames) Generation() uint64         { return 0 }
-func (answeredNames) Applied(uint64)             {}
-func (answeredNames) Capped() map[string]string  { return nil }
-
 // noNames is a resolver that knows no name.
 type noNames struct{}
 
@@ -490,13 +480,13 @@ func TestSyncLoopRecordsServiceFailures(t *testing.T) {
 	})
 }
 
-// A trigger (a pod whose CNI ADD waits) does not wait out the debounce of an API change that
+// A trigger (a pod whose CNI ADD waits, an urgent kernel change) does not wait out the debounce of an API change that
 // came just before it.
 func TestSyncLoopTriggerCutsDebounce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		changed, trigger := make(chan struct{}, 1), make(chan struct{}, 1)
 		app := &recordingApplier{}
-		l := newLoop(app, changed, time.Hour, func(_ *Config, d *Deps) { d.DNS = answeredNames{trigger} })
+		l := newLoop(app, changed, time.Hour, func(_ *Config, d *Deps) { d.Urgent = trigger })
 		run(t, l)
 		settle(0)
 		if !l.Synced() {

@@ -1,6 +1,9 @@
 package watchers
 
 import (
+	"fmt"
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -52,9 +55,18 @@ func (p *Pod) DeepCopyObject() runtime.Object { return p.DeepCopy() }
 
 // DeepCopy is a copy of p that shares nothing with it.
 func (p *Pod) DeepCopy() *Pod {
+	if p == nil {
+		return nil
+	}
 	out := &Pod{Spec: p.Spec, Status: p.Status}
 	p.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
-	out.Status.PodIPs = append([]corev1.PodIP(nil), p.Status.PodIPs...)
-	out.Status.Conditions = append([]corev1.PodCondition(nil), p.Status.Conditions...)
+	out.Status.PodIPs = slices.Clone(p.Status.PodIPs)
+	out.Status.Conditions = slices.Clone(p.Status.Conditions)
 	return out
+}
+
+// String is the whole pod, not only its ObjectMeta (whose String it would promote).
+func (p *Pod) String() string {
+	return fmt.Sprintf("Pod %s/%s (uid %s, labels %v, annotations %v) node %q hostNetwork %t: %s, addresses %v, conditions %v",
+		p.Namespace, p.Name, p.UID, p.Labels, p.Annotations, p.Spec.NodeName, p.Spec.HostNetwork, p.Status.Phase, p.Status.PodIPs, p.Status.Conditions)
 }

@@ -166,6 +166,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Snapshot:     w.Snapshot(),
 		Changed:      w.Subscribe(false),
 		Kernel:       dp.Changed(),
+		Urgent:       dp.Urgent(),
 		PendingSince: w.TakePending,
 		ServePods:    w.ServePods,
 		DNS:          resolver,

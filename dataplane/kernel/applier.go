@@ -100,6 +100,7 @@ type Applier struct {
 	news    atomic.Bool
 	applied map[string]any
 	changed chan struct{}
+	urgent  chan struct{}
 	done    chan struct{}
 	// running are the goroutines that watch the kernel and do the periodic work.
 	running sync.WaitGroup
@@ -182,18 +183,18 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 	if err != nil {
 		return fail(err)
 	}
-	d := &Applier{classifier: c, facings: facings, applied: map[string]any{}, changed: make(chan struct{}, 1), done: make(chan struct{}), metrics: newMetrics(),
+	d := &Applier{classifier: c, facings: facings, applied: map[string]any{}, changed: make(chan struct{}, 1), urgent: make(chan struct{}, 1), done: make(chan struct{}), metrics: newMetrics(),
 		cni: &cniWatch{nodeConfig: o.CiliumNodeConfig, log: log}, log: log}
-	d.nft = &nftFacility{table: t, tableLost: d.metrics.tableLost, ask: d.signal, log: log}
+	d.nft = &nftFacility{table: t, tableLost: d.metrics.tableLost, ask: d.alarm, log: log}
 	d.addresses = &addressFacility{Addresses: owned, log: log}
-	d.bfd = &bfdFacility{done: d.done, ask: d.signal, log: log}
+	d.bfd = &bfdFacility{done: d.done, ask: d.alarm, log: log}
 	d.tunnel = tunnelFacility{tun}
 	d.routing = &routingFacility{router: router, loosener: loosener, strictRPFilter: d.metrics.strictRPFilter, ipv6RPCheck: d.metrics.ipv6RPCheck, log: log}
 	d.attach = &attachFacility{attachers: []*tc.Attacher{toPod, a}, portGuard: ports, classifier: c, podsInForce: o.PodsInForce,
-		recheck: map[int]bool{}, kept: map[int]bool{}, unguardedSaid: map[string]string{}, conflicts: map[string][]tc.Conflict{}, reattached: d.metrics.reattached, ask: d.signal, log: log}
+		recheck: map[int]bool{}, kept: map[int]bool{}, unguardedSaid: map[string]string{}, conflicts: map[string][]tc.Conflict{}, reattached: d.metrics.reattached, ask: d.alarm, log: log}
 	d.facilities = []facility{d.nft, d.addresses, d.bfd, d.tunnel, d.routing, &classifierFacility{classifier: c, facings: facings, log: log}, d.attach}
 	d.events = &kernelEvents{facings: facings, addresses: d.addresses, router: router, nft: d.nft, attach: d.attach,
-		lost: d.metrics.eventsLost, ask: d.signal, done: d.done, running: &d.running, log: log}
+		lost: d.metrics.eventsLost, ask: d.signal, alarm: d.alarm, done: d.done, running: &d.running, log: log}
 	d.bfd.inherit(router.InUse())
 	serveACLLogs(c, t, o.Classifier, d.done, log)
 	// The namespace the events are watched in, for the subscriptions made again.
@@ -249,8 +250,15 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 // gateways (which decide their interface); gateways' neighbours; egressd's filters deleted
 // behind its back), its view of those changes was lost and taken again, a BFD session changed
 // state, or a full pass is due (Options.FullPass): the desired state must be applied again,
-// by every facility.
+// by every facility. A sync for it may wait a little (the sync loop paces a burst of them:
+// a new pod's veth comes with three link events), unless Urgent says otherwise.
 func (d *Applier) Changed() <-chan struct{} { return d.changed }
+
+// Urgent receives a value, after Changed does, for the changes whose sync should not wait: a
+// BFD session changed state (a gateway Down leaves its groups at once), egressd's nftables
+// table or tc filters were deleted behind its back (the pods' traffic is unguarded until they
+// are back), or its view of the kernel's changes was lost.
+func (d *Applier) Urgent() <-chan struct{} { return d.urgent }
 
 // SnoopedNamespace is the namespace of the pod at addr whose DNS answers are queued ("" for
 // none: an answer queued by an earlier agent's rules).
@@ -298,6 +306,16 @@ func (d *Applier) signal() {
 	d.news.Store(true)
 	select {
 	case d.changed <- struct{}{}:
+	default:
+	}
+}
+
+// alarm is signal, and asks for the sync at once (Urgent): after Changed, so that a sync the
+// urgent request starts covers the signal too.
+func (d *Applier) alarm() {
+	d.signal()
+	select {
+	case d.urgent <- struct{}{}:
 	default:
 	}
 }

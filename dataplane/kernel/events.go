@@ -189,8 +189,9 @@ type kernelEvents struct {
 	// watched: the events are subscribed to, and tell of each change (every Apply runs every
 	// facility while they are not).
 	watched atomic.Bool
-	ask     func()
-	done    <-chan struct{}
+	// ask asks for a sync for a change told; alarm for one at once (events lost).
+	ask, alarm func()
+	done       <-chan struct{}
 	// running is the Applier's, which Close waits for.
 	running *sync.WaitGroup
 	log     *slog.Logger
@@ -223,7 +224,7 @@ func (k *kernelEvents) watch(e *events, ns netns.NsHandle) {
 		k.facings.watched(false)
 		k.attach.recheckHooks(0) // a deletion of egressd's filters may be among the events lost
 		k.lost.Inc()
-		k.ask()
+		k.alarm()
 		if err != nil {
 			k.log.Error("kernel events lost: link, address and route changes are looked up at every sync from now on", "err", e.err())
 			return
@@ -249,7 +250,7 @@ func (k *kernelEvents) watch(e *events, ns netns.NsHandle) {
 		k.addresses.Watched(true)
 		k.watched.Store(true)
 		k.attach.recheckHooks(0)
-		k.ask()
+		k.alarm()
 	}
 }
 

@@ -165,7 +165,7 @@ func quiet(a *kernel.Applier) {
 
 // TestPrivilegedApplierWritesItsTableAgain: egressd's nftables table deleted behind its back
 // (`nft flush ruleset` elsewhere) is found at the next look, counted, and written again by the
-// sync it asks for.
+// sync it asks for at once (Urgent).
 func TestPrivilegedApplierWritesItsTableAgain(t *testing.T) {
 	privileged.Require(t)
 	t.Cleanup(kernel.SetTableCheck(100 * time.Millisecond))
@@ -175,7 +175,7 @@ func TestPrivilegedApplierWritesItsTableAgain(t *testing.T) {
 	}
 	l.node.MustRun(t, "nft", "flush", "ruleset")
 	select {
-	case <-a.Changed():
+	case <-a.Urgent():
 	case <-time.After(5 * time.Second):
 		t.Fatal("no sync asked for after egressd's table was flushed away")
 	}

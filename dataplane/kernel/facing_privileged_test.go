@@ -43,6 +43,10 @@ func TestPrivilegedApplierPodMovesInterface(t *testing.T) {
 	case <-a.Changed():
 	default:
 	}
+	select { // the old veth's filters went with it: that sync was urgent
+	case <-a.Urgent():
+	default:
+	}
 	// A late event of the new veth may have taken the pod's interface out of the cache (and
 	// its signal was drained): a sync puts it back, as the agent's would.
 	l.mustApply(t, a, fullState())
@@ -51,6 +55,9 @@ func TestPrivilegedApplierPodMovesInterface(t *testing.T) {
 	case <-a.Changed():
 	case <-time.After(5 * time.Second):
 		t.Fatal("the Applier heard of no route change")
+	}
+	if len(a.Urgent()) > 0 {
+		t.Error("a route change asked for a sync at once: the sync loop paces them")
 	}
 	if err := l.apply(t, a, fullState()).Failed[podOrigin]; err == nil || !strings.Contains(err.Error(), "routed via") {
 		t.Errorf("pod routed away: %v, want its failure", err)

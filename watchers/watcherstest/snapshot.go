@@ -39,6 +39,8 @@ func Updatable(objs ...runtime.Object) (*watchers.Snapshot, func(runtime.Object)
 		switch o.(type) {
 		case *corev1.Pod:
 			_ = pods.Add(watchers.CachedPod(o.(*corev1.Pod)))
+		case *watchers.Pod:
+			_ = pods.Add(o)
 		case *corev1.Node:
 			_ = nodes.Add(o)
 		case *ovnv1.EgressFirewall:
