@@ -262,9 +262,12 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 	// EgressFirewalls and EgressQoSes are read all at once or by name, never listed by
 	// namespace: without the factory's namespace index, 10,000 firewalls in as many namespaces
 	// cost no index entry each (a set of one key: 2.5 MB at the scale harness's size).
-	w.egress.InformerFor(&ovnv1.EgressFirewall{}, func(c versioned.Interface, resync time.Duration) cache.SharedIndexInformer {
+	firewalls := w.egress.InformerFor(&ovnv1.EgressFirewall{}, func(c versioned.Interface, resync time.Duration) cache.SharedIndexInformer {
 		return ovninformers.NewFilteredEgressFirewallInformer(c, metav1.NamespaceAll, resync, cache.Indexers{}, nil)
 	})
+	if err := firewalls.SetTransform(sameRules(firewalls.GetStore(), egressTransform(o.trimEgress))); err != nil {
+		return nil, fmt.Errorf("EgressFirewall transform: %w", err)
+	}
 	w.egress.InformerFor(&ovnv1.EgressQoS{}, func(c versioned.Interface, resync time.Duration) cache.SharedIndexInformer {
 		return ovninformers.NewFilteredEgressQoSInformer(c, metav1.NamespaceAll, resync, cache.Indexers{}, nil)
 	})

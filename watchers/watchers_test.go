@@ -263,3 +263,51 @@ func TestOnlyPods(t *testing.T) {
 		t.Errorf("cached nodes %d, want 1", len(nodes))
 	}
 }
+
+// A status write brings a firewall again; of the same generation, the cache's new version
+// shares its rules with the version before (which the compile may still hold), and a new
+// generation brings its own.
+func TestStatusWriteKeepsTheFirewallsRules(t *testing.T) {
+	egress := egressfake.NewSimpleClientset()
+	w, err := New(kubefake.NewClientset(), egress, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := w.Start(ctx, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	cached := func(want func(*ovnv1.EgressFirewall) bool) *ovnv1.EgressFirewall {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if ef, err := w.Snapshot().EgressFirewalls.EgressFirewalls("ns").Get("default"); err == nil && want(ef) {
+				return ef
+			}
+		}
+		t.Fatal("the cache did not take the firewall's change")
+		return nil
+	}
+	ef := &ovnv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "default", UID: "uid-1", Generation: 1},
+		Spec: ovnv1.EgressFirewallSpec{Egress: []ovnv1.EgressFirewallRule{{Type: ovnv1.EgressFirewallRuleDeny, To: ovnv1.EgressFirewallDestination{CIDRSelector: "0.0.0.0/0"}}}}}
+	if _, err := egress.K8sOVNV1().EgressFirewalls("ns").Create(ctx, ef, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	first := cached(func(*ovnv1.EgressFirewall) bool { return true })
+	ef.Status.Messages = []string{"n: EgressFirewall Rules applied"}
+	if _, err := egress.K8sOVNV1().EgressFirewalls("ns").UpdateStatus(ctx, ef, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	second := cached(func(ef *ovnv1.EgressFirewall) bool { return len(ef.Status.Messages) == 1 })
+	if second == first || &second.Spec.Egress[0] != &first.Spec.Egress[0] {
+		t.Error("a status write brought its own copy of the firewall's rules")
+	}
+	ef.Generation, ef.Spec.Egress[0].To.CIDRSelector = 2, "192.0.2.0/24"
+	if _, err := egress.K8sOVNV1().EgressFirewalls("ns").Update(ctx, ef, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	third := cached(func(ef *ovnv1.EgressFirewall) bool { return ef.Generation == 2 })
+	if got := third.Spec.Egress[0].To.CIDRSelector; got != "192.0.2.0/24" {
+		t.Errorf("a new generation's rule %q, want its own", got)
+	}
+}

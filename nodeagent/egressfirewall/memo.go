@@ -18,8 +18,9 @@ import (
 // firewall the node does not enforce it keeps only whether its rules compile.
 type memo struct {
 	firewalls map[types.UID]compiledFirewall
-	// lastValid is each firewall's last version whose rules compiled (the cache's object: the
-	// same while it is the current one), enforced while a later one does not compile.
+	// lastValid is each firewall's last version whose rules compiled (the cache's object when
+	// it compiled; later versions of its generation share its rules: watchers.sameRules),
+	// enforced while a later one does not compile.
 	lastValid map[types.UID]*ovnv1.EgressFirewall
 }
 
