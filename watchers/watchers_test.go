@@ -106,15 +106,7 @@ func TestStatusOnlyEgressServiceHost(t *testing.T) {
 func TestGenerations(t *testing.T) {
 	kube := kubefake.NewClientset()
 	egress := egressfake.NewSimpleClientset()
-	w, err := New(kube, egress, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := w.Start(ctx, slog.New(slog.DiscardHandler)); err != nil {
-		t.Fatal(err)
-	}
+	w, ctx := started(t, kube, egress)
 	g := w.Snapshot().Generations
 	firewallInputs := func() uint64 {
 		n, ok := g.Of(&ovnv1.EgressFirewall{}, &corev1.Node{}, &corev1.Namespace{})
@@ -137,7 +129,8 @@ func TestGenerations(t *testing.T) {
 	}
 	start := firewallInputs()
 	ef := &ovnv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "default", Generation: 1}}
-	if ef, err = egress.K8sOVNV1().EgressFirewalls("ns").Create(ctx, ef, metav1.CreateOptions{}); err != nil {
+	ef, err := egress.K8sOVNV1().EgressFirewalls("ns").Create(ctx, ef, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	afterEF := waitMoved("EgressFirewall created", start)
@@ -269,15 +262,7 @@ func TestOnlyPods(t *testing.T) {
 // generation brings its own.
 func TestStatusWriteKeepsTheFirewallsRules(t *testing.T) {
 	egress := egressfake.NewSimpleClientset()
-	w, err := New(kubefake.NewClientset(), egress, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := w.Start(ctx, slog.New(slog.DiscardHandler)); err != nil {
-		t.Fatal(err)
-	}
+	w, ctx := started(t, kubefake.NewClientset(), egress)
 	cached := func(want func(*ovnv1.EgressFirewall) bool) *ovnv1.EgressFirewall {
 		t.Helper()
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
@@ -310,4 +295,19 @@ func TestStatusWriteKeepsTheFirewallsRules(t *testing.T) {
 	if got := third.Spec.Egress[0].To.CIDRSelector; got != "192.0.2.0/24" {
 		t.Errorf("a new generation's rule %q, want its own", got)
 	}
+}
+
+// started is Watchers of the clients, started until the test ends, and the context it runs in.
+func started(t *testing.T, kube *kubefake.Clientset, egress *egressfake.Clientset) (*Watchers, context.Context) {
+	t.Helper()
+	w, err := New(kube, egress, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := w.Start(ctx, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	return w, ctx
 }
