@@ -8,7 +8,7 @@ CLANG    ?= clang
 FUZZTIME ?= 5m
 export EGRESSD_REQUIRE_PRIVILEGED ?= 0
 
-.PHONY: all build generate docs verify-generate deps controlplane-bin node-bin image-archive test test-compat test-unit fuzz bench-memory bench-bfd bench-firewall bench-cni bench-egressip bench-egressservice bench-externalroute bench-scale bench-compat demo demo-down \
+.PHONY: all build generate docs verify-generate deps controlplane-bin node-bin image-archive test test-compat test-unit fuzz bench-memory bench-bfd bench-firewall bench-cni bench-egressip bench-egressservice bench-externalroute bench-scale bench-status bench-compat demo demo-down \
         controlplane-up controlplane-down image clean
 
 all: build
@@ -83,6 +83,9 @@ bench-firewall: deps controlplane-bin ## classifier ns/packet; 8000-rule apply t
 
 bench-scale: deps controlplane-bin ## issue #35's targets on kwok's 5,000 nodes and 150,000 pods, 10,000 EgressFirewalls, real agents and controller (SCALE=small: 50 nodes, 1,500 pods, a quick run)
 	$(GO) run ./test/scale -size $(or $(SCALE),full) $(if $(PROFILES),-profiles $(PROFILES))
+
+bench-status: controlplane-bin ## what per-node status entries cost the API server: one node's write into an EgressFirewall holding 100, 500, 1,000 nodes' entries (server-side apply per node, as upstream; a JSON patch)
+	$(GO) test ./test/statuscost -run '^$$' -bench NodeEntries -benchtime 20x -timeout 30m -v
 
 demo: deps ## egressd on its lab: expected vs observed per example (KEEP=1 leaves it up)
 	$(GO) run ./test/demo $(if $(KEEP),--keep)
