@@ -41,7 +41,7 @@ func controllerMain(args []string, stderr io.Writer) int {
 		return usageError("egressd controller", err)
 	}
 	log := newLogger(cfg.verbosity, cfg.logFormat, "component", "controller", "identity", cfg.identity)
-	return runUntilSignal(log, "egressd controller", func(ctx context.Context) error { return runController(ctx, cfg, log) })
+	return runUntilSignal(log, "egressd controller", 0, func(ctx context.Context) error { return runController(ctx, cfg, log) })
 }
 
 // placementReads are the kinds whose changes, of status too, the EgressIP and EgressService

@@ -15,44 +15,52 @@ import (
 // (goGCThreshold, 40).
 const gcPercent = 40
 
-// minHeadroom is the least the heap grows between collections, up to Go's default of 100%.
-// An agent on a node with a few hundred pods holds a small heap, and at 40% of it a collection
-// came every few syncs: its marking slowed the sync a pod's CNI ADD waits for (200 ADDs one at
-// a time: 169 to 178 answered within 5 ms at 40%, 189 at 100%). 40% costs that only where
-// it saves more than minHeadroom.
-const minHeadroom = 32 << 20
+// agentHeadroom is the least an agent's heap grows between collections, up to Go's default of
+// 100%. An agent on a node with a few hundred pods holds a small heap, and at 40% of it a
+// collection came every few syncs: its marking slowed the sync a pod's CNI ADD waits for (200
+// ADDs one at a time: 169 to 178 answered within 5 ms at 40%, 189 at 100%). 40% costs that
+// only where it saves more than agentHeadroom. The controller answers no ADD and keeps 40%
+// throughout (at full size it held 130 MB so, 153 MB with this headroom).
+const agentHeadroom = 32 << 20
 
-// tuneGC keeps the collector's target at gcTarget of the live heap, unless GOGC says
-// otherwise, and logs what the collector runs with.
-func tuneGC(log *slog.Logger) {
+// tuneGC keeps the collector's target at gcTarget of the live heap with the given headroom
+// (none: gcPercent throughout), unless GOGC says otherwise, and logs what the collector runs
+// with.
+func tuneGC(log *slog.Logger, headroom uint64) {
 	if v, ok := os.LookupEnv("GOGC"); ok {
 		log.Info("garbage collector target from GOGC", "GOGC", v)
 		return
 	}
-	t := &gcTuner{set: debug.SetGCPercent, live: liveHeap}
+	if headroom == 0 {
+		debug.SetGCPercent(gcPercent)
+		log.Info("garbage collector target", "percent", gcPercent)
+		return
+	}
+	t := &gcTuner{headroom: headroom, set: debug.SetGCPercent, live: liveHeap}
 	t.adjust()
 	t.arm()
-	log.Info("garbage collector target", "percent", gcPercent, "minHeadroomMiB", minHeadroom>>20)
+	log.Info("garbage collector target", "percent", gcPercent, "minHeadroomMiB", headroom>>20)
 }
 
 // gcTarget is the collector's target percent for a live heap of live bytes: gcPercent, or
-// more where that leaves less than minHeadroom, up to 100.
-func gcTarget(live uint64) int {
+// more where that leaves less than headroom, up to 100.
+func gcTarget(live, headroom uint64) int {
 	if live == 0 {
 		return 100
 	}
-	return int(max(gcPercent, min(100, minHeadroom*100/live)))
+	return int(max(gcPercent, min(100, headroom*100/live)))
 }
 
 // gcTuner sets the collector's target after each collection, from the heap it left live.
 type gcTuner struct {
-	set     func(int) int
-	live    func() uint64
-	percent int // the target last set (0: none yet)
+	headroom uint64
+	set      func(int) int
+	live     func() uint64
+	percent  int // the target last set (0: none yet)
 }
 
 func (t *gcTuner) adjust() {
-	if p := gcTarget(t.live()); p != t.percent {
+	if p := gcTarget(t.live(), t.headroom); p != t.percent {
 		t.set(p)
 		t.percent = p
 	}

@@ -13,13 +13,17 @@ func TestTuneGC(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	log := slog.New(slog.DiscardHandler)
 	debug.SetGCPercent(77)
-	tuneGC(log)
-	if got, want := debug.SetGCPercent(100), gcTarget(liveHeap()); got != want {
-		t.Errorf("GOGC unset: collector target %d%%, want %d%%", got, want)
+	tuneGC(log, 0)
+	if got := debug.SetGCPercent(77); got != gcPercent {
+		t.Errorf("GOGC unset, no headroom (the controller): collector target %d%%, want %d%%", got, gcPercent)
+	}
+	tuneGC(log, agentHeadroom)
+	if got, want := debug.SetGCPercent(100), gcTarget(liveHeap(), agentHeadroom); got != want {
+		t.Errorf("GOGC unset, the agent's headroom: collector target %d%%, want %d%%", got, want)
 	}
 	t.Setenv("GOGC", "100") // the runtime read it at start; tuneGC must leave it alone
 	debug.SetGCPercent(100)
-	tuneGC(log)
+	tuneGC(log, agentHeadroom)
 	if got := debug.SetGCPercent(100); got != 100 {
 		t.Errorf("GOGC=100: collector target %d%%, want it left at 100%%", got)
 	}
@@ -30,14 +34,14 @@ func TestGCTarget(t *testing.T) {
 		live uint64
 		want int
 	}{
-		{0, 100},                     // nothing measured yet
-		{8 << 20, 100},               // a small heap: Go's default, 8 MiB more
-		{minHeadroom, 100},           // 100% is minHeadroom
-		{64 << 20, 50},               // minHeadroom is half
-		{minHeadroom * 100 / 40, 40}, // from here on, 40%
-		{1 << 30, gcPercent},         // the full-size cluster's egress node: 40%
+		{0, 100},                       // nothing measured yet
+		{8 << 20, 100},                 // a small heap: Go's default, 8 MiB more
+		{agentHeadroom, 100},           // 100% is the headroom
+		{64 << 20, 50},                 // the headroom is half
+		{agentHeadroom * 100 / 40, 40}, // from here on, 40%
+		{1 << 30, gcPercent},           // the full-size cluster's egress node: 40%
 	} {
-		if got := gcTarget(c.live); got != c.want {
+		if got := gcTarget(c.live, agentHeadroom); got != c.want {
 			t.Errorf("live heap %d MiB: target %d%%, want %d%%", c.live>>20, got, c.want)
 		}
 	}
@@ -57,7 +61,7 @@ func TestGCTunerFollowsEachCollection(t *testing.T) {
 		}
 		return 0
 	}
-	tuner := &gcTuner{set: send, live: live.Load}
+	tuner := &gcTuner{headroom: agentHeadroom, set: send, live: live.Load}
 	tuner.arm()
 	collect := func(want int) {
 		t.Helper()

@@ -73,7 +73,7 @@ func main() {
 		os.Exit(usageError("egressd", err))
 	}
 	log := newLogger(cfg.verbosity, cfg.logFormat, "node", cfg.nodeName)
-	os.Exit(runUntilSignal(log, "egressd", func(ctx context.Context) error { return run(ctx, cfg, log) }))
+	os.Exit(runUntilSignal(log, "egressd", agentHeadroom, func(ctx context.Context) error { return run(ctx, cfg, log) }))
 }
 
 // usageError reports a command line error (not --help) and returns the exit code.
@@ -84,9 +84,10 @@ func usageError(command string, err error) int {
 	return 2
 }
 
-// runUntilSignal runs a process's main function until SIGTERM or SIGINT; the exit code.
-func runUntilSignal(log *slog.Logger, what string, run func(ctx context.Context) error) int {
-	tuneGC(log)
+// runUntilSignal runs a process's main function until SIGTERM or SIGINT, its collector given
+// gcHeadroom (tuneGC); the exit code.
+func runUntilSignal(log *slog.Logger, what string, gcHeadroom uint64, run func(ctx context.Context) error) int {
+	tuneGC(log, gcHeadroom)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := run(ctx); err != nil {
