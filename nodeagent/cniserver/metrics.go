@@ -12,8 +12,6 @@ type Metrics struct {
 	objects *prometheus.CounterVec
 }
 
-var addBuckets = []float64{.0005, .001, .0015, .002, .003, .004, .005, .006, .008, .01, .015, .02, .03, .05, .1, .25, .5, 1, 2.5, 5, 10}
-
 // NewMetrics creates the metrics; register Collectors.
 func NewMetrics() *Metrics {
 	return &Metrics{
@@ -23,7 +21,7 @@ func NewMetrics() *Metrics {
 			// Fine from 1 to 10 ms, where a quiet node answers, with a bound at 5 ms (the
 			// target of an ADD one at a time: the share within it reads off one bucket), up
 			// to the plugin's default timeout of 10 s.
-			Buckets: addBuckets,
+			Buckets: []float64{.0005, .001, .0015, .002, .003, .004, .005, .006, .008, .01, .015, .02, .03, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"result"}),
 		objects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "egressd_cni_pod_objects_total",
