@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 mod=github.com/egressd/egressd
 out=api/generated
 hdr=hack/boilerplate.go.txt
-pkgs=(./api/k8sovn/v1 ./api/networkoperator/v1 ./api/cloudnetwork/v1)
+pkgs=(./api/k8sovn/v1 ./api/networkoperator/v1 ./api/cloudnetwork/v1 ./api/egressd/v1alpha1)
 full=("${pkgs[@]/#./$mod}")
 plural=EgressQoS:EgressQoSes
 
@@ -22,7 +22,7 @@ go tool applyconfiguration-gen --go-header-file "$hdr" \
   --output-dir "$out/applyconfiguration" --output-pkg "$mod/$out/applyconfiguration" "${full[@]}"
 echo ">> clientset"
 go tool client-gen --go-header-file "$hdr" --clientset-name versioned \
-  --input-base "$mod/api" --input k8sovn/v1,networkoperator/v1,cloudnetwork/v1 \
+  --input-base "$mod/api" --input k8sovn/v1,networkoperator/v1,cloudnetwork/v1,egressd/v1alpha1 \
   --output-dir "$out/clientset" --output-pkg "$mod/$out/clientset" \
   --apply-configuration-package "$mod/$out/applyconfiguration" --plural-exceptions "$plural"
 echo ">> listers"

@@ -10,7 +10,9 @@ package applyconfiguration
 
 import (
 	v1 "github.com/egressd/egressd/api/cloudnetwork/v1"
+	v1alpha1 "github.com/egressd/egressd/api/egressd/v1alpha1"
 	cloudnetworkv1 "github.com/egressd/egressd/api/generated/applyconfiguration/cloudnetwork/v1"
+	egressdv1alpha1 "github.com/egressd/egressd/api/generated/applyconfiguration/egressd/v1alpha1"
 	internal "github.com/egressd/egressd/api/generated/applyconfiguration/internal"
 	applyconfigurationk8sovnv1 "github.com/egressd/egressd/api/generated/applyconfiguration/k8sovn/v1"
 	applyconfigurationnetworkoperatorv1 "github.com/egressd/egressd/api/generated/applyconfiguration/networkoperator/v1"
@@ -32,6 +34,14 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &cloudnetworkv1.CloudPrivateIPConfigSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("CloudPrivateIPConfigStatus"):
 		return &cloudnetworkv1.CloudPrivateIPConfigStatusApplyConfiguration{}
+
+		// Group=egressd.io, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithKind("NodeReport"):
+		return &egressdv1alpha1.NodeReportApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ObjectOutcome"):
+		return &egressdv1alpha1.ObjectOutcomeApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("Programmed"):
+		return &egressdv1alpha1.ProgrammedApplyConfiguration{}
 
 		// Group=k8s.ovn.org, Version=v1
 	case k8sovnv1.SchemeGroupVersion.WithKind("AdminPolicyBasedExternalRoute"):

@@ -13,6 +13,7 @@ import (
 	http "net/http"
 
 	cloudnetworkv1 "github.com/egressd/egressd/api/generated/clientset/versioned/typed/cloudnetwork/v1"
+	egressdv1alpha1 "github.com/egressd/egressd/api/generated/clientset/versioned/typed/egressd/v1alpha1"
 	k8sovnv1 "github.com/egressd/egressd/api/generated/clientset/versioned/typed/k8sovn/v1"
 	networkoperatorv1 "github.com/egressd/egressd/api/generated/clientset/versioned/typed/networkoperator/v1"
 	discovery "k8s.io/client-go/discovery"
@@ -23,6 +24,7 @@ import (
 type Interface interface {
 	Discovery() discovery.DiscoveryInterfaces
 	CloudNetworkV1() cloudnetworkv1.CloudNetworkV1Interface
+	EgressdV1alpha1() egressdv1alpha1.EgressdV1alpha1Interface
 	K8sOVNV1() k8sovnv1.K8sOVNV1Interface
 	NetworkOperatorV1() networkoperatorv1.NetworkOperatorV1Interface
 }
@@ -31,6 +33,7 @@ type Interface interface {
 type Clientset struct {
 	*discovery.DiscoveryClient
 	cloudNetworkV1    *cloudnetworkv1.CloudNetworkV1Client
+	egressdV1alpha1   *egressdv1alpha1.EgressdV1alpha1Client
 	k8sOVNV1          *k8sovnv1.K8sOVNV1Client
 	networkOperatorV1 *networkoperatorv1.NetworkOperatorV1Client
 }
@@ -38,6 +41,11 @@ type Clientset struct {
 // CloudNetworkV1 retrieves the CloudNetworkV1Client
 func (c *Clientset) CloudNetworkV1() cloudnetworkv1.CloudNetworkV1Interface {
 	return c.cloudNetworkV1
+}
+
+// EgressdV1alpha1 retrieves the EgressdV1alpha1Client
+func (c *Clientset) EgressdV1alpha1() egressdv1alpha1.EgressdV1alpha1Interface {
+	return c.egressdV1alpha1
 }
 
 // K8sOVNV1 retrieves the K8sOVNV1Client
@@ -98,6 +106,10 @@ func NewForConfigAndClient(c *rest.Config, httpClient *http.Client) (*Clientset,
 	if err != nil {
 		return nil, err
 	}
+	cs.egressdV1alpha1, err = egressdv1alpha1.NewForConfigAndClient(&configShallowCopy, httpClient)
+	if err != nil {
+		return nil, err
+	}
 	cs.k8sOVNV1, err = k8sovnv1.NewForConfigAndClient(&configShallowCopy, httpClient)
 	if err != nil {
 		return nil, err
@@ -128,6 +140,7 @@ func NewForConfigOrDie(c *rest.Config) *Clientset {
 func New(c rest.Interface) *Clientset {
 	var cs Clientset
 	cs.cloudNetworkV1 = cloudnetworkv1.New(c)
+	cs.egressdV1alpha1 = egressdv1alpha1.New(c)
 	cs.k8sOVNV1 = k8sovnv1.New(c)
 	cs.networkOperatorV1 = networkoperatorv1.New(c)
 

@@ -16,6 +16,7 @@ import (
 
 	versioned "github.com/egressd/egressd/api/generated/clientset/versioned"
 	cloudnetwork "github.com/egressd/egressd/api/generated/informers/externalversions/cloudnetwork"
+	egressd "github.com/egressd/egressd/api/generated/informers/externalversions/egressd"
 	internalinterfaces "github.com/egressd/egressd/api/generated/informers/externalversions/internalinterfaces"
 	k8sovn "github.com/egressd/egressd/api/generated/informers/externalversions/k8sovn"
 	networkoperator "github.com/egressd/egressd/api/generated/informers/externalversions/networkoperator"
@@ -318,12 +319,17 @@ type SharedInformerFactory interface {
 	InformerFor(obj runtime.Object, newFunc internalinterfaces.NewInformerFunc) cache.SharedIndexInformer
 
 	CloudNetwork() cloudnetwork.Interface
+	Egressd() egressd.Interface
 	K8sOVN() k8sovn.Interface
 	NetworkOperator() networkoperator.Interface
 }
 
 func (f *sharedInformerFactory) CloudNetwork() cloudnetwork.Interface {
 	return cloudnetwork.New(f, f.namespace, f.tweakListOptions)
+}
+
+func (f *sharedInformerFactory) Egressd() egressd.Interface {
+	return egressd.New(f, f.namespace, f.tweakListOptions)
 }
 
 func (f *sharedInformerFactory) K8sOVN() k8sovn.Interface {

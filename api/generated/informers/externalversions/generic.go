@@ -12,6 +12,7 @@ import (
 	fmt "fmt"
 
 	v1 "github.com/egressd/egressd/api/cloudnetwork/v1"
+	v1alpha1 "github.com/egressd/egressd/api/egressd/v1alpha1"
 	k8sovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	networkoperatorv1 "github.com/egressd/egressd/api/networkoperator/v1"
 	schema "k8s.io/apimachinery/pkg/runtime/schema"
@@ -47,6 +48,10 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 	// Group=cloud.network.openshift.io, Version=v1
 	case v1.SchemeGroupVersion.WithResource("cloudprivateipconfigs"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.CloudNetwork().V1().CloudPrivateIPConfigs().Informer()}, nil
+
+		// Group=egressd.io, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithResource("nodereports"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Egressd().V1alpha1().NodeReports().Informer()}, nil
 
 		// Group=k8s.ovn.org, Version=v1
 	case k8sovnv1.SchemeGroupVersion.WithResource("adminpolicybasedexternalroutes"):

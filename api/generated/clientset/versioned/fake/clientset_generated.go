@@ -13,6 +13,8 @@ import (
 	clientset "github.com/egressd/egressd/api/generated/clientset/versioned"
 	cloudnetworkv1 "github.com/egressd/egressd/api/generated/clientset/versioned/typed/cloudnetwork/v1"
 	fakecloudnetworkv1 "github.com/egressd/egressd/api/generated/clientset/versioned/typed/cloudnetwork/v1/fake"
+	egressdv1alpha1 "github.com/egressd/egressd/api/generated/clientset/versioned/typed/egressd/v1alpha1"
+	fakeegressdv1alpha1 "github.com/egressd/egressd/api/generated/clientset/versioned/typed/egressd/v1alpha1/fake"
 	k8sovnv1 "github.com/egressd/egressd/api/generated/clientset/versioned/typed/k8sovn/v1"
 	fakek8sovnv1 "github.com/egressd/egressd/api/generated/clientset/versioned/typed/k8sovn/v1/fake"
 	networkoperatorv1 "github.com/egressd/egressd/api/generated/clientset/versioned/typed/networkoperator/v1"
@@ -133,6 +135,11 @@ var (
 // CloudNetworkV1 retrieves the CloudNetworkV1Client
 func (c *Clientset) CloudNetworkV1() cloudnetworkv1.CloudNetworkV1Interface {
 	return &fakecloudnetworkv1.FakeCloudNetworkV1{Fake: &c.Fake}
+}
+
+// EgressdV1alpha1 retrieves the EgressdV1alpha1Client
+func (c *Clientset) EgressdV1alpha1() egressdv1alpha1.EgressdV1alpha1Interface {
+	return &fakeegressdv1alpha1.FakeEgressdV1alpha1{Fake: &c.Fake}
 }
 
 // K8sOVNV1 retrieves the K8sOVNV1Client

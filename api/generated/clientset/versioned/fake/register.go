@@ -10,6 +10,7 @@ package fake
 
 import (
 	cloudnetworkv1 "github.com/egressd/egressd/api/cloudnetwork/v1"
+	egressdv1alpha1 "github.com/egressd/egressd/api/egressd/v1alpha1"
 	k8sovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	networkoperatorv1 "github.com/egressd/egressd/api/networkoperator/v1"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +25,7 @@ var codecs = serializer.NewCodecFactory(scheme)
 
 var localSchemeBuilder = runtime.SchemeBuilder{
 	cloudnetworkv1.AddToScheme,
+	egressdv1alpha1.AddToScheme,
 	k8sovnv1.AddToScheme,
 	networkoperatorv1.AddToScheme,
 }
