@@ -20,10 +20,10 @@ generate: ## deepcopy, clientset, listers, informers, CRDs from api/; bpf2go obj
 	CLANG=$(CLANG) hack/update-codegen.sh
 
 docs: ## docs/reference (flags and metrics of the agent and egressd controller, egressctl's flags) from the code that declares them
-	$(GO) test ./cmd/egressd ./cmd/egressctl -run '^TestReferenceDocs$$' -count=1 -update
+	$(GO) test ./cmd/egressd ./cmd/egressctl -run '^TestReferenceDocs' -count=1 -update
 
 verify-generate: ## fails if the committed generated code or docs/reference is stale (BPF objects: byte for byte only with the recorded clang major, see bpf/doc.go; BPF_VERIFY_STRICT=1 fails otherwise)
-	$(GO) test ./cmd/egressd ./cmd/egressctl -run '^TestReferenceDocs$$' -count=1
+	$(GO) test ./cmd/egressd ./cmd/egressctl -run '^TestReferenceDocs' -count=1
 	CLANG=$(CLANG) EGRESSD_VERIFY_BPF=1 hack/update-codegen.sh
 	@git add -N api deploy/crds bpf && git diff --exit-code --stat -- api deploy/crds bpf \
 	  || { echo "generated code is stale: run make generate and commit"; exit 1; }

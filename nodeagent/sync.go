@@ -36,9 +36,10 @@ type Names interface {
 
 // Reporter is told the outcome of every sync: the objects the state was compiled from with what
 // failed for each, notes on some that did not fail (it may keep them: the loop changes neither
-// after the report), and the node's facts.
+// after the report), the node's facts, and how far the caches had come when the sync began
+// reading them.
 type Reporter interface {
-	Report(objects cluster.Outcomes, notes map[dataplane.Origin]string, res dataplane.Result)
+	Report(objects cluster.Outcomes, notes map[dataplane.Origin]string, res dataplane.Result, marks watchers.Captured)
 }
 
 // Announced pods are merged into what a sync compiles from; after the apply, Applied is told
@@ -261,6 +262,7 @@ func (l *SyncLoop) compile(feature string, f func() error) {
 }
 
 func (l *SyncLoop) sync(ctx context.Context) {
+	marks := l.deps.Snapshot.Marks.Capture() // before anything reads the caches
 	var since time.Time
 	if l.deps.PendingSince != nil {
 		since = l.deps.PendingSince()
@@ -341,7 +343,7 @@ func (l *SyncLoop) sync(ctx context.Context) {
 	blamePods(objects, res.Failed)
 	l.deps.Metrics.observeObjects(objects, res.Failed, invalid)
 	if l.deps.Status != nil {
-		l.deps.Status.Report(objects, firewallNotes(objects, l.deps.DNS.Capped()), res)
+		l.deps.Status.Report(objects, firewallNotes(objects, l.deps.DNS.Capped()), res, marks)
 	}
 	if !l.synced.Swap(true) {
 		l.deps.Log.Info("first sync finished", "duration", time.Since(start).Round(time.Microsecond))

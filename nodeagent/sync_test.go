@@ -25,6 +25,7 @@ import (
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/egressservice"
+	"github.com/egressd/egressd/watchers"
 	"github.com/egressd/egressd/watchers/watcherstest"
 )
 
@@ -337,7 +338,7 @@ type recordingReporter struct {
 	objects map[dataplane.Origin]error
 }
 
-func (r *recordingReporter) Report(objects cluster.Outcomes, _ map[dataplane.Origin]string, _ dataplane.Result) {
+func (r *recordingReporter) Report(objects cluster.Outcomes, _ map[dataplane.Origin]string, _ dataplane.Result, _ watchers.Captured) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.objects = maps.Collect(objects.All())

@@ -29,10 +29,12 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	cloudv1 "github.com/egressd/egressd/api/cloudnetwork/v1"
+	egressdv1alpha1 "github.com/egressd/egressd/api/egressd/v1alpha1"
 	"github.com/egressd/egressd/api/generated/clientset/versioned"
 	egressinformers "github.com/egressd/egressd/api/generated/informers/externalversions"
 	ovninformers "github.com/egressd/egressd/api/generated/informers/externalversions/k8sovn/v1"
 	cloudlisters "github.com/egressd/egressd/api/generated/listers/cloudnetwork/v1"
+	egressdlisters "github.com/egressd/egressd/api/generated/listers/egressd/v1alpha1"
 	ovnlisters "github.com/egressd/egressd/api/generated/listers/k8sovn/v1"
 	netoplisters "github.com/egressd/egressd/api/generated/listers/networkoperator/v1"
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
@@ -84,8 +86,14 @@ type Snapshot struct {
 	EgressRouters         netoplisters.EgressRouterLister
 	CloudPrivateIPConfigs cloudlisters.CloudPrivateIPConfigLister
 
+	// NodeReports are the nodes' reports (nil unless the NodeReports option).
+	NodeReports egressdlisters.NodeReportLister
+
 	// Generations counts the changes of each kind (nil: unknown, as in a snapshot built by hand).
 	Generations *Generations
+	// Marks follow how far the caches of the kinds whose status nodes report on have come
+	// (nil: unknown, as in a snapshot built by hand).
+	Marks *Marks
 }
 
 // PodLister lists the cached pods, as corelisters.PodLister lists corev1.Pods.
@@ -217,7 +225,12 @@ type options struct {
 	podSelector labels.Selector
 	node        string
 	trimEgress  func(obj any)
+	nodeReports bool
 }
+
+// NodeReports caches the nodes' NodeReports too (the controller, which writes the status of
+// the objects they report on; agents neither read them nor may).
+func NodeReports() Option { return func(o *options) { o.nodeReports = true } }
 
 // OnlyPods caches only the pods sel selects, so that a process that reads a few pods (the
 // controller: router pods) does not hold every pod of the cluster (several KB each).
@@ -311,6 +324,14 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 		{&netopv1.EgressRouter{}, w.egress.NetworkOperator().V1().EgressRouters().Informer()},
 		{&cloudv1.CloudPrivateIPConfig{}, w.egress.CloudNetwork().V1().CloudPrivateIPConfigs().Informer()},
 	}
+	if o.nodeReports {
+		reports := w.egress.Egressd().V1alpha1().NodeReports()
+		w.snap.NodeReports = reports.Lister()
+		informers = append(informers, struct {
+			kind any
+			inf  cache.SharedIndexInformer
+		}{&egressdv1alpha1.NodeReport{}, reports.Informer()})
+	}
 	kinds := make([]any, len(informers))
 	for i := range informers {
 		kinds[i] = informers[i].kind
@@ -318,6 +339,7 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 	// The firewall compile brings its statuses of every EgressFirewall up to date from those
 	// that changed.
 	w.snap.Generations = NewGenerations(kinds...).Journaled(&ovnv1.EgressFirewall{}, &corev1.Pod{})
+	w.snap.Marks = NewMarks(&ovnv1.EgressFirewall{}, &ovnv1.EgressQoS{}, &ovnv1.AdminPolicyBasedExternalRoute{})
 	for _, i := range informers {
 		if _, err := i.inf.AddEventHandler(w.notify(i.kind)); err != nil {
 			return nil, err
@@ -330,16 +352,25 @@ func New(kube kubernetes.Interface, egress versioned.Interface, resync time.Dura
 // notify is the handler of an informer of kind: it runs after the cache holds the change.
 func (w *Watchers) notify(kind any) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { w.changed(kind, obj, true) },
+		AddFunc: func(obj any) {
+			w.snap.Marks.Observe(kind, obj, true)
+			w.changed(kind, obj, true)
+		},
 		UpdateFunc: func(old, new any) {
 			// Of the egress APIs only trimmed objects are compared: whole ones change with every
-			// status write, and carry every node's entry (a copy to compare is costly).
+			// status write (a copy to compare is costly).
 			if (w.trimsEgress || !egressAPI(new)) && unchanged(old, new) {
+				w.snap.Marks.Observe(kind, new, false)
 				return
 			}
-			w.changed(kind, new, !statusOnly(old, new))
+			spec := !statusOnly(old, new)
+			w.snap.Marks.Observe(kind, new, spec)
+			w.changed(kind, new, spec)
 		},
-		DeleteFunc: func(obj any) { w.changed(kind, obj, true) },
+		DeleteFunc: func(obj any) {
+			w.snap.Marks.Observe(kind, obj, true)
+			w.changed(kind, obj, true)
+		},
 	}
 }
 
@@ -349,30 +380,26 @@ func (w *Watchers) changed(kind, obj any, spec bool) {
 	if spec {
 		w.snap.Generations.Changed(kind, key)
 	}
-	w.signal(kind, key, spec)
+	w.signal(kind, spec)
 }
 
 type subscriber struct {
 	ch        chan struct{}
 	statusToo bool
 	kinds     map[reflect.Type]bool // nil: all
-	changes   *Changes              // nil: the channel alone
 }
 
 // signal coalesces events: one pending notification is enough for a level-triggered consumer.
 // An update of only the status of an egress API object reaches only subscribers that read
 // status: the node's programming does not depend on it, and every node writing its status
 // entry would otherwise make every node recompile.
-func (w *Watchers) signal(kind any, key string, spec bool) {
+func (w *Watchers) signal(kind any, spec bool) {
 	if spec {
 		w.pending.CompareAndSwap(0, time.Now().UnixNano())
 	}
 	for _, s := range w.subs {
 		if (!spec && !s.statusToo) || (s.kinds != nil && !s.kinds[reflect.TypeOf(kind)]) {
 			continue
-		}
-		if s.changes != nil {
-			s.changes.add(kind, key)
 		}
 		select {
 		case s.ch <- struct{}{}:
@@ -414,12 +441,8 @@ func (w *Watchers) Shutdown() {
 // to Go types, as &corev1.Node{}), when given, limit it to objects of those kinds (a consumer
 // that reads no pods is not woken by every pod's churn). Call it before Start.
 func (w *Watchers) Subscribe(statusToo bool, kinds ...any) <-chan struct{} {
-	return w.subscribe(statusToo, nil, kinds)
-}
-
-func (w *Watchers) subscribe(statusToo bool, changes *Changes, kinds []any) <-chan struct{} {
 	ch := make(chan struct{}, 1)
-	sub := subscriber{ch: ch, statusToo: statusToo, changes: changes}
+	sub := subscriber{ch: ch, statusToo: statusToo}
 	if len(kinds) > 0 {
 		sub.kinds = map[reflect.Type]bool{}
 		for _, k := range kinds {

@@ -41,7 +41,7 @@ func TestStatusOnlyUpdates(t *testing.T) {
 	w := &Watchers{}
 	spec, all := w.Subscribe(false), w.Subscribe(true)
 	nodes := w.Subscribe(true, &corev1.Node{})
-	w.signal(&ovnv1.EgressFirewall{}, "ns/ef", false)
+	w.signal(&ovnv1.EgressFirewall{}, false)
 	select {
 	case <-spec:
 		t.Error("status-only change reached a spec subscriber")
@@ -58,16 +58,16 @@ func TestStatusOnlyUpdates(t *testing.T) {
 
 	// A spec change reaches both subscribers and is pending from its first signal until taken.
 	before := time.Now()
-	w.signal(&ovnv1.EgressFirewall{}, "ns/ef", true)
+	w.signal(&ovnv1.EgressFirewall{}, true)
 	after := time.Now()
 	time.Sleep(time.Millisecond) // so that the second signal's time is after the first's
-	w.signal(&ovnv1.EgressFirewall{}, "ns/ef", true)
+	w.signal(&ovnv1.EgressFirewall{}, true)
 	select {
 	case <-nodes:
 		t.Error("a firewall's change reached a subscriber of nodes only")
 	default:
 	}
-	w.signal(&corev1.Node{}, "n1", false)
+	w.signal(&corev1.Node{}, false)
 	select {
 	case <-nodes:
 	default:

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	egressdv1alpha1 "github.com/egressd/egressd/api/egressd/v1alpha1"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
@@ -83,7 +85,7 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 	kube, egress := api.kube, api.egress
 	// Of the pods, the controller reads only the router pods it places.
 	w, err := watchers.New(reads.kube, reads.egress, 0,
-		watchers.OnlyPods(labels.SelectorFromSet(labels.Set{egressrouter.AppLabel: egressrouter.AppValue})))
+		watchers.OnlyPods(labels.SelectorFromSet(labels.Set{egressrouter.AppLabel: egressrouter.AppValue})), watchers.NodeReports())
 	if err != nil {
 		return err
 	}
@@ -110,8 +112,8 @@ func runController(ctx context.Context, cfg *controllerConfig, log *slog.Logger)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	aggregator := &status.Aggregator{Client: egress, Snapshot: w.Snapshot(),
-		Changed: w.Subscribe(true, &ovnv1.EgressFirewall{}, &ovnv1.EgressQoS{}, &ovnv1.AdminPolicyBasedExternalRoute{}, &corev1.Node{}),
-		Ignore:  cfg.statusIgnore, Log: log.With("component", "status-aggregator")}
+		Changed: w.Subscribe(true, &ovnv1.EgressFirewall{}, &ovnv1.EgressQoS{}, &ovnv1.AdminPolicyBasedExternalRoute{}, &corev1.Node{}, &egressdv1alpha1.NodeReport{}),
+		Ignore:  cfg.statusIgnore, PerNodeUpTo: cfg.statusPerNodeUpTo, Log: log.With("component", "status-aggregator")}
 	egressIPs := &egressip.Controller{Client: egress, Snapshot: w.Snapshot(), Changed: w.Subscribe(true, placementReads...), Probes: eipProber,
 		HealthPort: cfg.healthPort, Recorder: recorder, Log: log.With("component", "egressip-controller"), Metrics: eipMetrics, Self: cfg.nodeName,
 		Cloud: cfg.egressIPCloud, CloudIPs: &cloudprivateip.Requester{Client: egress, Recorder: recorder, Log: log.With("component", "cloudprivateip")}}

@@ -37,6 +37,7 @@ type controllerConfig struct {
 	reachInterval     time.Duration
 	egressIPCloud     egressip.CloudMode
 	statusIgnore      labels.Selector
+	statusPerNodeUpTo int
 	routerImage       string
 	verbosity         int
 	logFormat         string
@@ -81,7 +82,8 @@ func newControllerFlagSet(c *controllerConfig, env environment, identity string)
 		"how long an egress node's health endpoint may stay silent before its egress IPs and EgressService hosts move (upstream's flag of that name); 0 disables the probes: only the Node's Ready condition counts. Shorter moves sooner and also on a short network blip")
 	fs.DurationVar(&c.reachInterval, "egressip-reachability-interval", 150*time.Millisecond, "interval between two probes of a node (the silence above is counted in probes of this interval)")
 	cloud = fs.String("egressip-cloud", "auto", "request egress IPs from the cloud through CloudPrivateIPConfigs (OpenShift's cloud-network-config-controller attaches them to the node's NIC) before using them: true, false, or auto (while any node carries the cloud.network.openshift.io/egress-ipconfig annotation)")
-	ignore = fs.String("status-ignore-nodes", "", "label selector of nodes egressd does not run on: they are not waited for in the aggregate status of EgressFirewall and EgressQoS")
+	ignore = fs.String("status-ignore-nodes", "", "label selector of nodes egressd does not run on: they are not waited for in the aggregate status of EgressFirewall, EgressQoS and AdminPolicyBasedExternalRoute")
+	fs.IntVar(&c.statusPerNodeUpTo, "status-node-entries-up-to", 100, "the most nodes for which the status of EgressFirewall, EgressQoS and AdminPolicyBasedExternalRoute holds every node's entry, as upstream's zones write them; a larger cluster's statuses hold only the entries of nodes that failed or noted something (the aggregate status.status counts every node either way)")
 	fs.StringVar(&c.routerImage, "egress-router-image", egressrouter.DefaultImage, "image of the EgressRouter router pods: egressd's own (they run \"egressd router-pod\")")
 	fs.IntVarP(&c.verbosity, "v", "v", 0, "log verbosity: 0 info, 1 debug, higher adds client-go detail")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or text")
@@ -116,6 +118,9 @@ func (c *controllerConfig) validate() error {
 		bad("identity", "required (or set $POD_NAME)")
 	}
 	checkEndpoints(c.healthAddr, c.metricsAddr, c.profilingBind, bad)
+	if c.statusPerNodeUpTo < 0 {
+		bad("status-node-entries-up-to", "%d is negative", c.statusPerNodeUpTo)
+	}
 	if c.leaderElectionNS == "" {
 		bad("leader-election-namespace", "required")
 	}

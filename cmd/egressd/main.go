@@ -125,7 +125,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 
 	metrics := nodeagent.NewMetrics()
 	w, err := watchers.New(reads.kube, reads.egress, 0, watchers.NodePods(cfg.nodeName),
-		watchers.TrimEgress(status.OwnEntries(cfg.nodeName)))
+		watchers.TrimEgress(status.Unread))
 	if err != nil {
 		return err
 	}
@@ -146,12 +146,9 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	defer dp.Close()
 	recorder, stopEvents := eventRecorder(ctx, kube, "egressd", cfg.nodeName)
 	defer stopEvents()
-	// Its entries' objects, and what the node's annotations and labels are made from.
-	statusReads := w.SubscribeChanges(true, &ovnv1.EgressFirewall{}, &ovnv1.EgressQoS{}, &ovnv1.AdminPolicyBasedExternalRoute{},
-		&ovnv1.EgressService{}, &corev1.Node{})
-	statusWriter := &status.Writer{Node: cfg.nodeName, Client: egress, Kube: kube, Snapshot: w.Snapshot(), Recorder: recorder,
-		Changed: statusReads.C, ChangedObjects: statusReads.Take,
-		RouteGateways: externalroute.ConfiguredGateways, Metrics: status.NewMetrics(), Log: log.With("component", "status")}
+	statusWriter := &status.Reporter{Node: cfg.nodeName, Client: egress, Kube: kube, Snapshot: w.Snapshot(), Recorder: recorder,
+		Changed: w.Snapshot().Marks.Moved(), RouteGateways: externalroute.ConfiguredGateways, Metrics: status.NewMetrics(),
+		Log: log.With("component", "status")}
 	resolver := dnsnames.New(ctx, cfg.dnsServers, cfg.dnsMinTTL, cfg.dnsState(), log.With("component", "dns"))
 	resolver.LimitNamespaces(cfg.dnsPerNamespace)
 	dnsMetrics := dnsanswers.NewMetrics()

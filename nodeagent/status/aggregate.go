@@ -2,47 +2,65 @@ package status
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/types"
 
-	ovnac "github.com/egressd/egressd/api/generated/applyconfiguration/k8sovn/v1"
 	"github.com/egressd/egressd/api/generated/clientset/versioned"
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/nodeagent/leader"
 	"github.com/egressd/egressd/watchers"
 )
 
-// Aggregator is the leader's controller that writes the aggregate status.status of
-// EgressFirewall and EgressQoS from the nodes' entries, as upstream's status manager does:
-// not-correctly-applied as soon as one node failed, applied once every node reported success,
-// unset until then; entries of nodes that no longer exist are removed.
+// Aggregator is the leader's controller that writes the status of every EgressFirewall,
+// EgressQoS and AdminPolicyBasedExternalRoute from the nodes' reports (NodeReport), in
+// upstream's strings: the aggregate status.status (not applied as soon as one node failed,
+// applied once every node programmed the object's generation, unset until then) and, up to
+// PerNodeUpTo nodes, one entry per node as upstream's zones write it; above that, the entries
+// of the nodes that failed or noted something. One write per object and change, by the
+// controller, where upstream's zones write one per object and node.
 type Aggregator struct {
 	Client   versioned.Interface
-	Snapshot *watchers.Snapshot
+	Snapshot *watchers.Snapshot // with NodeReports
 	Changed  <-chan struct{}
 	// Ignore selects the nodes egressd does not run on (e.g. Windows nodes, or nodes the
 	// DaemonSet's affinity leaves out): they never report, and must not hold the aggregate
 	// unknown forever. Nil ignores none.
 	Ignore labels.Selector
-	Log    *slog.Logger
+	// PerNodeUpTo is the most nodes for which every node's entry is shown.
+	PerNodeUpTo int
+	Log         *slog.Logger
 
-	// settled are the objects whose aggregate was right, by kind/namespace/name, with the
-	// resourceVersion it was right at, for the nodes named nodes. A reconcile looks again only
-	// at what changed since: with 10,000 EgressFirewalls, each node's entry arriving made the
-	// leader parse every object's messages again (half a core while 20,000 entries arrived).
-	settled map[string]string
-	nodes   string
+	// taken is, per object, the resourceVersion at which it took its generation: a node has
+	// programmed the generation once its report's resourceVersion of the kind reaches it.
+	taken map[string]taken
+	// written is, per object, what was last written over which resourceVersion: not written
+	// again before the cache shows the object changed.
+	written map[string]string
+}
+
+type taken struct {
+	uid        types.UID
+	generation int64
+	rv         uint64
 }
 
 // upstreamManager is the field manager OVN-Kubernetes' cluster-manager writes status.status
-// with: after a migration, an aggregate it wrote is cleared by giving up its ownership.
-const upstreamManager = "cluster-manager"
+// with; leaderManager is ours. The merge patches replace the lists whole, so entries other
+// managers wrote (upstream's zones, an older egressd's agents) go with them.
+const (
+	upstreamManager = "cluster-manager"
+	leaderManager   = "egressd-leader"
+)
 
 // Run reconciles after every change (and every 30 s) until ctx ends.
 func (a *Aggregator) Run(ctx context.Context) {
@@ -59,142 +77,226 @@ func (a *Aggregator) Run(ctx context.Context) {
 	}
 }
 
-// aggregate is the status of one object given its per-node messages ("<node>: <text>").
-func aggregate(messages []string, nodes sets.Set[string], applied, notApplied string) (status string, stale []string) {
-	reported := sets.New[string]()
-	failed := false
+// nodeReport is one node's report as the aggregate reads it.
+type nodeReport struct {
+	programmed map[dataplane.Kind]uint64
+	objects    map[dataplane.Origin]nodeOutcome
+}
+
+type nodeOutcome struct {
+	failure, note string
+	gateways      []string
+}
+
+// view is what a reconcile reads once: the nodes, their reports, per kind the least
+// resourceVersion every node has programmed, and which nodes list each object.
+type view struct {
+	nodes   []string // sorted
+	reports map[string]nodeReport
+	least   map[dataplane.Kind]uint64
+	perNode bool
+	listing map[dataplane.Origin][]string
+}
+
+func (a *Aggregator) view() (*view, error) {
+	nodeList, err := a.Snapshot.Nodes.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	v := &view{reports: map[string]nodeReport{}, least: map[dataplane.Kind]uint64{}, listing: map[dataplane.Origin][]string{}}
+	for _, n := range nodeList {
+		if a.Ignore == nil || !a.Ignore.Matches(labels.Set(n.Labels)) {
+			v.nodes = append(v.nodes, n.Name)
+		}
+	}
+	slices.Sort(v.nodes)
+	v.perNode = len(v.nodes) <= a.PerNodeUpTo
+	for _, k := range reportedKinds {
+		v.least[k.kind] = ^uint64(0)
+	}
+	for _, node := range v.nodes {
+		r, err := a.Snapshot.NodeReports.Get(node)
+		if err != nil {
+			clear(v.least) // a node that has not reported: nothing is applied everywhere
+			continue
+		}
+		nr := nodeReport{programmed: map[dataplane.Kind]uint64{}, objects: map[dataplane.Origin]nodeOutcome{}}
+		for kind, rv := range map[dataplane.Kind]string{cluster.KindEgressFirewall: r.Programmed.EgressFirewalls,
+			cluster.KindEgressQoS: r.Programmed.EgressQoSes, cluster.KindExternalRoute: r.Programmed.AdminPolicyBasedExternalRoutes} {
+			n, _ := strconv.ParseUint(rv, 10, 64) // empty or malformed: nothing known (0)
+			nr.programmed[kind] = n
+			v.least[kind] = min(v.least[kind], n)
+		}
+		for _, o := range r.Objects {
+			origin := dataplane.Origin{Kind: dataplane.Kind(o.Kind), Namespace: o.Namespace, Name: o.Name}
+			nr.objects[origin] = nodeOutcome{failure: o.Failure, note: o.Note, gateways: o.Gateways}
+			v.listing[origin] = append(v.listing[origin], node)
+		}
+		v.reports[node] = nr
+	}
+	return v, nil
+}
+
+// outcome is node's outcome of o's generation taken at since, and whether it has one yet.
+func (v *view) outcome(node string, o dataplane.Origin, since uint64) (nodeOutcome, bool) {
+	r, ok := v.reports[node]
+	if !ok || r.programmed[o.Kind] < since || since == 0 {
+		return nodeOutcome{}, false
+	}
+	return r.objects[o], true
+}
+
+// verdict is what the nodes say of o's generation taken at since: whether one failed, whether
+// all programmed it, and the entries to show by node (render's; a node yet to program the
+// generation keeps the entry it has, current's).
+func (v *view) verdict(o dataplane.Origin, since uint64, current map[string]string, render func(node string, out nodeOutcome) string) (failed, applied bool, entries map[string]string) {
+	entries = map[string]string{}
+	nodes := v.listing[o]
+	if v.perNode {
+		nodes = v.nodes
+	}
+	for _, node := range nodes {
+		out, done := v.outcome(node, o, since)
+		switch {
+		case done:
+			failed = failed || out.failure != ""
+			if v.perNode || out.failure != "" || out.note != "" {
+				entries[node] = render(node, out)
+			}
+		case v.perNode && current[node] != "":
+			entries[node] = current[node]
+		}
+	}
+	return failed, !failed && since != 0 && v.least[o.Kind] >= since, entries
+}
+
+// since is the resourceVersion at which the object took its generation: the one it has when
+// first seen at that generation (after a restart, later than the change: a node's report
+// moves past it too, every event counting, watchers.Captured.Through).
+func (a *Aggregator) since(key string, uid types.UID, generation int64, rv string, next map[string]taken) uint64 {
+	t, ok := a.taken[key]
+	if !ok || t.uid != uid || t.generation != generation {
+		n, _ := strconv.ParseUint(rv, 10, 64)
+		t = taken{uid: uid, generation: generation, rv: n}
+	}
+	next[key] = t
+	return t.rv
+}
+
+// byNode indexes entries "<node>: <text>" by node.
+func byNode(messages []string) map[string]string {
+	out := map[string]string{}
 	for _, m := range messages {
-		node, text, ok := strings.Cut(m, ": ")
-		if !ok {
-			continue
+		if node, _, ok := strings.Cut(m, ": "); ok {
+			out[node] = m
 		}
-		if !nodes.Has(node) {
-			stale = append(stale, node)
-			continue
-		}
-		reported.Insert(node)
-		failed = failed || strings.HasPrefix(text, notApplied)
 	}
+	return out
+}
+
+// sortedValues are m's values ordered by key.
+func sortedValues(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for _, k := range sortedKeys(m) {
+		out = append(out, m[k])
+	}
+	return out
+}
+
+func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
+
+// sameSet tells whether a and b hold the same strings, in any order.
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+// aggregateOf is the aggregate status: notApplied as soon as one node failed, applied once
+// every node programmed the object, unset until then.
+func aggregateOf(failed, allApplied bool, applied, notApplied string) string {
 	switch {
-	case nodes.Len() == 0:
-		return "", stale // no node to report: unknown, as upstream writes nothing then
 	case failed:
-		return notApplied, stale
-	case reported.IsSuperset(nodes):
-		return applied, stale
+		return notApplied
+	case allApplied:
+		return applied
 	}
-	return "", stale
+	return ""
+}
+
+// statusWrite is one object's status to write, if it differs from what it has.
+type statusWrite struct {
+	key, object string // key in taken and written; object names it in logs
+	rv          string
+	write       func(ctx context.Context, body []byte) error
+	status      map[string]any // the merge patch's status
+}
+
+type patched struct {
+	statusWrite
+	body []byte
 }
 
 func (a *Aggregator) reconcile(ctx context.Context) {
-	nodeList, err := a.Snapshot.Nodes.List(labels.Everything())
+	v, err := a.view()
 	if err != nil {
 		return
 	}
-	nodes := sets.New[string]()
-	for _, n := range nodeList {
-		if a.Ignore == nil || !a.Ignore.Matches(labels.Set(n.Labels)) {
-			nodes.Insert(n.Name)
+	next := map[string]taken{}
+	var writes []statusWrite
+	writes = append(writes, a.firewalls(v, next)...)
+	writes = append(writes, a.qoses(v, next)...)
+	writes = append(writes, a.routes(v, next)...)
+	a.taken = next
+	written := map[string]string{}
+	for _, w := range writes {
+		if fp := a.written[w.key]; fp != "" {
+			written[w.key] = fp
 		}
 	}
-	prev := a.settled
-	if names := strings.Join(sets.List(nodes), ","); names != a.nodes {
-		prev, a.nodes = nil, names // every aggregate depends on the nodes
-	}
-	a.settled = map[string]string{}
-	var mu sync.Mutex // a.settled, from the writes in flight
-	settledAt := func(key, rv string) {
-		mu.Lock()
-		a.settled[key] = rv
-		mu.Unlock()
-	}
-	// unsettled tells whether key needs a look (else it stays settled); done(true) settles it.
-	unsettled := func(key, rv string) (bool, func(ok bool)) {
-		if was, ok := prev[key]; ok && was == rv {
-			settledAt(key, rv)
-			return false, nil
-		}
-		return true, func(ok bool) {
-			if ok {
-				settledAt(key, rv)
-			}
-		}
-	}
-	// The objects to settle are written several at once: each write is mostly a round trip,
-	// and one at a time the controller settled about 30 a second (10,000 new EgressFirewalls:
-	// more than 5 minutes); the client's rate limit still bounds the rate.
-	var writes []func()
-	efs, _ := a.Snapshot.EgressFirewalls.List(labels.Everything())
-	for _, ef := range efs {
-		look, done := unsettled("EgressFirewall/"+ef.Namespace+"/"+ef.Name, ef.ResourceVersion)
-		if !look {
+	var todo []patched
+	for _, w := range writes {
+		body, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": w.rv}, "status": w.status})
+		if err != nil {
 			continue
 		}
-		c := a.Client.K8sOVNV1().EgressFirewalls(ef.Namespace)
-		apply := func(st *ovnac.EgressFirewallStatusApplyConfiguration, manager string) error {
-			_, err := c.ApplyStatus(ctx, ovnac.EgressFirewall(ef.Name, ef.Namespace).WithStatus(st), metav1.ApplyOptions{FieldManager: manager, Force: true})
-			return err
+		fp := w.rv + " " + string(body)
+		if written[w.key] == fp {
+			continue // written over this resourceVersion already: the cache has not caught up
 		}
-		writes = append(writes, func() {
-			done(a.settle("EgressFirewall "+ef.Namespace+"/"+ef.Name, ef.Status.Messages, ef.Status.Status, nodes, fwApplied, fwNotApplied,
-				func(manager string) error { return apply(ovnac.EgressFirewallStatus(), manager) },
-				func(status string) error {
-					return apply(ovnac.EgressFirewallStatus().WithStatus(status), leaderManager)
-				}))
-		})
+		written[w.key] = fp
+		todo = append(todo, patched{w, body})
 	}
-	qs, _ := a.Snapshot.EgressQoSes.List(labels.Everything())
-	for _, q := range qs {
-		look, done := unsettled("EgressQoS/"+q.Namespace+"/"+q.Name, q.ResourceVersion)
-		if !look {
-			continue
+	a.written = written
+	// Several at once: each write is mostly a round trip, and one at a time the controller
+	// settled about 30 a second (10,000 new EgressFirewalls: more than 5 minutes); the
+	// client's rate limit still bounds the rate.
+	var mu sync.Mutex
+	leader.Writes(len(todo), func(i int) {
+		if err := todo[i].write(ctx, todo[i].body); err != nil && ctx.Err() == nil {
+			a.Log.Error("write status", "object", todo[i].object, "err", err)
+			mu.Lock()
+			delete(written, todo[i].key) // tried again at the next reconcile
+			mu.Unlock()
 		}
-		var msgs []string
-		for _, cnd := range q.Status.Conditions {
-			if node, ok := strings.CutPrefix(cnd.Type, qosZonePrefix); ok {
-				msgs = append(msgs, node+": "+cnd.Message)
-			}
-		}
-		c := a.Client.K8sOVNV1().EgressQoSes(q.Namespace)
-		apply := func(st *ovnac.EgressQoSStatusApplyConfiguration, manager string) error {
-			_, err := c.ApplyStatus(ctx, ovnac.EgressQoS(q.Name, q.Namespace).WithStatus(st), metav1.ApplyOptions{FieldManager: manager, Force: true})
-			return err
-		}
-		writes = append(writes, func() {
-			done(a.settle("EgressQoS "+q.Namespace+"/"+q.Name, msgs, q.Status.Status, nodes, qosApplied, qosNotApplied,
-				func(manager string) error { return apply(ovnac.EgressQoSStatus(), manager) },
-				func(status string) error { return apply(ovnac.EgressQoSStatus().WithStatus(status), leaderManager) }))
-		})
-	}
-	leader.Writes(len(writes), func(i int) { writes[i]() }) // settled complete before the next reconcile reads it
-	a.reconcileRoutes(ctx, nodes)
+	})
 }
 
-// settle removes the entries of nodes that are gone (applying nothing under a node's field
-// manager drops what it owned) and writes the aggregate status when it changed; an empty
-// aggregate is written by applying without the field, which removes it. It tells whether the
-// object was right already (a write changes it: the next reconcile looks again).
-func (a *Aggregator) settle(object string, msgs []string, current string, nodes sets.Set[string], applied, notApplied string,
-	dropNode func(manager string) error, write func(status string) error) (right bool) {
-	status, stale := aggregate(msgs, nodes, applied, notApplied)
-	for _, node := range stale {
-		if err := dropNode(node); err != nil {
-			a.Log.Error("remove the status entry of a deleted node", "object", object, "node", node, "err", err)
-		}
+// orNull is s, or JSON null (removing the field) when empty.
+func orNull[T any](s []T) any {
+	if len(s) == 0 {
+		return nil
 	}
-	if status == current {
-		return len(stale) == 0
+	return s
+}
+
+func orNullString(s string) any {
+	if s == "" {
+		return nil
 	}
-	var err error
-	if status == "" {
-		// Applying nothing gives up a manager's fields; the aggregate may be the leader's or,
-		// after a migration, upstream's.
-		err = errors.Join(dropNode(leaderManager), dropNode(upstreamManager))
-	} else {
-		err = write(status)
-	}
-	if err != nil {
-		a.Log.Error("write aggregate status", "object", object, "status", status, "err", err)
-	}
-	return false
+	return s
 }

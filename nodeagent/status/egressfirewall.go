@@ -2,14 +2,13 @@ package status
 
 import (
 	"context"
-	"fmt"
-	"slices"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
-	ovnac "github.com/egressd/egressd/api/generated/applyconfiguration/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
 )
 
 // Upstream's EgressFirewall status strings (SEMANTICS.md section 1.4).
@@ -18,31 +17,38 @@ const (
 	fwNotApplied = "EgressFirewall Rules not correctly applied"
 )
 
-// writeFirewallEntry writes "<node>: EgressFirewall Rules applied" (or the failure) into
-// status.messages, a set each node owns its element of. A note follows the success (after
-// "; "): the aggregate status reads the entry as applied still, as it is.
-func writeFirewallEntry(ctx context.Context, w *Writer, o dataplane.Origin, failure error, note string) (bool, error) {
-	ef, err := w.Snapshot.EgressFirewalls.EgressFirewalls(o.Namespace).Get(o.Name)
-	if err != nil {
-		return false, nil // deleted since
-	}
-	msg := w.Node + ": " + fwApplied
+// firewallEntry is a node's entry as upstream's zones write it: "<node>: EgressFirewall Rules
+// applied", a note after "; " (the aggregate reads the entry as applied still, as it is), or
+// the failure.
+func firewallEntry(node string, out nodeOutcome) string {
 	switch {
-	case failure != nil:
-		msg = fmt.Sprintf("%s: %s: %v", w.Node, fwNotApplied, failure)
-	case note != "":
-		msg += "; " + note
+	case out.failure != "":
+		return node + ": " + fwNotApplied + ": " + out.failure
+	case out.note != "":
+		return node + ": " + fwApplied + "; " + out.note
 	}
-	if slices.Contains(ef.Status.Messages, msg) {
-		return false, nil
+	return node + ": " + fwApplied
+}
+
+// firewalls are the EgressFirewalls whose status differs from what the reports say.
+func (a *Aggregator) firewalls(v *view, next map[string]taken) []statusWrite {
+	efs, _ := a.Snapshot.EgressFirewalls.List(labels.Everything())
+	var out []statusWrite
+	for _, ef := range efs {
+		key := "EgressFirewall/" + ef.Namespace + "/" + ef.Name
+		o := dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: ef.Namespace, Name: ef.Name}
+		failed, applied, entries := v.verdict(o, a.since(key, ef.UID, ef.Generation, ef.ResourceVersion, next), byNode(ef.Status.Messages), firewallEntry)
+		status, messages := aggregateOf(failed, applied, fwApplied, fwNotApplied), sortedValues(entries)
+		if status == ef.Status.Status && sameSet(messages, ef.Status.Messages) {
+			continue
+		}
+		c, name := a.Client.K8sOVNV1().EgressFirewalls(ef.Namespace), ef.Name
+		out = append(out, statusWrite{key: key, object: "EgressFirewall " + ef.Namespace + "/" + ef.Name, rv: ef.ResourceVersion,
+			status: map[string]any{"status": orNullString(status), "messages": orNull(messages)},
+			write: func(ctx context.Context, body []byte) error {
+				_, err := c.Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: leaderManager}, "status")
+				return err
+			}})
 	}
-	switch {
-	case failure != nil:
-		w.Recorder.Eventf(ef, corev1.EventTypeWarning, "EgressFirewallNotApplied", "%s: %v", w.Node, failure)
-	case note != "":
-		w.Recorder.Eventf(ef, corev1.EventTypeWarning, "EgressFirewallNote", "%s: %s", w.Node, note)
-	}
-	ac := ovnac.EgressFirewall(o.Name, o.Namespace).WithStatus(ovnac.EgressFirewallStatus().WithMessages(msg))
-	_, err = w.Client.K8sOVNV1().EgressFirewalls(o.Namespace).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: w.Node, Force: true})
-	return true, err
+	return out
 }

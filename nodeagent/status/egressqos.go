@@ -2,14 +2,14 @@ package status
 
 import (
 	"context"
-	"fmt"
+	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
-	ovnac "github.com/egressd/egressd/api/generated/applyconfiguration/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
 )
 
 // Upstream's EgressQoS status strings (SEMANTICS.md section 2.3).
@@ -21,35 +21,57 @@ const (
 	reasonFailed  = "SetupFailed"
 )
 
-// writeQoSEntry writes this node's condition Ready-In-Zone-<node>; only a flip of its status
-// moves its lastTransitionTime.
-func writeQoSEntry(ctx context.Context, w *Writer, o dataplane.Origin, failure error, _ string) (bool, error) {
-	q, err := w.Snapshot.EgressQoSes.EgressQoSes(o.Namespace).Get(o.Name)
-	if err != nil {
-		return false, nil
+// qosMessage is the message of a node's condition Ready-In-Zone-<node>.
+func qosMessage(_ string, out nodeOutcome) string {
+	if out.failure != "" {
+		return qosNotApplied + ": " + out.failure
 	}
-	cond := metav1.Condition{Type: qosZonePrefix + w.Node, Status: metav1.ConditionTrue, Reason: reasonSuccess, Message: qosApplied}
-	if failure != nil {
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, reasonFailed, fmt.Sprintf("%s: %v", qosNotApplied, failure)
-	}
-	cond.LastTransitionTime = metav1.Now()
-	for _, c := range q.Status.Conditions {
-		if c.Type != cond.Type {
+	return qosApplied
+}
+
+// qoses are the EgressQoSes whose status differs from what the reports say: the aggregate and
+// a condition Ready-In-Zone-<node> per node, whose lastTransitionTime moves only when its
+// status flips.
+func (a *Aggregator) qoses(v *view, next map[string]taken) []statusWrite {
+	qs, _ := a.Snapshot.EgressQoSes.List(labels.Everything())
+	var out []statusWrite
+	for _, q := range qs {
+		key := "EgressQoS/" + q.Namespace + "/" + q.Name
+		o := dataplane.Origin{Kind: cluster.KindEgressQoS, Namespace: q.Namespace, Name: q.Name}
+		current := map[string]metav1.Condition{}
+		messages := map[string]string{}
+		for _, c := range q.Status.Conditions {
+			if node, ok := strings.CutPrefix(c.Type, qosZonePrefix); ok {
+				current[node], messages[node] = c, c.Message
+			}
+		}
+		failed, applied, entries := v.verdict(o, a.since(key, q.UID, q.Generation, q.ResourceVersion, next), messages, qosMessage)
+		status := aggregateOf(failed, applied, qosApplied, qosNotApplied)
+		var conds []metav1.Condition
+		same := status == q.Status.Status && len(entries) == len(q.Status.Conditions)
+		for _, node := range sortedKeys(entries) {
+			c := metav1.Condition{Type: qosZonePrefix + node, Status: metav1.ConditionTrue, Reason: reasonSuccess, Message: entries[node]}
+			if strings.HasPrefix(c.Message, qosNotApplied) {
+				c.Status, c.Reason = metav1.ConditionFalse, reasonFailed
+			}
+			c.LastTransitionTime = metav1.Now()
+			if was, ok := current[node]; ok && was.Status == c.Status {
+				c.LastTransitionTime = was.LastTransitionTime // only a flip moves it
+			}
+			was, ok := current[node]
+			same = same && ok && was.Status == c.Status && was.Reason == c.Reason && was.Message == c.Message
+			conds = append(conds, c)
+		}
+		if same {
 			continue
 		}
-		if c.Status == cond.Status && c.Reason == cond.Reason && c.Message == cond.Message {
-			return false, nil
-		}
-		if c.Status == cond.Status {
-			cond.LastTransitionTime = c.LastTransitionTime // only a flip moves it
-		}
+		c, name := a.Client.K8sOVNV1().EgressQoSes(q.Namespace), q.Name
+		out = append(out, statusWrite{key: key, object: "EgressQoS " + q.Namespace + "/" + q.Name, rv: q.ResourceVersion,
+			status: map[string]any{"status": orNullString(status), "conditions": orNull(conds)},
+			write: func(ctx context.Context, body []byte) error {
+				_, err := c.Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: leaderManager}, "status")
+				return err
+			}})
 	}
-	if failure != nil {
-		w.Recorder.Eventf(q, corev1.EventTypeWarning, "EgressQoSNotApplied", "%s: %v", w.Node, failure)
-	}
-	ac := ovnac.EgressQoS(o.Name, o.Namespace).WithStatus(ovnac.EgressQoSStatus().WithConditions(
-		metav1ac.Condition().WithType(cond.Type).WithStatus(cond.Status).WithReason(cond.Reason).
-			WithMessage(cond.Message).WithLastTransitionTime(cond.LastTransitionTime)))
-	_, err = w.Client.K8sOVNV1().EgressQoSes(o.Namespace).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: w.Node, Force: true})
-	return true, err
+	return out
 }

@@ -18,7 +18,7 @@ import (
 // k8s.ovn.org/node-primary-ifaddr (the address and prefix of the interface holding the Node's
 // internal IP, per family; the primary network that hosts egress IPs). Labels are not the
 // agent's: the controller writes EgressService host labels.
-func (w *Writer) publishNodeAnnotations(ctx context.Context, cidrs []netip.Prefix) error {
+func (w *Reporter) publishNodeAnnotations(ctx context.Context, cidrs []netip.Prefix) error {
 	if cidrs == nil {
 		return nil
 	}

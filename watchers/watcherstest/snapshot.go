@@ -10,6 +10,8 @@ import (
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 
+	egressdv1alpha1 "github.com/egressd/egressd/api/egressd/v1alpha1"
+	egressdlisters "github.com/egressd/egressd/api/generated/listers/egressd/v1alpha1"
 	ovnlisters "github.com/egressd/egressd/api/generated/listers/k8sovn/v1"
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/watchers"
@@ -35,6 +37,7 @@ func Updatable(objs ...runtime.Object) (*watchers.Snapshot, func(runtime.Object)
 	namespaces := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	slices := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
 	egressServices := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIdx)
+	reports := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	update := func(o runtime.Object) {
 		switch o.(type) {
 		case *corev1.Pod:
@@ -59,6 +62,8 @@ func Updatable(objs ...runtime.Object) (*watchers.Snapshot, func(runtime.Object)
 			_ = slices.Add(o)
 		case *ovnv1.EgressService:
 			_ = egressServices.Add(o)
+		case *egressdv1alpha1.NodeReport:
+			_ = reports.Add(o)
 		}
 	}
 	for _, o := range objs {
@@ -69,6 +74,6 @@ func Updatable(objs ...runtime.Object) (*watchers.Snapshot, func(runtime.Object)
 		EgressFirewalls: ovnlisters.NewEgressFirewallLister(efs), EgressQoSes: ovnlisters.NewEgressQoSLister(qos),
 		EgressIPs: ovnlisters.NewEgressIPLister(eips), ExternalRoutes: ovnlisters.NewAdminPolicyBasedExternalRouteLister(routes),
 		Services: corelisters.NewServiceLister(svcs), Namespaces: corelisters.NewNamespaceLister(namespaces), EndpointSlices: discoverylisters.NewEndpointSliceLister(slices),
-		EgressServices: ovnlisters.NewEgressServiceLister(egressServices),
+		EgressServices: ovnlisters.NewEgressServiceLister(egressServices), NodeReports: egressdlisters.NewNodeReportLister(reports),
 	}, update
 }
