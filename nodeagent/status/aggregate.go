@@ -52,6 +52,10 @@ type taken struct {
 	uid        types.UID
 	generation int64
 	rv         uint64
+	// inherited: first seen in this leader's first reconcile, at a resourceVersion later than
+	// the change (a previous leader knew it): its aggregate stays as written until every node
+	// is past that resourceVersion, rather than turning unknown at each change of leader.
+	inherited bool
 }
 
 // upstreamManager is the field manager OVN-Kubernetes' cluster-manager writes status.status
@@ -62,8 +66,9 @@ const (
 	leaderManager   = "egressd-leader"
 )
 
-// Run reconciles after every change (and every 30 s) until ctx ends.
+// Run reconciles after every change (and every 30 s) until ctx ends: one leadership term.
 func (a *Aggregator) Run(ctx context.Context) {
+	a.taken, a.written = nil, nil // another leader may have written since an earlier term
 	t := time.NewTicker(30 * time.Second)
 	defer t.Stop()
 	for {
@@ -146,17 +151,17 @@ func (v *view) outcome(node string, o dataplane.Origin, since uint64) (nodeOutco
 	return r.objects[o], true
 }
 
-// verdict is what the nodes say of o's generation taken at since: whether one failed, whether
+// verdict is what the nodes say of o's generation as taken: whether one failed, whether
 // all programmed it, and the entries to show by node (render's; a node yet to program the
 // generation keeps the entry it has, current's).
-func (v *view) verdict(o dataplane.Origin, since uint64, current map[string]string, render func(node string, out nodeOutcome) string) (failed, applied bool, entries map[string]string) {
+func (v *view) verdict(o dataplane.Origin, t taken, current map[string]string, render func(node string, out nodeOutcome) string) (failed, applied bool, entries map[string]string) {
 	entries = map[string]string{}
 	nodes := v.listing[o]
 	if v.perNode {
 		nodes = v.nodes
 	}
 	for _, node := range nodes {
-		out, done := v.outcome(node, o, since)
+		out, done := v.outcome(node, o, t.rv)
 		switch {
 		case done:
 			failed = failed || out.failure != ""
@@ -167,20 +172,20 @@ func (v *view) verdict(o dataplane.Origin, since uint64, current map[string]stri
 			entries[node] = current[node]
 		}
 	}
-	return failed, !failed && since != 0 && v.least[o.Kind] >= since, entries
+	return failed, !failed && t.rv != 0 && v.least[o.Kind] >= t.rv, entries
 }
 
-// since is the resourceVersion at which the object took its generation: the one it has when
-// first seen at that generation (after a restart, later than the change: a node's report
+// since is when the object took its generation: the resourceVersion it has when first seen
+// at that generation (in a leader's first reconcile, later than the change: a node's report
 // moves past it too, every event counting, watchers.Captured.Through).
-func (a *Aggregator) since(key string, uid types.UID, generation int64, rv string, next map[string]taken) uint64 {
+func (a *Aggregator) since(key string, uid types.UID, generation int64, rv string, next map[string]taken) taken {
 	t, ok := a.taken[key]
 	if !ok || t.uid != uid || t.generation != generation {
 		n, _ := strconv.ParseUint(rv, 10, 64)
-		t = taken{uid: uid, generation: generation, rv: n}
+		t = taken{uid: uid, generation: generation, rv: n, inherited: a.taken == nil}
 	}
 	next[key] = t
-	return t.rv
+	return t
 }
 
 // byNode indexes entries "<node>: <text>" by node.
@@ -217,13 +222,15 @@ func sameSet(a, b []string) bool {
 }
 
 // aggregateOf is the aggregate status: notApplied as soon as one node failed, applied once
-// every node programmed the object, unset until then.
-func aggregateOf(failed, allApplied bool, applied, notApplied string) string {
+// every node programmed the object, unset until then (current, an inherited object's).
+func aggregateOf(t taken, failed, allApplied bool, current, applied, notApplied string) string {
 	switch {
 	case failed:
 		return notApplied
 	case allApplied:
 		return applied
+	case t.inherited:
+		return current
 	}
 	return ""
 }

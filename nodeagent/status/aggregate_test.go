@@ -162,6 +162,18 @@ func TestAggregatorFirewallFromReports(t *testing.T) {
 		t.Fatalf("new generation applied: %+v", p)
 	}
 
+	// A new leader takes the generation at the resourceVersion it first sees: the nodes' reports
+	// not past it yet leave the aggregate the last leader wrote, not unknown.
+	ef = ef.DeepCopy()
+	ef.ResourceVersion, ef.Status.Status, ef.Status.Messages = "160", fwApplied, []string{"n1: " + fwApplied, "n2: " + fwApplied}
+	update(ef)
+	fresh := &Aggregator{Client: client, Snapshot: snap, PerNodeUpTo: 10, Log: slog.New(slog.DiscardHandler)}
+	before := len(*patches)
+	fresh.reconcile(ctx)
+	if len(*patches) != before {
+		t.Fatalf("a new leader rewrote a settled status while the reports catch up: %+v", last())
+	}
+
 	// Above PerNodeUpTo nodes only what says more than applied is shown; a deleted node's
 	// entry goes.
 	a.PerNodeUpTo = 1

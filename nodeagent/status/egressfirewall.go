@@ -37,8 +37,9 @@ func (a *Aggregator) firewalls(v *view, next map[string]taken) []statusWrite {
 	for _, ef := range efs {
 		key := "EgressFirewall/" + ef.Namespace + "/" + ef.Name
 		o := dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: ef.Namespace, Name: ef.Name}
-		failed, applied, entries := v.verdict(o, a.since(key, ef.UID, ef.Generation, ef.ResourceVersion, next), byNode(ef.Status.Messages), firewallEntry)
-		status, messages := aggregateOf(failed, applied, fwApplied, fwNotApplied), sortedValues(entries)
+		tk := a.since(key, ef.UID, ef.Generation, ef.ResourceVersion, next)
+		failed, applied, entries := v.verdict(o, tk, byNode(ef.Status.Messages), firewallEntry)
+		status, messages := aggregateOf(tk, failed, applied, ef.Status.Status, fwApplied, fwNotApplied), sortedValues(entries)
 		if status == ef.Status.Status && sameSet(messages, ef.Status.Messages) {
 			continue
 		}

@@ -45,8 +45,9 @@ func (a *Aggregator) qoses(v *view, next map[string]taken) []statusWrite {
 				current[node], messages[node] = c, c.Message
 			}
 		}
-		failed, applied, entries := v.verdict(o, a.since(key, q.UID, q.Generation, q.ResourceVersion, next), messages, qosMessage)
-		status := aggregateOf(failed, applied, qosApplied, qosNotApplied)
+		tk := a.since(key, q.UID, q.Generation, q.ResourceVersion, next)
+		failed, applied, entries := v.verdict(o, tk, messages, qosMessage)
+		status := aggregateOf(tk, failed, applied, q.Status.Status, qosApplied, qosNotApplied)
 		var conds []metav1.Condition
 		same := status == q.Status.Status && len(entries) == len(q.Status.Conditions)
 		for _, node := range sortedKeys(entries) {

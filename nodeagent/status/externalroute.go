@@ -39,8 +39,9 @@ func (a *Aggregator) routes(v *view, next map[string]taken) []statusWrite {
 	for _, p := range policies {
 		key := "AdminPolicyBasedExternalRoute/" + p.Name
 		o := dataplane.Origin{Kind: cluster.KindExternalRoute, Name: p.Name}
-		failed, applied, entries := v.verdict(o, a.since(key, p.UID, p.Generation, p.ResourceVersion, next), byNode(p.Status.Messages), routeEntry)
-		status, messages := aggregateOf(failed, applied, string(ovnv1.SuccessStatus), string(ovnv1.FailStatus)), sortedValues(entries)
+		tk := a.since(key, p.UID, p.Generation, p.ResourceVersion, next)
+		failed, applied, entries := v.verdict(o, tk, byNode(p.Status.Messages), routeEntry)
+		status, messages := aggregateOf(tk, failed, applied, string(p.Status.Status), string(ovnv1.SuccessStatus), string(ovnv1.FailStatus)), sortedValues(entries)
 		if status == string(p.Status.Status) && sameSet(messages, p.Status.Messages) {
 			continue
 		}

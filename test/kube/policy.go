@@ -39,7 +39,7 @@ func replaceUsers(doc string, users map[string]string) (out string, named bool) 
 }
 
 // InstallAgentPolicies applies the admission policies of the manifest at path
-// (deploy/node-policy.yaml, deploy/status-policy.yaml) for user instead of the deployed agent,
+// (deploy/node-policy.yaml, deploy/nodereport-policy.yaml) for user instead of the deployed agent,
 // each policy and binding renamed with suffix so that tests on a shared control plane do not
 // meet. It is InstallPolicies with the agent's user alone: the file must name it. It returns a
 // cleanup.
@@ -48,7 +48,7 @@ func InstallAgentPolicies(ctx context.Context, cfg *rest.Config, path, user, suf
 }
 
 // InstallPolicies applies the admission policies of the manifest at path (deploy/node-policy.yaml,
-// deploy/status-policy.yaml, deploy/router-pod-policy.yaml) with each deployed user that is a key
+// deploy/nodereport-policy.yaml, deploy/router-pod-policy.yaml) with each deployed user that is a key
 // of users (DeployedAgent, DeployedController) replaced by its value, each policy and binding
 // renamed with suffix so that tests on a shared control plane do not meet. A user the map does
 // not name stays as deployed. The file must name at least one of the users. It returns a

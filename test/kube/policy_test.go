@@ -47,7 +47,7 @@ expression: request.userInfo.username == 'system:serviceaccount:egressd:egressd-
 func TestDeployedUsers(t *testing.T) {
 	for file, users := range map[string][]string{
 		"node-policy.yaml":       {DeployedAgent, DeployedController},
-		"status-policy.yaml":     {DeployedAgent},
+		"nodereport-policy.yaml": {DeployedAgent},
 		"router-pod-policy.yaml": {DeployedController},
 	} {
 		raw, err := os.ReadFile("../../deploy/" + file)
