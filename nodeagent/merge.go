@@ -25,7 +25,7 @@ type parts struct {
 
 // merge combines the parts into the node's desired state. It owns what crosses features: a
 // pod's entry carries what every feature wants of it. It also returns the objects the state was
-// compiled from that get a status entry, with their compile errors.
+// compiled from that are reported on (NodeReport), with their compile errors.
 func merge(networks, vips []netip.Prefix, frontends []dataplane.Frontend, p *parts, st *steering, m *mergeMemo, mask uint32) (dataplane.State, cluster.Outcomes) {
 	objects := cluster.NewOutcomes(p.firewall.Statuses)
 	s := dataplane.State{Classifier: dataplane.ClassifierState{

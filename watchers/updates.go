@@ -34,8 +34,8 @@ func statusOnly(old, new any) bool {
 }
 
 // unchanged says whether an update changed nothing the cache keeps of an object: what changed
-// was dropped by the transform (a pod's container statuses, a node's heartbeat, another node's
-// status entry), or a relist delivered the object again. Without this, each kubelet status
+// was dropped by the transform (a pod's container statuses, a node's heartbeat, the status of
+// an EgressFirewall), or a relist delivered the object again. Without this, each kubelet status
 // write of a pod a node caches made the node sync.
 func unchanged(old, new any) bool {
 	o, ok := old.(runtime.Object)

@@ -9,7 +9,7 @@ import (
 // apiRate is how fast a process may send requests to the API server: client-go's token bucket,
 // as the kubelet's --kube-api-qps and --kube-api-burst. Every node runs an agent, so the
 // cluster's API servers see the agents' rate times the nodes (their priority and fairness
-// queues the excess); a burst is where one agent's status entries for many new objects go.
+// queues the excess); a burst is where a controller's statuses for many new objects go.
 type apiRate struct {
 	qps   float32
 	burst int

@@ -127,7 +127,7 @@ func newFlagSet(c *config, env environment) *flag.FlagSet {
 	fs := flag.NewFlagSet("egressd", flag.ContinueOnError)
 	fs.SortFlags = false
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "path to a kubeconfig; empty uses the in-cluster configuration")
-	c.apiRate.declare(fs, 50, 100, "the agent (its status entries, announcements and reads)")
+	c.apiRate.declare(fs, 50, 100, "the agent (its NodeReport, announcements and reads)")
 	fs.StringVar(&c.nodeName, "node-name", env.nodeName, "name of the Node this agent runs on (default $NODE_NAME)")
 	fs.StringVar(&c.bpfPinRoot, "bpf-pin-root", pinroot.Default(), "bpffs directory under which egressd pins its maps, programs and links (default $"+pinroot.Env+" or /sys/fs/bpf/egressd)")
 	fs.StringVar(&c.metricsAddr, "metrics-bind-address", ":9476", "host:port serving Prometheus metrics on /metrics; \"0\" disables")
@@ -144,7 +144,7 @@ func newFlagSet(c *config, env environment) *flag.FlagSet {
 	fs.UintVar(&c.aclLogRate, "acl-logging-rate-limit", classifier.DefaultACLLogRate, "EgressFirewall verdicts logged per second per rule for namespaces annotated k8s.ovn.org/acl-logging; 0 logs none")
 	fs.StringSliceVar(&c.dnsServers, "dns-server", env.dnsServers, "comma-separated ip:port of the DNS servers that resolve EgressFirewall dnsName rules, asked in order until one answers (default: the nameservers of /etc/resolv.conf)")
 	fs.DurationVar(&c.dnsMinTTL, "dns-min-ttl", 0, "refresh a dnsName no sooner than this, whatever its TTL, to protect the resolver (a TTL of 0 is refreshed every 5 s, as upstream)")
-	fs.IntVar(&c.dnsPerNamespace, "dns-learned-per-namespace", dnsnames.DefaultNamespaceAddresses, "addresses learned from the DNS answers to one namespace's pods kept at once on this node; beyond, its pods' answers teach nothing new until some expire (its EgressFirewall status entry says so)")
+	fs.IntVar(&c.dnsPerNamespace, "dns-learned-per-namespace", dnsnames.DefaultNamespaceAddresses, "addresses learned from the DNS answers to one namespace's pods kept at once on this node; beyond, its pods' answers teach nothing new until some expire (its NodeReport notes it, which the EgressFirewall's status shows)")
 	fs.Uint16Var(&c.dnsAnswersQueue, "dns-answers-queue", defaultDNSAnswersQueue, "NFQUEUE number on which the DNS answers to pods of namespaces with dnsName rules are read, and held until the addresses they give are allowed (wildcard rules match only through them): answers from the cluster's DNS Service (kube-system/kube-dns) and from --dns-server only; 0 reads none")
 	fs.Uint32Var(&c.markMask, "fwmark-mask", dataplane.DefaultMarkMask, "skb->mark bits egressd may set on steered packets: one run of bits, clear of the CNI's and kube-proxy's (refused if it overlaps kube-proxy's 0x4000 or 0x8000 or Cilium's 0x0f00; with Calico, bits its --iptables-mark-mask leaves free)")
 	c.routing = routing.DefaultConfig()

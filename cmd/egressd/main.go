@@ -253,7 +253,7 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 
 // agentCollectors are the metrics the agent registers besides nodeagent.Metrics' own: the
 // dataplane's, the pod announcements', the CNI plugin's calls', the DNS answers' and the
-// status entries'. The metrics reference (docs/reference/metrics.md) is generated from the
+// node report's. The metrics reference (docs/reference/metrics.md) is generated from the
 // same list, and the egress health server's (registered where it starts).
 func agentCollectors(dp *kernel.Applier, announce *podannounce.Metrics, cni *cniserver.Metrics, dns *dnsanswers.Metrics, resolver *dnsnames.Resolver, statuses *status.Metrics) []prometheus.Collector {
 	return slices.Concat(dp.Collectors(), announce.Collectors(), cni.Collectors(), dns.Collectors(), resolver.Collectors(), statuses.Collectors())

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,10 +12,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	cloudv1 "github.com/egressd/egressd/api/cloudnetwork/v1"
+	egressdac "github.com/egressd/egressd/api/generated/applyconfiguration/egressd/v1alpha1"
 	ovnac "github.com/egressd/egressd/api/generated/applyconfiguration/k8sovn/v1"
 	"github.com/egressd/egressd/api/generated/clientset/versioned"
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
@@ -27,24 +30,30 @@ import (
 // TestDeployAgentLimits attacks the real API server with an agent's credentials (its
 // ServiceAccount with the node-name claim of its pod-bound token), the RBAC of deploy/ and its
 // admission policies installed: the API server itself refuses every cluster-wide write (a pod,
-// the Lease, an EgressIP's status, a cloud request, a Node label, another node's status entry,
-// the aggregate status), with RBAC's Forbidden or a policy's Invalid, and the object stays as
-// it was. A stolen agent token hurts one node, not the cluster. The controller's credentials
-// make those writes, within the policies' bounds.
+// the Lease, an EgressIP's status, a cloud request, a Node label, the status of an
+// EgressFirewall: another node's failure there or the verdict, another node's NodeReport), with
+// RBAC's Forbidden or a policy's Invalid, and the object stays as it was. A stolen agent token
+// hurts one node, not the cluster. The controller's credentials make those writes, within the
+// policies' bounds.
 func TestDeployAgentLimits(t *testing.T) {
 	cp := controlplane.Shared(t)
 	admin := cp.Client(t)
 	adminOVN := versioned.NewForConfigOrDie(cp.Config)
 	ctx := context.Background()
-	u := underPolicies(t, cp, "node-policy.yaml", "status-policy.yaml", "router-pod-policy.yaml")
+	u := underPolicies(t, cp, "node-policy.yaml", "nodereport-policy.yaml", "router-pod-policy.yaml")
 	ns := u.ns
 	own, other := ns+"-a", ns+"-b"
+	nodes := map[string]*corev1.Node{}
 	for _, n := range []string{own, other} {
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"role": "worker"}}}
-		if _, err := admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		node, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"role": "worker"}}}, metav1.CreateOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{}) })
+		nodes[n] = node
+		t.Cleanup(func() {
+			_ = admin.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{})
+			_ = adminOVN.EgressdV1alpha1().NodeReports().Delete(context.Background(), n, metav1.DeleteOptions{})
+		})
 	}
 	agentCfg := kube.ImpersonateConfig(cp.Config, u.agent, ns, own)
 	agent, agentOVN := kubernetes.NewForConfigOrDie(agentCfg), versioned.NewForConfigOrDie(agentCfg)
@@ -84,6 +93,13 @@ func TestDeployAgentLimits(t *testing.T) {
 			t.Errorf("the agent %s: %v, want Forbidden (RBAC)", what, err)
 		case !forbidden && !apierrors.IsInvalid(err):
 			t.Errorf("the agent %s: %v, want Invalid (an admission policy)", what, err)
+		}
+	}
+	// refusedByPolicy checks that err is a policy's refusal saying why.
+	refusedByPolicy := func(what string, err error, why string) {
+		t.Helper()
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), why) {
+			t.Errorf("the agent %s: %v, want Invalid (%s)", what, err, why)
 		}
 	}
 	const byRBAC, byPolicy = true, false
@@ -131,26 +147,42 @@ func TestDeployAgentLimits(t *testing.T) {
 			metav1.ApplyOptions{FieldManager: manager, Force: true})
 		return err
 	}
-	// The other node reports a failure, and the controller the verdict.
-	otherFailure := other + ": EgressFirewall Rules not correctly applied: boom"
-	if err := applyFW(versioned.NewForConfigOrDie(kube.ImpersonateConfig(cp.Config, u.agent, ns, other)), other,
-		ovnac.EgressFirewallStatus().WithMessages(otherFailure)); err != nil {
-		t.Fatalf("the other node's agent writing its entry: %v", err)
+	// report is node's NodeReport as its agent writes it (owned by owner, its Node), with the
+	// EgressFirewall's failure on the node, if any.
+	report := func(node string, owner *corev1.Node, failure string) *egressdac.NodeReportApplyConfiguration {
+		r := egressdac.NodeReport(node).WithOwnerReferences(metav1ac.OwnerReference().WithAPIVersion("v1").WithKind("Node").
+			WithName(owner.Name).WithUID(owner.UID)).WithProgrammed(egressdac.Programmed().WithEgressFirewalls("1"))
+		if failure != "" {
+			r.WithObjects(egressdac.ObjectOutcome().WithKind("EgressFirewall").WithNamespace(ns).WithName("default").WithFailure(failure))
+		}
+		return r
 	}
+	applyReport := func(c versioned.Interface, manager string, r *egressdac.NodeReportApplyConfiguration, dryRun ...string) error {
+		_, err := c.EgressdV1alpha1().NodeReports().Apply(ctx, r, metav1.ApplyOptions{FieldManager: manager, Force: true, DryRun: dryRun})
+		return err
+	}
+	// The other node reports a failure, and the controller writes the status from the reports:
+	// that node's failure and the verdict.
+	if err := applyReport(versioned.NewForConfigOrDie(kube.ImpersonateConfig(cp.Config, u.agent, ns, other)), other,
+		report(other, nodes[other], "boom")); err != nil {
+		t.Fatalf("the other node's agent writing its report: %v", err)
+	}
+	otherReport, err := adminOVN.EgressdV1alpha1().NodeReports().Get(ctx, other, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherFailure := other + ": EgressFirewall Rules not correctly applied: boom"
 	const verdict = "EgressFirewall Rules not correctly applied"
-	poll.Eventually(t, "the controller writes the aggregate", 20*time.Second, func() error {
-		return applyFW(ctrlOVN, "egressd-leader", ovnac.EgressFirewallStatus().WithStatus(verdict))
+	poll.Eventually(t, "the controller writes the status", 20*time.Second, func() error {
+		return applyFW(ctrlOVN, "egressd-leader", ovnac.EgressFirewallStatus().WithStatus(verdict).WithMessages(otherFailure))
 	})
 
-	// The status and router-pod policies in force too: a dry run goes through admission and
+	// The NodeReport and router-pod policies in force too: a dry run goes through admission and
 	// changes nothing, so it can probe until the policy refuses.
 	dry := []string{metav1.DryRunAll}
-	poll.Eventually(t, "the status and router-pod policies in force", 30*time.Second, func() error {
-		_, err := agentOVN.K8sOVNV1().EgressFirewalls(ns).ApplyStatus(ctx, ovnac.EgressFirewall("default", ns).
-			WithStatus(ovnac.EgressFirewallStatus().WithStatus("EgressFirewall Rules applied")),
-			metav1.ApplyOptions{FieldManager: "egressd-leader", Force: true, DryRun: dry})
-		if !apierrors.IsInvalid(err) {
-			return fmt.Errorf("the agent writing the aggregate (dry run): %v", err)
+	poll.Eventually(t, "the NodeReport and router-pod policies in force", 30*time.Second, func() error {
+		if err := applyReport(agentOVN, own, report(other, nodes[other], ""), dry...); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), reportNotOwn) {
+			return fmt.Errorf("the agent writing another node's report (dry run): %v", err)
 		}
 		if err := ctrl.CoreV1().Pods(ns).Delete(ctx, workload.Name, metav1.DeleteOptions{DryRun: dry}); !apierrors.IsInvalid(err) {
 			return fmt.Errorf("the controller deleting a workload pod (dry run): %v", err)
@@ -189,11 +221,21 @@ func TestDeployAgentLimits(t *testing.T) {
 	refused("labelling another Node", patchNode(agent, other, `{"metadata":{"labels":{"egress-service.k8s.ovn.org/app-web":""}}}`), byPolicy)
 	refused("labelling its own Node as an EgressService host", patchNode(agent, own, `{"metadata":{"labels":{"egress-service.k8s.ovn.org/app-web":""}}}`), byPolicy)
 	refused("making its own Node egress-assignable", patchNode(agent, own, `{"metadata":{"labels":{"k8s.ovn.org/egress-assignable":""}}}`), byPolicy)
-	refused("writing the EgressFirewall's aggregate status", applyFW(agentOVN, "egressd-leader",
-		ovnac.EgressFirewallStatus().WithStatus("EgressFirewall Rules applied")), byPolicy)
-	refused("removing another node's failure", applyFW(agentOVN, other, ovnac.EgressFirewallStatus()), byPolicy)
-	refused("turning another node's failure into a success", applyFW(agentOVN, other,
-		ovnac.EgressFirewallStatus().WithMessages(other+": EgressFirewall Rules applied")), byPolicy)
+	// The status of an EgressFirewall is the controller's alone, written from the reports: the
+	// agent may write none of it, under no field manager.
+	refused("writing the EgressFirewall's verdict", applyFW(agentOVN, "egressd-leader",
+		ovnac.EgressFirewallStatus().WithStatus("EgressFirewall Rules applied").WithMessages(otherFailure)), byRBAC)
+	refused("removing another node's failure", applyFW(agentOVN, "egressd-leader", ovnac.EgressFirewallStatus().WithStatus(verdict)), byRBAC)
+	refused("turning another node's failure into a success", applyFW(agentOVN, "egressd-leader",
+		ovnac.EgressFirewallStatus().WithStatus("EgressFirewall Rules applied").WithMessages(other+": EgressFirewall Rules applied")), byRBAC)
+	refused("writing an entry of its own node, as the previous release did", applyFW(agentOVN, own,
+		ovnac.EgressFirewallStatus().WithMessages(own+": EgressFirewall Rules applied")), byRBAC)
+	// Nor through the reports: another node's report (its failure turned into a success) is not
+	// the agent's to write, nor to delete.
+	refusedByPolicy("turning another node's reported failure into a success", applyReport(agentOVN, own, report(other, nodes[other], "")), reportNotOwn)
+	refusedByPolicy("turning another node's reported failure into a success under its manager", applyReport(agentOVN, other, report(other, nodes[other], "")), reportNotOwn)
+	refusedByPolicy("owning its report by another Node", applyReport(agentOVN, own, report(own, nodes[other], "")), reportOwnerNotOK)
+	refused("deleting another node's report", agentOVN.EgressdV1alpha1().NodeReports().Delete(ctx, other, metav1.DeleteOptions{}), byRBAC)
 
 	// Nothing changed.
 	if pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err != nil || len(pods.Items) != 1 || pods.Items[0].Name != workload.Name {
@@ -226,6 +268,13 @@ func TestDeployAgentLimits(t *testing.T) {
 	}
 	if fw.Status.Status != verdict || len(fw.Status.Messages) != 1 || fw.Status.Messages[0] != otherFailure {
 		t.Errorf("the EgressFirewall's status after the agent's attempts: %+v, want %q and %q alone", fw.Status, verdict, otherFailure)
+	}
+	if r, err := adminOVN.EgressdV1alpha1().NodeReports().Get(ctx, other, metav1.GetOptions{}); err != nil || r.ResourceVersion != otherReport.ResourceVersion ||
+		len(r.Objects) != 1 || r.Objects[0].Failure != "boom" {
+		t.Errorf("%s's report after the agent's attempts: %+v (%v), want unchanged, its failure kept", other, r, err)
+	}
+	if _, err := adminOVN.EgressdV1alpha1().NodeReports().Get(ctx, own, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("%s's report owned by another Node: %v, want NotFound", own, err)
 	}
 
 	// The controller makes these writes, within bounds.

@@ -48,7 +48,7 @@ func (c call) String() string {
 	return s
 }
 
-const ovnGroup, netopGroup, cloudGroup, leaseGroup = "k8s.ovn.org", "network.operator.openshift.io", "cloud.network.openshift.io", "coordination.k8s.io"
+const ovnGroup, netopGroup, cloudGroup, leaseGroup, egressdGroup = "k8s.ovn.org", "network.operator.openshift.io", "cloud.network.openshift.io", "coordination.k8s.io", "egressd.io"
 
 // metricsGuardCalls are the reviews of the metrics guard both processes run (--metrics-auth,
 // internal/httpauth): who a scrape's token is, and whether that user may get the path.
@@ -103,6 +103,10 @@ func neverCalls(ns string) []call {
 		{verb: "create", group: ovnGroup, resource: "egressips"},
 		{verb: "update", group: ovnGroup, resource: "egressips", name: "eip"},
 		{verb: "update", group: ovnGroup, resource: "egressfirewalls", ns: "app", name: "default"},
+		// Status is written by server-side apply (patch), never replaced.
+		{verb: "update", group: ovnGroup, resource: "egressfirewalls", sub: "status", ns: "app", name: "default"},
+		{verb: "update", group: ovnGroup, resource: "egressqoses", sub: "status", ns: "app", name: "default"},
+		{verb: "update", group: ovnGroup, resource: "adminpolicybasedexternalroutes", sub: "status", name: "r"},
 		{verb: "update", group: ovnGroup, resource: "egressservices", ns: "app", name: "s"},
 		// The status is the cloud-network-config-controller's.
 		{verb: "update", group: cloudGroup, resource: "cloudprivateipconfigs", sub: "status", name: "192.0.2.10"},
@@ -136,10 +140,10 @@ func TestDeployRBAC(t *testing.T) {
 			// (nodeagent/egressrouter/conditions.go).
 			call{verb: "get", group: netopGroup, resource: "egressrouters", ns: "app", name: "r"},
 			call{verb: "patch", group: netopGroup, resource: "egressrouters", sub: "status", ns: "app", name: "r"},
-			// The node's status entries by server-side apply (nodeagent/status).
-			call{verb: "patch", group: ovnGroup, resource: "egressfirewalls", sub: "status", ns: "app", name: "default"},
-			call{verb: "patch", group: ovnGroup, resource: "egressqoses", sub: "status", ns: "app", name: "default"},
-			call{verb: "patch", group: ovnGroup, resource: "adminpolicybasedexternalroutes", sub: "status", name: "r"},
+			// The node's NodeReport by server-side apply, which creates it the first time
+			// (nodeagent/status/report.go); deploy/nodereport-policy.yaml keeps it to its own.
+			call{verb: "create", group: egressdGroup, resource: "nodereports"},
+			call{verb: "patch", group: egressdGroup, resource: "nodereports", name: "node-a"},
 			// Node annotations (nodeagent/status/nodeannotations.go).
 			call{verb: "patch", resource: "nodes", name: "node-a"},
 			// Events (client-go's recorder), in any object's namespace.
@@ -175,6 +179,19 @@ func TestDeployRBAC(t *testing.T) {
 			call{verb: "delete", group: cloudGroup, resource: "cloudprivateipconfigs", name: "192.0.2.10"},
 			call{verb: "get", group: ovnGroup, resource: "egressservices", ns: "app", name: "s"},
 			call{verb: "update", group: ovnGroup, resource: "egressservices", sub: "status", ns: "app", name: "s"},
+			// The status of EgressFirewall, EgressQoS and AdminPolicyBasedExternalRoute is the
+			// controller's, written from the NodeReports: an agent writes no entry there.
+			call{verb: "patch", group: ovnGroup, resource: "egressfirewalls", sub: "status", ns: "app", name: "default"},
+			call{verb: "patch", group: ovnGroup, resource: "egressqoses", sub: "status", ns: "app", name: "default"},
+			call{verb: "patch", group: ovnGroup, resource: "adminpolicybasedexternalroutes", sub: "status", name: "r"},
+			// The NodeReports: its own it writes by apply alone; it reads none (the controller
+			// does) and deletes none (the garbage collector does, with the Node).
+			call{verb: "update", group: egressdGroup, resource: "nodereports", name: "node-a"},
+			call{verb: "delete", group: egressdGroup, resource: "nodereports", name: "node-b"},
+			call{verb: "deletecollection", group: egressdGroup, resource: "nodereports"},
+			call{verb: "get", group: egressdGroup, resource: "nodereports", name: "node-b"},
+			call{verb: "list", group: egressdGroup, resource: "nodereports"},
+			call{verb: "watch", group: egressdGroup, resource: "nodereports"},
 		)
 		denied = append(denied, getProfiles...)
 		checkRBAC(t, cp, "../../deploy/rbac.yaml", ns, "system:serviceaccount:"+ns+":egressd", allowed, denied)
@@ -215,7 +232,12 @@ func TestDeployRBAC(t *testing.T) {
 			call{verb: "delete", resource: "pods", ns: "app", name: "router-x"},
 			call{verb: "get", group: netopGroup, resource: "egressrouters", ns: "app", name: "r"},
 			call{verb: "patch", group: netopGroup, resource: "egressrouters", sub: "status", ns: "app", name: "r"},
-			// The aggregate status and gone nodes' entries (nodeagent/status).
+			// The nodes' NodeReports, from which the leader writes every status
+			// (nodeagent/status/aggregate.go).
+			call{verb: "list", group: egressdGroup, resource: "nodereports"},
+			call{verb: "watch", group: egressdGroup, resource: "nodereports"},
+			// The status of each object, and the removal of what nodes' field managers wrote
+			// there, by server-side apply (nodeagent/status/aggregate.go).
 			call{verb: "patch", group: ovnGroup, resource: "egressfirewalls", sub: "status", ns: "app", name: "default"},
 			call{verb: "patch", group: ovnGroup, resource: "egressqoses", sub: "status", ns: "app", name: "default"},
 			call{verb: "patch", group: ovnGroup, resource: "adminpolicybasedexternalroutes", sub: "status", name: "r"},
@@ -227,6 +249,15 @@ func TestDeployRBAC(t *testing.T) {
 		allowed = append(allowed, metricsGuardCalls()...)
 		// Nothing reads metrics with the controller's token.
 		denied := append(append(neverCalls(ns), getMetrics), getProfiles...)
+		// The NodeReports are the agents' to write: the controller only reads them.
+		denied = append(denied,
+			call{verb: "get", group: egressdGroup, resource: "nodereports", name: "node-a"},
+			call{verb: "create", group: egressdGroup, resource: "nodereports"},
+			call{verb: "patch", group: egressdGroup, resource: "nodereports", name: "node-a"},
+			call{verb: "update", group: egressdGroup, resource: "nodereports", name: "node-a"},
+			call{verb: "delete", group: egressdGroup, resource: "nodereports", name: "node-a"},
+			call{verb: "deletecollection", group: egressdGroup, resource: "nodereports"},
+		)
 		checkRBAC(t, cp, "../../deploy/controller-rbac.yaml", ns, "system:serviceaccount:"+ns+":egressd-controller", allowed, denied)
 	})
 

@@ -148,7 +148,7 @@ type LearnStats struct {
 // namespace's pods, counted against the namespace whose answer brought each first: pods
 // asking name after name under a wildcard, or a namespace with many dnsName rules, cannot
 // crowd out what the other namespaces' answers teach, and each learned address is an element
-// of the node's nftables sets. Its firewall's status entry says when it is reached (Capped).
+// of the node's nftables sets. The node's report notes when it is reached (Capped).
 func (r *Resolver) LimitNamespaces(n int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -19,7 +19,7 @@ func (r *Resolver) Collectors() []prometheus.Collector {
 		}, func() float64 { return float64(r.Stats().Refused) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "egressd_dns_learned_capped_namespaces",
-			Help: "Namespaces whose pods' DNS answers are no longer learned: they keep as many learned addresses as --dns-learned-per-namespace allows, until some expire. Their EgressFirewall status entry of this node says so, and a Warning Event.",
+			Help: "Namespaces whose pods' DNS answers are no longer learned: they keep as many learned addresses as --dns-learned-per-namespace allows, until some expire. This node's NodeReport notes it (shown in the EgressFirewall's status), and a Warning Event.",
 		}, func() float64 { return float64(r.Stats().Capped) }),
 	}
 }
