@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -291,6 +292,15 @@ func (a *Aggregator) reconcile(ctx context.Context) {
 			mu.Unlock()
 		}
 	})
+}
+
+// statusPatch writes name's status by JSON merge patch with a typed client's Patch: lists are
+// replaced whole, and the body holds the resourceVersion it was computed from.
+func statusPatch[T any](patch func(context.Context, string, types.PatchType, []byte, metav1.PatchOptions, ...string) (T, error), name string) func(context.Context, []byte) error {
+	return func(ctx context.Context, body []byte) error {
+		_, err := patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: leaderManager}, "status")
+		return err
+	}
 }
 
 // orNull is s, or JSON null (removing the field) when empty.

@@ -1,11 +1,7 @@
 package status
 
 import (
-	"context"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
@@ -43,13 +39,9 @@ func (a *Aggregator) firewalls(v *view, next map[string]taken) []statusWrite {
 		if status == ef.Status.Status && sameSet(messages, ef.Status.Messages) {
 			continue
 		}
-		c, name := a.Client.K8sOVNV1().EgressFirewalls(ef.Namespace), ef.Name
 		out = append(out, statusWrite{key: key, object: "EgressFirewall " + ef.Namespace + "/" + ef.Name, rv: ef.ResourceVersion,
 			status: map[string]any{"status": orNullString(status), "messages": orNull(messages)},
-			write: func(ctx context.Context, body []byte) error {
-				_, err := c.Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: leaderManager}, "status")
-				return err
-			}})
+			write:  statusPatch(a.Client.K8sOVNV1().EgressFirewalls(ef.Namespace).Patch, ef.Name)})
 	}
 	return out
 }

@@ -1,12 +1,10 @@
 package status
 
 import (
-	"context"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/nodeagent/cluster"
@@ -66,13 +64,9 @@ func (a *Aggregator) qoses(v *view, next map[string]taken) []statusWrite {
 		if same {
 			continue
 		}
-		c, name := a.Client.K8sOVNV1().EgressQoSes(q.Namespace), q.Name
 		out = append(out, statusWrite{key: key, object: "EgressQoS " + q.Namespace + "/" + q.Name, rv: q.ResourceVersion,
 			status: map[string]any{"status": orNullString(status), "conditions": orNull(conds)},
-			write: func(ctx context.Context, body []byte) error {
-				_, err := c.Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: leaderManager}, "status")
-				return err
-			}})
+			write:  statusPatch(a.Client.K8sOVNV1().EgressQoSes(q.Namespace).Patch, q.Name)})
 	}
 	return out
 }

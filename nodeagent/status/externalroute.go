@@ -1,14 +1,12 @@
 package status
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
 	"github.com/egressd/egressd/dataplane"
@@ -45,13 +43,9 @@ func (a *Aggregator) routes(v *view, next map[string]taken) []statusWrite {
 		if status == string(p.Status.Status) && sameSet(messages, p.Status.Messages) {
 			continue
 		}
-		c, name := a.Client.K8sOVNV1().AdminPolicyBasedExternalRoutes(), p.Name
 		out = append(out, statusWrite{key: key, object: "AdminPolicyBasedExternalRoute " + p.Name, rv: p.ResourceVersion,
 			status: map[string]any{"status": orNullString(status), "messages": orNull(messages), "lastTransitionTime": metav1.Now()},
-			write: func(ctx context.Context, body []byte) error {
-				_, err := c.Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{FieldManager: leaderManager}, "status")
-				return err
-			}})
+			write:  statusPatch(a.Client.K8sOVNV1().AdminPolicyBasedExternalRoutes().Patch, p.Name)})
 	}
 	return out
 }
