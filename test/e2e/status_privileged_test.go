@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	egressdv1alpha1 "github.com/egressd/egressd/api/egressd/v1alpha1"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -50,12 +52,18 @@ spec: {egress: [{type: Deny, to: {cidrSelector: 192.0.2.0/24}}]}`)
 	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default", "status.status", "", 20*time.Second); err != nil {
 		t.Fatalf("an aggregate written by upstream's cluster-manager was not cleared: %v", err)
 	}
-	// The ghost node's agent reports a failure, then the node is deleted.
+	// The ghost node's agent reports a failure (its NodeReport, past every change so far), then
+	// the node is deleted.
 	msg := ghost + ": EgressFirewall Rules not correctly applied: disk on fire"
-	ac := ovnac.EgressFirewall("default", ns).WithStatus(ovnac.EgressFirewallStatus().WithMessages(msg))
-	if _, err := egress.K8sOVNV1().EgressFirewalls(ns).ApplyStatus(ctx, ac, metav1.ApplyOptions{FieldManager: ghost, Force: true}); err != nil {
+	report := &egressdv1alpha1.NodeReport{ObjectMeta: metav1.ObjectMeta{Name: ghost},
+		Programmed: egressdv1alpha1.Programmed{EgressFirewalls: "999999999"},
+		Objects:    []egressdv1alpha1.ObjectOutcome{{Kind: "EgressFirewall", Namespace: ns, Name: "default", Failure: "disk on fire"}}}
+	if _, err := egress.EgressdV1alpha1().NodeReports().Create(ctx, report, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		_ = egress.EgressdV1alpha1().NodeReports().Delete(context.Background(), ghost, metav1.DeleteOptions{})
+	})
 	if err := l.Kube.WaitField(ctx, "k8s.ovn.org/v1", "EgressFirewall", ns, "default", "status.status", fwNotApplied, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -213,7 +213,7 @@ func (h *harness) run(ctx context.Context) error {
 		return err
 	}
 	h.record("controller start -> ready", time.Since(begin).Round(10*time.Millisecond).String(), "")
-	apiServer := h.profileFor(30*time.Second, "profile", "kube-apiserver.statuses.cpu.pprof", "the API server while the agents write their status entries", h.apiServerProfile)
+	apiServer := h.profileFor(30*time.Second, "profile", "kube-apiserver.statuses.cpu.pprof", "the API server while the statuses settle", h.apiServerProfile)
 	settled, err := h.awaitAggregates(ctx, "agents start -> every EgressFirewall's aggregate status applied", agentsBegin, "", h.s.Namespaces, "")
 	apiServer()
 	if err != nil {

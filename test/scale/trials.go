@@ -17,14 +17,14 @@ import (
 )
 
 // steadyState measures the agent's and the controller's CPU over h.steady on the settled
-// cluster (unsettled: the agents still write their status entries, which the lines say), the
+// cluster (unsettled: statuses not all applied yet, which the lines say), the
 // cost of one sync (every sync recomputes the node's whole state: a full resync), and their
 // memory afterwards.
 func (h *harness) steadyState(ctx context.Context, agents0 []usage, ctl0 usage, settled bool) error {
 	h.logf("steady cluster: %s", h.steady)
 	steady := "steady cluster"
 	if !settled {
-		steady = "cluster not settled (status entries pending)"
+		steady = "cluster not settled (statuses pending)"
 	}
 	a := h.lab.Nodes[0].Agent
 	wctx, stopWatches := context.WithCancel(ctx)
