@@ -103,8 +103,12 @@ func TestDeployNodePolicy(t *testing.T) {
 	// node is none of its business).
 	ctrl := as(u.controller, "")
 	const hostLabel = "egress-service.k8s.ovn.org/app-web"
+	// Each attempt a change of its own: one let through before the policy takes effect would
+	// make the same patch again a no-op, which the policy (old against new) lets through.
+	try := 0
 	poll.Eventually(t, "the controller is denied another label", 20*time.Second, func() error {
-		if err := patch(ctrl, own, `{"metadata":{"labels":{"role":"infra"}}}`); err == nil || !strings.Contains(err.Error(), "only a Node's egress-service.k8s.ovn.org/ labels") {
+		try++
+		if err := patch(ctrl, own, fmt.Sprintf(`{"metadata":{"labels":{"role":"infra-%d"}}}`, try)); err == nil || !strings.Contains(err.Error(), "only a Node's egress-service.k8s.ovn.org/ labels") {
 			return fmt.Errorf("got %v", err)
 		}
 		return nil
@@ -172,13 +176,19 @@ func TestDeployNodePolicy(t *testing.T) {
 	}
 	const denied = "may change only an EgressIP's status"
 	// A policy on a custom resource takes effect once the API server has its schema: under
-	// CI's load that took more than 20 s once.
+	// CI's load that took more than 20 s once. (Each attempt a change, as above.)
+	try = 0
 	poll.Eventually(t, "the controller is denied changing an EgressIP's spec", 60*time.Second, func() error {
-		if err := patchEIP(`{"spec":{"egressIPs":["198.51.100.9"]}}`); err == nil || !strings.Contains(err.Error(), denied) {
+		try++
+		if err := patchEIP(fmt.Sprintf(`{"spec":{"egressIPs":["198.51.100.%d"]}}`, 10+try%200)); err == nil || !strings.Contains(err.Error(), denied) {
 			return fmt.Errorf("got %v", err)
 		}
 		return nil
 	})
+	// (What an attempt let through before then, undone.)
+	if _, err := adminDyn.Resource(gvr).Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"egressIPs":["192.0.2.77","2001:DB8::77"]}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	// The leader writes addresses in their canonical form, whatever the spec's.
 	if err := patchEIP(`{"status":{"items":[{"node":"` + own + `","egressIP":"192.0.2.77"},{"node":"` + own + `","egressIP":"2001:db8::77"}]}}`); err != nil {
 		t.Errorf("the controller assigning the EgressIP (status.items): %v", err)
