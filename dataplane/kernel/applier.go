@@ -184,14 +184,14 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 		return fail(err)
 	}
 	d := &Applier{classifier: c, facings: facings, applied: map[string]any{}, changed: make(chan struct{}, 1), urgent: make(chan struct{}, 1), done: make(chan struct{}), metrics: newMetrics(),
-		cni: &cniWatch{nodeConfig: o.CiliumNodeConfig, log: log}, log: log}
+		cni: newCNIWatch(o.CiliumNodeConfig, log), log: log}
 	d.nft = &nftFacility{table: t, tableLost: d.metrics.tableLost, ask: d.alarm, log: log}
 	d.addresses = &addressFacility{Addresses: owned, log: log}
 	d.bfd = &bfdFacility{done: d.done, ask: d.alarm, log: log}
 	d.tunnel = tunnelFacility{tun}
 	d.routing = &routingFacility{router: router, loosener: loosener, strictRPFilter: d.metrics.strictRPFilter, ipv6RPCheck: d.metrics.ipv6RPCheck, log: log}
 	d.attach = &attachFacility{attachers: []*tc.Attacher{toPod, a}, portGuard: ports, classifier: c, podsInForce: o.PodsInForce,
-		recheck: map[int]bool{}, kept: map[int]bool{}, unguardedSaid: map[string]string{}, conflicts: map[string][]tc.Conflict{}, reattached: d.metrics.reattached, ask: d.alarm, log: log}
+		recheck: map[int]bool{}, kept: map[int]bool{}, unguardedSaid: map[string]string{}, cni: d.cni, reattached: d.metrics.reattached, ask: d.alarm, log: log}
 	d.facilities = []facility{d.nft, d.addresses, d.bfd, d.tunnel, d.routing, &classifierFacility{classifier: c, facings: facings, log: log}, d.attach}
 	d.events = &kernelEvents{facings: facings, addresses: d.addresses, router: router, nft: d.nft, attach: d.attach,
 		lost: d.metrics.eventsLost, ask: d.signal, alarm: d.alarm, done: d.done, running: &d.running, log: log}
@@ -284,7 +284,10 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	var res dataplane.Result
 	res.Failed, res.Removals = d.run(&pass{state: s, up: d.bfd.up(), full: full})
 	res.HostCIDRs = d.addresses.hostCIDRs(s.Classifier.ClusterNetworks)
-	res.Conflicts = d.attach.conflictCounts()
+	res.Conflicts = map[dataplane.Conflict]int{}
+	for c, n := range d.cni.podCounts() {
+		res.Conflicts[dataplane.Conflict{Program: c.Program, Setting: c.Setting, Effect: c.Effect(), Of: "pod interfaces"}] = n
+	}
 	wildcards, compiled := d.cni.conflicts(s)
 	if wildcards > 0 {
 		c := tc.ServiceWildcard

@@ -52,9 +52,8 @@ type attachFacility struct {
 	recheckMu    sync.Mutex
 	// unguardedSaid: why each unguarded interface is so, as last said. Apply's goroutine only.
 	unguardedSaid map[string]string
-	// conflicts: the settings of the programs after the classifier that undo its steering, by
-	// interface, as found when it was attached there (tc.Conflicts). Apply's goroutine only.
-	conflicts  map[string][]tc.Conflict
+	// cni looks at the programs after the classifier where it is attached.
+	cni        *cniWatch
 	reattached prometheus.Counter
 	ask        func()
 	log        *slog.Logger
@@ -189,11 +188,7 @@ func (a *attachFacility) attach(s *dataplane.State, f faced, before map[dataplan
 			}
 		}
 	}
-	for name := range a.conflicts {
-		if _, ok := want[name]; !ok {
-			delete(a.conflicts, name)
-		}
-	}
+	podInterfaces(a.cni, want)
 	fresh := make(map[dataplane.Origin]bool, n)
 	for _, name := range order {
 		isNew, again, errs, q := false, false, error(nil), &tc.Qdisc{}
@@ -208,7 +203,7 @@ func (a *attachFacility) attach(s *dataplane.State, f faced, before map[dataplan
 			a.log.Warn("egressd's classifier was deleted from a pod's interface behind its back; attached again", "interface", name, "pods", owners[name])
 		}
 		if isNew || again {
-			a.findConflicts(name)
+			a.cni.attached(name)
 		}
 		var ready []dataplane.Origin
 		for _, o := range owners[name] {

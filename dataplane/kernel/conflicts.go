@@ -1,13 +1,17 @@
 package kernel
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/tc"
@@ -16,47 +20,37 @@ import (
 // The settings of a CNI's programs that undo what egressd programs (tc.Conflict): looked up
 // where they act, reported in Result.Conflicts and egressd_cni_conflicts.
 
-// findConflicts notes the settings of the programs after the classifier at ingress of ifname
-// that undo its steering: a pod steered there would not be.
-func (a *attachFacility) findConflicts(ifname string) {
-	cs, err := tc.Conflicts(ifname)
-	if err != nil {
-		a.log.Warn("could not tell whether the programs after egressd's classifier keep its steering", "interface", ifname, "err", err)
-	}
-	if len(cs) > 0 {
-		a.conflicts[ifname] = cs
-	} else {
-		delete(a.conflicts, ifname)
-	}
-}
-
-// conflictCounts are the conflicts found, each with the number of pod interfaces where it is.
-func (a *attachFacility) conflictCounts() map[dataplane.Conflict]int {
-	out := map[dataplane.Conflict]int{}
-	for _, cs := range a.conflicts {
-		for _, c := range cs {
-			out[dataplane.Conflict{Program: c.Program, Setting: c.Setting, Effect: c.Effect(), Of: "pod interfaces"}]++
-		}
-	}
-	return out
-}
-
-// cniLook is how often the node's CNI is looked at again outside the pods' interfaces
-// (cniWatch.look): Cilium adds a load-balancer IP's wildcard entry some time after egressd
-// SNATs to the IP, and rewrites its node configuration when restarted with other settings,
-// while no sync may follow. The lookup walks the programs of the node's devices, too much for
-// every Apply.
+// cniLook is how often the node's CNI is looked at again (cniWatch.look): Cilium adds a
+// load-balancer IP's wildcard entry some time after egressd SNATs to the IP, rewrites its node
+// configuration (and loads its programs on the pods' interfaces again) when restarted with
+// other settings, and loads a pod's program some time after egressd attached there, while no
+// sync may follow. The lookup walks the programs of the node's devices, too much for every
+// Apply.
 const cniLook = 5 * time.Second
 
-// cniWatch is what the last looks at the node's CNI found, outside the pods' interfaces:
-// wildcard entries of Cilium's load balancer for the addresses egressd SNATs to, and the
-// settings Cilium compiled into its programs. Apply reports it (and looks at once at
-// addresses new to it); the periodic look refreshes it and asks for a sync when it changed.
+// podSettle is how long after egressd attached to a pod's interface the programs there are
+// looked at again at every look: Cilium's loader appends its program after the pod's CNI ADD
+// (docs/compat.md). After that, only a new node configuration has them looked at again: a
+// node of 110 pods would otherwise query 110 interfaces every look.
+const podSettle = time.Minute
+
+// cniWatch is what the last looks at the node's CNI found: the settings of the programs after
+// the classifier on the pods' interfaces, wildcard entries of Cilium's load balancer for the
+// addresses egressd SNATs to, and the settings Cilium compiled into its programs. Apply
+// reports it (and looks at once at interfaces and addresses new to it); the periodic look
+// refreshes it and asks for a sync when it changed.
 type cniWatch struct {
 	nodeConfig string // Cilium's node configuration header; "" looks for none
 	log        *slog.Logger
 
 	mu sync.Mutex
+	// pods are the conflicts found on each interface the classifier is attached to, settling
+	// when each of those attached within podSettle was first looked at, podErrs the last error
+	// logged for each, progs the settings of the programs found there.
+	pods     map[string][]tc.Conflict
+	settling map[string]time.Time
+	podErrs  map[string]string
+	progs    *tc.PodConflicts
 	// snat is the last Apply's SNAT list, addrs what it SNATs to, sorted: a list handed again
 	// (the state's lists are read only) is not sorted again (10,000 SNATs on an egress node).
 	snat         []dataplane.SNAT
@@ -68,6 +62,68 @@ type cniWatch struct {
 	compiledAt  string
 	compiled    []tc.Conflict
 	compiledErr string // the last error logged
+}
+
+// newCNIWatch looks at nothing yet.
+func newCNIWatch(nodeConfig string, log *slog.Logger) *cniWatch {
+	return &cniWatch{nodeConfig: nodeConfig, log: log, pods: map[string][]tc.Conflict{}, settling: map[string]time.Time{}, podErrs: map[string]string{}, progs: tc.NewPodConflicts()}
+}
+
+// attached looks at the programs after the classifier on ifname, just attached there: a pod
+// steered there would not be.
+func (w *cniWatch) attached(ifname string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.settling[ifname] = time.Now()
+	w.lookPodLocked(ifname)
+}
+
+// podInterfaces keeps looking at the interfaces of kept and no others: one it has not looked
+// at yet (the classifier adopted from an earlier agent) it looks at now.
+func podInterfaces[V any](w *cniWatch, kept map[string]V) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for name := range w.pods {
+		if _, ok := kept[name]; !ok {
+			delete(w.pods, name)
+			delete(w.settling, name)
+			delete(w.podErrs, name)
+		}
+	}
+	for name := range kept {
+		if _, ok := w.pods[name]; !ok {
+			w.lookPodLocked(name)
+		}
+	}
+}
+
+// podCounts are the conflicts found on the pods' interfaces, each with the number of
+// interfaces where it is.
+func (w *cniWatch) podCounts() map[tc.Conflict]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[tc.Conflict]int{}
+	for _, cs := range w.pods {
+		for _, c := range cs {
+			out[c]++
+		}
+	}
+	return out
+}
+
+// lookPodLocked looks at the programs after the classifier on ifname. w.mu held.
+func (w *cniWatch) lookPodLocked(ifname string) {
+	cs, err := w.progs.At(ifname)
+	if _, gone := errors.AsType[netlink.LinkNotFoundError](err); gone {
+		err = nil // its pod went: the next sync forgets it
+	}
+	w.pods[ifname] = cs
+	if msg := fmt.Sprint(err); msg != w.podErrs[ifname] {
+		w.podErrs[ifname] = msg
+		if err != nil {
+			w.log.Warn("could not tell whether the programs after egressd's classifier keep its steering", "interface", ifname, "err", err)
+		}
+	}
 }
 
 // conflicts are the wildcard entries for what s SNATs to and the compiled settings, as found
@@ -96,9 +152,18 @@ func (w *cniWatch) conflicts(s *dataplane.State) (int, []tc.Conflict) {
 func (w *cniWatch) look() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	wildcards, compiled := w.wildcards, w.compiled
+	wildcards, compiled, compiledAt, pods := w.wildcards, w.compiled, w.compiledAt, maps.Clone(w.pods)
 	w.lookLocked()
-	return wildcards != w.wildcards || !slices.Equal(compiled, w.compiled)
+	reloaded := w.compiledAt != compiledAt // Cilium configured again: its programs loaded again
+	for name := range w.pods {
+		if _, ok := w.settling[name]; ok || reloaded {
+			w.lookPodLocked(name)
+		}
+	}
+	w.progs.Forget()
+	maps.DeleteFunc(w.settling, func(_ string, at time.Time) bool { return time.Since(at) > podSettle })
+	return wildcards != w.wildcards || !slices.Equal(compiled, w.compiled) ||
+		!maps.EqualFunc(pods, w.pods, slices.Equal)
 }
 
 // lookLocked looks up the wildcard entries (tc.ServiceWildcards) of w.addrs and reads the node

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/cilium/ebpf"
@@ -11,7 +12,7 @@ import (
 )
 
 // Conflict is a setting of a program a CNI runs on egressd's path that undoes what egressd
-// programs: after its classifier at ingress of a pod's interface (Conflicts), at ingress of
+// programs: after its classifier at ingress of a pod's interface (PodConflicts), at ingress of
 // the node's devices (ServiceWildcards), or at their egress (CompiledConflicts).
 type Conflict struct {
 	// Program is the program's name as its CNI names it.
@@ -48,9 +49,24 @@ var effects = map[Conflict]string{
 	ServiceWildcard: "drops the replies to egressd's source NAT to a load-balancer IP, before netfilter can undo it (Cilium: set bpf-lb-enable-wildcard-entries false)",
 }
 
-// Conflicts are the known conflicts of the programs after egressd's at ingress of ifname
-// (current network namespace).
-func Conflicts(ifname string) ([]Conflict, error) {
+// PodConflicts finds the known conflicts of the programs after egressd's classifier at ingress
+// of pods' interfaces. A loaded program's settings cannot change (Cilium freezes its
+// .rodata.config), so each program's are read once and kept while it is still found: a CNI
+// that loads its programs again (Cilium restarted with other settings, an endpoint
+// regenerated) replaces them in place, past the classifier, with programs of new IDs.
+type PodConflicts struct {
+	byProgram map[ebpf.ProgramID][]Conflict
+	seen      map[ebpf.ProgramID]bool
+}
+
+// NewPodConflicts knows no program yet.
+func NewPodConflicts() *PodConflicts {
+	return &PodConflicts{byProgram: map[ebpf.ProgramID][]Conflict{}, seen: map[ebpf.ProgramID]bool{}}
+}
+
+// At are the known conflicts of the programs after egressd's at ingress of ifname (current
+// network namespace).
+func (c *PodConflicts) At(ifname string) ([]Conflict, error) {
 	progs, err := Query(ifname)
 	if err != nil {
 		return nil, err
@@ -65,22 +81,43 @@ func Conflicts(ifname string) ([]Conflict, error) {
 		if !after {
 			continue
 		}
-		for _, c := range podSettings {
-			if p.Name != c.Program && p.Name != kernelName(c.Program) {
-				continue
+		c.seen[p.ID] = true
+		cs, ok := c.byProgram[p.ID]
+		if !ok {
+			if cs, err = settingsOf(p); err != nil {
+				return out, fmt.Errorf("%s at ingress of %s: %w", p.Name, ifname, err)
 			}
-			on, err := ciliumConfig(p.ID, c.Setting)
-			if err != nil {
-				return out, fmt.Errorf("%s at ingress of %s: %w", c.Program, ifname, err)
-			}
-			if on {
-				out = append(out, c)
-			}
+			c.byProgram[p.ID] = cs
 		}
+		out = append(out, cs...)
 	}
 	slices.SortFunc(out, func(a, b Conflict) int {
 		return cmp.Or(cmp.Compare(a.Program, b.Program), cmp.Compare(a.Setting, b.Setting))
 	})
+	return slices.Compact(out), nil
+}
+
+// Forget forgets the programs not found since the last Forget.
+func (c *PodConflicts) Forget() {
+	maps.DeleteFunc(c.byProgram, func(id ebpf.ProgramID, _ []Conflict) bool { return !c.seen[id] })
+	clear(c.seen)
+}
+
+// settingsOf are the known conflicts of the program p.
+func settingsOf(p Program) ([]Conflict, error) {
+	var out []Conflict
+	for _, c := range podSettings {
+		if p.Name != c.Program && p.Name != kernelName(c.Program) {
+			continue
+		}
+		on, err := ciliumConfig(p.ID, c.Setting)
+		if err != nil {
+			return nil, err
+		}
+		if on {
+			out = append(out, c)
+		}
+	}
 	return out, nil
 }
 
