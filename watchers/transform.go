@@ -98,8 +98,8 @@ func transform(obj any) (any, error) {
 }
 
 // sameRules is transform, then an EgressFirewall of the generation its cached version has
-// takes that version's rules instead of its own copy. Every node writes its entry in every
-// firewall's status; each write brings the firewall again, and whatever still holds the version
+// takes that version's rules instead of its own copy. Every status write (the controller's,
+// or another writer's) brings the firewall again, and whatever still holds the version
 // before (the compile keeps the last valid one, to enforce while a later one fails) would keep
 // a second copy of its rules alive: 9 MB of 10,000 firewalls' on each agent. The generation
 // moves with every change of the spec.

@@ -313,8 +313,8 @@ type subscriber struct {
 
 // signal coalesces events: one pending notification is enough for a level-triggered consumer.
 // An update of only the status of an egress API object reaches only subscribers that read
-// status: the node's programming does not depend on it, and every node writing its status
-// entry would otherwise make every node recompile.
+// status: the node's programming does not depend on it, and every status the controller writes
+// would otherwise make every node recompile.
 func (w *Watchers) signal(kind any, spec bool) {
 	if spec {
 		w.pending.CompareAndSwap(0, time.Now().UnixNano())

@@ -47,10 +47,10 @@ func controllerMain(args []string, stderr io.Writer) int {
 }
 
 // placementReads are the kinds whose changes, of status too, the EgressIP and EgressService
-// controllers look at: every kind but those whose status every node writes an entry into
-// (EgressFirewall, EgressQoS, external route), which they never read. Those writes woke both
-// at each entry: 20,000 entries, each a reconcile that parses 5,000 nodes, most of the
-// controller's CPU at full size (its profile).
+// controllers look at: every kind but those whose status the leader writes from the
+// NodeReports (EgressFirewall, EgressQoS, external route), which they never read. Those writes
+// woke both at each one: when every node wrote an entry, 20,000 entries, each a reconcile that
+// parses 5,000 nodes, most of the controller's CPU at full size (its profile).
 var placementReads = []any{&corev1.Node{}, &corev1.Namespace{}, &corev1.Pod{}, &corev1.Service{},
 	&discoveryv1.EndpointSlice{}, &networkingv1.ServiceCIDR{}, &ovnv1.EgressIP{}, &ovnv1.EgressService{},
 	&netopv1.EgressRouter{}, &cloudv1.CloudPrivateIPConfig{}}
