@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -286,7 +287,13 @@ func (a *Aggregator) reconcile(ctx context.Context) {
 	var mu sync.Mutex
 	leader.Writes(len(todo), func(i int) {
 		if err := todo[i].write(ctx, todo[i].body); err != nil && ctx.Err() == nil {
-			a.Log.Error("write status", "object", todo[i].object, "err", err)
+			// A conflict or a deleted object is the cache behind the API, not a failure:
+			// the object's next event reconciles it again.
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				a.Log.Debug("write status", "object", todo[i].object, "err", err)
+			} else {
+				a.Log.Error("write status", "object", todo[i].object, "err", err)
+			}
 			mu.Lock()
 			delete(written, todo[i].key) // tried again at the next reconcile
 			mu.Unlock()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -85,38 +86,67 @@ var watchedByAgents = []schema.GroupVersionResource{
 }
 
 // countWatchEvents watches what the agent of node watches, from now until ctx ends, and
-// returns the count of events so far: what it receives, on a node that serves no other
-// node's pods (an egress node also gets its EgressIPs' pods' events).
-func countWatchEvents(ctx context.Context, c metadata.Interface, node string) (func() int64, error) {
-	var n atomic.Int64
+// returns the count of events so far by resource: what it receives, on a node that serves no
+// other node's pods (an egress node also gets its EgressIPs' pods' events).
+func countWatchEvents(ctx context.Context, c metadata.Interface, node string) (func() map[string]int64, error) {
 	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 	type watched struct {
-		r  metadata.ResourceInterface
-		lo metav1.ListOptions
+		gvr schema.GroupVersionResource
+		lo  metav1.ListOptions
+		n   atomic.Int64
 	}
-	all := []watched{{c.Resource(pods), metav1.ListOptions{FieldSelector: "spec.nodeName=" + node}}}
+	all := []*watched{{gvr: pods, lo: metav1.ListOptions{FieldSelector: "spec.nodeName=" + node}}}
 	for _, gvr := range watchedByAgents {
-		all = append(all, watched{c.Resource(gvr), metav1.ListOptions{}})
+		all = append(all, &watched{gvr: gvr})
 	}
 	for _, x := range all {
 		lo := x.lo
 		lo.Limit = 1
-		list, err := x.r.List(ctx, lo)
+		list, err := c.Resource(x.gvr).List(ctx, lo)
 		if err != nil {
-			return nil, fmt.Errorf("list: %w", err)
+			return nil, fmt.Errorf("list %s: %w", x.gvr.Resource, err)
 		}
 		lo = x.lo
 		lo.ResourceVersion = list.GetResourceVersion()
-		w, err := x.r.Watch(ctx, lo)
+		w, err := c.Resource(x.gvr).Watch(ctx, lo)
 		if err != nil {
-			return nil, fmt.Errorf("watch: %w", err)
+			return nil, fmt.Errorf("watch %s: %w", x.gvr.Resource, err)
 		}
 		go func() {
 			defer w.Stop()
 			for range w.ResultChan() {
-				n.Add(1)
+				x.n.Add(1)
 			}
 		}()
 	}
-	return n.Load, nil
+	return func() map[string]int64 {
+		out := map[string]int64{}
+		for _, x := range all {
+			out[x.gvr.Resource] = x.n.Load()
+		}
+		return out
+	}, nil
+}
+
+// eventRates is the total rate of seen over secs, then each resource's that had any, largest
+// first.
+func eventRates(seen map[string]int64, secs float64) string {
+	var total int64
+	var kinds []string
+	for r, n := range seen {
+		total += n
+		if n > 0 {
+			kinds = append(kinds, r)
+		}
+	}
+	slices.SortFunc(kinds, func(a, b string) int { return cmp.Or(cmp.Compare(seen[b], seen[a]), cmp.Compare(a, b)) })
+	out := fmt.Sprintf("%.1f/s", float64(total)/secs)
+	if len(kinds) > 0 {
+		parts := make([]string, len(kinds))
+		for i, r := range kinds {
+			parts[i] = fmt.Sprintf("%s %.1f", r, float64(seen[r])/secs)
+		}
+		out += " (" + strings.Join(parts, ", ") + ")"
+	}
+	return out
 }

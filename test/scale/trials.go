@@ -71,7 +71,7 @@ func (h *harness) steadyState(ctx context.Context, agents0 []usage, ctl0 usage, 
 	}
 	a2 := as2[0]
 	secs := h.steady.Seconds()
-	h.record("API server: watch events to an agent of a node hosting no egress IP, "+steady, fmt.Sprintf("%.1f/s", float64(seen)/secs), "")
+	h.record("API server: watch events to an agent of a node hosting no egress IP, "+steady, eventRates(seen, secs), "")
 	h.record("API server: requests per agent, "+steady, fmt.Sprintf("%.2f/s", (reqA1-reqA0)/float64(len(h.lab.Nodes))/secs), "")
 	h.record("API server: requests of the controller, "+steady, fmt.Sprintf("%.2f/s", (reqC1-reqC0)/secs), "")
 	h.record("agent CPU, "+steady, fmt.Sprintf("%.2f%% of a core", 100*(a2.cpu-a1.cpu)/secs), "< 1%")
@@ -141,7 +141,8 @@ trials:
 		ef.Spec.Egress = firewallRules(0, extra)
 		begin := time.Now()
 		if _, err := efs.Update(ctx, ef, metav1.UpdateOptions{}); err != nil {
-			if apierrors.IsConflict(err) { // the status writers raced this edit: try again
+			if apierrors.IsConflict(err) { // the controller's status write raced this edit: the same trial again
+				t--
 				continue
 			}
 			return err
