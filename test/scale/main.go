@@ -219,6 +219,11 @@ func (h *harness) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	qosSettled, err := h.awaitQoS(ctx, agentsBegin)
+	if err != nil {
+		return err
+	}
+	settled = settled && qosSettled
 
 	if err := h.steadyState(ctx, agents0, ctl0, settled); err != nil {
 		return err

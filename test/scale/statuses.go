@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -55,4 +56,54 @@ func (s *firewallStatuses) count(selector string) (applied, entries int, err err
 		}
 	}
 	return applied, entries, nil
+}
+
+// watchQoSStatuses returns how many EgressQoS have the aggregate status applied, from one
+// watch that keeps of each object only that status.
+func (h *harness) watchQoSStatuses(ctx context.Context) (applied func() int, synced cache.InformerSynced) {
+	lw := cache.NewListWatchFromClient(h.c.ovn.K8sOVNV1().RESTClient(), "egressqoses", metav1.NamespaceAll, fields.Everything())
+	inf := cache.NewSharedIndexInformer(lw, &ovnv1.EgressQoS{}, 0, cache.Indexers{})
+	_ = inf.SetTransform(func(o any) (any, error) {
+		if q, ok := o.(*ovnv1.EgressQoS); ok {
+			return &ovnv1.EgressQoS{
+				ObjectMeta: metav1.ObjectMeta{Name: q.Name, Namespace: q.Namespace, ResourceVersion: q.ResourceVersion},
+				Status:     ovnv1.EgressQoSStatus{Status: q.Status.Status},
+			}, nil
+		}
+		return o, nil
+	})
+	go inf.Run(ctx.Done())
+	return func() int {
+		n := 0
+		for _, o := range inf.GetStore().List() {
+			if o.(*ovnv1.EgressQoS).Status.Status == "EgressQoS Rules applied" {
+				n++
+			}
+		}
+		return n
+	}, inf.HasSynced
+}
+
+// awaitQoS waits, at most h.wait, until every EgressQoS has the aggregate status applied,
+// and records the time since begin: the steady minute starts after the statuses of every
+// kind have settled, not only the EgressFirewalls'.
+func (h *harness) awaitQoS(ctx context.Context, begin time.Time) (bool, error) {
+	what := "agents start -> every EgressQoS's aggregate status applied"
+	applied, synced := h.watchQoSStatuses(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), synced) {
+		return false, ctx.Err()
+	}
+	n := 0
+	stop := progress(h.log, func() string { return fmt.Sprintf("EgressQoS aggregate statuses applied %d/%d", n, h.s.EgressQoS) })
+	defer stop()
+	deadline := time.Now().Add(h.wait)
+	for n = applied(); n < h.s.EgressQoS; n = applied() {
+		if time.Now().After(deadline) {
+			h.record(what, fmt.Sprintf("not within %s: %d/%d applied", time.Since(begin).Round(time.Second), n, h.s.EgressQoS), "")
+			return false, nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	h.record(what, time.Since(begin).Round(100*time.Millisecond).String(), "")
+	return true, nil
 }
