@@ -89,6 +89,8 @@ func (h *harness) watchQoSStatuses(ctx context.Context) (applied func() int, syn
 // kind have settled, not only the EgressFirewalls'.
 func (h *harness) awaitQoS(ctx context.Context, begin time.Time) (bool, error) {
 	what := "agents start -> every EgressQoS's aggregate status applied"
+	ctx, stopWatch := context.WithCancel(ctx) // not a watcher of its own in the steady minute
+	defer stopWatch()
 	applied, synced := h.watchQoSStatuses(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), synced) {
 		return false, ctx.Err()
