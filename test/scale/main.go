@@ -382,11 +382,6 @@ func (h *harness) labPods(ctx context.Context) error {
 // all) have the aggregate status applied, and records the time since begin under what; or,
 // when the wait ends first, how far the agents' entries and the aggregates got.
 func (h *harness) awaitAggregates(ctx context.Context, what string, begin time.Time, label string, count int, target string) (done bool, err error) {
-	applied, entries := 0, 0
-	stop := progress(h.log, func() string {
-		return fmt.Sprintf("aggregate statuses applied %d/%d, node entries %d/%d", applied, count, entries, count*h.s.RealNodes)
-	})
-	defer stop()
 	deadline := time.Now().Add(h.wait)
 	if h.statuses == nil {
 		h.statuses = h.watchFirewallStatuses(ctx)
@@ -394,8 +389,13 @@ func (h *harness) awaitAggregates(ctx context.Context, what string, begin time.T
 	if !cache.WaitForCacheSync(ctx.Done(), h.statuses.synced) {
 		return false, ctx.Err()
 	}
+	stop := progress(h.log, func() string {
+		applied, entries, _ := h.statuses.count(label) // the store is safe to read from here
+		return fmt.Sprintf("aggregate statuses applied %d/%d, node entries %d/%d", applied, count, entries, count*h.s.RealNodes)
+	})
+	defer stop()
 	for {
-		applied, entries, err = h.statuses.count(label)
+		applied, entries, err := h.statuses.count(label)
 		if err != nil {
 			return false, err
 		}
@@ -423,6 +423,9 @@ func (h *harness) createFirewalls(ctx context.Context) error {
 		return err
 	}
 	const label = "scale.egressd.io/new"
+	// Creating them was most of the target's time: the API server's profile shows why.
+	apiServer := h.profileFor(15*time.Second, "profile", "kube-apiserver.creates.cpu.pprof", "the API server while the EgressFirewalls are created", h.apiServerProfile)
+	defer apiServer()
 	begin := time.Now()
 	if err := h.c.firewalls(ctx, "new EgressFirewalls", from, from+n, label); err != nil {
 		return err

@@ -95,11 +95,12 @@ func (h *harness) awaitQoS(ctx context.Context, begin time.Time) (bool, error) {
 	if !cache.WaitForCacheSync(ctx.Done(), synced) {
 		return false, ctx.Err()
 	}
-	n := 0
-	stop := progress(h.log, func() string { return fmt.Sprintf("EgressQoS aggregate statuses applied %d/%d", n, h.s.EgressQoS) })
+	stop := progress(h.log, func() string {
+		return fmt.Sprintf("EgressQoS aggregate statuses applied %d/%d", applied(), h.s.EgressQoS)
+	})
 	defer stop()
 	deadline := time.Now().Add(h.wait)
-	for n = applied(); n < h.s.EgressQoS; n = applied() {
+	for n := applied(); n < h.s.EgressQoS; n = applied() {
 		if time.Now().After(deadline) {
 			h.record(what, fmt.Sprintf("not within %s: %d/%d applied", time.Since(begin).Round(time.Second), n, h.s.EgressQoS), "")
 			return false, nil
