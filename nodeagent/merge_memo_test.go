@@ -128,6 +128,33 @@ func TestMergeMemoNodes(t *testing.T) {
 	}
 }
 
+// An input made anew but equal to the last is compared by value once: the syncs after it find
+// it by identity (an egress node compared its 5,000 nodes' networks at every sync, 2.4 ms,
+// after any Node changed once).
+func TestMergeMemoKeepsTheLatestEqualInput(t *testing.T) {
+	var d derived[[]int, int]
+	deep, made := 0, 0
+	equal := func(a, b []int) bool {
+		if sameList(a, b) {
+			return true
+		}
+		deep++
+		return slices.Equal(a, b)
+	}
+	sum := func(in []int) int {
+		made++
+		return len(in)
+	}
+	d.of([]int{1, 2}, equal, sum)
+	again := []int{1, 2} // the same values in a new list
+	for range 3 {
+		d.of(again, equal, sum)
+	}
+	if made != 1 || deep != 1 {
+		t.Errorf("made %d times and compared by value %d times, want 1 and 1", made, deep)
+	}
+}
+
 // EgressIP's lists without what EgressServices serve are withoutServed's, the same lists while
 // the part's and the served addresses stay, and made again when either changes.
 func TestMergeMemoWithoutServed(t *testing.T) {
