@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,10 +43,12 @@ type Aggregator struct {
 
 	// taken is, per object, the resourceVersion at which it took its generation: a node has
 	// programmed the generation once its report's resourceVersion of the kind reaches it.
-	taken map[string]taken
+	// Kept across reconciles, and an object's entry dropped in the first pass without it.
+	taken map[dataplane.Origin]*taken
+	pass  uint64 // reconciles in this term
 	// written is, per object, what was last written over which resourceVersion: not written
 	// again before the cache shows the object changed.
-	written map[string]string
+	written map[dataplane.Origin]string
 }
 
 type taken struct {
@@ -58,6 +59,7 @@ type taken struct {
 	// the change (a previous leader knew it): its aggregate stays as written until every node
 	// is past that resourceVersion, rather than turning unknown at each change of leader.
 	inherited bool
+	seen      uint64 // the last pass that saw the object
 }
 
 // upstreamManager is the field manager OVN-Kubernetes' cluster-manager writes status.status
@@ -70,7 +72,7 @@ const (
 
 // Run reconciles after every change (and every 30 s) until ctx ends: one leadership term.
 func (a *Aggregator) Run(ctx context.Context) {
-	a.taken, a.written = nil, nil // another leader may have written since an earlier term
+	a.taken, a.written, a.pass = nil, nil, 0 // another leader may have written since an earlier term
 	t := time.NewTicker(30 * time.Second)
 	defer t.Stop()
 	for {
@@ -153,12 +155,15 @@ func (v *view) outcome(node string, o dataplane.Origin, since uint64) (nodeOutco
 	return r.objects[o], true
 }
 
+// entry is one node's entry in an object's status.
+type entry struct{ node, text string }
+
 // verdict is what the nodes say of o's generation as taken: whether one failed, whether
-// all programmed it, and the entries to show by node (render's; a node yet to program the
-// generation keeps the entry it has, current's).
-func (v *view) verdict(o dataplane.Origin, t taken, current map[string]string, render func(node string, out nodeOutcome) string) (failed, applied bool, entries map[string]string) {
-	entries = map[string]string{}
-	nodes := v.listing[o]
+// all programmed it, and the entries to show, in the nodes' order (render's; a node yet to
+// program the generation keeps the entry it has, current's). It runs for every object at
+// every change of any: a settled object costs no map and no sort.
+func (v *view) verdict(o dataplane.Origin, t taken, current func(node string) string, render func(node string, out nodeOutcome) string) (failed, applied bool, entries []entry) {
+	nodes := v.listing[o] // in the nodes' order, as view lists them
 	if v.perNode {
 		nodes = v.nodes
 	}
@@ -168,10 +173,12 @@ func (v *view) verdict(o dataplane.Origin, t taken, current map[string]string, r
 		case done:
 			failed = failed || out.failure != ""
 			if v.perNode || out.failure != "" || out.note != "" {
-				entries[node] = render(node, out)
+				entries = append(entries, entry{node, render(node, out)})
 			}
-		case v.perNode && current[node] != "":
-			entries[node] = current[node]
+		case v.perNode:
+			if c := current(node); c != "" {
+				entries = append(entries, entry{node, c})
+			}
 		}
 	}
 	return failed, !failed && t.rv != 0 && v.least[o.Kind] >= t.rv, entries
@@ -180,42 +187,50 @@ func (v *view) verdict(o dataplane.Origin, t taken, current map[string]string, r
 // since is when the object took its generation: the resourceVersion it has when first seen
 // at that generation (in a leader's first reconcile, later than the change: a node's report
 // moves past it too, every event counting, watchers.Captured.Through).
-func (a *Aggregator) since(key string, uid types.UID, generation int64, rv string, next map[string]taken) taken {
-	t, ok := a.taken[key]
-	if !ok || t.uid != uid || t.generation != generation {
+func (a *Aggregator) since(key dataplane.Origin, uid types.UID, generation int64, rv string) taken {
+	t := a.taken[key]
+	if t == nil || t.uid != uid || t.generation != generation {
 		n, _ := strconv.ParseUint(rv, 10, 64)
-		t = taken{uid: uid, generation: generation, rv: n, inherited: a.taken == nil}
+		t = &taken{uid: uid, generation: generation, rv: n, inherited: a.pass == 1}
+		a.taken[key] = t
 	}
-	next[key] = t
-	return t
+	t.seen = a.pass
+	return *t
 }
 
-// byNode indexes entries "<node>: <text>" by node.
-func byNode(messages []string) map[string]string {
-	out := map[string]string{}
-	for _, m := range messages {
-		if node, _, ok := strings.Cut(m, ": "); ok {
-			out[node] = m
+// byNode finds the entry "<node>: <text>" of a node in messages, indexing them at the first
+// call (only an object some node has yet to program needs it).
+func byNode(messages []string) func(node string) string {
+	var index map[string]string
+	return func(node string) string {
+		if index == nil {
+			index = make(map[string]string, len(messages))
+			for _, m := range messages {
+				if n, _, ok := strings.Cut(m, ": "); ok {
+					index[n] = m
+				}
+			}
 		}
+		return index[node]
+	}
+}
+
+// texts are the entries' texts, in order.
+func texts(entries []entry) []string {
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.text)
 	}
 	return out
 }
-
-// sortedValues are m's values ordered by key.
-func sortedValues(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for _, k := range sortedKeys(m) {
-		out = append(out, m[k])
-	}
-	return out
-}
-
-func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
 
 // sameSet tells whether a and b hold the same strings, in any order.
 func sameSet(a, b []string) bool {
 	if len(a) != len(b) {
 		return false
+	}
+	if slices.Equal(a, b) {
+		return true // as written: in order
 	}
 	a, b = slices.Clone(a), slices.Clone(b)
 	slices.Sort(a)
@@ -239,10 +254,11 @@ func aggregateOf(t taken, failed, allApplied bool, current, applied, notApplied 
 
 // statusWrite is one object's status to write, if it differs from what it has.
 type statusWrite struct {
-	key, object string // key in taken and written; object names it in logs
-	rv          string
-	write       func(ctx context.Context, body []byte) error
-	status      map[string]any // the merge patch's status
+	key    dataplane.Origin // in taken and written
+	object string           // names it in logs
+	rv     string
+	write  func(ctx context.Context, body []byte) error
+	status map[string]any // the merge patch's status
 }
 
 type patched struct {
@@ -255,13 +271,20 @@ func (a *Aggregator) reconcile(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	next := map[string]taken{}
+	if a.taken == nil {
+		a.taken = map[dataplane.Origin]*taken{}
+	}
+	a.pass++
 	var writes []statusWrite
-	writes = append(writes, a.firewalls(v, next)...)
-	writes = append(writes, a.qoses(v, next)...)
-	writes = append(writes, a.routes(v, next)...)
-	a.taken = next
-	written := map[string]string{}
+	writes = append(writes, a.firewalls(v)...)
+	writes = append(writes, a.qoses(v)...)
+	writes = append(writes, a.routes(v)...)
+	for o, t := range a.taken {
+		if t.seen != a.pass {
+			delete(a.taken, o) // deleted
+		}
+	}
+	written := make(map[dataplane.Origin]string, len(writes))
 	for _, w := range writes {
 		if fp := a.written[w.key]; fp != "" {
 			written[w.key] = fp

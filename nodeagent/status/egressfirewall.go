@@ -27,19 +27,18 @@ func firewallEntry(node string, out nodeOutcome) string {
 }
 
 // firewalls are the EgressFirewalls whose status differs from what the reports say.
-func (a *Aggregator) firewalls(v *view, next map[string]taken) []statusWrite {
+func (a *Aggregator) firewalls(v *view) []statusWrite {
 	efs, _ := a.Snapshot.EgressFirewalls.List(labels.Everything())
 	var out []statusWrite
 	for _, ef := range efs {
-		key := "EgressFirewall/" + ef.Namespace + "/" + ef.Name
 		o := dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: ef.Namespace, Name: ef.Name}
-		tk := a.since(key, ef.UID, ef.Generation, ef.ResourceVersion, next)
+		tk := a.since(o, ef.UID, ef.Generation, ef.ResourceVersion)
 		failed, applied, entries := v.verdict(o, tk, byNode(ef.Status.Messages), firewallEntry)
-		status, messages := aggregateOf(tk, failed, applied, ef.Status.Status, fwApplied, fwNotApplied), sortedValues(entries)
+		status, messages := aggregateOf(tk, failed, applied, ef.Status.Status, fwApplied, fwNotApplied), texts(entries)
 		if status == ef.Status.Status && sameSet(messages, ef.Status.Messages) {
 			continue
 		}
-		out = append(out, statusWrite{key: key, object: "EgressFirewall " + ef.Namespace + "/" + ef.Name, rv: ef.ResourceVersion,
+		out = append(out, statusWrite{key: o, object: "EgressFirewall " + ef.Namespace + "/" + ef.Name, rv: ef.ResourceVersion,
 			status: map[string]any{"status": orNullString(status), "messages": orNull(messages)},
 			write:  statusPatch(a.Client.K8sOVNV1().EgressFirewalls(ef.Namespace).Patch, ef.Name)})
 	}

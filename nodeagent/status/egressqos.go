@@ -30,11 +30,10 @@ func qosMessage(_ string, out nodeOutcome) string {
 // qoses are the EgressQoSes whose status differs from what the reports say: the aggregate and
 // a condition Ready-In-Zone-<node> per node, whose lastTransitionTime moves only when its
 // status flips.
-func (a *Aggregator) qoses(v *view, next map[string]taken) []statusWrite {
+func (a *Aggregator) qoses(v *view) []statusWrite {
 	qs, _ := a.Snapshot.EgressQoSes.List(labels.Everything())
 	var out []statusWrite
 	for _, q := range qs {
-		key := "EgressQoS/" + q.Namespace + "/" + q.Name
 		o := dataplane.Origin{Kind: cluster.KindEgressQoS, Namespace: q.Namespace, Name: q.Name}
 		current := map[string]metav1.Condition{}
 		messages := map[string]string{}
@@ -43,13 +42,14 @@ func (a *Aggregator) qoses(v *view, next map[string]taken) []statusWrite {
 				current[node], messages[node] = c, c.Message
 			}
 		}
-		tk := a.since(key, q.UID, q.Generation, q.ResourceVersion, next)
-		failed, applied, entries := v.verdict(o, tk, messages, qosMessage)
+		tk := a.since(o, q.UID, q.Generation, q.ResourceVersion)
+		failed, applied, entries := v.verdict(o, tk, func(node string) string { return messages[node] }, qosMessage)
 		status := aggregateOf(tk, failed, applied, q.Status.Status, qosApplied, qosNotApplied)
 		var conds []metav1.Condition
 		same := status == q.Status.Status && len(entries) == len(q.Status.Conditions)
-		for _, node := range sortedKeys(entries) {
-			c := metav1.Condition{Type: qosZonePrefix + node, Status: metav1.ConditionTrue, Reason: reasonSuccess, Message: entries[node]}
+		for _, e := range entries {
+			node := e.node
+			c := metav1.Condition{Type: qosZonePrefix + node, Status: metav1.ConditionTrue, Reason: reasonSuccess, Message: e.text}
 			if strings.HasPrefix(c.Message, qosNotApplied) {
 				c.Status, c.Reason = metav1.ConditionFalse, reasonFailed
 			}
@@ -64,7 +64,7 @@ func (a *Aggregator) qoses(v *view, next map[string]taken) []statusWrite {
 		if same {
 			continue
 		}
-		out = append(out, statusWrite{key: key, object: "EgressQoS " + q.Namespace + "/" + q.Name, rv: q.ResourceVersion,
+		out = append(out, statusWrite{key: o, object: "EgressQoS " + q.Namespace + "/" + q.Name, rv: q.ResourceVersion,
 			status: map[string]any{"status": orNullString(status), "conditions": orNull(conds)},
 			write:  statusPatch(a.Client.K8sOVNV1().EgressQoSes(q.Namespace).Patch, q.Name)})
 	}

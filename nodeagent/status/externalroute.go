@@ -31,19 +31,18 @@ func routeEntry(node string, out nodeOutcome) string {
 // routes are the AdminPolicyBasedExternalRoutes whose status differs from what the reports
 // say: Fail as soon as one node failed, Success once every node programmed the policy, unset
 // until then; lastTransitionTime is when the controller last changed it.
-func (a *Aggregator) routes(v *view, next map[string]taken) []statusWrite {
+func (a *Aggregator) routes(v *view) []statusWrite {
 	policies, _ := a.Snapshot.ExternalRoutes.List(labels.Everything())
 	var out []statusWrite
 	for _, p := range policies {
-		key := "AdminPolicyBasedExternalRoute/" + p.Name
 		o := dataplane.Origin{Kind: cluster.KindExternalRoute, Name: p.Name}
-		tk := a.since(key, p.UID, p.Generation, p.ResourceVersion, next)
+		tk := a.since(o, p.UID, p.Generation, p.ResourceVersion)
 		failed, applied, entries := v.verdict(o, tk, byNode(p.Status.Messages), routeEntry)
-		status, messages := aggregateOf(tk, failed, applied, string(p.Status.Status), string(ovnv1.SuccessStatus), string(ovnv1.FailStatus)), sortedValues(entries)
+		status, messages := aggregateOf(tk, failed, applied, string(p.Status.Status), string(ovnv1.SuccessStatus), string(ovnv1.FailStatus)), texts(entries)
 		if status == string(p.Status.Status) && sameSet(messages, p.Status.Messages) {
 			continue
 		}
-		out = append(out, statusWrite{key: key, object: "AdminPolicyBasedExternalRoute " + p.Name, rv: p.ResourceVersion,
+		out = append(out, statusWrite{key: o, object: "AdminPolicyBasedExternalRoute " + p.Name, rv: p.ResourceVersion,
 			status: map[string]any{"status": orNullString(status), "messages": orNull(messages), "lastTransitionTime": metav1.Now()},
 			write:  statusPatch(a.Client.K8sOVNV1().AdminPolicyBasedExternalRoutes().Patch, p.Name)})
 	}
