@@ -38,7 +38,7 @@ node-bin: ## build (or find cached) kubelet, kube-scheduler, kube-proxy, contain
 	$(GO) run ./test/node/cmd/realnode build
 
 test: deps controlplane-bin node-bin ## every tier: unit, bpf, dataplane, control plane, end to end; race detector on, agents included
-	set -o pipefail; EGRESSD_RACE=1 GORACE="halt_on_error=1 atexit_sleep_ms=0" $(GO) test -race -json -count=1 -timeout 45m ./... 2>&1 | $(GO) run ./hack/testsummary
+	set -o pipefail; EGRESSD_RACE=1 GORACE="halt_on_error=1 atexit_sleep_ms=0" $(GO) test -race -json -count=1 -timeout 60m ./... 2>&1 | $(GO) run ./hack/testsummary
 
 test-compat: deps controlplane-bin node-bin ## the demo's scenarios per API on each CNI (reference plugins, flannel, Cilium in three modes) and kube-proxy mode; COMPAT=flannel/nftables,... picks, WRITE=1 updates docs/compat.md
 	$(GO) run ./hack/compat $(if $(COMPAT),-only $(COMPAT)) $(if $(WRITE),-write)
