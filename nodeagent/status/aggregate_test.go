@@ -10,11 +10,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 
 	egressdv1alpha1 "github.com/egressd/egressd/api/egressd/v1alpha1"
 	"github.com/egressd/egressd/api/generated/clientset/versioned/fake"
 	ovnv1 "github.com/egressd/egressd/api/k8sovn/v1"
+	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/nodeagent/cluster"
 	"github.com/egressd/egressd/watchers/watcherstest"
 )
 
@@ -216,5 +219,25 @@ func TestAggregatorQoSAndRoutes(t *testing.T) {
 	}
 	if got, want := routeEntry("n1", nodeOutcome{failure: "boom"}), "n1: n1 failed to apply policy: boom"; got != want {
 		t.Errorf("route failure entry %q, want %q", got, want)
+	}
+}
+
+// The leader keeps when each object took its generation across reconciles, and forgets a
+// deleted object's at the next one: 10,000 namespaces come and go without the map growing.
+func TestAggregatorForgetsDeletedObjects(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	ef := func(ns string) *ovnv1.EgressFirewall {
+		return &ovnv1.EgressFirewall{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default", UID: "u-" + types.UID(ns), Generation: 1, ResourceVersion: "100"}}
+	}
+	a := &Aggregator{Client: fake.NewSimpleClientset(), Snapshot: watcherstest.Snapshot(node, nodeReportOf("n1", "100"), ef("a"), ef("b")),
+		PerNodeUpTo: 10, Log: slog.New(slog.DiscardHandler)}
+	a.reconcile(context.Background())
+	if len(a.taken) != 2 {
+		t.Fatalf("kept %d objects' generations, want 2", len(a.taken))
+	}
+	a.Snapshot = watcherstest.Snapshot(node, nodeReportOf("n1", "100"), ef("a")) // b deleted
+	a.reconcile(context.Background())
+	if _, kept := a.taken[dataplane.Origin{Kind: cluster.KindEgressFirewall, Namespace: "b", Name: "default"}]; kept || len(a.taken) != 1 {
+		t.Fatalf("the deleted object's generation kept: %d kept", len(a.taken))
 	}
 }

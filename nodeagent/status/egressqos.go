@@ -48,16 +48,15 @@ func (a *Aggregator) qoses(v *view) []statusWrite {
 		var conds []metav1.Condition
 		same := status == q.Status.Status && len(entries) == len(q.Status.Conditions)
 		for _, e := range entries {
-			node := e.node
-			c := metav1.Condition{Type: qosZonePrefix + node, Status: metav1.ConditionTrue, Reason: reasonSuccess, Message: e.text}
+			c := metav1.Condition{Type: qosZonePrefix + e.node, Status: metav1.ConditionTrue, Reason: reasonSuccess, Message: e.text}
 			if strings.HasPrefix(c.Message, qosNotApplied) {
 				c.Status, c.Reason = metav1.ConditionFalse, reasonFailed
 			}
 			c.LastTransitionTime = metav1.Now()
-			if was, ok := current[node]; ok && was.Status == c.Status {
+			if was, ok := current[e.node]; ok && was.Status == c.Status {
 				c.LastTransitionTime = was.LastTransitionTime // only a flip moves it
 			}
-			was, ok := current[node]
+			was, ok := current[e.node]
 			same = same && ok && was.Status == c.Status && was.Reason == c.Reason && was.Message == c.Message
 			conds = append(conds, c)
 		}
