@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // facings finds, and remembers, the host interface that faces each local pod address: the
@@ -54,11 +55,10 @@ func (f *facings) of(ip netip.Addr, hostSide []string) (string, int, error) {
 	if fc, ok := f.byAddr[ip]; ok {
 		return fc.name, fc.index, nil
 	}
-	routes, err := f.h.RouteGet(ip.AsSlice())
-	if err != nil || len(routes) == 0 {
-		return "", 0, fmt.Errorf("no route to pod address %s: %v", ip, err)
+	r, err := f.route(ip)
+	if err != nil {
+		return "", 0, err
 	}
-	r := routes[0]
 	l, err := f.h.LinkByIndex(r.LinkIndex)
 	if err != nil {
 		return "", 0, fmt.Errorf("interface %d facing pod %s: %w", r.LinkIndex, ip, err)
@@ -78,6 +78,24 @@ func (f *facings) of(ip netip.Addr, hostSide []string) (string, int, error) {
 		f.byAddr[ip] = facing{l.Attrs().Name, l.Attrs().Index}
 	}
 	return l.Attrs().Name, l.Attrs().Index, nil
+}
+
+// route is the route the kernel takes to the pod address ip. The matching entry of the FIB
+// says it, unless it is not a plain route through one interface (a local address, a
+// multipath route, an unreachable one): the kernel then resolves the route, as ip route get
+// does. That resolution also chooses a source address, which for IPv6 weighs every address of
+// every interface: with a veth per pod, it made a new pod's CNI ADD slower the more pods the
+// node had.
+func (f *facings) route(ip netip.Addr) (netlink.Route, error) {
+	routes, err := f.h.RouteGetWithOptions(ip.AsSlice(), &netlink.RouteGetOptions{FIBMatch: true})
+	if err == nil && len(routes) == 1 && routes[0].Type == unix.RTN_UNICAST && routes[0].LinkIndex != 0 && len(routes[0].MultiPath) == 0 {
+		return routes[0], nil
+	}
+	routes, err = f.h.RouteGet(ip.AsSlice())
+	if err != nil || len(routes) == 0 {
+		return netlink.Route{}, fmt.Errorf("no route to pod address %s: %v", ip, err)
+	}
+	return routes[0], nil
 }
 
 // vethOf is the one veth of names that is not a bridge's port and leads to another

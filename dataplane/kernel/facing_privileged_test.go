@@ -1,10 +1,12 @@
 package kernel_test
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/test/netns"
 	"github.com/egressd/egressd/test/privileged"
 )
@@ -93,5 +95,52 @@ func TestPrivilegedApplierPodBehindGatewayDevice(t *testing.T) {
 	err := l.apply(t, a2, fullState()).Failed[podOrigin]
 	if err == nil || !strings.Contains(err.Error(), "gw_host, a device of the node's own") {
 		t.Errorf("pod behind gw_host without the CNI's word: %v, want its failure naming gw_host", err)
+	}
+}
+
+// TestPrivilegedApplierPodRoutes: the interface facing a pod address is the one the kernel
+// routes it through, whatever route says so; an address the node holds, or cannot reach, fails
+// the pod with the reason.
+func TestPrivilegedApplierPodRoutes(t *testing.T) {
+	privileged.Require(t)
+	podIP6 := netip.MustParseAddr("fd00:10:244::5")
+	withIPv6 := func() *dataplane.State {
+		s := fullState()
+		s.Classifier.Pods[0].IPs = append(s.Classifier.Pods[0].IPs, podIP6)
+		return s
+	}
+	for _, tc := range []struct {
+		name   string
+		script []string
+		state  func() *dataplane.State
+		fails  string // "": the classifier is on pod0
+	}{
+		{name: "IPv4 and IPv6 routes to the veth", state: withIPv6,
+			script: []string{"ip -6 route add " + podIP6.String() + "/128 dev pod0"}},
+		{name: "the pod's subnet on the veth", state: fullState,
+			script: []string{"ip route del " + podIP.String() + "/32", "ip route add 10.244.0.0/24 dev pod0"}},
+		{name: "an address of the node", state: fullState,
+			script: []string{"ip addr add " + podIP.String() + "/32 dev ext0"}, fails: "local to the node"},
+		{name: "unreachable", state: fullState,
+			script: []string{"ip route replace unreachable " + podIP.String() + "/32"}, fails: "no route to pod address"},
+		{name: "IPv6 unreachable", state: withIPv6,
+			script: []string{"ip -6 route add unreachable " + podIP6.String() + "/128"}, fails: "no route to pod address " + podIP6.String()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLab(t)
+			l.pod.Addr(t, "eth0", podIP6.String()+"/128")
+			if err := l.node.Script(tc.script...); err != nil {
+				t.Fatal(err)
+			}
+			err := l.apply(t, l.applier(t), tc.state()).Failed[podOrigin]
+			switch {
+			case tc.fails == "" && err != nil:
+				t.Fatalf("pod failed: %v", err)
+			case tc.fails == "" && len(l.ingressPrograms(t, "pod0")) == 0:
+				t.Fatal("no classifier on pod0")
+			case tc.fails != "" && (err == nil || !strings.Contains(err.Error(), tc.fails)):
+				t.Fatalf("pod's failure: %v, want one saying %q", err, tc.fails)
+			}
+		})
 	}
 }
