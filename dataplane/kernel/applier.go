@@ -184,7 +184,7 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 		return fail(err)
 	}
 	d := &Applier{classifier: c, facings: facings, applied: map[string]any{}, changed: make(chan struct{}, 1), urgent: make(chan struct{}, 1), done: make(chan struct{}), metrics: newMetrics(),
-		cni: newCNIWatch(o.CiliumNodeConfig, log), log: log}
+		cni: newCNIWatch(o.CiliumNodeConfig, facings.h, log), log: log}
 	d.nft = &nftFacility{table: t, tableLost: d.metrics.tableLost, ask: d.alarm, log: log}
 	d.addresses = &addressFacility{Addresses: owned, log: log}
 	d.bfd = &bfdFacility{done: d.done, ask: d.alarm, log: log}

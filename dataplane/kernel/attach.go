@@ -202,9 +202,6 @@ func (a *attachFacility) attach(s *dataplane.State, f faced, before map[dataplan
 		if again {
 			a.log.Warn("egressd's classifier was deleted from a pod's interface behind its back; attached again", "interface", name, "pods", owners[name])
 		}
-		if isNew || again {
-			a.cni.attached(name)
-		}
 		var ready []dataplane.Origin
 		for _, o := range owners[name] {
 			if errs != nil {
@@ -219,6 +216,11 @@ func (a *attachFacility) attach(s *dataplane.State, f faced, before map[dataplan
 		}
 		if len(ready) > 0 && a.podsInForce != nil {
 			a.podsInForce(s, ready, before)
+		}
+		// After the pods hear they are in force: what runs after the classifier there is
+		// reported (Result.Conflicts), it does not hold their programming back.
+		if isNew || again {
+			a.cni.attached(name)
 		}
 	}
 	return failed

@@ -65,8 +65,8 @@ type cniWatch struct {
 }
 
 // newCNIWatch looks at nothing yet.
-func newCNIWatch(nodeConfig string, log *slog.Logger) *cniWatch {
-	return &cniWatch{nodeConfig: nodeConfig, log: log, pods: map[string][]tc.Conflict{}, settling: map[string]time.Time{}, podErrs: map[string]string{}, progs: tc.NewPodConflicts()}
+func newCNIWatch(nodeConfig string, nl *netlink.Handle, log *slog.Logger) *cniWatch {
+	return &cniWatch{nodeConfig: nodeConfig, log: log, pods: map[string][]tc.Conflict{}, settling: map[string]time.Time{}, podErrs: map[string]string{}, progs: tc.NewPodConflicts(nl)}
 }
 
 // attached looks at the programs after the classifier on ifname, just attached there: a pod

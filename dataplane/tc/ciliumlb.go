@@ -119,7 +119,7 @@ func netdevProgram() (ebpf.ProgramID, error) {
 		return 0, err
 	}
 	for _, ifi := range ifs {
-		progs, err := queryIndex(ifi.Index)
+		progs, err := queryIndex(perRequest, ifi.Index)
 		if err != nil {
 			continue // gone, or no clsact: no program of Cilium's either
 		}

@@ -22,7 +22,7 @@ func Cleanup(pinRoot string) error {
 		idx := l.Attrs().Index
 		var parents []uint32
 		for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
-			fs, err := filtersAt(idx, parent)
+			fs, err := filtersAt(perRequest, idx, parent)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("list the filters of %s: %w", l.Attrs().Name, err))
 			}
@@ -33,7 +33,7 @@ func Cleanup(pinRoot string) error {
 			}
 		}
 		if len(parents) > 0 {
-			if err := deleteFilters(idx, parents...); err != nil {
+			if err := deleteFilters(perRequest, idx, parents...); err != nil {
 				errs = append(errs, fmt.Errorf("delete egressd's filters of %s: %w", l.Attrs().Name, err))
 			}
 		}

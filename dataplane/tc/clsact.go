@@ -34,10 +34,15 @@ type Qdisc struct {
 	added bool
 }
 
+// perRequest makes a netlink socket per request, in the calling thread's network namespace:
+// for what runs once (a query, egressctl cleanup). What runs at every sync keeps a socket
+// (Attacher, PodConflicts): making one took as long as the request.
+var perRequest = &netlink.Handle{}
+
 // filtersAt lists the filters of the interface's clsact qdisc in one direction (none without
 // the qdisc).
-func filtersAt(idx int, parent uint32) ([]netlink.Filter, error) {
-	fs, err := netlink.FilterList(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: idx}}, parent)
+func filtersAt(h *netlink.Handle, idx int, parent uint32) ([]netlink.Filter, error) {
+	fs, err := h.FilterList(&netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: idx}}, parent)
 	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
 		return nil, nil // no clsact qdisc
 	}
@@ -46,7 +51,7 @@ func filtersAt(idx int, parent uint32) ([]netlink.Filter, error) {
 
 // adoptFilters adopts egressd's filters of the hook on the namespace's interfaces.
 func (a *Attacher) adoptFilters() error {
-	links, err := netlink.LinkList()
+	links, err := a.nl.LinkList()
 	if err != nil {
 		return fmt.Errorf("list interfaces: %w", err)
 	}
@@ -55,7 +60,7 @@ func (a *Attacher) adoptFilters() error {
 		if _, ok := a.links[name]; ok {
 			continue // a tcx link
 		}
-		fs, err := filtersAt(l.Attrs().Index, a.hook.parent)
+		fs, err := filtersAt(a.nl, l.Attrs().Index, a.hook.parent)
 		if err != nil {
 			return fmt.Errorf("list the filters at %s of %s: %w", a.hook.direction(), name, err)
 		}
@@ -73,7 +78,7 @@ func (a *Attacher) adoptFilters() error {
 // unless q knows it exists.
 func (a *Attacher) addFilter(idx int, q *Qdisc) error {
 	if !q.exists {
-		err := netlink.QdiscAdd(&netlink.GenericQdisc{QdiscType: "clsact", QdiscAttrs: netlink.QdiscAttrs{
+		err := a.nl.QdiscAdd(&netlink.GenericQdisc{QdiscType: "clsact", QdiscAttrs: netlink.QdiscAttrs{
 			LinkIndex: idx, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}})
 		if err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("add the clsact qdisc: %w", err)
@@ -86,7 +91,7 @@ func (a *Attacher) addFilter(idx int, q *Qdisc) error {
 // replaceFilter swaps the program in for the one egressd's filter of the interface runs
 // (atomically: each packet sees either program).
 func (a *Attacher) replaceFilter(idx int) error {
-	return netlink.FilterReplace(&netlink.BpfFilter{
+	return a.nl.FilterReplace(&netlink.BpfFilter{
 		FilterAttrs: netlink.FilterAttrs{LinkIndex: idx, Parent: a.hook.parent, Handle: filterHandle,
 			Priority: Priority, Protocol: unix.ETH_P_ALL},
 		Fd: a.prog.FD(), Name: a.hook.program, DirectAction: true})
@@ -95,24 +100,24 @@ func (a *Attacher) replaceFilter(idx int) error {
 // deleteFilter removes egressd's filter of the hook, and the clsact qdisc once no filter of any
 // direction is left in it (the interface gone: nothing to do).
 func (a *Attacher) deleteFilter(idx int) error {
-	return deleteFilters(idx, a.hook.parent)
+	return deleteFilters(a.nl, idx, a.hook.parent)
 }
 
-func deleteFilters(idx int, parents ...uint32) error {
+func deleteFilters(h *netlink.Handle, idx int, parents ...uint32) error {
 	for _, parent := range parents {
-		err := netlink.FilterDel(&netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{LinkIndex: idx, Parent: parent,
+		err := h.FilterDel(&netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{LinkIndex: idx, Parent: parent,
 			Handle: filterHandle, Priority: Priority, Protocol: unix.ETH_P_ALL}})
 		if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENODEV) && !errors.Is(err, unix.EINVAL) {
 			return err
 		}
 	}
 	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
-		fs, err := filtersAt(idx, parent)
+		fs, err := filtersAt(h, idx, parent)
 		if err != nil || len(fs) > 0 {
 			return nil // another filter keeps the qdisc (or the interface is gone)
 		}
 	}
-	err := netlink.QdiscDel(&netlink.GenericQdisc{QdiscType: "clsact", QdiscAttrs: netlink.QdiscAttrs{
+	err := h.QdiscDel(&netlink.GenericQdisc{QdiscType: "clsact", QdiscAttrs: netlink.QdiscAttrs{
 		LinkIndex: idx, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}})
 	if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENODEV) && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("delete the emptied clsact qdisc: %w", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
+	"github.com/vishvananda/netlink"
 )
 
 // Conflict is a setting of a program a CNI runs on egressd's path that undoes what egressd
@@ -55,19 +56,20 @@ var effects = map[Conflict]string{
 // that loads its programs again (Cilium restarted with other settings, an endpoint
 // regenerated) replaces them in place, past the classifier, with programs of new IDs.
 type PodConflicts struct {
+	nl        *netlink.Handle
 	byProgram map[ebpf.ProgramID][]Conflict
 	seen      map[ebpf.ProgramID]bool
 }
 
-// NewPodConflicts knows no program yet.
-func NewPodConflicts() *PodConflicts {
-	return &PodConflicts{byProgram: map[ebpf.ProgramID][]Conflict{}, seen: map[ebpf.ProgramID]bool{}}
+// NewPodConflicts knows no program yet; it asks the kernel through nl, whose network
+// namespace holds the pods' interfaces.
+func NewPodConflicts(nl *netlink.Handle) *PodConflicts {
+	return &PodConflicts{nl: nl, byProgram: map[ebpf.ProgramID][]Conflict{}, seen: map[ebpf.ProgramID]bool{}}
 }
 
-// At are the known conflicts of the programs after egressd's at ingress of ifname (current
-// network namespace).
+// At are the known conflicts of the programs after egressd's at ingress of ifname.
 func (c *PodConflicts) At(ifname string) ([]Conflict, error) {
-	progs, err := Query(ifname)
+	progs, err := query(c.nl, ifname)
 	if err != nil {
 		return nil, err
 	}

@@ -19,17 +19,19 @@ type Program struct {
 // Query lists the programs at ingress of the interface ifname in the current network namespace,
 // whoever attached them, in the order they run: tcx links, then tc filters (Debian's bpftool
 // 7.1 cannot list tcx programs).
-func Query(ifname string) ([]Program, error) {
+func Query(ifname string) ([]Program, error) { return query(perRequest, ifname) }
+
+func query(h *netlink.Handle, ifname string) ([]Program, error) {
 	// Not net.InterfaceByName, which dumps every interface of the node to find one.
-	l, err := netlink.LinkByName(ifname)
+	l, err := h.LinkByName(ifname)
 	if err != nil {
 		return nil, err
 	}
-	return queryIndex(l.Attrs().Index)
+	return queryIndex(h, l.Attrs().Index)
 }
 
 // queryIndex is Query of the interface of index.
-func queryIndex(index int) ([]Program, error) {
+func queryIndex(h *netlink.Handle, index int) ([]Program, error) {
 	res, err := link.QueryPrograms(link.QueryOptions{Target: index, Attach: ebpf.AttachTCXIngress})
 	if err != nil {
 		return nil, err
@@ -48,7 +50,7 @@ func queryIndex(index int) ([]Program, error) {
 		id, _ := p.LinkID()
 		out = append(out, Program{Name: info.Name, ID: p.ID, Attachment: fmt.Sprintf("tcx link %d", id)})
 	}
-	filters, err := filtersAt(index, netlink.HANDLE_MIN_INGRESS)
+	filters, err := filtersAt(h, index, netlink.HANDLE_MIN_INGRESS)
 	if err != nil {
 		return nil, err
 	}

@@ -35,6 +35,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // ProgramName is the classifier's name as bpftool and Query show it.
@@ -60,6 +61,7 @@ var (
 // Attacher owns the attachments of one program at one hook of the interfaces of a network
 // namespace, with the tcx links pinned under one pin root.
 type Attacher struct {
+	nl    *netlink.Handle // in the namespace of the interfaces
 	dir   string
 	hook  Hook
 	prog  *ebpf.Program
@@ -92,8 +94,13 @@ var recheck = time.Minute
 // maps are new and empty until the first Apply: swapping it in earlier would stop enforcement
 // for that long.)
 func New(pinRoot string, hook Hook, prog *ebpf.Program) (*Attacher, error) {
-	a := &Attacher{dir: LinksDir(pinRoot), hook: hook, links: map[string]*attached{}, prog: prog}
+	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("netlink handle: %w", err)
+	}
+	a := &Attacher{nl: nl, dir: LinksDir(pinRoot), hook: hook, links: map[string]*attached{}, prog: prog}
 	if err := a.adoptLinks(); err != nil {
+		nl.Close()
 		return nil, err
 	}
 	if err := a.adoptFilters(); err != nil {
@@ -194,7 +201,7 @@ func (a *Attacher) Attach(name string, idx int, q *Qdisc) (Outcome, error) {
 // other program runs at its hook yet: where the node's CNI runs its own (cniPrograms).
 func (a *Attacher) linkFirst() bool {
 	if !a.cniPrograms {
-		_, err := netlink.LinkByName(ciliumHost)
+		_, err := a.nl.LinkByName(ciliumHost)
 		a.cniPrograms = err == nil
 	}
 	return a.cniPrograms
@@ -243,6 +250,7 @@ func (a *Attacher) Close() {
 			at.link.Close()
 		}
 	}
+	a.nl.Close()
 }
 
 func (h Hook) direction() string {

@@ -85,7 +85,7 @@ func (a *Attacher) othersAt(idx int, q *Qdisc) (others, present bool, err error)
 	if q.added {
 		return false, false, nil
 	}
-	filters, err := filtersAt(idx, a.hook.parent)
+	filters, err := filtersAt(a.nl, idx, a.hook.parent)
 	if err != nil {
 		return false, false, err
 	}
