@@ -17,9 +17,10 @@
 //     the CNI ADD and may delete the hook's filters then (Cilium does). tcx runs
 //     before any tc filter and a program there that ends the chain (TCX_PASS, a redirect) would
 //     skip a filter of ours; first in the tcx chain, ours judges every packet. Attaching (or
-//     detaching) a tcx link waits for a full RCU grace period under the RTNL lock, about 12 ms
-//     here, during which every other pod's interface setup on the node waits: with pods
-//     started 16 at a time that made a CNI ADD wait 300 ms and more.
+//     detaching) a tcx link waits for a full RCU grace period under the RTNL lock (12 ms on
+//     one 2-core machine, well under a millisecond on another), during which every other
+//     pod's interface setup on the node waits: on the first, with pods started 16 at a time,
+//     that made a CNI ADD wait 300 ms and more.
 //
 // An interface attached by a filter moves to a tcx link when an Attach finds another program at the
 // hook (it was added after ours), and gets its filter again when it is gone (its clsact qdisc
