@@ -28,11 +28,35 @@ import (
 // Apply.
 const cniLook = 5 * time.Second
 
-// podSettle is how long after egressd attached to a pod's interface the programs there are
-// looked at again at every look: Cilium's loader appends its program after the pod's CNI ADD
-// (docs/compat.md). After that, only a new node configuration has them looked at again: a
-// node of 110 pods would otherwise query 110 interfaces every look.
-const podSettle = time.Minute
+// podLooks are the ages of egressd's attachment to a pod's interface from which the periodic
+// look (cniLook) looks at the programs there again, once each: Cilium's loader appends its
+// program after the pod's CNI ADD (docs/compat.md), within seconds, later when its agent is
+// busy. After the last, only a new node configuration has them looked at again: a node of 110
+// pods would otherwise query 110 interfaces every look. Looking at every look for the minute
+// cost a node that started 200 pods 600 interfaces' queries, three requests each, every 5 s.
+var podLooks = []time.Duration{0, 15 * time.Second, 30 * time.Second, time.Minute}
+
+// settle is where a newly attached interface is in podLooks.
+type settle struct {
+	at   time.Time // egressd attached there
+	next int       // the podLooks entry of the next look
+}
+
+// due says whether the look at now looks at the interface, and moves past the entries of
+// podLooks its age reached (a look delayed past several looks once).
+func (s *settle) due(now time.Time) bool {
+	age := now.Sub(s.at)
+	if age < podLooks[s.next] {
+		return false
+	}
+	for s.next < len(podLooks) && podLooks[s.next] <= age {
+		s.next++
+	}
+	return true
+}
+
+// done: no look of podLooks is left.
+func (s *settle) done() bool { return s.next == len(podLooks) }
 
 // cniWatch is what the last looks at the node's CNI found: the settings of the programs after
 // the classifier on the pods' interfaces, wildcard entries of Cilium's load balancer for the
@@ -42,13 +66,14 @@ const podSettle = time.Minute
 type cniWatch struct {
 	nodeConfig string // Cilium's node configuration header; "" looks for none
 	log        *slog.Logger
+	now        func() time.Time
 
 	mu sync.Mutex
 	// pods are the conflicts found on each interface the classifier is attached to, settling
-	// when each of those attached within podSettle was first looked at, podErrs the last error
-	// logged for each, progs the settings of the programs found there.
+	// where those attached recently are in podLooks, podErrs the last error logged for each,
+	// progs the settings of the programs found there.
 	pods     map[string][]tc.Conflict
-	settling map[string]time.Time
+	settling map[string]*settle
 	podErrs  map[string]string
 	progs    *tc.PodConflicts
 	// snat is the last Apply's SNAT list, addrs what it SNATs to, sorted: a list handed again
@@ -66,7 +91,8 @@ type cniWatch struct {
 
 // newCNIWatch looks at nothing yet.
 func newCNIWatch(nodeConfig string, nl *netlink.Handle, log *slog.Logger) *cniWatch {
-	return &cniWatch{nodeConfig: nodeConfig, log: log, pods: map[string][]tc.Conflict{}, settling: map[string]time.Time{}, podErrs: map[string]string{}, progs: tc.NewPodConflicts(nl)}
+	return &cniWatch{nodeConfig: nodeConfig, log: log, now: time.Now, pods: map[string][]tc.Conflict{}, settling: map[string]*settle{},
+		podErrs: map[string]string{}, progs: tc.NewPodConflicts(nl)}
 }
 
 // attached looks at the programs after the classifier on ifname, just attached there: a pod
@@ -74,7 +100,7 @@ func newCNIWatch(nodeConfig string, nl *netlink.Handle, log *slog.Logger) *cniWa
 func (w *cniWatch) attached(ifname string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.settling[ifname] = time.Now()
+	w.settling[ifname] = &settle{at: w.now()}
 	w.lookPodLocked(ifname)
 }
 
@@ -155,13 +181,17 @@ func (w *cniWatch) look() bool {
 	wildcards, compiled, compiledAt, pods := w.wildcards, w.compiled, w.compiledAt, maps.Clone(w.pods)
 	w.lookLocked()
 	reloaded := w.compiledAt != compiledAt // Cilium configured again: its programs loaded again
+	now := w.now()
 	for name := range w.pods {
-		if _, ok := w.settling[name]; ok || reloaded {
+		s, ok := w.settling[name]
+		if due := ok && s.due(now); due || reloaded {
 			w.lookPodLocked(name)
+		}
+		if ok && s.done() {
+			delete(w.settling, name)
 		}
 	}
 	w.progs.Forget()
-	maps.DeleteFunc(w.settling, func(_ string, at time.Time) bool { return time.Since(at) > podSettle })
 	return wildcards != w.wildcards || !slices.Equal(compiled, w.compiled) ||
 		!maps.EqualFunc(pods, w.pods, slices.Equal)
 }
