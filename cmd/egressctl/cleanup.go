@@ -83,7 +83,7 @@ func cleanup(o options) (cleanupReport, error) {
 	if o.cniConfDir != "" {
 		// First, so that no new pod waits for an agent that is gone.
 		steps = slices.Insert(steps, 0, step{"remove egressd-cni from " + o.cniConfDir + " and " + o.cniBinDir,
-			"removed egressd-cni from the CNI configuration lists in " + o.cniConfDir + " and its binary from " + o.cniBinDir,
+			"removed egressd-cni from the CNI configuration lists in " + o.cniConfDir + " and its binaries from " + o.cniBinDir,
 			func() error { return cniinstall.Uninstall(o.cniBinDir, o.cniConfDir) }})
 	}
 	return runSteps(steps)

@@ -3,8 +3,8 @@
 // sandbox, prevResult's addresses and interfaces) to the node's egressd over a unix socket and
 // returns only once egressd has programmed the pod (EgressFirewall, EgressQoS, EgressIP
 // steering), so the pod's first packet is already under policy; for an EgressRouter's router
-// pod, it then configures the router in the pod (macvlan, addresses, routes, nftables) from
-// egressd's answer; then it returns prevResult unchanged. DEL tells egressd to forget the sandbox and always succeeds; CHECK asks egressd
+// pod, it then has egressd-cni-router, beside it, configure the router in the pod (macvlan,
+// addresses, routes, nftables) from egressd's answer; then it returns prevResult unchanged. DEL tells egressd to forget the sandbox and always succeeds; CHECK asks egressd
 // whether it holds the pod with prevResult's addresses; GC forwards the runtime's list of valid
 // sandboxes; STATUS reports whether egressd answers.
 //
@@ -16,12 +16,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -29,7 +33,6 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	cniversion "github.com/containernetworking/cni/pkg/version"
 
-	"github.com/egressd/egressd/dataplane/router"
 	"github.com/egressd/egressd/internal/version"
 	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
 )
@@ -183,23 +186,45 @@ func cmdAdd(args *skel.CmdArgs) error {
 	return types.PrintResult(c.PrevResult, c.CNIVersion)
 }
 
-// configureRouter applies an EgressRouter's configuration in the pod's namespace (the agent
-// cannot enter it: it lacks CAP_SYS_ADMIN, which the runtime gives its plugins) and reports the
-// outcome to egressd, which writes it into the EgressRouter's status. A router that could not
-// be configured fails the ADD, whatever failOpen says: the pod would serve nothing.
-func configureRouter(ctx context.Context, c *netConf, req *cniapi.Request, rc *router.Config) error {
-	done, err := router.Apply(rc, req.Netns, req.IfName)
-	res := cniapi.RouterResult{ContainerID: req.ContainerID, Namespace: req.Namespace, Name: req.Name, Master: done.Master}
-	if err != nil {
-		res.Error = err.Error()
-	}
+// configureRouter has RouterHelper apply an EgressRouter's configuration in the pod's
+// namespace (the agent cannot enter it: it lacks CAP_SYS_ADMIN, which the runtime gives its
+// plugins) and reports the outcome to egressd, which writes it into the EgressRouter's status.
+// A router that could not be configured fails the ADD, whatever failOpen says: the pod would
+// serve nothing.
+func configureRouter(ctx context.Context, c *netConf, req *cniapi.Request, rc json.RawMessage) error {
+	res := applyRouter(ctx, req, rc)
+	res.ContainerID, res.Namespace, res.Name = req.ContainerID, req.Namespace, req.Name
 	if rerr := call(ctx, c.Socket, "POST", cniapi.PathRouter, res); rerr != nil {
 		fmt.Fprintf(os.Stderr, "egressd-cni: report the egress router's configuration: %v\n", rerr)
 	}
-	if err != nil {
-		return types.NewError(cniapi.CodeRouterFailed, "egressd-cni: egress router", err.Error())
+	if res.Error != "" {
+		return types.NewError(cniapi.CodeRouterFailed, "egressd-cni: egress router", res.Error)
 	}
 	return nil
+}
+
+// applyRouter runs RouterHelper from this executable's directory, where the DaemonSet installs
+// both.
+func applyRouter(ctx context.Context, req *cniapi.Request, rc json.RawMessage) cniapi.RouterResult {
+	exe, err := os.Executable()
+	if err != nil {
+		return cniapi.RouterResult{Error: fmt.Sprintf("find %s: %v", cniapi.RouterHelper, err)}
+	}
+	in, err := json.Marshal(cniapi.RouterSetup{Netns: req.Netns, IfName: req.IfName, Config: rc})
+	if err != nil {
+		return cniapi.RouterResult{Error: fmt.Sprintf("the router setup: %v", err)}
+	}
+	var out, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, filepath.Join(filepath.Dir(exe), cniapi.RouterHelper))
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(in), &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return cniapi.RouterResult{Error: fmt.Sprintf("%s: %v: %s", cmd.Path, err, strings.TrimSpace(stderr.String()))}
+	}
+	var res cniapi.RouterResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		return cniapi.RouterResult{Error: fmt.Sprintf("%s's outcome %q: %v", cmd.Path, out.String(), err)}
+	}
+	return res
 }
 
 // cmdDel always succeeds once the config parses: a pod being torn down must not be held by

@@ -41,8 +41,9 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
+	// The plugin with its router helper beside it, as installed.
 	plugin = filepath.Join(dir, "egressd-cni")
-	if out, err := exec.Command("go", "build", "-o", plugin, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", dir+"/", ".", "../"+cniapi.RouterHelper).CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
 		os.Exit(1)
 	}
@@ -119,7 +120,12 @@ func conf(socket string, extra string, prev bool) string {
 // run calls the plugin; it returns stdout and the CNI error (nil on exit 0).
 func run(t *testing.T, command, stdin, args string) (string, *types.Error) {
 	t.Helper()
-	cmd := exec.Command(plugin)
+	return runBinary(t, plugin, command, stdin, args)
+}
+
+func runBinary(t *testing.T, bin, command, stdin, args string) (string, *types.Error) {
+	t.Helper()
+	cmd := exec.Command(bin)
 	cmd.Env = []string{"CNI_COMMAND=" + command, "CNI_CONTAINERID=sandbox1", "CNI_NETNS=/run/netns/x", "CNI_IFNAME=eth0",
 		"CNI_PATH=/opt/cni/bin", "CNI_ARGS=" + args}
 	cmd.Stdin = strings.NewReader(stdin)

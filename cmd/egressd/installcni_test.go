@@ -6,16 +6,20 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
 )
 
-// TestInstallCNI: the init container's command copies egressd-cni into the plugin directory,
-// executable, again without change when it is there, and says so in the status file; when it
+// TestInstallCNI: the init container's command copies egressd-cni and its router helper into
+// the plugin directory, executable, again without change when it is there, and says so in the status file; when it
 // cannot, it says why there and still exits 0 (the agent must start).
 func TestInstallCNI(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "egressd-cni-src")
-	if err := os.WriteFile(bin, []byte("#!/bin/true\n"), 0o755); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{bin, filepath.Join(dir, cniapi.RouterHelper)} {
+		if err := os.WriteFile(f, []byte("#!/bin/true\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	plugins, status := filepath.Join(dir, "bin"), filepath.Join(dir, "install-cni.status")
 	run := func(into, want string) {
@@ -29,15 +33,17 @@ func TestInstallCNI(t *testing.T) {
 		}
 	}
 	missing := filepath.Join(dir, "missing")
-	run(missing, "failed: install egressd-cni into "+missing)
+	run(missing, "failed: install "+cniapi.RouterHelper+" into "+missing)
 	if err := os.Mkdir(plugins, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2 {
 		run(plugins, "installed\n")
-		fi, err := os.Stat(filepath.Join(plugins, "egressd-cni"))
-		if err != nil || fi.Mode().Perm() != 0o755 {
-			t.Fatalf("run %d: installed plugin: %v, %v; want mode 0755", i, fi, err)
+		for _, name := range []string{"egressd-cni", cniapi.RouterHelper} {
+			fi, err := os.Stat(filepath.Join(plugins, name))
+			if err != nil || fi.Mode().Perm() != 0o755 {
+				t.Fatalf("run %d: installed %s: %v, %v; want mode 0755", i, name, fi, err)
+			}
 		}
 	}
 }

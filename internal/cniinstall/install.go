@@ -1,6 +1,6 @@
 // Package cniinstall puts egressd-cni at the end of the node's primary CNI network
 // configuration, and keeps it there, as Istio's and Cilium's CNI installers do: the binary is
-// copied into the host's CNI bin directory and the entry appended to the configuration the
+// copied into the host's CNI bin directory (with the helper it runs for EgressRouter pods) and the entry appended to the configuration the
 // runtime uses (the first file of the configuration directory in name order). A primary CNI
 // that rewrites its file gets the entry appended again. Uninstall removes both.
 package cniinstall
@@ -21,6 +21,8 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
 )
 
 // PluginType is egressd-cni's "type" in a configuration list, and its binary's name.
@@ -164,23 +166,36 @@ func drain(c <-chan fsnotify.Event) {
 	}
 }
 
-// InstallBinary copies the egressd-cni executable binary into binDir unless the same bytes are
-// there already; the rename makes the new file appear whole to a runtime executing the plugin
-// meanwhile.
+// InstallBinary copies the egressd-cni executable binary, and egressd-cni-router from its
+// directory (cniapi.RouterHelper, which it runs for router pods), into binDir unless the same
+// bytes are there already; the rename makes each new file appear whole to a runtime executing
+// the plugin meanwhile. The helper goes first: a plugin installed finds the helper it runs.
 func InstallBinary(binary, binDir string, log *slog.Logger) error {
-	src, err := os.ReadFile(binary)
-	if err != nil {
-		return fmt.Errorf("egressd-cni binary: %w", err)
+	for _, b := range []struct{ src, name string }{
+		{filepath.Join(filepath.Dir(binary), cniapi.RouterHelper), cniapi.RouterHelper},
+		{binary, PluginType},
+	} {
+		if err := installFile(b.src, binDir, b.name, log); err != nil {
+			return err
+		}
 	}
-	dst := filepath.Join(binDir, PluginType)
-	if cur, err := os.ReadFile(dst); err == nil && bytes.Equal(cur, src) {
-		log.Info("egressd-cni already installed", "path", dst)
+	return nil
+}
+
+func installFile(src, binDir, name string, log *slog.Logger) error {
+	content, err := os.ReadFile(src)
+	if err != nil {
+		return fmt.Errorf("%s binary: %w", name, err)
+	}
+	dst := filepath.Join(binDir, name)
+	if cur, err := os.ReadFile(dst); err == nil && bytes.Equal(cur, content) {
+		log.Info(name+" already installed", "path", dst)
 		return nil
 	}
-	if err := writeAtomic(dst, src, 0o755, nil); err != nil {
-		return fmt.Errorf("install egressd-cni into %s: %w", binDir, err)
+	if err := writeAtomic(dst, content, 0o755, nil); err != nil {
+		return fmt.Errorf("install %s into %s: %w", name, binDir, err)
 	}
-	log.Info("egressd-cni installed", "path", dst)
+	log.Info(name+" installed", "path", dst)
 	return nil
 }
 
@@ -253,12 +268,14 @@ func chain(file string, raw []byte, entry map[string]any) (map[string]any, error
 	return conf, nil
 }
 
-// Uninstall removes egressd-cni from every configuration list of confDir and its binary from
-// binDir. Missing directories are fine: nothing was installed.
+// Uninstall removes egressd-cni from every configuration list of confDir and its binaries
+// from binDir. Missing directories are fine: nothing was installed.
 func Uninstall(binDir, confDir string) error {
 	err := Unchain(confDir)
-	if rerr := os.Remove(filepath.Join(binDir, PluginType)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-		err = errors.Join(err, rerr)
+	for _, name := range []string{PluginType, cniapi.RouterHelper} {
+		if rerr := os.Remove(filepath.Join(binDir, name)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			err = errors.Join(err, rerr)
+		}
 	}
 	return err
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+
+	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
 )
 
 const flannel = `{"cniVersion":"0.3.1","name":"cbr0","plugins":[{"type":"flannel","delegate":{"hairpinMode":true}},{"type":"portmap","capabilities":{"portMappings":true}}]}`
@@ -22,8 +24,10 @@ func installer(t *testing.T) *Installer {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "src-egressd-cni")
-	if err := os.WriteFile(bin, []byte("#!/bin/true\n"), 0o755); err != nil {
-		t.Fatal(err)
+	for file, content := range map[string]string{bin: "#!/bin/true\n", filepath.Join(dir, cniapi.RouterHelper): "#!/bin/false\n"} {
+		if err := os.WriteFile(file, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	in := &Installer{Binary: bin, BinDir: filepath.Join(dir, "bin"), ConfDir: filepath.Join(dir, "net.d"),
 		Entry: map[string]any{"type": PluginType, "socket": "/run/egressd/cni.sock"}, Log: slog.New(slog.DiscardHandler)}
@@ -158,6 +162,9 @@ func TestRunKeepsTheEntryAndUninstallRemovesIt(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(in.BinDir, PluginType)); err != nil || string(b) != "#!/bin/true\n" {
 		t.Errorf("binary %q, %v", b, err)
 	}
+	if b, err := os.ReadFile(filepath.Join(in.BinDir, cniapi.RouterHelper)); err != nil || string(b) != "#!/bin/false\n" {
+		t.Errorf("router helper %q, %v", b, err)
+	}
 	start := time.Now()
 	write(t, in.ConfDir, "10-flannel.conflist", flannel)
 	waitChain("after the primary CNI rewrote its file")
@@ -176,8 +183,10 @@ func TestRunKeepsTheEntryAndUninstallRemovesIt(t *testing.T) {
 	if got := types(t, primaryFile); !equal(got, []string{"flannel", "portmap"}) {
 		t.Errorf("after Uninstall: %v", got)
 	}
-	if _, err := os.Stat(filepath.Join(in.BinDir, PluginType)); !os.IsNotExist(err) {
-		t.Errorf("binary left after Uninstall: %v", err)
+	for _, name := range []string{PluginType, cniapi.RouterHelper} {
+		if _, err := os.Stat(filepath.Join(in.BinDir, name)); !os.IsNotExist(err) {
+			t.Errorf("%s left after Uninstall: %v", name, err)
+		}
 	}
 	if err := Uninstall(filepath.Join(in.BinDir, "none"), filepath.Join(in.ConfDir, "none")); err != nil {
 		t.Errorf("Uninstall of nothing: %v", err)

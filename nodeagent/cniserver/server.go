@@ -73,6 +73,16 @@ type Routers interface {
 	Configured(ctx context.Context, pod *watchers.Pod, master string, failure error)
 }
 
+// routerConfig is the configuration of the router pod as the plugin hands it on (nil for
+// other pods).
+func routerConfig(ctx context.Context, r Routers, pod *watchers.Pod) (json.RawMessage, error) {
+	rc, err := r.Config(ctx, pod)
+	if err != nil || rc == nil {
+		return nil, err
+	}
+	return json.Marshal(rc)
+}
+
 // Listen binds the socket (replacing a stale one) and serves until Close.
 func (s *Server) Listen(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -204,10 +214,9 @@ func (s *Server) add(w http.ResponseWriter, r *http.Request) {
 		s.Log.Info("CNI ADD for a pod whose object has another UID; using the namespace only", "pod", req.Namespace+"/"+req.Name)
 		pod = bare(req.Namespace, req.Name, s.Node)
 	}
-	var rc *router.Config
+	var rc json.RawMessage
 	if s.Routers != nil {
-		var err error
-		if rc, err = s.Routers.Config(ctx, pod); err != nil {
+		if rc, err = routerConfig(ctx, s.Routers, pod); err != nil {
 			fail(w, http.StatusServiceUnavailable, cniapi.CodeRouterFailed, "egress router: %v", err)
 			return
 		}

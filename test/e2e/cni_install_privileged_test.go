@@ -10,6 +10,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 
+	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
 	"github.com/egressd/egressd/test/lab"
 	"github.com/egressd/egressd/test/poll"
 	"github.com/egressd/egressd/test/privileged"
@@ -47,8 +48,10 @@ func TestPrivilegedCNIInstalledByTheAgent(t *testing.T) {
 	const d = 300 * time.Millisecond
 	for _, n := range l.Nodes {
 		waitChained(t, n, "at start")
-		if fi, err := os.Stat(filepath.Join(n.CNIBinDir(), "egressd-cni")); err != nil || fi.Mode().Perm()&0o111 == 0 {
-			t.Fatalf("egressd-cni not installed in %s: %v", n.CNIBinDir(), err)
+		for _, bin := range []string{"egressd-cni", cniapi.RouterHelper} {
+			if fi, err := os.Stat(filepath.Join(n.CNIBinDir(), bin)); err != nil || fi.Mode().Perm()&0o111 == 0 {
+				t.Fatalf("%s not installed in %s: %v", bin, n.CNIBinDir(), err)
+			}
 		}
 		for round, what := range []string{"installed", "after the primary CNI rewrote its list"} {
 			if round == 1 {

@@ -314,7 +314,7 @@ func (n *Node) StartAgent(ctx context.Context) error {
 	args := []string{"--cni-socket", n.CNISocket(), "--pod-announce-token-file", token, "--cni-cache-dir", n.CNICacheDir(),
 		"--cilium-node-config", n.ciliumNodeConfig()}
 	if n.lab.opts.InstallCNI {
-		plugin, err := agent.Command("egressd-cni")
+		plugin, err := egressdCNI()
 		if err != nil {
 			return err
 		}

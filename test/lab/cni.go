@@ -19,6 +19,7 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/egressd/egressd/nodeagent/cniserver/cniapi"
 	"github.com/egressd/egressd/test/agent"
 	"github.com/egressd/egressd/test/netns"
 	"github.com/egressd/egressd/test/toolbuild"
@@ -113,6 +114,14 @@ func builtPlugin(name string) (string, error) {
 	return filepath.Dir(bin), err
 }
 
+// egressdCNI is the built egressd-cni, with the helper it runs for router pods beside it.
+func egressdCNI() (string, error) {
+	if _, err := agent.Command(cniapi.RouterHelper); err != nil {
+		return "", err
+	}
+	return agent.Command("egressd-cni")
+}
+
 // CNISocket is the socket of the node's egressd (--cni-socket), in a directory of the node's:
 // every node's agent shares the machine's filesystem, and the agent keeps its state files
 // (dnsnames.json, rp_filter.json, ...) next to its socket.
@@ -189,11 +198,11 @@ func (n *Node) cniConfig(times map[string]time.Duration, floor bool) (*libcni.CN
 	if n.lab.opts.InstallCNI {
 		dirs = append(dirs, n.CNIBinDir()) // what the agent installed, and only that
 	} else if n.agentStarted.Load() {
-		d, err := builtPlugin("egressd-cni")
+		plugin, err := egressdCNI()
 		if err != nil {
 			return nil, err
 		}
-		dirs = append(dirs, d)
+		dirs = append(dirs, filepath.Dir(plugin))
 	}
 	if floor {
 		d, err := builtPlugin("test/cnifloor")

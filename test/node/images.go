@@ -65,17 +65,19 @@ func BuildImage(ociimage, out, ref, entrypoint string, files map[string]string) 
 }
 
 // EgressdImage builds the DaemonSet's image, as the Dockerfile does: static egressd, egressctl
-// (the documented cleanup) and egressd-cni (which the agent installs into the node's CNI chain)
+// (the documented cleanup), egressd-cni (which the agent installs into the node's CNI chain) and
+// the helper it runs for router pods
 // in /usr/local/bin, egressd the entrypoint.
 func EgressdImage(log io.Writer, ociimage, dir, ref, version string) (Image, error) {
 	bin := filepath.Join(dir, "egressd-"+version)
-	if err := StaticBinaries(log, bin, version, "./cmd/egressd", "./cmd/egressctl", "./cmd/egressd-cni"); err != nil {
+	if err := StaticBinaries(log, bin, version, "./cmd/egressd", "./cmd/egressctl", "./cmd/egressd-cni", "./cmd/egressd-cni-router"); err != nil {
 		return Image{}, err
 	}
 	return BuildImage(ociimage, filepath.Join(dir, "egressd-"+version+".oci.tar"), ref, "/usr/local/bin/egressd", map[string]string{
-		"/usr/local/bin/egressd":     filepath.Join(bin, "egressd"),
-		"/usr/local/bin/egressctl":   filepath.Join(bin, "egressctl"),
-		"/usr/local/bin/egressd-cni": filepath.Join(bin, "egressd-cni"),
+		"/usr/local/bin/egressd":            filepath.Join(bin, "egressd"),
+		"/usr/local/bin/egressctl":          filepath.Join(bin, "egressctl"),
+		"/usr/local/bin/egressd-cni":        filepath.Join(bin, "egressd-cni"),
+		"/usr/local/bin/egressd-cni-router": filepath.Join(bin, "egressd-cni-router"),
 	})
 }
 
