@@ -34,6 +34,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
 	"github.com/egressd/egressd/dataplane"
@@ -194,7 +195,8 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 		recheck: map[int]bool{}, kept: map[int]bool{}, unguardedSaid: map[string]string{}, cni: d.cni, reattached: d.metrics.reattached, ask: d.alarm, log: log}
 	d.facilities = []facility{d.nft, d.addresses, d.bfd, d.tunnel, d.routing, &classifierFacility{classifier: c, facings: facings, log: log}, d.attach}
 	d.events = &kernelEvents{facings: facings, addresses: d.addresses, router: router, nft: d.nft, attach: d.attach,
-		lost: d.metrics.eventsLost, ask: d.signal, alarm: d.alarm, done: d.done, running: &d.running, log: log}
+		addrsOf: func(l netlink.Link) ([]netlink.Addr, error) { return netlink.AddrList(l, netlink.FAMILY_ALL) },
+		lost:    d.metrics.eventsLost, ask: d.signal, poke: d.poke, alarm: d.alarm, done: d.done, running: &d.running, log: log}
 	d.bfd.inherit(router.InUse())
 	serveACLLogs(c, t, o.Classifier, d.done, log)
 	// The namespace the events are watched in, for the subscriptions made again.
@@ -273,6 +275,8 @@ func (d *Applier) SnoopedNamespace(addr netip.Addr) string {
 func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result {
 	nets := slices.Clone(s.Classifier.ClusterNetworks)
 	d.events.podNetworks.Store(&nets)
+	named := namedInterfaces(s)
+	d.events.named.Store(&named)
 	snooped := make(map[netip.Addr]string, len(s.Nftables.DNSSnoop.Pods))
 	for _, p := range s.Nftables.DNSSnoop.Pods {
 		snooped[p.IP.Unmap()] = p.Namespace
@@ -307,6 +311,15 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 // request covers any number.
 func (d *Applier) signal() {
 	d.news.Store(true)
+	select {
+	case d.changed <- struct{}{}:
+	default:
+	}
+}
+
+// poke asks for a sync that need not run every facility (the classifier and attach run at
+// every sync).
+func (d *Applier) poke() {
 	select {
 	case d.changed <- struct{}{}:
 	default:

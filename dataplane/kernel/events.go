@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -184,14 +183,20 @@ type kernelEvents struct {
 	// pod's gateway on the host side of its interface, a Service address) changes neither
 	// egressd's addresses nor the node's own.
 	podNetworks atomic.Pointer[[]netip.Prefix]
+	// named are the interfaces the last Apply's state names (namedInterfaces): a link event of
+	// one is never only a pod's (podSide).
+	named atomic.Pointer[map[string]bool]
+	// addrsOf reads an interface's addresses (netlink.AddrList, in the events' namespace).
+	addrsOf func(netlink.Link) ([]netlink.Addr, error)
 	// lost counts the subscriptions that failed (see watch).
 	lost prometheus.Counter
 	// watched: the events are subscribed to, and tell of each change (every Apply runs every
 	// facility while they are not).
 	watched atomic.Bool
-	// ask asks for a sync for a change told; alarm for one at once (events lost).
-	ask, alarm func()
-	done       <-chan struct{}
+	// ask asks for a sync for a change told, poke for one that need not run every facility
+	// (a pod's interface), alarm for one at once (events lost).
+	ask, poke, alarm func()
+	done             <-chan struct{}
 	// running is the Applier's, which Close waits for.
 	running *sync.WaitGroup
 	log     *slog.Logger
@@ -268,6 +273,10 @@ func (k *kernelEvents) consume(e *events) {
 				return
 			}
 			k.facings.linkChanged(int(u.Index))
+			if k.podSide(u) {
+				k.poke()
+				continue
+			}
 		case u, ok := <-e.addrs:
 			if !ok {
 				return
@@ -320,25 +329,16 @@ func (k *kernelEvents) copiedRoute(rt netlink.Route) bool {
 }
 
 // uneventful reports whether an address event needs no sync: an address on the pods' side of
-// the node: link-local, or in the cluster networks, pods' and services' (a routed CNI gives each
-// pod's host interface a gateway address; kube-proxy's IPVS mode puts Service addresses on
-// kube-ipvs0), none of which is ever an egress address nor published as the node's
-// (hostCIDRs); or egressd's own egress address added or its lifetime renewed (every third of
-// it: on an egress node each renewal was a full sync). A deleted egress address is an event.
+// the node (podSideAddr), or egressd's own egress address added or its lifetime renewed (every
+// third of it: on an egress node each renewal was a full sync). A deleted egress address is an
+// event.
 func (k *kernelEvents) uneventful(u netlink.AddrUpdate) bool {
 	a, ok := netip.AddrFromSlice(u.LinkAddress.IP)
 	if !ok {
 		return false
 	}
 	a = a.Unmap()
-	if a.IsLinkLocalUnicast() {
-		return true
-	}
-	if u.NewAddr && k.addresses.Holds(a, u.LinkIndex) {
-		return true
-	}
-	nets := k.podNetworks.Load()
-	return nets != nil && slices.ContainsFunc(*nets, func(p netip.Prefix) bool { return p.Contains(a) })
+	return k.podSideAddr(a) || u.NewAddr && k.addresses.Holds(a, u.LinkIndex)
 }
 
 func newEventsLost() prometheus.Counter {

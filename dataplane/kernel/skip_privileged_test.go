@@ -12,6 +12,7 @@ import (
 
 	"github.com/egressd/egressd/dataplane"
 	"github.com/egressd/egressd/dataplane/kernel"
+	"github.com/egressd/egressd/test/netns"
 	"github.com/egressd/egressd/test/privileged"
 )
 
@@ -124,6 +125,38 @@ func TestPrivilegedApplierFullPassRepairs(t *testing.T) {
 		l.mustApply(t, a, fullState())
 		if slices.Equal(l.ownedRules(t), rules) {
 			return
+		}
+	}
+}
+
+// TestPrivilegedApplierPodInterfaceIsNoNews: a pod's new interface (a veth whose peer is in the
+// pod's namespace, created, renamed and set up as a CNI plugin does) asks for a sync, and that
+// sync skips nftables, addresses, tunnel and routing, which never read a pod's interface: the
+// classifier and attach, which do, run at every sync. A bridge added is news
+// (TestPrivilegedApplierSkipsWhatDidNotChange).
+func TestPrivilegedApplierPodInterfaceIsNoNews(t *testing.T) {
+	privileged.Require(t)
+	l := newLab(t)
+	a := l.applierWith(t, kernel.Options{FullPass: time.Hour})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(a.Collectors()...)
+	for range 3 { // the first two Applies' own events are news
+		l.mustApply(t, a, fullState())
+		quiet(a)
+	}
+	netns.Veth(t, l.node, "pod9", netns.New(t, "pod9"), "eth0")
+	select {
+	case <-a.Changed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("no sync asked for after a pod's interface was added")
+	}
+	quiet(a)
+	before := skips(t, reg)
+	l.mustApply(t, a, fullState())
+	after := skips(t, reg)
+	for _, f := range sectioned {
+		if after[f] != before[f]+1 {
+			t.Errorf("the Apply after a pod's interface came: %s skipped %v times, want once", f, after[f]-before[f])
 		}
 	}
 }
