@@ -59,28 +59,17 @@ func deleteOwnedRule(t *testing.T, l *lab) []string {
 // egressd's deleted behind its back).
 func TestPrivilegedApplierSkipsWhatDidNotChange(t *testing.T) {
 	privileged.Require(t)
-	l := newLab(t)
-	a := l.applierWith(t, kernel.Options{FullPass: time.Hour})
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(a.Collectors()...)
-	l.mustApply(t, a, fullState())
-	quiet(a)
-	l.mustApply(t, a, fullState()) // every facility: the first Apply's own events were news
+	l, a, reg := settledApplier(t)
 	before := skips(t, reg)
 	l.mustApply(t, a, fullState())
-	after := skips(t, reg)
-	for _, f := range sectioned {
-		if after[f] != before[f]+1 {
-			t.Errorf("an Apply of the same state: %s skipped %v times, want once", f, after[f]-before[f])
-		}
-	}
+	wantAllSkipped(t, before, skips(t, reg), "an Apply of the same state")
 
 	changed := fullState()
 	extra := netip.MustParsePrefix("198.18.9.0/24")
 	changed.Routing.Tables[0].Routes = append(changed.Routing.Tables[0].Routes, dataplane.Route{Dst: extra, Via: &dataplane.Nexthop{Gateway: extIP}})
 	before = skips(t, reg)
 	l.mustApply(t, a, changed)
-	after = skips(t, reg)
+	after := skips(t, reg)
 	if after["routing"] != before["routing"] || after["nftables"] != before["nftables"]+1 {
 		t.Errorf("a changed routing part: skipped %v, before %v; want routing applied, nftables skipped", after, before)
 	}
@@ -136,14 +125,7 @@ func TestPrivilegedApplierFullPassRepairs(t *testing.T) {
 // (TestPrivilegedApplierSkipsWhatDidNotChange).
 func TestPrivilegedApplierPodInterfaceIsNoNews(t *testing.T) {
 	privileged.Require(t)
-	l := newLab(t)
-	a := l.applierWith(t, kernel.Options{FullPass: time.Hour})
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(a.Collectors()...)
-	for range 3 { // the first two Applies' own events are news
-		l.mustApply(t, a, fullState())
-		quiet(a)
-	}
+	l, a, reg := settledApplier(t)
 	netns.Veth(t, l.node, "pod9", netns.New(t, "pod9"), "eth0")
 	select {
 	case <-a.Changed():
@@ -153,10 +135,30 @@ func TestPrivilegedApplierPodInterfaceIsNoNews(t *testing.T) {
 	quiet(a)
 	before := skips(t, reg)
 	l.mustApply(t, a, fullState())
-	after := skips(t, reg)
+	wantAllSkipped(t, before, skips(t, reg), "the Apply after a pod's interface came")
+}
+
+// settledApplier is an Applier of a new lab's node (a full pass an hour away) that applied
+// fullState until its own writes' events were no longer news, and the registry of its metrics.
+func settledApplier(t *testing.T) (*lab, *kernel.Applier, *prometheus.Registry) {
+	t.Helper()
+	l := newLab(t)
+	a := l.applierWith(t, kernel.Options{FullPass: time.Hour})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(a.Collectors()...)
+	l.mustApply(t, a, fullState())
+	quiet(a)
+	l.mustApply(t, a, fullState()) // every facility: the first Apply's own events were news
+	quiet(a)
+	return l, a, reg
+}
+
+// wantAllSkipped: between the skips before and after, each sectioned facility skipped once.
+func wantAllSkipped(t *testing.T, before, after map[string]float64, what string) {
+	t.Helper()
 	for _, f := range sectioned {
 		if after[f] != before[f]+1 {
-			t.Errorf("the Apply after a pod's interface came: %s skipped %v times, want once", f, after[f]-before[f])
+			t.Errorf("%s: %s skipped %v times, want once", what, f, after[f]-before[f])
 		}
 	}
 }
