@@ -84,7 +84,7 @@ func newFlagSet(o *options) *pflag.FlagSet {
 	fs.IntVar(&o.routing.TableCount, "route-table-count", o.routing.TableCount, "the agent's --route-table-count")
 	fs.StringVar(&o.cniConfDir, "cni-conf-dir", "", "the agent's --cni-conf-dir: cleanup removes egressd-cni from the CNI configuration lists there (\"\": egressd-cni was not installed)")
 	fs.StringVar(&o.cniSocket, "cni-socket", cniapi.DefaultSocket, "the agent's --cni-socket: cleanup puts back the reverse path filters the agent loosened (remembered next to it), and removes it and its directory")
-	fs.StringVar(&o.cniBinDir, "cni-bin-dir", "/opt/cni/bin", "the host's CNI plugin directory (as mounted) where egressd-cni was installed (by the DaemonSet's init container, or the agent's --cni-bin-dir): cleanup removes the binary there (with --cni-conf-dir)")
+	fs.StringVar(&o.cniBinDir, "cni-bin-dir", "/opt/cni/bin", "the host's CNI plugin directory (as mounted) where egressd-cni was installed (by the DaemonSet's init container, or the agent's --cni-bin-dir): cleanup removes its binaries there (with --cni-conf-dir)")
 	return fs
 }
 

@@ -179,7 +179,11 @@ func cmdAdd(args *skel.CmdArgs) error {
 		return err
 	}
 	if resp != nil && resp.Router != nil {
-		if err := configureRouter(ctx, c, req, resp.Router); err != nil {
+		// A time of its own: egressd may have answered near the ADD's deadline, and a helper
+		// killed halfway would leave the router half configured and unreported.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), routerTimeout)
+		defer cancel()
+		if err := configureRouter(rctx, c, req, resp.Router); err != nil {
 			return err
 		}
 	}
@@ -203,10 +207,13 @@ func configureRouter(ctx context.Context, c *netConf, req *cniapi.Request, rc js
 	return nil
 }
 
-// applyRouter runs RouterHelper from this executable's directory, where the DaemonSet installs
-// both.
+// routerTimeout bounds configuring a router pod and reporting it, after egressd answered.
+const routerTimeout = 10 * time.Second
+
+// applyRouter runs RouterHelper from the directory the plugin was run from, where the DaemonSet
+// installs both.
 func applyRouter(ctx context.Context, req *cniapi.Request, rc json.RawMessage) cniapi.RouterResult {
-	exe, err := os.Executable()
+	helper, err := routerHelper()
 	if err != nil {
 		return cniapi.RouterResult{Error: fmt.Sprintf("find %s: %v", cniapi.RouterHelper, err)}
 	}
@@ -215,16 +222,36 @@ func applyRouter(ctx context.Context, req *cniapi.Request, rc json.RawMessage) c
 		return cniapi.RouterResult{Error: fmt.Sprintf("the router setup: %v", err)}
 	}
 	var out, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, filepath.Join(filepath.Dir(exe), cniapi.RouterHelper))
+	cmd := exec.CommandContext(ctx, helper)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(in), &out, &stderr
 	if err := cmd.Run(); err != nil {
-		return cniapi.RouterResult{Error: fmt.Sprintf("%s: %v: %s", cmd.Path, err, strings.TrimSpace(stderr.String()))}
+		return cniapi.RouterResult{Error: fmt.Sprintf("%s: %v: %s", cmd.Path, err, strings.TrimSpace(string(truncate(stderr.Bytes()))))}
 	}
 	var res cniapi.RouterResult
 	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
 		return cniapi.RouterResult{Error: fmt.Sprintf("%s's outcome %q: %v", cmd.Path, out.String(), err)}
 	}
 	return res
+}
+
+// routerHelper is RouterHelper beside the plugin as the runtime ran it (its absolute path, a
+// symbolic link in the plugin directory maybe), else beside the file the plugin is.
+func routerHelper() (string, error) {
+	if filepath.IsAbs(os.Args[0]) {
+		if p := filepath.Join(filepath.Dir(os.Args[0]), cniapi.RouterHelper); fileExists(p) {
+			return p, nil
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(filepath.Dir(exe), cniapi.RouterHelper), nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // cmdDel always succeeds once the config parses: a pod being torn down must not be held by

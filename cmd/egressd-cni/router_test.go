@@ -58,7 +58,8 @@ func (a *routerAgent) outcomes() []cniapi.RouterResult {
 // configuration, reports the helper's outcome to egressd under the pod's name, and fails with
 // code 102 when the router was not configured, failOpen or not: here the helper refuses the
 // configuration (a mode that is no macvlan mode) before it touches any namespace. Without the
-// helper beside it, the plugin says which file it missed.
+// helper beside it, the plugin says which file it missed; run through a symbolic link, it runs
+// the helper beside the link.
 func TestRouterPodConfiguredByTheHelper(t *testing.T) {
 	a := startRouterAgent(t, `{"mode":"Sideways","addresses":["192.0.2.10/24"]}`)
 	_, cerr := run(t, "ADD", conf(a.socket, `,"failOpen":true`, true), podArgs)
@@ -86,5 +87,18 @@ func TestRouterPodConfiguredByTheHelper(t *testing.T) {
 	}
 	if got := a.outcomes(); len(got) != 2 || !strings.Contains(got[1].Error, helper) {
 		t.Errorf("egressd was told %+v, want a second failure naming %s", got, helper)
+	}
+
+	// A plugin directory of symbolic links (packaged plugins): the helper is the one beside
+	// the link the runtime ran, not beside the file it points to.
+	links := t.TempDir()
+	for name, target := range map[string]string{"egressd-cni": alone, cniapi.RouterHelper: filepath.Join(filepath.Dir(plugin), cniapi.RouterHelper)} {
+		if err := os.Symlink(target, filepath.Join(links, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, cerr = runBinary(t, filepath.Join(links, "egressd-cni"), "ADD", conf(a.socket, "", true), podArgs)
+	if cerr == nil || cerr.Code != cniapi.CodeRouterFailed || !strings.Contains(cerr.Details, `macvlan mode "Sideways"`) {
+		t.Errorf("ADD of a router pod through a linked plugin: %+v, want the linked helper's refusal of the mode", cerr)
 	}
 }

@@ -22,7 +22,7 @@ func installCNI(args []string, stderr io.Writer) int {
 	flags := flag.NewFlagSet("egressd install-cni", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	binDir := flags.String("cni-bin-dir", "/opt/cni/bin", "the host's CNI plugin directory (as mounted)")
-	binary := flags.String("cni-plugin-binary", defaultCNIBinary(), "the egressd-cni executable to install")
+	binary := flags.String("cni-plugin-binary", defaultCNIBinary(), "the egressd-cni executable to install, with egressd-cni-router from its directory")
 	statusFile := flags.String("status-file", cniinstall.DefaultStatusFile, "where the outcome is written for the agent")
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

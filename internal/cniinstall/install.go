@@ -169,17 +169,18 @@ func drain(c <-chan fsnotify.Event) {
 // InstallBinary copies the egressd-cni executable binary, and egressd-cni-router from its
 // directory (cniapi.RouterHelper, which it runs for router pods), into binDir unless the same
 // bytes are there already; the rename makes each new file appear whole to a runtime executing
-// the plugin meanwhile. The helper goes first: a plugin installed finds the helper it runs.
+// the plugin meanwhile. The helper goes first: a plugin installed finds the helper it runs. A
+// helper missing beside binary (an image of its own) is logged and the plugin installed all
+// the same: only router pods need it, and they fail naming it; every other pod keeps its
+// policy from the first packet.
 func InstallBinary(binary, binDir string, log *slog.Logger) error {
-	for _, b := range []struct{ src, name string }{
-		{filepath.Join(filepath.Dir(binary), cniapi.RouterHelper), cniapi.RouterHelper},
-		{binary, PluginType},
-	} {
-		if err := installFile(b.src, binDir, b.name, log); err != nil {
-			return err
-		}
+	helper := filepath.Join(filepath.Dir(binary), cniapi.RouterHelper)
+	if _, err := os.Stat(helper); errors.Is(err, os.ErrNotExist) {
+		log.Warn(cniapi.RouterHelper+" is not beside "+PluginType+": EgressRouter pods will fail their CNI ADD on this node", "path", helper)
+	} else if err := installFile(helper, binDir, cniapi.RouterHelper, log); err != nil {
+		return err
 	}
-	return nil
+	return installFile(binary, binDir, PluginType, log)
 }
 
 func installFile(src, binDir, name string, log *slog.Logger) error {

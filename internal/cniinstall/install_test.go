@@ -369,3 +369,25 @@ func TestEnsureRedoesAnEditOfAFileChangedMeanwhile(t *testing.T) {
 		t.Errorf("chain %v, want the primary's last write", got)
 	}
 }
+
+// A router helper missing beside the plugin (an image of its own) does not keep the plugin
+// out: only router pods need the helper.
+func TestInstallBinaryWithoutTheRouterHelper(t *testing.T) {
+	dir := t.TempDir()
+	bin, into := filepath.Join(dir, "egressd-cni"), filepath.Join(dir, "bin")
+	if err := os.WriteFile(bin, []byte("#!/bin/true\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(into, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := InstallBinary(bin, into, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatalf("install without the helper: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(into, PluginType)); err != nil {
+		t.Errorf("plugin not installed: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(into, cniapi.RouterHelper)); !os.IsNotExist(err) {
+		t.Errorf("a helper installed from nothing: %v", err)
+	}
+}
