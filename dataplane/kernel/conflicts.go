@@ -46,7 +46,7 @@ type settle struct {
 // podLooks its age reached (a look delayed past several looks once).
 func (s *settle) due(now time.Time) bool {
 	age := now.Sub(s.at)
-	if age < podLooks[s.next] {
+	if s.done() || age < podLooks[s.next] {
 		return false
 	}
 	for s.next < len(podLooks) && podLooks[s.next] <= age {

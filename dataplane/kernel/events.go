@@ -214,6 +214,7 @@ func (k *kernelEvents) watch(e *events, ns netns.NsHandle) {
 	ns.Close()
 	if err != nil {
 		k.log.Error("kernel events cannot be subscribed to again if they are lost", "err", err)
+		k.addrsOf = nil // it would read another namespace's: every link event is news
 	}
 	pause := resubscribeEvery
 	for {

@@ -23,7 +23,7 @@ import (
 // node's address), egressd's tunnel and VRFs make the next sync run every facility.
 func (k *kernelEvents) podSide(u netlink.LinkUpdate) bool {
 	veth, ok := u.Link.(*netlink.Veth)
-	if u.Header.Type != unix.RTM_NEWLINK || !ok || veth.Attrs().NetNsID < 0 {
+	if u.Header.Type != unix.RTM_NEWLINK || !ok || veth.Attrs().NetNsID < 0 || k.addrsOf == nil {
 		return false
 	}
 	named := k.named.Load()

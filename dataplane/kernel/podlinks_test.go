@@ -77,4 +77,8 @@ func TestPodSideLinkEvents(t *testing.T) {
 			}
 		})
 	}
+	k.addrsOf = nil // the events' thread is not in the applier's namespace
+	if k.podSide(cases[0].u) {
+		t.Error("a pod's interface without a way to read its addresses in the right namespace")
+	}
 }
