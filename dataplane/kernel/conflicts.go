@@ -66,7 +66,6 @@ func (s *settle) done() bool { return s.next == len(podLooks) }
 type cniWatch struct {
 	nodeConfig string // Cilium's node configuration header; "" looks for none
 	log        *slog.Logger
-	now        func() time.Time
 
 	mu sync.Mutex
 	// pods are the conflicts found on each interface the classifier is attached to, settling
@@ -91,7 +90,7 @@ type cniWatch struct {
 
 // newCNIWatch looks at nothing yet.
 func newCNIWatch(nodeConfig string, nl *netlink.Handle, log *slog.Logger) *cniWatch {
-	return &cniWatch{nodeConfig: nodeConfig, log: log, now: time.Now, pods: map[string][]tc.Conflict{}, settling: map[string]*settle{},
+	return &cniWatch{nodeConfig: nodeConfig, log: log, pods: map[string][]tc.Conflict{}, settling: map[string]*settle{},
 		podErrs: map[string]string{}, progs: tc.NewPodConflicts(nl)}
 }
 
@@ -100,7 +99,7 @@ func newCNIWatch(nodeConfig string, nl *netlink.Handle, log *slog.Logger) *cniWa
 func (w *cniWatch) attached(ifname string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.settling[ifname] = &settle{at: w.now()}
+	w.settling[ifname] = &settle{at: time.Now()}
 	w.lookPodLocked(ifname)
 }
 
@@ -181,7 +180,7 @@ func (w *cniWatch) look() bool {
 	wildcards, compiled, compiledAt, pods := w.wildcards, w.compiled, w.compiledAt, maps.Clone(w.pods)
 	w.lookLocked()
 	reloaded := w.compiledAt != compiledAt // Cilium configured again: its programs loaded again
-	now := w.now()
+	now := time.Now()
 	for name := range w.pods {
 		s, ok := w.settling[name]
 		if due := ok && s.due(now); due || reloaded {

@@ -1,7 +1,8 @@
 // Package cniinstall puts egressd-cni at the end of the node's primary CNI network
-// configuration, and keeps it there, as Istio's and Cilium's CNI installers do: the binary is
-// copied into the host's CNI bin directory (with the helper it runs for EgressRouter pods) and the entry appended to the configuration the
-// runtime uses (the first file of the configuration directory in name order). A primary CNI
+// configuration, and keeps it there, as Istio's and Cilium's CNI installers do: the binary (and
+// the helper it runs for EgressRouter pods) is copied into the host's CNI bin directory and the
+// entry appended to the configuration the runtime uses (the first file of the configuration
+// directory in name order). A primary CNI
 // that rewrites its file gets the entry appended again. Uninstall removes both.
 package cniinstall
 

@@ -66,8 +66,7 @@ func BuildImage(ociimage, out, ref, entrypoint string, files map[string]string) 
 
 // EgressdImage builds the DaemonSet's image, as the Dockerfile does: static egressd, egressctl
 // (the documented cleanup), egressd-cni (which the agent installs into the node's CNI chain) and
-// the helper it runs for router pods
-// in /usr/local/bin, egressd the entrypoint.
+// the helper it runs for router pods in /usr/local/bin, egressd the entrypoint.
 func EgressdImage(log io.Writer, ociimage, dir, ref, version string) (Image, error) {
 	bin := filepath.Join(dir, "egressd-"+version)
 	if err := StaticBinaries(log, bin, version, "./cmd/egressd", "./cmd/egressctl", "./cmd/egressd-cni", "./cmd/egressd-cni-router"); err != nil {
