@@ -186,6 +186,9 @@ type kernelEvents struct {
 	// named are the interfaces the last Apply's state names (namedInterfaces): a link event of
 	// one is never only a pod's (podSide).
 	named atomic.Pointer[map[string]bool]
+	// podLinks are the interfaces whose last link event was a pod's (podSide): their routes'
+	// events and their deletion are a pod's too. The events' goroutine alone uses it.
+	podLinks map[int]bool
 	// addrsOf reads an interface's addresses (netlink.AddrList, in the events' namespace).
 	addrsOf func(netlink.Link) ([]netlink.Addr, error)
 	// lost counts the subscriptions that failed (see watch).
@@ -220,6 +223,7 @@ func (k *kernelEvents) watch(e *events, ns netns.NsHandle) {
 	for {
 		k.consume(e)
 		e.close()
+		k.podLinks = nil // what the lost events told of them is unknown
 		select {
 		case <-k.done:
 			return
@@ -285,6 +289,7 @@ func (k *kernelEvents) consume(e *events) {
 			if k.uneventful(u) {
 				continue
 			}
+			delete(k.podLinks, u.LinkIndex) // an address no pod's interface holds
 			k.addresses.Changed()
 		case u, ok := <-e.routes:
 			if !ok {
@@ -294,7 +299,13 @@ func (k *kernelEvents) consume(e *events) {
 			// egress IP's interface on a secondary network (in main or its VRF's table) are
 			// copied into its table, and those to a gateway say which interface reaches it.
 			faced := u.Table == unix.RT_TABLE_MAIN && k.facings.forgetRoute(u.Dst)
-			if !faced && !k.copiedRoute(u.Route) && !k.router.Resolves(u.Route) {
+			// A pod's interface is read again at every sync, its routes too.
+			switch {
+			case k.copiedRoute(u.Route) || k.router.Resolves(u.Route):
+			case !faced:
+				continue
+			case k.podRoute(u.Route):
+				k.poke()
 				continue
 			}
 		case u, ok := <-e.neighs:

@@ -16,18 +16,28 @@ import (
 // each pod, and at 16 pods at a time those syncs held the ADDs' syncs back.
 
 // podSide says whether a link event is of a pod's host-side interface, which needs a sync but
-// not a full pass: a veth appearing or changing whose peer is in another network namespace,
-// that the last state names nowhere (an egress address's, a route's or a BFD session's
-// interface), and that holds no address but link-local ones and those in the cluster networks
-// (podSideAddr). A deletion, the node's interfaces (a lab node's uplink is a veth too, with the
-// node's address), egressd's tunnel and VRFs make the next sync run every facility.
+// not a full pass, and remembers the answer for the interface's later events (podLinks). It is
+// a pod's if it is a veth appearing or changing whose peer is in another network namespace (or,
+// for one that was a pod's, whose peer is gone: the pod's namespace is being torn down), that
+// the last state names nowhere (an egress address's, a route's or a BFD session's interface),
+// and that holds no address but link-local ones and those in the cluster networks
+// (podSideAddr); or the deletion of an interface that was a pod's. The node's interfaces (a lab
+// node's uplink is a veth too, with the node's address), egressd's tunnel and VRFs make the next
+// sync run every facility.
 func (k *kernelEvents) podSide(u netlink.LinkUpdate) bool {
-	veth, ok := u.Link.(*netlink.Veth)
-	if u.Header.Type != unix.RTM_NEWLINK || !ok || veth.Attrs().NetNsID < 0 || k.addrsOf == nil {
+	idx := int(u.Index)
+	was := k.podLinks[idx]
+	delete(k.podLinks, idx)
+	named := k.named.Load()
+	if named == nil || (*named)[u.Link.Attrs().Name] {
 		return false
 	}
-	named := k.named.Load()
-	if named == nil || (*named)[veth.Attrs().Name] {
+	if u.Header.Type == unix.RTM_DELLINK {
+		return was
+	}
+	veth, ok := u.Link.(*netlink.Veth)
+	peerGone := was && veth != nil && veth.Attrs().ParentIndex == 0
+	if u.Header.Type != unix.RTM_NEWLINK || !ok || veth.Attrs().NetNsID < 0 && !peerGone || k.addrsOf == nil {
 		return false
 	}
 	addrs, err := k.addrsOf(veth)
@@ -40,7 +50,18 @@ func (k *kernelEvents) podSide(u netlink.LinkUpdate) bool {
 			return false
 		}
 	}
+	if k.podLinks == nil {
+		k.podLinks = map[int]bool{}
+	}
+	k.podLinks[idx] = true
 	return true
+}
+
+// podRoute says whether a route event of the main table is only a pod's: its interface is a
+// pod's (podLinks), as the host route a routed CNI adds to a pod's address, or the IPv6 routes
+// the kernel deletes with a pod's interface.
+func (k *kernelEvents) podRoute(rt netlink.Route) bool {
+	return rt.Table == unix.RT_TABLE_MAIN && rt.LinkIndex > 0 && k.podLinks[rt.LinkIndex]
 }
 
 // podSideAddr says whether an address is on the pods' side of the node: link-local, or in the

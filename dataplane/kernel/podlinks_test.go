@@ -36,13 +36,15 @@ func TestPodSideLinkEvents(t *testing.T) {
 		}
 		return out, nil
 	}}
+	index := int32(0)
 	event := func(typ uint16, l netlink.Link) netlink.LinkUpdate {
+		index++ // each case an interface of its own
 		u := netlink.LinkUpdate{Link: l}
-		u.Header.Type = typ
+		u.Header.Type, u.Index = typ, index
 		return u
 	}
 	veth := func(name string, peerNS int) netlink.Link {
-		return &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, NetNsID: peerNS}}
+		return &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, NetNsID: peerNS, ParentIndex: 2}}
 	}
 	cases := []struct {
 		name string
@@ -51,7 +53,7 @@ func TestPodSideLinkEvents(t *testing.T) {
 	}{
 		{"new pod veth", event(unix.RTM_NEWLINK, veth("veth1", 3)), true},
 		{"routed pod veth with its gateway addresses", event(unix.RTM_NEWLINK, veth("pod2", 3)), true},
-		{"pod veth deleted", event(unix.RTM_DELLINK, veth("veth1", 3)), false},
+		{"a veth deleted that was no pod's", event(unix.RTM_DELLINK, veth("veth1", 3)), false},
 		{"veth with its peer here", event(unix.RTM_NEWLINK, veth("veth1", -1)), false},
 		{"a lab node's uplink, a veth with the node's address", event(unix.RTM_NEWLINK, veth("uplink", 0)), false},
 		{"a veth an egress address names", event(unix.RTM_NEWLINK, veth("egress0", 3)), false},
@@ -80,5 +82,57 @@ func TestPodSideLinkEvents(t *testing.T) {
 	k.addrsOf = nil // the events' thread is not in the applier's namespace
 	if k.podSide(cases[0].u) {
 		t.Error("a pod's interface without a way to read its addresses in the right namespace")
+	}
+}
+
+// TestPodLinkLifecycle: once a pod's interface is known, its routes' events, the event of its
+// peer gone (the pod's namespace torn down) and its deletion are a pod's too; a pod interface
+// that gained an address outside the pods' side, or is named by the state, is the node's again.
+func TestPodLinkLifecycle(t *testing.T) {
+	nets := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
+	addrs := map[string][]string{}
+	k := &kernelEvents{addrsOf: func(l netlink.Link) ([]netlink.Addr, error) {
+		var out []netlink.Addr
+		for _, a := range addrs[l.Attrs().Name] {
+			out = append(out, netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(a)}})
+		}
+		return out, nil
+	}}
+	k.podNetworks.Store(&nets)
+	named := map[string]bool{"egress0": true}
+	k.named.Store(&named)
+	event := func(typ uint16, index int32, name string, peerNS, peer int) netlink.LinkUpdate {
+		u := netlink.LinkUpdate{Link: &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, Index: int(index), NetNsID: peerNS, ParentIndex: peer}}}
+		u.Header.Type, u.Index = typ, index
+		return u
+	}
+	route := func(index int) netlink.Route { return netlink.Route{Table: unix.RT_TABLE_MAIN, LinkIndex: index} }
+	check := func(what string, got, want bool) {
+		t.Helper()
+		if got != want {
+			t.Errorf("%s: a pod's = %v, want %v", what, got, want)
+		}
+	}
+	check("a route through an interface not seen yet", k.podRoute(route(7)), false)
+	check("the pod's interface created", k.podSide(event(unix.RTM_NEWLINK, 7, "veth7", 3, 2)), true)
+	check("its host route", k.podRoute(route(7)), true)
+	check("its route in another table", k.podRoute(netlink.Route{Table: 100, LinkIndex: 7}), false)
+	check("its peer gone", k.podSide(event(unix.RTM_NEWLINK, 7, "veth7", -1, 0)), true)
+	check("its deletion", k.podSide(event(unix.RTM_DELLINK, 7, "veth7", -1, 0)), true)
+	check("a route through it after its deletion", k.podRoute(route(7)), false)
+	check("a deletion told twice", k.podSide(event(unix.RTM_DELLINK, 7, "veth7", -1, 0)), false)
+	check("a veth whose peer is gone, never a pod's", k.podSide(event(unix.RTM_NEWLINK, 8, "veth8", -1, 0)), false)
+
+	check("another pod's interface", k.podSide(event(unix.RTM_NEWLINK, 9, "veth9", 3, 2)), true)
+	addrs["veth9"] = []string{"192.0.2.9"}
+	check("it with the node's address", k.podSide(event(unix.RTM_NEWLINK, 9, "veth9", 3, 2)), false)
+	check("its routes then", k.podRoute(route(9)), false)
+	check("its deletion then", k.podSide(event(unix.RTM_DELLINK, 9, "veth9", 3, 2)), false)
+
+	check("a third pod's interface", k.podSide(event(unix.RTM_NEWLINK, 10, "egress1", 3, 2)), true)
+	named["egress1"] = true // an egress address put on it
+	check("its deletion once the state names it", k.podSide(event(unix.RTM_DELLINK, 10, "egress1", 3, 2)), false)
+	if len(k.podLinks) != 0 {
+		t.Errorf("interfaces remembered after their deletion: %v", k.podLinks)
 	}
 }

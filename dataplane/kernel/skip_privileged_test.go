@@ -119,23 +119,38 @@ func TestPrivilegedApplierFullPassRepairs(t *testing.T) {
 }
 
 // TestPrivilegedApplierPodInterfaceIsNoNews: a pod's new interface (a veth whose peer is in the
-// pod's namespace, created, renamed and set up as a CNI plugin does) asks for a sync, and that
-// sync skips nftables, addresses, tunnel and routing, which never read a pod's interface: the
-// classifier and attach, which do, run at every sync. A bridge added is news
-// (TestPrivilegedApplierSkipsWhatDidNotChange).
+// pod's namespace, created, renamed and set up as a CNI plugin does), a routed CNI's host routes
+// to the pod through it, and the pod's deletion (its namespace torn down, which takes the
+// interface and its IPv6 route with it) ask for syncs, and those skip nftables, addresses,
+// tunnel and routing, which never read a pod's interface: the classifier and attach, which do,
+// run at every sync. A bridge added is news (TestPrivilegedApplierSkipsWhatDidNotChange).
 func TestPrivilegedApplierPodInterfaceIsNoNews(t *testing.T) {
 	privileged.Require(t)
 	l, a, reg := settledApplier(t)
-	netns.Veth(t, l.node, "pod9", netns.New(t, "pod9"), "eth0")
-	select {
-	case <-a.Changed():
-	case <-time.After(5 * time.Second):
-		t.Fatal("no sync asked for after a pod's interface was added")
+	pod := netns.New(t, "pod9")
+	netns.Veth(t, l.node, "pod9", pod, "eth0")
+	l.node.MustRun(t, "ip", "route", "add", "10.244.9.9/32", "dev", "pod9")
+	l.node.MustRun(t, "ip", "-6", "route", "add", "fd00:10:244::9/128", "dev", "pod9")
+	withPod := fullState()
+	withPod.Classifier.Pods = append(withPod.Classifier.Pods, dataplane.Pod{Origin: dataplane.Origin{Kind: "Pod", Namespace: "a", Name: "p9"},
+		IPs: []netip.Addr{netip.MustParseAddr("10.244.9.9"), netip.MustParseAddr("fd00:10:244::9")}, QoSRules: []int{0}})
+	wantSkippedAfter := func(what string, s *dataplane.State) {
+		t.Helper()
+		select {
+		case <-a.Changed():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no sync asked for after %s", what)
+		}
+		quiet(a)
+		before := skips(t, reg)
+		l.mustApply(t, a, s) // the classifier finds the pod's interface through its routes
+		wantAllSkipped(t, before, skips(t, reg), "the Apply after "+what)
 	}
-	quiet(a)
-	before := skips(t, reg)
-	l.mustApply(t, a, fullState())
-	wantAllSkipped(t, before, skips(t, reg), "the Apply after a pod's interface came")
+	wantSkippedAfter("a pod's interface and routes came", withPod)
+	if err := pod.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	wantSkippedAfter("the pod was deleted", fullState())
 }
 
 // settledApplier is an Applier of a new lab's node (a full pass an hour away) that applied
