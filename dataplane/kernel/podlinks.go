@@ -17,13 +17,15 @@ import (
 
 // podSide says whether a link event is of a pod's host-side interface, which needs a sync but
 // not a full pass, and remembers the answer for the interface's later events (podLinks). It is
-// a pod's if it is a veth appearing or changing whose peer is in another network namespace (or,
-// for one that was a pod's, whose peer is gone: the pod's namespace is being torn down), that
-// the last state names nowhere (an egress address's, a route's or a BFD session's interface),
-// and that holds no address but link-local ones and those in the cluster networks
-// (podSideAddr); or the deletion of an interface that was a pod's. The node's interfaces (a lab
-// node's uplink is a veth too, with the node's address), egressd's tunnel and VRFs make the next
-// sync run every facility.
+// a pod's if it is a veth appearing or changing that the last state names nowhere (an egress
+// address's, a route's or a BFD session's interface) and that holds no address but link-local
+// ones and those in the cluster networks (podSideAddr), or the deletion of an interface that was
+// a pod's. Where its peer is does not matter: most CNIs make the pair in the pod's namespace
+// and move the host's end out, Cilium makes it on the node and moves the pod's end in (the
+// node sees that end deleted), and a pod torn down leaves the host's end without a peer for a
+// moment. The node's interfaces (a lab node's uplink is a veth too, with the node's address),
+// egressd's tunnel and VRFs make the next sync run every facility; so does an address outside
+// the pods' side put on a pod's interface (kernelEvents.consume).
 func (k *kernelEvents) podSide(u netlink.LinkUpdate) bool {
 	idx := int(u.Index)
 	was := k.podLinks[idx]
@@ -36,8 +38,7 @@ func (k *kernelEvents) podSide(u netlink.LinkUpdate) bool {
 		return was
 	}
 	veth, ok := u.Link.(*netlink.Veth)
-	peerGone := was && veth != nil && veth.Attrs().ParentIndex == 0
-	if u.Header.Type != unix.RTM_NEWLINK || !ok || veth.Attrs().NetNsID < 0 && !peerGone || k.addrsOf == nil {
+	if u.Header.Type != unix.RTM_NEWLINK || !ok || k.addrsOf == nil {
 		return false
 	}
 	addrs, err := k.addrsOf(veth)

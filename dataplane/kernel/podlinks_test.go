@@ -12,9 +12,9 @@ import (
 	"github.com/egressd/egressd/dataplane"
 )
 
-// TestPodSideLinkEvents: a new or changed veth whose peer is in another namespace, named by no
-// part of the state, with no address but link-local and cluster ones, is a pod's interface,
-// whose event needs no full pass; anything else is news for every facility.
+// TestPodSideLinkEvents: a new or changed veth, wherever its peer is, named by no part of the
+// state, with no address but link-local and cluster ones, is a pod's interface, whose event
+// needs no full pass; anything else is news for every facility.
 func TestPodSideLinkEvents(t *testing.T) {
 	nets := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")}
 	state := &dataplane.State{
@@ -54,7 +54,7 @@ func TestPodSideLinkEvents(t *testing.T) {
 		{"new pod veth", event(unix.RTM_NEWLINK, veth("veth1", 3)), true},
 		{"routed pod veth with its gateway addresses", event(unix.RTM_NEWLINK, veth("pod2", 3)), true},
 		{"a veth deleted that was no pod's", event(unix.RTM_DELLINK, veth("veth1", 3)), false},
-		{"veth with its peer here", event(unix.RTM_NEWLINK, veth("veth1", -1)), false},
+		{"a pod's veth made on the node, its peer not moved yet", event(unix.RTM_NEWLINK, veth("lxc1", -1)), true},
 		{"a lab node's uplink, a veth with the node's address", event(unix.RTM_NEWLINK, veth("uplink", 0)), false},
 		{"a veth an egress address names", event(unix.RTM_NEWLINK, veth("egress0", 3)), false},
 		{"a veth a BFD session names", event(unix.RTM_NEWLINK, veth("bfd0", 3)), false},
@@ -121,7 +121,7 @@ func TestPodLinkLifecycle(t *testing.T) {
 	check("its deletion", k.podSide(event(unix.RTM_DELLINK, 7, "veth7", -1, 0)), true)
 	check("a route through it after its deletion", k.podRoute(route(7)), false)
 	check("a deletion told twice", k.podSide(event(unix.RTM_DELLINK, 7, "veth7", -1, 0)), false)
-	check("a veth whose peer is gone, never a pod's", k.podSide(event(unix.RTM_NEWLINK, 8, "veth8", -1, 0)), false)
+	check("a deleted veth that was never a pod's", k.podSide(event(unix.RTM_DELLINK, 8, "veth8", -1, 0)), false)
 
 	check("another pod's interface", k.podSide(event(unix.RTM_NEWLINK, 9, "veth9", 3, 2)), true)
 	addrs["veth9"] = []string{"192.0.2.9"}

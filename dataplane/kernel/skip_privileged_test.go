@@ -118,12 +118,14 @@ func TestPrivilegedApplierFullPassRepairs(t *testing.T) {
 	}
 }
 
-// TestPrivilegedApplierPodInterfaceIsNoNews: a pod's new interface (a veth whose peer is in the
-// pod's namespace, created, renamed and set up as a CNI plugin does), a routed CNI's host routes
-// to the pod through it, and the pod's deletion (its namespace torn down, which takes the
-// interface and its IPv6 route with it) ask for syncs, and those skip nftables, addresses,
-// tunnel and routing, which never read a pod's interface: the classifier and attach, which do,
-// run at every sync. A bridge added is news (TestPrivilegedApplierSkipsWhatDidNotChange).
+// TestPrivilegedApplierPodInterfaceIsNoNews: a pod's new interface (a veth made in the pod's
+// namespace and its host end moved out, renamed and set up, as the reference plugins do), a
+// routed CNI's host routes to the pod through it, a pod's interface made on the node with its
+// pod end moved in (as Cilium does), and the pods' deletion (their namespaces torn down, which
+// takes the interfaces and the IPv6 route with them) ask for syncs, and those skip nftables,
+// addresses, tunnel and routing, which never read a pod's interface: the classifier and attach,
+// which do, run at every sync. A bridge added is news
+// (TestPrivilegedApplierSkipsWhatDidNotChange).
 func TestPrivilegedApplierPodInterfaceIsNoNews(t *testing.T) {
 	privileged.Require(t)
 	l, a, reg := settledApplier(t)
@@ -147,10 +149,18 @@ func TestPrivilegedApplierPodInterfaceIsNoNews(t *testing.T) {
 		wantAllSkipped(t, before, skips(t, reg), "the Apply after "+what)
 	}
 	wantSkippedAfter("a pod's interface and routes came", withPod)
-	if err := pod.Delete(); err != nil {
-		t.Fatal(err)
+	cilium := netns.New(t, "lxc")
+	l.node.MustRun(t, "ip", "link", "add", "lxc9", "type", "veth", "peer", "name", "tmp9")
+	l.node.MustRun(t, "ip", "link", "set", "tmp9", "netns", cilium.Name)
+	l.node.MustRun(t, "ip", "link", "set", "lxc9", "up")
+	cilium.MustRun(t, "ip", "link", "set", "tmp9", "name", "eth0", "up")
+	wantSkippedAfter("a pod's interface made on the node came", withPod)
+	for _, ns := range []*netns.NS{pod, cilium} {
+		if err := ns.Delete(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	wantSkippedAfter("the pod was deleted", fullState())
+	wantSkippedAfter("the pods were deleted", fullState())
 }
 
 // settledApplier is an Applier of a new lab's node (a full pass an hour away) that applied
