@@ -252,8 +252,9 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 // gateways (which decide their interface); gateways' neighbours; egressd's filters deleted
 // behind its back), its view of those changes was lost and taken again, a BFD session changed
 // state, or a full pass is due (Options.FullPass): the desired state must be applied again,
-// by every facility. A sync for it may wait a little (the sync loop paces a burst of them:
-// a new pod's veth comes with three link events), unless Urgent says otherwise.
+// by every facility, except after a pod's interface or its routes changed, which only the
+// classifier and attach read (podSide). A sync for it may wait a little (the sync loop paces a
+// burst of them: a new pod's veth comes with three link events), unless Urgent says otherwise.
 func (d *Applier) Changed() <-chan struct{} { return d.changed }
 
 // Urgent receives a value, after Changed does, for the changes whose sync should not wait: a

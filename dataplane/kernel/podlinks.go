@@ -10,28 +10,25 @@ import (
 	"github.com/egressd/egressd/dataplane"
 )
 
-// A new pod brings its host-side interface's link events (created, renamed, up) within a few
-// milliseconds of its CNI ADD. Only the classifier and attach, which run at every sync, read a
-// pod's interface; a full pass for them ran nftables, addresses, tunnel and routing again too,
-// each pod, and at 16 pods at a time those syncs held the ADDs' syncs back.
+// A pod's host-side interface brings link events when the pod starts (created, renamed, up:
+// within a few milliseconds of its CNI ADD) and when it goes (down, deleted), and routes'
+// events through it. Only the classifier and attach, which run at every sync, read a pod's
+// interface; a full pass for them ran nftables, addresses, tunnel and routing again too, for
+// every pod that came or went, and at 16 pods at a time those syncs held the ADDs' syncs back.
 
 // podSide says whether a link event is of a pod's host-side interface, which needs a sync but
-// not a full pass, and remembers the answer for the interface's later events (podLinks). It is
-// a pod's if it is a veth appearing or changing that the last state names nowhere (an egress
-// address's, a route's or a BFD session's interface) and that holds no address but link-local
-// ones and those in the cluster networks (podSideAddr), or the deletion of an interface that was
-// a pod's. Where its peer is does not matter: most CNIs make the pair in the pod's namespace
-// and move the host's end out, Cilium makes it on the node and moves the pod's end in (the
-// node sees that end deleted), and a pod torn down leaves the host's end without a peer for a
-// moment. The node's interfaces (a lab node's uplink is a veth too, with the node's address),
-// egressd's tunnel and VRFs make the next sync run every facility; so does an address outside
-// the pods' side put on a pod's interface (kernelEvents.consume).
+// not a full pass, and remembers the answer for the interface's later events (podLinks): a
+// veth appearing or changing, wherever its peer is (Cilium makes the pair on the node and moves
+// the pod's end in), that neither the last state names (namedInterfaces) nor egressd's routes
+// go through (a gateway pod's), holding no address but link-local and cluster ones
+// (podSideAddr); or the deletion of an interface that was a pod's. Such a veth of the node's
+// own (Cilium's cilium_host) is read by the classifier alone too.
 func (k *kernelEvents) podSide(u netlink.LinkUpdate) bool {
 	idx := int(u.Index)
 	was := k.podLinks[idx]
 	delete(k.podLinks, idx)
 	named := k.named.Load()
-	if named == nil || (*named)[u.Link.Attrs().Name] {
+	if named == nil || (*named)[u.Link.Attrs().Name] || k.router != nil && k.router.Through(idx) {
 		return false
 	}
 	if u.Header.Type == unix.RTM_DELLINK {
@@ -58,11 +55,15 @@ func (k *kernelEvents) podSide(u netlink.LinkUpdate) bool {
 	return true
 }
 
-// podRoute says whether a route event of the main table is only a pod's: its interface is a
-// pod's (podLinks), as the host route a routed CNI adds to a pod's address, or the IPv6 routes
-// the kernel deletes with a pod's interface.
+// podRoute says whether a route event of the main table is only a pod's: to a pod-side
+// address (podSideAddr) through a pod's interface (podLinks), as the host route a routed CNI
+// adds to a pod's address, or the IPv6 routes the kernel deletes with a pod's interface.
 func (k *kernelEvents) podRoute(rt netlink.Route) bool {
-	return rt.Table == unix.RT_TABLE_MAIN && rt.LinkIndex > 0 && k.podLinks[rt.LinkIndex]
+	if rt.Table != unix.RT_TABLE_MAIN || rt.Dst == nil || !k.podLinks[rt.LinkIndex] {
+		return false
+	}
+	dst, ok := netip.AddrFromSlice(rt.Dst.IP)
+	return ok && k.podSideAddr(dst)
 }
 
 // podSideAddr says whether an address is on the pods' side of the node: link-local, or in the

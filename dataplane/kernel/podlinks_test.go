@@ -5,11 +5,14 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"testing/synctest"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/egressd/egressd/dataplane"
+	"github.com/egressd/egressd/dataplane/addresses"
+	"github.com/egressd/egressd/dataplane/routing"
 )
 
 // TestPodSideLinkEvents: a new or changed veth, wherever its peer is, named by no part of the
@@ -44,7 +47,7 @@ func TestPodSideLinkEvents(t *testing.T) {
 		return u
 	}
 	veth := func(name string, peerNS int) netlink.Link {
-		return &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, NetNsID: peerNS, ParentIndex: 2}}
+		return &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, NetNsID: peerNS}}
 	}
 	cases := []struct {
 		name string
@@ -101,12 +104,14 @@ func TestPodLinkLifecycle(t *testing.T) {
 	k.podNetworks.Store(&nets)
 	named := map[string]bool{"egress0": true}
 	k.named.Store(&named)
-	event := func(typ uint16, index int32, name string, peerNS, peer int) netlink.LinkUpdate {
-		u := netlink.LinkUpdate{Link: &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, Index: int(index), NetNsID: peerNS, ParentIndex: peer}}}
+	event := func(typ uint16, index int32, name string, peerNS int) netlink.LinkUpdate {
+		u := netlink.LinkUpdate{Link: &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, Index: int(index), NetNsID: peerNS}}}
 		u.Header.Type, u.Index = typ, index
 		return u
 	}
-	route := func(index int) netlink.Route { return netlink.Route{Table: unix.RT_TABLE_MAIN, LinkIndex: index} }
+	route := func(index int) netlink.Route {
+		return netlink.Route{Table: unix.RT_TABLE_MAIN, LinkIndex: index, Dst: &net.IPNet{IP: net.ParseIP("10.244.0.7"), Mask: net.CIDRMask(32, 32)}}
+	}
 	check := func(what string, got, want bool) {
 		t.Helper()
 		if got != want {
@@ -114,25 +119,86 @@ func TestPodLinkLifecycle(t *testing.T) {
 		}
 	}
 	check("a route through an interface not seen yet", k.podRoute(route(7)), false)
-	check("the pod's interface created", k.podSide(event(unix.RTM_NEWLINK, 7, "veth7", 3, 2)), true)
+	check("the pod's interface created", k.podSide(event(unix.RTM_NEWLINK, 7, "veth7", 3)), true)
 	check("its host route", k.podRoute(route(7)), true)
-	check("its route in another table", k.podRoute(netlink.Route{Table: 100, LinkIndex: 7}), false)
-	check("its peer gone", k.podSide(event(unix.RTM_NEWLINK, 7, "veth7", -1, 0)), true)
-	check("its deletion", k.podSide(event(unix.RTM_DELLINK, 7, "veth7", -1, 0)), true)
+	other := route(7)
+	other.Table = 100
+	check("its route in another table", k.podRoute(other), false)
+	other = route(7)
+	other.Dst = nil
+	check("a default route through it", k.podRoute(other), false)
+	other.Dst = &net.IPNet{IP: net.ParseIP("192.0.2.0"), Mask: net.CIDRMask(24, 32)}
+	check("a route through it to the node's network", k.podRoute(other), false)
+	check("its peer gone", k.podSide(event(unix.RTM_NEWLINK, 7, "veth7", -1)), true)
+	check("its deletion", k.podSide(event(unix.RTM_DELLINK, 7, "veth7", -1)), true)
 	check("a route through it after its deletion", k.podRoute(route(7)), false)
-	check("a deletion told twice", k.podSide(event(unix.RTM_DELLINK, 7, "veth7", -1, 0)), false)
-	check("a deleted veth that was never a pod's", k.podSide(event(unix.RTM_DELLINK, 8, "veth8", -1, 0)), false)
+	check("a deletion told twice", k.podSide(event(unix.RTM_DELLINK, 7, "veth7", -1)), false)
+	check("a deleted veth that was never a pod's", k.podSide(event(unix.RTM_DELLINK, 8, "veth8", -1)), false)
 
-	check("another pod's interface", k.podSide(event(unix.RTM_NEWLINK, 9, "veth9", 3, 2)), true)
+	check("another pod's interface", k.podSide(event(unix.RTM_NEWLINK, 9, "veth9", 3)), true)
 	addrs["veth9"] = []string{"192.0.2.9"}
-	check("it with the node's address", k.podSide(event(unix.RTM_NEWLINK, 9, "veth9", 3, 2)), false)
+	check("it with the node's address", k.podSide(event(unix.RTM_NEWLINK, 9, "veth9", 3)), false)
 	check("its routes then", k.podRoute(route(9)), false)
-	check("its deletion then", k.podSide(event(unix.RTM_DELLINK, 9, "veth9", 3, 2)), false)
+	check("its deletion then", k.podSide(event(unix.RTM_DELLINK, 9, "veth9", 3)), false)
 
-	check("a third pod's interface", k.podSide(event(unix.RTM_NEWLINK, 10, "egress1", 3, 2)), true)
+	check("a third pod's interface", k.podSide(event(unix.RTM_NEWLINK, 10, "egress1", 3)), true)
 	named["egress1"] = true // an egress address put on it
-	check("its deletion once the state names it", k.podSide(event(unix.RTM_DELLINK, 10, "egress1", 3, 2)), false)
+	check("its deletion once the state names it", k.podSide(event(unix.RTM_DELLINK, 10, "egress1", 3)), false)
 	if len(k.podLinks) != 0 {
 		t.Errorf("interfaces remembered after their deletion: %v", k.podLinks)
 	}
+}
+
+// TestPodEventsOnlyPoke: as consumed, a pod's interface's events, its host route's and its
+// deletion ask for a sync without news; a default route through it, an address outside the
+// pods' side taken from it, and its deletion after that are news for every facility.
+func TestPodEventsOnlyPoke(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := &events{links: make(chan netlink.LinkUpdate), addrs: make(chan netlink.AddrUpdate), routes: make(chan netlink.RouteUpdate),
+			neighs: make(chan netlink.NeighUpdate), tcDeleted: make(chan int), lost: make(chan struct{})}
+		nets := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
+		named := map[string]bool{}
+		pod := netip.MustParseAddr("10.244.0.7")
+		var asked, poked int
+		f := &facings{byAddr: map[netip.Addr]facing{}}
+		done := make(chan struct{})
+		k := &kernelEvents{facings: f, router: &routing.Router{}, addresses: &addressFacility{Addresses: &addresses.Addresses{}},
+			ask: func() { asked++ }, poke: func() { poked++ }, done: done}
+		k.addrsOf = func(netlink.Link) ([]netlink.Addr, error) { return nil, nil }
+		k.podNetworks.Store(&nets)
+		k.named.Store(&named)
+		go k.consume(e)
+		link := func(typ uint16) func() {
+			return func() {
+				u := netlink.LinkUpdate{Link: &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "veth7", Index: 7}}}
+				u.Header.Type, u.Index = typ, 7
+				e.links <- u
+			}
+		}
+		route := func(dst *net.IPNet) func() {
+			return func() {
+				f.byAddr[pod] = facing{name: "veth7", index: 7} // the classifier found the pod behind it
+				e.routes <- netlink.RouteUpdate{Type: unix.RTM_NEWROUTE, Route: netlink.Route{Table: unix.RT_TABLE_MAIN, LinkIndex: 7, Dst: dst}}
+			}
+		}
+		step := func(what string, send func(), wantAsked, wantPoked int) {
+			t.Helper()
+			asked, poked = 0, 0
+			send()
+			synctest.Wait()
+			if asked != wantAsked || poked != wantPoked {
+				t.Errorf("%s: %d full syncs and %d pokes asked for, want %d and %d", what, asked, poked, wantAsked, wantPoked)
+			}
+		}
+		step("the pod's interface created", link(unix.RTM_NEWLINK), 0, 1)
+		step("its host route changed", route(&net.IPNet{IP: pod.AsSlice(), Mask: net.CIDRMask(32, 32)}), 0, 1)
+		step("a default route through it", route(nil), 1, 0)
+		step("its deletion", link(unix.RTM_DELLINK), 0, 1)
+		step("a pod's interface again", link(unix.RTM_NEWLINK), 0, 1)
+		step("the node's address taken from it", func() {
+			e.addrs <- netlink.AddrUpdate{LinkAddress: net.IPNet{IP: net.ParseIP("192.0.2.5"), Mask: net.CIDRMask(24, 32)}, LinkIndex: 7}
+		}, 1, 0)
+		step("its deletion then", link(unix.RTM_DELLINK), 1, 0)
+		close(done)
+	})
 }

@@ -1,6 +1,7 @@
 package kernel_test
 
 import (
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -120,47 +121,105 @@ func TestPrivilegedApplierFullPassRepairs(t *testing.T) {
 
 // TestPrivilegedApplierPodInterfaceIsNoNews: a pod's new interface (a veth made in the pod's
 // namespace and its host end moved out, renamed and set up, as the reference plugins do), a
-// routed CNI's host routes to the pod through it, a pod's interface made on the node with its
-// pod end moved in (as Cilium does), and the pods' deletion (their namespaces torn down, which
-// takes the interfaces and the IPv6 route with them) ask for syncs, and those skip nftables,
-// addresses, tunnel and routing, which never read a pod's interface: the classifier and attach,
-// which do, run at every sync. A bridge added is news
-// (TestPrivilegedApplierSkipsWhatDidNotChange).
+// routed CNI's host routes to the pod through it, changed, a pod's interface made on the node
+// with its pod end moved in (as Cilium does), and the pods' deletion (their namespaces torn
+// down, which takes the interfaces and the IPv6 route with them) ask for syncs, and those skip
+// nftables, addresses, tunnel and routing, which never read a pod's interface: the classifier
+// and attach, which do, run at every sync. A bridge added is news
+// (TestPrivilegedApplierSkipsWhatDidNotChange), and so is a gateway pod's deletion
+// (TestPrivilegedApplierGatewayPodDeletionIsNews).
 func TestPrivilegedApplierPodInterfaceIsNoNews(t *testing.T) {
 	privileged.Require(t)
-	l, a, reg := settledApplier(t)
+	l, a, reg, base := dualStackApplier(t)
 	pod := netns.New(t, "pod9")
 	netns.Veth(t, l.node, "pod9", pod, "eth0")
 	l.node.MustRun(t, "ip", "route", "add", "10.244.9.9/32", "dev", "pod9")
 	l.node.MustRun(t, "ip", "-6", "route", "add", "fd00:10:244::9/128", "dev", "pod9")
-	withPod := fullState()
-	withPod.Classifier.Pods = append(withPod.Classifier.Pods, dataplane.Pod{Origin: dataplane.Origin{Kind: "Pod", Namespace: "a", Name: "p9"},
+	withPod := *base
+	withPod.Classifier.Pods = append(slices.Clip(base.Classifier.Pods), dataplane.Pod{Origin: dataplane.Origin{Kind: "Pod", Namespace: "a", Name: "p9"},
 		IPs: []netip.Addr{netip.MustParseAddr("10.244.9.9"), netip.MustParseAddr("fd00:10:244::9")}, QoSRules: []int{0}})
-	wantSkippedAfter := func(what string, s *dataplane.State) {
+	after := func(what string, s *dataplane.State) {
 		t.Helper()
-		select {
-		case <-a.Changed():
-		case <-time.After(5 * time.Second):
-			t.Fatalf("no sync asked for after %s", what)
-		}
-		quiet(a)
-		before := skips(t, reg)
-		l.mustApply(t, a, s) // the classifier finds the pod's interface through its routes
+		before := changedThenQuiet(t, a, reg, what)
+		l.mustApply(t, a, s) // the classifier finds the pods' interfaces through their routes
 		wantAllSkipped(t, before, skips(t, reg), "the Apply after "+what)
 	}
-	wantSkippedAfter("a pod's interface and routes came", withPod)
+	after("a pod's interface and routes came", &withPod)
+	l.node.MustRun(t, "ip", "route", "replace", "10.244.9.9/32", "dev", "pod9", "proto", "static")
+	after("the pod's host route changed", &withPod)
 	cilium := netns.New(t, "lxc")
 	l.node.MustRun(t, "ip", "link", "add", "lxc9", "type", "veth", "peer", "name", "tmp9")
 	l.node.MustRun(t, "ip", "link", "set", "tmp9", "netns", cilium.Name)
 	l.node.MustRun(t, "ip", "link", "set", "lxc9", "up")
 	cilium.MustRun(t, "ip", "link", "set", "tmp9", "name", "eth0", "up")
-	wantSkippedAfter("a pod's interface made on the node came", withPod)
+	after("a pod's interface made on the node came", &withPod)
 	for _, ns := range []*netns.NS{pod, cilium} {
 		if err := ns.Delete(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	wantSkippedAfter("the pods were deleted", fullState())
+	after("the pods were deleted", base)
+}
+
+// TestPrivilegedApplierGatewayPodDeletionIsNews: the deletion of a pod that egressd's routes
+// use as a gateway takes those routes with it, silently for IPv4: its interface's events are
+// news, and routing writes the routes again, here through the gateway's next route.
+func TestPrivilegedApplierGatewayPodDeletionIsNews(t *testing.T) {
+	privileged.Require(t)
+	l, a, reg, base := dualStackApplier(t)
+	pod := netns.New(t, "gw9")
+	netns.Veth(t, l.node, "gw9", pod, "eth0")
+	l.node.MustRun(t, "ip", "route", "add", "10.244.9.9/32", "dev", "gw9")
+	l.node.MustRun(t, "ip", "route", "add", "10.244.9.0/24", "dev", "ext0")
+	viaPod := *base
+	viaPod.Routing.Tables = []dataplane.RouteTable{{Origin: eipOrigin, ID: 1, Routes: []dataplane.Route{
+		{Dst: netip.MustParsePrefix("0.0.0.0/0"), Via: &dataplane.Nexthop{Gateway: netip.MustParseAddr("10.244.9.9")}},
+		{Dst: netip.MustParsePrefix("::/0"), Blackhole: true},
+	}}}
+	changedThenQuiet(t, a, reg, "a gateway pod's interface came")
+	l.mustApply(t, a, &viaPod)
+	quiet(a)
+	if out := l.node.MustRun(t, "ip", "route", "show", "table", fmt.Sprint(table), "default"); !strings.Contains(out, "dev gw9") {
+		t.Fatalf("the route is not through the gateway pod: %q", out)
+	}
+	if err := pod.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	before := changedThenQuiet(t, a, reg, "the gateway pod was deleted")
+	l.mustApply(t, a, &viaPod)
+	if after := skips(t, reg); after["routing"] != before["routing"] {
+		t.Errorf("routing skipped the Apply after a gateway pod was deleted")
+	}
+	if out := l.node.MustRun(t, "ip", "route", "show", "table", fmt.Sprint(table), "default"); !strings.Contains(out, "dev ext0") {
+		t.Errorf("the route is not written again through the gateway's next route: %q", out)
+	}
+}
+
+// dualStackApplier is settledApplier with an IPv6 cluster network added to fullState (base),
+// applied until its writes' events were no longer news.
+func dualStackApplier(t *testing.T) (*lab, *kernel.Applier, *prometheus.Registry, *dataplane.State) {
+	t.Helper()
+	l, a, reg := settledApplier(t)
+	base := fullState()
+	base.Classifier.ClusterNetworks = append(base.Classifier.ClusterNetworks, netip.MustParsePrefix("fd00:10:244::/56"))
+	l.mustApply(t, a, base)
+	quiet(a)
+	l.mustApply(t, a, base)
+	quiet(a)
+	return l, a, reg, base
+}
+
+// changedThenQuiet waits for a sync asked for after what, then until no more are, and returns
+// the skips then.
+func changedThenQuiet(t *testing.T, a *kernel.Applier, reg *prometheus.Registry, what string) map[string]float64 {
+	t.Helper()
+	select {
+	case <-a.Changed():
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no sync asked for after %s", what)
+	}
+	quiet(a)
+	return skips(t, reg)
 }
 
 // settledApplier is an Applier of a new lab's node (a full pass an hour away) that applied

@@ -26,6 +26,15 @@ func (r *Router) Resolves(rt netlink.Route) bool {
 	return false
 }
 
+// Through says whether egressd's routes sent traffic through interface ifindex at the last
+// Apply: a gateway's (a gateway pod's veth among them), an egress node's or an egress IP's.
+// The interface going away takes those routes with it, silently for IPv4.
+func (r *Router) Through(ifindex int) bool {
+	r.copiedMu.Lock()
+	defer r.copiedMu.Unlock()
+	return r.through[ifindex] || r.through6[ifindex]
+}
+
 // resolving tells Resolves, while Apply runs, that it asks the kernel for gw's interface. Apply's
 // goroutine only (mu held).
 func (r *Router) resolving(gw netip.Addr) {
