@@ -186,8 +186,9 @@ type kernelEvents struct {
 	// named are the interfaces the last Apply's state names (namedInterfaces): a link event of
 	// one is never only a pod's (podSide).
 	named atomic.Pointer[map[string]bool]
-	// podLinks are the interfaces whose last link event was a pod's (podSide): their routes'
-	// events and their deletion are a pod's too. The events' goroutine alone uses it.
+	// podLinks are the interfaces whose last link event was a pod's (podSide): their deletion,
+	// and the events of their routes to pod-side addresses (podRoute), are a pod's too. The
+	// events' goroutine alone uses it.
 	podLinks map[int]bool
 	// addrsOf reads an interface's addresses (netlink.AddrList, in the events' namespace).
 	addrsOf func(netlink.Link) ([]netlink.Addr, error)

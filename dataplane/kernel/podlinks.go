@@ -11,8 +11,8 @@ import (
 )
 
 // A pod's host-side interface brings link events when the pod starts (created, renamed, up:
-// within a few milliseconds of its CNI ADD) and when it goes (down, deleted), and routes'
-// events through it. Only the classifier and attach, which run at every sync, read a pod's
+// within a few milliseconds of its CNI ADD) and when it goes (down, deleted), and the events
+// of routes through it. Only the classifier and attach, which run at every sync, read a pod's
 // interface; a full pass for them ran nftables, addresses, tunnel and routing again too, for
 // every pod that came or went, and at 16 pods at a time those syncs held the ADDs' syncs back.
 
@@ -28,7 +28,7 @@ func (k *kernelEvents) podSide(u netlink.LinkUpdate) bool {
 	was := k.podLinks[idx]
 	delete(k.podLinks, idx)
 	named := k.named.Load()
-	if named == nil || (*named)[u.Link.Attrs().Name] || k.router != nil && k.router.Through(idx) {
+	if named == nil || (*named)[u.Link.Attrs().Name] || k.router.Through(idx) {
 		return false
 	}
 	if u.Header.Type == unix.RTM_DELLINK {
@@ -55,15 +55,30 @@ func (k *kernelEvents) podSide(u netlink.LinkUpdate) bool {
 	return true
 }
 
-// podRoute says whether a route event of the main table is only a pod's: to a pod-side
-// address (podSideAddr) through a pod's interface (podLinks), as the host route a routed CNI
-// adds to a pod's address, or the IPv6 routes the kernel deletes with a pod's interface.
+// podRoute says whether a route event of the main table is only a pod's: to pod-side
+// addresses (podSidePrefix) through a pod's interface (podLinks), as the host route a routed
+// CNI adds to a pod's address, or the IPv6 routes the kernel deletes with a pod's interface.
 func (k *kernelEvents) podRoute(rt netlink.Route) bool {
 	if rt.Table != unix.RT_TABLE_MAIN || rt.Dst == nil || !k.podLinks[rt.LinkIndex] {
 		return false
 	}
-	dst, ok := netip.AddrFromSlice(rt.Dst.IP)
-	return ok && k.podSideAddr(dst)
+	addr, ok := netip.AddrFromSlice(rt.Dst.IP)
+	bits, _ := rt.Dst.Mask.Size()
+	return ok && k.podSidePrefix(netip.PrefixFrom(addr.Unmap(), bits))
+}
+
+// linkLocal are the link-local networks, on the pods' side of every node.
+var linkLocal = []netip.Prefix{netip.MustParsePrefix("169.254.0.0/16"), netip.MustParsePrefix("fe80::/10")}
+
+// podSidePrefix says whether every address of p is on the pods' side (podSideAddr): a default
+// route, or one wider than the cluster networks, is the node's.
+func (k *kernelEvents) podSidePrefix(p netip.Prefix) bool {
+	within := func(n netip.Prefix) bool { return n.Bits() <= p.Bits() && n.Contains(p.Addr()) }
+	if slices.ContainsFunc(linkLocal, within) {
+		return true
+	}
+	nets := k.podNetworks.Load()
+	return nets != nil && slices.ContainsFunc(*nets, within)
 }
 
 // podSideAddr says whether an address is on the pods' side of the node: link-local, or in the

@@ -29,7 +29,7 @@ func TestPodSideLinkEvents(t *testing.T) {
 		}}}},
 	}
 	addrs := map[string][]string{"pod2": {"fe80::1", "10.244.1.1", "fd00:10:244::1"}, "uplink": {"fe80::2", "192.0.2.5"}}
-	k := &kernelEvents{addrsOf: func(l netlink.Link) ([]netlink.Addr, error) {
+	k := &kernelEvents{router: &routing.Router{}, addrsOf: func(l netlink.Link) ([]netlink.Addr, error) {
 		if l.Attrs().Name == "broken" {
 			return nil, errors.New("no answer")
 		}
@@ -94,7 +94,7 @@ func TestPodSideLinkEvents(t *testing.T) {
 func TestPodLinkLifecycle(t *testing.T) {
 	nets := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
 	addrs := map[string][]string{}
-	k := &kernelEvents{addrsOf: func(l netlink.Link) ([]netlink.Addr, error) {
+	k := &kernelEvents{router: &routing.Router{}, addrsOf: func(l netlink.Link) ([]netlink.Addr, error) {
 		var out []netlink.Addr
 		for _, a := range addrs[l.Attrs().Name] {
 			out = append(out, netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(a)}})
@@ -124,11 +124,16 @@ func TestPodLinkLifecycle(t *testing.T) {
 	other := route(7)
 	other.Table = 100
 	check("its route in another table", k.podRoute(other), false)
-	other = route(7)
-	other.Dst = nil
-	check("a default route through it", k.podRoute(other), false)
-	other.Dst = &net.IPNet{IP: net.ParseIP("192.0.2.0"), Mask: net.CIDRMask(24, 32)}
-	check("a route through it to the node's network", k.podRoute(other), false)
+	for _, dst := range []string{"0.0.0.0/0", "::/0", "10.244.0.0/15", "192.0.2.0/24"} {
+		other = route(7)
+		_, other.Dst, _ = net.ParseCIDR(dst)
+		check("its route to "+dst, k.podRoute(other), false)
+	}
+	for _, dst := range []string{"10.244.3.0/24", "fe80::/64", "169.254.1.1/32"} {
+		other = route(7)
+		_, other.Dst, _ = net.ParseCIDR(dst)
+		check("its route to "+dst, k.podRoute(other), true)
+	}
 	check("its peer gone", k.podSide(event(unix.RTM_NEWLINK, 7, "veth7", -1)), true)
 	check("its deletion", k.podSide(event(unix.RTM_DELLINK, 7, "veth7", -1)), true)
 	check("a route through it after its deletion", k.podRoute(route(7)), false)
@@ -192,7 +197,7 @@ func TestPodEventsOnlyPoke(t *testing.T) {
 		}
 		step("the pod's interface created", link(unix.RTM_NEWLINK), 0, 1)
 		step("its host route changed", route(&net.IPNet{IP: pod.AsSlice(), Mask: net.CIDRMask(32, 32)}), 0, 1)
-		step("a default route through it", route(nil), 1, 0)
+		step("a default route through it", route(&net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}), 1, 0)
 		step("its deletion", link(unix.RTM_DELLINK), 0, 1)
 		step("a pod's interface again", link(unix.RTM_NEWLINK), 0, 1)
 		step("the node's address taken from it", func() {

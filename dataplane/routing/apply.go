@@ -24,13 +24,17 @@ func (r *Router) Apply(s *dataplane.RoutingState, up func(peer netip.Addr) bool)
 	}
 	rules, routes, errs := r.cfg.wanted(s)
 	through, through6 := map[int]bool{}, map[int]bool{}
+	r.copiedMu.Lock()
+	r.passing, r.passing6 = through, through6 // Through reads them while this Apply fills them
+	r.copiedMu.Unlock()
 	r.applying = map[netip.Addr]bool{}
 	defer r.resolvedAll()
 	defer func() {
+		r.copiedMu.Lock()
+		defer r.copiedMu.Unlock()
+		r.passing, r.passing6 = nil, nil
 		if through != nil { // nil: the kernel could not be read, and nothing changed
-			r.copiedMu.Lock()
 			r.through, r.through6 = through, through6
-			r.copiedMu.Unlock()
 		}
 	}()
 	if len(rules) == 0 && len(routes) == 0 && r.empty {
@@ -60,11 +64,11 @@ func (r *Router) Apply(s *dataplane.RoutingState, up func(peer netip.Addr) bool)
 			via = through6
 		}
 		if rt := k.routes[w.key]; rt.oif > 0 && rt.typ == unix.RTN_UNICAST {
-			via[rt.oif] = true
+			r.pass(via, rt.oif)
 		}
 		for _, id := range r.members[w.key] {
 			if nh, ok := k.owned(id); ok && nh.oif > 0 {
-				via[nh.oif] = true
+				r.pass(via, nh.oif)
 			}
 		}
 	}

@@ -27,12 +27,19 @@ func (r *Router) Resolves(rt netlink.Route) bool {
 }
 
 // Through says whether egressd's routes sent traffic through interface ifindex at the last
-// Apply: a gateway's (a gateway pod's veth among them), an egress node's or an egress IP's.
-// The interface going away takes those routes with it, silently for IPv4.
+// Apply or the one under way: a gateway's (a gateway pod's veth among them), an egress node's
+// or an egress IP's. The interface going away takes those routes with it, silently for IPv4.
 func (r *Router) Through(ifindex int) bool {
 	r.copiedMu.Lock()
 	defer r.copiedMu.Unlock()
-	return r.through[ifindex] || r.through6[ifindex]
+	return r.through[ifindex] || r.through6[ifindex] || r.passing[ifindex] || r.passing6[ifindex]
+}
+
+// pass marks ifindex in via, one of the maps Through reads while Apply fills it.
+func (r *Router) pass(via map[int]bool, ifindex int) {
+	r.copiedMu.Lock()
+	defer r.copiedMu.Unlock()
+	via[ifindex] = true
 }
 
 // resolving tells Resolves, while Apply runs, that it asks the kernel for gw's interface. Apply's

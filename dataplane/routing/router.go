@@ -56,6 +56,9 @@ type Router struct {
 	copied6  map[int]bool
 	through  map[int]bool
 	through6 map[int]bool
+	// passing and passing6 are those the Apply under way sent traffic through so far.
+	passing  map[int]bool
+	passing6 map[int]bool
 	resolved map[netip.Addr]bool
 	copiedMu sync.Mutex
 	// applying are the gateways the Apply under way resolved so far (mu).
