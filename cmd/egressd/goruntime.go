@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"runtime"
@@ -24,9 +25,9 @@ const gcPercent = 40
 const agentHeadroom = 32 << 20
 
 // tuneGC keeps the collector's target at gcTarget of the live heap with the given headroom
-// (none: gcPercent throughout), unless GOGC says otherwise, and logs what the collector runs
-// with.
-func tuneGC(log *slog.Logger, headroom uint64) {
+// (none: gcPercent throughout) until ctx ends, unless GOGC says otherwise, and logs what the
+// collector runs with.
+func tuneGC(ctx context.Context, log *slog.Logger, headroom uint64) {
 	if v, ok := os.LookupEnv("GOGC"); ok {
 		log.Info("garbage collector target from GOGC", "GOGC", v)
 		return
@@ -36,7 +37,7 @@ func tuneGC(log *slog.Logger, headroom uint64) {
 		log.Info("garbage collector target", "percent", gcPercent)
 		return
 	}
-	t := &gcTuner{headroom: headroom, set: debug.SetGCPercent, live: liveHeap}
+	t := &gcTuner{ctx: ctx, headroom: headroom, set: debug.SetGCPercent, live: liveHeap}
 	t.adjust()
 	t.arm()
 	log.Info("garbage collector target", "percent", gcPercent, "minHeadroomMiB", headroom>>20)
@@ -53,6 +54,7 @@ func gcTarget(live, headroom uint64) int {
 
 // gcTuner sets the collector's target after each collection, from the heap it left live.
 type gcTuner struct {
+	ctx      context.Context // the tuner stops once it ends
 	headroom uint64
 	set      func(int) int
 	live     func() uint64
@@ -71,9 +73,13 @@ func (t *gcTuner) adjust() {
 // allocations the runtime packs together and frees late.
 type gcSentinel struct{ t *gcTuner }
 
-// arm adjusts the target after the next collection, and after every one after it.
+// arm adjusts the target after the next collection, and after every one after it, until the
+// tuner's context ends.
 func (t *gcTuner) arm() {
 	runtime.SetFinalizer(&gcSentinel{t}, func(s *gcSentinel) {
+		if s.t.ctx.Err() != nil {
+			return
+		}
 		s.t.adjust()
 		s.t.arm()
 	})

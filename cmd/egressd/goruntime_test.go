@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"runtime"
 	"runtime/debug"
@@ -13,17 +14,19 @@ func TestTuneGC(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	log := slog.New(slog.DiscardHandler)
 	debug.SetGCPercent(77)
-	tuneGC(log, 0)
+	tuneGC(t.Context(), log, 0)
 	if got := debug.SetGCPercent(77); got != gcPercent {
 		t.Errorf("GOGC unset, no headroom (the controller): collector target %d%%, want %d%%", got, gcPercent)
 	}
-	tuneGC(log, agentHeadroom)
+	ctx, cancel := context.WithCancel(t.Context())
+	tuneGC(ctx, log, agentHeadroom)
+	cancel() // its later adjustments would move the target under the tests that follow
 	if got, want := debug.SetGCPercent(100), gcTarget(liveHeap(), agentHeadroom); got != want {
 		t.Errorf("GOGC unset, the agent's headroom: collector target %d%%, want %d%%", got, want)
 	}
 	t.Setenv("GOGC", "100") // the runtime read it at start; tuneGC must leave it alone
 	debug.SetGCPercent(100)
-	tuneGC(log, agentHeadroom)
+	tuneGC(t.Context(), log, agentHeadroom)
 	if got := debug.SetGCPercent(100); got != 100 {
 		t.Errorf("GOGC=100: collector target %d%%, want it left at 100%%", got)
 	}
@@ -53,7 +56,8 @@ func TestGCTunerFollowsEachCollection(t *testing.T) {
 	set := make(chan int, 16)
 	var live atomic.Uint64
 	live.Store(1 << 30)
-	// The tuner outlives the test, re-armed at every collection: it must never block.
+	// The tuner's last sentinel outlives the test, and may run once more as it ends: it must
+	// never block.
 	send := func(p int) int {
 		select {
 		case set <- p:
@@ -61,7 +65,7 @@ func TestGCTunerFollowsEachCollection(t *testing.T) {
 		}
 		return 0
 	}
-	tuner := &gcTuner{headroom: agentHeadroom, set: send, live: live.Load}
+	tuner := &gcTuner{ctx: t.Context(), headroom: agentHeadroom, set: send, live: live.Load}
 	tuner.arm()
 	collect := func(want int) {
 		t.Helper()

@@ -87,9 +87,9 @@ func usageError(command string, err error) int {
 // runUntilSignal runs a process's main function until SIGTERM or SIGINT, its collector given
 // gcHeadroom (tuneGC); the exit code.
 func runUntilSignal(log *slog.Logger, what string, gcHeadroom uint64, run func(ctx context.Context) error) int {
-	tuneGC(log, gcHeadroom)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	tuneGC(ctx, log, gcHeadroom)
 	if err := run(ctx); err != nil {
 		log.Error(what+" failed", "err", err)
 		return 1
