@@ -5,8 +5,9 @@
 // steering), so the pod's first packet is already under policy; for an EgressRouter's router
 // pod, it then has egressd-cni-router, beside it, configure the router in the pod (macvlan,
 // addresses, routes, nftables) from egressd's answer; then it returns prevResult unchanged.
-// DEL tells egressd to forget the sandbox and always succeeds; CHECK asks egressd whether it holds the pod with prevResult's addresses; GC forwards the runtime's list of valid
-// sandboxes; STATUS reports whether egressd answers.
+// DEL tells egressd to forget the sandbox and always succeeds; CHECK asks egressd whether it
+// holds the pod with prevResult's addresses; GC forwards the runtime's list of valid sandboxes;
+// STATUS reports whether egressd answers.
 //
 // When egressd does not answer within "timeout", ADD, CHECK and STATUS fail (fail closed: the
 // runtime retries the sandbox) unless the network config sets "failOpen": true (STATUS waits

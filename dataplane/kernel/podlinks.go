@@ -70,7 +70,10 @@ func (k *kernelEvents) podRoute(rt netlink.Route) bool {
 // linkLocal are the link-local networks, on the pods' side of every node.
 var linkLocal = []netip.Prefix{netip.MustParsePrefix("169.254.0.0/16"), netip.MustParsePrefix("fe80::/10")}
 
-// podSidePrefix says whether every address of p is on the pods' side (podSideAddr): a default
+// podSidePrefix says whether every address of p is on the pods' side of the node: link-local,
+// or in the cluster networks, pods' and services' (a routed CNI gives each pod's host
+// interface a gateway address; kube-proxy's IPVS mode puts Service addresses on kube-ipvs0),
+// none of which is ever an egress address nor published as the node's (hostCIDRs). A default
 // route, or one wider than the cluster networks, is the node's.
 func (k *kernelEvents) podSidePrefix(p netip.Prefix) bool {
 	within := func(n netip.Prefix) bool { return n.Bits() <= p.Bits() && n.Contains(p.Addr()) }
@@ -81,17 +84,10 @@ func (k *kernelEvents) podSidePrefix(p netip.Prefix) bool {
 	return nets != nil && slices.ContainsFunc(*nets, within)
 }
 
-// podSideAddr says whether an address is on the pods' side of the node: link-local, or in the
-// cluster networks, pods' and services' (a routed CNI gives each pod's host interface a gateway
-// address; kube-proxy's IPVS mode puts Service addresses on kube-ipvs0), none of which is ever
-// an egress address nor published as the node's (hostCIDRs).
+// podSideAddr says whether an address is on the pods' side of the node (podSidePrefix).
 func (k *kernelEvents) podSideAddr(a netip.Addr) bool {
 	a = a.Unmap()
-	if a.IsLinkLocalUnicast() {
-		return true
-	}
-	nets := k.podNetworks.Load()
-	return nets != nil && slices.ContainsFunc(*nets, func(p netip.Prefix) bool { return p.Contains(a) })
+	return k.podSidePrefix(netip.PrefixFrom(a, a.BitLen()))
 }
 
 // namedInterfaces are the interfaces s names: those of egress addresses, routes' nexthops and

@@ -131,10 +131,7 @@ func TestPrivilegedApplierFullPassRepairs(t *testing.T) {
 func TestPrivilegedApplierPodInterfaceIsNoNews(t *testing.T) {
 	privileged.Require(t)
 	l, a, reg, base := dualStackApplier(t)
-	pod := netns.New(t, "pod9")
-	netns.Veth(t, l.node, "pod9", pod, "eth0")
-	l.node.MustRun(t, "ip", "route", "add", "10.244.9.9/32", "dev", "pod9")
-	l.node.MustRun(t, "ip", "-6", "route", "add", "fd00:10:244::9/128", "dev", "pod9")
+	pod := podBehind(t, l, "pod9", "10.244.9.9/32", "fd00:10:244::9/128")
 	withPod := *base
 	withPod.Classifier.Pods = append(slices.Clip(base.Classifier.Pods), dataplane.Pod{Origin: dataplane.Origin{Kind: "Pod", Namespace: "a", Name: "p9"},
 		IPs: []netip.Addr{netip.MustParseAddr("10.244.9.9"), netip.MustParseAddr("fd00:10:244::9")}, QoSRules: []int{0}})
@@ -167,9 +164,7 @@ func TestPrivilegedApplierPodInterfaceIsNoNews(t *testing.T) {
 func TestPrivilegedApplierGatewayPodDeletionIsNews(t *testing.T) {
 	privileged.Require(t)
 	l, a, reg, base := dualStackApplier(t)
-	pod := netns.New(t, "gw9")
-	netns.Veth(t, l.node, "gw9", pod, "eth0")
-	l.node.MustRun(t, "ip", "route", "add", "10.244.9.9/32", "dev", "gw9")
+	pod := podBehind(t, l, "gw9", "10.244.9.9/32")
 	l.node.MustRun(t, "ip", "route", "add", "10.244.9.0/24", "dev", "ext0")
 	viaPod := *base
 	viaPod.Routing.Tables = []dataplane.RouteTable{{Origin: eipOrigin, ID: 1, Routes: []dataplane.Route{
@@ -193,6 +188,18 @@ func TestPrivilegedApplierGatewayPodDeletionIsNews(t *testing.T) {
 	if out := l.node.MustRun(t, "ip", "route", "show", "table", fmt.Sprint(table), "default"); !strings.Contains(out, "dev ext0") {
 		t.Errorf("the route is not written again through the gateway's next route: %q", out)
 	}
+}
+
+// podBehind is a pod's namespace behind the node's veth name, with the node's host routes to
+// dsts through it, as a routed CNI makes them.
+func podBehind(t *testing.T, l *lab, name string, dsts ...string) *netns.NS {
+	t.Helper()
+	pod := netns.New(t, name)
+	netns.Veth(t, l.node, name, pod, "eth0")
+	for _, dst := range dsts {
+		l.node.MustRun(t, "ip", "route", "add", dst, "dev", name)
+	}
+	return pod
 }
 
 // dualStackApplier is settledApplier with an IPv6 cluster network added to fullState (base),

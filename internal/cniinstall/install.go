@@ -2,8 +2,8 @@
 // configuration, and keeps it there, as Istio's and Cilium's CNI installers do: the binary (and
 // the helper it runs for EgressRouter pods) is copied into the host's CNI bin directory and the
 // entry appended to the configuration the runtime uses (the first file of the configuration
-// directory in name order). A primary CNI
-// that rewrites its file gets the entry appended again. Uninstall removes both.
+// directory in name order). A primary CNI that rewrites its file gets the entry appended
+// again. Uninstall removes both.
 package cniinstall
 
 import (
