@@ -34,7 +34,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
 	"github.com/egressd/egressd/dataplane"
@@ -195,8 +194,7 @@ func New(o Options, log *slog.Logger) (*Applier, error) {
 		recheck: map[int]bool{}, kept: map[int]bool{}, unguardedSaid: map[string]string{}, cni: d.cni, reattached: d.metrics.reattached, ask: d.alarm, log: log}
 	d.facilities = []facility{d.nft, d.addresses, d.bfd, d.tunnel, d.routing, &classifierFacility{classifier: c, facings: facings, log: log}, d.attach}
 	d.events = &kernelEvents{facings: facings, addresses: d.addresses, router: router, nft: d.nft, attach: d.attach,
-		addrsOf: func(l netlink.Link) ([]netlink.Addr, error) { return netlink.AddrList(l, netlink.FAMILY_ALL) },
-		lost:    d.metrics.eventsLost, ask: d.signal, poke: d.poke, alarm: d.alarm, done: d.done, running: &d.running, log: log}
+		lost: d.metrics.eventsLost, ask: d.signal, poke: d.poke, alarm: d.alarm, done: d.done, running: &d.running, log: log}
 	d.bfd.inherit(router.InUse())
 	serveACLLogs(c, t, o.Classifier, d.done, log)
 	// The namespace the events are watched in, for the subscriptions made again.

@@ -32,19 +32,14 @@ func (k *kernelEvents) podSide(u netlink.LinkUpdate) bool {
 		return false
 	}
 	if u.Header.Type == unix.RTM_DELLINK {
+		delete(k.linkAddrs, idx)
 		return was
 	}
-	veth, ok := u.Link.(*netlink.Veth)
-	if u.Header.Type != unix.RTM_NEWLINK || !ok || k.addrsOf == nil {
+	if _, veth := u.Link.(*netlink.Veth); u.Header.Type != unix.RTM_NEWLINK || !veth || k.linkAddrs == nil {
 		return false
 	}
-	addrs, err := k.addrsOf(veth)
-	if err != nil {
-		return false
-	}
-	for _, a := range addrs {
-		ip, ok := netip.AddrFromSlice(a.IP)
-		if !ok || !k.podSideAddr(ip) {
+	for _, a := range k.linkAddrs[idx] {
+		if !k.podSideAddr(a) {
 			return false
 		}
 	}
@@ -53,6 +48,25 @@ func (k *kernelEvents) podSide(u netlink.LinkUpdate) bool {
 	}
 	k.podLinks[idx] = true
 	return true
+}
+
+// noteAddress keeps linkAddrs as an address event tells.
+func (k *kernelEvents) noteAddress(u netlink.AddrUpdate) {
+	a, ok := netip.AddrFromSlice(u.LinkAddress.IP)
+	if !ok || k.linkAddrs == nil {
+		return
+	}
+	a, idx := a.Unmap(), u.LinkIndex
+	held := slices.Index(k.linkAddrs[idx], a)
+	switch {
+	case u.NewAddr && held < 0:
+		k.linkAddrs[idx] = append(k.linkAddrs[idx], a)
+	case !u.NewAddr && held >= 0:
+		k.linkAddrs[idx] = slices.Delete(k.linkAddrs[idx], held, held+1)
+		if len(k.linkAddrs[idx]) == 0 {
+			delete(k.linkAddrs, idx)
+		}
+	}
 }
 
 // podRoute says whether a route event of the main table is only a pod's: to pod-side

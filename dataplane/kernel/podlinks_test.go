@@ -1,7 +1,6 @@
 package kernel
 
 import (
-	"errors"
 	"net"
 	"net/netip"
 	"testing"
@@ -29,19 +28,13 @@ func TestPodSideLinkEvents(t *testing.T) {
 		}}}},
 	}
 	addrs := map[string][]string{"pod2": {"fe80::1", "10.244.1.1", "fd00:10:244::1"}, "uplink": {"fe80::2", "192.0.2.5"}}
-	k := &kernelEvents{router: &routing.Router{}, addrsOf: func(l netlink.Link) ([]netlink.Addr, error) {
-		if l.Attrs().Name == "broken" {
-			return nil, errors.New("no answer")
-		}
-		var out []netlink.Addr
-		for _, a := range addrs[l.Attrs().Name] {
-			out = append(out, netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(a)}})
-		}
-		return out, nil
-	}}
+	k := &kernelEvents{router: &routing.Router{}, linkAddrs: map[int][]netip.Addr{}}
 	index := int32(0)
 	event := func(typ uint16, l netlink.Link) netlink.LinkUpdate {
 		index++ // each case an interface of its own
+		for _, a := range addrs[l.Attrs().Name] {
+			k.noteAddress(addrUpdate(a, int(index), true))
+		}
 		u := netlink.LinkUpdate{Link: l}
 		u.Header.Type, u.Index = typ, index
 		return u
@@ -63,7 +56,6 @@ func TestPodSideLinkEvents(t *testing.T) {
 		{"a veth a BFD session names", event(unix.RTM_NEWLINK, veth("bfd0", 3)), false},
 		{"a veth a route's next hop names", event(unix.RTM_NEWLINK, veth("via0", 3)), false},
 		{"a veth an ECMP member names", event(unix.RTM_NEWLINK, veth("ecmp0", 3)), false},
-		{"addresses unknown", event(unix.RTM_NEWLINK, veth("broken", 3)), false},
 		{"a bridge", event(unix.RTM_NEWLINK, &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "cni0", NetNsID: -1}}), false},
 		{"a tunnel device", event(unix.RTM_NEWLINK, &netlink.Vxlan{LinkAttrs: netlink.LinkAttrs{Name: "egressd-tun", NetNsID: -1}}), false},
 	}
@@ -82,10 +74,15 @@ func TestPodSideLinkEvents(t *testing.T) {
 			}
 		})
 	}
-	k.addrsOf = nil // the events' thread is not in the applier's namespace
+	k.linkAddrs = nil // events lost: the addresses are not known
 	if k.podSide(cases[0].u) {
-		t.Error("a pod's interface without a way to read its addresses in the right namespace")
+		t.Error("a pod's interface while its addresses are not known")
 	}
+}
+
+func addrUpdate(addr string, index int, added bool) netlink.AddrUpdate {
+	ip := net.ParseIP(addr)
+	return netlink.AddrUpdate{LinkAddress: net.IPNet{IP: ip, Mask: net.CIDRMask(len(ip)*8, len(ip)*8)}, LinkIndex: index, NewAddr: added}
 }
 
 // TestPodLinkLifecycle: once a pod's interface is known, its routes' events, the event of its
@@ -93,14 +90,7 @@ func TestPodSideLinkEvents(t *testing.T) {
 // that gained an address outside the pods' side, or is named by the state, is the node's again.
 func TestPodLinkLifecycle(t *testing.T) {
 	nets := []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
-	addrs := map[string][]string{}
-	k := &kernelEvents{router: &routing.Router{}, addrsOf: func(l netlink.Link) ([]netlink.Addr, error) {
-		var out []netlink.Addr
-		for _, a := range addrs[l.Attrs().Name] {
-			out = append(out, netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(a)}})
-		}
-		return out, nil
-	}}
+	k := &kernelEvents{router: &routing.Router{}, linkAddrs: map[int][]netip.Addr{}}
 	k.podNetworks.Store(&nets)
 	named := map[string]bool{"egress0": true}
 	k.named.Store(&named)
@@ -141,10 +131,19 @@ func TestPodLinkLifecycle(t *testing.T) {
 	check("a deleted veth that was never a pod's", k.podSide(event(unix.RTM_DELLINK, 8, "veth8", -1)), false)
 
 	check("another pod's interface", k.podSide(event(unix.RTM_NEWLINK, 9, "veth9", 3)), true)
-	addrs["veth9"] = []string{"192.0.2.9"}
+	k.noteAddress(addrUpdate("192.0.2.9", 9, true))
 	check("it with the node's address", k.podSide(event(unix.RTM_NEWLINK, 9, "veth9", 3)), false)
 	check("its routes then", k.podRoute(route(9)), false)
 	check("its deletion then", k.podSide(event(unix.RTM_DELLINK, 9, "veth9", 3)), false)
+	k.noteAddress(addrUpdate("192.0.2.11", 11, true))
+	k.noteAddress(addrUpdate("fe80::11", 11, true))
+	check("a veth with the node's address", k.podSide(event(unix.RTM_NEWLINK, 11, "veth11", 3)), false)
+	k.noteAddress(addrUpdate("192.0.2.11", 11, false))
+	check("it once the address is deleted", k.podSide(event(unix.RTM_NEWLINK, 11, "veth11", 3)), true)
+	check("its deletion", k.podSide(event(unix.RTM_DELLINK, 11, "veth11", 3)), true)
+	if len(k.linkAddrs) != 0 {
+		t.Errorf("addresses kept of deleted interfaces: %v", k.linkAddrs)
+	}
 
 	check("a third pod's interface", k.podSide(event(unix.RTM_NEWLINK, 10, "egress1", 3)), true)
 	named["egress1"] = true // an egress address put on it
@@ -169,7 +168,7 @@ func TestPodEventsOnlyPoke(t *testing.T) {
 		done := make(chan struct{})
 		k := &kernelEvents{facings: f, router: &routing.Router{}, addresses: &addressFacility{Addresses: &addresses.Addresses{}},
 			ask: func() { asked++ }, poke: func() { poked++ }, done: done}
-		k.addrsOf = func(netlink.Link) ([]netlink.Addr, error) { return nil, nil }
+		k.linkAddrs = map[int][]netip.Addr{}
 		k.podNetworks.Store(&nets)
 		k.named.Store(&named)
 		go k.consume(e)

@@ -190,6 +190,40 @@ func TestPrivilegedApplierGatewayPodDeletionIsNews(t *testing.T) {
 	}
 }
 
+// TestPrivilegedApplierNodeVethIsNews: a veth holding one of the node's addresses is the
+// node's, whether it held it before egressd started (the addresses listed when it subscribed)
+// or gained it since (the address events): its link events are news for every facility. Once
+// the address is gone, it is a pod's as any other veth.
+func TestPrivilegedApplierNodeVethIsNews(t *testing.T) {
+	privileged.Require(t)
+	l := newLab(t)
+	peers := netns.New(t, "peers")
+	netns.Veth(t, l.node, "early0", peers, "e0")
+	l.node.Addr(t, "early0", "192.0.2.77/24")
+	a, reg := settle(t, l)
+	netns.Veth(t, l.node, "late0", peers, "l0")
+	changedThenQuiet(t, a, reg, "a veth came")
+	l.mustApply(t, a, fullState())
+	l.node.Addr(t, "late0", "198.51.100.77/24")
+	changedThenQuiet(t, a, reg, "the node's address put on a veth")
+	l.mustApply(t, a, fullState())
+	for _, veth := range []string{"early0", "late0"} {
+		l.node.MustRun(t, "ip", "link", "set", veth, "mtu", "1400")
+		before := changedThenQuiet(t, a, reg, veth+"'s MTU changed")
+		l.mustApply(t, a, fullState())
+		if after := skips(t, reg); !maps.Equal(after, before) {
+			t.Errorf("the Apply after %s changed, holding the node's address, skipped facilities: %v, then %v", veth, before, after)
+		}
+	}
+	l.node.MustRun(t, "ip", "addr", "del", "198.51.100.77/24", "dev", "late0")
+	changedThenQuiet(t, a, reg, "the node's address taken from a veth")
+	l.mustApply(t, a, fullState())
+	l.node.MustRun(t, "ip", "link", "set", "late0", "mtu", "1300")
+	before := changedThenQuiet(t, a, reg, "late0's MTU changed again")
+	l.mustApply(t, a, fullState())
+	wantAllSkipped(t, before, skips(t, reg), "the Apply after a veth without the node's address changed")
+}
+
 // podBehind is a pod's namespace behind the node's veth name, with the node's host routes to
 // dsts through it, as a routed CNI makes them.
 func podBehind(t *testing.T, l *lab, name string, dsts ...string) *netns.NS {
@@ -234,6 +268,14 @@ func changedThenQuiet(t *testing.T, a *kernel.Applier, reg *prometheus.Registry,
 func settledApplier(t *testing.T) (*lab, *kernel.Applier, *prometheus.Registry) {
 	t.Helper()
 	l := newLab(t)
+	a, reg := settle(t, l)
+	return l, a, reg
+}
+
+// settle starts an applier in l, with fullState applied until its writes' events were no
+// longer news.
+func settle(t *testing.T, l *lab) (*kernel.Applier, *prometheus.Registry) {
+	t.Helper()
 	a := l.applierWith(t, kernel.Options{FullPass: time.Hour})
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(a.Collectors()...)
@@ -241,7 +283,7 @@ func settledApplier(t *testing.T) (*lab, *kernel.Applier, *prometheus.Registry) 
 	quiet(a)
 	l.mustApply(t, a, fullState()) // every facility: the first Apply's own events were news
 	quiet(a)
-	return l, a, reg
+	return a, reg
 }
 
 // wantAllSkipped: between the skips before and after, each sectioned facility skipped once.
