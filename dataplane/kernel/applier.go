@@ -99,6 +99,10 @@ type Applier struct {
 	// sections the sectioned facilities last applied without a failure (Apply's goroutine).
 	news    atomic.Bool
 	applied map[string]any
+	// poked: a pod's interface or route changed since the last Apply began (poke), which the
+	// classifier and attach read. last is the last Apply that ran (repeat).
+	poked   atomic.Bool
+	last    lastApply
 	changed chan struct{}
 	urgent  chan struct{}
 	done    chan struct{}
@@ -284,6 +288,10 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	// Before the BFD sessions are read: a change from here on makes the next Apply full. While
 	// the kernel's events are not watched, every Apply is.
 	full := d.news.Swap(false) || !d.events.watched.Load()
+	if res, ok := d.repeat(s, full, d.poked.Swap(false)); ok {
+		return res
+	}
+	began := time.Now()
 	var res dataplane.Result
 	res.Failed, res.Removals = d.run(&pass{state: s, up: d.bfd.up(), full: full})
 	res.HostCIDRs = d.addresses.hostCIDRs(s.Classifier.ClusterNetworks)
@@ -303,6 +311,7 @@ func (d *Applier) Apply(_ context.Context, s *dataplane.State) dataplane.Result 
 	for c, n := range res.Conflicts {
 		d.metrics.conflicts.WithLabelValues(c.Program, c.Setting).Set(float64(n))
 	}
+	d.ran(s, res, began)
 	return res
 }
 
@@ -319,6 +328,7 @@ func (d *Applier) signal() {
 // poke asks for a sync that need not run every facility (the classifier and attach run at
 // every sync).
 func (d *Applier) poke() {
+	d.poked.Store(true)
 	select {
 	case d.changed <- struct{}{}:
 	default:

@@ -140,8 +140,9 @@ func TestPrivilegedApplierAttachesAgainAfterQdiscDeleted(t *testing.T) {
 	}
 	// egressd's own detaching (the pod gone, its interface still there) is no news.
 	quiet(a)
-	state.Classifier.Pods = nil
-	l.mustApply(t, a, state)
+	none := *state // a state handed to Apply is read only
+	none.Classifier.Pods = nil
+	l.mustApply(t, a, &none)
 	if got := l.ingressPrograms(t, "pod0"); len(got) != 0 {
 		t.Fatalf("ingress of pod0 runs %q once no pod is behind it", got)
 	}

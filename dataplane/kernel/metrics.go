@@ -86,6 +86,6 @@ func newPruneFailures() *prometheus.CounterVec {
 func newSkipped() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "egressd_dataplane_apply_phase_skipped_total",
-		Help: "Phases of applying the node's state that had nothing to do, by facility (nftables, addresses, tunnel, routing): its part of the state was the one it last applied without a failure, and the kernel told of no change since. Each runs in full at least every --sync-period, which repairs what changed unseen.",
+		Help: "Phases of applying the node's state that had nothing to do, by facility (nftables, addresses, tunnel, routing): its part of the state was the one it last applied without a failure, and the kernel told of no change since; every facility, the classifier and attach included, when the whole state was and no pod interface changed (for at most a minute after the last Apply that ran). Each runs in full at least every --sync-period, which repairs what changed unseen.",
 	}, []string{"facility"})
 }

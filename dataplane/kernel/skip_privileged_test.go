@@ -224,6 +224,41 @@ func TestPrivilegedApplierNodeVethIsNews(t *testing.T) {
 	wantAllSkipped(t, before, skips(t, reg), "the Apply after a veth without the node's address changed")
 }
 
+// TestPrivilegedApplierRepeatIsSkipped: an Apply of the state the last one applied, nothing
+// told of the kernel since, writes nothing, the classifier and attach included; a pod's
+// interface coming, or a failure of the last Apply, makes the next one run them.
+func TestPrivilegedApplierRepeatIsSkipped(t *testing.T) {
+	privileged.Require(t)
+	l, a, reg, base := dualStackApplier(t)
+	both := []string{"classifier", "attach"}
+	applied := func(what string, s *dataplane.State, wantFailed bool, skipped ...string) {
+		t.Helper()
+		before := skips(t, reg)
+		if res := l.apply(t, a, s); (len(res.Failed) > 0) != wantFailed {
+			t.Fatalf("%s: failed %v", what, res.Failed)
+		}
+		after := skips(t, reg)
+		for _, f := range append(slices.Clone(sectioned), both...) {
+			if want := slices.Contains(skipped, f); (after[f] == before[f]+1) != want {
+				t.Errorf("%s: %s skipped %v times, want skipped %v", what, f, after[f]-before[f], want)
+			}
+		}
+	}
+	all := append(slices.Clone(sectioned), both...)
+	applied("the state applied last, again", base, false, all...)
+	podBehind(t, l, "pod8", "10.244.8.8/32")
+	changedThenQuiet(t, a, reg, "a pod's interface came")
+	applied("the Apply after a pod's interface came", base, false, sectioned...)
+	applied("that state again", base, false, all...)
+	failing := *base
+	failing.Classifier.Pods = append(slices.Clip(base.Classifier.Pods), dataplane.Pod{Origin: dataplane.Origin{Kind: "Pod", Namespace: "a", Name: "nowhere"},
+		IPs: []netip.Addr{netip.MustParseAddr("10.244.77.77")}}) // faces no interface
+	applied("a state with a pod behind no interface", &failing, true, sectioned...)
+	applied("that state again", &failing, true, sectioned...)
+	applied("the state without it", base, false, sectioned...)
+	applied("that state again", base, false, all...)
+}
+
 // podBehind is a pod's namespace behind the node's veth name, with the node's host routes to
 // dsts through it, as a routed CNI makes them.
 func podBehind(t *testing.T, l *lab, name string, dsts ...string) *netns.NS {
