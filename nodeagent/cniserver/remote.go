@@ -48,7 +48,8 @@ func (s *Store) AnnounceRemote(ctx context.Context, pod *watchers.Pod, ips []net
 
 // includeRemotes marks the remote announcements a sync compiles from and drops those no longer
 // needed: the pod is gone (or another pod of that name), or, once decided, its Pod object shows
-// the addresses or the announcement is older than remoteTTL. It returns the remote pods' keys.
+// the addresses or the announcement is older than remoteTTL. It returns the keys of the remote
+// pods included.
 func (s *Store) includeRemotes(snap *watchers.Snapshot, latest map[podKey]*entry) map[podKey]bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -63,7 +64,6 @@ func (s *Store) includeRemotes(snap *watchers.Snapshot, latest map[podKey]*entry
 		if gone || (!e.programmed.IsZero() && (known || time.Since(e.added) > remoteTTL)) {
 			delete(s.byID, e.id)
 			s.changes++
-			delete(latest, k)
 			continue
 		}
 		e.remote.included = true

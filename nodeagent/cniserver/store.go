@@ -44,6 +44,9 @@ type entry struct {
 	targets []netip.Addr
 	// remote: another node's pod, announced by that node's agent (remote.go).
 	remote remoteState
+	// shown is the Pod object last found showing the sandbox's addresses (Overlay's alone):
+	// cached objects are replaced, never changed, so it shows them as long as it is cached.
+	shown *watchers.Pod
 }
 
 type podKey struct{ namespace, name string }
@@ -70,7 +73,10 @@ type Store struct {
 	// changes counts the changes of byID: what Overlay adds to the snapshot's pods moves
 	// its generation of pods (watchers.Generations.Adding).
 	changes uint64
-	last    map[podKey]applied
+	// latestMap is latest's answer at the count of changes latestAt.
+	latestMap map[podKey]*entry
+	latestAt  uint64
+	last      map[podKey]applied
 	lastAt  time.Time
 	changed chan struct{}
 }
@@ -144,14 +150,20 @@ func (s *Store) keepOnly(valid []string) int {
 	return len(drop)
 }
 
-// latest is the newest announced sandbox of each pod.
+// latest is the newest announced sandbox of each pod, made again only after byID changed (a
+// sync reads it twice, and a node's pods' entries stay until their CNI DEL). It is read only.
+// s.mu is held.
 func (s *Store) latest() map[podKey]*entry {
+	if s.latestMap != nil && s.latestAt == s.changes {
+		return s.latestMap
+	}
 	out := make(map[podKey]*entry, len(s.byID))
 	for _, e := range s.byID {
 		if o := out[e.key]; o == nil || e.added.After(o.added) {
 			out[e.key] = e
 		}
 	}
+	s.latestMap, s.latestAt = out, s.changes
 	return out
 }
 
@@ -166,9 +178,16 @@ func (s *Store) Overlay(snap *watchers.Snapshot) (*watchers.Snapshot, []*watcher
 	var list []*watchers.Pod
 	remotes := s.includeRemotes(snap, latest)
 	for k, e := range latest {
+		if e.remote.announced && !remotes[k] {
+			continue // no longer needed (includeRemotes)
+		}
 		p := e.pod
 		if obj, err := snap.Pods.Pods(k.namespace).Get(k.name); err == nil && (e.pod.UID == "" || obj.UID == e.pod.UID) {
+			if obj == e.shown {
+				continue
+			}
 			if ips := statusIPs(obj); len(ips) == len(e.ips) && containsAll(ips, e.ips) {
+				e.shown = obj
 				continue // the object shows the sandbox's addresses: it says it all now
 			}
 			// The Pod object as it is now (labels reconcile), with the sandbox's addresses.

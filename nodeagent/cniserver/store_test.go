@@ -77,6 +77,9 @@ func TestOverlayMergesAnnouncedPods(t *testing.T) {
 	if _, announced := s.Overlay(snapshot(shown)); len(announced) != 0 {
 		t.Errorf("object with the sandbox's addresses: still overlaid %+v", announced)
 	}
+	if _, announced := s.Overlay(snapshot(shown)); len(announced) != 0 {
+		t.Errorf("that object again: overlaid %+v", announced)
+	}
 	if _, announced := s.Overlay(snapshot(pod("ns", "web", nil, "10.0.0.5"))); len(announced) != 1 {
 		t.Errorf("object with only some of the sandbox's addresses: overlay %+v, want the pod", announced)
 	}
