@@ -77,8 +77,8 @@ type Store struct {
 	latestMap map[podKey]*entry
 	latestAt  uint64
 	last      map[podKey]applied
-	lastAt  time.Time
-	changed chan struct{}
+	lastAt    time.Time
+	changed   chan struct{}
 }
 
 // NewStore returns an empty store.

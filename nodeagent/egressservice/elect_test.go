@@ -3,7 +3,6 @@ package egressservice
 import (
 	"context"
 	"errors"
-	kubefake "k8s.io/client-go/kubernetes/fake"
 	"log/slog"
 	"net/netip"
 	"reflect"
@@ -16,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
